@@ -1,0 +1,166 @@
+//! Defaulting, applied to every object before validation (as the apiserver does), so what is
+//! stored and what the scheduler and agents read is explicit.
+
+use super::namespace::LimitRange;
+use super::object::Object;
+use super::pod::{Container, Pod, Probe};
+
+/// The namespace objects land in when none is given.
+pub const DEFAULT_NAMESPACE: &str = "default";
+/// The scheduler name pods get when none is given; Skiff's scheduler answers to it.
+pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
+/// Seconds between SIGTERM and SIGKILL when a pod does not say.
+pub const DEFAULT_GRACE_PERIOD_SECONDS: i64 = 30;
+
+/// Applies the defaults of `object`'s kind.
+pub fn apply(object: &mut Object) {
+    object.set_type_meta();
+    let namespaced = object.kind().is_namespaced();
+    let meta = object.metadata_mut();
+    if namespaced && meta.namespace.is_empty() {
+        meta.namespace = DEFAULT_NAMESPACE.to_owned();
+    }
+    match object {
+        Object::Pod(pod) => pod_defaults(pod),
+        Object::LimitRange(l) => limit_range_defaults(l),
+        Object::Node(_) | Object::Namespace(_) | Object::ResourceQuota(_) | Object::Binding(_) => {}
+    }
+}
+
+fn pod_defaults(pod: &mut Pod) {
+    let spec = &mut pod.spec;
+    if spec.restart_policy.is_empty() {
+        spec.restart_policy = "Always".to_owned();
+    }
+    if spec.termination_grace_period_seconds.is_none() {
+        spec.termination_grace_period_seconds = Some(DEFAULT_GRACE_PERIOD_SECONDS);
+    }
+    if spec.scheduler_name.is_empty() {
+        spec.scheduler_name = DEFAULT_SCHEDULER.to_owned();
+    }
+    for c in spec
+        .init_containers
+        .iter_mut()
+        .chain(spec.containers.iter_mut())
+    {
+        container_defaults(c);
+    }
+    for t in &mut spec.tolerations {
+        if t.operator.is_empty() {
+            t.operator = "Equal".to_owned();
+        }
+    }
+}
+
+fn container_defaults(c: &mut Container) {
+    if c.image_pull_policy.is_empty() {
+        c.image_pull_policy = default_pull_policy(&c.image).to_owned();
+    }
+    for p in &mut c.ports {
+        if p.protocol.is_empty() {
+            p.protocol = "TCP".to_owned();
+        }
+    }
+    // A container that sets a limit but no request requests its limit (Kubernetes does the same).
+    let limits = c.resources.limits.clone();
+    for (name, limit) in limits {
+        c.resources.requests.entry(name).or_insert(limit);
+    }
+    for probe in [
+        &mut c.liveness_probe,
+        &mut c.readiness_probe,
+        &mut c.startup_probe,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        probe_defaults(probe);
+    }
+}
+
+fn probe_defaults(p: &mut Probe) {
+    p.timeout_seconds.get_or_insert(1);
+    p.period_seconds.get_or_insert(10);
+    p.success_threshold.get_or_insert(1);
+    p.failure_threshold.get_or_insert(3);
+    if let Some(http) = &mut p.http_get {
+        if http.path.is_empty() {
+            http.path = "/".to_owned();
+        }
+        if http.scheme.is_empty() {
+            http.scheme = "HTTP".to_owned();
+        }
+    }
+}
+
+/// `Always` for `:latest` or untagged images, else `IfNotPresent` (Kubernetes' rule).
+pub fn default_pull_policy(image: &str) -> &'static str {
+    // The tag follows the last ':' after the last '/' (a registry host may carry a port).
+    let name = image.split('@').next().unwrap_or(image);
+    let last = name.rsplit('/').next().unwrap_or(name);
+    match last.rsplit_once(':') {
+        _ if image.contains('@') => "IfNotPresent",
+        Some((_, "latest")) | None => "Always",
+        Some(_) => "IfNotPresent",
+    }
+}
+
+fn limit_range_defaults(l: &mut LimitRange) {
+    // A container item with a default limit but no default request requests the limit.
+    for item in &mut l.spec.limits {
+        if item.type_ == "Container" {
+            let defaults = item.default.clone();
+            for (name, q) in defaults {
+                item.default_request.entry(name).or_insert(q);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pull_policy_follows_the_tag() {
+        assert_eq!(default_pull_policy("busybox"), "Always");
+        assert_eq!(default_pull_policy("busybox:latest"), "Always");
+        assert_eq!(default_pull_policy("busybox:1.36"), "IfNotPresent");
+        assert_eq!(default_pull_policy("localhost:5000/busybox"), "Always");
+        assert_eq!(
+            default_pull_policy("localhost:5000/busybox:1"),
+            "IfNotPresent"
+        );
+        assert_eq!(default_pull_policy("busybox@sha256:abc"), "IfNotPresent");
+    }
+
+    #[test]
+    fn pod_defaults_are_explicit() {
+        let mut obj = Object::Pod(
+            serde_yaml_ng::from_str(
+                "metadata: {name: p}\nspec:\n  containers:\n  - name: c\n    image: localhost/skiff/busybox:1\n    ports: [{containerPort: 80}]\n    resources: {limits: {cpu: 500m}}\n    livenessProbe: {httpGet: {port: 80}}\n",
+            )
+            .unwrap(),
+        );
+        apply(&mut obj);
+        let Object::Pod(pod) = obj else {
+            unreachable!()
+        };
+        assert_eq!(pod.api_version, "v1");
+        assert_eq!(pod.kind, "Pod");
+        assert_eq!(pod.metadata.namespace, "default");
+        assert_eq!(pod.spec.restart_policy, "Always");
+        assert_eq!(pod.spec.termination_grace_period_seconds, Some(30));
+        assert_eq!(pod.spec.scheduler_name, "default-scheduler");
+        let c = &pod.spec.containers[0];
+        assert_eq!(c.image_pull_policy, "IfNotPresent");
+        assert_eq!(c.ports[0].protocol, "TCP");
+        assert_eq!(c.resources.requests["cpu"].to_string(), "500m");
+        let probe = c.liveness_probe.as_ref().unwrap();
+        assert_eq!(
+            (probe.period_seconds, probe.failure_threshold),
+            (Some(10), Some(3))
+        );
+        assert_eq!(probe.http_get.as_ref().unwrap().path, "/");
+    }
+}

@@ -1,0 +1,272 @@
+//! Metadata shared by every object: `ObjectMeta`, timestamps, label selectors.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use serde::{Deserialize, Serialize};
+
+#[cfg(test)]
+use super::testing::{small_map, small_vec};
+
+/// `metadata` of every object, with Kubernetes' field names and meaning.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ObjectMeta {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// Empty for cluster-scoped kinds; defaulted to `default` for namespaced ones.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// Set by the store on create; immutable.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_map()"))]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_map()"))]
+    pub annotations: BTreeMap<String, String>,
+    /// The store revision that last modified the object, as a decimal string (Kubernetes keeps
+    /// it opaque; Skiff documents it as the mod revision so clients may compare them).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource_version: String,
+    /// Incremented on every spec change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_timestamp: Option<Time>,
+    /// Set when a graceful delete has begun; the object goes away when its owner finishes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_timestamp: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_grace_period_seconds: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_vec()"))]
+    pub owner_references: Vec<OwnerReference>,
+}
+
+impl ObjectMeta {
+    /// The revision in `resourceVersion`, or `None` when unset or not a number.
+    pub fn revision(&self) -> Option<i64> {
+        self.resource_version.parse().ok()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OwnerReference {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_owner_deletion: Option<bool>,
+}
+
+/// A timestamp with one-second resolution, written as RFC 3339 in UTC (`2026-01-02T15:04:05Z`),
+/// as Kubernetes' `metav1.Time`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Time(DateTime<Utc>);
+
+impl Time {
+    pub fn now() -> Self {
+        Time(Utc::now().trunc_subsecs(0))
+    }
+
+    pub fn from_unix(seconds: i64) -> Option<Self> {
+        DateTime::from_timestamp(seconds, 0).map(Time)
+    }
+
+    pub fn unix(&self) -> i64 {
+        self.0.timestamp()
+    }
+
+    pub fn datetime(&self) -> DateTime<Utc> {
+        self.0
+    }
+}
+
+impl fmt::Display for Time {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0.format("%Y-%m-%dT%H:%M:%SZ"))
+    }
+}
+
+impl Serialize for Time {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Time {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        DateTime::parse_from_rfc3339(&text)
+            .map(|t| Time(t.with_timezone(&Utc).trunc_subsecs(0)))
+            .map_err(|e| {
+                serde::de::Error::custom(format!(
+                    "invalid timestamp {text:?}: {e} (expected RFC 3339, e.g. 2026-01-02T15:04:05Z)"
+                ))
+            })
+    }
+}
+
+#[cfg(test)]
+impl proptest::arbitrary::Arbitrary for Time {
+    type Parameters = ();
+    type Strategy = proptest::strategy::BoxedStrategy<Time>;
+    fn arbitrary_with(_: ()) -> Self::Strategy {
+        use proptest::strategy::Strategy;
+        (0i64..4_102_444_800)
+            .prop_map(|s| Time::from_unix(s).expect("in range"))
+            .boxed()
+    }
+}
+
+/// A label query: every `matchLabels` pair and every expression must hold.
+/// An empty selector matches everything.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelSelector {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_map()"))]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_vec()"))]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelSelectorRequirement {
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    pub operator: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_vec()"))]
+    pub values: Vec<String>,
+}
+
+impl LabelSelector {
+    /// Whether `labels` satisfy this selector. Unknown operators match nothing (validation
+    /// rejects them before an object is stored).
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|r| {
+                let value = labels.get(&r.key);
+                match r.operator.as_str() {
+                    "In" => value.is_some_and(|v| r.values.contains(v)),
+                    "NotIn" => value.is_none_or(|v| !r.values.contains(v)),
+                    "Exists" => value.is_some(),
+                    "DoesNotExist" => value.is_none(),
+                    _ => false,
+                }
+            })
+    }
+}
+
+/// A port given by number or by name (`port: 8080` or `port: http`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub enum IntOrString {
+    Int(i32),
+    String(String),
+}
+
+impl Default for IntOrString {
+    fn default() -> Self {
+        IntOrString::Int(0)
+    }
+}
+
+impl Serialize for IntOrString {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            IntOrString::Int(i) => s.serialize_i32(*i),
+            IntOrString::String(v) => s.serialize_str(v),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for IntOrString {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = IntOrString;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a port number or a port name")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<IntOrString, E> {
+                i32::try_from(v)
+                    .map(IntOrString::Int)
+                    .map_err(|_| E::custom(format!("{v} is out of range for a 32-bit integer")))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<IntOrString, E> {
+                i32::try_from(v)
+                    .map(IntOrString::Int)
+                    .map_err(|_| E::custom(format!("{v} is out of range for a 32-bit integer")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<IntOrString, E> {
+                Ok(IntOrString::String(v.to_owned()))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+impl fmt::Display for IntOrString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IntOrString::Int(i) => write!(f, "{i}"),
+            IntOrString::String(s) => f.write_str(s),
+        }
+    }
+}
+
+/// A resource name → amount map (`cpu: 100m`, `memory: 64Mi`), as `ResourceList`.
+pub type ResourceList = BTreeMap<String, crate::quantity::Quantity>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn selector_semantics() {
+        let sel: LabelSelector = serde_yaml_ng::from_str(
+            "matchLabels: {app: web}\nmatchExpressions:\n- {key: tier, operator: In, values: [a, b]}\n- {key: legacy, operator: DoesNotExist}\n",
+        )
+        .unwrap();
+        assert!(sel.matches(&labels(&[("app", "web"), ("tier", "a")])));
+        assert!(!sel.matches(&labels(&[("app", "web"), ("tier", "c")])));
+        assert!(!sel.matches(&labels(&[("app", "web"), ("tier", "a"), ("legacy", "")])));
+        assert!(!sel.matches(&labels(&[("tier", "a")])));
+        assert!(LabelSelector::default().matches(&labels(&[])));
+    }
+
+    #[test]
+    fn time_is_rfc3339_seconds() {
+        let t: Time = serde_json::from_str("\"2026-01-02T15:04:05.123+01:00\"").unwrap();
+        assert_eq!(t.to_string(), "2026-01-02T14:04:05Z");
+        let err = serde_json::from_str::<Time>("\"yesterday\"").unwrap_err();
+        assert!(
+            err.to_string().contains("invalid timestamp \"yesterday\""),
+            "{err}"
+        );
+    }
+}

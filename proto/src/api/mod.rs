@@ -1,0 +1,35 @@
+//! The object model: Kubernetes core/v1 types, for the subset Skiff stores, schedules and runs.
+//!
+//! Field names, JSON shape and meaning follow core/v1, so manifests written for Kubernetes
+//! decode unchanged; fields Skiff does not model are refused by name rather than ignored.
+//!
+//! | module       | what                                                        |
+//! |--------------|-------------------------------------------------------------|
+//! | `meta`       | `ObjectMeta`, `Time`, label selectors, `IntOrString`        |
+//! | `pod`        | `Pod` spec and status                                       |
+//! | `node`       | `Node` spec and status                                      |
+//! | `namespace`  | `Namespace`, `ResourceQuota`, `LimitRange`, `Binding`       |
+//! | `object`     | [`Object`], [`Kind`]: one enum over every kind, storage keys |
+//! | `defaults`   | defaulting applied before validation                        |
+//! | `validation` | field-path errors for every rule                            |
+
+pub mod defaults;
+pub mod meta;
+pub mod namespace;
+pub mod node;
+pub mod object;
+pub mod pod;
+#[cfg(test)]
+mod testing;
+pub mod validation;
+
+pub use meta::{
+    IntOrString, LabelSelector, LabelSelectorRequirement, ObjectMeta, ResourceList, Time,
+};
+pub use namespace::{
+    Binding, LimitRange, LimitRangeItem, Namespace, ObjectReference, ResourceQuota,
+};
+pub use node::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
+pub use object::{Kind, Object};
+pub use pod::{Container, Pod, PodSpec, PodStatus, Toleration};
+pub use validation::{FieldError, ValidationErrors};

@@ -1,0 +1,155 @@
+//! `Namespace`, `ResourceQuota`, `LimitRange` and `Binding`: the policy objects admission
+//! consults and the object a scheduler posts.
+
+use serde::{Deserialize, Serialize};
+
+use super::meta::{ObjectMeta, ResourceList};
+#[cfg(test)]
+use super::testing::{small_map, small_vec};
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Namespace {
+    #[serde(default)]
+    #[cfg_attr(test, proptest(value = "\"v1\".to_string()"))]
+    pub api_version: String,
+    #[serde(default)]
+    #[cfg_attr(test, proptest(value = "\"Namespace\".to_string()"))]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<NamespaceStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NamespaceStatus {
+    /// `Active` or `Terminating`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub phase: String,
+}
+
+/// Caps per namespace: object counts (`pods`) and request/limit totals (`requests.cpu`,
+/// `limits.memory`, or the short forms `cpu`, `memory` meaning requests).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourceQuota {
+    #[serde(default)]
+    #[cfg_attr(test, proptest(value = "\"v1\".to_string()"))]
+    pub api_version: String,
+    #[serde(default)]
+    #[cfg_attr(test, proptest(value = "\"ResourceQuota\".to_string()"))]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: ResourceQuotaSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ResourceQuotaStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourceQuotaSpec {
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_map()"))]
+    pub hard: ResourceList,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourceQuotaStatus {
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_map()"))]
+    pub hard: ResourceList,
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_map()"))]
+    pub used: ResourceList,
+}
+
+/// Defaults and bounds for the containers (or whole pods) of a namespace.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LimitRange {
+    #[serde(default)]
+    #[cfg_attr(test, proptest(value = "\"v1\".to_string()"))]
+    pub api_version: String,
+    #[serde(default)]
+    #[cfg_attr(test, proptest(value = "\"LimitRange\".to_string()"))]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: LimitRangeSpec,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LimitRangeSpec {
+    #[serde(default)]
+    #[cfg_attr(test, proptest(strategy = "small_vec()"))]
+    pub limits: Vec<LimitRangeItem>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LimitRangeItem {
+    /// `Container` or `Pod`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_map()"))]
+    pub max: ResourceList,
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_map()"))]
+    pub min: ResourceList,
+    /// Limits given to containers that set none.
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_map()"))]
+    pub default: ResourceList,
+    /// Requests given to containers that set none.
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_map()"))]
+    pub default_request: ResourceList,
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_map()"))]
+    pub max_limit_request_ratio: ResourceList,
+}
+
+/// Binds a pod (named by `metadata`) to a node (`target`), as posted by a scheduler.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Binding {
+    #[serde(default)]
+    #[cfg_attr(test, proptest(value = "\"v1\".to_string()"))]
+    pub api_version: String,
+    #[serde(default)]
+    #[cfg_attr(test, proptest(value = "\"Binding\".to_string()"))]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub target: ObjectReference,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ObjectReference {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    pub name: String,
+}

@@ -1,0 +1,158 @@
+//! `Node`: a machine the scheduler places pods on and whose agent runs them.
+
+use serde::{Deserialize, Serialize};
+
+use super::meta::{ObjectMeta, ResourceList, Time};
+#[cfg(test)]
+use super::testing::{small_map, small_vec};
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Node {
+    #[serde(default)]
+    #[cfg_attr(test, proptest(value = "\"v1\".to_string()"))]
+    pub api_version: String,
+    #[serde(default)]
+    #[cfg_attr(test, proptest(value = "\"Node\".to_string()"))]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: NodeSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<NodeStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeSpec {
+    /// Cordoned: no new pods are scheduled here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unschedulable: Option<bool>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_vec()"))]
+    pub taints: Vec<Taint>,
+    #[serde(default, rename = "podCIDR", skip_serializing_if = "String::is_empty")]
+    pub pod_cidr: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Taint {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_added: Option<Time>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeStatus {
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_map()"))]
+    pub capacity: ResourceList,
+    /// What pods may use: capacity minus what the system reserves.
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_map()"))]
+    pub allocatable: ResourceList,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_vec()"))]
+    pub conditions: Vec<NodeCondition>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_vec()"))]
+    pub addresses: Vec<NodeAddress>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_info: Option<NodeSystemInfo>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_vec()"))]
+    pub images: Vec<ContainerImage>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeCondition {
+    /// `Ready`, `MemoryPressure`, `DiskPressure`, `PIDPressure` or `NetworkUnavailable`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeAddress {
+    /// `InternalIP`, `ExternalIP` or `Hostname`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub address: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeSystemInfo {
+    #[serde(
+        default,
+        rename = "machineID",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub machine_id: String,
+    #[serde(default, rename = "bootID", skip_serializing_if = "String::is_empty")]
+    pub boot_id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kernel_version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub os_image: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub container_runtime_version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kubelet_version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub operating_system: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub architecture: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContainerImage {
+    #[serde(default)]
+    #[cfg_attr(test, proptest(strategy = "small_vec()"))]
+    pub names: Vec<String>,
+    #[serde(default)]
+    pub size_bytes: i64,
+}
+
+impl Node {
+    /// The condition of `type_`, if reported.
+    pub fn condition(&self, type_: &str) -> Option<&NodeCondition> {
+        self.status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+    }
+
+    /// Whether the node reports `Ready=True`.
+    pub fn is_ready(&self) -> bool {
+        self.condition("Ready").is_some_and(|c| c.status == "True")
+    }
+}

@@ -1,0 +1,283 @@
+//! One enum over every kind, with the conversions every layer needs: JSON (wire and storage),
+//! storage keys, and metadata access.
+
+use std::fmt;
+
+use super::meta::ObjectMeta;
+use super::namespace::{Binding, LimitRange, Namespace, ResourceQuota};
+use super::node::Node;
+use super::pod::Pod;
+
+/// The kinds the cluster API serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Pod,
+    Node,
+    Namespace,
+    ResourceQuota,
+    LimitRange,
+    Binding,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 6] = [
+        Kind::Pod,
+        Kind::Node,
+        Kind::Namespace,
+        Kind::ResourceQuota,
+        Kind::LimitRange,
+        Kind::Binding,
+    ];
+
+    /// The `kind:` of a manifest.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Pod => "Pod",
+            Kind::Node => "Node",
+            Kind::Namespace => "Namespace",
+            Kind::ResourceQuota => "ResourceQuota",
+            Kind::LimitRange => "LimitRange",
+            Kind::Binding => "Binding",
+        }
+    }
+
+    /// The resource name: the storage path segment and what the CLI prints (`pod/web`).
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::Pod => "pods",
+            Kind::Node => "nodes",
+            Kind::Namespace => "namespaces",
+            Kind::ResourceQuota => "resourcequotas",
+            Kind::LimitRange => "limitranges",
+            Kind::Binding => "bindings",
+        }
+    }
+
+    /// Every kind here lives in API group core, version v1.
+    pub fn api_version(self) -> &'static str {
+        "v1"
+    }
+
+    pub fn is_namespaced(self) -> bool {
+        !matches!(self, Kind::Node | Kind::Namespace)
+    }
+
+    /// The manifest `kind:` (exact, as Kubernetes).
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// What a user types on the command line: `pod`, `pods`, `po`, `Pod`, `nodes`, `no`, `ns`, ...
+    pub fn from_cli(word: &str) -> Option<Kind> {
+        let w = word.to_ascii_lowercase();
+        Kind::ALL.into_iter().find(|k| {
+            let singular = k.name().to_ascii_lowercase();
+            w == singular
+                || w == k.plural()
+                || match k {
+                    Kind::Pod => w == "po",
+                    Kind::Node => w == "no",
+                    Kind::Namespace => w == "ns",
+                    Kind::ResourceQuota => w == "quota",
+                    Kind::LimitRange => w == "limits",
+                    Kind::Binding => false,
+                }
+        })
+    }
+
+    /// Storage key of one object: `/registry/pods/<namespace>/<name>` or
+    /// `/registry/nodes/<name>` for cluster-scoped kinds.
+    pub fn key(self, namespace: &str, name: &str) -> String {
+        if self.is_namespaced() {
+            format!("/registry/{}/{namespace}/{name}", self.plural())
+        } else {
+            format!("/registry/{}/{name}", self.plural())
+        }
+    }
+
+    /// Prefix under which all objects of this kind (in `namespace`, if given) are stored.
+    pub fn prefix(self, namespace: Option<&str>) -> String {
+        match namespace {
+            Some(ns) if self.is_namespaced() => format!("/registry/{}/{ns}/", self.plural()),
+            _ => format!("/registry/{}/", self.plural()),
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An object of any kind.
+// Pods are the largest and by far the most common variant, so boxing them would add an
+// allocation to nearly every object for no saving.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Object {
+    Pod(Pod),
+    Node(Node),
+    Namespace(Namespace),
+    ResourceQuota(ResourceQuota),
+    LimitRange(LimitRange),
+    Binding(Binding),
+}
+
+macro_rules! each_kind {
+    ($self:expr, $o:ident => $e:expr) => {
+        match $self {
+            Object::Pod($o) => $e,
+            Object::Node($o) => $e,
+            Object::Namespace($o) => $e,
+            Object::ResourceQuota($o) => $e,
+            Object::LimitRange($o) => $e,
+            Object::Binding($o) => $e,
+        }
+    };
+}
+
+impl Object {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Object::Pod(_) => Kind::Pod,
+            Object::Node(_) => Kind::Node,
+            Object::Namespace(_) => Kind::Namespace,
+            Object::ResourceQuota(_) => Kind::ResourceQuota,
+            Object::LimitRange(_) => Kind::LimitRange,
+            Object::Binding(_) => Kind::Binding,
+        }
+    }
+
+    pub fn metadata(&self) -> &ObjectMeta {
+        each_kind!(self, o => &o.metadata)
+    }
+
+    pub fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        each_kind!(self, o => &mut o.metadata)
+    }
+
+    /// Storage key of this object.
+    pub fn key(&self) -> String {
+        let m = self.metadata();
+        self.kind().key(&m.namespace, &m.name)
+    }
+
+    /// `pod/web`, as kubectl names objects.
+    pub fn display_name(&self) -> String {
+        format!(
+            "{}/{}",
+            self.kind().name().to_ascii_lowercase(),
+            self.metadata().name
+        )
+    }
+
+    /// Sets `apiVersion` and `kind` to this object's own.
+    pub fn set_type_meta(&mut self) {
+        let kind = self.kind();
+        each_kind!(self, o => {
+            o.api_version = kind.api_version().to_owned();
+            o.kind = kind.name().to_owned();
+        })
+    }
+
+    /// The canonical JSON encoding: the bytes stored under [`Object::key`] and sent on the wire.
+    pub fn to_json(&self) -> Vec<u8> {
+        let encoded = each_kind!(self, o => serde_json::to_vec(o));
+        encoded.expect("invariant: the object model always serialises to JSON")
+    }
+
+    /// Decodes the JSON of an object of `kind`.
+    pub fn from_json(kind: Kind, json: &[u8]) -> Result<Object, serde_json::Error> {
+        Ok(match kind {
+            Kind::Pod => Object::Pod(serde_json::from_slice(json)?),
+            Kind::Node => Object::Node(serde_json::from_slice(json)?),
+            Kind::Namespace => Object::Namespace(serde_json::from_slice(json)?),
+            Kind::ResourceQuota => Object::ResourceQuota(serde_json::from_slice(json)?),
+            Kind::LimitRange => Object::LimitRange(serde_json::from_slice(json)?),
+            Kind::Binding => Object::Binding(serde_json::from_slice(json)?),
+        })
+    }
+
+    /// Serialises to a YAML document.
+    pub fn to_yaml(&self) -> String {
+        let encoded = each_kind!(self, o => serde_yaml_ng::to_string(o));
+        encoded.expect("invariant: the object model always serialises to YAML")
+    }
+
+    /// A JSON value of the object, for printing.
+    pub fn to_json_value(&self) -> serde_json::Value {
+        let encoded = each_kind!(self, o => serde_json::to_value(o));
+        encoded.expect("invariant: the object model always serialises to JSON")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn any_object() -> impl Strategy<Value = Object> {
+        prop_oneof![
+            any::<Pod>().prop_map(Object::Pod),
+            any::<Node>().prop_map(Object::Node),
+            any::<Namespace>().prop_map(Object::Namespace),
+            any::<ResourceQuota>().prop_map(Object::ResourceQuota),
+            any::<LimitRange>().prop_map(Object::LimitRange),
+            any::<Binding>().prop_map(Object::Binding),
+        ]
+    }
+
+    fn from_yaml(kind: Kind, text: &str) -> Object {
+        // YAML is a superset of what serde_json reads back here; go through a generic value.
+        let value: serde_json::Value = serde_yaml_ng::from_str(text).expect("YAML decodes");
+        Object::from_json(kind, &serde_json::to_vec(&value).expect("to JSON"))
+            .expect("object decodes")
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// decode(encode(x)) == x for both encodings, and encoding is stable.
+        #[test]
+        fn every_kind_round_trips(obj in any_object()) {
+            let json = obj.to_json();
+            let back = Object::from_json(obj.kind(), &json).unwrap();
+            prop_assert_eq!(&back, &obj);
+            prop_assert_eq!(back.to_json(), json);
+
+            let yaml = obj.to_yaml();
+            let back = from_yaml(obj.kind(), &yaml);
+            prop_assert_eq!(&back, &obj);
+            prop_assert_eq!(back.to_yaml(), yaml);
+        }
+    }
+
+    #[test]
+    fn storage_keys() {
+        assert_eq!(
+            Kind::Pod.key("default", "web"),
+            "/registry/pods/default/web"
+        );
+        assert_eq!(Kind::Node.key("", "n1"), "/registry/nodes/n1");
+        assert_eq!(Kind::Node.prefix(Some("default")), "/registry/nodes/");
+        assert_eq!(Kind::Pod.prefix(Some("kube")), "/registry/pods/kube/");
+        assert_eq!(Kind::Pod.prefix(None), "/registry/pods/");
+    }
+
+    #[test]
+    fn cli_names() {
+        for (w, k) in [
+            ("po", Kind::Pod),
+            ("pods", Kind::Pod),
+            ("Pod", Kind::Pod),
+            ("no", Kind::Node),
+            ("ns", Kind::Namespace),
+            ("namespaces", Kind::Namespace),
+            ("quota", Kind::ResourceQuota),
+        ] {
+            assert_eq!(Kind::from_cli(w), Some(k), "{w}");
+        }
+        assert_eq!(Kind::from_cli("deployments"), None);
+    }
+}

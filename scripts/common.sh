@@ -1,0 +1,36 @@
+# Shared by the README's commands: toolchain on PATH, a cargo target directory outside the
+# clone (kept across runs and clones, so CI is incremental on a reused machine), and Debian
+# packages installed only when missing.
+
+set -euo pipefail
+
+if [ -d "$HOME/.cargo/bin" ]; then
+  PATH="$HOME/.cargo/bin:$PATH"
+fi
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/skiff-target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+# ensure_packages PKG...: installs the Debian packages that are not installed yet, without prompts.
+ensure_packages() {
+  local missing=()
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "==> installing Debian packages: ${missing[*]}"
+  local sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# Build requirements: protoc for the gRPC code, clang/libclang for RocksDB's bindings.
+BUILD_PACKAGES=(protobuf-compiler clang libclang-dev)
+
+require_cargo() {
+  if ! command -v cargo >/dev/null; then
+    echo "cargo not found: install a Rust toolchain (rustup) first" >&2
+    exit 1
+  fi
+}

@@ -1,0 +1,54 @@
+//! `skiff`: one binary for the whole control plane. `main` parses flags, sets up tracing and
+//! hands off to the libraries; each subcommand lives in its own module.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod validate;
+
+/// Skiff: a compact Kubernetes control-plane core (store, scheduler, node agent) in one binary.
+#[derive(Debug, Parser)]
+#[command(name = "skiff", version = skiff_proto::VERSION, propagate_version = true)]
+struct Cli {
+    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `skiff_store=debug`.
+    #[arg(long, global = true, env = "SKIFF_LOG", default_value = "warn")]
+    log: String,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the version of this binary and of the APIs it speaks.
+    Version,
+    /// Check manifests offline: decode, default and validate them, print what they would create.
+    Validate(validate::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Version => {
+            println!("skiff {}", skiff_proto::VERSION);
+            println!("cluster API: skiff.cluster.v1 (objects: core/v1)");
+            println!("etcd API: v3 (etcdserverpb, mvccpb)");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Validate(args) => validate::run(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! `skiff validate -f FILE|DIR|-`: the offline half of `apply`. Nothing is ever written.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use skiff_proto::api::Object;
+use skiff_proto::manifest::{self, Document};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Manifest file, directory (its .yaml/.yml/.json files, recursively) or `-` for stdin.
+    /// May be given several times.
+    #[arg(short = 'f', long = "filename", required = true, value_name = "PATH")]
+    files: Vec<PathBuf>,
+
+    /// What to print for valid manifests: a table, or the defaulted objects.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+    output: Output,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    Table,
+    Yaml,
+    Json,
+}
+
+pub fn run(args: &Args) -> Result<ExitCode> {
+    let docs = match manifest::load(&args.files) {
+        Ok(docs) => docs,
+        Err(errors) => {
+            eprintln!("{errors}");
+            let n = errors.count();
+            eprintln!(
+                "{n} error{}: nothing would be created",
+                if n == 1 { "" } else { "s" }
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        Output::Yaml => write!(
+            out,
+            "{}",
+            manifest::encode_yaml(docs.iter().map(|d| &d.object))
+        )?,
+        Output::Json => {
+            let items: Vec<_> = docs.iter().map(|d| d.object.to_json_value()).collect();
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+            writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?;
+        }
+        Output::Table => {
+            print_table(&mut out, &docs)?;
+            writeln!(
+                out,
+                "{} object{} valid; validate writes nothing",
+                docs.len(),
+                if docs.len() == 1 { "" } else { "s" }
+            )?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_table(out: &mut impl Write, docs: &[Document]) -> std::io::Result<()> {
+    let rows: Vec<[String; 4]> = docs
+        .iter()
+        .map(|d| {
+            let m = d.object.metadata();
+            [
+                format!("{}#{}", d.source, d.index),
+                d.object.display_name(),
+                m.namespace.clone(),
+                summary(&d.object),
+            ]
+        })
+        .collect();
+    let header = ["SOURCE", "OBJECT", "NAMESPACE", "WOULD CREATE"];
+    let mut width = header.map(str::len);
+    for r in &rows {
+        for (w, cell) in width.iter_mut().zip(r) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    for r in std::iter::once(header.map(str::to_owned)).chain(rows) {
+        writeln!(
+            out,
+            "{:w0$}   {:w1$}   {:w2$}   {}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            w0 = width[0],
+            w1 = width[1],
+            w2 = width[2]
+        )?;
+    }
+    Ok(())
+}
+
+/// One line on what the object asks for.
+fn summary(o: &Object) -> String {
+    match o {
+        Object::Pod(p) => {
+            let mut parts = vec![format!(
+                "{} container{}{}",
+                p.spec.containers.len(),
+                if p.spec.containers.len() == 1 {
+                    ""
+                } else {
+                    "s"
+                },
+                match p.spec.init_containers.len() {
+                    0 => String::new(),
+                    n => format!(" + {n} init"),
+                }
+            )];
+            let cpu = p.effective_request("cpu");
+            let mem = p.effective_request("memory");
+            if !cpu.is_zero() || !mem.is_zero() {
+                parts.push(format!("requests cpu={cpu} memory={mem}"));
+            }
+            if !p.spec.node_selector.is_empty() || p.spec.affinity.is_some() {
+                parts.push("placement constraints".into());
+            }
+            if !p.spec.tolerations.is_empty() {
+                parts.push(format!("{} toleration(s)", p.spec.tolerations.len()));
+            }
+            parts.push(format!("restart {}", p.spec.restart_policy));
+            parts.join(", ")
+        }
+        Object::Node(n) => {
+            let mut parts = Vec::new();
+            if let Some(s) = &n.status {
+                for r in ["cpu", "memory", "pods"] {
+                    if let Some(q) = s.allocatable.get(r).or_else(|| s.capacity.get(r)) {
+                        parts.push(format!("{r}={q}"));
+                    }
+                }
+            }
+            if !n.spec.taints.is_empty() {
+                let taints: Vec<_> = n
+                    .spec
+                    .taints
+                    .iter()
+                    .map(|t| format!("{}:{}", t.key, t.effect))
+                    .collect();
+                parts.push(format!("taints {}", taints.join(",")));
+            }
+            if parts.is_empty() {
+                "node".into()
+            } else {
+                parts.join(", ")
+            }
+        }
+        Object::Namespace(_) => "namespace".into(),
+        Object::ResourceQuota(q) => {
+            let hard: Vec<_> = q
+                .spec
+                .hard
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            format!("hard {}", hard.join(" "))
+        }
+        Object::LimitRange(l) => format!("{} limit item(s)", l.spec.limits.len()),
+        Object::Binding(b) => format!("bind to node {}", b.target.name),
+    }
+}

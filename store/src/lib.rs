@@ -1,0 +1,6 @@
+//! The Skiff store: a Raft-replicated (openraft + RocksDB) MVCC key-value store that speaks the
+//! etcd v3 gRPC API, and the typed cluster API served from the same process.
+//!
+//! Data flow of a write: client → etcd or cluster API service → proposal to the Raft leader
+//! (followers forward) → log entry fsynced on a quorum → applied to the MVCC keyspace at the
+//! next revision → watchers fed from the apply path → response with that revision.
