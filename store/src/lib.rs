@@ -4,3 +4,11 @@
 //! Data flow of a write: client → etcd or cluster API service → proposal to the Raft leader
 //! (followers forward) → log entry fsynced on a quorum → applied to the MVCC keyspace at the
 //! next revision → watchers fed from the apply path → response with that revision.
+//!
+//! | module        | what                                                                |
+//! |---------------|---------------------------------------------------------------------|
+//! | [`revision`]  | (main, sub) revisions and the byte layout of versioned keys         |
+//! | [`key_index`] | key → generations of revisions: reads at any revision, compaction   |
+
+pub mod key_index;
+pub mod revision;

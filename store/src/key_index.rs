@@ -1,0 +1,452 @@
+//! The in-memory index from user key to the revisions at which it changed.
+//!
+//! A key's history is a list of *generations*: a generation begins with the put that creates
+//! the key and ends with the delete (tombstone) that removes it; the last generation is the
+//! current one and is empty while the key does not exist.
+//!
+//! ```text
+//!  key "foo": put@1.0 put@4.0 del@6.0 | put@8.0 put@9.0 | (current)
+//!             generation 0 (ver 3)     | generation 1    |
+//!
+//!  get at 5  → mod 4.0, create 1.0, version 2
+//!  get at 7  → not found (deleted at 6)
+//!  compact 7 → generation 0 dropped (its tombstone is at or below 7)
+//! ```
+//!
+//! The index is rebuilt from the versioned keys on start-up; the values live in the backend.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use crate::revision::Revision;
+
+/// What a read at some revision sees of a live key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyState {
+    /// The revision whose value is visible (etcd's `mod_revision` is its main part).
+    pub modified: Revision,
+    /// The revision that created this incarnation of the key.
+    pub created: Revision,
+    /// Number of puts since creation, 1 for a new key.
+    pub version: i64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Generation {
+    /// Revisions recorded in this generation (puts and its tombstone), including ones
+    /// compacted away.
+    version: i64,
+    created: Revision,
+    /// Ascending; in a non-current generation the last one is the tombstone.
+    revs: Vec<Revision>,
+}
+
+/// The history of one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyIndex {
+    generations: Vec<Generation>,
+}
+
+/// A delete of a key that does not exist at that point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("key does not exist")]
+pub struct NotFound;
+
+impl Default for KeyIndex {
+    fn default() -> Self {
+        KeyIndex {
+            generations: vec![Generation::default()],
+        }
+    }
+}
+
+impl KeyIndex {
+    fn current(&mut self) -> &mut Generation {
+        self.generations
+            .last_mut()
+            .expect("invariant: a key index always has a current generation")
+    }
+
+    /// Whether the key exists at the newest revision.
+    pub fn is_live(&self) -> bool {
+        self.generations.last().is_some_and(|g| !g.revs.is_empty())
+    }
+
+    /// Records a put at `rev`, which must be newer than every revision recorded so far.
+    pub fn put(&mut self, rev: Revision) {
+        let g = self.current();
+        debug_assert!(
+            g.revs.last().is_none_or(|last| *last < rev),
+            "revisions must grow"
+        );
+        if g.revs.is_empty() {
+            g.created = rev;
+        }
+        g.revs.push(rev);
+        g.version += 1;
+    }
+
+    /// Records a delete at `rev`: ends the current generation.
+    pub fn tombstone(&mut self, rev: Revision) -> Result<(), NotFound> {
+        if !self.is_live() {
+            return Err(NotFound);
+        }
+        // The tombstone counts like a put (as in etcd), so that in every generation
+        // `version - (revisions after n)` is the version at revision n.
+        let g = self.current();
+        g.revs.push(rev);
+        g.version += 1;
+        self.generations.push(Generation::default());
+        Ok(())
+    }
+
+    /// The key as a read at main revision `at` sees it, or `None` if it did not exist then.
+    pub fn get(&self, at: i64) -> Option<KeyState> {
+        let last = self.generations.len() - 1;
+        for (i, g) in self.generations.iter().enumerate().rev() {
+            let Some(first) = g.revs.first() else {
+                continue;
+            };
+            if first.main > at {
+                continue;
+            }
+            if i != last && g.revs.last().is_some_and(|tomb| tomb.main <= at) {
+                return None; // deleted at or before `at`
+            }
+            let n = g
+                .revs
+                .iter()
+                .rposition(|r| r.main <= at)
+                .expect("invariant: first.main <= at");
+            let newer = (g.revs.len() - 1 - n) as i64;
+            return Some(KeyState {
+                modified: g.revs[n],
+                created: g.created,
+                version: g.version - newer,
+            });
+        }
+        None
+    }
+
+    /// Every recorded revision with main ≥ `from`, oldest first (a watcher's catch-up list).
+    pub fn since(&self, from: i64) -> Vec<Revision> {
+        self.generations
+            .iter()
+            .flat_map(|g| g.revs.iter().copied())
+            .filter(|r| r.main >= from)
+            .collect()
+    }
+
+    /// Forgets history at or below `at`, keeping what a read at `at` needs: the newest revision
+    /// ≤ `at` of a key live at `at`. Returns the revisions dropped (the backend deletes exactly
+    /// those versions) and whether the key has no history left.
+    pub fn compact(&mut self, at: i64) -> (Vec<Revision>, bool) {
+        let mut removed = Vec::new();
+        // Generations whose tombstone is at or below `at` are gone entirely.
+        let mut dead = 0;
+        while dead < self.generations.len() - 1 {
+            let tomb = self.generations[dead]
+                .revs
+                .last()
+                .expect("invariant: an ended generation has its tombstone");
+            if tomb.main > at {
+                break;
+            }
+            dead += 1;
+        }
+        for g in self.generations.drain(..dead) {
+            removed.extend(g.revs);
+        }
+        let g = &mut self.generations[0];
+        if let Some(n) = g.revs.iter().rposition(|r| r.main <= at) {
+            removed.extend(g.revs.drain(..n));
+        }
+        let empty = self.generations.len() == 1 && self.generations[0].revs.is_empty();
+        (removed, empty)
+    }
+}
+
+/// The index over all keys, ordered by key bytes.
+#[derive(Debug, Clone, Default)]
+pub struct TreeIndex {
+    keys: BTreeMap<Vec<u8>, KeyIndex>,
+}
+
+/// The end of an etcd range: `range_end` empty means the single key; `\0` means every key ≥
+/// `key`; anything else is an exclusive upper bound.
+pub fn range_bounds<'a>(key: &'a [u8], range_end: &'a [u8]) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
+    match range_end {
+        [] => (Bound::Included(key), Bound::Included(key)),
+        [0] => (Bound::Included(key), Bound::Unbounded),
+        end => (Bound::Included(key), Bound::Excluded(end)),
+    }
+}
+
+impl TreeIndex {
+    pub fn put(&mut self, key: &[u8], rev: Revision) {
+        match self.keys.get_mut(key) {
+            Some(ki) => ki.put(rev),
+            None => {
+                let mut ki = KeyIndex::default();
+                ki.put(rev);
+                self.keys.insert(key.to_vec(), ki);
+            }
+        }
+    }
+
+    pub fn tombstone(&mut self, key: &[u8], rev: Revision) -> Result<(), NotFound> {
+        self.keys.get_mut(key).ok_or(NotFound)?.tombstone(rev)
+    }
+
+    pub fn get(&self, key: &[u8], at: i64) -> Option<KeyState> {
+        self.keys.get(key)?.get(at)
+    }
+
+    /// Keys in `[key, range_end)` (etcd semantics) live at `at`, in key order, at most `limit`
+    /// of them (0: no limit), plus the total number that matched.
+    pub fn range(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+        at: i64,
+        limit: usize,
+    ) -> (Vec<(Vec<u8>, KeyState)>, usize) {
+        let mut out = Vec::new();
+        let mut total = 0;
+        if !range_end.is_empty() && range_end != [0] && range_end <= key {
+            return (out, 0);
+        }
+        for (k, ki) in self.keys.range::<[u8], _>(range_bounds(key, range_end)) {
+            if let Some(state) = ki.get(at) {
+                total += 1;
+                if limit == 0 || out.len() < limit {
+                    out.push((k.clone(), state));
+                }
+            }
+        }
+        (out, total)
+    }
+
+    /// Keys in the range with a revision ≥ `from`, each with those revisions (watch catch-up).
+    pub fn since(&self, key: &[u8], range_end: &[u8], from: i64) -> Vec<(Vec<u8>, Revision)> {
+        let mut out: Vec<(Vec<u8>, Revision)> = self
+            .keys
+            .range::<[u8], _>(range_bounds(key, range_end))
+            .flat_map(|(k, ki)| ki.since(from).into_iter().map(move |r| (k.clone(), r)))
+            .collect();
+        out.sort_by_key(|(_, r)| *r);
+        out
+    }
+
+    /// Compacts every key at `at`; returns the (key, revision) versions the backend must delete.
+    pub fn compact(&mut self, at: i64) -> Vec<(Vec<u8>, Revision)> {
+        let mut removed = Vec::new();
+        self.keys.retain(|k, ki| {
+            let (revs, empty) = ki.compact(at);
+            removed.extend(revs.into_iter().map(|r| (k.clone(), r)));
+            !empty
+        });
+        removed
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn r(main: i64) -> Revision {
+        Revision::new(main, 0)
+    }
+
+    #[test]
+    fn generations_as_documented() {
+        let mut ki = KeyIndex::default();
+        ki.put(r(1));
+        ki.put(r(4));
+        ki.tombstone(r(6)).unwrap();
+        ki.put(r(8));
+        ki.put(r(9));
+        assert_eq!(ki.get(0), None);
+        assert_eq!(
+            ki.get(5),
+            Some(KeyState {
+                modified: r(4),
+                created: r(1),
+                version: 2
+            })
+        );
+        assert_eq!(ki.get(7), None);
+        assert_eq!(
+            ki.get(9),
+            Some(KeyState {
+                modified: r(9),
+                created: r(8),
+                version: 2
+            })
+        );
+        assert_eq!(ki.since(5), vec![r(6), r(8), r(9)]);
+        let (removed, empty) = ki.compact(7);
+        assert_eq!(removed, vec![r(1), r(4), r(6)]);
+        assert!(!empty);
+        assert_eq!(
+            ki.get(9),
+            Some(KeyState {
+                modified: r(9),
+                created: r(8),
+                version: 2
+            })
+        );
+        let (removed, _) = ki.compact(9);
+        assert_eq!(removed, vec![r(8)]);
+        // the version count survives compaction
+        assert_eq!(ki.get(9).map(|s| s.version), Some(2));
+    }
+
+    #[test]
+    fn deleting_a_missing_key_is_an_error() {
+        let mut ki = KeyIndex::default();
+        assert_eq!(ki.tombstone(r(1)), Err(NotFound));
+        ki.put(r(2));
+        ki.tombstone(r(3)).unwrap();
+        assert_eq!(ki.tombstone(r(4)), Err(NotFound));
+    }
+
+    #[test]
+    fn a_compacted_deleted_key_disappears() {
+        let mut t = TreeIndex::default();
+        t.put(b"a", r(1));
+        t.tombstone(b"a", r(2)).unwrap();
+        t.put(b"b", r(3));
+        let removed = t.compact(2);
+        assert_eq!(removed, vec![(b"a".to_vec(), r(1)), (b"a".to_vec(), r(2))]);
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn etcd_range_ends() {
+        let mut t = TreeIndex::default();
+        for (i, k) in [&b"a"[..], b"ab", b"b", b"c"].into_iter().enumerate() {
+            t.put(k, r(i as i64 + 1));
+        }
+        let keys = |(v, _): (Vec<(Vec<u8>, KeyState)>, usize)| {
+            v.into_iter().map(|(k, _)| k).collect::<Vec<_>>()
+        };
+        assert_eq!(keys(t.range(b"a", b"", 10, 0)), vec![b"a".to_vec()]);
+        assert_eq!(
+            keys(t.range(b"a", b"b", 10, 0)),
+            vec![b"a".to_vec(), b"ab".to_vec()]
+        );
+        assert_eq!(
+            keys(t.range(b"b", b"\0", 10, 0)),
+            vec![b"b".to_vec(), b"c".to_vec()]
+        );
+        assert_eq!(t.range(b"\0", b"\0", 10, 2).1, 4);
+        assert_eq!(t.range(b"\0", b"\0", 10, 2).0.len(), 2);
+        assert_eq!(t.range(b"c", b"a", 10, 0).1, 0);
+    }
+
+    /// A write in the naive model: `None` is a delete.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Put(u8),
+        Delete(u8),
+        Compact,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![6 => (0u8..5).prop_map(Op::Put), 3 => (0u8..5).prop_map(Op::Delete), 1 => Just(Op::Compact)]
+    }
+
+    /// The naive model: the full log of (revision, key, is_put); a read replays it.
+    fn model_get(log: &[(i64, u8, bool)], key: u8, at: i64) -> Option<KeyState> {
+        let mut state: Option<KeyState> = None;
+        for &(rev, k, put) in log.iter().filter(|(rev, k, _)| *k == key && *rev <= at) {
+            debug_assert_eq!(k, key);
+            state = if put {
+                Some(match state {
+                    Some(s) => KeyState {
+                        modified: r(rev),
+                        created: s.created,
+                        version: s.version + 1,
+                    },
+                    None => KeyState {
+                        modified: r(rev),
+                        created: r(rev),
+                        version: 1,
+                    },
+                })
+            } else {
+                None
+            };
+        }
+        state
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        /// Reads at every revision at or above the compaction point agree with replaying the
+        /// full log, and compaction drops exactly the versions no such read can see.
+        #[test]
+        fn index_matches_naive_model(ops in proptest::collection::vec(op(), 1..60)) {
+            let mut index = TreeIndex::default();
+            let mut log: Vec<(i64, u8, bool)> = Vec::new();
+            let mut rev = 0i64;
+            let mut compacted = 0i64;
+            let mut stored: std::collections::BTreeSet<(u8, i64)> = Default::default();
+            for op in ops {
+                match op {
+                    Op::Put(k) => {
+                        rev += 1;
+                        index.put(&[k], r(rev));
+                        log.push((rev, k, true));
+                        stored.insert((k, rev));
+                    }
+                    Op::Delete(k) => {
+                        let live = model_get(&log, k, rev).is_some();
+                        let res = index.tombstone(&[k], r(rev + 1));
+                        prop_assert_eq!(res.is_ok(), live);
+                        if live {
+                            rev += 1;
+                            log.push((rev, k, false));
+                            stored.insert((k, rev));
+                        }
+                    }
+                    Op::Compact => {
+                        compacted = rev;
+                        for (k, rv) in index.compact(rev) {
+                            prop_assert!(stored.remove(&(k[0], rv.main)), "removed twice or never stored");
+                        }
+                    }
+                }
+            }
+            for at in compacted..=rev {
+                for k in 0u8..5 {
+                    prop_assert_eq!(index.get(&[k], at), model_get(&log, k, at), "key {} at {}", k, at);
+                }
+                let (live, total) = index.range(&[0], &[0], at, 0);
+                prop_assert_eq!(total, live.len());
+                prop_assert_eq!(total, (0u8..5).filter(|k| model_get(&log, *k, at).is_some()).count());
+            }
+            // What survives compaction is exactly what reads at >= compacted can reach, plus
+            // every later revision.
+            for (k, rv) in &stored {
+                let visible = (compacted..=rev).any(|at| index.get(&[*k], at).is_some_and(|s| s.modified.main == *rv));
+                prop_assert!(visible || *rv > compacted, "kept a dead version {}@{}", k, rv);
+            }
+            // Watch catch-up lists every change after the compaction point, in order.
+            let since: Vec<i64> = index.since(&[0], &[0], compacted + 1).into_iter().map(|(_, r)| r.main).collect();
+            let want: Vec<i64> = log.iter().map(|(rv, _, _)| *rv).filter(|rv| *rv > compacted).collect();
+            prop_assert_eq!(since, want);
+        }
+    }
+}
