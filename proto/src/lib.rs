@@ -5,6 +5,7 @@
 //! | [`quantity`] | resource quantities, parsed and printed exactly as Kubernetes does      |
 //! | [`api`]      | Pods, Nodes, Namespaces, quotas, limit ranges, bindings; defaults; validation |
 //! | [`manifest`] | YAML/JSON manifests → validated objects, errors with file/document/path |
+//! | [`selector`] | label and field selectors in Kubernetes' string syntax                  |
 //! | [`cluster`]  | the typed cluster API service (generated from `proto/skiff/cluster`)    |
 //! | [`raft`]     | the peer service between store members (generated, peer port only)     |
 //! | [`etcd`]     | the etcd v3 messages and server traits, wire-exact from `etcd-client`   |
@@ -15,6 +16,7 @@
 pub mod api;
 pub mod manifest;
 pub mod quantity;
+pub mod selector;
 
 /// The typed cluster API: `skiff.cluster.v1`.
 pub mod cluster {
