@@ -304,13 +304,7 @@ impl fmt::Display for LabelQuery {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::api::testing::labels;
 
     #[test]
     fn label_syntax() {

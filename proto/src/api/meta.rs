@@ -238,13 +238,7 @@ pub type ResourceList = BTreeMap<String, crate::quantity::Quantity>;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::api::testing::labels;
 
     #[test]
     fn selector_semantics() {

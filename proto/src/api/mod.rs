@@ -20,7 +20,7 @@ pub mod node;
 pub mod object;
 pub mod pod;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 pub mod validation;
 
 pub use meta::{

@@ -5,6 +5,14 @@ use std::collections::BTreeMap;
 use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;
 
+/// A label map from pairs.
+pub(crate) fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 pub(crate) fn small_vec<T: Arbitrary>() -> impl Strategy<Value = Vec<T>> {
     vec(any::<T>(), 0..3)
 }
