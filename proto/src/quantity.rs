@@ -17,6 +17,11 @@
 //! Kubernetes: the suffix family of the input is kept; a binary quantity that is not a whole
 //! number or is below 1024 prints in decimal SI; otherwise the largest suffix that keeps the
 //! mantissa a whole number is chosen (`1024Mi` → `1Gi`, `0.5` → `500m`, `1000` → `1k`).
+//!
+//! One deliberate difference: Kubernetes prints a binary quantity that no binary suffix divides
+//! as a bare number (2000 bytes → `2000`), which then reads back as decimal and prints `2k`.
+//! Skiff prints `2k` at once, so printing what it read back never changes the text: stored
+//! objects re-encode byte for byte.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -248,6 +253,11 @@ impl Quantity {
         let mut format = self.format;
         if format == Format::BinarySi && (self.nanos % NANO != 0 || self.nanos.abs() < 1024 * NANO)
         {
+            format = Format::DecimalSi;
+        }
+        if format == Format::BinarySi && (self.nanos / NANO) % 1024 != 0 {
+            // No binary suffix divides it: print it in decimal SI, which is what reading the
+            // bare number back would give, so the canonical form is a fixed point.
             format = Format::DecimalSi;
         }
         match format {
@@ -496,6 +506,7 @@ mod tests {
             ("5Ei", "5Ei"),
             ("123456789", "123456789"),
             ("0.000000000001", "1n"),
+            ("1.5Ki", "1536"),
         ];
         for (input, want) in cases {
             assert_eq!(canon(input), want, "canonical form of {input}");
@@ -511,6 +522,17 @@ mod tests {
         assert_eq!(Quantity::parse("250m").unwrap().milli_value(), 250);
         assert_eq!(Quantity::parse("1Gi").unwrap().value(), 1 << 30);
         assert_eq!(Quantity::parse("500Mi").unwrap().value(), 500 << 20);
+    }
+
+    #[test]
+    fn binary_values_without_a_binary_suffix_print_as_decimal() {
+        assert_eq!(Quantity::from_bytes(2000).to_string(), "2k");
+        assert_eq!(
+            Quantity::from_bytes(94_188_193_000).to_string(),
+            "94188193k"
+        );
+        assert_eq!(Quantity::from_bytes(3 << 30).to_string(), "3Gi");
+        assert_eq!(Quantity::from_bytes(1025).to_string(), "1025");
     }
 
     #[test]
