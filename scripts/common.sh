@@ -25,8 +25,8 @@ ensure_packages() {
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-# Build requirements: protoc for the gRPC code, clang/libclang for RocksDB's bindings.
-BUILD_PACKAGES=(protobuf-compiler clang libclang-dev)
+# Build requirements: protoc and the well-known .proto files for the gRPC code, clang/libclang for RocksDB's bindings.
+BUILD_PACKAGES=(protobuf-compiler libprotobuf-dev clang libclang-dev)
 
 require_cargo() {
   if ! command -v cargo >/dev/null; then

@@ -10,8 +10,11 @@
 //!
 //!  get at 5  → mod 4.0, create 1.0, version 2
 //!  get at 7  → not found (deleted at 6)
-//!  compact 7 → generation 0 dropped (its tombstone is at or below 7)
+//!  compact 7 → generation 0 dropped (its tombstone is below 7)
 //! ```
+//!
+//! Compaction at revision R keeps every change at R itself, a tombstone included, so a watch
+//! that starts at the compaction revision still sees the delete that happened there.
 //!
 //! The index is rebuilt from the versioned keys on start-up; the values live in the backend.
 
@@ -86,6 +89,19 @@ impl KeyIndex {
         g.version += 1;
     }
 
+    /// Records a put read back from the backend on start-up: like [`put`](Self::put), but a new
+    /// generation takes its creation revision and version from the stored record, because
+    /// compaction may have dropped the versions before it.
+    pub fn restore(&mut self, rev: Revision, created: Revision, version: i64) {
+        let g = self.current();
+        if g.revs.is_empty() {
+            g.created = created;
+            g.version = version - 1;
+        }
+        g.revs.push(rev);
+        g.version += 1;
+    }
+
     /// Records a delete at `rev`: ends the current generation.
     pub fn tombstone(&mut self, rev: Revision) -> Result<(), NotFound> {
         if !self.is_live() {
@@ -142,14 +158,15 @@ impl KeyIndex {
     /// those versions) and whether the key has no history left.
     pub fn compact(&mut self, at: i64) -> (Vec<Revision>, bool) {
         let mut removed = Vec::new();
-        // Generations whose tombstone is at or below `at` are gone entirely.
+        // Generations whose tombstone is below `at` are gone entirely; one whose tombstone is at
+        // `at` keeps only the tombstone (see the module docs).
         let mut dead = 0;
         while dead < self.generations.len() - 1 {
             let tomb = self.generations[dead]
                 .revs
                 .last()
                 .expect("invariant: an ended generation has its tombstone");
-            if tomb.main > at {
+            if tomb.main >= at {
                 break;
             }
             dead += 1;
@@ -191,6 +208,30 @@ impl TreeIndex {
                 ki.put(rev);
                 self.keys.insert(key.to_vec(), ki);
             }
+        }
+    }
+
+    /// See [`KeyIndex::restore`].
+    pub fn restore(&mut self, key: &[u8], rev: Revision, created: Revision, version: i64) {
+        if let Some(ki) = self.keys.get_mut(key) {
+            ki.restore(rev, created, version);
+        } else {
+            let mut ki = KeyIndex::default();
+            ki.restore(rev, created, version);
+            self.keys.insert(key.to_vec(), ki);
+        }
+    }
+
+    /// A tombstone read back from the backend on start-up: a delete of the live key, or one
+    /// kept alone by compaction, which becomes a generation of its own.
+    pub fn restore_tombstone(&mut self, key: &[u8], rev: Revision) {
+        let ki = self.keys.entry(key.to_vec()).or_default();
+        if ki.tombstone(rev).is_err() {
+            let g = ki.current();
+            g.created = rev;
+            g.revs.push(rev);
+            g.version = 1;
+            ki.generations.push(Generation::default());
         }
     }
 
@@ -326,8 +367,13 @@ mod tests {
         t.put(b"a", r(1));
         t.tombstone(b"a", r(2)).unwrap();
         t.put(b"b", r(3));
+        // The tombstone at the compaction revision stays, for watchers that start there.
         let removed = t.compact(2);
-        assert_eq!(removed, vec![(b"a".to_vec(), r(1)), (b"a".to_vec(), r(2))]);
+        assert_eq!(removed, vec![(b"a".to_vec(), r(1))]);
+        assert_eq!(t.get(b"a", 2), None);
+        assert_eq!(t.since(b"a", b"", 2), vec![(b"a".to_vec(), r(2))]);
+        let removed = t.compact(3);
+        assert_eq!(removed, vec![(b"a".to_vec(), r(2))]);
         assert_eq!(t.len(), 1);
     }
 
@@ -441,11 +487,11 @@ mod tests {
             // every later revision.
             for (k, rv) in &stored {
                 let visible = (compacted..=rev).any(|at| index.get(&[*k], at).is_some_and(|s| s.modified.main == *rv));
-                prop_assert!(visible || *rv > compacted, "kept a dead version {}@{}", k, rv);
+                prop_assert!(visible || *rv >= compacted, "kept a dead version {}@{}", k, rv);
             }
-            // Watch catch-up lists every change after the compaction point, in order.
-            let since: Vec<i64> = index.since(&[0], &[0], compacted + 1).into_iter().map(|(_, r)| r.main).collect();
-            let want: Vec<i64> = log.iter().map(|(rv, _, _)| *rv).filter(|rv| *rv > compacted).collect();
+            // Watch catch-up lists every change from the compaction point on, in order.
+            let since: Vec<i64> = index.since(&[0], &[0], compacted).into_iter().map(|(_, r)| r.main).collect();
+            let want: Vec<i64> = log.iter().map(|(rv, _, _)| *rv).filter(|rv| *rv >= compacted).collect();
             prop_assert_eq!(since, want);
         }
     }

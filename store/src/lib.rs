@@ -9,6 +9,16 @@
 //! |---------------|---------------------------------------------------------------------|
 //! | [`revision`]  | (main, sub) revisions and the byte layout of versioned keys         |
 //! | [`key_index`] | key → generations of revisions: reads at any revision, compaction   |
+//! | [`backend`]   | the RocksDB database: column families, record encoding              |
+//! | [`command`]   | what goes through the Raft log, and what applying it returns        |
+//! | [`mvcc`]      | the keyspace: transactions, ranges, compaction, leases, snapshots   |
+//! | [`error`]     | store errors with etcd's gRPC codes and messages                    |
+//! | [`watch`]     | watch fan-out: synced and parked watchers, catch-up from disk       |
 
+pub mod backend;
+pub mod command;
+pub mod error;
 pub mod key_index;
+pub mod mvcc;
 pub mod revision;
+pub mod watch;

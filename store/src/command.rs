@@ -1,0 +1,272 @@
+//! What goes through the Raft log, and what applying it returns.
+//!
+//! Every write, whatever API it came from, is one [`Command`]: a Put or DeleteRange is a
+//! [`TxnRequest`] with no compares and one operation, so the state machine has a single write
+//! path. The types mirror etcd's `etcdserverpb` messages but are our own (serde, no protobuf
+//! presence quirks); the etcd service converts at the edge.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::StoreError;
+
+/// A key as etcd's `mvccpb.KeyValue` describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct KeyValue {
+    pub key: Vec<u8>,
+    pub create_revision: i64,
+    pub mod_revision: i64,
+    pub version: i64,
+    pub value: Vec<u8>,
+    pub lease: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventKind {
+    Put,
+    Delete,
+}
+
+/// One change, as a watcher sees it. A delete's `kv` carries the key and the deleting
+/// revision only (as in etcd).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub kind: EventKind,
+    pub kv: KeyValue,
+    pub prev_kv: Option<KeyValue>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum SortOrder {
+    #[default]
+    None,
+    Ascend,
+    Descend,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum SortTarget {
+    #[default]
+    Key,
+    Version,
+    Create,
+    Mod,
+    Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RangeRequest {
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+    pub limit: i64,
+    /// 0 or negative: the current revision.
+    pub revision: i64,
+    pub sort_order: SortOrder,
+    pub sort_target: SortTarget,
+    pub keys_only: bool,
+    pub count_only: bool,
+    pub min_mod_revision: i64,
+    pub max_mod_revision: i64,
+    pub min_create_revision: i64,
+    pub max_create_revision: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PutRequest {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub lease: i64,
+    pub prev_kv: bool,
+    pub ignore_value: bool,
+    pub ignore_lease: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DeleteRangeRequest {
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+    pub prev_kv: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RequestOp {
+    Range(RangeRequest),
+    Put(PutRequest),
+    DeleteRange(DeleteRangeRequest),
+    Txn(TxnRequest),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompareResult {
+    Equal,
+    Greater,
+    Less,
+    NotEqual,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompareTarget {
+    Version(i64),
+    Create(i64),
+    Mod(i64),
+    Value(Vec<u8>),
+    Lease(i64),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compare {
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+    pub result: CompareResult,
+    pub target: CompareTarget,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TxnRequest {
+    pub compare: Vec<Compare>,
+    pub success: Vec<RequestOp>,
+    pub failure: Vec<RequestOp>,
+}
+
+impl TxnRequest {
+    /// A transaction of one unconditional operation.
+    pub fn single(op: RequestOp) -> Self {
+        TxnRequest {
+            compare: Vec::new(),
+            success: vec![op],
+            failure: Vec::new(),
+        }
+    }
+
+    /// Whether any branch writes (a read-only transaction can be served without the log).
+    pub fn is_read_only(&self) -> bool {
+        self.success
+            .iter()
+            .chain(&self.failure)
+            .all(RequestOp::is_read_only)
+    }
+
+    /// Operations in the larger branch, counting nested transactions' branches, as etcd's
+    /// `--max-txn-ops` counts them (per level).
+    pub fn op_count(&self) -> usize {
+        self.success.len().max(self.failure.len())
+    }
+}
+
+impl RequestOp {
+    pub fn is_read_only(&self) -> bool {
+        match self {
+            RequestOp::Range(_) => true,
+            RequestOp::Put(_) | RequestOp::DeleteRange(_) => false,
+            RequestOp::Txn(t) => t.is_read_only(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RangeResponse {
+    pub kvs: Vec<KeyValue>,
+    pub more: bool,
+    pub count: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PutResponse {
+    pub prev_kv: Option<KeyValue>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DeleteRangeResponse {
+    pub deleted: i64,
+    pub prev_kvs: Vec<KeyValue>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ResponseOp {
+    Range(RangeResponse),
+    Put(PutResponse),
+    DeleteRange(DeleteRangeResponse),
+    Txn(TxnResponse),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TxnResponse {
+    pub succeeded: bool,
+    pub responses: Vec<ResponseOp>,
+}
+
+/// Alarms, as etcd's `AlarmType`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Alarm {
+    NoSpace,
+}
+
+/// A replicated state-machine command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    Txn(TxnRequest),
+    Compact {
+        revision: i64,
+    },
+    LeaseGrant {
+        id: i64,
+        ttl: i64,
+    },
+    LeaseRevoke {
+        id: i64,
+    },
+    /// Leases the leader found expired; ones revoked meanwhile are skipped, not errors.
+    LeaseExpire {
+        ids: Vec<i64>,
+    },
+    AlarmActivate {
+        member: u64,
+        alarm: Alarm,
+    },
+    AlarmDeactivate {
+        member: u64,
+        alarm: Alarm,
+    },
+}
+
+impl Command {
+    /// Whether the command can add data (refused while the NOSPACE alarm is raised).
+    pub fn may_grow(&self) -> bool {
+        match self {
+            Command::Txn(t) => !t.is_read_only(),
+            Command::LeaseGrant { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// What applying a command produced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    Txn(TxnResponse),
+    Compacted,
+    LeaseGranted {
+        id: i64,
+        ttl: i64,
+    },
+    LeaseRevoked,
+    Alarms(Vec<(u64, Alarm)>),
+    /// A membership change or blank entry.
+    Nothing,
+}
+
+/// The state machine's answer to one log entry: the store revision after applying it, and the
+/// outcome or the deterministic error (every member reaches the same one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    pub revision: i64,
+    pub result: Result<Outcome, StoreError>,
+}
+
+impl Default for Response {
+    fn default() -> Self {
+        Response {
+            revision: 0,
+            result: Ok(Outcome::Nothing),
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! Store errors, with the gRPC codes and messages etcd uses: clients (etcdctl, the Go and Rust
+//! clients) match on them, so they are part of the wire API.
+
+use serde::{Deserialize, Serialize};
+use tonic::{Code, Status};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum StoreError {
+    #[error("etcdserver: mvcc: required revision has been compacted")]
+    Compacted { compacted: i64 },
+    #[error("etcdserver: mvcc: required revision is a future revision")]
+    FutureRevision,
+    #[error("etcdserver: key is not provided")]
+    EmptyKey,
+    #[error("etcdserver: key not found")]
+    KeyNotFound,
+    #[error("etcdserver: value is provided")]
+    ValueProvided,
+    #[error("etcdserver: lease is provided")]
+    LeaseProvided,
+    #[error("etcdserver: too many operations in txn request")]
+    TooManyOps,
+    #[error("etcdserver: duplicate key given in txn request")]
+    DuplicateKey,
+    #[error("etcdserver: request is too large")]
+    RequestTooLarge,
+    #[error("etcdserver: mvcc: database space exceeded")]
+    NoSpace,
+    #[error("etcdserver: requested lease not found")]
+    LeaseNotFound,
+    #[error("etcdserver: lease already exists")]
+    LeaseExists,
+    #[error("etcdserver: too large lease TTL")]
+    LeaseTtlTooLarge,
+    #[error("etcdserver: member not found")]
+    MemberNotFound,
+    #[error("etcdserver: member ID already exist")]
+    MemberExists,
+    #[error("etcdserver: Peer URLs already exists")]
+    PeerUrlExists,
+    #[error("etcdserver: can only promote a learner member")]
+    MemberNotLearner,
+    #[error("etcdserver: re-configuration failed due to not enough started members")]
+    NotEnoughStartedMembers,
+    #[error("etcdserver: no leader")]
+    NoLeader,
+    #[error("etcdserver: request timed out")]
+    Timeout,
+    #[error("etcdserver: server stopped")]
+    Stopped,
+    #[error("etcdserver: {0}")]
+    Invalid(String),
+    #[error("etcdserver: {0}")]
+    Internal(String),
+}
+
+impl StoreError {
+    pub fn code(&self) -> Code {
+        use StoreError::*;
+        match self {
+            Compacted { .. } | FutureRevision | LeaseTtlTooLarge => Code::OutOfRange,
+            EmptyKey | KeyNotFound | ValueProvided | LeaseProvided | TooManyOps | DuplicateKey
+            | RequestTooLarge | Invalid(_) => Code::InvalidArgument,
+            NoSpace => Code::ResourceExhausted,
+            LeaseNotFound | MemberNotFound => Code::NotFound,
+            LeaseExists
+            | MemberExists
+            | PeerUrlExists
+            | MemberNotLearner
+            | NotEnoughStartedMembers => Code::FailedPrecondition,
+            NoLeader | Timeout | Stopped => Code::Unavailable,
+            Internal(_) => Code::Internal,
+        }
+    }
+
+    pub fn internal(e: impl std::fmt::Display) -> Self {
+        StoreError::Internal(e.to_string())
+    }
+}
+
+impl From<StoreError> for Status {
+    fn from(e: StoreError) -> Status {
+        Status::new(e.code(), e.to_string())
+    }
+}

@@ -1,0 +1,580 @@
+//! The keyspace against a model that keeps a full copy of every revision.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn open_temp() -> (tempfile::TempDir, Mvcc) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = backend::open(dir.path()).expect("open backend");
+    (dir, Mvcc::open(db).expect("open mvcc"))
+}
+
+fn put(key: &str, value: &str) -> Command {
+    Command::Txn(TxnRequest::single(RequestOp::Put(PutRequest {
+        key: key.into(),
+        value: value.into(),
+        prev_kv: true,
+        ..PutRequest::default()
+    })))
+}
+
+fn range_all(at: i64) -> RangeRequest {
+    RangeRequest {
+        key: vec![0],
+        range_end: vec![0],
+        revision: at,
+        ..RangeRequest::default()
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put {
+        key: u8,
+        value: u8,
+        lease: bool,
+    },
+    Delete {
+        key: u8,
+        end: Option<u8>,
+    },
+    CasPut {
+        key: u8,
+        version: i64,
+        value: u8,
+    },
+    Compact {
+        back: i64,
+    },
+    Grant,
+    Revoke {
+        pick: usize,
+    },
+    Reopen,
+    Read {
+        back: i64,
+        key: u8,
+        end: Option<u8>,
+        limit: i64,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let key = 0u8..6;
+    prop_oneof![
+        4 => (key.clone(), any::<u8>(), any::<bool>()).prop_map(|(key, value, lease)| Op::Put { key, value, lease }),
+        2 => (key.clone(), proptest::option::of(0u8..7)).prop_map(|(key, end)| Op::Delete { key, end }),
+        2 => (key.clone(), 0i64..4, any::<u8>()).prop_map(|(key, version, value)| Op::CasPut { key, version, value }),
+        1 => (0i64..6).prop_map(|back| Op::Compact { back }),
+        1 => Just(Op::Grant),
+        1 => (0usize..4).prop_map(|pick| Op::Revoke { pick }),
+        1 => Just(Op::Reopen),
+        4 => (0i64..8, key, proptest::option::of(0u8..7), 0i64..3)
+            .prop_map(|(back, key, end, limit)| Op::Read { back, key, end, limit }),
+    ]
+}
+
+fn k(b: u8) -> Vec<u8> {
+    vec![b'k', b'0' + b]
+}
+
+/// The model: the whole keyspace after every revision.
+struct Model {
+    states: Vec<BTreeMap<Vec<u8>, KeyValue>>,
+    compacted: i64,
+    leases: Vec<i64>,
+}
+
+impl Model {
+    fn current(&self) -> &BTreeMap<Vec<u8>, KeyValue> {
+        self.states.last().expect("revision 0 exists")
+    }
+
+    fn revision(&self) -> i64 {
+        self.states.len() as i64 - 1
+    }
+
+    /// One transaction: puts and deletes at the next revision.
+    fn write(&mut self, puts: &[(Vec<u8>, Vec<u8>, i64)], deletes: &[Vec<u8>]) {
+        if puts.is_empty() && deletes.iter().all(|d| !self.current().contains_key(d)) {
+            return;
+        }
+        let rev = self.revision() + 1;
+        let mut next = self.current().clone();
+        for d in deletes {
+            next.remove(d);
+        }
+        for (key, value, lease) in puts {
+            let (create, version) = match next.get(key) {
+                Some(p) => (p.create_revision, p.version + 1),
+                None => (rev, 1),
+            };
+            next.insert(
+                key.clone(),
+                KeyValue {
+                    key: key.clone(),
+                    create_revision: create,
+                    mod_revision: rev,
+                    version,
+                    value: value.clone(),
+                    lease: *lease,
+                },
+            );
+        }
+        self.states.push(next);
+    }
+}
+
+fn run(ops: Vec<Op>) {
+    let (dir, mut m) = open_temp();
+    let mut model = Model {
+        states: vec![BTreeMap::new()],
+        compacted: 0,
+        leases: Vec::new(),
+    };
+    let mut next_lease = 100;
+    for op in ops {
+        match op {
+            Op::Put { key, value, lease } => {
+                let lease = if lease {
+                    model.leases.last().copied().unwrap_or(0)
+                } else {
+                    0
+                };
+                let cmd = Command::Txn(TxnRequest::single(RequestOp::Put(PutRequest {
+                    key: k(key),
+                    value: vec![value],
+                    lease,
+                    ..PutRequest::default()
+                })));
+                let a = m.apply(&cmd, &[]).expect("apply");
+                assert!(a.response.result.is_ok());
+                model.write(&[(k(key), vec![value], lease)], &[]);
+                assert_eq!(a.response.revision, model.revision());
+                assert_eq!(a.events.len(), 1);
+            }
+            Op::Delete { key, end } => {
+                let range_end = end.map(k).unwrap_or_default();
+                let cmd = Command::Txn(TxnRequest::single(RequestOp::DeleteRange(
+                    DeleteRangeRequest {
+                        key: k(key),
+                        range_end: range_end.clone(),
+                        prev_kv: true,
+                    },
+                )));
+                let a = m.apply(&cmd, &[]).expect("apply");
+                let victims: Vec<Vec<u8>> = model
+                    .current()
+                    .keys()
+                    .filter(|x| {
+                        if range_end.is_empty() {
+                            **x == k(key)
+                        } else {
+                            **x >= k(key) && **x < range_end
+                        }
+                    })
+                    .cloned()
+                    .collect();
+                let Ok(Outcome::Txn(t)) = a.response.result else {
+                    panic!("delete failed: {:?}", a.response.result)
+                };
+                let ResponseOp::DeleteRange(d) = &t.responses[0] else {
+                    panic!("wrong response")
+                };
+                assert_eq!(d.deleted as usize, victims.len());
+                assert_eq!(a.events.len(), victims.len());
+                model.write(&[], &victims);
+                assert_eq!(a.response.revision, model.revision());
+            }
+            Op::CasPut {
+                key,
+                version,
+                value,
+            } => {
+                let cmd = Command::Txn(TxnRequest {
+                    compare: vec![Compare {
+                        key: k(key),
+                        range_end: Vec::new(),
+                        result: CompareResult::Equal,
+                        target: CompareTarget::Version(version),
+                    }],
+                    success: vec![RequestOp::Put(PutRequest {
+                        key: k(key),
+                        value: vec![value],
+                        ..PutRequest::default()
+                    })],
+                    failure: vec![RequestOp::Range(RangeRequest {
+                        key: k(key),
+                        ..RangeRequest::default()
+                    })],
+                });
+                let a = m.apply(&cmd, &[]).expect("apply");
+                let current = model.current().get(&k(key)).map_or(0, |kv| kv.version);
+                let Ok(Outcome::Txn(t)) = a.response.result else {
+                    panic!("txn failed")
+                };
+                assert_eq!(t.succeeded, current == version);
+                if t.succeeded {
+                    model.write(&[(k(key), vec![value], 0)], &[]);
+                } else {
+                    let ResponseOp::Range(r) = &t.responses[0] else {
+                        panic!("wrong response")
+                    };
+                    assert_eq!(r.kvs.first(), model.current().get(&k(key)));
+                }
+                assert_eq!(a.response.revision, model.revision());
+            }
+            Op::Compact { back } => {
+                let at = model.revision() - back;
+                let a = m
+                    .apply(&Command::Compact { revision: at }, &[])
+                    .expect("apply");
+                if at <= model.compacted {
+                    assert!(matches!(
+                        a.response.result,
+                        Err(StoreError::Compacted { .. })
+                    ));
+                } else {
+                    assert_eq!(a.response.result, Ok(Outcome::Compacted));
+                    model.compacted = at;
+                }
+            }
+            Op::Grant => {
+                next_lease += 1;
+                let a = m
+                    .apply(
+                        &Command::LeaseGrant {
+                            id: next_lease,
+                            ttl: 5,
+                        },
+                        &[],
+                    )
+                    .expect("apply");
+                assert!(a.response.result.is_ok());
+                model.leases.push(next_lease);
+            }
+            Op::Revoke { pick } => {
+                if model.leases.is_empty() {
+                    continue;
+                }
+                let id = model.leases.remove(pick % model.leases.len());
+                let a = m.apply(&Command::LeaseRevoke { id }, &[]).expect("apply");
+                assert_eq!(a.response.result, Ok(Outcome::LeaseRevoked));
+                let victims: Vec<Vec<u8>> = model
+                    .current()
+                    .values()
+                    .filter(|kv| kv.lease == id)
+                    .map(|kv| kv.key.clone())
+                    .collect();
+                model.write(&[], &victims);
+                assert_eq!(a.response.revision, model.revision());
+            }
+            Op::Reopen => {
+                let db = m.db().clone();
+                drop(m);
+                m = Mvcc::open(db).expect("reopen");
+                assert_eq!(m.revision(), model.revision());
+                assert_eq!(m.compacted(), model.compacted);
+            }
+            Op::Read {
+                back,
+                key,
+                end,
+                limit,
+            } => {
+                let at = (model.revision() - back).max(1);
+                let range_end = end.map(k).unwrap_or_default();
+                let req = RangeRequest {
+                    key: k(key),
+                    range_end: range_end.clone(),
+                    revision: at,
+                    limit,
+                    ..RangeRequest::default()
+                };
+                let got = m.range(&req);
+                if at > model.revision() {
+                    assert_eq!(got, Err(StoreError::FutureRevision));
+                    continue;
+                }
+                if at < model.compacted {
+                    assert!(matches!(got, Err(StoreError::Compacted { .. })));
+                    continue;
+                }
+                let want: Vec<KeyValue> = model.states[at as usize]
+                    .values()
+                    .filter(|kv| {
+                        if range_end.is_empty() {
+                            kv.key == k(key)
+                        } else {
+                            kv.key >= k(key) && kv.key < range_end
+                        }
+                    })
+                    .cloned()
+                    .collect();
+                let got = got.expect("range");
+                assert_eq!(got.count as usize, want.len());
+                let shown = if limit > 0 {
+                    want.len().min(limit as usize)
+                } else {
+                    want.len()
+                };
+                assert_eq!(got.kvs, want[..shown]);
+                assert_eq!(got.more, shown < want.len());
+            }
+        }
+        // Lease attachments always match the live keys.
+        for (id, lease) in m.leases() {
+            let live: BTreeSet<Vec<u8>> = model
+                .current()
+                .values()
+                .filter(|kv| kv.lease == *id)
+                .map(|kv| kv.key.clone())
+                .collect();
+            assert_eq!(lease.keys, live, "keys of lease {id}");
+        }
+    }
+    // Everything at and after the compaction point reads back, also after a reopen.
+    let db = m.db().clone();
+    drop(m);
+    let m = Mvcc::open(db).expect("reopen");
+    for at in model.compacted.max(1)..=model.revision() {
+        let got = m.range(&range_all(at)).expect("range");
+        let want: Vec<KeyValue> = model.states[at as usize].values().cloned().collect();
+        assert_eq!(got.kvs, want, "at revision {at}");
+    }
+    drop(dir);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn keyspace_matches_model(ops in proptest::collection::vec(op(), 1..60)) {
+        run(ops);
+    }
+}
+
+#[test]
+fn txn_reads_see_its_own_writes_and_nested_compares_use_the_old_state() {
+    let (_dir, mut m) = open_temp();
+    m.apply(&put("a", "1"), &[]).expect("apply");
+    let cmd = Command::Txn(TxnRequest {
+        compare: vec![],
+        success: vec![
+            RequestOp::Put(PutRequest {
+                key: "a".into(),
+                value: "2".into(),
+                ..PutRequest::default()
+            }),
+            RequestOp::Range(RangeRequest {
+                key: "a".into(),
+                ..RangeRequest::default()
+            }),
+            RequestOp::Txn(TxnRequest {
+                // Evaluated before the transaction: "a" is still "1".
+                compare: vec![Compare {
+                    key: "a".into(),
+                    range_end: vec![],
+                    result: CompareResult::Equal,
+                    target: CompareTarget::Value("1".into()),
+                }],
+                success: vec![RequestOp::Put(PutRequest {
+                    key: "b".into(),
+                    value: "x".into(),
+                    ..PutRequest::default()
+                })],
+                failure: vec![],
+            }),
+        ],
+        failure: vec![],
+    });
+    let a = m.apply(&cmd, &[]).expect("apply");
+    assert_eq!(a.response.revision, 2);
+    let Ok(Outcome::Txn(t)) = a.response.result else {
+        panic!("txn failed")
+    };
+    let ResponseOp::Range(r) = &t.responses[1] else {
+        panic!("wrong response")
+    };
+    assert_eq!(r.kvs[0].value, b"2");
+    assert_eq!(r.kvs[0].mod_revision, 2);
+    assert_eq!(r.kvs[0].version, 2);
+    let ResponseOp::Txn(inner) = &t.responses[2] else {
+        panic!("wrong response")
+    };
+    assert!(inner.succeeded);
+    // Both writes share revision 2, with sub revisions 0 and 1.
+    assert_eq!(a.events.len(), 2);
+    assert!(a.events.iter().all(|e| e.kv.mod_revision == 2));
+}
+
+#[test]
+fn compare_on_missing_keys_uses_zero_values_except_value() {
+    let (_dir, mut m) = open_temp();
+    let cas = |target| {
+        Command::Txn(TxnRequest {
+            compare: vec![Compare {
+                key: "missing".into(),
+                range_end: vec![],
+                result: CompareResult::Equal,
+                target,
+            }],
+            success: vec![],
+            failure: vec![],
+        })
+    };
+    let succeeded =
+        |m: &mut Mvcc, target| match m.apply(&cas(target), &[]).expect("apply").response.result {
+            Ok(Outcome::Txn(t)) => t.succeeded,
+            other => panic!("{other:?}"),
+        };
+    assert!(succeeded(&mut m, CompareTarget::Version(0)));
+    assert!(succeeded(&mut m, CompareTarget::Create(0)));
+    assert!(succeeded(&mut m, CompareTarget::Mod(0)));
+    assert!(succeeded(&mut m, CompareTarget::Lease(0)));
+    assert!(!succeeded(&mut m, CompareTarget::Value(Vec::new())));
+    // A read-only transaction does not take a revision.
+    assert_eq!(m.revision(), 0);
+}
+
+#[test]
+fn failed_checks_write_nothing() {
+    let (_dir, mut m) = open_temp();
+    m.apply(&put("a", "1"), &[]).expect("apply");
+    let cmd = Command::Txn(TxnRequest {
+        compare: vec![],
+        success: vec![
+            RequestOp::Put(PutRequest {
+                key: "b".into(),
+                value: "1".into(),
+                ..PutRequest::default()
+            }),
+            RequestOp::Put(PutRequest {
+                key: "c".into(),
+                lease: 42,
+                ..PutRequest::default()
+            }),
+        ],
+        failure: vec![],
+    });
+    let a = m.apply(&cmd, &[]).expect("apply");
+    assert_eq!(a.response.result, Err(StoreError::LeaseNotFound));
+    assert_eq!(a.response.revision, 1);
+    assert!(a.events.is_empty());
+    assert_eq!(m.range(&range_all(0)).expect("range").count, 1);
+    let ignore = Command::Txn(TxnRequest::single(RequestOp::Put(PutRequest {
+        key: "nope".into(),
+        ignore_value: true,
+        ..PutRequest::default()
+    })));
+    let a = m.apply(&ignore, &[]).expect("apply");
+    assert_eq!(a.response.result, Err(StoreError::KeyNotFound));
+}
+
+#[test]
+fn no_space_alarm_refuses_puts_but_not_deletes_or_reads() {
+    let (_dir, mut m) = open_temp();
+    m.apply(&put("a", "1"), &[]).expect("apply");
+    m.apply(
+        &Command::AlarmActivate {
+            member: 1,
+            alarm: Alarm::NoSpace,
+        },
+        &[],
+    )
+    .expect("apply");
+    let a = m.apply(&put("b", "1"), &[]).expect("apply");
+    assert_eq!(a.response.result, Err(StoreError::NoSpace));
+    let del = Command::Txn(TxnRequest::single(RequestOp::DeleteRange(
+        DeleteRangeRequest {
+            key: "a".into(),
+            ..DeleteRangeRequest::default()
+        },
+    )));
+    assert!(m.apply(&del, &[]).expect("apply").response.result.is_ok());
+    assert_eq!(m.range(&range_all(1)).expect("range").count, 1);
+    m.apply(
+        &Command::AlarmDeactivate {
+            member: 1,
+            alarm: Alarm::NoSpace,
+        },
+        &[],
+    )
+    .expect("apply");
+    assert!(
+        m.apply(&put("b", "1"), &[])
+            .expect("apply")
+            .response
+            .result
+            .is_ok()
+    );
+}
+
+#[test]
+fn sorted_and_filtered_ranges() {
+    let (_dir, mut m) = open_temp();
+    for (key, value) in [("a", "3"), ("b", "1"), ("c", "2")] {
+        m.apply(&put(key, value), &[]).expect("apply");
+    }
+    m.apply(&put("a", "4"), &[]).expect("apply");
+    let req = RangeRequest {
+        key: vec![0],
+        range_end: vec![0],
+        sort_target: SortTarget::Value,
+        sort_order: SortOrder::Descend,
+        limit: 2,
+        ..RangeRequest::default()
+    };
+    let r = m.range(&req).expect("range");
+    let keys: Vec<&[u8]> = r.kvs.iter().map(|kv| kv.key.as_slice()).collect();
+    assert_eq!(keys, [b"a".as_slice(), b"c"]);
+    assert!(r.more);
+    assert_eq!(r.count, 3);
+    let req = RangeRequest {
+        key: vec![0],
+        range_end: vec![0],
+        min_mod_revision: 3,
+        keys_only: true,
+        ..RangeRequest::default()
+    };
+    let r = m.range(&req).expect("range");
+    assert_eq!(r.kvs.len(), 2);
+    assert!(r.kvs.iter().all(|kv| kv.value.is_empty()));
+    let r = m
+        .range(&RangeRequest {
+            count_only: true,
+            ..range_all(0)
+        })
+        .expect("range");
+    assert!(r.kvs.is_empty());
+    assert_eq!(r.count, 3);
+}
+
+#[test]
+fn snapshot_installs_into_a_fresh_member() {
+    let (_a, mut m) = open_temp();
+    for i in 0..20 {
+        m.apply(&put(&format!("k{}", i % 7), &i.to_string()), &[])
+            .expect("apply");
+    }
+    m.apply(&Command::LeaseGrant { id: 9, ttl: 30 }, &[])
+        .expect("apply");
+    m.apply(&Command::Compact { revision: 10 }, &[])
+        .expect("apply");
+    let payload = m.snapshot_payload().expect("snapshot");
+    let (_b, mut fresh) = open_temp();
+    fresh.apply(&put("stale", "x"), &[]).expect("apply");
+    fresh.install(&payload, &[]).expect("install");
+    assert_eq!(fresh.revision(), m.revision());
+    assert_eq!(fresh.compacted(), 10);
+    assert_eq!(fresh.leases().keys().copied().collect::<Vec<_>>(), [9]);
+    for at in 10..=m.revision() {
+        assert_eq!(fresh.range(&range_all(at)), m.range(&range_all(at)));
+    }
+    assert_eq!(
+        fresh.events_since(&[0], &[0], 10, true, 100),
+        m.events_since(&[0], &[0], 10, true, 100)
+    );
+}

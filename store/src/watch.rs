@@ -1,0 +1,543 @@
+//! Watch fan-out: the apply path hands each revision's events to the hub, which delivers them
+//! to every watcher whose range they touch.
+//!
+//! A watcher is either *synced* (it has seen everything up to the current revision and is fed
+//! from the apply path) or *unsynced* (it is behind: it started at an old revision, or its
+//! stream's queue was full). The apply path never waits for a watcher: when a stream's queue is
+//! full, the watcher is parked as unsynced, and the catch-up task later reads what it missed
+//! from the keyspace (the key index and the backend) and moves it back once it is current.
+//!
+//! Ordering argument: events are published while the apply path holds the keyspace lock for
+//! writing; catch-up reads and the move back to synced happen while holding it for reading. So
+//! a watcher crosses from unsynced to synced between two revisions, never in the middle of one,
+//! and `next_rev` (the first revision it has not been sent) makes every revision go out exactly
+//! once, in order.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{Notify, mpsc};
+
+use crate::command::{Event, EventKind};
+use crate::key_index::range_bounds;
+use crate::mvcc::Mvcc;
+
+/// What a watch stream receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchMessage {
+    /// The watcher exists; sent before any of its events.
+    Created { watch_id: i64, revision: i64 },
+    /// The watcher was removed at the client's request, or refused.
+    Canceled { watch_id: i64, reason: String },
+    /// Events of one or more revisions, in order, for one watcher.
+    Events {
+        watch_id: i64,
+        revision: i64,
+        events: Vec<Event>,
+    },
+    /// The watcher's start revision was compacted; it has been removed.
+    Compacted {
+        watch_id: i64,
+        compact_revision: i64,
+    },
+    /// Everything up to `revision` has been delivered (to `watch_id`, or to the whole stream
+    /// when it is -1).
+    Progress { watch_id: i64, revision: i64 },
+}
+
+/// What a watcher asks for.
+#[derive(Debug, Clone, Default)]
+pub struct WatchSpec {
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+    /// 0: from the next revision.
+    pub start_revision: i64,
+    pub prev_kv: bool,
+    pub no_put: bool,
+    pub no_delete: bool,
+}
+
+impl WatchSpec {
+    fn matches(&self, key: &[u8]) -> bool {
+        use std::ops::RangeBounds;
+        RangeBounds::<&[u8]>::contains(&range_bounds(&self.key, &self.range_end), &key)
+    }
+
+    fn wants(&self, e: &Event) -> bool {
+        match e.kind {
+            EventKind::Put if self.no_put => false,
+            EventKind::Delete if self.no_delete => false,
+            _ => self.matches(&e.kv.key),
+        }
+    }
+
+    fn filter(&self, events: &[Event]) -> Vec<Event> {
+        events
+            .iter()
+            .filter(|e| self.wants(e))
+            .map(|e| {
+                let mut e = e.clone();
+                if !self.prev_kv {
+                    e.prev_kv = None;
+                }
+                e
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug)]
+struct Watcher {
+    stream: u64,
+    watch_id: i64,
+    spec: WatchSpec,
+    /// The first revision this watcher has not been sent.
+    next_rev: i64,
+    synced: bool,
+}
+
+#[derive(Debug)]
+struct Stream {
+    tx: mpsc::Sender<WatchMessage>,
+    /// A whole-stream progress request waits for every watcher to be synced.
+    progress_pending: bool,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    watchers: HashMap<u64, Watcher>,
+    streams: HashMap<u64, Stream>,
+    unsynced: usize,
+}
+
+/// The hub: one per member.
+#[derive(Debug)]
+pub struct WatchHub {
+    inner: Mutex<Inner>,
+    next_id: AtomicU64,
+    wake: Notify,
+}
+
+/// Events of one revision, as many revisions a catch-up pass reads at most per watcher.
+const CATCH_UP_REVISIONS: usize = 256;
+
+impl Default for WatchHub {
+    fn default() -> Self {
+        WatchHub {
+            inner: Mutex::new(Inner::default()),
+            next_id: AtomicU64::new(1),
+            wake: Notify::new(),
+        }
+    }
+}
+
+impl WatchHub {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a stream; its queue holds `capacity` messages before watchers are parked. The
+    /// sender is for the stream's own control messages (created, canceled).
+    pub fn open_stream(
+        &self,
+        capacity: usize,
+    ) -> (
+        u64,
+        mpsc::Sender<WatchMessage>,
+        mpsc::Receiver<WatchMessage>,
+    ) {
+        let (tx, rx) = mpsc::channel(capacity);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.lock().streams.insert(
+            id,
+            Stream {
+                tx: tx.clone(),
+                progress_pending: false,
+            },
+        );
+        (id, tx, rx)
+    }
+
+    pub fn close_stream(&self, stream: u64) {
+        let mut inner = self.lock();
+        inner.streams.remove(&stream);
+        let mut unsynced_removed = 0;
+        inner.watchers.retain(|_, w| {
+            let keep = w.stream != stream;
+            if !keep && !w.synced {
+                unsynced_removed += 1;
+            }
+            keep
+        });
+        inner.unsynced -= unsynced_removed;
+    }
+
+    /// Adds a watcher. `mvcc` must be the keyspace lock's read guard's target, held by the
+    /// caller, so no revision is applied while the watcher's position is decided.
+    pub fn add(&self, mvcc: &Mvcc, stream: u64, watch_id: i64, spec: WatchSpec) -> u64 {
+        let current = mvcc.revision();
+        let next_rev = if spec.start_revision <= 0 {
+            current + 1
+        } else {
+            spec.start_revision
+        };
+        let synced = next_rev > current;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut inner = self.lock();
+        inner.watchers.insert(
+            id,
+            Watcher {
+                stream,
+                watch_id,
+                spec,
+                next_rev,
+                synced,
+            },
+        );
+        if !synced {
+            inner.unsynced += 1;
+            drop(inner);
+            self.wake.notify_one();
+        }
+        id
+    }
+
+    /// Removes a watcher; false if it was not there (already cancelled or compacted).
+    pub fn cancel(&self, stream: u64, watch_id: i64) -> bool {
+        let mut inner = self.lock();
+        let found = inner
+            .watchers
+            .iter()
+            .find(|(_, w)| w.stream == stream && w.watch_id == watch_id)
+            .map(|(id, w)| (*id, w.synced));
+        match found {
+            Some((id, synced)) => {
+                inner.watchers.remove(&id);
+                if !synced {
+                    inner.unsynced -= 1;
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `stream` has a watcher with this id.
+    pub fn has(&self, stream: u64, watch_id: i64) -> bool {
+        self.lock()
+            .watchers
+            .values()
+            .any(|w| w.stream == stream && w.watch_id == watch_id)
+    }
+
+    /// Number of watchers (all streams).
+    pub fn watcher_count(&self) -> usize {
+        self.lock().watchers.len()
+    }
+
+    /// Called by the apply path with the keyspace write lock held.
+    pub fn publish(&self, revision: i64, events: &[Event]) {
+        if events.is_empty() {
+            return;
+        }
+        let mut inner = self.lock();
+        let Inner {
+            watchers,
+            streams,
+            unsynced,
+        } = &mut *inner;
+        let mut parked = false;
+        for w in watchers.values_mut() {
+            if !w.synced || w.next_rev > revision {
+                continue;
+            }
+            let mine = w.spec.filter(events);
+            if mine.is_empty() {
+                w.next_rev = revision + 1;
+                continue;
+            }
+            let Some(stream) = streams.get(&w.stream) else {
+                continue;
+            };
+            let msg = WatchMessage::Events {
+                watch_id: w.watch_id,
+                revision,
+                events: mine,
+            };
+            match stream.tx.try_send(msg) {
+                Ok(()) => w.next_rev = revision + 1,
+                Err(_) => {
+                    // Full (or closing): park it; catch-up resends from `next_rev`.
+                    w.synced = false;
+                    *unsynced += 1;
+                    parked = true;
+                }
+            }
+        }
+        drop(inner);
+        if parked {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Asks for a progress notification for the whole stream: sent now if every watcher of
+    /// the stream is current, else as soon as they are.
+    pub fn request_progress(&self, mvcc: &Mvcc, stream: u64) {
+        let mut inner = self.lock();
+        let all_synced = inner
+            .watchers
+            .values()
+            .filter(|w| w.stream == stream)
+            .all(|w| w.synced);
+        if let Some(s) = inner.streams.get_mut(&stream) {
+            if all_synced {
+                let _ = s.tx.try_send(WatchMessage::Progress {
+                    watch_id: -1,
+                    revision: mvcc.revision(),
+                });
+            } else {
+                s.progress_pending = true;
+            }
+        }
+    }
+
+    /// Progress notifications for watchers that asked for them (`progress_notify`), sent
+    /// periodically to synced watchers by the service layer's ticker.
+    pub fn notify_progress(&self, mvcc: &Mvcc, stream: u64, watch_ids: &[i64]) {
+        let inner = self.lock();
+        let Some(s) = inner.streams.get(&stream) else {
+            return;
+        };
+        for w in inner.watchers.values() {
+            if w.stream == stream && w.synced && watch_ids.contains(&w.watch_id) {
+                let _ = s.tx.try_send(WatchMessage::Progress {
+                    watch_id: w.watch_id,
+                    revision: mvcc.revision(),
+                });
+            }
+        }
+    }
+
+    /// One catch-up pass over the unsynced watchers. Call with the keyspace read lock held.
+    /// Returns whether any watcher is still behind.
+    pub fn catch_up(&self, mvcc: &Mvcc) -> bool {
+        let mut inner = self.lock();
+        if inner.unsynced == 0 {
+            return false;
+        }
+        let current = mvcc.revision();
+        let compacted = mvcc.compacted();
+        let Inner {
+            watchers,
+            streams,
+            unsynced,
+        } = &mut *inner;
+        let mut gone = Vec::new();
+        let mut now_synced_streams = Vec::new();
+        for (id, w) in watchers.iter_mut().filter(|(_, w)| !w.synced) {
+            let Some(stream) = streams.get(&w.stream) else {
+                gone.push(*id);
+                continue;
+            };
+            if w.next_rev < compacted {
+                let msg = WatchMessage::Compacted {
+                    watch_id: w.watch_id,
+                    compact_revision: compacted,
+                };
+                if stream.tx.try_send(msg).is_ok() {
+                    gone.push(*id);
+                }
+                continue;
+            }
+            let batches = match mvcc.events_since(
+                &w.spec.key,
+                &w.spec.range_end,
+                w.next_rev,
+                w.spec.prev_kv,
+                CATCH_UP_REVISIONS,
+            ) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::error!(error = %e, "watch catch-up read failed");
+                    continue;
+                }
+            };
+            let complete = batches.len() < CATCH_UP_REVISIONS;
+            let mut blocked = false;
+            for (rev, events) in batches {
+                let mine = w.spec.filter(&events);
+                if mine.is_empty() {
+                    w.next_rev = rev + 1;
+                    continue;
+                }
+                let msg = WatchMessage::Events {
+                    watch_id: w.watch_id,
+                    revision: rev,
+                    events: mine,
+                };
+                if stream.tx.try_send(msg).is_err() {
+                    blocked = true;
+                    break;
+                }
+                w.next_rev = rev + 1;
+            }
+            if !blocked && complete {
+                w.next_rev = w.next_rev.max(current + 1);
+                w.synced = true;
+                *unsynced -= 1;
+                now_synced_streams.push(w.stream);
+            }
+        }
+        for id in gone {
+            if let Some(w) = watchers.remove(&id)
+                && !w.synced
+            {
+                *unsynced -= 1;
+            }
+        }
+        for sid in now_synced_streams {
+            let all_synced = watchers
+                .values()
+                .filter(|w| w.stream == sid)
+                .all(|w| w.synced);
+            if let Some(s) = streams.get_mut(&sid)
+                && s.progress_pending
+                && all_synced
+                && s.tx
+                    .try_send(WatchMessage::Progress {
+                        watch_id: -1,
+                        revision: current,
+                    })
+                    .is_ok()
+            {
+                s.progress_pending = false;
+            }
+        }
+        *unsynced > 0
+    }
+
+    /// Waits until a catch-up pass is worth running: woken by a parked or new watcher, or
+    /// after a few milliseconds while some watcher is still behind (its stream's queue drains
+    /// at the client's pace).
+    pub async fn wait_for_work(&self, behind: bool) {
+        if behind {
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+            }
+        } else {
+            self.wake.notified().await;
+        }
+    }
+
+    /// Marks every watcher as behind, after a snapshot replaced the keyspace.
+    pub fn unsync_all(&self) {
+        let mut inner = self.lock();
+        let mut n = 0;
+        for w in inner.watchers.values_mut() {
+            if w.synced {
+                w.synced = false;
+                n += 1;
+            }
+        }
+        inner.unsynced += n;
+        drop(inner);
+        self.wake.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend;
+    use crate::command::{Command, PutRequest, RequestOp, TxnRequest};
+
+    fn put(m: &mut Mvcc, hub: &WatchHub, key: &str, value: &str) -> i64 {
+        let cmd = Command::Txn(TxnRequest::single(RequestOp::Put(PutRequest {
+            key: key.into(),
+            value: value.into(),
+            ..PutRequest::default()
+        })));
+        let a = m.apply(&cmd, &[]).expect("apply");
+        hub.publish(a.response.revision, &a.events);
+        a.response.revision
+    }
+
+    fn drain(rx: &mut mpsc::Receiver<WatchMessage>) -> Vec<(i64, Vec<u8>)> {
+        let mut out = Vec::new();
+        while let Ok(msg) = rx.try_recv() {
+            if let WatchMessage::Events { events, .. } = msg {
+                out.extend(events.into_iter().map(|e| (e.kv.mod_revision, e.kv.value)));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_parked_watcher_catches_up_without_gaps_or_repeats() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut m = Mvcc::open(backend::open(dir.path()).expect("db")).expect("mvcc");
+        let hub = WatchHub::default();
+        let (sid, _tx, mut rx) = hub.open_stream(2);
+        let spec = WatchSpec {
+            key: b"k".to_vec(),
+            range_end: b"l".to_vec(),
+            ..WatchSpec::default()
+        };
+        hub.add(&m, sid, 7, spec);
+        let mut seen = Vec::new();
+        for i in 0..50 {
+            put(&mut m, &hub, &format!("k{}", i % 5), &i.to_string());
+            put(&mut m, &hub, "other", "x");
+            if i % 7 == 0 {
+                seen.extend(drain(&mut rx));
+                hub.catch_up(&m);
+            }
+        }
+        loop {
+            seen.extend(drain(&mut rx));
+            if !hub.catch_up(&m) {
+                seen.extend(drain(&mut rx));
+                break;
+            }
+        }
+        let want: Vec<(i64, Vec<u8>)> = (0..50)
+            .map(|i| (2 * i + 1, i.to_string().into_bytes()))
+            .collect();
+        assert_eq!(seen, want);
+    }
+
+    #[test]
+    fn a_watch_from_a_compacted_revision_is_told_so() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut m = Mvcc::open(backend::open(dir.path()).expect("db")).expect("mvcc");
+        let hub = WatchHub::default();
+        for i in 0..5 {
+            put(&mut m, &hub, "a", &i.to_string());
+        }
+        m.apply(&Command::Compact { revision: 4 }, &[])
+            .expect("compact");
+        let (sid, _tx, mut rx) = hub.open_stream(8);
+        hub.add(
+            &m,
+            sid,
+            1,
+            WatchSpec {
+                key: b"a".to_vec(),
+                start_revision: 2,
+                ..WatchSpec::default()
+            },
+        );
+        hub.catch_up(&m);
+        assert_eq!(
+            rx.try_recv().expect("message"),
+            WatchMessage::Compacted {
+                watch_id: 1,
+                compact_revision: 4
+            }
+        );
+        assert_eq!(hub.watcher_count(), 0);
+    }
+}
