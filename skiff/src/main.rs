@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod store;
 mod validate;
 
 /// Skiff: a compact Kubernetes control-plane core (store, scheduler, node agent) in one binary.
@@ -12,7 +13,12 @@ mod validate;
 #[command(name = "skiff", version = skiff_proto::VERSION, propagate_version = true)]
 struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `skiff_store=debug`.
-    #[arg(long, global = true, env = "SKIFF_LOG", default_value = "warn")]
+    #[arg(
+        long,
+        global = true,
+        env = "SKIFF_LOG",
+        default_value = "warn,openraft=error"
+    )]
     log: String,
 
     #[command(subcommand)]
@@ -25,6 +31,8 @@ enum Command {
     Version,
     /// Check manifests offline: decode, default and validate them, print what they would create.
     Validate(validate::Args),
+    /// Run one member of the replicated store (etcd v3 API on the client URLs).
+    Store(Box<store::Args>),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +51,7 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Validate(args) => validate::run(&args),
+        Command::Store(args) => store::run(*args),
     };
     match result {
         Ok(code) => code,

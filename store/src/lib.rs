@@ -14,11 +14,19 @@
 //! | [`mvcc`]      | the keyspace: transactions, ranges, compaction, leases, snapshots   |
 //! | [`error`]     | store errors with etcd's gRPC codes and messages                    |
 //! | [`watch`]     | watch fan-out: synced and parked watchers, catch-up from disk       |
+//! | [`raft`]      | openraft type config, RocksDB log and state machine, peer transport |
+//! | [`etcd`]      | the etcd v3 services: KV, Watch, Lease, Cluster, Maintenance        |
+//! | [`server`]    | serving a member: client, peer and metrics listeners                |
+//! | [`member`]    | a running member: proposals, ReadIndex reads, leases, membership    |
 
 pub mod backend;
 pub mod command;
 pub mod error;
+pub mod etcd;
 pub mod key_index;
+pub mod member;
 pub mod mvcc;
+pub mod raft;
 pub mod revision;
+pub mod server;
 pub mod watch;

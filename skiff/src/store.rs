@@ -1,0 +1,187 @@
+//! `skiff store`: one member of the replicated store, with etcd's flag names so scripts and
+//! habits carry over.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use skiff_store::member::MemberConfig;
+use skiff_store::server::{self, Listen};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Human-readable name of this member.
+    #[arg(long, default_value = "default")]
+    name: String,
+    /// Directory for the member's data (default: `<name>.skiff`).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// URLs to serve the etcd v3 API on (comma-separated).
+    #[arg(long, default_value = "http://127.0.0.1:2379", value_delimiter = ',')]
+    listen_client_urls: Vec<String>,
+    /// Client URLs other members and clients should use (default: the listen URLs).
+    #[arg(long, value_delimiter = ',')]
+    advertise_client_urls: Vec<String>,
+    /// URLs to serve the peer (Raft) API on.
+    #[arg(long, default_value = "http://127.0.0.1:2380", value_delimiter = ',')]
+    listen_peer_urls: Vec<String>,
+    /// This member's peer URLs as the others reach them (default: the listen peer URLs).
+    #[arg(long, value_delimiter = ',')]
+    initial_advertise_peer_urls: Vec<String>,
+    /// The initial members: `name=peer-url,name=peer-url,…` (default: this member alone).
+    #[arg(long)]
+    initial_cluster: Option<String>,
+    /// `new` to bootstrap a cluster, `existing` to join one (after `member add`).
+    #[arg(long, default_value = "new", value_parser = ["new", "existing"])]
+    initial_cluster_state: String,
+    /// Token that keeps clusters apart; member ids are derived from it.
+    #[arg(long, default_value = "skiff-cluster")]
+    initial_cluster_token: String,
+    /// URLs to serve `/health` and `/metrics` on.
+    #[arg(long, value_delimiter = ',')]
+    listen_metrics_urls: Vec<String>,
+    /// Raft heartbeat interval in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    heartbeat_interval: u64,
+    /// Raft election timeout in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    election_timeout: u64,
+    /// Applied entries between snapshots (the log behind a snapshot is purged).
+    #[arg(long, default_value_t = 10_000)]
+    snapshot_count: u64,
+    /// Largest request a client may send, in bytes.
+    #[arg(long, default_value_t = 1536 * 1024)]
+    max_request_bytes: usize,
+    /// Most operations in one branch of a transaction.
+    #[arg(long, default_value_t = 128)]
+    max_txn_ops: usize,
+    /// Backend size that raises the NOSPACE alarm, in bytes.
+    #[arg(long, default_value_t = 2 << 30)]
+    quota_backend_bytes: u64,
+    /// Interval of progress notifications to watchers that asked for them (e.g. 10m, 5s).
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    experimental_watch_progress_notify_interval: Duration,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((s, "s"), |i| s.split_at(i));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a duration like 500ms, 5s or 10m"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h)")),
+    }
+}
+
+fn parse_initial_cluster(s: &str) -> anyhow::Result<Vec<(String, String)>> {
+    s.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (name, url) = p
+                .split_once('=')
+                .with_context(|| format!("--initial-cluster: {p:?} is not name=peer-url"))?;
+            server::socket_addr(url)
+                .with_context(|| format!("--initial-cluster: member {name}"))?;
+            Ok((name.to_string(), url.to_string()))
+        })
+        .collect()
+}
+
+impl Args {
+    fn config(self) -> anyhow::Result<(MemberConfig, Listen)> {
+        let advertise_peer = if self.initial_advertise_peer_urls.is_empty() {
+            self.listen_peer_urls.clone()
+        } else {
+            self.initial_advertise_peer_urls
+        };
+        let advertise_client = if self.advertise_client_urls.is_empty() {
+            self.listen_client_urls.clone()
+        } else {
+            self.advertise_client_urls
+        };
+        let initial_cluster = match &self.initial_cluster {
+            Some(s) => parse_initial_cluster(s)?,
+            None => vec![(self.name.clone(), advertise_peer[0].clone())],
+        };
+        if !initial_cluster
+            .iter()
+            .any(|(n, u)| *n == self.name && advertise_peer.contains(u))
+        {
+            bail!(
+                "--initial-cluster has no entry {}={} for this member",
+                self.name,
+                advertise_peer[0]
+            );
+        }
+        if self.election_timeout < 5 * self.heartbeat_interval {
+            bail!("--election-timeout should be at least 5 times --heartbeat-interval");
+        }
+        let config = MemberConfig {
+            data_dir: self
+                .data_dir
+                .unwrap_or_else(|| PathBuf::from(format!("{}.skiff", self.name))),
+            name: self.name,
+            advertise_client_urls: advertise_client,
+            initial_advertise_peer_urls: advertise_peer,
+            initial_cluster,
+            initial_cluster_state_new: self.initial_cluster_state == "new",
+            initial_cluster_token: self.initial_cluster_token,
+            heartbeat_interval: Duration::from_millis(self.heartbeat_interval),
+            election_timeout: Duration::from_millis(self.election_timeout),
+            snapshot_count: self.snapshot_count,
+            max_request_bytes: self.max_request_bytes,
+            max_txn_ops: self.max_txn_ops,
+            quota_backend_bytes: self.quota_backend_bytes,
+        };
+        let listen = Listen {
+            client_urls: self.listen_client_urls,
+            peer_urls: self.listen_peer_urls,
+            metrics_urls: self.listen_metrics_urls,
+            watch_progress_notify_interval: self.experimental_watch_progress_notify_interval,
+        };
+        Ok((config, listen))
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let (config, listen) = args.config()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let shutdown = async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("invariant: SIGTERM handler installs");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        };
+        server::run(config, listen, shutdown).await
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_initial_cluster() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert!(parse_duration("ten").is_err());
+        let c = parse_initial_cluster("a=http://127.0.0.1:1,b=http://127.0.0.1:2").expect("valid");
+        assert_eq!(c[1], ("b".to_string(), "http://127.0.0.1:2".to_string()));
+        assert!(parse_initial_cluster("a").is_err());
+    }
+}

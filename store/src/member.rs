@@ -1,0 +1,771 @@
+//! A running store member: the Raft node, the keyspace it applies to, and the operations the
+//! API services need — proposals, linearizable reads, lease keep-alive and membership changes —
+//! each of which a follower forwards to the leader, so any member can be used as an endpoint.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{ChangeMembers, Config, ServerState};
+use serde::{Deserialize, Serialize};
+use skiff_proto::raft::v1::{HelloRequest, RaftMessage};
+
+use crate::backend;
+use crate::command::{Command, Response};
+use crate::error::StoreError;
+use crate::mvcc::Mvcc;
+use crate::raft::log_store::LogStore;
+use crate::raft::network::{Channels, Network};
+use crate::raft::state_machine::{Shared, StateMachine};
+use crate::raft::{Member, Raft, cluster_id, member_id};
+
+/// How a member starts, in etcd's terms.
+#[derive(Debug, Clone)]
+pub struct MemberConfig {
+    pub name: String,
+    pub data_dir: PathBuf,
+    pub advertise_client_urls: Vec<String>,
+    pub initial_advertise_peer_urls: Vec<String>,
+    /// (name, peer URL) of every initial member, this one included.
+    pub initial_cluster: Vec<(String, String)>,
+    pub initial_cluster_state_new: bool,
+    pub initial_cluster_token: String,
+    pub heartbeat_interval: Duration,
+    pub election_timeout: Duration,
+    /// Applied entries between snapshots.
+    pub snapshot_count: u64,
+    pub max_request_bytes: usize,
+    pub max_txn_ops: usize,
+    pub quota_backend_bytes: u64,
+}
+
+impl Default for MemberConfig {
+    fn default() -> Self {
+        MemberConfig {
+            name: "default".into(),
+            data_dir: PathBuf::from("default.skiff"),
+            advertise_client_urls: vec!["http://127.0.0.1:2379".into()],
+            initial_advertise_peer_urls: vec!["http://127.0.0.1:2380".into()],
+            initial_cluster: vec![("default".into(), "http://127.0.0.1:2380".into())],
+            initial_cluster_state_new: true,
+            initial_cluster_token: "skiff-cluster".into(),
+            heartbeat_interval: Duration::from_millis(100),
+            election_timeout: Duration::from_millis(1000),
+            snapshot_count: 10_000,
+            max_request_bytes: 1536 * 1024,
+            max_txn_ops: 128,
+            quota_backend_bytes: 2 << 30,
+        }
+    }
+}
+
+/// A request a follower hands to the leader over the peer `Forward` call.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Forwarded {
+    Write(Command),
+    ReadIndex,
+    KeepAlive(i64),
+    TimeToLive(i64),
+    AddMember {
+        peer_urls: Vec<String>,
+        learner: bool,
+    },
+    RemoveMember(u64),
+    PromoteMember(u64),
+    UpdateMember(u64, Member),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ForwardedReply {
+    Write(Response),
+    ReadIndex(u64),
+    /// Remaining TTL in seconds (0 or less: the lease is gone).
+    Ttl {
+        remaining: i64,
+        granted: i64,
+    },
+    Member(u64),
+    Done,
+}
+
+/// A member of the cluster as the Cluster API lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberInfo {
+    pub id: u64,
+    pub name: String,
+    pub peer_urls: Vec<String>,
+    pub client_urls: Vec<String>,
+    pub is_learner: bool,
+}
+
+/// Lease deadlines, kept by the leader only. They are not replicated: a new leader gives every
+/// lease a full TTL from the moment it takes over (as etcd does), so a leader change can only
+/// lengthen a lease, never cut one short.
+#[derive(Debug, Default)]
+struct Lessor {
+    deadlines: HashMap<i64, Instant>,
+}
+
+pub struct StoreMember {
+    pub id: u64,
+    pub cluster_id: u64,
+    pub config: MemberConfig,
+    pub raft: Raft,
+    pub shared: Arc<Shared>,
+    channels: Channels,
+    lessor: Mutex<Lessor>,
+}
+
+impl std::fmt::Debug for StoreMember {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreMember")
+            .field("id", &format_args!("{:x}", self.id))
+            .field("cluster_id", &format_args!("{:x}", self.cluster_id))
+            .field("name", &self.config.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long a request waits for a leader before failing with "no leader".
+const LEADER_WAIT: Duration = Duration::from_secs(5);
+
+const META_CLUSTER_ID: &[u8] = b"cluster_id";
+
+impl StoreMember {
+    /// Opens the data directory and starts Raft. A new member of a new cluster bootstraps the
+    /// initial membership; a restarted member resumes from its log and snapshot.
+    pub async fn start(config: MemberConfig) -> anyhow::Result<Arc<StoreMember>> {
+        std::fs::create_dir_all(&config.data_dir)?;
+        let db = backend::open(&config.data_dir.join("db"))?;
+        let token = config.initial_cluster_token.clone();
+        let id = member_id(&config.initial_advertise_peer_urls, &token);
+        let channels = Channels::default();
+        let meta = backend::cf(&db, backend::CF_META);
+        let cluster = match db.get_cf(meta, META_CLUSTER_ID)? {
+            Some(b) => backend::decode::<u64>(&b)?,
+            None => {
+                let cid = if config.initial_cluster_state_new {
+                    let ids: Vec<u64> = config
+                        .initial_cluster
+                        .iter()
+                        .map(|(_, url)| member_id(std::slice::from_ref(url), &token))
+                        .collect();
+                    cluster_id(&ids)
+                } else {
+                    hello_any(&channels, &config, id).await?
+                };
+                db.put_cf(meta, META_CLUSTER_ID, backend::encode(&cid))?;
+                cid
+            }
+        };
+        let mvcc = Mvcc::open(db.clone()).map_err(anyhow::Error::new)?;
+        let shared = Shared::new(mvcc);
+        shared.spawn_watch_catch_up();
+        let sm = StateMachine::open(shared.clone(), &config.data_dir.join("snap"))?;
+        let log = LogStore::new(db.clone());
+        let hb = config.heartbeat_interval.as_millis() as u64;
+        let el = config.election_timeout.as_millis() as u64;
+        let raft_config = Config {
+            cluster_name: token.clone(),
+            heartbeat_interval: hb,
+            election_timeout_min: el,
+            election_timeout_max: el * 2,
+            install_snapshot_timeout: el.max(1000) * 2,
+            max_payload_entries: 512,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_count),
+            max_in_snapshot_log_to_keep: 1000,
+            purge_batch_size: 256,
+            ..Config::default()
+        }
+        .validate()?;
+        let raft = Raft::new(
+            id,
+            Arc::new(raft_config),
+            Network {
+                channels: channels.clone(),
+            },
+            log,
+            sm,
+        )
+        .await?;
+        if config.initial_cluster_state_new && !raft.is_initialized().await? {
+            let mut members = BTreeMap::new();
+            for (name, url) in &config.initial_cluster {
+                // Identical on every member: initialize writes it as log entry 0 everywhere,
+                // so it must not depend on who writes it. Client URLs are added later.
+                members.insert(
+                    member_id(std::slice::from_ref(url), &token),
+                    Member {
+                        name: name.clone(),
+                        peer_urls: vec![url.clone()],
+                        client_urls: Vec::new(),
+                    },
+                );
+            }
+            if !members.contains_key(&id) {
+                anyhow::bail!(
+                    "--initial-cluster does not list this member's --initial-advertise-peer-urls ({})",
+                    config.initial_advertise_peer_urls.join(",")
+                );
+            }
+            // Every initial member proposes the same membership; whichever wins the first
+            // election commits it, and the others' attempts are harmless.
+            if let Err(e) = raft.initialize(members).await {
+                tracing::debug!(error = %e, "initialize");
+            }
+        }
+        let member = Arc::new(StoreMember {
+            id,
+            cluster_id: cluster,
+            config,
+            raft,
+            shared,
+            channels,
+            lessor: Mutex::new(Lessor::default()),
+        });
+        member.clone().spawn_background();
+        Ok(member)
+    }
+
+    fn spawn_background(self: Arc<Self>) {
+        let me = Arc::downgrade(&self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tick.tick().await;
+                let Some(member) = me.upgrade() else { return };
+                member.lease_tick().await;
+                member.client_urls_tick().await;
+                member.quota_tick().await;
+            }
+        });
+    }
+
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+    }
+
+    // ---- status ----
+
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().state == ServerState::Leader
+    }
+
+    pub fn leader(&self) -> Option<u64> {
+        self.raft.metrics().borrow().current_leader
+    }
+
+    pub fn term(&self) -> u64 {
+        self.raft.metrics().borrow().current_term
+    }
+
+    pub fn raft_index(&self) -> u64 {
+        self.raft
+            .metrics()
+            .borrow()
+            .last_log_index
+            .unwrap_or_default()
+    }
+
+    pub fn applied_index(&self) -> u64 {
+        self.raft
+            .metrics()
+            .borrow()
+            .last_applied
+            .map_or(0, |l| l.index)
+    }
+
+    pub fn members(&self) -> Vec<MemberInfo> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership().clone();
+        let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+        membership
+            .nodes()
+            .map(|(id, m)| MemberInfo {
+                id: *id,
+                name: m.name.clone(),
+                peer_urls: m.peer_urls.clone(),
+                client_urls: m.client_urls.clone(),
+                is_learner: !voters.contains(id),
+            })
+            .collect()
+    }
+
+    fn leader_member(&self) -> Option<(u64, Member)> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let leader = metrics.current_leader?;
+        let node = metrics
+            .membership_config
+            .membership()
+            .get_node(&leader)?
+            .clone();
+        Some((leader, node))
+    }
+
+    // ---- forwarding ----
+
+    /// Runs `req` on the leader: here if this member leads, else over the peer `Forward` call.
+    /// Waits up to [`LEADER_WAIT`] for a leader to be known.
+    pub async fn on_leader(self: &Arc<Self>, req: Forwarded) -> Result<ForwardedReply, StoreError> {
+        let deadline = Instant::now() + LEADER_WAIT;
+        loop {
+            if self.is_leader() {
+                match self.local(&req).await {
+                    Err(StoreError::NoLeader) if Instant::now() < deadline => {}
+                    other => return other,
+                }
+            } else if let Some((leader, node)) = self.leader_member()
+                && leader != self.id
+            {
+                match self.forward(&node, &req).await {
+                    Err(StoreError::NoLeader) if Instant::now() < deadline => {}
+                    other => return other,
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(StoreError::NoLeader);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn forward(
+        &self,
+        leader: &Member,
+        req: &Forwarded,
+    ) -> Result<ForwardedReply, StoreError> {
+        let url = leader.peer_urls.first().ok_or(StoreError::NoLeader)?;
+        let mut client = self
+            .channels
+            .peer_client(url)
+            .map_err(|_| StoreError::NoLeader)?;
+        let mut request = tonic::Request::new(RaftMessage {
+            payload: backend::encode(req),
+        });
+        request.set_timeout(Duration::from_secs(10));
+        match client.forward(request).await {
+            Ok(reply) => {
+                backend::decode::<Result<ForwardedReply, StoreError>>(&reply.into_inner().payload)
+                    .map_err(StoreError::internal)?
+            }
+            Err(s) if s.code() == tonic::Code::Unavailable => Err(StoreError::NoLeader),
+            Err(s) if s.code() == tonic::Code::DeadlineExceeded => Err(StoreError::Timeout),
+            Err(s) => Err(StoreError::Internal(s.message().to_string())),
+        }
+    }
+
+    /// Serves a forwarded request on this member, which should be the leader; if it is not
+    /// (any more), the caller gets NoLeader and retries against the new one.
+    pub async fn local(self: &Arc<Self>, req: &Forwarded) -> Result<ForwardedReply, StoreError> {
+        match req {
+            Forwarded::Write(cmd) => self
+                .write_local(cmd.clone())
+                .await
+                .map(ForwardedReply::Write),
+            Forwarded::ReadIndex => {
+                let (read, _) = self.raft.get_read_log_id().await.map_err(|e| match e {
+                    RaftError::APIError(_) => StoreError::NoLeader,
+                    RaftError::Fatal(_) => StoreError::Stopped,
+                })?;
+                Ok(ForwardedReply::ReadIndex(read.map_or(0, |l| l.index)))
+            }
+            Forwarded::KeepAlive(id) => self.keep_alive_local(*id),
+            Forwarded::TimeToLive(id) => self.ttl_local(*id),
+            Forwarded::AddMember { peer_urls, learner } => {
+                self.add_member_local(peer_urls.clone(), *learner).await
+            }
+            Forwarded::RemoveMember(id) => self.remove_member_local(*id).await,
+            Forwarded::PromoteMember(id) => self.promote_member_local(*id).await,
+            Forwarded::UpdateMember(id, m) => {
+                if !self.is_leader() {
+                    return Err(StoreError::NoLeader);
+                }
+                let change = ChangeMembers::SetNodes(BTreeMap::from([(*id, m.clone())]));
+                self.raft
+                    .change_membership(change, false)
+                    .await
+                    .map_err(membership_err)?;
+                Ok(ForwardedReply::Done)
+            }
+        }
+    }
+
+    async fn write_local(&self, cmd: Command) -> Result<Response, StoreError> {
+        if !self.is_leader() {
+            return Err(StoreError::NoLeader);
+        }
+        match self.raft.client_write(cmd).await {
+            Ok(resp) => Ok(resp.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+                Err(StoreError::NoLeader)
+            }
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
+                Err(StoreError::Invalid(e.to_string()))
+            }
+            Err(RaftError::Fatal(_)) => Err(StoreError::Stopped),
+        }
+    }
+
+    // ---- the API services' entry points ----
+
+    /// Proposes a command through the log and returns what applying it produced.
+    pub async fn propose(self: &Arc<Self>, cmd: Command) -> Result<Response, StoreError> {
+        match self.on_leader(Forwarded::Write(cmd)).await? {
+            ForwardedReply::Write(r) => Ok(r),
+            _ => Err(StoreError::internal("unexpected forward reply")),
+        }
+    }
+
+    /// Waits until this member has applied everything committed before the call (ReadIndex):
+    /// a read served afterwards is linearizable.
+    pub async fn linearizable_barrier(self: &Arc<Self>) -> Result<(), StoreError> {
+        let index = match self.on_leader(Forwarded::ReadIndex).await? {
+            ForwardedReply::ReadIndex(i) => i,
+            _ => return Err(StoreError::internal("unexpected forward reply")),
+        };
+        if self.applied_index() >= index {
+            return Ok(());
+        }
+        self.raft
+            .wait(Some(LEADER_WAIT))
+            .applied_index_at_least(Some(index), "linearizable read")
+            .await
+            .map(|_| ())
+            .map_err(|_| StoreError::Timeout)
+    }
+
+    // ---- leases ----
+
+    /// A lease id for a grant that did not name one: time-based, unique in practice, positive.
+    pub fn new_lease_id(&self) -> i64 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        ((nanos ^ self.id.rotate_left(17)) >> 1) as i64 | 1
+    }
+
+    fn lessor(&self) -> std::sync::MutexGuard<'_, Lessor> {
+        self.lessor.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn keep_alive_local(&self, id: i64) -> Result<ForwardedReply, StoreError> {
+        if !self.is_leader() {
+            return Err(StoreError::NoLeader);
+        }
+        let ttl = self
+            .shared
+            .read()
+            .leases()
+            .get(&id)
+            .map(|l| l.ttl)
+            .ok_or(StoreError::LeaseNotFound)?;
+        self.lessor()
+            .deadlines
+            .insert(id, Instant::now() + Duration::from_secs(ttl.max(0) as u64));
+        Ok(ForwardedReply::Ttl {
+            remaining: ttl,
+            granted: ttl,
+        })
+    }
+
+    fn ttl_local(&self, id: i64) -> Result<ForwardedReply, StoreError> {
+        if !self.is_leader() {
+            return Err(StoreError::NoLeader);
+        }
+        let granted = self
+            .shared
+            .read()
+            .leases()
+            .get(&id)
+            .map(|l| l.ttl)
+            .ok_or(StoreError::LeaseNotFound)?;
+        let remaining = self.lessor().deadlines.get(&id).map_or(granted, |d| {
+            d.saturating_duration_since(Instant::now())
+                .as_secs_f64()
+                .ceil() as i64
+        });
+        Ok(ForwardedReply::Ttl { remaining, granted })
+    }
+
+    pub async fn keep_alive(self: &Arc<Self>, id: i64) -> Result<i64, StoreError> {
+        match self.on_leader(Forwarded::KeepAlive(id)).await? {
+            ForwardedReply::Ttl { remaining, .. } => Ok(remaining),
+            _ => Err(StoreError::internal("unexpected forward reply")),
+        }
+    }
+
+    pub async fn time_to_live(self: &Arc<Self>, id: i64) -> Result<(i64, i64), StoreError> {
+        match self.on_leader(Forwarded::TimeToLive(id)).await? {
+            ForwardedReply::Ttl { remaining, granted } => Ok((remaining, granted)),
+            _ => Err(StoreError::internal("unexpected forward reply")),
+        }
+    }
+
+    /// The leader's lease clock: starts a full TTL for leases it has not seen yet (new grants,
+    /// or every lease right after it became leader) and revokes expired ones through the log.
+    async fn lease_tick(self: &Arc<Self>) {
+        if !self.is_leader() {
+            self.lessor().deadlines.clear();
+            return;
+        }
+        let leases: Vec<(i64, i64)> = self
+            .shared
+            .read()
+            .leases()
+            .iter()
+            .map(|(id, l)| (*id, l.ttl))
+            .collect();
+        let now = Instant::now();
+        let expired: Vec<i64> = {
+            let mut lessor = self.lessor();
+            lessor
+                .deadlines
+                .retain(|id, _| leases.binary_search_by_key(id, |(i, _)| *i).is_ok());
+            for (id, ttl) in &leases {
+                lessor
+                    .deadlines
+                    .entry(*id)
+                    .or_insert_with(|| now + Duration::from_secs((*ttl).max(1) as u64));
+            }
+            lessor
+                .deadlines
+                .iter()
+                .filter(|(_, d)| **d <= now)
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        if expired.is_empty() {
+            return;
+        }
+        match self
+            .write_local(Command::LeaseExpire {
+                ids: expired.clone(),
+            })
+            .await
+        {
+            Ok(_) => {
+                let mut lessor = self.lessor();
+                for id in expired {
+                    lessor.deadlines.remove(&id);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "lease expiry proposal failed"),
+        }
+    }
+
+    /// Records this member's name and client URLs in the membership: members are bootstrapped
+    /// (or added) knowing only peer URLs, and clients discover endpoints from MemberList.
+    async fn client_urls_tick(self: &Arc<Self>) {
+        let membership = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .clone();
+        let Some(me) = membership.get_node(&self.id) else {
+            return;
+        };
+        if me.client_urls == self.config.advertise_client_urls && me.name == self.config.name {
+            return;
+        }
+        let mut updated = me.clone();
+        updated.name = self.config.name.clone();
+        updated.client_urls = self.config.advertise_client_urls.clone();
+        if let Err(e) = self
+            .on_leader(Forwarded::UpdateMember(self.id, updated))
+            .await
+        {
+            tracing::debug!(error = %e, "recording client URLs");
+        }
+    }
+
+    /// Raises the NOSPACE alarm when the backend outgrows its quota (leader only; the alarm is
+    /// replicated, so every member then refuses puts).
+    async fn quota_tick(self: &Arc<Self>) {
+        if !self.is_leader() {
+            return;
+        }
+        let (size, raised) = {
+            let mvcc = self.shared.read();
+            let raised = mvcc
+                .alarms()
+                .iter()
+                .any(|(_, a)| *a == crate::command::Alarm::NoSpace);
+            (backend::size(mvcc.db()), raised)
+        };
+        if size > self.config.quota_backend_bytes && !raised {
+            tracing::warn!(
+                size,
+                quota = self.config.quota_backend_bytes,
+                "backend quota exceeded: raising NOSPACE"
+            );
+            let cmd = Command::AlarmActivate {
+                member: self.id,
+                alarm: crate::command::Alarm::NoSpace,
+            };
+            if let Err(e) = self.write_local(cmd).await {
+                tracing::warn!(error = %e, "raising NOSPACE");
+            }
+        }
+    }
+
+    /// The backend size the quota is checked against.
+    pub fn db_size(&self) -> u64 {
+        backend::size(self.shared.read().db())
+    }
+
+    // ---- membership ----
+
+    pub async fn add_member(
+        self: &Arc<Self>,
+        peer_urls: Vec<String>,
+        learner: bool,
+    ) -> Result<u64, StoreError> {
+        match self
+            .on_leader(Forwarded::AddMember { peer_urls, learner })
+            .await?
+        {
+            ForwardedReply::Member(id) => Ok(id),
+            _ => Err(StoreError::internal("unexpected forward reply")),
+        }
+    }
+
+    pub async fn remove_member(self: &Arc<Self>, id: u64) -> Result<(), StoreError> {
+        self.on_leader(Forwarded::RemoveMember(id))
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn promote_member(self: &Arc<Self>, id: u64) -> Result<(), StoreError> {
+        self.on_leader(Forwarded::PromoteMember(id))
+            .await
+            .map(|_| ())
+    }
+
+    async fn add_member_local(
+        &self,
+        peer_urls: Vec<String>,
+        learner: bool,
+    ) -> Result<ForwardedReply, StoreError> {
+        if !self.is_leader() {
+            return Err(StoreError::NoLeader);
+        }
+        if peer_urls.is_empty() {
+            return Err(StoreError::Invalid(
+                "member peer URLs are not provided".into(),
+            ));
+        }
+        let id = member_id(&peer_urls, &self.config.initial_cluster_token);
+        let members = self.members();
+        if members.iter().any(|m| m.id == id) {
+            return Err(StoreError::MemberExists);
+        }
+        if members
+            .iter()
+            .any(|m| m.peer_urls.iter().any(|u| peer_urls.contains(u)))
+        {
+            return Err(StoreError::PeerUrlExists);
+        }
+        let node = Member {
+            name: String::new(),
+            peer_urls,
+            client_urls: Vec::new(),
+        };
+        // The new member is not running yet: do not wait for it to catch up.
+        self.raft
+            .add_learner(id, node, false)
+            .await
+            .map_err(membership_err)?;
+        if !learner {
+            self.raft
+                .change_membership(ChangeMembers::AddVoterIds([id].into()), false)
+                .await
+                .map_err(membership_err)?;
+        }
+        Ok(ForwardedReply::Member(id))
+    }
+
+    async fn remove_member_local(&self, id: u64) -> Result<ForwardedReply, StoreError> {
+        if !self.is_leader() {
+            return Err(StoreError::NoLeader);
+        }
+        let members = self.members();
+        let Some(m) = members.iter().find(|m| m.id == id) else {
+            return Err(StoreError::MemberNotFound);
+        };
+        let change = if m.is_learner {
+            ChangeMembers::RemoveNodes([id].into())
+        } else {
+            ChangeMembers::RemoveVoters([id].into())
+        };
+        self.raft
+            .change_membership(change, false)
+            .await
+            .map_err(membership_err)?;
+        Ok(ForwardedReply::Done)
+    }
+
+    async fn promote_member_local(&self, id: u64) -> Result<ForwardedReply, StoreError> {
+        if !self.is_leader() {
+            return Err(StoreError::NoLeader);
+        }
+        let members = self.members();
+        let Some(m) = members.iter().find(|m| m.id == id) else {
+            return Err(StoreError::MemberNotFound);
+        };
+        if !m.is_learner {
+            return Err(StoreError::MemberNotLearner);
+        }
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds([id].into()), false)
+            .await
+            .map_err(membership_err)?;
+        Ok(ForwardedReply::Done)
+    }
+}
+
+fn membership_err(e: RaftError<u64, ClientWriteError<u64, Member>>) -> StoreError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => StoreError::NoLeader,
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            StoreError::Invalid(e.to_string())
+        }
+        RaftError::Fatal(_) => StoreError::Stopped,
+    }
+}
+
+/// Asks the initial cluster's members for the cluster id (a member joining an existing
+/// cluster).
+async fn hello_any(channels: &Channels, config: &MemberConfig, me: u64) -> anyhow::Result<u64> {
+    let mut last_err = None;
+    for _ in 0..50 {
+        for (_, url) in &config.initial_cluster {
+            if member_id(std::slice::from_ref(url), &config.initial_cluster_token) == me {
+                continue;
+            }
+            let mut client = channels.peer_client(url)?;
+            match client
+                .hello(HelloRequest {
+                    cluster_token: config.initial_cluster_token.clone(),
+                })
+                .await
+            {
+                Ok(r) => return Ok(r.into_inner().cluster_id),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    anyhow::bail!(
+        "no member of --initial-cluster answered (joining an existing cluster): {}",
+        last_err
+            .map(|e| e.message().to_string())
+            .unwrap_or_default()
+    )
+}

@@ -1,0 +1,195 @@
+//! The Raft log, vote and committed log id in RocksDB.
+//!
+//! Entries live in the `log` column family under their index (big-endian, so iteration order is
+//! log order). Appends and votes are written with `sync`: an entry is acknowledged to the leader
+//! only once it is on disk, which is what makes an acknowledged write survive kill -9 of any
+//! member. Purging deletes a prefix and records the last purged id first, so a crash between the
+//! two leaves a consistent state.
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{OptionalSend, RaftLogReader, StorageIOError, Vote};
+use rocksdb::{DB, Direction, IteratorMode, WriteBatch, WriteOptions};
+
+use super::{Entry, LogId, StorageError, TypeConfig, io_error};
+use crate::backend::{self, CF_LOG, CF_RAFT};
+
+const VOTE: &[u8] = b"vote";
+const COMMITTED: &[u8] = b"committed";
+const PURGED: &[u8] = b"purged";
+
+#[derive(Debug, Clone)]
+pub struct LogStore {
+    db: Arc<DB>,
+}
+
+fn synced() -> WriteOptions {
+    let mut o = WriteOptions::default();
+    o.set_sync(true);
+    o
+}
+
+fn read_err(e: impl std::fmt::Display) -> StorageError {
+    StorageIOError::read_logs(&io_error(e)).into()
+}
+
+fn write_err(e: impl std::fmt::Display) -> StorageError {
+    StorageIOError::write_logs(&io_error(e)).into()
+}
+
+impl LogStore {
+    pub fn new(db: Arc<DB>) -> Self {
+        LogStore { db }
+    }
+
+    fn get_meta<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &[u8],
+    ) -> Result<Option<T>, StorageError> {
+        match self
+            .db
+            .get_cf(backend::cf(&self.db, CF_RAFT), key)
+            .map_err(read_err)?
+        {
+            Some(b) => backend::decode(&b).map(Some).map_err(read_err),
+            None => Ok(None),
+        }
+    }
+
+    fn last_entry_id(&self) -> Result<Option<LogId>, StorageError> {
+        let mut it = self
+            .db
+            .iterator_cf(backend::cf(&self.db, CF_LOG), IteratorMode::End);
+        match it.next() {
+            Some(item) => {
+                let (_, v) = item.map_err(read_err)?;
+                let e: Entry = backend::decode(&v).map_err(read_err)?;
+                Ok(Some(e.log_id))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let start = match range.start_bound() {
+            Bound::Included(i) => *i,
+            Bound::Excluded(i) => i + 1,
+            Bound::Unbounded => 0,
+        };
+        let mut out = Vec::new();
+        let it = self.db.iterator_cf(
+            backend::cf(&self.db, CF_LOG),
+            IteratorMode::From(&start.to_be_bytes(), Direction::Forward),
+        );
+        for item in it {
+            let (k, v) = item.map_err(read_err)?;
+            let index = u64::from_be_bytes(k.as_ref().try_into().map_err(read_err)?);
+            if !range.contains(&index) {
+                break;
+            }
+            out.push(backend::decode(&v).map_err(read_err)?);
+        }
+        Ok(out)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let last_purged: Option<LogId> = self.get_meta(PURGED)?;
+        let last = self.last_entry_id()?.or(last_purged);
+        Ok(LogState {
+            last_purged_log_id: last_purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError> {
+        self.db
+            .put_cf_opt(
+                backend::cf(&self.db, CF_RAFT),
+                VOTE,
+                backend::encode(vote),
+                &synced(),
+            )
+            .map_err(|e| StorageIOError::write_vote(&io_error(e)).into())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, StorageError> {
+        self.get_meta(VOTE)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        // Not synced: a lost committed id only means re-applying from the last applied one.
+        self.db
+            .put_cf(
+                backend::cf(&self.db, CF_RAFT),
+                COMMITTED,
+                backend::encode(&committed),
+            )
+            .map_err(write_err)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(self.get_meta::<Option<LogId>>(COMMITTED)?.flatten())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let cf = backend::cf(&self.db, CF_LOG);
+        let mut batch = WriteBatch::default();
+        for e in entries {
+            batch.put_cf(cf, e.log_id.index.to_be_bytes(), backend::encode(&e));
+        }
+        let res = self.db.write_opt(batch, &synced());
+        let failed = res.as_ref().err().map(|e| e.to_string());
+        callback.log_io_completed(res.map_err(io_error));
+        match failed {
+            Some(e) => Err(write_err(e)),
+            None => Ok(()),
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        let cf = backend::cf(&self.db, CF_LOG);
+        let mut batch = WriteBatch::default();
+        batch.delete_range_cf(cf, log_id.index.to_be_bytes(), u64::MAX.to_be_bytes());
+        batch.delete_cf(cf, u64::MAX.to_be_bytes());
+        self.db.write_opt(batch, &synced()).map_err(write_err)
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.db
+            .put_cf_opt(
+                backend::cf(&self.db, CF_RAFT),
+                PURGED,
+                backend::encode(&log_id),
+                &synced(),
+            )
+            .map_err(write_err)?;
+        let cf = backend::cf(&self.db, CF_LOG);
+        self.db
+            .delete_range_cf(cf, 0u64.to_be_bytes(), (log_id.index + 1).to_be_bytes())
+            .map_err(write_err)
+    }
+}

@@ -1,0 +1,251 @@
+//! The client side of the peer transport: Raft RPCs to other members over gRPC.
+//!
+//! One tonic channel per peer, created lazily and cached for the life of the process (a channel
+//! reconnects by itself). Raft messages travel as bincode payloads inside `RaftMessage`;
+//! snapshots are streamed in 1 MiB chunks over one `InstallSnapshot` call.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::Future;
+use openraft::error::{
+    Fatal, InstallSnapshotError, NetworkError, RPCError, RaftError, ReplicationClosed,
+    StreamingError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    SnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::{OptionalSend, Vote};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use skiff_proto::raft::v1::raft_peer_client::RaftPeerClient;
+use skiff_proto::raft::v1::{RaftMessage, SnapshotChunk};
+use tonic::transport::{Channel, Endpoint};
+
+use super::{Member, Snapshot, SnapshotMeta, TypeConfig};
+use crate::backend;
+
+/// Bytes per streamed snapshot chunk.
+pub const SNAPSHOT_CHUNK: usize = 1 << 20;
+
+/// The first chunk's header: either a whole snapshot follows in this stream, or (openraft's
+/// chunked protocol) the header carries one chunk request by itself.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum SnapshotHeader {
+    Full { vote: Vote<u64>, meta: SnapshotMeta },
+    Chunk(InstallSnapshotRequest<TypeConfig>),
+}
+
+/// Channels to peers, shared by every Raft replication stream and by request forwarding.
+#[derive(Debug, Clone, Default)]
+pub struct Channels {
+    inner: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+impl Channels {
+    /// The cached channel to `url`, created (lazily connecting) on first use.
+    pub fn get(&self, url: &str) -> Result<Channel, tonic::transport::Error> {
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = map.get(url) {
+            return Ok(c.clone());
+        }
+        let channel = Endpoint::from_shared(url.to_string())?
+            .connect_timeout(Duration::from_secs(1))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .connect_lazy();
+        map.insert(url.to_string(), channel.clone());
+        Ok(channel)
+    }
+
+    pub fn peer_client(
+        &self,
+        url: &str,
+    ) -> Result<RaftPeerClient<Channel>, tonic::transport::Error> {
+        Ok(RaftPeerClient::new(self.get(url)?)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX))
+    }
+}
+
+/// The network factory handed to openraft.
+#[derive(Debug, Clone, Default)]
+pub struct Network {
+    pub channels: Channels,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerConnection;
+
+    async fn new_client(&mut self, target: u64, node: &Member) -> PeerConnection {
+        PeerConnection {
+            target,
+            url: node.peer_urls.first().cloned().unwrap_or_default(),
+            channels: self.channels.clone(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct PeerConnection {
+    target: u64,
+    url: String,
+    channels: Channels,
+}
+
+type RpcErr<E = openraft::error::Infallible> = RPCError<u64, Member, RaftError<u64, E>>;
+
+fn unreachable_err<E: std::error::Error>(e: impl std::fmt::Display) -> RPCError<u64, Member, E> {
+    RPCError::Unreachable(Unreachable::new(&std::io::Error::other(e.to_string())))
+}
+
+fn network_err<E: std::error::Error>(e: impl std::fmt::Display) -> RPCError<u64, Member, E> {
+    RPCError::Network(NetworkError::new(&std::io::Error::other(e.to_string())))
+}
+
+fn status_err<E: std::error::Error>(s: tonic::Status) -> RPCError<u64, Member, E> {
+    match s.code() {
+        tonic::Code::Unavailable | tonic::Code::Cancelled => unreachable_err(s.message()),
+        _ => network_err(format!("{}: {}", s.code(), s.message())),
+    }
+}
+
+fn decode_reply<T: DeserializeOwned, E: std::error::Error + DeserializeOwned>(
+    msg: RaftMessage,
+    target: u64,
+) -> Result<T, RPCError<u64, Member, RaftError<u64, E>>> {
+    let reply: Result<T, RaftError<u64, E>> = backend::decode(&msg.payload).map_err(network_err)?;
+    reply.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(target, e)))
+}
+
+impl PeerConnection {
+    fn client(&self) -> Result<RaftPeerClient<Channel>, tonic::transport::Error> {
+        self.channels.peer_client(&self.url)
+    }
+
+    fn request<T>(&self, payload: T, option: &RPCOption) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(payload);
+        req.set_timeout(option.hard_ttl());
+        req
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerConnection {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RpcErr> {
+        let mut client = self.client().map_err(unreachable_err)?;
+        let msg = RaftMessage {
+            payload: backend::encode(&rpc),
+        };
+        let reply = client
+            .append_entries(self.request(msg, &option))
+            .await
+            .map_err(status_err)?;
+        decode_reply(reply.into_inner(), self.target)
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<u64>, RpcErr<InstallSnapshotError>> {
+        let mut client = self.client().map_err(unreachable_err)?;
+        let chunk = SnapshotChunk {
+            header: backend::encode(&SnapshotHeader::Chunk(rpc)),
+            offset: 0,
+            data: Vec::new(),
+            done: true,
+        };
+        let stream = futures::stream::iter([chunk]);
+        let reply = client
+            .install_snapshot(self.request(stream, &option))
+            .await
+            .map_err(status_err)?;
+        decode_reply(reply.into_inner(), self.target)
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<u64>, RpcErr> {
+        let mut client = self.client().map_err(unreachable_err)?;
+        let msg = RaftMessage {
+            payload: backend::encode(&rpc),
+        };
+        let reply = client
+            .vote(self.request(msg, &option))
+            .await
+            .map_err(status_err)?;
+        decode_reply(reply.into_inner(), self.target)
+    }
+
+    /// Streams the whole snapshot in one call: the header with the vote and metadata first,
+    /// then the data in [`SNAPSHOT_CHUNK`]-byte pieces.
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote<u64>,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<u64>, StreamingError<TypeConfig, Fatal<u64>>> {
+        let mut client = self.client().map_err(|e| {
+            StreamingError::Unreachable(Unreachable::new(&std::io::Error::other(e.to_string())))
+        })?;
+        let header = backend::encode(&SnapshotHeader::Full {
+            vote,
+            meta: snapshot.meta.clone(),
+        });
+        let data = snapshot.snapshot.into_inner();
+        let mut chunks = Vec::with_capacity(data.len() / SNAPSHOT_CHUNK + 1);
+        let mut offset = 0;
+        loop {
+            let end = (offset + SNAPSHOT_CHUNK).min(data.len());
+            chunks.push(SnapshotChunk {
+                header: if offset == 0 {
+                    header.clone()
+                } else {
+                    Vec::new()
+                },
+                offset: offset as u64,
+                data: data[offset..end].to_vec(),
+                done: end == data.len(),
+            });
+            if end == data.len() {
+                break;
+            }
+            offset = end;
+        }
+        // Snapshots can be large: the deadline is per chunk rather than for the whole stream.
+        let n = chunks.len() as u32;
+        let mut req = tonic::Request::new(futures::stream::iter(chunks));
+        req.set_timeout(option.hard_ttl() * n.max(1));
+        let call = client.install_snapshot(req);
+        let reply = tokio::select! {
+            r = call => r,
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+        };
+        let reply = reply.map_err(|s| match s.code() {
+            tonic::Code::Unavailable => StreamingError::Unreachable(Unreachable::new(
+                &std::io::Error::other(s.message().to_string()),
+            )),
+            _ => StreamingError::Network(NetworkError::new(&std::io::Error::other(
+                s.message().to_string(),
+            ))),
+        })?;
+        let reply: Result<SnapshotResponse<u64>, Fatal<u64>> =
+            backend::decode(&reply.into_inner().payload).map_err(|e| {
+                StreamingError::Network(NetworkError::new(&std::io::Error::other(e.to_string())))
+            })?;
+        reply.map_err(|f| {
+            StreamingError::RemoteError(openraft::error::RemoteError::new(self.target, f))
+        })
+    }
+}

@@ -1,0 +1,111 @@
+//! The server side of the peer transport: the `RaftPeer` service a member serves on its peer
+//! URL, handing Raft RPCs to openraft and forwarded client requests to the member.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use skiff_proto::raft::v1::raft_peer_server::RaftPeer;
+use skiff_proto::raft::v1::{HelloRequest, HelloResponse, RaftMessage, SnapshotChunk};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::network::SnapshotHeader;
+use super::{Snapshot, TypeConfig};
+use crate::backend;
+use crate::member::{Forwarded, StoreMember};
+
+#[derive(Debug, Clone)]
+pub struct PeerService {
+    member: Arc<StoreMember>,
+}
+
+impl PeerService {
+    pub fn new(member: Arc<StoreMember>) -> Self {
+        PeerService { member }
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(msg: &RaftMessage) -> Result<T, Status> {
+    backend::decode(&msg.payload)
+        .map_err(|e| Status::invalid_argument(format!("malformed peer message: {e}")))
+}
+
+fn reply<T: serde::Serialize>(v: &T) -> Result<Response<RaftMessage>, Status> {
+    Ok(Response::new(RaftMessage {
+        payload: backend::encode(v),
+    }))
+}
+
+#[tonic::async_trait]
+impl RaftPeer for PeerService {
+    async fn vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let rpc = decode(req.get_ref())?;
+        reply(&self.member.raft.vote(rpc).await)
+    }
+
+    async fn append_entries(
+        &self,
+        req: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let rpc: openraft::raft::AppendEntriesRequest<TypeConfig> = decode(req.get_ref())?;
+        reply(&self.member.raft.append_entries(rpc).await)
+    }
+
+    async fn install_snapshot(
+        &self,
+        req: Request<Streaming<SnapshotChunk>>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let mut stream = req.into_inner();
+        let first = stream
+            .next()
+            .await
+            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
+        let header: SnapshotHeader = backend::decode(&first.header)
+            .map_err(|e| Status::invalid_argument(format!("malformed snapshot header: {e}")))?;
+        match header {
+            SnapshotHeader::Chunk(rpc) => reply(&self.member.raft.install_snapshot(rpc).await),
+            SnapshotHeader::Full { vote, meta } => {
+                let mut data = first.data;
+                let mut done = first.done;
+                while !done {
+                    let chunk = stream
+                        .next()
+                        .await
+                        .ok_or_else(|| Status::invalid_argument("snapshot stream ended early"))??;
+                    if chunk.offset != data.len() as u64 {
+                        return Err(Status::invalid_argument(format!(
+                            "snapshot chunk at offset {} after {} bytes",
+                            chunk.offset,
+                            data.len()
+                        )));
+                    }
+                    data.extend_from_slice(&chunk.data);
+                    done = chunk.done;
+                }
+                let snapshot = Snapshot {
+                    meta,
+                    snapshot: Box::new(std::io::Cursor::new(data)),
+                };
+                reply(&self.member.raft.install_full_snapshot(vote, snapshot).await)
+            }
+        }
+    }
+
+    async fn forward(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let fwd: Forwarded = decode(req.get_ref())?;
+        reply(&self.member.local(&fwd).await)
+    }
+
+    async fn hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloResponse>, Status> {
+        if req.get_ref().cluster_token != self.member.config.initial_cluster_token {
+            return Err(Status::failed_precondition(format!(
+                "cluster token mismatch: this cluster is {:?}",
+                self.member.config.initial_cluster_token
+            )));
+        }
+        Ok(Response::new(HelloResponse {
+            cluster_id: self.member.cluster_id,
+            member_id: self.member.id,
+            name: self.member.config.name.clone(),
+        }))
+    }
+}

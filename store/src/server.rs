@@ -1,0 +1,305 @@
+//! Serving a member: the etcd services on the client URLs, the peer service on the peer URLs,
+//! and `/health` and `/metrics` over HTTP on the metrics URLs.
+
+use std::future::Future;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use skiff_proto::etcd::{
+    PbClusterServer, PbKvServer, PbLeaseServer, PbMaintenanceServer, PbWatchServer,
+};
+use skiff_proto::raft::v1::raft_peer_server::RaftPeerServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::etcd::cluster::ClusterService;
+use crate::etcd::kv::KvService;
+use crate::etcd::lease::LeaseService;
+use crate::etcd::maintenance::MaintenanceService;
+use crate::etcd::watch::WatchService;
+use crate::member::{MemberConfig, StoreMember};
+use crate::raft::service::PeerService;
+
+/// gRPC framing and metadata on top of the largest request, as etcd allows.
+const GRPC_OVERHEAD: usize = 512 * 1024;
+
+/// Where a member listens.
+#[derive(Debug, Clone)]
+pub struct Listen {
+    pub client_urls: Vec<String>,
+    pub peer_urls: Vec<String>,
+    pub metrics_urls: Vec<String>,
+    /// How often watchers that asked for progress notifications get one.
+    pub watch_progress_notify_interval: Duration,
+}
+
+/// `http://host:port` → the address to bind. Only plain HTTP (h2c) is served.
+pub fn socket_addr(url: &str) -> anyhow::Result<SocketAddr> {
+    let rest = if let Some(rest) = url.strip_prefix("http://") {
+        rest
+    } else if url.starts_with("https://") || url.starts_with("unix://") {
+        bail!("{url}: only http:// URLs are supported (no TLS or unix sockets yet)");
+    } else {
+        bail!("{url}: expected a URL like http://127.0.0.1:2379");
+    };
+    let hostport = rest.trim_end_matches('/');
+    hostport
+        .to_socket_addrs()
+        .with_context(|| format!("{url}: not a host:port"))?
+        .next()
+        .with_context(|| format!("{url}: resolves to no address"))
+}
+
+async fn bind_all(urls: &[String], what: &str) -> anyhow::Result<Vec<TcpListener>> {
+    let mut out = Vec::new();
+    for url in urls {
+        let addr = socket_addr(url)?;
+        out.push(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listening for {what} on {url}"))?,
+        );
+    }
+    Ok(out)
+}
+
+/// Starts the member and serves it until `shutdown` resolves.
+pub async fn run(
+    config: MemberConfig,
+    listen: Listen,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    // Bind first: a taken port fails the start before anything touches the data directory.
+    let client = bind_all(&listen.client_urls, "clients").await?;
+    let peer = bind_all(&listen.peer_urls, "peers").await?;
+    let metrics = bind_all(&listen.metrics_urls, "metrics").await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut tasks = tokio::task::JoinSet::new();
+    // Peers must be reachable while the member starts (a joining member says hello first).
+    let (member_tx, member_rx) = tokio::sync::watch::channel(None::<Arc<StoreMember>>);
+    for l in peer {
+        let mut rx = member_rx.clone();
+        let stop = stop_rx.clone();
+        tasks.spawn(async move {
+            let member = loop {
+                if let Some(m) = rx.borrow().clone() {
+                    break m;
+                }
+                if rx.changed().await.is_err() {
+                    return Ok(());
+                }
+            };
+            tonic::transport::Server::builder()
+                .add_service(
+                    RaftPeerServer::new(PeerService::new(member))
+                        .max_decoding_message_size(usize::MAX)
+                        .max_encoding_message_size(usize::MAX),
+                )
+                .serve_with_incoming_shutdown(TcpListenerStream::new(l), wait(stop))
+                .await
+                .context("peer server")
+        });
+    }
+    let member = StoreMember::start(config).await?;
+    let _ = member_tx.send(Some(member.clone()));
+    let limit = member.config.max_request_bytes + GRPC_OVERHEAD;
+    for l in client {
+        let m = member.clone();
+        let stop = stop_rx.clone();
+        let progress = listen.watch_progress_notify_interval;
+        tasks.spawn(async move {
+            tonic::transport::Server::builder()
+                .tcp_nodelay(true)
+                .add_service(
+                    PbKvServer::new(KvService::new(m.clone())).max_decoding_message_size(limit),
+                )
+                .add_service(
+                    PbWatchServer::new(WatchService::new(m.clone(), progress))
+                        .max_decoding_message_size(limit),
+                )
+                .add_service(
+                    PbLeaseServer::new(LeaseService::new(m.clone()))
+                        .max_decoding_message_size(limit),
+                )
+                .add_service(
+                    PbClusterServer::new(ClusterService::new(m.clone()))
+                        .max_decoding_message_size(limit),
+                )
+                .add_service(
+                    PbMaintenanceServer::new(MaintenanceService::new(m.clone()))
+                        .max_decoding_message_size(limit),
+                )
+                .serve_with_incoming_shutdown(TcpListenerStream::new(l), wait(stop))
+                .await
+                .context("client server")
+        });
+    }
+    for l in metrics {
+        let m = member.clone();
+        let stop = stop_rx.clone();
+        tasks.spawn(async move {
+            axum::serve(l, http_routes(m))
+                .with_graceful_shutdown(wait(stop))
+                .await
+                .context("metrics server")
+        });
+    }
+    tracing::info!(
+        member = %format_args!("{:x}", member.id),
+        cluster = %format_args!("{:x}", member.cluster_id),
+        name = %member.config.name,
+        "store member serving"
+    );
+    let result = tokio::select! {
+        _ = shutdown => Ok(()),
+        Some(r) = tasks.join_next() => match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(e.into()),
+        },
+    };
+    let _ = stop_tx.send(true);
+    member.shutdown().await;
+    while tasks.join_next().await.is_some() {}
+    result
+}
+
+async fn wait(mut stop: tokio::sync::watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        if stop.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+fn http_routes(member: Arc<StoreMember>) -> axum::Router {
+    use axum::routing::get;
+    let health_member = member.clone();
+    axum::Router::new()
+        .route(
+            "/health",
+            get(move || {
+                let m = health_member.clone();
+                async move { health(&m) }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || {
+                let m = member.clone();
+                async move { metrics(&m) }
+            }),
+        )
+}
+
+/// etcd's `/health`: healthy when a leader is known and no alarm is raised.
+fn health(m: &StoreMember) -> (axum::http::StatusCode, String) {
+    let alarms = m.shared.read().alarms();
+    let (ok, reason) = if m.leader().is_none() {
+        (false, "RAFT NO LEADER")
+    } else if !alarms.is_empty() {
+        (false, "ALARM NOSPACE")
+    } else {
+        (true, "")
+    };
+    let code = if ok {
+        axum::http::StatusCode::OK
+    } else {
+        axum::http::StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        format!("{{\"health\":\"{ok}\",\"reason\":\"{reason}\"}}\n"),
+    )
+}
+
+/// Prometheus text exposition of the member's state.
+fn metrics(m: &StoreMember) -> String {
+    let (revision, compacted, keys, leases) = {
+        let mvcc = m.shared.read();
+        (
+            mvcc.revision(),
+            mvcc.compacted(),
+            mvcc.key_count(),
+            mvcc.leases().len(),
+        )
+    };
+    let gauges: [(&str, &str, f64); 11] = [
+        (
+            "skiff_store_has_leader",
+            "Whether a leader is known (1) or not (0).",
+            f64::from(u8::from(m.leader().is_some())),
+        ),
+        (
+            "skiff_store_is_leader",
+            "Whether this member is the leader.",
+            f64::from(u8::from(m.is_leader())),
+        ),
+        (
+            "skiff_store_raft_term",
+            "Current Raft term.",
+            m.term() as f64,
+        ),
+        (
+            "skiff_store_raft_index",
+            "Last Raft log index.",
+            m.raft_index() as f64,
+        ),
+        (
+            "skiff_store_raft_applied_index",
+            "Last applied Raft log index.",
+            m.applied_index() as f64,
+        ),
+        (
+            "skiff_store_mvcc_revision",
+            "Current store revision.",
+            revision as f64,
+        ),
+        (
+            "skiff_store_mvcc_compact_revision",
+            "Revision of the last compaction.",
+            compacted as f64,
+        ),
+        (
+            "skiff_store_mvcc_keys",
+            "Keys with history in the index.",
+            keys as f64,
+        ),
+        ("skiff_store_leases", "Live leases.", leases as f64),
+        (
+            "skiff_store_watchers",
+            "Registered watchers.",
+            m.shared.hub.watcher_count() as f64,
+        ),
+        (
+            "skiff_store_db_size_bytes",
+            "Backend size on disk and in memtables.",
+            m.db_size() as f64,
+        ),
+    ];
+    let mut out = String::new();
+    for (name, help, value) in gauges {
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_urls() {
+        assert_eq!(
+            socket_addr("http://127.0.0.1:2379").expect("valid"),
+            "127.0.0.1:2379".parse().expect("addr")
+        );
+        assert!(socket_addr("https://127.0.0.1:2379").is_err());
+        assert!(socket_addr("127.0.0.1:2379").is_err());
+        assert!(socket_addr("http://127.0.0.1").is_err());
+    }
+}
