@@ -50,6 +50,14 @@ pub struct Args {
     /// Applied entries between snapshots (the log behind a snapshot is purged).
     #[arg(long, default_value_t = 10_000)]
     snapshot_count: u64,
+    /// Log entries kept behind a snapshot for slow followers; one further behind is sent the
+    /// snapshot.
+    #[arg(
+        long,
+        alias = "experimental-snapshot-catchup-entries",
+        default_value_t = 5_000
+    )]
+    snapshot_catchup_entries: u64,
     /// Largest request a client may send, in bytes.
     #[arg(long, default_value_t = 1536 * 1024)]
     max_request_bytes: usize,
@@ -136,6 +144,7 @@ impl Args {
             heartbeat_interval: Duration::from_millis(self.heartbeat_interval),
             election_timeout: Duration::from_millis(self.election_timeout),
             snapshot_count: self.snapshot_count,
+            snapshot_catchup_entries: self.snapshot_catchup_entries,
             max_request_bytes: self.max_request_bytes,
             max_txn_ops: self.max_txn_ops,
             quota_backend_bytes: self.quota_backend_bytes,

@@ -36,6 +36,9 @@ pub struct MemberConfig {
     pub election_timeout: Duration,
     /// Applied entries between snapshots.
     pub snapshot_count: u64,
+    /// Log entries kept behind a snapshot for slow followers; one further behind gets the
+    /// snapshot instead.
+    pub snapshot_catchup_entries: u64,
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
     pub quota_backend_bytes: u64,
@@ -54,6 +57,7 @@ impl Default for MemberConfig {
             heartbeat_interval: Duration::from_millis(100),
             election_timeout: Duration::from_millis(1000),
             snapshot_count: 10_000,
+            snapshot_catchup_entries: 5_000,
             max_request_bytes: 1536 * 1024,
             max_txn_ops: 128,
             quota_backend_bytes: 2 << 30,
@@ -175,7 +179,7 @@ impl StoreMember {
             install_snapshot_timeout: el.max(1000) * 2,
             max_payload_entries: 512,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_count),
-            max_in_snapshot_log_to_keep: 1000,
+            max_in_snapshot_log_to_keep: config.snapshot_catchup_entries,
             purge_batch_size: 256,
             ..Config::default()
         }

@@ -285,6 +285,15 @@ fn metrics(m: &StoreMember) -> String {
             "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"
         ));
     }
+    let installed = m
+        .shared
+        .snapshots_installed
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let name = "skiff_store_snapshots_installed_total";
+    out.push_str(&format!(
+        "# HELP {name} Snapshots received from a leader and installed.\n\
+         # TYPE {name} counter\n{name} {installed}\n"
+    ));
     out
 }
 

@@ -31,6 +31,8 @@ const META_MEMBERSHIP: &[u8] = b"membership";
 pub struct Shared {
     mvcc: RwLock<Mvcc>,
     pub hub: Arc<WatchHub>,
+    /// Snapshots received from a leader and installed (a metric).
+    pub snapshots_installed: AtomicU64,
 }
 
 impl Shared {
@@ -38,6 +40,7 @@ impl Shared {
         Arc::new(Shared {
             mvcc: RwLock::new(mvcc),
             hub: Arc::new(WatchHub::default()),
+            snapshots_installed: AtomicU64::new(0),
         })
     }
 
@@ -269,6 +272,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             // from the installed keyspace (or learn that their start was compacted).
             self.shared.hub.unsync_all();
         }
+        self.shared
+            .snapshots_installed
+            .fetch_add(1, Ordering::Relaxed);
         self.save_snapshot(meta, &data)
     }
 

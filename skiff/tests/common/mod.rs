@@ -1,0 +1,286 @@
+//! A real store cluster for tests: `skiff store` processes on loopback with ephemeral ports
+//! and temporary data directories, killed by PID when the test ends.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use etcd_client::Client;
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("an ephemeral port")
+        .port()
+}
+
+#[derive(Debug)]
+pub struct Member {
+    pub name: String,
+    pub client_url: String,
+    pub peer_url: String,
+    pub metrics_url: String,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Member {
+    pub fn endpoint(&self) -> String {
+        self.client_url.trim_start_matches("http://").to_string()
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+}
+
+#[derive(Debug)]
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub members: Vec<Member>,
+    pub extra: Vec<String>,
+}
+
+pub fn skiff_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_skiff")
+}
+
+impl Cluster {
+    /// Starts `n` members with extra `skiff store` flags and waits for a leader.
+    pub async fn start(n: usize, extra: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let members: Vec<Member> = (0..n)
+            .map(|i| new_member(dir.path(), &format!("m{i}")))
+            .collect();
+        let mut c = Cluster {
+            dir,
+            members,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        let initial = c.initial_cluster();
+        for i in 0..n {
+            c.spawn(i, &initial, "new");
+        }
+        c.wait_leader(Duration::from_secs(20)).await;
+        c
+    }
+
+    pub fn initial_cluster(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn spawn(&mut self, i: usize, initial: &str, state: &str) {
+        let m = &mut self.members[i];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&m.log)
+            .expect("log file");
+        let child = Command::new(skiff_bin())
+            .args(["store", "--name", &m.name])
+            .arg("--data-dir")
+            .arg(&m.data_dir)
+            .args(["--listen-client-urls", &m.client_url])
+            .args(["--listen-peer-urls", &m.peer_url])
+            .args(["--listen-metrics-urls", &m.metrics_url])
+            .args(["--initial-cluster", initial])
+            .args(["--initial-cluster-state", state])
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .args(&self.extra)
+            .env("SKIFF_LOG", "info,openraft=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn skiff store");
+        m.child = Some(child);
+    }
+
+    /// Adds a member to the cluster's list (not started, not yet in the Raft membership).
+    pub fn add_spec(&mut self) -> usize {
+        let i = self.members.len();
+        let m = new_member(self.dir.path(), &format!("m{i}"));
+        self.members.push(m);
+        i
+    }
+
+    /// Starts member `i` to join the running cluster.
+    pub fn start_joining(&mut self, i: usize) {
+        let initial = self.initial_cluster();
+        self.spawn(i, &initial, "existing");
+    }
+
+    /// kill -9.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn pause(&self, i: usize, stop: bool) {
+        if let Some(pid) = self.members[i].pid() {
+            let sig = if stop { "-STOP" } else { "-CONT" };
+            let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+        }
+    }
+
+    /// Restarts a killed member on its data directory.
+    pub fn restart(&mut self, i: usize) {
+        assert!(!self.members[i].is_running(), "member {i} is running");
+        let initial = self.initial_cluster();
+        self.spawn(i, &initial, "new");
+    }
+
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .filter(|m| m.is_running())
+            .map(Member::endpoint)
+            .collect()
+    }
+
+    /// A client of member `i` only.
+    pub async fn client(&self, i: usize) -> Client {
+        connect(&[self.members[i].endpoint()]).await
+    }
+
+    /// A client of every running member.
+    pub async fn client_all(&self) -> Client {
+        connect(&self.endpoints()).await
+    }
+
+    /// Waits until some running member reports itself leader; returns its index.
+    pub async fn wait_leader(&self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            for (i, m) in self.members.iter().enumerate() {
+                if !m.is_running() {
+                    continue;
+                }
+                if let Ok(mut c) = try_connect(&[m.endpoint()]).await
+                    && let Ok(s) = c.status().await
+                    && s.leader() == s.header().map_or(0, |h| h.member_id())
+                    && s.leader() != 0
+                {
+                    return i;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no leader within {timeout:?}; logs in {}",
+                self.dir.path().display()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Scrapes one value from member `i`'s /metrics.
+    pub fn metric(&self, i: usize, name: &str) -> Option<f64> {
+        let addr = self.members[i]
+            .metrics_url
+            .trim_start_matches("http://")
+            .to_string();
+        let mut s = TcpStream::connect(addr).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    pub fn log_of(&self, i: usize) -> String {
+        std::fs::read_to_string(&self.members[i].log).unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.pause(i, false);
+            self.kill(i);
+        }
+        if std::thread::panicking() {
+            for m in &self.members {
+                let log = std::fs::read_to_string(&m.log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                eprintln!("--- last lines of {} ---", m.name);
+                for l in tail.into_iter().rev() {
+                    eprintln!("{l}");
+                }
+            }
+        }
+    }
+}
+
+fn new_member(dir: &Path, name: &str) -> Member {
+    Member {
+        name: name.to_string(),
+        client_url: format!("http://127.0.0.1:{}", free_port()),
+        peer_url: format!("http://127.0.0.1:{}", free_port()),
+        metrics_url: format!("http://127.0.0.1:{}", free_port()),
+        data_dir: dir.join(name),
+        log: dir.join(format!("{name}.log")),
+        child: None,
+    }
+}
+
+async fn try_connect(endpoints: &[String]) -> Result<Client, etcd_client::Error> {
+    let opts = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(10));
+    Client::connect(endpoints, Some(opts)).await
+}
+
+pub async fn connect(endpoints: &[String]) -> Client {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match try_connect(endpoints).await {
+            Ok(c) => return c,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "cannot connect to {endpoints:?}: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Polls `f` until it returns Some, failing the test after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,244 @@
+//! A real three-member store cluster: replication, failover, catch-up, membership changes.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Cluster, eventually};
+use etcd_client::{Client, GetOptions};
+
+async fn get_serializable(c: &mut Client, key: &str) -> Option<String> {
+    let r = c
+        .get(key, Some(GetOptions::new().with_serializable()))
+        .await
+        .ok()?;
+    r.kvs()
+        .first()
+        .map(|kv| kv.value_str().unwrap_or_default().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_through_any_member_are_read_through_any_other() {
+    let cluster = Cluster::start(3, &[]).await;
+    let mut clients = Vec::new();
+    for i in 0..3 {
+        clients.push(cluster.client(i).await);
+    }
+    let mut last_rev = 0;
+    for i in 0..3 {
+        let resp = clients[i]
+            .put(format!("/any/k{i}"), format!("v{i}"), None)
+            .await
+            .expect("put through any member");
+        let h = resp.header().expect("header");
+        assert!(h.revision() > last_rev, "revisions grow");
+        last_rev = h.revision();
+        assert!(h.raft_term() >= 1);
+        // Linearizable read through the next member sees it at once.
+        let other = (i + 1) % 3;
+        let got = clients[other]
+            .get(format!("/any/k{i}"), None)
+            .await
+            .expect("get");
+        assert_eq!(got.kvs()[0].value(), format!("v{i}").as_bytes());
+        let gh = got.header().expect("header");
+        assert_eq!(gh.cluster_id(), h.cluster_id(), "one cluster id");
+        assert!(gh.revision() >= h.revision());
+    }
+    let ids: std::collections::BTreeSet<u64> = {
+        let mut ids = std::collections::BTreeSet::new();
+        for c in &mut clients {
+            ids.insert(
+                c.status()
+                    .await
+                    .expect("status")
+                    .header()
+                    .expect("h")
+                    .member_id(),
+            );
+        }
+        ids
+    };
+    assert_eq!(ids.len(), 3, "each member answers with its own id");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_loses_no_acknowledged_write_and_it_catches_up_from_a_snapshot() {
+    let mut cluster = Cluster::start(
+        3,
+        &["--snapshot-count", "50", "--snapshot-catchup-entries", "10"],
+    )
+    .await;
+    let acked: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..3 {
+        let mut client = cluster.client(w).await;
+        let acked = acked.clone();
+        let stop = stop.clone();
+        writers.push(tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let key = format!("/load/w{w}/{n:06}");
+                if client.put(key.clone(), n.to_string(), None).await.is_ok() {
+                    acked.lock().expect("lock").insert(key, n.to_string());
+                }
+                n += 1;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let leader = cluster.wait_leader(Duration::from_secs(5)).await;
+    let before = acked.lock().expect("lock").len();
+    cluster.kill(leader);
+    let killed_at = Instant::now();
+    let new_leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let failover = killed_at.elapsed();
+    assert_ne!(new_leader, leader);
+    eprintln!(
+        "failover: new leader after {failover:?}; {before} writes acknowledged before the kill"
+    );
+    // Keep writing well past the snapshot interval while the old leader is down.
+    let target = acked.lock().expect("lock").len() + 300;
+    eventually(Duration::from_secs(60), "300 more writes", || {
+        let n = acked.lock().expect("lock").len();
+        async move { (n >= target).then_some(()) }
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        w.await.expect("writer");
+    }
+    let acked = acked.lock().expect("lock").clone();
+    let mut survivor = cluster.client(new_leader).await;
+    let all = survivor
+        .get("/load/", Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("range");
+    let stored: BTreeMap<String, String> = all
+        .kvs()
+        .iter()
+        .map(|kv| {
+            (
+                kv.key_str().expect("utf8").to_string(),
+                kv.value_str().expect("utf8").to_string(),
+            )
+        })
+        .collect();
+    for (k, v) in &acked {
+        assert_eq!(stored.get(k), Some(v), "acknowledged write {k} lost");
+    }
+    let revision = all.header().expect("header").revision();
+    // The old leader comes back on its data directory and catches up; it is too far behind
+    // the purged log, so it needs the snapshot.
+    cluster.restart(leader);
+    let mut back = cluster.client(leader).await;
+    eventually(
+        Duration::from_secs(30),
+        "the restarted member to catch up",
+        || {
+            let mut back = back.clone();
+            async move {
+                let r = back
+                    .get(
+                        "/load/",
+                        Some(
+                            GetOptions::new()
+                                .with_prefix()
+                                .with_serializable()
+                                .with_count_only(),
+                        ),
+                    )
+                    .await
+                    .ok()?;
+                (r.header()?.revision() >= revision).then_some(())
+            }
+        },
+    )
+    .await;
+    let r = back
+        .get(
+            "/load/",
+            Some(GetOptions::new().with_prefix().with_serializable()),
+        )
+        .await
+        .expect("range");
+    assert_eq!(r.kvs().len(), stored.len());
+    let installed = cluster
+        .metric(leader, "skiff_store_snapshots_installed_total")
+        .expect("metric");
+    assert!(
+        installed >= 1.0,
+        "the restarted member caught up without a snapshot"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_are_added_as_learners_promoted_and_removed() {
+    let mut cluster = Cluster::start(3, &[]).await;
+    let mut c = cluster.client(0).await;
+    c.put("/before", "join", None).await.expect("put");
+    let d = cluster.add_spec();
+    let peer = cluster.members[d].peer_url.clone();
+    let added = c
+        .member_add(
+            [peer.clone()],
+            Some(etcd_client::MemberAddOptions::new().with_is_learner()),
+        )
+        .await
+        .expect("member add");
+    let id = added.member().expect("member").id();
+    assert!(
+        added
+            .member_list()
+            .iter()
+            .any(|m| m.id() == id && m.is_learner())
+    );
+    cluster.start_joining(d);
+    let mut joined = cluster.client(d).await;
+    let v = eventually(Duration::from_secs(30), "the learner to replicate", || {
+        let mut joined = joined.clone();
+        async move { get_serializable(&mut joined, "/before").await }
+    })
+    .await;
+    assert_eq!(v, "join");
+    c.member_promote(id).await.expect("promote");
+    let list = eventually(
+        Duration::from_secs(10),
+        "the new member's name and client URL",
+        || {
+            let mut c = c.clone();
+            async move {
+                let l = c.member_list().await.ok()?;
+                let m = l.members().iter().find(|m| m.id() == id)?;
+                (!m.is_learner() && m.name() == "m3" && !m.client_urls().is_empty())
+                    .then(|| l.members().len())
+            }
+        },
+    )
+    .await;
+    assert_eq!(list, 4);
+    // A write through the new voter.
+    joined
+        .put("/after", "promote", None)
+        .await
+        .expect("put via new member");
+    c.member_remove(id).await.expect("remove");
+    let left = c.member_list().await.expect("list");
+    assert_eq!(left.members().len(), 3);
+    assert!(left.members().iter().all(|m| m.id() != id));
+    c.put("/after-remove", "ok", None)
+        .await
+        .expect("writes go on with three");
+    // Errors as etcd's.
+    let err = c.member_remove(id).await.expect_err("removing twice");
+    assert!(err.to_string().contains("member not found"), "{err}");
+    let err = c
+        .member_add([cluster.members[1].peer_url.clone()], None)
+        .await
+        .expect_err("duplicate peer URL");
+    assert!(err.to_string().contains("already exist"), "{err}");
+    cluster.kill(d);
+}
