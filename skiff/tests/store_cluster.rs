@@ -242,3 +242,74 @@ async fn members_are_added_as_learners_promoted_and_removed() {
     assert!(err.to_string().contains("already exist"), "{err}");
     cluster.kill(d);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_from_the_rust_client() {
+    let cluster = Cluster::start(3, &[]).await;
+    let mut c = cluster.client(1).await;
+    let lease = c.lease_grant(30, None).await.expect("grant");
+    let id = lease.id();
+    assert_eq!(lease.ttl(), 30);
+    c.put(
+        "/lease/a",
+        "1",
+        Some(etcd_client::PutOptions::new().with_lease(id)),
+    )
+    .await
+    .expect("put with lease");
+    c.put(
+        "/lease/b",
+        "2",
+        Some(etcd_client::PutOptions::new().with_lease(id)),
+    )
+    .await
+    .expect("put with lease");
+    let (mut keeper, mut replies) = c.lease_keep_alive(id).await.expect("keep-alive stream");
+    keeper.keep_alive().await.expect("keep-alive");
+    let reply = replies.message().await.expect("reply").expect("a reply");
+    assert_eq!((reply.id(), reply.ttl()), (id, 30));
+    let ttl = cluster
+        .client(2)
+        .await
+        .lease_time_to_live(
+            id,
+            Some(etcd_client::LeaseTimeToLiveOptions::new().with_keys()),
+        )
+        .await
+        .expect("time to live");
+    assert_eq!(ttl.granted_ttl(), 30);
+    assert!(ttl.ttl() > 0 && ttl.ttl() <= 30);
+    assert_eq!(ttl.keys(), [b"/lease/a".to_vec(), b"/lease/b".to_vec()]);
+    let leases = c.leases().await.expect("leases");
+    assert!(leases.leases().iter().any(|l| l.id() == id));
+    // Revoking deletes both keys in one revision.
+    let mut w = c
+        .watch(
+            "/lease/",
+            Some(etcd_client::WatchOptions::new().with_prefix()),
+        )
+        .await
+        .expect("watch");
+    let _created = w.message().await.expect("created");
+    c.lease_revoke(id).await.expect("revoke");
+    let r = w.message().await.expect("events").expect("a response");
+    assert_eq!(r.events().len(), 2, "both keys deleted together");
+    assert!(
+        r.events()
+            .iter()
+            .all(|e| e.event_type() == etcd_client::EventType::Delete)
+    );
+    let left = c
+        .get("/lease/", Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("get");
+    assert_eq!(left.count(), 0);
+    // Unknown leases: TTL -1 from time-to-live, an error from revoke.
+    let gone = c.lease_time_to_live(id, None).await.expect("time to live");
+    assert_eq!(gone.ttl(), -1);
+    let err = c.lease_revoke(id).await.expect_err("revoke twice");
+    assert!(
+        err.to_string().contains("requested lease not found"),
+        "{err}"
+    );
+}

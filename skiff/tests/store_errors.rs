@@ -1,0 +1,197 @@
+//! Bad input gets etcd's errors, and nothing is partially applied.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Cluster, eventually};
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+
+fn assert_err<T: std::fmt::Debug>(r: Result<T, etcd_client::Error>, code: Code, msg: &str) {
+    match r {
+        Err(etcd_client::Error::GRpcStatus(s)) => {
+            assert_eq!(s.code() as i32, code as i32, "code of {s:?}");
+            assert!(
+                s.message().contains(msg),
+                "{:?} does not say {msg:?}",
+                s.message()
+            );
+        }
+        other => panic!("expected {code:?} {msg:?}, got {other:?}"),
+    }
+}
+
+/// The gRPC codes the checks expect (numbered as in the gRPC spec).
+mod tonic_code {
+    #[derive(Debug, Clone, Copy)]
+    pub enum Code {
+        InvalidArgument = 3,
+        NotFound = 5,
+        ResourceExhausted = 8,
+        OutOfRange = 11,
+    }
+}
+use tonic_code::Code;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_are_refused_with_etcds_errors_and_write_nothing() {
+    let cluster = Cluster::start(3, &["--max-request-bytes", "65536", "--max-txn-ops", "16"]).await;
+    let mut c = cluster.client(1).await;
+    // Oversized put.
+    let big = vec![b'x'; 100 * 1024];
+    assert_err(
+        c.put("/big", big, None).await,
+        Code::InvalidArgument,
+        "etcdserver: request is too large",
+    );
+    assert_eq!(c.get("/big", None).await.expect("get").count(), 0);
+    // A transaction over the op limit: none of its puts land.
+    let ops: Vec<TxnOp> = (0..17)
+        .map(|i| TxnOp::put(format!("/txn/{i}"), "v", None))
+        .collect();
+    assert_err(
+        c.txn(Txn::new().and_then(ops)).await,
+        Code::InvalidArgument,
+        "etcdserver: too many operations in txn request",
+    );
+    let some = c
+        .get("/txn/", Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("get");
+    assert_eq!(some.count(), 0);
+    // Duplicate keys in one branch.
+    assert_err(
+        c.txn(Txn::new().and_then([TxnOp::put("/d", "1", None), TxnOp::put("/d", "2", None)]))
+            .await,
+        Code::InvalidArgument,
+        "etcdserver: duplicate key given in txn request",
+    );
+    // A put under a lease that does not exist, inside a transaction with a good put.
+    let txn = Txn::new()
+        .when([Compare::version("/nope", CompareOp::Equal, 0)])
+        .and_then([
+            TxnOp::put("/good", "1", None),
+            TxnOp::put("/leased", "1", Some(PutOptions::new().with_lease(12345))),
+        ]);
+    assert_err(
+        c.txn(txn).await,
+        Code::NotFound,
+        "etcdserver: requested lease not found",
+    );
+    assert_eq!(c.get("/good", None).await.expect("get").count(), 0);
+    // ignore_value with a value.
+    assert_err(
+        c.put("/k", "v", Some(PutOptions::new().with_ignore_value()))
+            .await,
+        Code::InvalidArgument,
+        "etcdserver: value is provided",
+    );
+    // ignore_value on a missing key.
+    assert_err(
+        c.put("/missing", "", Some(PutOptions::new().with_ignore_value()))
+            .await,
+        Code::InvalidArgument,
+        "etcdserver: key not found",
+    );
+    // Reads at compacted and future revisions.
+    let mut rev = 0;
+    for i in 0..3 {
+        rev = c
+            .put("/h", i.to_string(), None)
+            .await
+            .expect("put")
+            .header()
+            .expect("h")
+            .revision();
+    }
+    c.compact(rev, None).await.expect("compact");
+    assert_err(
+        c.get("/h", Some(GetOptions::new().with_revision(rev - 1)))
+            .await,
+        Code::OutOfRange,
+        "etcdserver: mvcc: required revision has been compacted",
+    );
+    assert_err(
+        c.get("/h", Some(GetOptions::new().with_revision(rev + 100)))
+            .await,
+        Code::OutOfRange,
+        "etcdserver: mvcc: required revision is a future revision",
+    );
+    assert_err(
+        c.compact(rev - 1, None).await,
+        Code::OutOfRange,
+        "required revision has been compacted",
+    );
+    // An empty key.
+    assert_err(
+        c.put("", "v", None).await,
+        Code::InvalidArgument,
+        "etcdserver: key is not provided",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_quota_the_cluster_refuses_writes_but_serves_reads_and_deletes() {
+    let cluster = Cluster::start(3, &["--quota-backend-bytes", "4000000"]).await;
+    let mut c = cluster.client(2).await;
+    c.put("/kept", "v", None)
+        .await
+        .expect("put under the quota");
+    // Fill past the quota; the leader raises the alarm within a tick.
+    let chunk = vec![b'x'; 60 * 1024];
+    for i in 0..80 {
+        if c.put(format!("/fill/{i}"), chunk.clone(), None)
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    eventually(Duration::from_secs(10), "the NOSPACE alarm", || {
+        let mut c = c.clone();
+        async move {
+            let alarms = c
+                .alarm(
+                    etcd_client::AlarmAction::Get,
+                    etcd_client::AlarmType::None,
+                    None,
+                )
+                .await
+                .ok()?;
+            (!alarms.alarms().is_empty()).then_some(())
+        }
+    })
+    .await;
+    let status = c.status().await.expect("status");
+    assert!(
+        status.errors().iter().any(|e| e.contains("NOSPACE")),
+        "{:?}",
+        status.errors()
+    );
+    assert_err(
+        c.put("/new", "v", None).await,
+        Code::ResourceExhausted,
+        "etcdserver: mvcc: database space exceeded",
+    );
+    assert_eq!(
+        c.get("/new", None)
+            .await
+            .expect("reads still served")
+            .count(),
+        0
+    );
+    assert_eq!(
+        c.get("/kept", None)
+            .await
+            .expect("reads still served")
+            .count(),
+        1
+    );
+    let d = c
+        .delete(
+            "/fill/",
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await;
+    assert!(d.expect("deletes still allowed").deleted() > 0);
+}

@@ -1,0 +1,179 @@
+//! Debian's `etcdctl` (etcd-client 3.4) against a Skiff cluster, unmodified.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{Cluster, eventually};
+
+struct Etcdctl {
+    endpoints: String,
+}
+
+impl Etcdctl {
+    fn run(&self, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+        let mut child = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoints))
+            .arg("--command-timeout=10s")
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect(
+                "etcdctl is installed (Debian package etcd-client; the test command installs it)",
+            );
+        if let Some(input) = stdin {
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(input.as_bytes())
+                .expect("write stdin");
+        }
+        let out = child.wait_with_output().expect("etcdctl output");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let (ok, out) = self.run(args, None);
+        assert!(ok, "etcdctl {args:?} failed:\n{out}");
+        out
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_works_unmodified() {
+    let cluster = Cluster::start(3, &[]).await;
+    let all = Etcdctl {
+        endpoints: cluster.endpoints().join(","),
+    };
+    let one = |i: usize| Etcdctl {
+        endpoints: cluster.members[i].endpoint(),
+    };
+    // put / get --prefix / --rev.
+    assert_eq!(one(0).ok(&["put", "/ctl/a", "1"]).trim(), "OK");
+    one(1).ok(&["put", "/ctl/b", "2"]);
+    let rev: i64 = {
+        let json = one(2).ok(&["get", "/ctl/a", "-w", "json"]);
+        let v: serde_json::Value = serde_json::from_str(json.trim()).expect("json");
+        v["kvs"][0]["mod_revision"].as_i64().expect("mod revision")
+    };
+    one(0).ok(&["put", "/ctl/a", "changed"]);
+    assert_eq!(
+        one(2).ok(&["get", "--prefix", "/ctl/"]),
+        "/ctl/a\nchanged\n/ctl/b\n2\n"
+    );
+    assert_eq!(
+        one(2).ok(&[
+            "get",
+            "/ctl/a",
+            &format!("--rev={rev}"),
+            "--print-value-only"
+        ]),
+        "1\n"
+    );
+    // del.
+    assert_eq!(one(1).ok(&["del", "/ctl/b"]).trim(), "1");
+    assert_eq!(one(0).ok(&["get", "/ctl/b"]), "");
+    // txn, non-interactive form on stdin: compares, blank line, success ops, blank, failure ops.
+    let (ok, out) = all.run(
+        &["txn"],
+        Some("value(\"/ctl/a\") = \"changed\"\n\nput /ctl/txn yes\n\nput /ctl/txn no\n\n"),
+    );
+    assert!(ok, "{out}");
+    assert!(out.starts_with("SUCCESS"), "{out}");
+    assert_eq!(
+        one(1).ok(&["get", "/ctl/txn", "--print-value-only"]),
+        "yes\n"
+    );
+    // watch --rev replays history, then exits when killed; read what it printed.
+    let watch = Command::new("timeout")
+        .args(["3", "etcdctl"])
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", cluster.members[1].endpoint()))
+        .args(["watch", "--prefix", "/ctl/", &format!("--rev={rev}")])
+        .output()
+        .expect("etcdctl watch");
+    let w = String::from_utf8_lossy(&watch.stdout);
+    assert!(
+        w.starts_with(
+            "PUT\n/ctl/a\n1\nPUT\n/ctl/b\n2\nPUT\n/ctl/a\nchanged\nDELETE\n/ctl/b\n\nPUT\n/ctl/txn\nyes\n"
+        ),
+        "watch printed:\n{w}"
+    );
+    // Leases: grant, attach, keep-alive once, time-to-live with keys, revoke removes the keys.
+    let grant = all.ok(&["lease", "grant", "60"]);
+    let id = grant
+        .split_whitespace()
+        .nth(1)
+        .expect("lease id")
+        .to_string();
+    all.ok(&["put", "--lease", &id, "/ctl/leased", "x"]);
+    assert!(
+        all.ok(&["lease", "keep-alive", "--once", &id])
+            .contains("keepalived with TTL(60)")
+    );
+    let ttl = one(2).ok(&["lease", "timetolive", &id, "--keys"]);
+    assert!(ttl.contains("attached keys([/ctl/leased])"), "{ttl}");
+    assert!(all.ok(&["lease", "list"]).contains(&id));
+    assert!(all.ok(&["lease", "revoke", &id]).contains("revoked"));
+    assert_eq!(all.ok(&["get", "/ctl/leased"]), "");
+    // A short lease expires by itself and takes its key along.
+    let grant = all.ok(&["lease", "grant", "2"]);
+    let id = grant
+        .split_whitespace()
+        .nth(1)
+        .expect("lease id")
+        .to_string();
+    all.ok(&["put", "--lease", &id, "/ctl/ephemeral", "x"]);
+    eventually(Duration::from_secs(10), "the lease to expire", || {
+        let gone = one(0).ok(&["get", "/ctl/ephemeral"]).is_empty();
+        async move { gone.then_some(()) }
+    })
+    .await;
+    // member list, endpoint status.
+    let members = all.ok(&["member", "list"]);
+    assert_eq!(members.lines().count(), 3, "{members}");
+    for m in &cluster.members {
+        assert!(
+            members.contains(&m.name) && members.contains(&m.client_url),
+            "{members}"
+        );
+    }
+    let status = all.ok(&["endpoint", "status"]);
+    assert_eq!(
+        status.lines().filter(|l| l.contains("true")).count(),
+        1,
+        "one leader:\n{status}"
+    );
+    let health = all.ok(&["endpoint", "health"]);
+    assert_eq!(health.matches("is healthy").count(), 3, "{health}");
+    // compaction, then a read below it fails.
+    let cur: i64 = {
+        let json = one(0).ok(&["get", "/ctl/a", "-w", "json"]);
+        let v: serde_json::Value = serde_json::from_str(json.trim()).expect("json");
+        v["header"]["revision"].as_i64().expect("revision")
+    };
+    assert!(
+        all.ok(&["compaction", &cur.to_string()])
+            .contains(&format!("compacted revision {cur}"))
+    );
+    let (ok, out) = one(1).run(&["get", "/ctl/a", &format!("--rev={rev}")], None);
+    assert!(
+        !ok && out.contains("required revision has been compacted"),
+        "{out}"
+    );
+}
