@@ -7,6 +7,7 @@
 //! | [`manifest`] | YAML/JSON manifests → validated objects, errors with file/document/path |
 //! | [`selector`] | label and field selectors in Kubernetes' string syntax                  |
 //! | [`cluster`]  | the typed cluster API service (generated from `proto/skiff/cluster`)    |
+//! | [`client`]   | the cluster API client and informer the scheduler, agents and CLI share |
 //! | [`raft`]     | the peer service between store members (generated, peer port only)     |
 //! | [`etcd`]     | the etcd v3 messages and server traits, wire-exact from `etcd-client`   |
 //!
@@ -14,6 +15,7 @@
 //! they meet the store only over the wire.
 
 pub mod api;
+pub mod client;
 pub mod manifest;
 pub mod quantity;
 pub mod selector;

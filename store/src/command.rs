@@ -3,7 +3,8 @@
 //! Every write, whatever API it came from, is one [`Command`]: a Put or DeleteRange is a
 //! [`TxnRequest`] with no compares and one operation, so the state machine has a single write
 //! path. The types mirror etcd's `etcdserverpb` messages but are our own (serde, no protobuf
-//! presence quirks); the etcd service converts at the edge.
+//! presence quirks); the etcd service converts at the edge. Byte fields go through
+//! `serde_bytes`, so the log encoding copies them whole instead of element by element.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,10 +13,12 @@ use crate::error::StoreError;
 /// A key as etcd's `mvccpb.KeyValue` describes it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct KeyValue {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
     pub create_revision: i64,
     pub mod_revision: i64,
     pub version: i64,
+    #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
     pub lease: i64,
 }
@@ -55,7 +58,9 @@ pub enum SortTarget {
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RangeRequest {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
+    #[serde(with = "serde_bytes")]
     pub range_end: Vec<u8>,
     pub limit: i64,
     /// 0 or negative: the current revision.
@@ -72,7 +77,9 @@ pub struct RangeRequest {
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct PutRequest {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
+    #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
     pub lease: i64,
     pub prev_kv: bool,
@@ -82,7 +89,9 @@ pub struct PutRequest {
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct DeleteRangeRequest {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
+    #[serde(with = "serde_bytes")]
     pub range_end: Vec<u8>,
     pub prev_kv: bool,
 }
@@ -108,13 +117,15 @@ pub enum CompareTarget {
     Version(i64),
     Create(i64),
     Mod(i64),
-    Value(Vec<u8>),
+    Value(#[serde(with = "serde_bytes")] Vec<u8>),
     Lease(i64),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Compare {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
+    #[serde(with = "serde_bytes")]
     pub range_end: Vec<u8>,
     pub result: CompareResult,
     pub target: CompareTarget,

@@ -15,11 +15,13 @@
 //! | [`error`]     | store errors with etcd's gRPC codes and messages                    |
 //! | [`watch`]     | watch fan-out: synced and parked watchers, catch-up from disk       |
 //! | [`raft`]      | openraft type config, RocksDB log and state machine, peer transport |
+//! | [`cluster`]   | the typed cluster API: Pods, Nodes, admission, batch Bind, watches  |
 //! | [`etcd`]      | the etcd v3 services: KV, Watch, Lease, Cluster, Maintenance        |
 //! | [`server`]    | serving a member: client, peer and metrics listeners                |
 //! | [`member`]    | a running member: proposals, ReadIndex reads, leases, membership    |
 
 pub mod backend;
+pub mod cluster;
 pub mod command;
 pub mod error;
 pub mod etcd;

@@ -63,8 +63,15 @@ pub struct SnapshotPayload {
     pub leases: Vec<(i64, i64)>,
     pub alarms: Vec<(u64, Alarm)>,
     /// (versioned key, encoded record) in key order.
-    pub kv: Vec<(Vec<u8>, Vec<u8>)>,
+    pub kv: Vec<StoredVersion>,
 }
+
+/// One stored version in a snapshot: versioned key and encoded record.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StoredVersion(
+    #[serde(with = "serde_bytes")] pub Vec<u8>,
+    #[serde(with = "serde_bytes")] pub Vec<u8>,
+);
 
 const META_REVISION: &[u8] = b"revision";
 const META_COMPACTED: &[u8] = b"compacted";
@@ -751,7 +758,7 @@ impl Mvcc {
         let mut kv = Vec::new();
         for item in snap.iterator_cf(backend::cf(&self.db, CF_KV), IteratorMode::Start) {
             let (k, v) = item.map_err(io)?;
-            kv.push((k.to_vec(), v.to_vec()));
+            kv.push(StoredVersion(k.to_vec(), v.to_vec()));
         }
         Ok(SnapshotPayload {
             revision: self.revision,
@@ -777,7 +784,7 @@ impl Mvcc {
             }
         }
         let kv = backend::cf(&self.db, CF_KV);
-        for (k, v) in &payload.kv {
+        for StoredVersion(k, v) in &payload.kv {
             batch.put_cf(kv, k, v);
         }
         let lease = backend::cf(&self.db, CF_LEASE);

@@ -14,6 +14,9 @@ use skiff_proto::raft::v1::raft_peer_server::RaftPeerServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
+use skiff_proto::cluster::v1::cluster_server::ClusterServer;
+
+use crate::cluster::ClusterApi;
 use crate::etcd::cluster::ClusterService;
 use crate::etcd::kv::KvService;
 use crate::etcd::lease::LeaseService;
@@ -112,6 +115,8 @@ pub async fn run(
         tasks.spawn(async move {
             tonic::transport::Server::builder()
                 .tcp_nodelay(true)
+                // Watch streams are long-lived; etcd allows practically unlimited ones too.
+                .max_concurrent_streams(Some(1 << 20))
                 .add_service(
                     PbKvServer::new(KvService::new(m.clone())).max_decoding_message_size(limit),
                 )
@@ -130,6 +135,11 @@ pub async fn run(
                 .add_service(
                     PbMaintenanceServer::new(MaintenanceService::new(m.clone()))
                         .max_decoding_message_size(limit),
+                )
+                .add_service(
+                    ClusterServer::new(ClusterApi::new(m.clone()))
+                        .max_decoding_message_size(limit)
+                        .max_encoding_message_size(usize::MAX),
                 )
                 .serve_with_incoming_shutdown(TcpListenerStream::new(l), wait(stop))
                 .await

@@ -13,7 +13,7 @@
 //! and `next_rev` (the first revision it has not been sent) makes every revision go out exactly
 //! once, in order.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -57,7 +57,14 @@ pub struct WatchSpec {
     pub prev_kv: bool,
     pub no_put: bool,
     pub no_delete: bool,
+    /// Only events the hub's tagger gives this tag (see [`Tagger`]).
+    pub tag: Option<String>,
 }
+
+/// Derives index tags from an event (e.g. `spec.nodeName=n1` from a pod's new and previous
+/// state), so a watcher interested in one tag among thousands of watchers is skipped at
+/// publish time without its queue ever seeing the others' events.
+pub type Tagger = std::sync::Arc<dyn Fn(&Event) -> Vec<String> + Send + Sync>;
 
 impl WatchSpec {
     fn matches(&self, key: &[u8]) -> bool {
@@ -65,7 +72,12 @@ impl WatchSpec {
         RangeBounds::<&[u8]>::contains(&range_bounds(&self.key, &self.range_end), &key)
     }
 
-    fn wants(&self, e: &Event) -> bool {
+    fn wants(&self, e: &Event, tags: Option<&Vec<String>>) -> bool {
+        if let Some(tag) = &self.tag
+            && !tags.is_some_and(|t| t.contains(tag))
+        {
+            return false;
+        }
         match e.kind {
             EventKind::Put if self.no_put => false,
             EventKind::Delete if self.no_delete => false,
@@ -73,10 +85,12 @@ impl WatchSpec {
         }
     }
 
-    fn filter(&self, events: &[Event]) -> Vec<Event> {
+    fn filter(&self, events: &[Event], tags: &[Vec<String>]) -> Vec<Event> {
         events
             .iter()
-            .filter(|e| self.wants(e))
+            .enumerate()
+            .filter(|(i, e)| self.wants(e, tags.get(*i)))
+            .map(|(_, e)| e)
             .map(|e| {
                 let mut e = e.clone();
                 if !self.prev_kv {
@@ -110,14 +124,35 @@ struct Inner {
     watchers: HashMap<u64, Watcher>,
     streams: HashMap<u64, Stream>,
     unsynced: usize,
+    /// Watchers by tag, so publish visits a tagged watcher only when an event carries its tag.
+    by_tag: HashMap<String, HashSet<u64>>,
+}
+
+fn unindex(by_tag: &mut HashMap<String, HashSet<u64>>, id: u64, spec: &WatchSpec) {
+    if let Some(tag) = &spec.tag
+        && let Some(ids) = by_tag.get_mut(tag)
+    {
+        ids.remove(&id);
+        if ids.is_empty() {
+            by_tag.remove(tag);
+        }
+    }
 }
 
 /// The hub: one per member.
-#[derive(Debug)]
 pub struct WatchHub {
     inner: Mutex<Inner>,
     next_id: AtomicU64,
     wake: Notify,
+    tagger: Option<Tagger>,
+}
+
+impl std::fmt::Debug for WatchHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchHub")
+            .field("watchers", &self.watcher_count())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Events of one revision, as many revisions a catch-up pass reads at most per watcher.
@@ -125,15 +160,27 @@ const CATCH_UP_REVISIONS: usize = 256;
 
 impl Default for WatchHub {
     fn default() -> Self {
-        WatchHub {
-            inner: Mutex::new(Inner::default()),
-            next_id: AtomicU64::new(1),
-            wake: Notify::new(),
-        }
+        WatchHub::new(None)
     }
 }
 
 impl WatchHub {
+    pub fn new(tagger: Option<Tagger>) -> Self {
+        WatchHub {
+            inner: Mutex::new(Inner::default()),
+            next_id: AtomicU64::new(1),
+            wake: Notify::new(),
+            tagger,
+        }
+    }
+
+    fn tags(&self, events: &[Event], needed: bool) -> Vec<Vec<String>> {
+        match &self.tagger {
+            Some(t) if needed => events.iter().map(|e| t(e)).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -162,16 +209,23 @@ impl WatchHub {
 
     pub fn close_stream(&self, stream: u64) {
         let mut inner = self.lock();
-        inner.streams.remove(&stream);
-        let mut unsynced_removed = 0;
-        inner.watchers.retain(|_, w| {
+        let Inner {
+            watchers,
+            streams,
+            unsynced,
+            by_tag,
+        } = &mut *inner;
+        streams.remove(&stream);
+        watchers.retain(|id, w| {
             let keep = w.stream != stream;
-            if !keep && !w.synced {
-                unsynced_removed += 1;
+            if !keep {
+                if !w.synced {
+                    *unsynced -= 1;
+                }
+                unindex(by_tag, *id, &w.spec);
             }
             keep
         });
-        inner.unsynced -= unsynced_removed;
     }
 
     /// Adds a watcher. `mvcc` must be the keyspace lock's read guard's target, held by the
@@ -186,6 +240,9 @@ impl WatchHub {
         let synced = next_rev > current;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.lock();
+        if let Some(tag) = &spec.tag {
+            inner.by_tag.entry(tag.clone()).or_default().insert(id);
+        }
         inner.watchers.insert(
             id,
             Watcher {
@@ -214,7 +271,9 @@ impl WatchHub {
             .map(|(id, w)| (*id, w.synced));
         match found {
             Some((id, synced)) => {
-                inner.watchers.remove(&id);
+                if let Some(w) = inner.watchers.remove(&id) {
+                    unindex(&mut inner.by_tag, id, &w.spec);
+                }
                 if !synced {
                     inner.unsynced -= 1;
                 }
@@ -247,13 +306,27 @@ impl WatchHub {
             watchers,
             streams,
             unsynced,
+            by_tag,
         } = &mut *inner;
         let mut parked = false;
-        for w in watchers.values_mut() {
+        let tags = self.tags(events, !by_tag.is_empty());
+        let hit: HashSet<u64> = tags
+            .iter()
+            .flatten()
+            .filter_map(|t| by_tag.get(t))
+            .flatten()
+            .copied()
+            .collect();
+        for (id, w) in watchers.iter_mut() {
             if !w.synced || w.next_rev > revision {
                 continue;
             }
-            let mine = w.spec.filter(events);
+            // A tagged watcher none of these events is tagged for: nothing to do. Its
+            // `next_rev` may lag; a catch-up from there finds nothing it wants either.
+            if w.spec.tag.is_some() && !hit.contains(id) {
+                continue;
+            }
+            let mine = w.spec.filter(events, &tags);
             if mine.is_empty() {
                 w.next_rev = revision + 1;
                 continue;
@@ -333,6 +406,7 @@ impl WatchHub {
             watchers,
             streams,
             unsynced,
+            by_tag,
         } = &mut *inner;
         let mut gone = Vec::new();
         let mut now_synced_streams = Vec::new();
@@ -367,7 +441,8 @@ impl WatchHub {
             let complete = batches.len() < CATCH_UP_REVISIONS;
             let mut blocked = false;
             for (rev, events) in batches {
-                let mine = w.spec.filter(&events);
+                let tags = self.tags(&events, w.spec.tag.is_some());
+                let mine = w.spec.filter(&events, &tags);
                 if mine.is_empty() {
                     w.next_rev = rev + 1;
                     continue;
@@ -391,10 +466,11 @@ impl WatchHub {
             }
         }
         for id in gone {
-            if let Some(w) = watchers.remove(&id)
-                && !w.synced
-            {
-                *unsynced -= 1;
+            if let Some(w) = watchers.remove(&id) {
+                unindex(by_tag, id, &w.spec);
+                if !w.synced {
+                    *unsynced -= 1;
+                }
             }
         }
         for sid in now_synced_streams {

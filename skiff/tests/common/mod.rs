@@ -84,6 +84,13 @@ impl Cluster {
     }
 
     fn spawn(&mut self, i: usize, initial: &str, state: &str) {
+        let timing: Vec<&str> = if self.extra.iter().any(|a| a == "--heartbeat-interval") {
+            Vec::new()
+        } else {
+            // openraft bounds each AppendEntries by the heartbeat interval: keep etcd's
+            // default, so a debug build replicating large batches on a busy machine keeps up.
+            vec!["--heartbeat-interval", "100", "--election-timeout", "1000"]
+        };
         let m = &mut self.members[i];
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -99,7 +106,7 @@ impl Cluster {
             .args(["--listen-metrics-urls", &m.metrics_url])
             .args(["--initial-cluster", initial])
             .args(["--initial-cluster-state", state])
-            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .args(&timing)
             .args(&self.extra)
             .env("SKIFF_LOG", "info,openraft=warn")
             .stdout(Stdio::null())

@@ -126,6 +126,11 @@ impl PbLeaseService for LeaseService {
             Err(StoreError::LeaseNotFound) => (-1, 0),
             Err(e) => return Err(e.into()),
         };
+        // The attached keys are read here: wait until this member has applied everything the
+        // leader had committed, or a put acknowledged a moment ago could be missing.
+        if req.keys {
+            self.member.linearizable_barrier().await?;
+        }
         let (revision, keys) = {
             let mvcc = self.member.shared.read();
             let keys = if req.keys {

@@ -154,6 +154,7 @@ impl PbWatchService for WatchService {
                             prev_kv: c.prev_kv,
                             no_put: c.filters.contains(&0),
                             no_delete: c.filters.contains(&1),
+                            tag: None,
                         };
                         let mvcc = member.shared.read();
                         permit.send(WatchMessage::Created {

@@ -39,7 +39,7 @@ impl Shared {
     pub fn new(mvcc: Mvcc) -> Arc<Shared> {
         Arc::new(Shared {
             mvcc: RwLock::new(mvcc),
-            hub: Arc::new(WatchHub::default()),
+            hub: Arc::new(WatchHub::new(Some(crate::cluster::watch::tagger()))),
             snapshots_installed: AtomicU64::new(0),
         })
     }

@@ -1,0 +1,424 @@
+//! The cluster API client the scheduler, the node agents and the CLI share, and an informer:
+//! list, then watch from the list's revision, keep a local cache, relist when the watch's
+//! start was compacted away.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+pub use tonic::Code;
+use tonic::Status;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::api::{Kind, Object};
+use crate::cluster::v1 as pb;
+use crate::cluster::v1::cluster_client::ClusterClient as Raw;
+use crate::cluster::v1::watch_event::Type;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server's answer: its message names the cause (and field path, for validation).
+    #[error("{}", .0.message())]
+    Status(#[from] Status),
+    #[error("endpoint {endpoint}: {source}")]
+    Endpoint {
+        endpoint: String,
+        source: tonic::transport::Error,
+    },
+    #[error("no endpoints given")]
+    NoEndpoints,
+    #[error("server sent a {kind} that does not decode: {source}")]
+    Decode {
+        kind: String,
+        source: serde_json::Error,
+    },
+}
+
+impl ClientError {
+    /// The gRPC code, when the server answered.
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            ClientError::Status(s) => Some(s.code()),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, ClientError>;
+
+/// A change seen by a watch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Added(Object),
+    Modified(Object),
+    Deleted(Object),
+    /// Everything up to this revision has been delivered.
+    Bookmark(i64),
+}
+
+/// A client of the cluster API, balanced over the given store members.
+#[derive(Debug, Clone)]
+pub struct ClusterClient {
+    raw: Raw<Channel>,
+}
+
+fn to_pb(object: &Object) -> pb::Object {
+    let mut o = object.clone();
+    o.set_type_meta();
+    pb::Object {
+        kind: o.kind().name().to_string(),
+        json: o.to_json(),
+    }
+}
+
+fn from_pb(o: &pb::Object) -> Result<Object> {
+    let kind = Kind::from_name(&o.kind).ok_or_else(|| ClientError::Decode {
+        kind: o.kind.clone(),
+        source: serde::de::Error::custom("unknown kind"),
+    })?;
+    Object::from_json(kind, &o.json).map_err(|source| ClientError::Decode {
+        kind: o.kind.clone(),
+        source,
+    })
+}
+
+fn key(kind: Kind, namespace: &str, name: &str) -> pb::ObjectKey {
+    pb::ObjectKey {
+        kind: kind.name().to_string(),
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    }
+}
+
+fn selectors(labels: &str, fields: &str) -> Option<pb::Selectors> {
+    Some(pb::Selectors {
+        label_selector: labels.to_string(),
+        field_selector: fields.to_string(),
+    })
+}
+
+impl ClusterClient {
+    /// Connects (lazily) to every endpoint (`host:port` or `http://host:port`).
+    pub fn connect(endpoints: &[String]) -> Result<Self> {
+        if endpoints.is_empty() {
+            return Err(ClientError::NoEndpoints);
+        }
+        let mut eps = Vec::new();
+        for e in endpoints {
+            let url = if e.contains("://") {
+                e.clone()
+            } else {
+                format!("http://{e}")
+            };
+            let ep = Endpoint::from_shared(url)
+                .map_err(|source| ClientError::Endpoint {
+                    endpoint: e.clone(),
+                    source,
+                })?
+                .connect_timeout(Duration::from_secs(2))
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(Duration::from_secs(10));
+            eps.push(ep);
+        }
+        let channel = Channel::balance_list(eps.into_iter());
+        Ok(ClusterClient {
+            raw: Raw::new(channel)
+                .max_decoding_message_size(usize::MAX)
+                .max_encoding_message_size(usize::MAX),
+        })
+    }
+
+    pub async fn create(&self, object: &Object) -> Result<Object> {
+        let r = self
+            .raw
+            .clone()
+            .create(pb::CreateRequest {
+                object: Some(to_pb(object)),
+                dry_run: false,
+            })
+            .await?
+            .into_inner();
+        from_pb(&r.object.unwrap_or_default())
+    }
+
+    pub async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<Object>> {
+        match self
+            .raw
+            .clone()
+            .get(pb::GetRequest {
+                key: Some(key(kind, namespace, name)),
+                serializable: false,
+            })
+            .await
+        {
+            Ok(r) => from_pb(&r.into_inner().object.unwrap_or_default()).map(Some),
+            Err(s) if s.code() == Code::NotFound => Ok(None),
+            Err(s) => Err(s.into()),
+        }
+    }
+
+    /// Every object of a kind matching the selectors (all pages), and the collection's
+    /// revision to watch from.
+    pub async fn list(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        labels: &str,
+        fields: &str,
+    ) -> Result<(Vec<Object>, i64)> {
+        let mut items = Vec::new();
+        let mut token = String::new();
+        loop {
+            let r = self
+                .raw
+                .clone()
+                .list(pb::ListRequest {
+                    kind: kind.name().to_string(),
+                    namespace: namespace.to_string(),
+                    selectors: selectors(labels, fields),
+                    limit: 0,
+                    continue_token: token,
+                    serializable: false,
+                })
+                .await?
+                .into_inner();
+            for o in &r.items {
+                items.push(from_pb(o)?);
+            }
+            if r.continue_token.is_empty() {
+                return Ok((items, r.resource_version));
+            }
+            token = r.continue_token;
+        }
+    }
+
+    /// Changes after `resource_version` (0: from now).
+    pub async fn watch(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        labels: &str,
+        fields: &str,
+        resource_version: i64,
+        bookmarks: bool,
+    ) -> Result<impl Stream<Item = Result<Event>> + Send + 'static> {
+        let stream = self
+            .raw
+            .clone()
+            .watch(pb::WatchRequest {
+                kind: kind.name().to_string(),
+                namespace: namespace.to_string(),
+                selectors: selectors(labels, fields),
+                resource_version,
+                allow_bookmarks: bookmarks,
+            })
+            .await?
+            .into_inner();
+        Ok(stream.map(|item| {
+            let e = item?;
+            let object = || {
+                from_pb(
+                    e.object
+                        .as_ref()
+                        .ok_or_else(|| Status::internal("event without object"))?,
+                )
+            };
+            Ok(match Type::try_from(e.r#type).unwrap_or(Type::Bookmark) {
+                Type::Added => Event::Added(object()?),
+                Type::Modified => Event::Modified(object()?),
+                Type::Deleted => Event::Deleted(object()?),
+                Type::Bookmark => Event::Bookmark(e.revision),
+            })
+        }))
+    }
+
+    pub async fn update(&self, object: &Object) -> Result<Object> {
+        let r = self
+            .raw
+            .clone()
+            .update(pb::UpdateRequest {
+                object: Some(to_pb(object)),
+                dry_run: false,
+            })
+            .await?
+            .into_inner();
+        from_pb(&r.object.unwrap_or_default())
+    }
+
+    pub async fn update_status(&self, object: &Object) -> Result<Object> {
+        let r = self
+            .raw
+            .clone()
+            .update_status(pb::UpdateRequest {
+                object: Some(to_pb(object)),
+                dry_run: false,
+            })
+            .await?
+            .into_inner();
+        from_pb(&r.object.unwrap_or_default())
+    }
+
+    /// Deletes (gracefully for a bound pod unless `grace` is 0); returns the object as it was,
+    /// or as it now is while terminating.
+    pub async fn delete(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        resource_version: i64,
+        grace: Option<i64>,
+    ) -> Result<Object> {
+        let r = self
+            .raw
+            .clone()
+            .delete(pb::DeleteRequest {
+                key: Some(key(kind, namespace, name)),
+                resource_version,
+                grace_period_seconds: grace,
+            })
+            .await?
+            .into_inner();
+        from_pb(&r.object.unwrap_or_default())
+    }
+
+    pub async fn bind(&self, bindings: Vec<pb::Binding>) -> Result<Vec<pb::BindResult>> {
+        Ok(self
+            .raw
+            .clone()
+            .bind(pb::BindRequest { bindings })
+            .await?
+            .into_inner()
+            .results)
+    }
+}
+
+/// A local cache of one kind, kept current by list + watch.
+#[derive(Debug)]
+pub struct Informer {
+    client: ClusterClient,
+    kind: Kind,
+    namespace: String,
+    labels: String,
+    fields: String,
+    cache: BTreeMap<String, Object>,
+    revision: i64,
+}
+
+impl Informer {
+    pub fn new(
+        client: ClusterClient,
+        kind: Kind,
+        namespace: &str,
+        labels: &str,
+        fields: &str,
+    ) -> Self {
+        Informer {
+            client,
+            kind,
+            namespace: namespace.to_string(),
+            labels: labels.to_string(),
+            fields: fields.to_string(),
+            cache: BTreeMap::new(),
+            revision: 0,
+        }
+    }
+
+    pub fn cache(&self) -> &BTreeMap<String, Object> {
+        &self.cache
+    }
+
+    pub fn revision(&self) -> i64 {
+        self.revision
+    }
+
+    /// Lists and replaces the cache; returns the events that turn the old cache into the new.
+    pub async fn relist(&mut self) -> Result<Vec<Event>> {
+        let (items, rev) = self
+            .client
+            .list(self.kind, &self.namespace, &self.labels, &self.fields)
+            .await?;
+        let mut fresh: BTreeMap<String, Object> = items.into_iter().map(|o| (o.key(), o)).collect();
+        let mut events = Vec::new();
+        for (k, old) in &self.cache {
+            if !fresh.contains_key(k) {
+                events.push(Event::Deleted(old.clone()));
+            }
+        }
+        for (k, new) in &fresh {
+            match self.cache.get(k) {
+                None => events.push(Event::Added(new.clone())),
+                Some(old) if old != new => events.push(Event::Modified(new.clone())),
+                Some(_) => {}
+            }
+        }
+        std::mem::swap(&mut self.cache, &mut fresh);
+        self.revision = rev;
+        Ok(events)
+    }
+
+    /// Runs forever: relists, then applies watch events to the cache and hands each one to
+    /// `on_event` with the cache as it is after the event. Returns only on errors other than
+    /// a compacted start or a broken stream (which relist or reconnect).
+    pub async fn run<F>(&mut self, mut on_event: F) -> Result<()>
+    where
+        F: FnMut(&Event, &BTreeMap<String, Object>),
+    {
+        let mut need_list = true;
+        loop {
+            if need_list {
+                for e in self.relist().await? {
+                    on_event(&e, &self.cache);
+                }
+                need_list = false;
+            }
+            let mut stream = match self
+                .client
+                .watch(
+                    self.kind,
+                    &self.namespace,
+                    &self.labels,
+                    &self.fields,
+                    self.revision,
+                    true,
+                )
+                .await
+            {
+                Ok(s) => Box::pin(s),
+                Err(e) if e.code() == Some(Code::FailedPrecondition) => {
+                    need_list = true;
+                    continue;
+                }
+                Err(e) if e.code() == Some(Code::Unavailable) => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            while let Some(item) = stream.next().await {
+                let event = match item {
+                    Ok(e) => e,
+                    Err(e) if e.code() == Some(Code::FailedPrecondition) => {
+                        need_list = true;
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "watch broke; resuming");
+                        break;
+                    }
+                };
+                match &event {
+                    Event::Added(o) | Event::Modified(o) => {
+                        self.revision = self.revision.max(o.metadata().revision().unwrap_or(0));
+                        self.cache.insert(o.key(), o.clone());
+                    }
+                    Event::Deleted(o) => {
+                        self.revision = self.revision.max(o.metadata().revision().unwrap_or(0));
+                        self.cache.remove(&o.key());
+                    }
+                    Event::Bookmark(r) => self.revision = self.revision.max(*r),
+                }
+                on_event(&event, &self.cache);
+            }
+        }
+    }
+}

@@ -1,0 +1,594 @@
+//! The typed cluster API on a real three-member cluster: validation and admission with their
+//! messages, compare-and-swap, the status path, graceful deletion, batch Bind, and watches
+//! filtered by node.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::Cluster;
+use futures::StreamExt;
+use serde_json::json;
+use skiff_proto::api::{Kind, Object};
+use skiff_proto::client::Code;
+use skiff_proto::client::{ClusterClient, Event};
+use skiff_proto::cluster::v1::Binding;
+use skiff_proto::cluster::v1::bind_result::Outcome;
+
+async fn next_event<S>(s: &mut S) -> Event
+where
+    S: futures::Stream<Item = skiff_proto::client::Result<Event>> + Unpin,
+{
+    tokio::time::timeout(Duration::from_secs(10), s.next())
+        .await
+        .expect("an event within 10 s")
+        .expect("stream open")
+        .expect("event")
+}
+
+fn obj(kind: Kind, v: serde_json::Value) -> Object {
+    Object::from_json(kind, v.to_string().as_bytes()).expect("test object decodes")
+}
+
+fn pod(ns: &str, name: &str, cpu: Option<&str>) -> Object {
+    let resources = match cpu {
+        Some(c) => {
+            json!({"requests": {"cpu": c, "memory": "16Mi"}, "limits": {"cpu": c, "memory": "16Mi"}})
+        }
+        None => json!({}),
+    };
+    obj(
+        Kind::Pod,
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "localhost/skiff/busybox:1", "resources": resources}]}
+        }),
+    )
+}
+
+fn node(name: &str) -> Object {
+    obj(
+        Kind::Node,
+        json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                       "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}
+        }),
+    )
+}
+
+fn namespace(name: &str) -> Object {
+    obj(
+        Kind::Namespace,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+    )
+}
+
+fn expect_err(r: skiff_proto::client::Result<Object>, code: Code, msg: &str) {
+    match r {
+        Err(e) => {
+            assert_eq!(e.code(), Some(code), "{e}");
+            assert!(e.to_string().contains(msg), "{e:?} does not say {msg:?}");
+        }
+        Ok(o) => panic!("expected {code:?} {msg:?}, got {o:?}"),
+    }
+}
+
+async fn client(c: &Cluster) -> ClusterClient {
+    ClusterClient::connect(&c.endpoints()).expect("client")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validation_and_admission_refuse_with_reasons_and_write_nothing() {
+    let cluster = Cluster::start(3, &[]).await;
+    let api = client(&cluster).await;
+    expect_err(
+        api.create(&pod("nope", "p", None)).await,
+        Code::NotFound,
+        "namespaces \"nope\" not found",
+    );
+    api.create(&namespace("team")).await.expect("namespace");
+    // Validation names the field.
+    expect_err(
+        api.create(&pod("team", "Bad_Name", None)).await,
+        Code::InvalidArgument,
+        "metadata.name",
+    );
+    let over = obj(
+        Kind::Pod,
+        json!({"metadata": {"name": "over", "namespace": "team"},
+               "spec": {"containers": [{"name": "c", "image": "i",
+                 "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}]}}),
+    );
+    expect_err(
+        api.create(&over).await,
+        Code::InvalidArgument,
+        "spec.containers[0].resources.requests",
+    );
+    // LimitRange: defaults filled in, minimum enforced.
+    let lr = obj(
+        Kind::LimitRange,
+        json!({"metadata": {"name": "limits", "namespace": "team"},
+               "spec": {"limits": [{"type": "Container", "default": {"cpu": "500m"},
+                                    "defaultRequest": {"cpu": "100m"}, "min": {"cpu": "50m"}}]}}),
+    );
+    api.create(&lr).await.expect("limit range");
+    let created = api
+        .create(&pod("team", "defaulted", None))
+        .await
+        .expect("pod");
+    let Object::Pod(p) = &created else {
+        panic!("not a pod")
+    };
+    let res = &p.spec.containers[0].resources;
+    assert_eq!(res.requests["cpu"].to_string(), "100m");
+    assert_eq!(res.limits["cpu"].to_string(), "500m");
+    expect_err(
+        api.create(&pod("team", "tiny", Some("10m"))).await,
+        Code::FailedPrecondition,
+        "minimum cpu usage per Container is 50m, but request is 10m",
+    );
+    // ResourceQuota: count and request totals.
+    api.create(&namespace("quota")).await.expect("namespace");
+    let q = obj(
+        Kind::ResourceQuota,
+        json!({"metadata": {"name": "q", "namespace": "quota"},
+               "spec": {"hard": {"pods": "2", "requests.cpu": "1"}}}),
+    );
+    api.create(&q).await.expect("quota");
+    api.create(&pod("quota", "a", Some("400m")))
+        .await
+        .expect("first pod fits");
+    expect_err(
+        api.create(&pod("quota", "b", Some("700m"))).await,
+        Code::FailedPrecondition,
+        "exceeded quota: q, requested: requests.cpu=700m, used: requests.cpu=400m, limited: requests.cpu=1",
+    );
+    expect_err(
+        api.create(&pod("quota", "c", None)).await,
+        Code::FailedPrecondition,
+        "failed quota: q: must specify requests.cpu",
+    );
+    api.create(&pod("quota", "b", Some("500m")))
+        .await
+        .expect("second pod fits");
+    expect_err(
+        api.create(&pod("quota", "d", Some("10m"))).await,
+        Code::FailedPrecondition,
+        "exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2",
+    );
+    let (pods, _) = api.list(Kind::Pod, "quota", "", "").await.expect("list");
+    assert_eq!(pods.len(), 2, "refused pods were not written");
+    // Duplicates.
+    expect_err(
+        api.create(&namespace("team")).await,
+        Code::AlreadyExists,
+        "namespaces \"team\" already exists",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_and_swap_status_path_and_graceful_deletion() {
+    let cluster = Cluster::start(3, &[]).await;
+    let api = client(&cluster).await;
+    api.create(&node("n1")).await.expect("node");
+    let created = api
+        .create(&pod("default", "web", Some("100m")))
+        .await
+        .expect("pod in default");
+    let rv = created.metadata().resource_version.clone();
+    // Update: labels change, status stays as stored even if the request carries one.
+    let mut changed = created.clone();
+    changed
+        .metadata_mut()
+        .labels
+        .insert("tier".into(), "front".into());
+    if let Object::Pod(p) = &mut changed {
+        p.status.get_or_insert_with(Default::default).phase = "Running".into();
+    }
+    let updated = api.update(&changed).await.expect("update");
+    assert_eq!(updated.metadata().labels["tier"], "front");
+    let Object::Pod(up) = &updated else { panic!() };
+    assert_eq!(
+        up.status.as_ref().map(|s| s.phase.as_str()),
+        Some("Pending")
+    );
+    // The old resourceVersion now conflicts.
+    let mut stale = changed.clone();
+    stale.metadata_mut().resource_version = rv.clone();
+    expect_err(
+        api.update(&stale).await,
+        Code::Aborted,
+        "the object has been modified",
+    );
+    // Spec changes outside the allowed set are refused.
+    let mut bad = updated.clone();
+    if let Object::Pod(p) = &mut bad {
+        p.spec.containers[0].command = vec!["sh".into()];
+    }
+    expect_err(
+        api.update(&bad).await,
+        Code::InvalidArgument,
+        "pod updates may not change fields",
+    );
+    // UpdateStatus: status changes, spec does not.
+    let mut st = updated.clone();
+    if let Object::Pod(p) = &mut st {
+        p.status.get_or_insert_with(Default::default).phase = "Running".into();
+        p.spec.containers[0].image = "ignored".into();
+    }
+    let after = api.update_status(&st).await.expect("status");
+    let Object::Pod(ap) = &after else { panic!() };
+    assert_eq!(
+        ap.status.as_ref().map(|s| s.phase.as_str()),
+        Some("Running")
+    );
+    assert_eq!(ap.spec.containers[0].image, "localhost/skiff/busybox:1");
+    // Delete with a stale resourceVersion conflicts.
+    let r = api
+        .delete(Kind::Pod, "default", "web", rv.parse().expect("rv"), None)
+        .await;
+    expect_err(r, Code::Aborted, "the object has been modified");
+    // An unbound pod goes at once.
+    api.delete(Kind::Pod, "default", "web", 0, None)
+        .await
+        .expect("delete");
+    assert!(
+        api.get(Kind::Pod, "default", "web")
+            .await
+            .expect("get")
+            .is_none()
+    );
+    // A bound pod is deleted gracefully: it stays, terminating, until its agent removes it.
+    api.create(&pod("default", "bound", Some("100m")))
+        .await
+        .expect("pod");
+    let results = api
+        .bind(vec![Binding {
+            namespace: "default".into(),
+            pod: "bound".into(),
+            node: "n1".into(),
+            pod_resource_version: 0,
+        }])
+        .await
+        .expect("bind");
+    assert_eq!(results[0].outcome, Outcome::Bound as i32);
+    let terminating = api
+        .delete(Kind::Pod, "default", "bound", 0, Some(30))
+        .await
+        .expect("graceful delete");
+    assert!(terminating.metadata().deletion_timestamp.is_some());
+    assert_eq!(
+        terminating.metadata().deletion_grace_period_seconds,
+        Some(30)
+    );
+    assert!(
+        api.get(Kind::Pod, "default", "bound")
+            .await
+            .expect("get")
+            .is_some()
+    );
+    // Grace 0 removes it (what the agent does once the containers stopped).
+    api.delete(Kind::Pod, "default", "bound", 0, Some(0))
+        .await
+        .expect("final delete");
+    assert!(
+        api.get(Kind::Pod, "default", "bound")
+            .await
+            .expect("get")
+            .is_none()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_bind_commits_the_good_bindings_and_reports_the_bad_ones() {
+    let cluster = Cluster::start(3, &[]).await;
+    let api = client(&cluster).await;
+    api.create(&node("n1")).await.expect("node");
+    let mut rvs = BTreeMap::new();
+    for name in ["a", "b", "c", "d", "e"] {
+        let p = api
+            .create(&pod("default", name, Some("100m")))
+            .await
+            .expect("pod");
+        rvs.insert(name, p.metadata().revision().expect("rv"));
+    }
+    let bind1 = |pod: &str, node: &str, rv: i64| Binding {
+        namespace: "default".into(),
+        pod: pod.into(),
+        node: node.into(),
+        pod_resource_version: rv,
+    };
+    // d is bound beforehand; e is terminating.
+    api.bind(vec![bind1("d", "n1", 0)]).await.expect("bind d");
+    let results = api.bind(vec![bind1("e", "n1", 0)]).await.expect("bind e");
+    assert_eq!(results[0].outcome, Outcome::Bound as i32);
+    api.create(&pod("default", "f", Some("100m")))
+        .await
+        .expect("pod");
+    let results = api
+        .bind(vec![
+            bind1("a", "n1", rvs["a"]),
+            bind1("b", "n1", rvs["b"] - 1),
+            bind1("missing", "n1", 0),
+            bind1("d", "n1", 0),
+            bind1("c", "no-such-node", 0),
+            bind1("a", "n1", 0),
+            bind1("f", "n1", 0),
+        ])
+        .await
+        .expect("bind");
+    let outcomes: Vec<Outcome> = results
+        .iter()
+        .map(|r| Outcome::try_from(r.outcome).expect("outcome"))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            Outcome::Bound,
+            Outcome::Conflict,
+            Outcome::PodNotFound,
+            Outcome::AlreadyBound,
+            Outcome::NodeNotFound,
+            Outcome::Invalid,
+            Outcome::Bound,
+        ],
+        "{results:?}"
+    );
+    // Both good bindings landed in one revision; nothing else changed.
+    assert_eq!(results[0].resource_version, results[6].resource_version);
+    for (name, bound) in [("a", true), ("b", false), ("c", false), ("f", true)] {
+        let Some(Object::Pod(p)) = api.get(Kind::Pod, "default", name).await.expect("get") else {
+            panic!("pod {name} missing")
+        };
+        assert_eq!(!p.spec.node_name.is_empty(), bound, "pod {name}");
+        if bound {
+            let cond = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "PodScheduled"));
+            assert_eq!(cond.map(|c| c.status.as_str()), Some("True"));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_filtered_watches_see_pods_arrive_and_leave() {
+    let cluster = Cluster::start(3, &[]).await;
+    let api = client(&cluster).await;
+    for n in ["n1", "n2"] {
+        api.create(&node(n)).await.expect("node");
+    }
+    let mut n1 = Box::pin(
+        api.watch(Kind::Pod, "", "", "spec.nodeName=n1", 0, false)
+            .await
+            .expect("watch"),
+    );
+    let mut labelled = Box::pin(
+        api.watch(Kind::Pod, "default", "app=web", "", 0, false)
+            .await
+            .expect("watch"),
+    );
+    api.create(&pod("default", "p1", Some("100m")))
+        .await
+        .expect("pod");
+    api.create(&pod("default", "p2", Some("100m")))
+        .await
+        .expect("pod");
+    let bind = |pod: &str, node: &str| Binding {
+        namespace: "default".into(),
+        pod: pod.into(),
+        node: node.into(),
+        pod_resource_version: 0,
+    };
+    api.bind(vec![bind("p1", "n1"), bind("p2", "n2")])
+        .await
+        .expect("bind");
+    api.delete(Kind::Pod, "default", "p1", 0, Some(0))
+        .await
+        .expect("delete");
+    match next_event(&mut n1).await {
+        Event::Added(Object::Pod(p)) => assert_eq!(p.metadata.name, "p1"),
+        other => panic!("expected p1 ADDED, got {other:?}"),
+    }
+    match next_event(&mut n1).await {
+        Event::Deleted(Object::Pod(p)) => assert_eq!(p.metadata.name, "p1"),
+        other => panic!("expected p1 DELETED, got {other:?}"),
+    }
+    // The label watch saw both creations, both bindings and the delete, in revision order.
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let e = next_event(&mut labelled).await;
+        let (t, o) = match &e {
+            Event::Added(o) => ("ADDED", o),
+            Event::Modified(o) => ("MODIFIED", o),
+            Event::Deleted(o) => ("DELETED", o),
+            Event::Bookmark(_) => continue,
+        };
+        seen.push((
+            t,
+            o.metadata().name.clone(),
+            o.metadata().revision().expect("rv"),
+        ));
+    }
+    let revs: Vec<i64> = seen.iter().map(|s| s.2).collect();
+    let mut sorted = revs.clone();
+    sorted.sort();
+    assert_eq!(revs, sorted, "{seen:?}");
+    let kinds: Vec<(&str, &str)> = seen.iter().map(|(t, n, _)| (*t, n.as_str())).collect();
+    assert_eq!(
+        kinds,
+        [
+            ("ADDED", "p1"),
+            ("ADDED", "p2"),
+            ("MODIFIED", "p1"),
+            ("MODIFIED", "p2"),
+            ("DELETED", "p1")
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_agents_each_get_exactly_their_pods() {
+    const NODES: usize = 1000;
+    const PODS: usize = 10_000;
+    let cluster = Cluster::start(3, &[]).await;
+    let api = client(&cluster).await;
+    // Nodes, in parallel batches.
+    let names: Vec<String> = (0..NODES).map(|i| format!("sim-{i:04}")).collect();
+    futures::stream::iter(names.iter().cloned())
+        .for_each_concurrent(32, |n| {
+            let api = api.clone();
+            async move {
+                api.create(&node(&n)).await.expect("node");
+            }
+        })
+        .await;
+    // One watch per agent, each on its own node.
+    let mut agents = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        let c = ClusterClient::connect(&[cluster.members[i % 3].endpoint()]).expect("client");
+        let w = c
+            .watch(Kind::Pod, "", "", &format!("spec.nodeName={n}"), 0, false)
+            .await
+            .expect("watch");
+        agents.push((c, Box::pin(w)));
+    }
+    futures::stream::iter(0..PODS)
+        .for_each_concurrent(32, |i| {
+            let api = api.clone();
+            async move {
+                api.create(&pod("default", &format!("p-{i:05}"), Some("10m")))
+                    .await
+                    .expect("pod");
+            }
+        })
+        .await;
+    // Bind in batches of 1,000: pod i → node i % NODES.
+    for chunk in (0..PODS).collect::<Vec<_>>().chunks(1000) {
+        let bindings = chunk
+            .iter()
+            .map(|i| Binding {
+                namespace: "default".into(),
+                pod: format!("p-{i:05}"),
+                node: names[i % NODES].clone(),
+                pod_resource_version: 0,
+            })
+            .collect();
+        let results = api.bind(bindings).await.expect("bind");
+        assert!(results.iter().all(|r| r.outcome == Outcome::Bound as i32));
+    }
+    // Every agent: exactly its ten pods, once each, in revision order, nothing else.
+    for (i, (_c, w)) in agents.iter_mut().enumerate() {
+        let mut got = Vec::new();
+        while got.len() < PODS / NODES {
+            let e = tokio::time::timeout(Duration::from_secs(30), w.next())
+                .await
+                .expect("events within 30 s")
+                .expect("stream open")
+                .expect("event");
+            match e {
+                Event::Added(o) => got.push((
+                    o.metadata().revision().expect("rv"),
+                    o.metadata().name.clone(),
+                )),
+                other => panic!("agent {i}: unexpected {other:?}"),
+            }
+        }
+        let want: BTreeSet<String> = (0..PODS)
+            .filter(|p| p % NODES == i)
+            .map(|p| format!("p-{p:05}"))
+            .collect();
+        let names_got: BTreeSet<String> = got.iter().map(|g| g.1.clone()).collect();
+        assert_eq!(names_got, want, "agent {i}");
+        assert!(
+            got.windows(2).all(|w| w[0].0 <= w[1].0),
+            "agent {i}: out of order"
+        );
+        // Nothing extra is queued for this agent.
+        let extra = tokio::time::timeout(Duration::from_millis(1), w.next()).await;
+        assert!(extra.is_err(), "agent {i}: unexpected extra event");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_page_at_one_revision_with_selectors() {
+    use skiff_proto::cluster::v1::cluster_client::ClusterClient as Raw;
+    use skiff_proto::cluster::v1::{ListRequest, Selectors};
+    let cluster = Cluster::start(1, &[]).await;
+    let api = client(&cluster).await;
+    for i in 0..7 {
+        let mut p = pod("default", &format!("p{i}"), Some("10m"));
+        if i % 2 == 1 {
+            p.metadata_mut().labels.insert("odd".into(), "yes".into());
+        }
+        api.create(&p).await.expect("pod");
+    }
+    let mut raw = Raw::connect(cluster.members[0].client_url.clone())
+        .await
+        .expect("connect");
+    let mut names = Vec::new();
+    let mut token = String::new();
+    let mut revisions = BTreeSet::new();
+    loop {
+        let r = raw
+            .list(ListRequest {
+                kind: "Pod".into(),
+                namespace: "default".into(),
+                selectors: Some(Selectors {
+                    label_selector: "!odd".into(),
+                    field_selector: String::new(),
+                }),
+                limit: 2,
+                continue_token: token,
+                serializable: false,
+            })
+            .await
+            .expect("list")
+            .into_inner();
+        revisions.insert(r.resource_version);
+        for o in &r.items {
+            names.push(
+                Object::from_json(Kind::Pod, &o.json)
+                    .expect("pod")
+                    .metadata()
+                    .name
+                    .clone(),
+            );
+        }
+        if names.len() == 2 {
+            // A write between pages does not show up in later pages.
+            api.create(&pod("default", "p9", Some("10m")))
+                .await
+                .expect("pod");
+        }
+        if r.continue_token.is_empty() {
+            break;
+        }
+        token = r.continue_token;
+    }
+    assert_eq!(names, ["p0", "p2", "p4", "p6"]);
+    assert_eq!(
+        revisions.len(),
+        1,
+        "every page at the first page's revision"
+    );
+    let bad = raw
+        .list(ListRequest {
+            kind: "Pod".into(),
+            namespace: String::new(),
+            selectors: Some(Selectors {
+                label_selector: String::new(),
+                field_selector: "spec.bogus=x".into(),
+            }),
+            limit: 0,
+            continue_token: String::new(),
+            serializable: false,
+        })
+        .await
+        .expect_err("unknown field");
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    assert!(bad.message().contains("spec.bogus"), "{}", bad.message());
+}

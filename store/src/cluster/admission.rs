@@ -1,0 +1,374 @@
+//! Admission, in the order Kubernetes runs it for these kinds: the namespace exists, LimitRange
+//! (defaults, then min / max / ratio per container), ResourceQuota (object count and request /
+//! limit totals per namespace). Each rejection names the plugin's reason the way
+//! kube-apiserver words it. Also the update rules: what an update may change and what it may
+//! not.
+
+use std::collections::BTreeMap;
+
+use skiff_proto::api::{Kind, Object, Pod, ResourceList};
+use skiff_proto::quantity::Quantity;
+use tonic::Status;
+
+use super::{ClusterApi, prefix_end};
+use crate::command::{Compare, CompareResult, CompareTarget};
+
+fn forbidden(object: &Object, why: String) -> Status {
+    Status::failed_precondition(format!(
+        "{} \"{}\" is forbidden: {why}",
+        object.kind().plural(),
+        object.metadata().name
+    ))
+}
+
+/// Runs admission for a create; returns the guards the write must carry.
+pub fn admit_create(api: &ClusterApi, object: &mut Object) -> Result<Vec<Compare>, Status> {
+    let kind = object.kind();
+    let mut guards = Vec::new();
+    if !kind.is_namespaced() {
+        return Ok(guards);
+    }
+    let ns = object.metadata().namespace.clone();
+    let (_, found) = api.get_local(Kind::Namespace, "", &ns)?;
+    match found {
+        None => {
+            return Err(Status::not_found(format!("namespaces \"{ns}\" not found")));
+        }
+        Some(n) if n.object.metadata().deletion_timestamp.is_some() => {
+            return Err(forbidden(
+                object,
+                format!(
+                    "unable to create new content in namespace {ns} because it is being terminated"
+                ),
+            ));
+        }
+        Some(_) => {}
+    }
+    // The namespace must still exist when the write lands.
+    guards.push(Compare {
+        key: Kind::Namespace.key("", &ns).into_bytes(),
+        range_end: Vec::new(),
+        result: CompareResult::Greater,
+        target: CompareTarget::Create(0),
+    });
+    let Object::Pod(pod) = object else {
+        return Ok(guards);
+    };
+    let prefix = Kind::LimitRange.prefix(Some(&ns));
+    let (_, ranges) = api.range(
+        Kind::LimitRange,
+        prefix.as_bytes(),
+        &prefix_end(prefix.as_bytes()),
+        0,
+    )?;
+    for lr in &ranges {
+        if let Object::LimitRange(lr) = &lr.object {
+            apply_limit_range(pod, lr)?;
+        }
+    }
+    let prefix = Kind::ResourceQuota.prefix(Some(&ns));
+    let (_, quotas) = api.range(
+        Kind::ResourceQuota,
+        prefix.as_bytes(),
+        &prefix_end(prefix.as_bytes()),
+        0,
+    )?;
+    if quotas.is_empty() {
+        return Ok(guards);
+    }
+    let pods_prefix = Kind::Pod.prefix(Some(&ns));
+    let (at, pods) = api.range(
+        Kind::Pod,
+        pods_prefix.as_bytes(),
+        &prefix_end(pods_prefix.as_bytes()),
+        0,
+    )?;
+    let used = usage(pods.iter().filter_map(|p| match &p.object {
+        Object::Pod(p) if !p.is_terminal() => Some(p),
+        _ => None,
+    }));
+    let wanted = usage(std::iter::once(&*pod));
+    for q in &quotas {
+        let Object::ResourceQuota(quota) = &q.object else {
+            continue;
+        };
+        for (resource, hard) in &quota.spec.hard {
+            let Some(want) = wanted.get(resource.as_str()) else {
+                if resource.starts_with("requests.")
+                    || resource.starts_with("limits.")
+                    || resource == "cpu"
+                    || resource == "memory"
+                {
+                    return Err(forbidden(
+                        object,
+                        format!(
+                            "failed quota: {}: must specify {resource}",
+                            quota.metadata.name
+                        ),
+                    ));
+                }
+                continue;
+            };
+            let have = used
+                .get(resource.as_str())
+                .copied()
+                .unwrap_or(Quantity::ZERO);
+            let total = have.checked_add(want).unwrap_or(*want);
+            if total > *hard {
+                return Err(forbidden(
+                    object,
+                    format!(
+                        "exceeded quota: {}, requested: {resource}={want}, used: {resource}={have}, limited: {resource}={hard}",
+                        quota.metadata.name
+                    ),
+                ));
+            }
+        }
+    }
+    // No pod in the namespace may have changed since the usage above was counted (a deleted
+    // one only frees quota, so absence is fine).
+    guards.push(Compare {
+        key: pods_prefix.as_bytes().to_vec(),
+        range_end: prefix_end(pods_prefix.as_bytes()),
+        result: CompareResult::Less,
+        target: CompareTarget::Mod(at + 1),
+    });
+    Ok(guards)
+}
+
+/// What a set of pods counts against a quota, under every name a quota may use.
+fn usage<'a>(pods: impl Iterator<Item = &'a Pod>) -> BTreeMap<&'static str, Quantity> {
+    let mut out: BTreeMap<&'static str, Quantity> = BTreeMap::new();
+    let mut add = |name: &'static str, q: Quantity| {
+        let e = out.entry(name).or_insert(Quantity::ZERO);
+        *e = e.checked_add(&q).unwrap_or(*e);
+    };
+    for pod in pods {
+        add("pods", Quantity::from_units(1));
+        for (resource, req, lim) in [
+            ("cpu", "requests.cpu", "limits.cpu"),
+            ("memory", "requests.memory", "limits.memory"),
+            (
+                "ephemeral-storage",
+                "requests.ephemeral-storage",
+                "limits.ephemeral-storage",
+            ),
+        ] {
+            let requested = pod_total(pod, resource, false);
+            if let Some(r) = requested {
+                add(req, r);
+                add(resource, r);
+            }
+            if let Some(l) = pod_total(pod, resource, true) {
+                add(lim, l);
+            }
+        }
+    }
+    out
+}
+
+/// Sum over containers of a request or limit, with init containers counted as the largest of
+/// them (as the effective request is). None when no container sets it.
+fn pod_total(pod: &Pod, resource: &str, limits: bool) -> Option<Quantity> {
+    let pick = |c: &skiff_proto::api::Container| {
+        let list = if limits {
+            &c.resources.limits
+        } else {
+            &c.resources.requests
+        };
+        list.get(resource).copied()
+    };
+    let mut any = false;
+    let mut sum = Quantity::ZERO;
+    for c in &pod.spec.containers {
+        if let Some(q) = pick(c) {
+            any = true;
+            sum = sum.checked_add(&q).unwrap_or(sum);
+        }
+    }
+    for c in &pod.spec.init_containers {
+        if let Some(q) = pick(c) {
+            any = true;
+            if q > sum {
+                sum = q;
+            }
+        }
+    }
+    any.then_some(sum)
+}
+
+fn apply_limit_range(pod: &mut Pod, lr: &skiff_proto::api::LimitRange) -> Result<(), Status> {
+    let pod_name = pod.metadata.name.clone();
+    let deny = |why: String| {
+        Status::failed_precondition(format!("pods \"{pod_name}\" is forbidden: {why}"))
+    };
+    for item in lr.spec.limits.iter().filter(|i| i.type_ == "Container") {
+        for c in pod
+            .spec
+            .containers
+            .iter_mut()
+            .chain(pod.spec.init_containers.iter_mut())
+        {
+            for (r, q) in &item.default {
+                c.resources.limits.entry(r.clone()).or_insert(*q);
+            }
+            // Defaulting already made an explicit limit the request where none was given, so
+            // what is still missing takes the range's defaultRequest.
+            for (r, q) in &item.default_request {
+                c.resources.requests.entry(r.clone()).or_insert(*q);
+            }
+            check_range(
+                &item.min,
+                &item.max,
+                &item.max_limit_request_ratio,
+                &c.resources.requests,
+                &c.resources.limits,
+            )
+            .map_err(&deny)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_range(
+    min: &ResourceList,
+    max: &ResourceList,
+    ratio: &ResourceList,
+    requests: &ResourceList,
+    limits: &ResourceList,
+) -> Result<(), String> {
+    for (r, lo) in min {
+        match requests.get(r) {
+            Some(v) if v < lo => {
+                return Err(format!(
+                    "minimum {r} usage per Container is {lo}, but request is {v}"
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "minimum {r} usage per Container is {lo}. No request is specified"
+                ));
+            }
+            _ => {}
+        }
+    }
+    for (r, hi) in max {
+        match limits.get(r) {
+            Some(v) if v > hi => {
+                return Err(format!(
+                    "maximum {r} usage per Container is {hi}, but limit is {v}"
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "maximum {r} usage per Container is {hi}. No limit is specified"
+                ));
+            }
+            _ => {}
+        }
+    }
+    for (r, max_ratio) in ratio {
+        if let (Some(l), Some(q)) = (limits.get(r), requests.get(r))
+            && q.milli_value() > 0
+        {
+            let ratio_milli = l.milli_value().saturating_mul(1000) / q.milli_value();
+            if ratio_milli > max_ratio.milli_value() {
+                return Err(format!(
+                    "{r} max limit to request ratio per Container is {max_ratio}, but provided ratio is {:.6}",
+                    ratio_milli as f64 / 1000.0
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The object an Update writes: the request's metadata (labels, annotations, …) and spec over
+/// the stored object, status kept; identity fields and immutable spec fields stay as stored.
+pub fn with_spec(current: &Object, request: &Object) -> Result<Object, Status> {
+    let mut next = request.clone();
+    keep_identity(current, &mut next);
+    match (current, &mut next) {
+        (Object::Pod(cur), Object::Pod(new)) => {
+            new.status = cur.status.clone();
+            if cur.spec.node_name != new.spec.node_name {
+                return Err(Status::invalid_argument(format!(
+                    "Pod \"{}\" is invalid: spec.nodeName: Forbidden: a pod is bound through Bind, not by update",
+                    cur.metadata.name
+                )));
+            }
+            // Kubernetes lets an update change container images and add tolerations;
+            // everything else in a pod's spec is immutable.
+            let mut a = cur.spec.clone();
+            let mut b = new.spec.clone();
+            for (x, y) in a.containers.iter_mut().zip(b.containers.iter_mut()) {
+                x.image = y.image.clone();
+            }
+            for (x, y) in a
+                .init_containers
+                .iter_mut()
+                .zip(b.init_containers.iter_mut())
+            {
+                x.image = y.image.clone();
+            }
+            let added_only = b.tolerations.len() >= a.tolerations.len()
+                && a.tolerations.iter().all(|t| b.tolerations.contains(t));
+            if added_only {
+                a.tolerations = b.tolerations.clone();
+            }
+            if a != b {
+                return Err(Status::invalid_argument(format!(
+                    "Pod \"{}\" is invalid: spec: Forbidden: pod updates may not change fields other than \
+                     `spec.containers[*].image`, `spec.initContainers[*].image` or \
+                     `spec.tolerations` (only additions to existing tolerations)",
+                    cur.metadata.name
+                )));
+            }
+        }
+        (Object::Node(cur), Object::Node(new)) => new.status = cur.status.clone(),
+        (Object::Namespace(cur), Object::Namespace(new)) => new.status = cur.status.clone(),
+        (Object::ResourceQuota(cur), Object::ResourceQuota(new)) => new.status = cur.status.clone(),
+        _ => {}
+    }
+    if spec_changed(current, &next) {
+        next.metadata_mut().generation = Some(current.metadata().generation.unwrap_or(1) + 1);
+    }
+    Ok(next)
+}
+
+fn spec_changed(a: &Object, b: &Object) -> bool {
+    let (mut a, mut b) = (a.to_json_value(), b.to_json_value());
+    a.as_object_mut().map(|m| m.remove("metadata"));
+    b.as_object_mut().map(|m| m.remove("metadata"));
+    a.as_object_mut().map(|m| m.remove("status"));
+    b.as_object_mut().map(|m| m.remove("status"));
+    a != b
+}
+
+/// The object an UpdateStatus writes: the stored object with the request's status.
+pub fn with_status(current: &Object, request: &Object) -> Result<Object, Status> {
+    let mut next = current.clone();
+    match (&mut next, request) {
+        (Object::Pod(n), Object::Pod(r)) => n.status = r.status.clone(),
+        (Object::Node(n), Object::Node(r)) => n.status = r.status.clone(),
+        (Object::Namespace(n), Object::Namespace(r)) => n.status = r.status.clone(),
+        (Object::ResourceQuota(n), Object::ResourceQuota(r)) => n.status = r.status.clone(),
+        (n, _) => {
+            return Err(Status::invalid_argument(format!(
+                "{} has no status to update",
+                n.kind().plural()
+            )));
+        }
+    }
+    Ok(next)
+}
+
+fn keep_identity(current: &Object, next: &mut Object) {
+    let cur = current.metadata();
+    let m = next.metadata_mut();
+    m.uid = cur.uid.clone();
+    m.creation_timestamp = cur.creation_timestamp;
+    m.deletion_timestamp = cur.deletion_timestamp;
+    m.deletion_grace_period_seconds = cur.deletion_grace_period_seconds;
+    m.generation = cur.generation;
+}

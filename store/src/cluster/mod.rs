@@ -1,0 +1,494 @@
+//! The typed cluster API (`skiff.cluster.v1.Cluster`): Pods, Nodes, Namespaces, ResourceQuotas
+//! and LimitRanges over the same MVCC keyspace as the etcd API, under
+//! `/registry/<plural>/<namespace>/<name>`.
+//!
+//! Every write is one transaction proposed through Raft with compare-and-swap guards: create
+//! requires the key to be absent, update and delete require the stored mod revision to be the
+//! one the request was checked against (and the client's `resourceVersion`, when it gives
+//! one), quota admission requires that no pod in the namespace changed since the usage was
+//! counted. An object's `resourceVersion` is its mod revision; it is not stored in the JSON but
+//! filled in on every read.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use skiff_proto::api::{Kind, Object, Time, defaults, validation};
+use skiff_proto::cluster::v1 as pb;
+use tonic::Status;
+
+use crate::command::{
+    Command, Compare, CompareResult, CompareTarget, DeleteRangeRequest, KeyValue, Outcome,
+    PutRequest, RangeRequest, RequestOp, ResponseOp, TxnRequest, TxnResponse,
+};
+use crate::error::StoreError;
+use crate::member::StoreMember;
+
+pub mod admission;
+pub mod bind;
+pub mod service;
+pub mod watch;
+
+/// Attempts at a write whose guard lost a race with another writer (quota usage moved, or the
+/// object changed between read and write when the client did not pin a resourceVersion).
+const WRITE_ATTEMPTS: usize = 8;
+
+/// The cluster API over one member.
+#[derive(Debug, Clone)]
+pub struct ClusterApi {
+    pub member: Arc<StoreMember>,
+    uid_seq: Arc<AtomicU64>,
+}
+
+/// An object as stored, with its mod revision.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub object: Object,
+    pub mod_revision: i64,
+}
+
+pub fn header(member: &StoreMember, revision: i64) -> Option<pb::ResponseHeader> {
+    Some(pb::ResponseHeader {
+        revision,
+        member_id: member.id,
+        raft_term: member.term(),
+    })
+}
+
+/// `pods "web-1" not found`, as Kubernetes words it.
+pub fn not_found(kind: Kind, name: &str) -> Status {
+    Status::not_found(format!("{} \"{name}\" not found", kind.plural()))
+}
+
+pub fn conflict(kind: Kind, name: &str) -> Status {
+    Status::aborted(format!(
+        "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; \
+         please apply your changes to the latest version and try again",
+        kind.plural()
+    ))
+}
+
+pub fn parse_kind(kind: &str) -> Result<Kind, Status> {
+    Kind::from_name(kind)
+        .filter(|k| *k != Kind::Binding)
+        .ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "unknown kind {kind:?}: expected Pod, Node, Namespace, ResourceQuota or LimitRange"
+            ))
+        })
+}
+
+/// The stored bytes of an object: its JSON without `resourceVersion` (that is the key's mod
+/// revision, filled in on read).
+pub fn encode(object: &Object) -> Vec<u8> {
+    let mut o = object.clone();
+    o.metadata_mut().resource_version.clear();
+    o.set_type_meta();
+    o.to_json()
+}
+
+pub fn decode(kind: Kind, kv: &KeyValue) -> Result<Stored, Status> {
+    let mut object = Object::from_json(kind, &kv.value).map_err(|e| {
+        Status::internal(format!(
+            "stored {} at {} does not decode: {e}",
+            kind.name(),
+            String::from_utf8_lossy(&kv.key)
+        ))
+    })?;
+    object.metadata_mut().resource_version = kv.mod_revision.to_string();
+    Ok(Stored {
+        object,
+        mod_revision: kv.mod_revision,
+    })
+}
+
+pub fn to_pb(object: &Object) -> pb::Object {
+    let mut o = object.clone();
+    o.set_type_meta();
+    pb::Object {
+        kind: o.kind().name().to_string(),
+        json: o.to_json(),
+    }
+}
+
+/// Decodes a request object: known kind, valid JSON of that kind (unknown fields refused).
+pub fn from_pb(o: Option<pb::Object>) -> Result<Object, Status> {
+    let o = o.ok_or_else(|| Status::invalid_argument("object: required"))?;
+    let kind = parse_kind(&o.kind)?;
+    Object::from_json(kind, &o.json)
+        .map_err(|e| Status::invalid_argument(format!("{} body: {e}", kind.name())))
+}
+
+fn validation_error(object: &Object, e: validation::ValidationErrors) -> Status {
+    Status::invalid_argument(format!(
+        "{} \"{}\" is invalid: {e}",
+        object.kind().name(),
+        object.metadata().name
+    ))
+}
+
+/// `range_end` that covers every key starting with `prefix`.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+fn compare(key: &str, target: CompareTarget, result: CompareResult) -> Compare {
+    Compare {
+        key: key.as_bytes().to_vec(),
+        range_end: Vec::new(),
+        result,
+        target,
+    }
+}
+
+impl ClusterApi {
+    pub fn new(member: Arc<StoreMember>) -> Self {
+        ClusterApi {
+            member,
+            uid_seq: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Reads are linearizable unless the caller accepts a possibly stale local view.
+    pub async fn barrier(&self, serializable: bool) -> Result<(), Status> {
+        if !serializable {
+            self.member.linearizable_barrier().await?;
+        }
+        Ok(())
+    }
+
+    /// The current revision and the objects under a key prefix (or one key).
+    pub fn range(
+        &self,
+        kind: Kind,
+        key: &[u8],
+        range_end: &[u8],
+        revision: i64,
+    ) -> Result<(i64, Vec<Stored>), Status> {
+        let mvcc = self.member.shared.read();
+        let resp = mvcc.range(&RangeRequest {
+            key: key.to_vec(),
+            range_end: range_end.to_vec(),
+            revision,
+            ..RangeRequest::default()
+        })?;
+        let at = if revision > 0 {
+            revision
+        } else {
+            mvcc.revision()
+        };
+        drop(mvcc);
+        let items = resp
+            .kvs
+            .iter()
+            .map(|kv| decode(kind, kv))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((at, items))
+    }
+
+    pub fn get_local(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(i64, Option<Stored>), Status> {
+        let key = kind.key(namespace, name);
+        let (rev, mut items) = self.range(kind, key.as_bytes(), &[], 0)?;
+        Ok((rev, items.pop()))
+    }
+
+    /// Proposes a transaction; returns the revision after it and its response.
+    pub async fn txn(&self, txn: TxnRequest) -> Result<(i64, TxnResponse), Status> {
+        let resp = self.member.propose(Command::Txn(txn)).await?;
+        match resp.result? {
+            Outcome::Txn(t) => Ok((resp.revision, t)),
+            other => Err(StoreError::internal(format!("unexpected outcome {other:?}")).into()),
+        }
+    }
+
+    fn new_uid(&self) -> String {
+        let n = self.uid_seq.fetch_add(1, Ordering::Relaxed);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        let a = t ^ self.member.id.rotate_left(29);
+        let b = n.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ self.member.id;
+        format!(
+            "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+            (a >> 32) as u32,
+            (a >> 16) as u16,
+            a & 0xfff,
+            b & 0xfff,
+            b >> 16 & 0xffff_ffff_ffff
+        )
+    }
+
+    /// Create: defaults, validation, admission, then a put guarded by "key absent".
+    pub async fn create(&self, mut object: Object, dry_run: bool) -> Result<(i64, Object), Status> {
+        let kind = object.kind();
+        if kind == Kind::Binding {
+            return Err(Status::invalid_argument(
+                "Binding objects are created through Bind",
+            ));
+        }
+        {
+            let m = object.metadata_mut();
+            m.resource_version.clear();
+            m.uid = self.new_uid();
+            m.creation_timestamp = Some(Time::now());
+            m.deletion_timestamp = None;
+            m.deletion_grace_period_seconds = None;
+            m.generation = Some(1);
+        }
+        if let Object::Pod(p) = &mut object {
+            let status = p.status.get_or_insert_with(Default::default);
+            if status.phase.is_empty() {
+                status.phase = "Pending".into();
+            }
+        }
+        defaults::apply(&mut object);
+        if object.kind().is_namespaced() && object.metadata().namespace == "default" {
+            self.ensure_default_namespace().await?;
+        }
+        let key = object.key();
+        for _ in 0..WRITE_ATTEMPTS {
+            self.barrier(false).await?;
+            let mut candidate = object.clone();
+            let guards = admission::admit_create(self, &mut candidate)?;
+            validation::validate(&candidate).map_err(|e| validation_error(&candidate, e))?;
+            if dry_run {
+                return Ok((self.member.shared.read().revision(), candidate));
+            }
+            let mut compare = vec![compare(
+                &key,
+                CompareTarget::Create(0),
+                CompareResult::Equal,
+            )];
+            compare.extend(guards);
+            let txn = TxnRequest {
+                compare,
+                success: vec![RequestOp::Put(PutRequest {
+                    key: key.as_bytes().to_vec(),
+                    value: encode(&candidate),
+                    ..PutRequest::default()
+                })],
+                failure: vec![RequestOp::Range(RangeRequest {
+                    key: key.as_bytes().to_vec(),
+                    ..RangeRequest::default()
+                })],
+            };
+            let (rev, resp) = self.txn(txn).await?;
+            if resp.succeeded {
+                candidate.metadata_mut().resource_version = rev.to_string();
+                return Ok((rev, candidate));
+            }
+            if let Some(ResponseOp::Range(r)) = resp.responses.first()
+                && !r.kvs.is_empty()
+            {
+                return Err(Status::already_exists(format!(
+                    "{} \"{}\" already exists",
+                    kind.plural(),
+                    candidate.metadata().name
+                )));
+            }
+            // A quota guard lost a race: count again.
+        }
+        Err(Status::unavailable(format!(
+            "{} \"{}\": too many concurrent changes in its namespace, try again",
+            kind.plural(),
+            object.metadata().name
+        )))
+    }
+
+    /// The `default` namespace exists from the first write into it on, as in Kubernetes,
+    /// where the API server creates it at start-up.
+    async fn ensure_default_namespace(&self) -> Result<(), Status> {
+        let (_, found) = self.get_local(Kind::Namespace, "", "default")?;
+        if found.is_some() {
+            return Ok(());
+        }
+        let mut ns = Object::Namespace(skiff_proto::api::Namespace::default());
+        {
+            let m = ns.metadata_mut();
+            m.name = "default".into();
+            m.uid = self.new_uid();
+            m.creation_timestamp = Some(Time::now());
+        }
+        defaults::apply(&mut ns);
+        let key = ns.key();
+        self.txn(TxnRequest {
+            compare: vec![compare(
+                &key,
+                CompareTarget::Create(0),
+                CompareResult::Equal,
+            )],
+            success: vec![RequestOp::Put(PutRequest {
+                key: key.into_bytes(),
+                value: encode(&ns),
+                ..PutRequest::default()
+            })],
+            failure: vec![],
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Writes `next` over `current` if the key still has `current`'s mod revision.
+    pub async fn replace(
+        &self,
+        current: &Stored,
+        next: &Object,
+    ) -> Result<Option<(i64, Object)>, Status> {
+        let key = next.key();
+        let txn = TxnRequest {
+            compare: vec![compare(
+                &key,
+                CompareTarget::Mod(current.mod_revision),
+                CompareResult::Equal,
+            )],
+            success: vec![RequestOp::Put(PutRequest {
+                key: key.into_bytes(),
+                value: encode(next),
+                ..PutRequest::default()
+            })],
+            failure: vec![],
+        };
+        let (rev, resp) = self.txn(txn).await?;
+        if !resp.succeeded {
+            return Ok(None);
+        }
+        let mut out = next.clone();
+        out.metadata_mut().resource_version = rev.to_string();
+        Ok(Some((rev, out)))
+    }
+
+    /// Update (`status == false`: spec and metadata, status kept) or UpdateStatus (`status ==
+    /// true`: status only). A `resourceVersion` in the request pins the write to that version.
+    pub async fn update(
+        &self,
+        object: Object,
+        status: bool,
+        dry_run: bool,
+    ) -> Result<(i64, Object), Status> {
+        let kind = object.kind();
+        let name = object.metadata().name.clone();
+        let namespace = object.metadata().namespace.clone();
+        let pinned = match object.metadata().resource_version.as_str() {
+            "" => None,
+            rv => Some(rv.parse::<i64>().map_err(|_| {
+                Status::invalid_argument(format!("metadata.resourceVersion: invalid value {rv:?}"))
+            })?),
+        };
+        for _ in 0..WRITE_ATTEMPTS {
+            self.barrier(false).await?;
+            let (_, current) = self.get_local(kind, &namespace, &name)?;
+            let current = current.ok_or_else(|| not_found(kind, &name))?;
+            if pinned.is_some_and(|rv| rv != current.mod_revision) {
+                return Err(conflict(kind, &name));
+            }
+            let mut next = if status {
+                admission::with_status(&current.object, &object)?
+            } else {
+                admission::with_spec(&current.object, &object)?
+            };
+            defaults::apply(&mut next);
+            validation::validate(&next).map_err(|e| validation_error(&next, e))?;
+            if dry_run {
+                return Ok((current.mod_revision, next));
+            }
+            if let Some(done) = self.replace(&current, &next).await? {
+                return Ok(done);
+            }
+            if pinned.is_some() {
+                return Err(conflict(kind, &name));
+            }
+        }
+        Err(conflict(kind, &name))
+    }
+
+    /// Delete. A pod bound to a node is deleted gracefully: it gets a deletionTimestamp and its
+    /// agent removes it once the containers have stopped; an unbound or finished pod, or a
+    /// grace period of 0, is removed at once.
+    pub async fn delete(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        pinned: i64,
+        grace: Option<i64>,
+    ) -> Result<(i64, Object), Status> {
+        for _ in 0..WRITE_ATTEMPTS {
+            self.barrier(false).await?;
+            let (_, current) = self.get_local(kind, namespace, name)?;
+            let current = current.ok_or_else(|| not_found(kind, name))?;
+            if pinned > 0 && pinned != current.mod_revision {
+                return Err(conflict(kind, name));
+            }
+            if kind == Kind::Namespace {
+                let prefix = Kind::Pod.prefix(Some(name));
+                let (_, pods) = self.range(
+                    Kind::Pod,
+                    prefix.as_bytes(),
+                    &prefix_end(prefix.as_bytes()),
+                    0,
+                )?;
+                if !pods.is_empty() {
+                    return Err(Status::failed_precondition(format!(
+                        "namespaces \"{name}\" still has {} pod(s); delete them first",
+                        pods.len()
+                    )));
+                }
+            }
+            if let Object::Pod(pod) = &current.object {
+                let bound = !pod.spec.node_name.is_empty() && !pod.is_terminal();
+                let grace = grace
+                    .or(pod.spec.termination_grace_period_seconds)
+                    .unwrap_or(30);
+                if bound && grace > 0 {
+                    let mut next = current.object.clone();
+                    let meta = next.metadata_mut();
+                    let shorter = meta.deletion_grace_period_seconds.is_none_or(|g| grace < g);
+                    if meta.deletion_timestamp.is_some() && !shorter {
+                        return Ok((current.mod_revision, current.object));
+                    }
+                    meta.deletion_timestamp = Time::from_unix(Time::now().unix() + grace);
+                    meta.deletion_grace_period_seconds = Some(grace);
+                    match self.replace(&current, &next).await? {
+                        Some(done) => return Ok(done),
+                        None if pinned > 0 => return Err(conflict(kind, name)),
+                        None => continue,
+                    }
+                }
+            }
+            let key = kind.key(namespace, name);
+            let txn = TxnRequest {
+                compare: vec![compare(
+                    &key,
+                    CompareTarget::Mod(current.mod_revision),
+                    CompareResult::Equal,
+                )],
+                success: vec![RequestOp::DeleteRange(DeleteRangeRequest {
+                    key: key.into_bytes(),
+                    range_end: Vec::new(),
+                    prev_kv: false,
+                })],
+                failure: vec![],
+            };
+            let (rev, resp) = self.txn(txn).await?;
+            if resp.succeeded {
+                return Ok((rev, current.object));
+            }
+            if pinned > 0 {
+                return Err(conflict(kind, name));
+            }
+        }
+        Err(conflict(kind, name))
+    }
+}

@@ -1,0 +1,215 @@
+//! The gRPC face of the cluster API.
+
+use std::pin::Pin;
+
+use futures::Stream;
+use skiff_proto::api::Kind;
+use skiff_proto::cluster::v1 as pb;
+use skiff_proto::cluster::v1::cluster_server::Cluster;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use super::watch::{Filter, key_range};
+use super::{ClusterApi, from_pb, header, not_found, parse_kind, to_pb};
+
+/// Most objects one List page returns when the client sets no limit.
+const MAX_PAGE: i64 = 10_000;
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
+
+fn object_response(
+    api: &ClusterApi,
+    revision: i64,
+    object: &skiff_proto::api::Object,
+) -> Response<pb::ObjectResponse> {
+    Response::new(pb::ObjectResponse {
+        header: header(&api.member, revision),
+        object: Some(to_pb(object)),
+    })
+}
+
+fn key_parts(key: Option<pb::ObjectKey>) -> Result<(Kind, String, String), Status> {
+    let key = key.ok_or_else(|| Status::invalid_argument("key: required"))?;
+    let kind = parse_kind(&key.kind)?;
+    if key.name.is_empty() {
+        return Err(Status::invalid_argument("key.name: required"));
+    }
+    if kind.is_namespaced() && key.namespace.is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "key.namespace: required for {}",
+            kind.plural()
+        )));
+    }
+    let ns = if kind.is_namespaced() {
+        key.namespace
+    } else {
+        String::new()
+    };
+    Ok((kind, ns, key.name))
+}
+
+/// A continue token: the revision of the first page and the key to resume after.
+fn parse_continue(token: &str) -> Result<Option<(i64, Vec<u8>)>, Status> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let bad = || {
+        Status::invalid_argument(format!(
+            "continue token {token:?} is not one this server issued"
+        ))
+    };
+    let (rev, hex) = token.split_once(':').ok_or_else(bad)?;
+    let rev: i64 = rev.parse().map_err(|_| bad())?;
+    if hex.len() % 2 != 0 {
+        return Err(bad());
+    }
+    let key = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+        .collect::<Result<Vec<u8>, _>>()
+        .map_err(|_| bad())?;
+    Ok(Some((rev, key)))
+}
+
+fn make_continue(rev: i64, last_key: &[u8]) -> String {
+    let hex: String = last_key.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{rev}:{hex}")
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterApi {
+    async fn create(
+        &self,
+        req: Request<pb::CreateRequest>,
+    ) -> Result<Response<pb::ObjectResponse>, Status> {
+        let req = req.into_inner();
+        let object = from_pb(req.object)?;
+        let (rev, created) = ClusterApi::create(self, object, req.dry_run).await?;
+        Ok(object_response(self, rev, &created))
+    }
+
+    async fn get(
+        &self,
+        req: Request<pb::GetRequest>,
+    ) -> Result<Response<pb::ObjectResponse>, Status> {
+        let req = req.into_inner();
+        let (kind, ns, name) = key_parts(req.key)?;
+        self.barrier(req.serializable).await?;
+        let (rev, found) = self.get_local(kind, &ns, &name)?;
+        let found = found.ok_or_else(|| not_found(kind, &name))?;
+        Ok(object_response(self, rev, &found.object))
+    }
+
+    async fn list(
+        &self,
+        req: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
+        let req = req.into_inner();
+        let kind = parse_kind(&req.kind)?;
+        let filter = Filter::parse(kind, req.selectors.as_ref())?;
+        let (prefix, end) = key_range(kind, &req.namespace);
+        let limit = if req.limit > 0 {
+            req.limit.min(MAX_PAGE)
+        } else {
+            MAX_PAGE
+        } as usize;
+        let resume = parse_continue(&req.continue_token)?;
+        self.barrier(req.serializable || resume.is_some()).await?;
+        // Every page of one list reads at the first page's revision.
+        let (at, from) = match resume {
+            Some((rev, last)) => {
+                let mut next = last;
+                next.push(0);
+                (rev, next)
+            }
+            None => (0, prefix.clone()),
+        };
+        let (at, page) = self.range(kind, &from, &end, at)?;
+        let mut items = Vec::new();
+        let mut last_key = String::new();
+        let mut next_token = String::new();
+        for s in page {
+            if !filter.matches(&s.object) {
+                continue;
+            }
+            if items.len() == limit {
+                // Resume after the last object returned.
+                next_token = make_continue(at, last_key.as_bytes());
+                break;
+            }
+            last_key = s.object.key();
+            items.push(to_pb(&s.object));
+        }
+        Ok(Response::new(pb::ListResponse {
+            header: header(&self.member, at),
+            items,
+            resource_version: at,
+            continue_token: next_token,
+        }))
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        req: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let rx = ClusterApi::watch(self, req.into_inner())?;
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn update(
+        &self,
+        req: Request<pb::UpdateRequest>,
+    ) -> Result<Response<pb::ObjectResponse>, Status> {
+        let req = req.into_inner();
+        let object = from_pb(req.object)?;
+        let (rev, o) = ClusterApi::update(self, object, false, req.dry_run).await?;
+        Ok(object_response(self, rev, &o))
+    }
+
+    async fn update_status(
+        &self,
+        req: Request<pb::UpdateRequest>,
+    ) -> Result<Response<pb::ObjectResponse>, Status> {
+        let req = req.into_inner();
+        let object = from_pb(req.object)?;
+        let (rev, o) = ClusterApi::update(self, object, true, req.dry_run).await?;
+        Ok(object_response(self, rev, &o))
+    }
+
+    async fn delete(
+        &self,
+        req: Request<pb::DeleteRequest>,
+    ) -> Result<Response<pb::ObjectResponse>, Status> {
+        let req = req.into_inner();
+        let (kind, ns, name) = key_parts(req.key)?;
+        if req.grace_period_seconds.is_some_and(|g| g < 0) {
+            return Err(Status::invalid_argument(
+                "grace_period_seconds: must not be negative",
+            ));
+        }
+        let (rev, o) = ClusterApi::delete(
+            self,
+            kind,
+            &ns,
+            &name,
+            req.resource_version,
+            req.grace_period_seconds,
+        )
+        .await?;
+        Ok(object_response(self, rev, &o))
+    }
+
+    async fn bind(
+        &self,
+        req: Request<pb::BindRequest>,
+    ) -> Result<Response<pb::BindResponse>, Status> {
+        let req = req.into_inner();
+        let (rev, results) = ClusterApi::bind(self, &req.bindings).await?;
+        Ok(Response::new(pb::BindResponse {
+            header: header(&self.member, rev),
+            results,
+        }))
+    }
+}

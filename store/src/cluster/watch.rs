@@ -1,0 +1,244 @@
+//! Watches of the cluster API: the keyspace's watch hub underneath, objects and selectors on
+//! top.
+//!
+//! Selectors are applied to both the new and the previous state of an object, so a watcher
+//! sees an object *enter* its view as ADDED and *leave* it as DELETED: an agent watching
+//! `spec.nodeName=n1` gets ADDED when a pod is bound to n1 and DELETED when it is removed. A
+//! watch on `spec.nodeName` is indexed in the hub (a tag), so thousands of such watchers cost
+//! the apply path one cheap comparison each, not one queued event each.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use skiff_proto::api::{Kind, Object};
+use skiff_proto::cluster::v1 as pb;
+use skiff_proto::cluster::v1::watch_event::Type;
+use skiff_proto::selector::{FieldQuery, LabelQuery};
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use super::{ClusterApi, decode, prefix_end, to_pb};
+use crate::command::{Event, EventKind};
+use crate::watch::{Tagger, WatchMessage, WatchSpec};
+
+/// Queue of one watch stream before it is parked and caught up from disk.
+const QUEUE: usize = 1024;
+
+const PODS_PREFIX: &[u8] = b"/registry/pods/";
+
+#[derive(Deserialize)]
+struct NodeNameOnly {
+    #[serde(default)]
+    spec: Option<SpecNodeName>,
+}
+
+#[derive(Deserialize)]
+struct SpecNodeName {
+    #[serde(default, rename = "nodeName")]
+    node_name: String,
+}
+
+fn node_name(json: &[u8]) -> Option<String> {
+    let n: NodeNameOnly = serde_json::from_slice(json).ok()?;
+    n.spec.map(|s| s.node_name).filter(|n| !n.is_empty())
+}
+
+fn node_tag(node: &str) -> String {
+    format!("spec.nodeName={node}")
+}
+
+/// Tags pod events with the node of the pod's new and previous state.
+pub fn tagger() -> Tagger {
+    std::sync::Arc::new(|e: &Event| {
+        if !e.kv.key.starts_with(PODS_PREFIX) {
+            return Vec::new();
+        }
+        let mut tags = Vec::with_capacity(2);
+        if e.kind == EventKind::Put
+            && let Some(n) = node_name(&e.kv.value)
+        {
+            tags.push(node_tag(&n));
+        }
+        if let Some(prev) = &e.prev_kv
+            && let Some(n) = node_name(&prev.value)
+        {
+            let t = node_tag(&n);
+            if !tags.contains(&t) {
+                tags.push(t);
+            }
+        }
+        tags
+    })
+}
+
+/// The selectors of a list or watch, parsed.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub labels: LabelQuery,
+    pub fields: FieldQuery,
+}
+
+impl Filter {
+    pub fn parse(kind: Kind, selectors: Option<&pb::Selectors>) -> Result<Filter, Status> {
+        let Some(s) = selectors else {
+            return Ok(Filter::default());
+        };
+        Ok(Filter {
+            labels: LabelQuery::parse(&s.label_selector)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?,
+            fields: FieldQuery::parse(kind, &s.field_selector)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?,
+        })
+    }
+
+    pub fn matches(&self, o: &Object) -> bool {
+        self.labels.matches(&o.metadata().labels) && self.fields.matches(o)
+    }
+}
+
+/// The key range of a kind in a namespace (all namespaces when empty).
+pub fn key_range(kind: Kind, namespace: &str) -> (Vec<u8>, Vec<u8>) {
+    let ns = (kind.is_namespaced() && !namespace.is_empty()).then_some(namespace);
+    let prefix = kind.prefix(ns).into_bytes();
+    let end = prefix_end(&prefix);
+    (prefix, end)
+}
+
+impl ClusterApi {
+    /// Starts a watch; events arrive on the returned channel until the client goes away.
+    pub fn watch(
+        &self,
+        req: pb::WatchRequest,
+    ) -> Result<mpsc::Receiver<Result<pb::WatchEvent, Status>>, Status> {
+        let kind = super::parse_kind(&req.kind)?;
+        let filter = Filter::parse(kind, req.selectors.as_ref())?;
+        let (key, range_end) = key_range(kind, &req.namespace);
+        let tag = (kind == Kind::Pod)
+            .then(|| filter.fields.equality("spec.nodeName").map(node_tag))
+            .flatten();
+        let hub = self.member.shared.hub.clone();
+        let (stream, _ctl, mut rx) = hub.open_stream(QUEUE);
+        let spec = WatchSpec {
+            key,
+            range_end,
+            start_revision: if req.resource_version > 0 {
+                req.resource_version + 1
+            } else {
+                0
+            },
+            prev_kv: true,
+            no_put: false,
+            no_delete: false,
+            tag,
+        };
+        {
+            let mvcc = self.member.shared.read();
+            if req.resource_version > 0 && req.resource_version + 1 < mvcc.compacted() {
+                hub.close_stream(stream);
+                return Err(too_old(req.resource_version, mvcc.compacted()));
+            }
+            hub.add(&mvcc, stream, 0, spec);
+        }
+        let (tx, out) = mpsc::channel(QUEUE);
+        let member = self.member.clone();
+        tokio::spawn(async move {
+            let mut bookmarks = tokio::time::interval(Duration::from_secs(1));
+            bookmarks.tick().await;
+            loop {
+                let msg = tokio::select! {
+                    m = rx.recv() => m,
+                    _ = bookmarks.tick(), if req.allow_bookmarks => {
+                        hub.notify_progress(&member.shared.read(), stream, &[0]);
+                        continue;
+                    }
+                    _ = tx.closed() => None,
+                };
+                let Some(msg) = msg else { break };
+                let sent = match msg {
+                    WatchMessage::Events { events, .. } => {
+                        let mut ok = true;
+                        for e in events {
+                            match convert(kind, &filter, &e) {
+                                Ok(Some(ev)) => {
+                                    if tx.send(Ok(ev)).await.is_err() {
+                                        ok = false;
+                                        break;
+                                    }
+                                }
+                                Ok(None) => {}
+                                Err(s) => {
+                                    let _ = tx.send(Err(s)).await;
+                                    ok = false;
+                                    break;
+                                }
+                            }
+                        }
+                        ok
+                    }
+                    WatchMessage::Compacted {
+                        compact_revision, ..
+                    } => {
+                        let _ = tx
+                            .send(Err(too_old(req.resource_version, compact_revision)))
+                            .await;
+                        false
+                    }
+                    WatchMessage::Progress { revision, .. } => tx
+                        .send(Ok(pb::WatchEvent {
+                            r#type: Type::Bookmark as i32,
+                            object: None,
+                            revision,
+                        }))
+                        .await
+                        .is_ok(),
+                    WatchMessage::Created { .. } | WatchMessage::Canceled { .. } => true,
+                };
+                if !sent {
+                    break;
+                }
+            }
+            hub.close_stream(stream);
+        });
+        Ok(out)
+    }
+}
+
+fn too_old(rv: i64, compacted: i64) -> Status {
+    Status::failed_precondition(format!(
+        "too old resource version: {rv} (compacted at {compacted}); relist and watch from the list's resourceVersion"
+    ))
+}
+
+/// One keyspace event as the watcher sees it, or nothing when the object is outside its view
+/// before and after.
+fn convert(kind: Kind, filter: &Filter, e: &Event) -> Result<Option<pb::WatchEvent>, Status> {
+    let revision = e.kv.mod_revision;
+    let prev = match &e.prev_kv {
+        Some(kv) => Some(decode(kind, kv)?.object),
+        None => None,
+    };
+    let was = prev.as_ref().is_some_and(|o| filter.matches(o));
+    let (ty, object) = match e.kind {
+        EventKind::Put => {
+            let now = decode(kind, &e.kv)?.object;
+            match (was, filter.matches(&now)) {
+                (false, false) => return Ok(None),
+                (false, true) => (Type::Added, now),
+                (true, true) => (Type::Modified, now),
+                (true, false) => (Type::Deleted, now),
+            }
+        }
+        EventKind::Delete => {
+            let Some(mut last) = prev.filter(|_| was) else {
+                return Ok(None);
+            };
+            last.metadata_mut().resource_version = revision.to_string();
+            (Type::Deleted, last)
+        }
+    };
+    Ok(Some(pb::WatchEvent {
+        r#type: ty as i32,
+        object: Some(to_pb(&object)),
+        revision,
+    }))
+}
