@@ -592,3 +592,49 @@ async fn lists_page_at_one_revision_with_selectors() {
     assert_eq!(bad.code(), Code::InvalidArgument);
     assert!(bad.message().contains("spec.bogus"), "{}", bad.message());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_informer_lists_then_follows_changes() {
+    use skiff_proto::client::Informer;
+    let cluster = Cluster::start(1, &[]).await;
+    let api = client(&cluster).await;
+    api.create(&pod("default", "before", Some("10m")))
+        .await
+        .expect("pod");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut informer = Informer::new(api.clone(), Kind::Pod, "default", "", "");
+    let task = tokio::spawn(async move {
+        informer
+            .run(|e, cache| {
+                if !matches!(e, Event::Bookmark(_)) {
+                    let _ = tx.send(cache.keys().cloned().collect::<Vec<_>>());
+                }
+            })
+            .await
+    });
+    let mut wait_for = async |want: &[&str]| {
+        let want: Vec<String> = want
+            .iter()
+            .map(|n| format!("/registry/pods/default/{n}"))
+            .collect();
+        loop {
+            let cache = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+                .await
+                .expect("an informer event within 10 s")
+                .expect("informer running");
+            if cache == want {
+                return;
+            }
+        }
+    };
+    wait_for(&["before"]).await;
+    api.create(&pod("default", "after", Some("10m")))
+        .await
+        .expect("pod");
+    wait_for(&["after", "before"]).await;
+    api.delete(Kind::Pod, "default", "before", 0, None)
+        .await
+        .expect("delete");
+    wait_for(&["after"]).await;
+    task.abort();
+}
