@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod store;
 mod validate;
 
@@ -33,6 +34,8 @@ enum Command {
     Validate(validate::Args),
     /// Run one member of the replicated store (etcd v3 API on the client URLs).
     Store(Box<store::Args>),
+    /// Benchmarks against a running cluster; each prints its figures.
+    Bench(bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +55,7 @@ fn main() -> ExitCode {
         }
         Command::Validate(args) => validate::run(&args),
         Command::Store(args) => store::run(*args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(code) => code,

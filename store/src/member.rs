@@ -175,7 +175,9 @@ impl StoreMember {
             cluster_name: token.clone(),
             heartbeat_interval: hb,
             election_timeout_min: el,
-            election_timeout_max: el * 2,
+            // openraft also uses the maximum as the leader lease during which followers refuse
+            // to vote: keep it close to the minimum so failover stays near one timeout.
+            election_timeout_max: el * 3 / 2,
             install_snapshot_timeout: el.max(1000) * 2,
             max_payload_entries: 512,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_count),
