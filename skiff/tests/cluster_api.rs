@@ -130,6 +130,38 @@ async fn validation_and_admission_refuse_with_reasons_and_write_nothing() {
         Code::FailedPrecondition,
         "minimum cpu usage per Container is 50m, but request is 10m",
     );
+    // LimitRange maximum and limit/request ratio.
+    api.create(&namespace("capped")).await.expect("namespace");
+    let lr = obj(
+        Kind::LimitRange,
+        json!({"metadata": {"name": "caps", "namespace": "capped"},
+               "spec": {"limits": [{"type": "Container", "max": {"cpu": "1"},
+                                    "maxLimitRequestRatio": {"cpu": "2"}}]}}),
+    );
+    api.create(&lr).await.expect("limit range");
+    expect_err(
+        api.create(&pod("capped", "big", Some("2"))).await,
+        Code::FailedPrecondition,
+        "maximum cpu usage per Container is 1, but limit is 2",
+    );
+    let skewed = obj(
+        Kind::Pod,
+        json!({"metadata": {"name": "skewed", "namespace": "capped"},
+               "spec": {"containers": [{"name": "c", "image": "i",
+                 "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "1"}}}]}}),
+    );
+    expect_err(
+        api.create(&skewed).await,
+        Code::FailedPrecondition,
+        "cpu max limit to request ratio per Container is 2, but provided ratio is 10.000000",
+    );
+    api.create(&pod("capped", "fits", Some("500m"))).await.expect("within the range");
+    // Enumerations are checked too.
+    let mut bad_policy = pod("capped", "policy", Some("500m"));
+    if let Object::Pod(p) = &mut bad_policy {
+        p.spec.restart_policy = "Sometimes".into();
+    }
+    expect_err(api.create(&bad_policy).await, Code::InvalidArgument, "spec.restartPolicy");
     // ResourceQuota: count and request totals.
     api.create(&namespace("quota")).await.expect("namespace");
     let q = obj(
