@@ -155,13 +155,19 @@ async fn validation_and_admission_refuse_with_reasons_and_write_nothing() {
         Code::FailedPrecondition,
         "cpu max limit to request ratio per Container is 2, but provided ratio is 10.000000",
     );
-    api.create(&pod("capped", "fits", Some("500m"))).await.expect("within the range");
+    api.create(&pod("capped", "fits", Some("500m")))
+        .await
+        .expect("within the range");
     // Enumerations are checked too.
     let mut bad_policy = pod("capped", "policy", Some("500m"));
     if let Object::Pod(p) = &mut bad_policy {
         p.spec.restart_policy = "Sometimes".into();
     }
-    expect_err(api.create(&bad_policy).await, Code::InvalidArgument, "spec.restartPolicy");
+    expect_err(
+        api.create(&bad_policy).await,
+        Code::InvalidArgument,
+        "spec.restartPolicy",
+    );
     // ResourceQuota: count and request totals.
     api.create(&namespace("quota")).await.expect("namespace");
     let q = obj(
