@@ -116,6 +116,9 @@ async fn a_compacted_start_revision_reports_compact_revision() {
             .revision();
     }
     c.compact(rev - 1, None).await.expect("compact");
+    // Watches are not linearizable (in etcd neither): make sure this member has applied the
+    // compaction before watching through it, with a linearizable read.
+    c.get("/cw/k", None).await.expect("read barrier");
     let mut w = c
         .watch("/cw/k", Some(WatchOptions::new().with_start_revision(1)))
         .await
