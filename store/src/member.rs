@@ -135,6 +135,9 @@ impl std::fmt::Debug for StoreMember {
 /// How long a request waits for a leader before failing with "no leader".
 const LEADER_WAIT: Duration = Duration::from_secs(5);
 
+/// How long a proposal may take to commit and apply before the client is told it timed out.
+const PROPOSAL_TIMEOUT: Duration = Duration::from_secs(7);
+
 const META_CLUSTER_ID: &[u8] = b"cluster_id";
 
 impl StoreMember {
@@ -358,8 +361,18 @@ impl StoreMember {
                 backend::decode::<Result<ForwardedReply, StoreError>>(&reply.into_inner().payload)
                     .map_err(StoreError::internal)?
             }
-            Err(s) if s.code() == tonic::Code::Unavailable => Err(StoreError::NoLeader),
-            Err(s) if s.code() == tonic::Code::DeadlineExceeded => Err(StoreError::Timeout),
+            // Only a request that provably never left is safe to send again (to whichever
+            // member leads next): a write that reached the leader may have been committed,
+            // and proposing it twice would apply it twice.
+            Err(s) if s.code() == tonic::Code::Unavailable && never_sent(&s) => {
+                Err(StoreError::NoLeader)
+            }
+            Err(s)
+                if s.code() == tonic::Code::Unavailable
+                    || s.code() == tonic::Code::DeadlineExceeded =>
+            {
+                Err(StoreError::Timeout)
+            }
             Err(s) => Err(StoreError::Internal(s.message().to_string())),
         }
     }
@@ -379,8 +392,8 @@ impl StoreMember {
                 })?;
                 Ok(ForwardedReply::ReadIndex(read.map_or(0, |l| l.index)))
             }
-            Forwarded::KeepAlive(id) => self.keep_alive_local(*id),
-            Forwarded::TimeToLive(id) => self.ttl_local(*id),
+            Forwarded::KeepAlive(id) => self.keep_alive_local(*id).await,
+            Forwarded::TimeToLive(id) => self.ttl_local(*id).await,
             Forwarded::AddMember { peer_urls, learner } => {
                 self.add_member_local(peer_urls.clone(), *learner).await
             }
@@ -404,7 +417,13 @@ impl StoreMember {
         if !self.is_leader() {
             return Err(StoreError::NoLeader);
         }
-        match self.raft.client_write(cmd).await {
+        // A leader cut off from its quorum never commits: give up (ambiguously) rather than
+        // hang, as etcd's request timeout does.
+        let write = tokio::time::timeout(PROPOSAL_TIMEOUT, self.raft.client_write(cmd));
+        let Ok(result) = write.await else {
+            return Err(StoreError::Timeout);
+        };
+        match result {
             Ok(resp) => Ok(resp.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
                 Err(StoreError::NoLeader)
@@ -459,10 +478,23 @@ impl StoreMember {
         self.lessor.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn keep_alive_local(&self, id: i64) -> Result<ForwardedReply, StoreError> {
+    /// Confirms that this member still leads (a heartbeat round to a quorum) and has applied
+    /// everything committed before: a deposed leader must not renew leases, and a new one must
+    /// not answer from before the grants it has not applied yet.
+    async fn confirm_leadership(&self) -> Result<(), StoreError> {
+        match tokio::time::timeout(PROPOSAL_TIMEOUT, self.raft.ensure_linearizable()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(RaftError::APIError(_))) => Err(StoreError::NoLeader),
+            Ok(Err(RaftError::Fatal(_))) => Err(StoreError::Stopped),
+            Err(_) => Err(StoreError::Timeout),
+        }
+    }
+
+    async fn keep_alive_local(&self, id: i64) -> Result<ForwardedReply, StoreError> {
         if !self.is_leader() {
             return Err(StoreError::NoLeader);
         }
+        self.confirm_leadership().await?;
         let ttl = self
             .shared
             .read()
@@ -479,10 +511,11 @@ impl StoreMember {
         })
     }
 
-    fn ttl_local(&self, id: i64) -> Result<ForwardedReply, StoreError> {
+    async fn ttl_local(&self, id: i64) -> Result<ForwardedReply, StoreError> {
         if !self.is_leader() {
             return Err(StoreError::NoLeader);
         }
+        self.confirm_leadership().await?;
         let granted = self
             .shared
             .read()
@@ -734,6 +767,19 @@ impl StoreMember {
             .map_err(membership_err)?;
         Ok(ForwardedReply::Done)
     }
+}
+
+/// Whether a failed peer call failed before its request was sent (no connection could be made).
+fn never_sent(s: &tonic::Status) -> bool {
+    use std::error::Error as _;
+    let mut text = s.message().to_ascii_lowercase();
+    let mut source = s.source();
+    while let Some(e) = source {
+        text.push(' ');
+        text.push_str(&e.to_string().to_ascii_lowercase());
+        source = e.source();
+    }
+    text.contains("connect") || text.contains("dns error")
 }
 
 fn membership_err(e: RaftError<u64, ClientWriteError<u64, Member>>) -> StoreError {

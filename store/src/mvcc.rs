@@ -66,6 +66,9 @@ pub struct SnapshotPayload {
     pub kv: Vec<StoredVersion>,
 }
 
+/// Raw values of metadata keys read alongside a snapshot (absent keys are `None`).
+pub type RawMeta = Vec<Option<Vec<u8>>>;
+
 /// One stored version in a snapshot: versioned key and encoded record.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct StoredVersion(
@@ -751,22 +754,52 @@ impl Mvcc {
 
     // ---- snapshots ----
 
-    /// The keyspace as a snapshot payload, read from a consistent RocksDB snapshot. Call with
-    /// the lock held; the returned closure-free payload owns its data.
-    pub fn snapshot_payload(&self) -> Result<SnapshotPayload, StoreError> {
-        let snap = self.db.snapshot();
+    /// The keyspace as a snapshot payload, read entirely from one RocksDB snapshot of `db`
+    /// (no lock needed: every applied entry is one write batch, so the snapshot sits between
+    /// two entries), together with the raw values of `extra_meta` keys from the same snapshot
+    /// (the Raft applied id and membership), so data and metadata always agree.
+    pub fn snapshot_from(
+        db: &DB,
+        extra_meta: &[&[u8]],
+    ) -> Result<(SnapshotPayload, RawMeta), StoreError> {
+        let snap = db.snapshot();
+        let meta_cf = backend::cf(db, CF_META);
+        let read_i64 = |k: &[u8]| -> Result<i64, StoreError> {
+            match snap.get_cf(meta_cf, k).map_err(io)? {
+                Some(b) => backend::decode(&b).map_err(StoreError::internal),
+                None => Ok(0),
+            }
+        };
+        let alarms = match snap.get_cf(meta_cf, META_ALARMS).map_err(io)? {
+            Some(b) => backend::decode(&b).map_err(StoreError::internal)?,
+            None => Vec::new(),
+        };
+        let mut leases = Vec::new();
+        for item in snap.iterator_cf(backend::cf(db, CF_LEASE), IteratorMode::Start) {
+            let (k, v) = item.map_err(io)?;
+            let id = i64::from_be_bytes(k.as_ref().try_into().map_err(StoreError::internal)?);
+            let ttl = i64::from_be_bytes(v.as_ref().try_into().map_err(StoreError::internal)?);
+            leases.push((id, ttl));
+        }
         let mut kv = Vec::new();
-        for item in snap.iterator_cf(backend::cf(&self.db, CF_KV), IteratorMode::Start) {
+        for item in snap.iterator_cf(backend::cf(db, CF_KV), IteratorMode::Start) {
             let (k, v) = item.map_err(io)?;
             kv.push(StoredVersion(k.to_vec(), v.to_vec()));
         }
-        Ok(SnapshotPayload {
-            revision: self.revision,
-            compacted: self.compacted,
-            leases: self.leases.iter().map(|(id, l)| (*id, l.ttl)).collect(),
-            alarms: self.alarms(),
-            kv,
-        })
+        let extra = extra_meta
+            .iter()
+            .map(|k| snap.get_cf(meta_cf, k).map_err(io))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((
+            SnapshotPayload {
+                revision: read_i64(META_REVISION)?,
+                compacted: read_i64(META_COMPACTED)?,
+                leases,
+                alarms,
+                kv,
+            },
+            extra,
+        ))
     }
 
     /// Replaces the whole keyspace with a snapshot's; `meta` as in [`apply`](Self::apply).

@@ -342,7 +342,10 @@ impl WatchHub {
             match stream.tx.try_send(msg) {
                 Ok(()) => w.next_rev = revision + 1,
                 Err(_) => {
-                    // Full (or closing): park it; catch-up resends from `next_rev`.
+                    // Full (or closing): park it; catch-up resends from this revision. A synced
+                    // watcher has seen everything before it (a tagged one may have been
+                    // skipped, with `next_rev` lagging, by revisions it did not want).
+                    w.next_rev = revision;
                     w.synced = false;
                     *unsynced += 1;
                     parked = true;
@@ -508,13 +511,15 @@ impl WatchHub {
         }
     }
 
-    /// Marks every watcher as behind, after a snapshot replaced the keyspace.
-    pub fn unsync_all(&self) {
+    /// Marks every watcher as behind, after a snapshot replaced the keyspace; `before` is the
+    /// revision the keyspace had until then, which every synced watcher had seen.
+    pub fn unsync_all(&self, before: i64) {
         let mut inner = self.lock();
         let mut n = 0;
         for w in inner.watchers.values_mut() {
             if w.synced {
                 w.synced = false;
+                w.next_rev = w.next_rev.max(before + 1);
                 n += 1;
             }
         }

@@ -26,3 +26,55 @@ fn openraft_storage_suite() {
         panic!("storage conformance: {e}");
     }
 }
+
+/// A member that saved a received snapshot (which lets openraft purge the log behind it) but
+/// crashed before installing it into the keyspace installs it when it starts again.
+#[tokio::test]
+async fn a_saved_snapshot_newer_than_the_keyspace_is_installed_on_open() {
+    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    use openraft::{Entry, EntryPayload, LogId};
+    use skiff_store::command::{Command, PutRequest, RequestOp, TxnRequest};
+
+    let leader_dir = tempfile::tempdir().expect("tempdir");
+    let db = backend::open(&leader_dir.path().join("db")).expect("open backend");
+    let shared = Shared::new(Mvcc::open(db).expect("keyspace"));
+    let mut sm = StateMachine::open(shared.clone(), &leader_dir.path().join("snap")).expect("sm");
+    let entries: Vec<Entry<TypeConfig>> = (1..=5u64)
+        .map(|i| Entry {
+            log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), i),
+            payload: EntryPayload::Normal(Command::Txn(TxnRequest::single(RequestOp::Put(
+                PutRequest {
+                    key: format!("k{i}").into_bytes(),
+                    value: b"v".to_vec(),
+                    ..PutRequest::default()
+                },
+            )))),
+        })
+        .collect();
+    sm.apply(entries).await.expect("apply");
+    let mut builder = sm.get_snapshot_builder().await;
+    let snap = builder.build_snapshot().await.expect("snapshot");
+    assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(5));
+
+    // A fresh member whose snapshot directory holds that snapshot, its keyspace still empty.
+    let follower_dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(follower_dir.path().join("snap")).expect("mkdir");
+    std::fs::copy(
+        leader_dir.path().join("snap/snapshot"),
+        follower_dir.path().join("snap/snapshot"),
+    )
+    .expect("copy snapshot file");
+    let db = backend::open(&follower_dir.path().join("db")).expect("open backend");
+    let shared = Shared::new(Mvcc::open(db).expect("keyspace"));
+    let mut follower =
+        StateMachine::open(shared.clone(), &follower_dir.path().join("snap")).expect("sm");
+    let (applied, _) = follower.applied_state().await.expect("applied state");
+    assert_eq!(applied.map(|l| l.index), Some(5));
+    assert_eq!(shared.read().revision(), 5);
+    assert_eq!(
+        shared
+            .snapshots_installed
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}

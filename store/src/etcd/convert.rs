@@ -178,39 +178,47 @@ pub fn txn_request(t: PbTxnRequest, max_ops: usize) -> Result<TxnRequest, StoreE
 
 type Writes = (Vec<(Vec<u8>, Vec<u8>)>, HashSet<Vec<u8>>);
 
-/// etcd's rule: within one branch, a key may be put at most once, and not also fall inside a
-/// deleted range (nested transactions count towards their parent's branch; a nested
-/// transaction's two branches never both run, so they do not conflict with each other).
+/// etcd's rule for one branch: a key may be put at most once and must not fall in a range the
+/// branch deletes. Nested transactions count towards their parent: a child's puts are checked
+/// against the deletes gathered so far (this level's and earlier children's), then its deletes
+/// join them; the two branches of one child never both run, so they may put the same key, and
+/// one may delete what the other puts.
 fn check_intervals(ops: &[RequestOp]) -> Result<Writes, StoreError> {
-    let mut dels: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut dels: Vec<(Vec<u8>, Vec<u8>)> = ops
+        .iter()
+        .filter_map(|op| match op {
+            RequestOp::DeleteRange(d) => Some((d.key.clone(), d.range_end.clone())),
+            _ => None,
+        })
+        .collect();
+    let deleted =
+        |dels: &[(Vec<u8>, Vec<u8>)], key: &[u8]| dels.iter().any(|(k, end)| in_range(key, k, end));
     let mut puts: HashSet<Vec<u8>> = HashSet::new();
     for op in ops {
-        match op {
-            RequestOp::DeleteRange(d) => dels.push((d.key.clone(), d.range_end.clone())),
-            RequestOp::Put(p) => {
-                if !puts.insert(p.key.clone()) {
-                    return Err(StoreError::DuplicateKey);
-                }
+        let RequestOp::Txn(t) = op else { continue };
+        let (then_dels, then_puts) = check_intervals(&t.success)?;
+        let (else_dels, else_puts) = check_intervals(&t.failure)?;
+        for k in &then_puts {
+            if puts.contains(k) || deleted(&dels, k) {
+                return Err(StoreError::DuplicateKey);
             }
-            RequestOp::Range(_) => {}
-            RequestOp::Txn(t) => {
-                let (sd, sp) = check_intervals(&t.success)?;
-                let (fd, fp) = check_intervals(&t.failure)?;
-                // Both nested branches may put the same key: only one of them runs.
-                for k in sp.union(&fp) {
-                    if !puts.insert(k.clone()) {
-                        return Err(StoreError::DuplicateKey);
-                    }
-                }
-                dels.extend(sd);
-                dels.extend(fd);
-            }
+            puts.insert(k.clone());
         }
+        for k in &else_puts {
+            if (puts.contains(k) && !then_puts.contains(k)) || deleted(&dels, k) {
+                return Err(StoreError::DuplicateKey);
+            }
+            puts.insert(k.clone());
+        }
+        dels.extend(then_dels);
+        dels.extend(else_dels);
     }
-    for key in &puts {
-        if dels.iter().any(|(k, end)| in_range(key, k, end)) {
+    for op in ops {
+        let RequestOp::Put(p) = op else { continue };
+        if puts.contains(&p.key) || deleted(&dels, &p.key) {
             return Err(StoreError::DuplicateKey);
         }
+        puts.insert(p.key.clone());
     }
     Ok((dels, puts))
 }
@@ -308,6 +316,18 @@ mod tests {
         assert!(check_intervals(std::slice::from_ref(&nested)).is_ok());
         assert_eq!(
             check_intervals(&[nested, put("x")]).err(),
+            Some(StoreError::DuplicateKey)
+        );
+        // One branch of a child may delete what the other puts.
+        let either = RequestOp::Txn(TxnRequest {
+            compare: vec![],
+            success: vec![put("x")],
+            failure: vec![del("x", "")],
+        });
+        assert!(check_intervals(std::slice::from_ref(&either)).is_ok());
+        // A parent's delete covers a child's put.
+        assert_eq!(
+            check_intervals(&[del("a", "z"), either]).err(),
             Some(StoreError::DuplicateKey)
         );
     }

@@ -563,7 +563,7 @@ fn snapshot_installs_into_a_fresh_member() {
         .expect("apply");
     m.apply(&Command::Compact { revision: 10 }, &[])
         .expect("apply");
-    let payload = m.snapshot_payload().expect("snapshot");
+    let (payload, _) = Mvcc::snapshot_from(m.db(), &[]).expect("snapshot");
     let (_b, mut fresh) = open_temp();
     fresh.apply(&put("stale", "x"), &[]).expect("apply");
     fresh.install(&payload, &[]).expect("install");

@@ -106,7 +106,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let last_purged: Option<LogId> = self.get_meta(PURGED)?;
-        let last = self.last_entry_id()?.or(last_purged);
+        // A purge may reach past the last entry (after installing a snapshot).
+        let last = self.last_entry_id()?.max(last_purged);
         Ok(LogState {
             last_purged_log_id: last_purged,
             last_log_id: last,
@@ -179,17 +180,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.db
-            .put_cf_opt(
-                backend::cf(&self.db, CF_RAFT),
-                PURGED,
-                backend::encode(&log_id),
-                &synced(),
-            )
-            .map_err(write_err)?;
-        let cf = backend::cf(&self.db, CF_LOG);
-        self.db
-            .delete_range_cf(cf, 0u64.to_be_bytes(), (log_id.index + 1).to_be_bytes())
-            .map_err(write_err)
+        // The marker and the deletion in one synced batch: after a crash the log state never
+        // shows entries gone without the marker, nor the marker without its deletion.
+        let mut batch = WriteBatch::default();
+        batch.put_cf(
+            backend::cf(&self.db, CF_RAFT),
+            PURGED,
+            backend::encode(&log_id),
+        );
+        batch.delete_range_cf(
+            backend::cf(&self.db, CF_LOG),
+            0u64.to_be_bytes(),
+            (log_id.index + 1).to_be_bytes(),
+        );
+        self.db.write_opt(batch, &synced()).map_err(write_err)
     }
 }

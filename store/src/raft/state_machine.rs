@@ -9,7 +9,7 @@ use std::fs;
 use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
@@ -69,13 +69,104 @@ pub struct StateMachine {
     shared: Arc<Shared>,
     applied: Option<LogId>,
     membership: StoredMembership,
-    snapshot_dir: PathBuf,
-    snapshot_seq: Arc<AtomicU64>,
+    snapshots: Arc<SnapshotFile>,
+}
+
+/// The newest snapshot, on disk as one file (metadata and data together), replaced by
+/// write-to-temporary, fsync, rename. Saving and reading are serialised, and an older
+/// snapshot never replaces a newer one.
+#[derive(Debug)]
+struct SnapshotFile {
+    dir: PathBuf,
+    /// The last log id of the snapshot on disk.
+    current: Mutex<Option<LogId>>,
+    seq: AtomicU64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-struct StoredSnapshotMeta {
+struct StoredSnapshot {
     meta: SnapshotMeta,
+    #[serde(with = "serde_bytes")]
+    data: Vec<u8>,
+}
+
+impl SnapshotFile {
+    fn open(dir: &Path) -> Result<SnapshotFile, StorageError> {
+        fs::create_dir_all(dir).map_err(sm_write_err)?;
+        let file = SnapshotFile {
+            dir: dir.to_path_buf(),
+            current: Mutex::new(None),
+            seq: AtomicU64::new(0),
+        };
+        let current = file.read()?.and_then(|s| s.meta.last_log_id);
+        *file.lock() = current;
+        Ok(file)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<LogId>> {
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.join("snapshot")
+    }
+
+    fn read(&self) -> Result<Option<StoredSnapshot>, StorageError> {
+        match fs::read(self.path()) {
+            Ok(b) => backend::decode(&b).map(Some).map_err(sm_read_err),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(sm_read_err(e)),
+        }
+    }
+
+    /// Saves `meta` and `data` unless the file already holds a snapshot at least as new.
+    fn save(&self, meta: &SnapshotMeta, data: Vec<u8>) -> Result<(), StorageError> {
+        let mut current = self.lock();
+        if current.is_some() && *current >= meta.last_log_id {
+            return Ok(());
+        }
+        let sig = Some(meta.signature());
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data,
+        };
+        let tmp = self.dir.join(format!(
+            "snapshot.{}.{}.tmp",
+            std::process::id(),
+            self.seq.fetch_add(1, Ordering::Relaxed)
+        ));
+        let write = || -> std::io::Result<()> {
+            let mut f = fs::File::create(&tmp)?;
+            f.write_all(&backend::encode(&stored))?;
+            f.sync_all()?;
+            fs::rename(&tmp, self.path())?;
+            fs::File::open(&self.dir)?.sync_all()
+        };
+        write().map_err(|e| StorageError::from(StorageIOError::write_snapshot(sig, &e)))?;
+        *current = meta.last_log_id;
+        Ok(())
+    }
+
+    fn load(&self) -> Result<Option<Snapshot>, StorageError> {
+        let _guard = self.lock();
+        Ok(self.read()?.map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: Box::new(Cursor::new(s.data)),
+        }))
+    }
+
+    /// A snapshot id unique across restarts: term, index, time, sequence.
+    fn new_id(&self, applied: Option<LogId>) -> String {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        match applied {
+            Some(id) => format!("{}-{}-{nanos:x}-{seq}", id.leader_id.term, id.index),
+            None => format!("0-0-{nanos:x}-{seq}"),
+        }
+    }
 }
 
 fn sm_read_err(e: impl std::fmt::Display) -> StorageError {
@@ -87,30 +178,25 @@ fn sm_write_err(e: impl std::fmt::Display) -> StorageError {
 }
 
 impl StateMachine {
-    /// Opens the state machine over `shared`'s keyspace; snapshots go to `snapshot_dir`.
+    /// Opens the state machine over `shared`'s keyspace; snapshots go to `snapshot_dir`. A
+    /// snapshot on disk newer than the keyspace (a crash between saving a received snapshot,
+    /// which lets the log behind it be purged, and installing it) is installed now.
     pub fn open(shared: Arc<Shared>, snapshot_dir: &Path) -> Result<StateMachine, StorageError> {
-        fs::create_dir_all(snapshot_dir).map_err(sm_write_err)?;
-        let (applied, membership) = {
-            let mvcc = shared.read();
-            let db = mvcc.db();
-            let meta = backend::cf(db, CF_META);
-            let applied = match db.get_cf(meta, META_APPLIED).map_err(sm_read_err)? {
-                Some(b) => backend::decode(&b).map_err(sm_read_err)?,
-                None => None,
-            };
-            let membership = match db.get_cf(meta, META_MEMBERSHIP).map_err(sm_read_err)? {
-                Some(b) => backend::decode(&b).map_err(sm_read_err)?,
-                None => StoredMembership::default(),
-            };
-            (applied, membership)
-        };
-        Ok(StateMachine {
+        let snapshots = Arc::new(SnapshotFile::open(snapshot_dir)?);
+        let (applied, membership) = read_raft_meta(&shared)?;
+        let mut sm = StateMachine {
             shared,
             applied,
             membership,
-            snapshot_dir: snapshot_dir.to_path_buf(),
-            snapshot_seq: Arc::new(AtomicU64::new(0)),
-        })
+            snapshots,
+        };
+        if let Some(stored) = sm.snapshots.read()?
+            && stored.meta.last_log_id > sm.applied
+        {
+            tracing::warn!(snapshot = %stored.meta.snapshot_id, "installing a saved snapshot newer than the keyspace");
+            sm.install_into_keyspace(&stored.meta, &stored.data)?;
+        }
+        Ok(sm)
     }
 
     pub fn shared(&self) -> &Arc<Shared> {
@@ -124,61 +210,73 @@ impl StateMachine {
         ]
     }
 
-    fn data_path(&self) -> PathBuf {
-        self.snapshot_dir.join("snapshot.data")
-    }
-
-    fn meta_path(&self) -> PathBuf {
-        self.snapshot_dir.join("snapshot.meta")
-    }
-
-    /// Writes a snapshot durably: data then metadata, each via a temporary file and rename, so
-    /// the metadata only ever names complete data.
-    fn save_snapshot(&self, meta: &SnapshotMeta, data: &[u8]) -> Result<(), StorageError> {
-        let write = |path: &Path, bytes: &[u8]| -> std::io::Result<()> {
-            let tmp = path.with_extension("tmp");
-            let mut f = fs::File::create(&tmp)?;
-            f.write_all(bytes)?;
-            f.sync_all()?;
-            fs::rename(&tmp, path)?;
-            fs::File::open(&self.snapshot_dir)?.sync_all()
-        };
+    fn install_into_keyspace(
+        &mut self,
+        meta: &SnapshotMeta,
+        data: &[u8],
+    ) -> Result<(), StorageError> {
         let sig = Some(meta.signature());
-        write(&self.data_path(), data)
-            .and_then(|_| {
-                write(
-                    &self.meta_path(),
-                    &backend::encode(&StoredSnapshotMeta { meta: meta.clone() }),
-                )
-            })
-            .map_err(|e| StorageIOError::write_snapshot(sig, &e).into())
+        let payload: SnapshotPayload = backend::decode(data).map_err(|e| {
+            StorageError::from(StorageIOError::read_snapshot(sig.clone(), &io_error(e)))
+        })?;
+        self.applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        let entries = self.meta_entries();
+        let mut mvcc = self.shared.write();
+        let before = mvcc.revision();
+        mvcc.install(&payload, &entries).map_err(|e| {
+            StorageError::from(StorageIOError::write_snapshot(sig.clone(), &io_error(e)))
+        })?;
+        // Watchers may have missed revisions the snapshot jumped over: they catch up from the
+        // installed keyspace (or learn that their start was compacted).
+        self.shared.hub.unsync_all(before);
+        drop(mvcc);
+        self.shared
+            .snapshots_installed
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
+}
+
+fn read_raft_meta(shared: &Shared) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+    let mvcc = shared.read();
+    let db = mvcc.db();
+    let meta = backend::cf(db, CF_META);
+    let applied = match db.get_cf(meta, META_APPLIED).map_err(sm_read_err)? {
+        Some(b) => backend::decode(&b).map_err(sm_read_err)?,
+        None => None,
+    };
+    let membership = match db.get_cf(meta, META_MEMBERSHIP).map_err(sm_read_err)? {
+        Some(b) => backend::decode(&b).map_err(sm_read_err)?,
+        None => StoredMembership::default(),
+    };
+    Ok((applied, membership))
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
-        let (payload, applied, membership) = {
-            let mvcc = self.shared.read();
-            // Everything applied so far must be durable before the log behind it is purged.
-            mvcc.db().flush_wal(true).map_err(sm_write_err)?;
-            (
-                mvcc.snapshot_payload().map_err(sm_read_err)?,
-                self.applied,
-                self.membership.clone(),
-            )
+        // Apply goes on meanwhile: everything, the applied id and membership included, comes
+        // from one RocksDB snapshot, so the metadata describes exactly the data.
+        let db = self.shared.read().db().clone();
+        // Everything applied so far must be durable before the log behind it is purged.
+        db.flush_wal(true).map_err(sm_write_err)?;
+        let (payload, meta) =
+            Mvcc::snapshot_from(&db, &[META_APPLIED, META_MEMBERSHIP]).map_err(sm_read_err)?;
+        let applied: Option<LogId> = match &meta[0] {
+            Some(b) => backend::decode(b).map_err(sm_read_err)?,
+            None => None,
+        };
+        let membership: StoredMembership = match &meta[1] {
+            Some(b) => backend::decode(b).map_err(sm_read_err)?,
+            None => StoredMembership::default(),
         };
         let data = backend::encode(&payload);
-        let seq = self.snapshot_seq.fetch_add(1, Ordering::Relaxed);
-        let snapshot_id = match applied {
-            Some(id) => format!("{}-{}-{seq}", id.leader_id.term, id.index),
-            None => format!("0-0-{seq}"),
-        };
         let meta = SnapshotMeta {
             last_log_id: applied,
             last_membership: membership,
-            snapshot_id,
+            snapshot_id: self.snapshots.new_id(applied),
         };
-        self.save_snapshot(&meta, &data)?;
+        self.snapshots.save(&meta, data.clone())?;
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),
@@ -241,8 +339,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             shared: self.shared.clone(),
             applied: self.applied,
             membership: self.membership.clone(),
-            snapshot_dir: self.snapshot_dir.clone(),
-            snapshot_seq: self.snapshot_seq.clone(),
+            snapshots: self.snapshots.clone(),
         }
     }
 
@@ -256,42 +353,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let sig = Some(meta.signature());
-        let payload: SnapshotPayload = backend::decode(&data).map_err(|e| {
-            StorageError::from(StorageIOError::read_snapshot(sig.clone(), &io_error(e)))
-        })?;
-        self.applied = meta.last_log_id;
-        self.membership = meta.last_membership.clone();
-        let entries = self.meta_entries();
-        {
-            let mut mvcc = self.shared.write();
-            mvcc.install(&payload, &entries).map_err(|e| {
-                StorageError::from(StorageIOError::write_snapshot(sig.clone(), &io_error(e)))
-            })?;
-            // Watchers may have missed revisions the snapshot jumped over: they catch up
-            // from the installed keyspace (or learn that their start was compacted).
-            self.shared.hub.unsync_all();
-        }
-        self.shared
-            .snapshots_installed
-            .fetch_add(1, Ordering::Relaxed);
-        self.save_snapshot(meta, &data)
+        // Saved first: openraft may purge the log behind it before the install below is
+        // durable; after a crash, `open` installs the saved snapshot.
+        self.snapshots.save(meta, data.clone())?;
+        self.install_into_keyspace(meta, &data)
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        let meta = match fs::read(self.meta_path()) {
-            Ok(b) => {
-                backend::decode::<StoredSnapshotMeta>(&b)
-                    .map_err(sm_read_err)?
-                    .meta
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(sm_read_err(e)),
-        };
-        let data = fs::read(self.data_path()).map_err(sm_read_err)?;
-        Ok(Some(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        }))
+        self.snapshots.load()
     }
 }
