@@ -476,6 +476,15 @@ impl WatchHub {
                 }
             }
         }
+        // Streams whose watchers were removed above may now be all synced as well.
+        now_synced_streams.extend(
+            streams
+                .iter()
+                .filter(|(_, s)| s.progress_pending)
+                .map(|(id, _)| *id),
+        );
+        now_synced_streams.sort_unstable();
+        now_synced_streams.dedup();
         for sid in now_synced_streams {
             let all_synced = watchers
                 .values()
@@ -620,5 +629,37 @@ mod tests {
             }
         );
         assert_eq!(hub.watcher_count(), 0);
+    }
+
+    #[test]
+    fn a_progress_request_is_answered_once_no_watcher_is_behind() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut m = Mvcc::open(backend::open(dir.path()).expect("db")).expect("mvcc");
+        let hub = WatchHub::default();
+        for i in 0..5 {
+            put(&mut m, &hub, "a", &i.to_string());
+        }
+        m.apply(&Command::Compact { revision: 4 }, &[])
+            .expect("compact");
+        let (sid, _tx, mut rx) = hub.open_stream(8);
+        let behind = WatchSpec {
+            key: b"a".to_vec(),
+            start_revision: 2,
+            ..WatchSpec::default()
+        };
+        hub.add(&m, sid, 1, behind);
+        // Not answered while the watcher is behind …
+        hub.request_progress(&m, sid);
+        assert!(rx.try_recv().is_err());
+        // … and answered when catch-up removes it as compacted.
+        hub.catch_up(&m);
+        assert!(matches!(rx.try_recv(), Ok(WatchMessage::Compacted { .. })));
+        assert_eq!(
+            rx.try_recv().expect("progress"),
+            WatchMessage::Progress {
+                watch_id: -1,
+                revision: 5
+            }
+        );
     }
 }
