@@ -94,7 +94,10 @@ pub async fn run(
                     return Ok(());
                 }
             };
+            // No Nagle: a small AppendEntries reply held back by it costs a 40 ms delayed-ACK
+            // round on every write.
             tonic::transport::Server::builder()
+                .tcp_nodelay(true)
                 .add_service(
                     RaftPeerServer::new(PeerService::new(member))
                         .max_decoding_message_size(usize::MAX)
