@@ -403,11 +403,13 @@ impl StoreMember {
                 if !self.is_leader() {
                     return Err(StoreError::NoLeader);
                 }
+                // Only a current member is updated: an update decided on a stale view must not
+                // bring back a member that was removed meanwhile.
+                if !self.members().iter().any(|x| x.id == *id) {
+                    return Err(StoreError::MemberNotFound);
+                }
                 let change = ChangeMembers::SetNodes(BTreeMap::from([(*id, m.clone())]));
-                self.raft
-                    .change_membership(change, false)
-                    .await
-                    .map_err(membership_err)?;
+                self.change_membership(change).await?;
                 Ok(ForwardedReply::Done)
             }
         }
@@ -717,15 +719,21 @@ impl StoreMember {
             client_urls: Vec::new(),
         };
         // The new member is not running yet: do not wait for it to catch up.
-        self.raft
-            .add_learner(id, node, false)
-            .await
-            .map_err(membership_err)?;
+        let deadline = Instant::now() + LEADER_WAIT;
+        loop {
+            match self.raft.add_learner(id, node.clone(), false).await {
+                Ok(_) => break,
+                Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(
+                    openraft::error::ChangeMembershipError::InProgress(_),
+                ))) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(membership_err(e)),
+            }
+        }
         if !learner {
-            self.raft
-                .change_membership(ChangeMembers::AddVoterIds([id].into()), false)
-                .await
-                .map_err(membership_err)?;
+            self.change_membership(ChangeMembers::AddVoterIds([id].into()))
+                .await?;
         }
         Ok(ForwardedReply::Member(id))
     }
@@ -743,10 +751,7 @@ impl StoreMember {
         } else {
             ChangeMembers::RemoveVoters([id].into())
         };
-        self.raft
-            .change_membership(change, false)
-            .await
-            .map_err(membership_err)?;
+        self.change_membership(change).await?;
         Ok(ForwardedReply::Done)
     }
 
@@ -761,11 +766,30 @@ impl StoreMember {
         if !m.is_learner {
             return Err(StoreError::MemberNotLearner);
         }
-        self.raft
-            .change_membership(ChangeMembers::AddVoterIds([id].into()), false)
-            .await
-            .map_err(membership_err)?;
+        self.change_membership(ChangeMembers::AddVoterIds([id].into()))
+            .await?;
         Ok(ForwardedReply::Done)
+    }
+
+    /// A membership change, retried for a while when another one (such as a member recording
+    /// its client URLs) is still in progress: openraft runs one change at a time.
+    async fn change_membership(
+        &self,
+        change: ChangeMembers<u64, Member>,
+    ) -> Result<(), StoreError> {
+        let deadline = Instant::now() + LEADER_WAIT;
+        loop {
+            match self.raft.change_membership(change.clone(), false).await {
+                Ok(_) => return Ok(()),
+                Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))
+                    if matches!(e, openraft::error::ChangeMembershipError::InProgress(_))
+                        && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(membership_err(e)),
+            }
+        }
     }
 }
 
