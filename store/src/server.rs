@@ -12,7 +12,7 @@ use skiff_proto::etcd::{
 };
 use skiff_proto::raft::v1::raft_peer_server::RaftPeerServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 
 use skiff_proto::cluster::v1::cluster_server::ClusterServer;
 
@@ -94,16 +94,13 @@ pub async fn run(
                     return Ok(());
                 }
             };
-            // No Nagle: a small AppendEntries reply held back by it costs a 40 ms delayed-ACK
-            // round on every write.
             tonic::transport::Server::builder()
-                .tcp_nodelay(true)
                 .add_service(
                     RaftPeerServer::new(PeerService::new(member))
                         .max_decoding_message_size(usize::MAX)
                         .max_encoding_message_size(usize::MAX),
                 )
-                .serve_with_incoming_shutdown(TcpListenerStream::new(l), wait(stop))
+                .serve_with_incoming_shutdown(incoming(l), wait(stop))
                 .await
                 .context("peer server")
         });
@@ -117,7 +114,6 @@ pub async fn run(
         let progress = listen.watch_progress_notify_interval;
         tasks.spawn(async move {
             tonic::transport::Server::builder()
-                .tcp_nodelay(true)
                 // Watch streams are long-lived; etcd allows practically unlimited ones too.
                 .max_concurrent_streams(Some(1 << 20))
                 .add_service(
@@ -144,7 +140,7 @@ pub async fn run(
                         .max_decoding_message_size(limit)
                         .max_encoding_message_size(usize::MAX),
                 )
-                .serve_with_incoming_shutdown(TcpListenerStream::new(l), wait(stop))
+                .serve_with_incoming_shutdown(incoming(l), wait(stop))
                 .await
                 .context("client server")
         });
@@ -177,6 +173,13 @@ pub async fn run(
     member.shutdown().await;
     while tasks.join_next().await.is_some() {}
     result
+}
+
+/// Accepted connections with Nagle off. (The server builder's `tcp_nodelay` only applies to
+/// listeners tonic binds itself; without this, small Raft replies and responses waited out a
+/// 40 ms delayed-ACK round.)
+fn incoming(l: TcpListener) -> TcpIncoming {
+    TcpIncoming::from(l).with_nodelay(Some(true))
 }
 
 async fn wait(mut stop: tokio::sync::watch::Receiver<bool>) {
