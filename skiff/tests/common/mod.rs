@@ -12,11 +12,25 @@ use std::time::{Duration, Instant};
 
 use etcd_client::Client;
 
+/// A port that is free now, below Linux's ephemeral range (32768+): ports the kernel hands
+/// to outgoing connections could be taken again before a member binds them.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("an ephemeral port")
-        .port()
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ (u64::from(std::process::id()) << 20);
+    loop {
+        let mut x = seed ^ SEQ.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        let port = 20_000 + (x % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -57,22 +71,64 @@ pub fn skiff_bin() -> &'static str {
 
 impl Cluster {
     /// Starts `n` members with extra `skiff store` flags and waits for a leader.
+    /// A port chosen for a member can still be taken by someone else before the member binds
+    /// it; such a member exits at once, and the whole cluster is started again on new ports.
     pub async fn start(n: usize, extra: &[&str]) -> Cluster {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let members: Vec<Member> = (0..n)
-            .map(|i| new_member(dir.path(), &format!("m{i}")))
-            .collect();
-        let mut c = Cluster {
-            dir,
-            members,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        let initial = c.initial_cluster();
-        for i in 0..n {
-            c.spawn(i, &initial, "new");
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let dir = tempfile::tempdir().expect("tempdir");
+            let members: Vec<Member> = (0..n)
+                .map(|i| new_member(dir.path(), &format!("m{i}")))
+                .collect();
+            let mut c = Cluster {
+                dir,
+                members,
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+            };
+            let initial = c.initial_cluster();
+            for i in 0..n {
+                c.spawn(i, &initial, "new");
+            }
+            match c.wait_listening(Duration::from_secs(20)).await {
+                Ok(()) => {
+                    c.wait_leader(Duration::from_secs(20)).await;
+                    return c;
+                }
+                Err(why) if attempt < 3 => {
+                    eprintln!("cluster start failed ({why}); retrying on new ports");
+                }
+                Err(why) => panic!("cluster start failed three times; last: {why}"),
+            }
         }
-        c.wait_leader(Duration::from_secs(20)).await;
-        c
+    }
+
+    /// Waits until every running member accepts connections on its client URL; fails if one
+    /// exits meanwhile.
+    async fn wait_listening(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        for m in &mut self.members {
+            let endpoint = m.endpoint();
+            let Some(child) = m.child.as_mut() else {
+                continue;
+            };
+            loop {
+                if let Ok(Some(status)) = child.try_wait() {
+                    let log = std::fs::read_to_string(&m.log).unwrap_or_default();
+                    let last = log.lines().last().unwrap_or_default().to_string();
+                    m.child = None;
+                    return Err(format!("{} exited with {status}: {last}", m.name));
+                }
+                if TcpStream::connect(&endpoint).is_ok() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("{} not listening after {timeout:?}", m.name));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(())
     }
 
     pub fn initial_cluster(&self) -> String {
