@@ -1,0 +1,758 @@
+//! The node table: every node as one row of a structure of arrays, kept current by node and
+//! pod events, so the kernels scan plain `i64` / `f32` / `u32` / `u64` columns.
+//!
+//! ```text
+//!  row i ─┬─ alloc_cpu[i] alloc_mem[i] alloc_eph[i] alloc_pods[i]      (i64, from the Node)
+//!         ├─ req_cpu[i]   req_mem[i]   req_eph[i]   req_pods[i]        (i64, sum of its pods)
+//!         ├─ used_cpu_f[i] used_mem_f[i] inv_cpu[i] inv_mem[i]         (f32, for scoring)
+//!         ├─ unschedulable[i]                                          (u8)
+//!         ├─ labels: one u32 column per label key, value id (0 = no such label)
+//!         ├─ taints: bit row of interned (key, value, effect) ids     (u64 words)
+//!         └─ ports:  bit row of interned (protocol, hostPort) ids     (u64 words)
+//!  terms: per pod-affinity term / spread selector, matching pods per node and per
+//!         topology domain (the value id of the term's topology key)
+//! ```
+//!
+//! Rows are dense: removing a node moves the last row into its place. Pods are accounted on
+//! their node's row whether the store has confirmed them (bound) or the scheduler has only
+//! assumed them (placed, Bind in flight).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use skiff_proto::api::LabelSelector;
+use skiff_proto::api::pod::PodAffinityTerm;
+
+use crate::model::{NodeInfo, PodInfo, Resources, term_namespaces, term_selects};
+
+/// Interns strings (or keys) to dense ids.
+#[derive(Debug, Default, Clone)]
+pub struct Interner<K: std::hash::Hash + Eq + Clone> {
+    ids: HashMap<K, u32>,
+    keys: Vec<K>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Interner<K> {
+    pub fn intern(&mut self, key: &K) -> u32 {
+        if let Some(&id) = self.ids.get(key) {
+            return id;
+        }
+        let id = self.keys.len() as u32;
+        self.keys.push(key.clone());
+        self.ids.insert(key.clone(), id);
+        id
+    }
+    pub fn get(&self, key: &K) -> Option<u32> {
+        self.ids.get(key).copied()
+    }
+    pub fn key(&self, id: u32) -> &K {
+        &self.keys[id as usize]
+    }
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+/// One bit row per node over interned ids; rows widen (by whole words) as ids are added.
+#[derive(Debug, Default, Clone)]
+pub struct BitRows {
+    pub words: usize,
+    pub data: Vec<u64>,
+}
+
+impl BitRows {
+    fn widen(&mut self, rows: usize, ids: usize) {
+        let need = ids.div_ceil(64).max(1);
+        if need <= self.words {
+            return;
+        }
+        let mut data = vec![0u64; rows * need];
+        for r in 0..rows {
+            for w in 0..self.words {
+                data[r * need + w] = self.data[r * self.words + w];
+            }
+        }
+        self.words = need;
+        self.data = data;
+    }
+    fn push_row(&mut self) {
+        if self.words == 0 {
+            self.words = 1;
+        }
+        self.data.extend(std::iter::repeat_n(0, self.words));
+    }
+    fn swap_remove(&mut self, row: usize, rows: usize) {
+        let w = self.words;
+        let last = rows - 1;
+        if row != last {
+            for k in 0..w {
+                self.data[row * w + k] = self.data[last * w + k];
+            }
+        }
+        self.data.truncate(last * w);
+    }
+    pub fn row(&self, r: usize) -> &[u64] {
+        &self.data[r * self.words..(r + 1) * self.words]
+    }
+    fn set(&mut self, r: usize, id: u32, on: bool) {
+        let i = r * self.words + id as usize / 64;
+        let bit = 1u64 << (id % 64);
+        if on {
+            self.data[i] |= bit;
+        } else {
+            self.data[i] &= !bit;
+        }
+    }
+    fn clear_row(&mut self, r: usize) {
+        let w = self.words;
+        self.data[r * w..(r + 1) * w].fill(0);
+    }
+}
+
+/// One label key: each node's value of it as a dense id (0 = the node lacks the key).
+#[derive(Debug, Clone)]
+pub struct LabelColumn {
+    pub name: String,
+    pub values: Interner<String>,
+    pub col: Vec<u32>,
+}
+
+impl LabelColumn {
+    /// The id of `value`, if any node ever had it.
+    pub fn value_id(&self, value: &str) -> Option<u32> {
+        self.values.get(&value.to_string()).map(|v| v + 1)
+    }
+    /// The string of value id `id` (≥ 1).
+    pub fn value(&self, id: u32) -> &str {
+        self.values.key(id - 1)
+    }
+    /// Number of domain ids, including the "absent" id 0.
+    pub fn domains(&self) -> usize {
+        self.values.len() + 1
+    }
+}
+
+/// What a term counts on each node and in each domain.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TermRole {
+    /// Pods the selector selects (for the incoming pod's own terms and spread constraints).
+    Matches,
+    /// Pods owning a required anti-affinity term with this selector.
+    RequiredAnti,
+    /// Pods owning a preferred term (or a required affinity term, at the hard weight 1) with
+    /// this selector; the weight is signed (negative for anti-affinity).
+    Preferred(i32),
+}
+
+/// The identity of a counted term: selector, namespaces and topology key, and its role.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TermKey {
+    pub selector: String,
+    pub namespaces: Vec<String>,
+    pub topology_key: String,
+    pub role: TermRole,
+}
+
+/// Per-node and per-domain counts of one term.
+#[derive(Debug, Clone)]
+pub struct Term {
+    pub key: TermKey,
+    pub selector: Option<LabelSelector>,
+    /// Label column of the topology key.
+    pub topo: u32,
+    pub per_node: Vec<u32>,
+    pub by_domain: Vec<u32>,
+    /// Pods counted in all (including those on nodes that lack the topology key).
+    pub total: u64,
+}
+
+impl Term {
+    fn bump(&mut self, node: usize, domain: u32, up: bool) {
+        if up {
+            self.per_node[node] += 1;
+            self.total += 1;
+            if domain > 0 {
+                let d = domain as usize;
+                if self.by_domain.len() <= d {
+                    self.by_domain.resize(d + 1, 0);
+                }
+                self.by_domain[d] += 1;
+            }
+        } else {
+            self.per_node[node] -= 1;
+            self.total -= 1;
+            if domain > 0 {
+                self.by_domain[domain as usize] -= 1;
+            }
+        }
+    }
+    /// Count in domain `d` (0 when the domain is unknown or absent).
+    pub fn in_domain(&self, d: u32) -> u32 {
+        if d == 0 {
+            0
+        } else {
+            self.by_domain.get(d as usize).copied().unwrap_or(0)
+        }
+    }
+}
+
+/// A pod the table accounts for.
+#[derive(Debug, Clone)]
+pub struct PodEntry {
+    pub info: Arc<PodInfo>,
+    pub node: String,
+    /// Placed by this scheduler, Bind not yet confirmed by the store.
+    pub assumed: bool,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TableError {
+    #[error("pod {0} is already on node {1}")]
+    AlreadyPlaced(String, String),
+}
+
+/// See the module documentation.
+#[derive(Debug, Default, Clone)]
+pub struct NodeTable {
+    pub names: Vec<String>,
+    index: HashMap<String, u32>,
+    pub infos: Vec<Arc<NodeInfo>>,
+
+    pub alloc_cpu: Vec<i64>,
+    pub alloc_mem: Vec<i64>,
+    pub alloc_eph: Vec<i64>,
+    pub alloc_pods: Vec<i64>,
+    pub req_cpu: Vec<i64>,
+    pub req_mem: Vec<i64>,
+    pub req_eph: Vec<i64>,
+    pub req_pods: Vec<i64>,
+    /// Non-zero requests (for scoring), exact, and as `f32` for the score kernels.
+    pub nz_cpu: Vec<i64>,
+    pub nz_mem: Vec<i64>,
+    pub used_cpu_f: Vec<f32>,
+    pub used_mem_f: Vec<f32>,
+    /// `1 / allocatable` (0 when nothing is allocatable), for the score kernels.
+    pub inv_cpu: Vec<f32>,
+    pub inv_mem: Vec<f32>,
+    /// Extended resources: name → (allocatable, requested) columns.
+    pub extended: BTreeMap<String, (Vec<i64>, Vec<i64>)>,
+    pub unschedulable: Vec<u32>,
+
+    pub label_keys: Interner<String>,
+    pub labels: Vec<LabelColumn>,
+    pub taint_ids: Interner<(String, String, String)>,
+    pub taints: BitRows,
+    pub port_ids: Interner<(String, i32)>,
+    pub ports: BitRows,
+    /// Image → (size, rows that hold it).
+    pub images: HashMap<String, (i64, Vec<u32>)>,
+
+    pub pods: HashMap<String, PodEntry>,
+    node_pods: Vec<Vec<String>>,
+    /// Pods bound to nodes the table does not have yet, by node name.
+    orphans: HashMap<String, Vec<String>>,
+
+    pub terms: Vec<Term>,
+    term_index: HashMap<TermKey, u32>,
+    /// Bumped on every change, so workers can tell whether their view is current.
+    pub generation: u64,
+}
+
+fn selector_key(s: Option<&LabelSelector>) -> String {
+    s.map(|s| serde_json::to_string(s).unwrap_or_default())
+        .unwrap_or_default()
+}
+
+impl NodeTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    pub fn row(&self, name: &str) -> Option<usize> {
+        self.index.get(name).map(|&r| r as usize)
+    }
+
+    /// The value-id column of label `key`, if any node has ever had it.
+    pub fn label(&self, key: &str) -> Option<&LabelColumn> {
+        self.label_keys
+            .get(&key.to_string())
+            .map(|k| &self.labels[k as usize])
+    }
+
+    fn label_id(&mut self, key: &str) -> u32 {
+        let rows = self.len();
+        let id = self.label_keys.intern(&key.to_string());
+        if id as usize == self.labels.len() {
+            self.labels.push(LabelColumn {
+                name: key.to_string(),
+                values: Interner::default(),
+                col: vec![0; rows],
+            });
+        }
+        id
+    }
+
+    /// Adds a node, or replaces what the table knows of it.
+    pub fn upsert_node(&mut self, info: NodeInfo) {
+        self.generation += 1;
+        let row = match self.index.get(&info.name) {
+            Some(&r) => r as usize,
+            None => self.push_row(&info.name),
+        };
+        self.set_row(row, info);
+        if let Some(waiting) = self.orphans.remove(&self.names[row].clone()) {
+            for key in waiting {
+                if let Some(entry) = self.pods.get(&key).cloned() {
+                    self.account(row, &entry.info, true);
+                    self.node_pods[row].push(key);
+                }
+            }
+        }
+    }
+
+    fn push_row(&mut self, name: &str) -> usize {
+        let row = self.len();
+        self.names.push(name.to_string());
+        self.index.insert(name.to_string(), row as u32);
+        self.infos.push(Arc::new(NodeInfo::default()));
+        for c in [
+            &mut self.alloc_cpu,
+            &mut self.alloc_mem,
+            &mut self.alloc_eph,
+            &mut self.alloc_pods,
+            &mut self.req_cpu,
+            &mut self.req_mem,
+            &mut self.req_eph,
+            &mut self.req_pods,
+            &mut self.nz_cpu,
+            &mut self.nz_mem,
+        ] {
+            c.push(0);
+        }
+        for c in [
+            &mut self.used_cpu_f,
+            &mut self.used_mem_f,
+            &mut self.inv_cpu,
+            &mut self.inv_mem,
+        ] {
+            c.push(0.0);
+        }
+        for (a, r) in self.extended.values_mut() {
+            a.push(0);
+            r.push(0);
+        }
+        self.unschedulable.push(0);
+        for l in &mut self.labels {
+            l.col.push(0);
+        }
+        self.taints.push_row();
+        self.ports.push_row();
+        self.node_pods.push(Vec::new());
+        for t in &mut self.terms {
+            t.per_node.push(0);
+        }
+        row
+    }
+
+    fn set_row(&mut self, row: usize, info: NodeInfo) {
+        let old = self.infos[row].clone();
+        // Labels: move term counts between domains where a topology value changes.
+        let mut changed_keys: Vec<u32> = Vec::new();
+        for (k, _) in old
+            .labels
+            .iter()
+            .filter(|(k, _)| !info.labels.contains_key(*k))
+        {
+            let id = self.label_id(k);
+            self.labels[id as usize].col[row] = 0;
+            changed_keys.push(id);
+        }
+        for (k, v) in &info.labels {
+            let id = self.label_id(k);
+            let column = &mut self.labels[id as usize];
+            let vid = column.values.intern(v) + 1;
+            if column.col[row] != vid {
+                changed_keys.push(id);
+            }
+            column.col[row] = vid;
+        }
+        if !changed_keys.is_empty() {
+            self.recount_row_domains(row, &old, &changed_keys);
+        }
+        self.alloc_cpu[row] = info.allocatable.milli_cpu;
+        self.alloc_mem[row] = info.allocatable.memory;
+        self.alloc_eph[row] = info.allocatable.ephemeral_storage;
+        self.alloc_pods[row] = info.allocatable_pods;
+        self.inv_cpu[row] = inverse(info.allocatable.milli_cpu);
+        self.inv_mem[row] = inverse(info.allocatable.memory);
+        for (name, _) in &info.allocatable.extended {
+            self.extended_column(name);
+        }
+        for (name, (alloc, _)) in self.extended.iter_mut() {
+            alloc[row] = info.allocatable.extended(name);
+        }
+        self.unschedulable[row] = u32::from(info.unschedulable);
+        self.taints.clear_row(row);
+        for t in &info.taints {
+            let id = self
+                .taint_ids
+                .intern(&(t.key.clone(), t.value.clone(), t.effect.clone()));
+            self.taints.widen(self.names.len(), self.taint_ids.len());
+            self.taints.set(row, id, true);
+        }
+        for (name, _) in &old.images {
+            if let Some((_, rows)) = self.images.get_mut(name) {
+                rows.retain(|&r| r as usize != row);
+            }
+        }
+        for (name, size) in &info.images {
+            let e = self
+                .images
+                .entry(name.clone())
+                .or_insert_with(|| (*size, Vec::new()));
+            e.0 = *size;
+            if !e.1.contains(&(row as u32)) {
+                e.1.push(row as u32);
+            }
+        }
+        self.images.retain(|_, (_, rows)| !rows.is_empty());
+        self.infos[row] = Arc::new(info);
+    }
+
+    /// After topology labels of `row` changed: moves the row's term counts to its new domains.
+    fn recount_row_domains(&mut self, row: usize, old: &NodeInfo, keys: &[u32]) {
+        for t in &mut self.terms {
+            if !keys.contains(&t.topo) || t.per_node[row] == 0 {
+                continue;
+            }
+            let n = t.per_node[row];
+            let column = &self.labels[t.topo as usize];
+            let old_domain = old
+                .labels
+                .get(&column.name)
+                .and_then(|v| column.value_id(v))
+                .unwrap_or(0);
+            let new_domain = column.col[row];
+            if old_domain > 0 {
+                t.by_domain[old_domain as usize] -= n;
+            }
+            if new_domain > 0 {
+                let d = new_domain as usize;
+                if t.by_domain.len() <= d {
+                    t.by_domain.resize(d + 1, 0);
+                }
+                t.by_domain[d] += n;
+            }
+        }
+    }
+
+    fn extended_column(&mut self, name: &str) -> &mut (Vec<i64>, Vec<i64>) {
+        let rows = self.len();
+        self.extended
+            .entry(name.to_string())
+            .or_insert_with(|| (vec![0; rows], vec![0; rows]))
+    }
+
+    /// Removes a node; the pods on it stop counting anywhere.
+    pub fn remove_node(&mut self, name: &str) {
+        let Some(row) = self.index.remove(name).map(|r| r as usize) else {
+            return;
+        };
+        self.generation += 1;
+        for key in std::mem::take(&mut self.node_pods[row]) {
+            if let Some(entry) = self.pods.get(&key).cloned() {
+                self.account(row, &entry.info, false);
+            }
+            // The pod stays known (it is bound to this name) and counts again if the node
+            // comes back.
+            self.orphans.entry(name.to_string()).or_default().push(key);
+        }
+        let rows = self.len();
+        let last = rows - 1;
+        if row != last {
+            let moved = self.names[last].clone();
+            self.index.insert(moved, row as u32);
+        }
+        self.names.swap_remove(row);
+        self.infos.swap_remove(row);
+        for c in [
+            &mut self.alloc_cpu,
+            &mut self.alloc_mem,
+            &mut self.alloc_eph,
+            &mut self.alloc_pods,
+            &mut self.req_cpu,
+            &mut self.req_mem,
+            &mut self.req_eph,
+            &mut self.req_pods,
+            &mut self.nz_cpu,
+            &mut self.nz_mem,
+        ] {
+            c.swap_remove(row);
+        }
+        for c in [
+            &mut self.used_cpu_f,
+            &mut self.used_mem_f,
+            &mut self.inv_cpu,
+            &mut self.inv_mem,
+        ] {
+            c.swap_remove(row);
+        }
+        for (a, r) in self.extended.values_mut() {
+            a.swap_remove(row);
+            r.swap_remove(row);
+        }
+        self.unschedulable.swap_remove(row);
+        for l in &mut self.labels {
+            l.col.swap_remove(row);
+        }
+        self.taints.swap_remove(row, rows);
+        self.ports.swap_remove(row, rows);
+        self.node_pods.swap_remove(row);
+        for t in &mut self.terms {
+            t.per_node.swap_remove(row);
+        }
+        for (_, rows_with) in self.images.values_mut() {
+            rows_with.retain(|&r| r as usize != row);
+            for r in rows_with.iter_mut() {
+                if *r as usize == last {
+                    *r = row as u32;
+                }
+            }
+        }
+        self.images.retain(|_, (_, r)| !r.is_empty());
+    }
+
+    /// Accounts a pod on `node` (bound, or assumed when `assumed`). A pod already placed
+    /// elsewhere is an error: the caller removes it first.
+    pub fn add_pod(
+        &mut self,
+        info: Arc<PodInfo>,
+        node: &str,
+        assumed: bool,
+    ) -> Result<(), TableError> {
+        let key = info.key();
+        if let Some(e) = self.pods.get_mut(&key) {
+            if e.node == node {
+                // Confirmation of an assumed pod, or a status change of a bound one: the
+                // scheduling-relevant fields of a bound pod do not change.
+                e.assumed &= assumed;
+                return Ok(());
+            }
+            return Err(TableError::AlreadyPlaced(key, e.node.clone()));
+        }
+        self.generation += 1;
+        match self.row(node) {
+            Some(row) => {
+                self.account(row, &info, true);
+                self.node_pods[row].push(key.clone());
+            }
+            None => self
+                .orphans
+                .entry(node.to_string())
+                .or_default()
+                .push(key.clone()),
+        }
+        self.pods.insert(
+            key,
+            PodEntry {
+                info,
+                node: node.to_string(),
+                assumed,
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops accounting a pod (deleted, finished, or its Bind was refused).
+    pub fn remove_pod(&mut self, key: &str) -> Option<PodEntry> {
+        let entry = self.pods.remove(key)?;
+        self.generation += 1;
+        match self.row(&entry.node) {
+            Some(row) => {
+                self.account(row, &entry.info, false);
+                let list = &mut self.node_pods[row];
+                if let Some(i) = list.iter().position(|k| k == key) {
+                    list.swap_remove(i);
+                }
+            }
+            None => {
+                if let Some(list) = self.orphans.get_mut(&entry.node) {
+                    list.retain(|k| k != key);
+                }
+            }
+        }
+        Some(entry)
+    }
+
+    /// The pods on row `row`.
+    pub fn pods_on(&self, row: usize) -> impl Iterator<Item = &PodEntry> {
+        self.node_pods[row].iter().filter_map(|k| self.pods.get(k))
+    }
+
+    fn account(&mut self, row: usize, pod: &PodInfo, add: bool) {
+        let s = if add { 1 } else { -1 };
+        let r = &pod.requests;
+        self.req_cpu[row] += s * r.milli_cpu;
+        self.req_mem[row] += s * r.memory;
+        self.req_eph[row] += s * r.ephemeral_storage;
+        self.req_pods[row] += s;
+        self.nz_cpu[row] += s * pod.nonzero_milli_cpu;
+        self.nz_mem[row] += s * pod.nonzero_memory;
+        self.used_cpu_f[row] = self.nz_cpu[row] as f32;
+        self.used_mem_f[row] = self.nz_mem[row] as f32;
+        for (name, v) in &r.extended {
+            let (_, req) = self.extended_column(name);
+            req[row] += s * v;
+        }
+        for (proto, port) in &pod.host_ports {
+            let id = self.port_ids.intern(&(proto.clone(), *port));
+            self.ports.widen(self.names.len(), self.port_ids.len());
+            self.ports.set(row, id, add);
+        }
+        // Terms this pod is counted in: every registered `Matches` term that selects it,
+        // and the terms it owns.
+        for t in 0..self.terms.len() {
+            let term = &self.terms[t];
+            if term.key.role == TermRole::Matches
+                && term_selects(
+                    term.selector.as_ref(),
+                    &term.key.namespaces,
+                    &pod.namespace,
+                    &pod.labels,
+                )
+            {
+                let d = self.labels[term.topo as usize].col[row];
+                self.terms[t].bump(row, d, add);
+            }
+        }
+        for (role, term) in owned_terms(pod) {
+            let id = self.term(term, &pod.namespace, role);
+            let d = self.labels[self.terms[id].topo as usize].col[row];
+            self.terms[id].bump(row, d, add);
+        }
+    }
+
+    /// The id of a counted term, registering it (and counting every known pod) if new.
+    pub fn term(&mut self, term: &PodAffinityTerm, owner_ns: &str, role: TermRole) -> usize {
+        self.term_for(
+            term.label_selector.as_ref(),
+            term_namespaces(term, owner_ns),
+            &term.topology_key,
+            role,
+        )
+    }
+
+    /// As [`NodeTable::term`], from parts (spread constraints use it too).
+    pub fn term_for(
+        &mut self,
+        selector: Option<&LabelSelector>,
+        namespaces: Vec<String>,
+        topology_key: &str,
+        role: TermRole,
+    ) -> usize {
+        let key = TermKey {
+            selector: selector_key(selector),
+            namespaces,
+            topology_key: topology_key.to_string(),
+            role,
+        };
+        if let Some(&id) = self.term_index.get(&key) {
+            return id as usize;
+        }
+        let topo = self.label_id(topology_key);
+        let mut term = Term {
+            key: key.clone(),
+            selector: selector.cloned(),
+            topo,
+            per_node: vec![0; self.len()],
+            by_domain: vec![0; self.labels[topo as usize].domains()],
+            total: 0,
+        };
+        // Count what is already placed.
+        for (row, keys) in self.node_pods.iter().enumerate() {
+            let d = self.labels[topo as usize].col[row];
+            for k in keys {
+                let Some(e) = self.pods.get(k) else { continue };
+                let counts = match &key.role {
+                    TermRole::Matches => term_selects(
+                        term.selector.as_ref(),
+                        &key.namespaces,
+                        &e.info.namespace,
+                        &e.info.labels,
+                    ),
+                    role => owned_terms(&e.info).any(|(r, t)| {
+                        r == *role
+                            && t.topology_key == key.topology_key
+                            && selector_key(t.label_selector.as_ref()) == key.selector
+                            && term_namespaces(t, &e.info.namespace) == key.namespaces
+                    }),
+                };
+                if counts {
+                    term.bump(row, d, true);
+                }
+            }
+        }
+        let id = self.terms.len();
+        self.terms.push(term);
+        self.term_index.insert(key, id as u32);
+        id
+    }
+
+    /// The registered term with this key, without registering it.
+    pub fn find_term(&self, key: &TermKey) -> Option<usize> {
+        self.term_index.get(key).map(|&i| i as usize)
+    }
+
+    /// Resource columns of row `row` as one record (for scalar checks and diagnostics).
+    pub fn free(&self, row: usize) -> Resources {
+        Resources {
+            milli_cpu: self.alloc_cpu[row] - self.req_cpu[row],
+            memory: self.alloc_mem[row] - self.req_mem[row],
+            ephemeral_storage: self.alloc_eph[row] - self.req_eph[row],
+            extended: self
+                .extended
+                .iter()
+                .map(|(n, (a, r))| (n.clone(), a[row] - r[row]))
+                .collect(),
+        }
+    }
+}
+
+/// `1 / x` in `f32`, 0 for nothing allocatable (every fraction then scores 0).
+pub fn inverse(x: i64) -> f32 {
+    if x <= 0 { 0.0 } else { 1.0 / x as f32 }
+}
+
+/// The terms a pod owns, with the role each is counted in: required anti-affinity (for the
+/// symmetric filter), and preferred terms plus required affinity at weight 1 (for the
+/// symmetric score).
+pub fn owned_terms(pod: &PodInfo) -> impl Iterator<Item = (TermRole, &PodAffinityTerm)> {
+    pod.required_anti_affinity
+        .iter()
+        .map(|t| (TermRole::RequiredAnti, t))
+        .chain(
+            pod.required_affinity
+                .iter()
+                .map(|t| (TermRole::Preferred(HARD_POD_AFFINITY_WEIGHT), t)),
+        )
+        .chain(
+            pod.preferred_terms
+                .iter()
+                .map(|(w, t)| (TermRole::Preferred(*w), t)),
+        )
+}
+
+/// The weight kube-scheduler gives an existing pod's required affinity term when scoring
+/// the nodes for a pod it selects (`hardPodAffinityWeight`).
+pub const HARD_POD_AFFINITY_WEIGHT: i32 = 1;
