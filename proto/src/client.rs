@@ -282,10 +282,25 @@ impl ClusterClient {
     }
 
     pub async fn bind(&self, bindings: Vec<pb::Binding>) -> Result<Vec<pb::BindResult>> {
+        self.bind_fenced(bindings, "", 0).await
+    }
+
+    /// Bind that commits only while the etcd key `fence_key` still has create revision
+    /// `fence_revision` (a leader-elected scheduler's leadership key; see `BindRequest`).
+    pub async fn bind_fenced(
+        &self,
+        bindings: Vec<pb::Binding>,
+        fence_key: &str,
+        fence_revision: i64,
+    ) -> Result<Vec<pb::BindResult>> {
         Ok(self
             .raw
             .clone()
-            .bind(pb::BindRequest { bindings })
+            .bind(pb::BindRequest {
+                bindings,
+                fence_key: fence_key.to_string(),
+                fence_revision,
+            })
             .await?
             .into_inner()
             .results)

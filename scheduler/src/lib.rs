@@ -4,6 +4,8 @@
 //!
 //! | module      | what                                                                      |
 //! |-------------|---------------------------------------------------------------------------|
+//! | [`bench`]   | the in-process benchmark: synthetic workload through the whole pipeline  |
+//! | [`leader`]  | leader election among scheduler processes, fencing tokens for Bind       |
 //! | [`model`]   | the scheduling-relevant view of a Pod / Node, and a pod's signature       |
 //! | [`table`]   | the node table (structure of arrays), pod accounting, term counts         |
 //! | [`kernels`] | the vectorised loops, dispatched at run time (AVX-512 / AVX2 / baseline)  |
@@ -15,9 +17,11 @@
 //! | [`synth`]   | synthetic clusters and workloads (the benchmark's profiles)               |
 //! | [`reference`]| the plain, slow scheduler the property tests hold the engine to          |
 
+pub mod bench;
 pub mod engine;
 pub mod filter;
 pub mod kernels;
+pub mod leader;
 pub mod model;
 pub mod parallel;
 pub mod queue;

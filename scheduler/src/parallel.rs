@@ -1,24 +1,27 @@
 //! Parallel scheduling, Omega style: workers take batches from the queue and place them
-//! optimistically against the shared table under a read lock; one committer re-checks every
-//! placement against the table as it is now, under the write lock, and commits (assumes) the
-//! ones that still fit. A placement that lost a race goes back to the queue, so the table,
-//! and therefore what the binder sends, never overcommits a node.
+//! optimistically against the shared table under a read lock; then the commit step re-checks
+//! every placement against the table as it is now and commits (assumes) the ones that still
+//! fit. Commits run one at a time, under the table's write lock, so they act as a single
+//! committer; a placement that lost a race to another worker's commit goes back to the
+//! queue, so the table, and therefore what the binder sends, never overcommits a node.
+//!
+//! A worker commits its batch before it takes the next one, so it always schedules against
+//! its own earlier placements; only the batches other workers have in flight are unseen.
 //!
 //! ```text
-//!  queue ──pop_batch──► worker 1 ─┐  proposals   ┌──────────────┐  verdicts
-//!        ──pop_batch──► worker 2 ─┼────────────►│  committer   │──────────► sink (binder,
-//!        ──pop_batch──► worker W ─┘  (bounded)   │ check + add  │            or benchmark)
-//!                         ▲ read lock            └──────┬───────┘
-//!                         └──────── table ◄─ write lock ─┘
+//!  queue ──pop_batch──► worker 1 ─┐ place (read lock)   ┌───────────────────┐  verdicts
+//!        ──pop_batch──► worker 2 ─┼────────────────────►│ commit, one at a  │────────► sink
+//!        ──pop_batch──► worker W ─┘                     │ time: check + add │ (binder, or
+//!                          ▲                            └─────────┬─────────┘  benchmark)
+//!                          └──────────── table ◄── write lock ────┘
 //! ```
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::engine::{self, Outcome, Rng};
 use crate::filter::{self, Diagnosis, PodCtx};
@@ -117,39 +120,26 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Starts `workers` worker threads and the committer, which hands every batch of verdicts
+    /// Starts `workers` worker threads; each hands the verdicts of every batch it commits
     /// to `sink`.
-    pub fn start<S>(core: Arc<Core>, config: PoolConfig, mut sink: S) -> Pool
+    pub fn start<S>(core: Arc<Core>, config: PoolConfig, sink: S) -> Pool
     where
         S: FnMut(Vec<Verdict>) + Send + 'static,
     {
-        let (tx, rx) = mpsc::sync_channel::<Proposal>(config.workers.max(1) * 2);
+        let sink = Arc::new(Mutex::new(sink));
         let mut handles = Vec::new();
         for w in 0..config.workers.max(1) {
             let core = core.clone();
-            let tx = tx.clone();
+            let sink = sink.clone();
             let batch = config.batch.max(1);
             let seed = config.seed ^ (w as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("sched-worker-{w}"))
-                    .spawn(move || worker(core, tx, batch, seed))
+                    .spawn(move || worker(core, sink, batch, seed))
                     .expect("invariant: threads can be spawned"),
             );
         }
-        drop(tx);
-        let committer_core = core.clone();
-        handles.push(
-            std::thread::Builder::new()
-                .name("sched-committer".into())
-                .spawn(move || {
-                    for p in rx {
-                        let verdicts = commit(&committer_core, p);
-                        sink(verdicts);
-                    }
-                })
-                .expect("invariant: threads can be spawned"),
-        );
         Pool { handles }
     }
 
@@ -161,7 +151,10 @@ impl Pool {
     }
 }
 
-fn worker(core: Arc<Core>, tx: mpsc::SyncSender<Proposal>, batch: usize, seed: u64) {
+fn worker<S>(core: Arc<Core>, sink: Arc<Mutex<S>>, batch: usize, seed: u64)
+where
+    S: FnMut(Vec<Verdict>) + Send + 'static,
+{
     let mut rng = Rng::new(seed);
     loop {
         let pods = core.queue.pop_batch(batch, Duration::from_millis(200));
@@ -187,16 +180,15 @@ fn worker(core: Arc<Core>, tx: mpsc::SyncSender<Proposal>, batch: usize, seed: u
                 .collect()
         };
         core.stats.batches.fetch_add(1, Ordering::Relaxed);
-        if tx
-            .send(Proposal {
+        let verdicts = commit(
+            &core,
+            Proposal {
                 pods,
                 outcomes,
                 popped,
-            })
-            .is_err()
-        {
-            return;
-        }
+            },
+        );
+        (sink.lock())(verdicts);
     }
 }
 

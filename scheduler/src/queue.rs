@@ -116,10 +116,13 @@ impl Queue {
                         q.activate(&key);
                     }
                     State::Active => {}
-                    State::Unschedulable { .. } => {
-                        // A changed pod may fit now.
+                    State::Unschedulable { .. } if moved => {
+                        // Its scheduling-relevant spec changed: it may fit now.
                         q.activate(&key);
                     }
+                    // A status or metadata change (our own FailedScheduling condition,
+                    // say) does not change where it fits.
+                    State::Unschedulable { .. } => {}
                 }
             }
             None => {

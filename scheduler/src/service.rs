@@ -38,6 +38,10 @@ pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
 pub enum Error {
     #[error(transparent)]
     Client(#[from] skiff_proto::client::ClientError),
+    #[error(transparent)]
+    Leader(#[from] crate::leader::Error),
+    #[error("lost the scheduler leadership; stopping so a standby can take over")]
+    LeadershipLost,
     #[error("metrics address {addr}: {source}")]
     Metrics {
         addr: SocketAddr,
@@ -61,6 +65,11 @@ pub struct Config {
     /// Besides `default-scheduler` (and an empty name), the name pods may ask for.
     pub scheduler_name: String,
     pub metrics_addr: Option<SocketAddr>,
+    /// Elect a leader among scheduler processes and fence its Binds (see `leader`).
+    pub leader_elect: bool,
+    pub lease_ttl: Duration,
+    /// This process in the leadership key (host and pid by default).
+    pub identity: String,
 }
 
 impl Default for Config {
@@ -74,6 +83,9 @@ impl Default for Config {
             seed: 1,
             scheduler_name: DEFAULT_SCHEDULER_NAME.to_string(),
             metrics_addr: None,
+            leader_elect: true,
+            lease_ttl: Duration::from_secs(10),
+            identity: format!("scheduler-{}", std::process::id()),
         }
     }
 }
@@ -96,6 +108,8 @@ struct Shared {
     names: Vec<String>,
     binds: BindStats,
     started: Instant,
+    /// (key, create revision) every Bind is fenced with, when leader-elected.
+    fence: Option<(String, i64)>,
 }
 
 fn pod_key(o: &Object) -> String {
@@ -207,6 +221,15 @@ impl Shared {
 
 /// Runs until `shutdown` resolves.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
+    tokio::pin!(shutdown);
+    let mut leadership = if config.leader_elect {
+        tokio::select! {
+            l = crate::leader::acquire(&config.endpoints, &config.identity, config.lease_ttl) => Some(l?),
+            () = &mut shutdown => return Ok(()),
+        }
+    } else {
+        None
+    };
     let client = ClusterClient::connect(&config.endpoints)?;
     let core = Arc::new(Core::new(Kernels::auto()));
     let mut names = vec![DEFAULT_SCHEDULER_NAME.to_string()];
@@ -220,6 +243,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         names,
         binds: BindStats::default(),
         started: Instant::now(),
+        fence: leadership.as_ref().map(|l| (l.key.clone(), l.revision)),
     });
 
     // Caches first: nodes, then pods, listed before any pod is placed.
@@ -288,8 +312,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             r = pod_task => r,
         }
     };
+    let lost = async {
+        match leadership.as_mut() {
+            Some(l) => l.lost().await,
+            None => std::future::pending().await,
+        }
+    };
     let outcome = tokio::select! {
-        () = shutdown => Ok(()),
+        () = &mut shutdown => Ok(()),
+        () = lost => Err(Error::LeadershipLost),
         r = informers => match r {
             Ok(Err(e)) => Err(Error::Client(e)),
             _ => Ok(()),
@@ -302,6 +333,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     }
     let _ = tokio::task::spawn_blocking(move || pool.join()).await;
     let _ = binder.await;
+    if let (Some(l), Ok(())) = (leadership, &outcome) {
+        l.release().await;
+    }
     outcome
 }
 
@@ -358,7 +392,12 @@ async fn bind_chunk(s: &Shared, chunk: Vec<(Arc<PodInfo>, String)>) {
             pod_resource_version: p.resource_version,
         })
         .collect();
-    match s.client.bind(bindings).await {
+    let (fence_key, fence_revision) = s.fence.as_ref().map_or(("", 0), |(k, r)| (k.as_str(), *r));
+    match s
+        .client
+        .bind_fenced(bindings, fence_key, fence_revision)
+        .await
+    {
         Ok(results) => {
             for ((pod, node), r) in chunk.iter().zip(results) {
                 let outcome = Outcome::try_from(r.outcome).unwrap_or(Outcome::Invalid);

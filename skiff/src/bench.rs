@@ -23,6 +23,8 @@ enum What {
     Bind(BindArgs),
     /// Puts through the etcd v3 API (works against Skiff and etcd alike).
     Put(PutArgs),
+    /// Scheduling throughput, in process or end to end through a store (`--e2e`).
+    Scheduler(crate::bench_scheduler::Args),
 }
 
 #[derive(Debug, clap::Args)]
@@ -75,6 +77,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.what {
         What::Bind(a) => rt.block_on(bind(a)),
         What::Put(a) => rt.block_on(put(a)),
+        What::Scheduler(a) => rt.block_on(crate::bench_scheduler::run(a)),
     }
 }
 

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_scheduler;
+mod scheduler;
 mod store;
 mod validate;
 
@@ -34,6 +36,8 @@ enum Command {
     Validate(validate::Args),
     /// Run one member of the replicated store (etcd v3 API on the client URLs).
     Store(Box<store::Args>),
+    /// Run the scheduler against a store: place pending pods, bind them in batches.
+    Scheduler(scheduler::Args),
     /// Benchmarks against a running cluster; each prints its figures.
     Bench(bench::Args),
 }
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
         }
         Command::Validate(args) => validate::run(&args),
         Command::Store(args) => store::run(*args),
+        Command::Scheduler(args) => scheduler::run(args),
         Command::Bench(args) => bench::run(args),
     };
     match result {

@@ -47,8 +47,13 @@ fn bound(object: &Object, node: &str) -> Object {
 
 impl ClusterApi {
     /// Commits the good bindings of `bindings` in one log entry; one result per binding, in
-    /// order. Returns the revision after the commit.
-    pub async fn bind(&self, bindings: &[Binding]) -> Result<(i64, Vec<BindResult>), Status> {
+    /// order. Returns the revision after the commit. With a `fence` (key, create revision),
+    /// each binding also requires that key to still have that create revision.
+    pub async fn bind(
+        &self,
+        bindings: &[Binding],
+        fence: Option<(&str, i64)>,
+    ) -> Result<(i64, Vec<BindResult>), Status> {
         self.barrier(false).await?;
         let mut results: Vec<Option<BindResult>> = vec![None; bindings.len()];
         let mut ops = Vec::new();
@@ -116,21 +121,30 @@ impl ClusterApi {
             }
             let pod_key = Kind::Pod.key(&b.namespace, &b.pod);
             let node_key = Kind::Node.key("", &b.node);
+            let mut compare = vec![
+                Compare {
+                    key: pod_key.as_bytes().to_vec(),
+                    range_end: Vec::new(),
+                    result: CompareResult::Equal,
+                    target: CompareTarget::Mod(pod.mod_revision),
+                },
+                Compare {
+                    key: node_key.as_bytes().to_vec(),
+                    range_end: Vec::new(),
+                    result: CompareResult::Greater,
+                    target: CompareTarget::Create(0),
+                },
+            ];
+            if let Some((key, revision)) = fence {
+                compare.push(Compare {
+                    key: key.as_bytes().to_vec(),
+                    range_end: Vec::new(),
+                    result: CompareResult::Equal,
+                    target: CompareTarget::Create(revision),
+                });
+            }
             ops.push(RequestOp::Txn(TxnRequest {
-                compare: vec![
-                    Compare {
-                        key: pod_key.as_bytes().to_vec(),
-                        range_end: Vec::new(),
-                        result: CompareResult::Equal,
-                        target: CompareTarget::Mod(pod.mod_revision),
-                    },
-                    Compare {
-                        key: node_key.as_bytes().to_vec(),
-                        range_end: Vec::new(),
-                        result: CompareResult::Greater,
-                        target: CompareTarget::Create(0),
-                    },
-                ],
+                compare,
                 success: vec![RequestOp::Put(PutRequest {
                     key: pod_key.as_bytes().to_vec(),
                     value: encode(&bound(&pod.object, &b.node)),
@@ -170,12 +184,15 @@ impl ClusterApi {
                                 format!("nodes \"{}\" not found", b.node),
                             )
                         } else {
+                            let why = if fence.is_some() {
+                                "changed while binding, or the scheduler's leadership \
+                                 (fence) was lost"
+                            } else {
+                                "changed while binding"
+                            };
                             result(
                                 Outcome::Conflict,
-                                format!(
-                                    "pod {}/{} changed while binding; retry",
-                                    b.namespace, b.pod
-                                ),
+                                format!("pod {}/{} {why}; retry", b.namespace, b.pod),
                             )
                         }
                     }

@@ -206,7 +206,12 @@ impl Cluster for ClusterApi {
         req: Request<pb::BindRequest>,
     ) -> Result<Response<pb::BindResponse>, Status> {
         let req = req.into_inner();
-        let (rev, results) = ClusterApi::bind(self, &req.bindings).await?;
+        let (rev, results) = ClusterApi::bind(
+            self,
+            &req.bindings,
+            (!req.fence_key.is_empty()).then_some((req.fence_key.as_str(), req.fence_revision)),
+        )
+        .await?;
         Ok(Response::new(pb::BindResponse {
             header: header(&self.member, rev),
             results,

@@ -1,0 +1,211 @@
+//! The in-process scheduler benchmark: a synthetic cluster and workload (see `synth`),
+//! every pod through the queue, the workers and the committer, timed from the first pod
+//! queued to the last one committed. Reports throughput, attempt latency and placement
+//! quality (how evenly the nodes ended up used, and a recount proving nothing overcommitted).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::kernels::Kernels;
+use crate::model::{NodeInfo, PodInfo};
+use crate::parallel::{Core, Pool, PoolConfig, Verdict};
+use crate::synth::{self, Profile};
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub nodes: usize,
+    pub pods: usize,
+    pub workers: usize,
+    pub batch: usize,
+    pub profile: Profile,
+    pub seed: u64,
+    pub scalar: bool,
+}
+
+/// Latency percentiles in milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// From samples in microseconds.
+    pub fn of(mut us: Vec<u64>) -> Self {
+        if us.is_empty() {
+            return Self::default();
+        }
+        us.sort_unstable();
+        let at = |q: f64| {
+            let i = ((us.len() as f64 * q).ceil() as usize).clamp(1, us.len()) - 1;
+            us[i] as f64 / 1000.0
+        };
+        Percentiles {
+            p50: at(0.50),
+            p90: at(0.90),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: us[us.len() - 1] as f64 / 1000.0,
+        }
+    }
+}
+
+/// What one benchmark run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub profile: &'static str,
+    pub nodes: usize,
+    pub pods: usize,
+    pub workers: usize,
+    pub batch: usize,
+    pub kernels: &'static str,
+    pub seconds: f64,
+    pub pods_per_second: f64,
+    pub placed: usize,
+    pub unschedulable: usize,
+    pub conflicts: u64,
+    pub batches: u64,
+    /// Attempt latency (popped from the queue → committed), per pod; the pods of one batch
+    /// share their batch's.
+    pub attempt_ms: Percentiles,
+    /// CPU requested / allocatable over the nodes: min, mean, max, standard deviation.
+    pub cpu_utilisation: [f64; 4],
+    /// Nodes whose requests exceed what they can allocate, recounted from the pods.
+    pub overcommitted_nodes: usize,
+}
+
+/// Runs the benchmark; `progress` is called with the count of pods decided so far.
+pub fn run(config: &Config, progress: impl Fn(usize) + Send + Sync + 'static) -> Report {
+    let kernels = if config.scalar {
+        Kernels::scalar()
+    } else {
+        Kernels::auto()
+    };
+    let core = Arc::new(Core::new(kernels));
+    let (nodes, pods) = synth::workload(config.nodes, config.pods, config.profile, config.seed);
+    {
+        let mut t = core.table.write();
+        for n in &nodes {
+            t.upsert_node(NodeInfo::from_node(n));
+        }
+    }
+    let decided = Arc::new(AtomicUsize::new(0));
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(config.pods)));
+    let unschedulable = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(std::collections::HashSet::new()));
+    let done = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let total = config.pods;
+    let (d, l, u, s, dn) = (
+        decided.clone(),
+        latencies.clone(),
+        unschedulable.clone(),
+        seen.clone(),
+        done.clone(),
+    );
+    let pool = Pool::start(
+        core.clone(),
+        PoolConfig {
+            workers: config.workers,
+            batch: config.batch,
+            seed: config.seed,
+        },
+        move |verdicts| {
+            let mut lat = l.lock();
+            let mut seen = s.lock();
+            let mut new = 0;
+            for v in verdicts {
+                let (key, latency, placed) = match &v {
+                    Verdict::Placed { pod, latency, .. } => (pod.key(), *latency, true),
+                    Verdict::Unschedulable { pod, latency, .. } => (pod.key(), *latency, false),
+                };
+                lat.push(latency.as_micros() as u64);
+                // A pod counts once: its first unschedulable verdict, or its placement.
+                if seen.insert(key) {
+                    new += 1;
+                    if !placed {
+                        u.fetch_add(1, Ordering::Relaxed);
+                    }
+                } else if placed {
+                    u.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+            let now = d.fetch_add(new, Ordering::Relaxed) + new;
+            progress(now);
+            if now >= total {
+                let (m, c) = &*dn;
+                if let Ok(mut g) = m.lock() {
+                    *g = true;
+                }
+                c.notify_all();
+            }
+        },
+    );
+    let start = Instant::now();
+    for p in &pods {
+        core.queue.add(Arc::new(PodInfo::from_pod(p)));
+    }
+    {
+        let (m, c) = &*done;
+        let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+        while !*g && total > 0 {
+            g = c
+                .wait_timeout(g, Duration::from_millis(100))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    core.queue.close();
+    pool.join();
+
+    let table = core.table.read();
+    let mut util = Vec::with_capacity(table.len());
+    let mut overcommitted = 0;
+    for row in 0..table.len() {
+        let (mut cpu, mut mem, mut n) = (0i64, 0i64, 0i64);
+        for e in table.pods_on(row) {
+            cpu += e.info.requests.milli_cpu;
+            mem += e.info.requests.memory;
+            n += 1;
+        }
+        if cpu > table.alloc_cpu[row] || mem > table.alloc_mem[row] || n > table.alloc_pods[row] {
+            overcommitted += 1;
+        }
+        util.push(cpu as f64 / table.alloc_cpu[row].max(1) as f64);
+    }
+    let mean = util.iter().sum::<f64>() / util.len().max(1) as f64;
+    let var = util.iter().map(|u| (u - mean).powi(2)).sum::<f64>() / util.len().max(1) as f64;
+    let min = util.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = util.iter().copied().fold(0.0, f64::max);
+    let stats = &core.stats;
+    let unsched = unschedulable.load(Ordering::Relaxed);
+    Report {
+        profile: config.profile.name(),
+        nodes: config.nodes,
+        pods: config.pods,
+        workers: config.workers,
+        batch: config.batch,
+        kernels: core.kernels.name,
+        seconds,
+        pods_per_second: config.pods as f64 / seconds.max(1e-9),
+        placed: config.pods - unsched,
+        unschedulable: unsched,
+        conflicts: stats.conflicts.load(Ordering::Relaxed),
+        batches: stats.batches.load(Ordering::Relaxed),
+        attempt_ms: Percentiles::of(std::mem::take(&mut latencies.lock())),
+        cpu_utilisation: [
+            if min.is_finite() { min } else { 0.0 },
+            mean,
+            max,
+            var.sqrt(),
+        ],
+        overcommitted_nodes: overcommitted,
+    }
+}

@@ -1,0 +1,179 @@
+//! Leader election, so that of several scheduler processes exactly one places pods, and
+//! fencing, so that a deposed leader cannot bind after another took over.
+//!
+//! The leader holds one key in the store's etcd keyspace, attached to a lease it keeps
+//! alive. Taking the lead is a transaction "create the key if it does not exist"; the key's
+//! create revision is the leadership's fencing token: every Bind carries it, and the store
+//! commits a binding only while the key still has that create revision. A standby watches
+//! the key and tries again when it is deleted (released, or its lease expired).
+//!
+//! Losing the lease (keep-alives failing for a whole TTL, or the store saying the lease is
+//! gone) ends the leadership; the scheduler then stops, as kube-scheduler does, and its
+//! supervisor starts it again as a standby.
+
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, PutOptions, Txn, TxnOp, TxnOpResponse,
+    WatchOptions,
+};
+use tokio::sync::watch;
+
+/// The key scheduler processes elect their leader on.
+pub const LEADER_KEY: &str = "/skiff/leader/scheduler";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("leader election: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    #[error("leader election: the store answered without a header")]
+    NoHeader,
+}
+
+/// A held leadership: the fencing token and a signal that turns true when it is lost.
+pub struct Leadership {
+    pub key: String,
+    /// The key's create revision: the fencing token Bind carries.
+    pub revision: i64,
+    pub lease: i64,
+    lost: watch::Receiver<bool>,
+    keeper: tokio::task::JoinHandle<()>,
+    client: Client,
+}
+
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership")
+            .field("key", &self.key)
+            .field("revision", &self.revision)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Leadership {
+    /// Resolves when the leadership is lost.
+    pub async fn lost(&mut self) {
+        while !*self.lost.borrow() {
+            if self.lost.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Gives the lead up (deletes the key with its lease) so a standby takes over at once.
+    pub async fn release(mut self) {
+        self.keeper.abort();
+        let _ = self.client.lease_revoke(self.lease).await;
+    }
+}
+
+/// Waits until this process is the leader; `identity` is stored as the key's value.
+pub async fn acquire(
+    endpoints: &[String],
+    identity: &str,
+    ttl: Duration,
+) -> Result<Leadership, Error> {
+    let endpoints: Vec<String> = endpoints
+        .iter()
+        .map(|e| e.trim_start_matches("http://").to_string())
+        .collect();
+    let opts = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(5))
+        .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+    let mut client = Client::connect(&endpoints, Some(opts)).await?;
+    let ttl_s = ttl.as_secs().max(2) as i64;
+    loop {
+        let lease = client.lease_grant(ttl_s, None).await?.id();
+        let txn = Txn::new()
+            .when([Compare::create_revision(LEADER_KEY, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                LEADER_KEY,
+                identity,
+                Some(PutOptions::new().with_lease(lease)),
+            )])
+            .or_else([TxnOp::get(LEADER_KEY, None)]);
+        let resp = client.txn(txn).await?;
+        let revision = resp.header().ok_or(Error::NoHeader)?.revision();
+        if resp.succeeded() {
+            let (tx, rx) = watch::channel(false);
+            let keeper = tokio::spawn(keep_alive(client.clone(), lease, ttl, tx));
+            tracing::info!(identity, revision, "became the scheduler leader");
+            return Ok(Leadership {
+                key: LEADER_KEY.to_string(),
+                revision,
+                lease,
+                lost: rx,
+                keeper,
+                client,
+            });
+        }
+        let _ = client.lease_revoke(lease).await;
+        let holder = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(g) => g
+                .kvs()
+                .first()
+                .map(|kv| (kv.value_str().unwrap_or("?").to_string(), kv.mod_revision())),
+            _ => None,
+        });
+        let Some((holder, mod_revision)) = holder else {
+            continue; // deleted in between: try again
+        };
+        tracing::info!(leader = holder, "standing by");
+        // Wait for the key to go away, from just after the version we saw.
+        let mut stream = client
+            .watch(
+                LEADER_KEY,
+                Some(WatchOptions::new().with_start_revision(mod_revision + 1)),
+            )
+            .await?;
+        'wait: while let Some(r) = stream.message().await? {
+            for e in r.events() {
+                if e.event_type() == EventType::Delete {
+                    break 'wait;
+                }
+            }
+        }
+    }
+}
+
+/// Renews the lease every third of its TTL; flags the leadership lost when the store says
+/// the lease is gone or no renewal succeeded for a whole TTL.
+async fn keep_alive(mut client: Client, lease: i64, ttl: Duration, lost: watch::Sender<bool>) {
+    let mut last_ok = Instant::now();
+    let period = ttl / 3;
+    loop {
+        let renewed = async {
+            let (mut keeper, mut stream) = client.lease_keep_alive(lease).await?;
+            loop {
+                keeper.keep_alive().await?;
+                match stream.message().await? {
+                    Some(r) if r.ttl() > 0 => {
+                        last_ok = Instant::now();
+                    }
+                    // The store no longer knows the lease: the key is gone.
+                    _ => return Ok::<bool, etcd_client::Error>(false),
+                }
+                if last_ok.elapsed() >= ttl {
+                    return Ok(false);
+                }
+                tokio::time::sleep(period).await;
+            }
+        }
+        .await;
+        match renewed {
+            Ok(false) => break,
+            Ok(true) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "lease keep-alive failed");
+                if last_ok.elapsed() >= ttl {
+                    break;
+                }
+                tokio::time::sleep(period.min(Duration::from_secs(1))).await;
+            }
+        }
+    }
+    tracing::error!("scheduler leadership lost");
+    let _ = lost.send(true);
+}

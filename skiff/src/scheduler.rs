@@ -1,0 +1,80 @@
+//! `skiff scheduler`: the scheduler against a running store.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use skiff_scheduler::service::{self, Config};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Store members' client endpoints (host:port), comma-separated.
+    #[arg(long, env = "SKIFF_ENDPOINTS", value_delimiter = ',', required = true)]
+    endpoints: Vec<String>,
+    /// Worker threads placing batches in parallel (default: one per core).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Most pods of one scheduling signature placed per batch.
+    #[arg(long, default_value_t = 256)]
+    batch: usize,
+    /// Most bindings per Bind call.
+    #[arg(long, default_value_t = 1000)]
+    bind_batch: usize,
+    /// Bind calls in flight at once.
+    #[arg(long, default_value_t = 4)]
+    bind_concurrency: usize,
+    /// Seed of the tie-break among equally good nodes.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// A `spec.schedulerName` this scheduler serves besides `default-scheduler`.
+    #[arg(long, default_value = "default-scheduler")]
+    scheduler_name: String,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long)]
+    metrics_addr: Option<SocketAddr>,
+    /// Schedule without electing a leader (only safe when no other scheduler runs).
+    #[arg(long)]
+    no_leader_elect: bool,
+    /// Seconds the leadership lease lives without renewal; a standby takes over after it.
+    #[arg(long, default_value_t = 10)]
+    lease_ttl: u64,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let defaults = Config::default();
+    let config = Config {
+        endpoints: args.endpoints,
+        workers: args.workers.unwrap_or(defaults.workers).max(1),
+        batch: args.batch.max(1),
+        bind_batch: args.bind_batch.max(1),
+        bind_concurrency: args.bind_concurrency.max(1),
+        seed: args.seed,
+        scheduler_name: args.scheduler_name,
+        metrics_addr: args.metrics_addr,
+        leader_elect: !args.no_leader_elect,
+        lease_ttl: std::time::Duration::from_secs(args.lease_ttl.max(2)),
+        identity: format!(
+            "{}/{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into()),
+            std::process::id()
+        ),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async {
+        let shutdown = async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("invariant: SIGTERM can be handled");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        };
+        service::run(config, shutdown).await
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

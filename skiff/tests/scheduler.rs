@@ -1,0 +1,252 @@
+//! `skiff scheduler` processes against a real three-member store: two schedulers run at
+//! once (one leads, one stands by); pending pods are bound through batch Bind without
+//! overcommitting any node or binding a pod twice; pods that fit nowhere carry a
+//! kube-scheduler style `PodScheduled=False` message; a new node and deleted pods make room
+//! for them; when the leader is killed the standby takes over.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{Cluster, eventually, free_port, skiff_bin};
+use serde_json::json;
+use skiff_proto::api::{Kind, Object, Pod};
+use skiff_proto::client::ClusterClient;
+
+fn obj(kind: Kind, v: serde_json::Value) -> Object {
+    Object::from_json(kind, v.to_string().as_bytes()).expect("test object decodes")
+}
+
+fn node(name: &str) -> Object {
+    obj(
+        Kind::Node,
+        json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+               "status": {"capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+                          "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+                          "conditions": [{"type": "Ready", "status": "True"}]}}),
+    )
+}
+
+fn pod(name: &str) -> Object {
+    obj(
+        Kind::Pod,
+        json!({"metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
+               "spec": {"containers": [{"name": "c", "image": "localhost/skiff/busybox:1",
+                   "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}),
+    )
+}
+
+/// A `skiff scheduler` child process, killed by PID when dropped.
+struct Scheduler {
+    child: Child,
+    metrics: String,
+    log: std::path::PathBuf,
+}
+
+impl Scheduler {
+    fn start(cluster: &Cluster, name: &str) -> Scheduler {
+        let metrics = format!("127.0.0.1:{}", free_port());
+        let log = cluster.dir.path().join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(skiff_bin())
+            .args([
+                "scheduler",
+                "--endpoints",
+                &cluster.endpoints().join(","),
+                "--metrics-addr",
+                &metrics,
+                "--lease-ttl",
+                "2",
+                "--log",
+                "info",
+            ])
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .expect("spawn skiff scheduler");
+        Scheduler {
+            child,
+            metrics,
+            log,
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("--- {} ---\n{}", self.log.display(), self.log());
+        }
+    }
+}
+
+async fn pods(api: &ClusterClient) -> Vec<Pod> {
+    api.list(Kind::Pod, "default", "", "")
+        .await
+        .expect("list pods")
+        .0
+        .into_iter()
+        .filter_map(|o| match o {
+            Object::Pod(p) => Some(p),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Per node, the pods bound there; panics if any node's CPU requests exceed 2 cores.
+fn placements(pods: &[Pod]) -> BTreeMap<String, usize> {
+    let mut per = BTreeMap::new();
+    for p in pods.iter().filter(|p| !p.spec.node_name.is_empty()) {
+        *per.entry(p.spec.node_name.clone()).or_insert(0) += 1;
+    }
+    for (n, count) in &per {
+        assert!(
+            *count <= 4,
+            "node {n} overcommitted: {count} pods of 500m on 2 cores"
+        );
+    }
+    per
+}
+
+fn bound(pods: &[Pod]) -> usize {
+    pods.iter().filter(|p| !p.spec.node_name.is_empty()).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedulers_bind_pending_pods_without_overcommit_and_fail_over() {
+    let cluster = Cluster::start(3, &[]).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    for n in ["n1", "n2", "n3"] {
+        api.create(&node(n)).await.expect("create node");
+    }
+    let mut a = Scheduler::start(&cluster, "sched-a");
+    let mut b = Scheduler::start(&cluster, "sched-b");
+    for i in 0..20 {
+        api.create(&pod(&format!("p{i:02}")))
+            .await
+            .expect("create pod");
+    }
+    // 3 nodes × 2 cores hold 12 pods of 500m; the other 8 fit nowhere.
+    let all = eventually(Duration::from_secs(30), "12 pods bound", || async {
+        let ps = pods(&api).await;
+        (bound(&ps) == 12).then_some(ps)
+    })
+    .await;
+    placements(&all);
+    let unschedulable = eventually(
+        Duration::from_secs(30),
+        "FailedScheduling conditions",
+        || async {
+            let ps = pods(&api).await;
+            let msgs: Vec<String> = ps
+                .iter()
+                .filter(|p| p.spec.node_name.is_empty())
+                .filter_map(|p| {
+                    p.status
+                        .as_ref()?
+                        .conditions
+                        .iter()
+                        .find(|c| {
+                            c.type_ == "PodScheduled"
+                                && c.status == "False"
+                                && c.reason == "Unschedulable"
+                        })
+                        .map(|c| c.message.clone())
+                })
+                .collect();
+            (msgs.len() == 8).then_some(msgs)
+        },
+    )
+    .await;
+    assert!(
+        unschedulable
+            .iter()
+            .all(|m| m == "0/3 nodes are available: 3 Insufficient cpu."),
+        "{unschedulable:?}"
+    );
+    // Exactly one scheduler leads.
+    let leaders = [&a, &b]
+        .iter()
+        .filter(|s| s.log().contains("became the scheduler leader"))
+        .count();
+    assert_eq!(leaders, 1, "one leader:\n{}\n{}", a.log(), b.log());
+
+    // A new node makes room for four more.
+    api.create(&node("n4")).await.expect("create node");
+    let ps = eventually(Duration::from_secs(30), "16 pods bound", || async {
+        let ps = pods(&api).await;
+        (bound(&ps) == 16).then_some(ps)
+    })
+    .await;
+    assert_eq!(placements(&ps).get("n4"), Some(&4));
+
+    // Kill the leader; the standby takes over and places what deleting two pods frees.
+    let (leader, standby) = if a.log().contains("became the scheduler leader") {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    leader.kill();
+    let victims: Vec<Pod> = ps
+        .iter()
+        .filter(|p| !p.spec.node_name.is_empty())
+        .take(2)
+        .cloned()
+        .collect();
+    for v in &victims {
+        api.delete(Kind::Pod, "default", &v.metadata.name, 0, Some(0))
+            .await
+            .expect("delete pod");
+    }
+    let ps = eventually(
+        Duration::from_secs(40),
+        "16 bound after fail-over",
+        || async {
+            let ps = pods(&api).await;
+            (ps.len() == 18 && bound(&ps) == 16).then_some(ps)
+        },
+    )
+    .await;
+    placements(&ps);
+    assert!(
+        standby.log().contains("became the scheduler leader"),
+        "{}",
+        standby.log()
+    );
+    // The metrics endpoint reports what the new leader did.
+    let body = eventually(Duration::from_secs(10), "metrics", || async {
+        let addr = standby.metrics.clone();
+        tokio::task::spawn_blocking(move || {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect(&addr).ok()?;
+            s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+            let mut out = String::new();
+            s.read_to_string(&mut out).ok()?;
+            out.contains("skiff_scheduler_binds_total").then_some(out)
+        })
+        .await
+        .ok()
+        .flatten()
+    })
+    .await;
+    assert!(
+        body.contains("skiff_scheduler_queue_pods{state=\"unschedulable\"}"),
+        "{body}"
+    );
+    assert!(
+        body.contains("skiff_scheduler_attempt_duration_seconds_bucket"),
+        "{body}"
+    );
+}
