@@ -406,16 +406,14 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// Resource, pod-count and port fit of `row` with the overlay (the term filters are
-    /// redone separately).
+    /// Resource, pod-count and port fit of `row` with the overlay (the static filters held
+    /// when the row entered the batch; the term filters are redone separately).
     fn row_fits_resources(&self, row: usize) -> bool {
         let o = self.overlay.get(&row).cloned().unwrap_or_default();
         if !self.pod.host_ports.is_empty() && o.pods > 0 {
             return false;
         }
-        let mut ctx = without_terms(&self.ctx);
-        ctx.node_affinity = kernels::all_ones(self.table.len());
-        filter::check_row(self.table, self.pod, &ctx, row, &o.req, o.pods).is_empty()
+        filter::fits_resources(self.table, self.pod, row, &o.req, o.pods)
     }
 
     fn diagnose(&self) -> Diagnosis {

@@ -639,6 +639,47 @@ pub fn check_row(
     }) {
         return vec![Reason::Ports];
     }
+    let out = insufficient(table, pod, row, extra, extra_pods);
+    if !out.is_empty() {
+        return out;
+    }
+    let dom = |topo: u32| table.labels[topo as usize].col[row];
+    for s in &ctx.affinity {
+        if !(s.total == 0 && s.self_counts) && s.at(dom(s.topo)) == 0 {
+            return vec![Reason::Affinity];
+        }
+    }
+    for s in &ctx.anti {
+        if s.at(dom(s.topo)) > 0 {
+            return vec![Reason::AntiAffinity];
+        }
+    }
+    for s in &ctx.existing_anti {
+        if s.at(dom(s.topo)) > 0 {
+            return vec![Reason::ExistingAntiAffinity];
+        }
+    }
+    for s in ctx.spread.iter().filter(|s| s.hard) {
+        let d = dom(s.slot.topo);
+        if d == 0 {
+            return vec![Reason::SpreadMissingLabel];
+        }
+        if s.slot.at(d) + u32::from(s.slot.self_counts) > s.min() + s.max_skew {
+            return vec![Reason::Spread];
+        }
+    }
+    Vec::new()
+}
+
+/// NodeResourcesFit for one row: every resource the pod does not get, given what the
+/// caller's batch has already put there (`extra`).
+fn insufficient(
+    table: &NodeTable,
+    pod: &PodInfo,
+    row: usize,
+    extra: &crate::model::Resources,
+    extra_pods: i64,
+) -> Vec<Reason> {
     let mut out = Vec::new();
     let r = &pod.requests;
     if table.req_pods[row] + extra_pods + 1 > table.alloc_pods[row] {
@@ -680,35 +721,18 @@ pub fn check_row(
             out.push(Reason::Insufficient(name.clone()));
         }
     }
-    if !out.is_empty() {
-        return out;
-    }
-    let dom = |topo: u32| table.labels[topo as usize].col[row];
-    for s in &ctx.affinity {
-        if !(s.total == 0 && s.self_counts) && s.at(dom(s.topo)) == 0 {
-            return vec![Reason::Affinity];
-        }
-    }
-    for s in &ctx.anti {
-        if s.at(dom(s.topo)) > 0 {
-            return vec![Reason::AntiAffinity];
-        }
-    }
-    for s in &ctx.existing_anti {
-        if s.at(dom(s.topo)) > 0 {
-            return vec![Reason::ExistingAntiAffinity];
-        }
-    }
-    for s in ctx.spread.iter().filter(|s| s.hard) {
-        let d = dom(s.slot.topo);
-        if d == 0 {
-            return vec![Reason::SpreadMissingLabel];
-        }
-        if s.slot.at(d) + u32::from(s.slot.self_counts) > s.min() + s.max_skew {
-            return vec![Reason::Spread];
-        }
-    }
-    Vec::new()
+    out
+}
+
+/// Whether one more pod fits `row`'s resources (the batch has put `extra` there already).
+pub fn fits_resources(
+    table: &NodeTable,
+    pod: &PodInfo,
+    row: usize,
+    extra: &crate::model::Resources,
+    extra_pods: i64,
+) -> bool {
+    insufficient(table, pod, row, extra, extra_pods).is_empty()
 }
 
 /// Counts, over every row, the reasons the pod fits nowhere.

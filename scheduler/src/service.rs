@@ -107,7 +107,8 @@ struct Shared {
     pending: Mutex<HashMap<String, Object>>,
     names: Vec<String>,
     binds: BindStats,
-    started: Instant,
+    /// (time, pods bound so far), sampled every second, the last ten seconds.
+    rate: Mutex<std::collections::VecDeque<(Instant, u64)>>,
     /// (key, create revision) every Bind is fenced with, when leader-elected.
     fence: Option<(String, i64)>,
 }
@@ -242,7 +243,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         pending: Mutex::new(HashMap::new()),
         names,
         binds: BindStats::default(),
-        started: Instant::now(),
+        rate: Mutex::new(std::collections::VecDeque::new()),
         fence: leadership.as_ref().map(|l| (l.key.clone(), l.revision)),
     });
 
@@ -278,12 +279,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         },
     );
     let binder = tokio::spawn(bind_loop(shared.clone(), rx, config.clone()));
-    let q = core.clone();
+    let s = shared.clone();
     let ticker = tokio::spawn(async move {
         let mut t = tokio::time::interval(Duration::from_secs(1));
         loop {
             t.tick().await;
-            q.queue.tick();
+            s.core.queue.tick();
+            let mut rate = s.rate.lock();
+            rate.push_back((Instant::now(), s.binds.bound.load(Ordering::Relaxed)));
+            if rate.len() > 11 {
+                rate.pop_front();
+            }
         }
     });
     let metrics = match config.metrics_addr {
@@ -512,13 +518,21 @@ fn metrics_text(s: &Shared) -> String {
         "skiff_scheduler_unschedulable_status_writes_total {}",
         s.binds.status_writes.load(Ordering::Relaxed)
     );
-    let bound = s.binds.bound.load(Ordering::Relaxed) as f64;
-    let _ = writeln!(out, "# TYPE skiff_scheduler_pods_per_second gauge");
+    let per_second = {
+        let rate = s.rate.lock();
+        match (rate.front(), rate.back()) {
+            (Some((t0, n0)), Some((t1, n1))) if t1 > t0 => {
+                (n1 - n0) as f64 / t1.duration_since(*t0).as_secs_f64()
+            }
+            _ => 0.0,
+        }
+    };
     let _ = writeln!(
         out,
-        "skiff_scheduler_pods_per_second {:.1}",
-        bound / s.started.elapsed().as_secs_f64().max(1e-9)
+        "# HELP skiff_scheduler_pods_per_second pods bound per second over the last 10 s"
     );
+    let _ = writeln!(out, "# TYPE skiff_scheduler_pods_per_second gauge");
+    let _ = writeln!(out, "skiff_scheduler_pods_per_second {per_second:.1}");
     let _ = writeln!(
         out,
         "# TYPE skiff_scheduler_attempt_duration_seconds histogram"
