@@ -153,7 +153,9 @@ async fn keep_alive(mut client: Client, lease: i64, ttl: Duration, lost: watch::
                         last_ok = Instant::now();
                     }
                     // The store no longer knows the lease: the key is gone.
-                    _ => return Ok::<bool, etcd_client::Error>(false),
+                    Some(_) => return Ok::<bool, etcd_client::Error>(false),
+                    // The stream closed (the member went away): open a new one.
+                    None => return Ok(true),
                 }
                 if last_ok.elapsed() >= ttl {
                     return Ok(false);
@@ -164,7 +166,8 @@ async fn keep_alive(mut client: Client, lease: i64, ttl: Duration, lost: watch::
         .await;
         match renewed {
             Ok(false) => break,
-            Ok(true) => {}
+            Ok(true) if last_ok.elapsed() >= ttl => break,
+            Ok(true) => tokio::time::sleep(period.min(Duration::from_secs(1))).await,
             Err(e) => {
                 tracing::warn!(error = %e, "lease keep-alive failed");
                 if last_ok.elapsed() >= ttl {

@@ -236,16 +236,16 @@ impl PodInfo {
         self.nonzero_milli_cpu.hash(&mut h);
         self.nonzero_memory.hash(&mut h);
         self.node_selector.hash(&mut h);
-        // The object model's affinity types are not `Hash`; their JSON is a faithful key.
-        let json = |v: &dyn erased::Json| v.json();
-        json(&self.required_node_affinity).hash(&mut h);
-        json(&self.preferred_node_affinity).hash(&mut h);
-        json(&self.tolerations).hash(&mut h);
+        // The object model's affinity types are not `Hash`; their JSON, streamed into the
+        // hasher, is a faithful key.
+        hash_json(&mut h, &self.required_node_affinity);
+        hash_json(&mut h, &self.preferred_node_affinity);
+        hash_json(&mut h, &self.tolerations);
         self.host_ports.hash(&mut h);
-        json(&self.required_affinity).hash(&mut h);
-        json(&self.required_anti_affinity).hash(&mut h);
-        json(&self.preferred_terms).hash(&mut h);
-        json(&self.spread).hash(&mut h);
+        hash_json(&mut h, &self.required_affinity);
+        hash_json(&mut h, &self.required_anti_affinity);
+        hash_json(&mut h, &self.preferred_terms);
+        hash_json(&mut h, &self.spread);
         self.images.hash(&mut h);
         self.best_effort.hash(&mut h);
         h.finish()
@@ -267,16 +267,21 @@ impl PodInfo {
     }
 }
 
-mod erased {
-    /// Serialises any of the pod's spec fragments for hashing.
-    pub trait Json {
-        fn json(&self) -> String;
-    }
-    impl<T: serde::Serialize> Json for T {
-        fn json(&self) -> String {
-            serde_json::to_string(self).unwrap_or_default()
+/// Feeds the JSON of `value` to `h` without building the string, then a separator.
+fn hash_json<H: Hasher, T: serde::Serialize>(h: &mut H, value: &T) {
+    struct Feed<'a, H>(&'a mut H);
+    impl<H: Hasher> std::io::Write for Feed<'_, H> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.write(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
         }
     }
+    // Writing into a hasher cannot fail; a value that does not serialise hashes as nothing.
+    let _ = serde_json::to_writer(Feed(h), value);
+    h.write_u8(0xff);
 }
 
 /// Kubernetes' toleration rule: the effect matches (empty matches all), and either the
@@ -441,6 +446,27 @@ mod tests {
             normalize_image("registry.example:5000/app"),
             "registry.example:5000/app:latest"
         );
+    }
+
+    #[test]
+    fn signatures_ignore_identity_and_see_every_constraint() {
+        let mut rng = crate::engine::Rng::new(7);
+        let a = crate::synth::pod(0, 10, 10, crate::synth::Profile::Taints, &mut rng);
+        let mut b = a.clone();
+        b.metadata.name = "other".into();
+        b.metadata.uid = "u2".into();
+        b.metadata.resource_version = "99".into();
+        let sig = |p: &Pod| PodInfo::from_pod(p).signature();
+        assert_eq!(sig(&a), sig(&b));
+        let mut c = a.clone();
+        c.spec.tolerations.clear();
+        assert_ne!(sig(&a), sig(&c));
+        let mut d = a.clone();
+        d.spec.node_selector.insert("disk".into(), "hdd".into());
+        assert_ne!(sig(&a), sig(&d));
+        let mut e = a.clone();
+        e.metadata.labels.insert("app".into(), "x".into());
+        assert_ne!(sig(&a), sig(&e));
     }
 
     #[test]

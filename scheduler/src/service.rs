@@ -187,6 +187,10 @@ impl Shared {
                         return; // our Bind for it is in flight
                     }
                     self.core.queue.add(Arc::new(PodInfo::from_pod(p)));
+                } else {
+                    // Being deleted before it was placed, or another scheduler's.
+                    self.pending.lock().remove(&key);
+                    self.core.queue.remove(&key);
                 }
             }
             Event::Deleted(o @ Object::Pod(_)) => {
