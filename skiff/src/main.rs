@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_scheduler;
+mod jepsen;
 mod scheduler;
 mod store;
 mod validate;
@@ -40,6 +41,8 @@ enum Command {
     Scheduler(scheduler::Args),
     /// Benchmarks against a running cluster; each prints its figures.
     Bench(bench::Args),
+    /// Fault-injection runs (partitions, kills, pauses, membership) with checked histories.
+    Jepsen(jepsen::Args),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
         Command::Store(args) => store::run(*args),
         Command::Scheduler(args) => scheduler::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Jepsen(args) => jepsen::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,374 @@
+//! The cluster under test: real `skiff store` processes, member `i` in network namespace
+//! `n{i+1}` at `10.77.0.{11+i}`, client port 2379, peer port 2380. Processes are started
+//! through `ip netns exec`, which execs the store in place, so the PID we hold is the
+//! store's own and kill -9 / SIGSTOP reach it directly.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use etcd_client::{Client, ConnectOptions};
+
+use crate::network;
+
+/// Raft timing given to every member (etcd's defaults).
+pub const HEARTBEAT_MS: u64 = 100;
+pub const ELECTION_TIMEOUT_MS: u64 = 1000;
+
+#[derive(Debug)]
+struct Member {
+    name: String,
+    data_dir: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+    paused: bool,
+    /// Removed from the Raft membership by the nemesis.
+    removed: bool,
+}
+
+#[derive(Debug)]
+pub struct Cluster {
+    skiff: PathBuf,
+    members: Vec<Member>,
+}
+
+/// Connects a client to some endpoints, with the harness's timeouts.
+pub async fn connect(endpoints: &[String], timeout: Duration) -> anyhow::Result<Client> {
+    let opts = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(1))
+        .with_timeout(timeout);
+    tokio::time::timeout(timeout, Client::connect(endpoints, Some(opts)))
+        .await
+        .map_err(|_| anyhow!("connecting to {endpoints:?} timed out"))?
+        .with_context(|| format!("connecting to {endpoints:?}"))
+}
+
+impl Cluster {
+    /// Describes `n` members with data and logs under `dir`; nothing runs yet.
+    pub fn new(skiff: &Path, dir: &Path, n: usize) -> Cluster {
+        let members = (0..n)
+            .map(|i| Member {
+                name: network::netns(i),
+                data_dir: dir.join(format!("{}.data", network::netns(i))),
+                log: dir.join(format!("{}.log", network::netns(i))),
+                child: None,
+                paused: false,
+                removed: false,
+            })
+            .collect();
+        Cluster {
+            skiff: skiff.to_path_buf(),
+            members,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    pub fn name(&self, i: usize) -> &str {
+        &self.members[i].name
+    }
+
+    /// Client endpoint of member `i` (`host:port`).
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("{}:2379", network::member_ip(i))
+    }
+
+    fn peer_url(i: usize) -> String {
+        format!("http://{}:2380", network::member_ip(i))
+    }
+
+    pub fn is_running(&self, i: usize) -> bool {
+        self.members[i].child.is_some()
+    }
+
+    pub fn is_paused(&self, i: usize) -> bool {
+        self.members[i].paused
+    }
+
+    pub fn is_removed(&self, i: usize) -> bool {
+        self.members[i].removed
+    }
+
+    fn initial_cluster(&self) -> String {
+        (0..self.len())
+            .filter(|&i| !self.members[i].removed)
+            .map(|i| format!("{}={}", self.members[i].name, Self::peer_url(i)))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Starts member `i` on its data directory (`state`: `new` or `existing`).
+    fn spawn(&mut self, i: usize, state: &str) -> anyhow::Result<()> {
+        let ip = network::member_ip(i);
+        let initial = self.initial_cluster();
+        let m = &mut self.members[i];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&m.log)
+            .with_context(|| format!("opening {}", m.log.display()))?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", &network::netns(i)])
+            .arg(&self.skiff)
+            .args(["store", "--name", &m.name])
+            .arg("--data-dir")
+            .arg(&m.data_dir)
+            .args(["--listen-client-urls", &format!("http://{ip}:2379")])
+            .args(["--listen-peer-urls", &format!("http://{ip}:2380")])
+            .args(["--listen-metrics-urls", &format!("http://{ip}:2381")])
+            .args(["--initial-cluster", &initial])
+            .args(["--initial-cluster-state", state])
+            .args(["--heartbeat-interval", &HEARTBEAT_MS.to_string()])
+            .args(["--election-timeout", &ELECTION_TIMEOUT_MS.to_string()])
+            .env("SKIFF_LOG", "info,openraft=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("spawning skiff store")?;
+        m.child = Some(child);
+        m.paused = false;
+        Ok(())
+    }
+
+    /// Starts every member and waits until they agree on a leader.
+    pub async fn start(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        for i in 0..self.len() {
+            self.spawn(i, "new")?;
+        }
+        self.wait_healthy(timeout).await
+    }
+
+    /// kill -9 member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            // The process may already be gone; either way it is dead afterwards.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.members[i].paused = false;
+    }
+
+    /// Restarts a killed member on its data directory.
+    pub fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        if self.is_running(i) {
+            return Ok(());
+        }
+        self.spawn(i, "new")
+    }
+
+    async fn signal(&mut self, i: usize, stop: bool) -> anyhow::Result<()> {
+        let Some(pid) = self.members[i].child.as_ref().map(Child::id) else {
+            return Ok(());
+        };
+        let sig = if stop { "-STOP" } else { "-CONT" };
+        network::run("kill", &[sig, &pid.to_string()]).await?;
+        self.members[i].paused = stop;
+        Ok(())
+    }
+
+    /// SIGSTOP member `i`.
+    pub async fn pause(&mut self, i: usize) -> anyhow::Result<()> {
+        self.signal(i, true).await
+    }
+
+    /// SIGCONT member `i`.
+    pub async fn resume(&mut self, i: usize) -> anyhow::Result<()> {
+        self.signal(i, false).await
+    }
+
+    /// The member that says it is leader, if one answers within `timeout`.
+    pub async fn leader(&self, timeout: Duration) -> Option<usize> {
+        for i in 0..self.len() {
+            if !self.is_running(i) || self.is_paused(i) || self.is_removed(i) {
+                continue;
+            }
+            let probe = async {
+                let mut c = connect(&[self.endpoint(i)], timeout).await.ok()?;
+                let s = c.status().await.ok()?;
+                let me = s.header().map(|h| h.member_id())?;
+                (s.leader() != 0 && s.leader() == me).then_some(i)
+            };
+            if let Ok(Some(i)) = tokio::time::timeout(timeout, probe).await {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Waits until every running member serves a linearizable read and a leader exists.
+    pub async fn wait_healthy(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut pending: Vec<usize> = (0..self.len())
+            .filter(|&i| self.is_running(i) && !self.is_removed(i))
+            .collect();
+        while !pending.is_empty() {
+            for i in 0..self.len() {
+                if let Some(child) = self.members[i].child.as_mut()
+                    && let Ok(Some(status)) = child.try_wait()
+                {
+                    self.members[i].child = None;
+                    bail!(
+                        "{} exited with {status}; log: {}",
+                        self.members[i].name,
+                        self.members[i].log.display()
+                    );
+                }
+            }
+            let mut still = Vec::new();
+            for &i in &pending {
+                let probe = async {
+                    let mut c = connect(&[self.endpoint(i)], Duration::from_secs(2)).await?;
+                    c.get("/skiff-jepsen/health", None).await?;
+                    anyhow::Ok(())
+                };
+                if !matches!(
+                    tokio::time::timeout(Duration::from_secs(3), probe).await,
+                    Ok(Ok(()))
+                ) {
+                    still.push(i);
+                }
+            }
+            pending = still;
+            if pending.is_empty() {
+                break;
+            }
+            if Instant::now() > deadline {
+                let names: Vec<&str> = pending.iter().map(|&i| self.name(i)).collect();
+                bail!("members {names:?} not serving reads after {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    /// A running member other than `i` that is in the membership.
+    fn other(&self, i: usize) -> Option<usize> {
+        (0..self.len())
+            .find(|&j| j != i && self.is_running(j) && !self.is_paused(j) && !self.is_removed(j))
+    }
+
+    /// Removes member `i` from the Raft membership, stops it and wipes its data.
+    pub async fn remove_member(&mut self, i: usize, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        let peer = Self::peer_url(i);
+        loop {
+            let j = self.other(i).context("no other member to ask")?;
+            let attempt = async {
+                let mut c = connect(&[self.endpoint(j)], Duration::from_secs(5)).await?;
+                let list = c.member_list().await?;
+                let Some(id) = list
+                    .members()
+                    .iter()
+                    .find(|m| m.peer_urls().contains(&peer))
+                    .map(|m| m.id())
+                else {
+                    return anyhow::Ok(());
+                };
+                c.member_remove(id).await?;
+                anyhow::Ok(())
+            };
+            match attempt.await {
+                Ok(()) => break,
+                Err(e) if Instant::now() > deadline => {
+                    return Err(e.context(format!("removing {}", self.name(i))));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+        self.kill(i);
+        let dir = self.members[i].data_dir.clone();
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("wiping {}", dir.display()))?;
+        }
+        self.members[i].removed = true;
+        Ok(())
+    }
+
+    /// Adds member `i` back (fresh data directory) and starts it to join.
+    pub async fn add_member(&mut self, i: usize, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        let peer = Self::peer_url(i);
+        let j = self.other(i).context("no other member to ask")?;
+        let endpoint = self.endpoint(j);
+        let add = {
+            let peer = peer.clone();
+            tokio::spawn(async move {
+                loop {
+                    let attempt = async {
+                        let mut c =
+                            connect(std::slice::from_ref(&endpoint), Duration::from_secs(10))
+                                .await?;
+                        match c.member_add([peer.clone()], None).await {
+                            Ok(_) => anyhow::Ok(()),
+                            Err(e) if e.to_string().contains("exist") => anyhow::Ok(()),
+                            Err(e) => Err(e.into()),
+                        }
+                    };
+                    match attempt.await {
+                        Ok(()) => return anyhow::Ok(()),
+                        Err(e) if Instant::now() > deadline => return Err(e),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    }
+                }
+            })
+        };
+        // Start the process once the membership lists it: the joiner asks the others for
+        // the cluster id, and they must know it by then.
+        loop {
+            let listed = async {
+                let mut c = connect(&[self.endpoint(j)], Duration::from_secs(2)).await?;
+                let list = c.member_list().await?;
+                anyhow::Ok(list.members().iter().any(|m| m.peer_urls().contains(&peer)))
+            };
+            if matches!(listed.await, Ok(true)) {
+                break;
+            }
+            if Instant::now() > deadline || add.is_finished() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.members[i].removed = false;
+        self.spawn(i, "existing")?;
+        let left = deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(1);
+        match tokio::time::timeout(left, add).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(e.context(format!("adding {}", self.name(i)))),
+            Ok(Err(e)) => Err(anyhow!("member add task: {e}")),
+            Err(_) => Err(anyhow!("adding {} timed out", self.name(i))),
+        }
+    }
+
+    /// Stops every member (SIGCONT first so a paused one can die).
+    pub fn stop_all(&mut self) {
+        for i in 0..self.len() {
+            if let Some(child) = self.members[i].child.as_ref() {
+                let _ = Command::new("kill")
+                    .args(["-CONT", &child.id().to_string()])
+                    .status();
+            }
+            self.kill(i);
+        }
+    }
+
+    /// The last lines of member `i`'s log, for failure reports.
+    pub fn log_tail(&self, i: usize, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.members[i].log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
