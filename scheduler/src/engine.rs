@@ -242,6 +242,9 @@ fn add_constant(totals: &mut [f32], c: f32) {
     }
 }
 
+/// Rows per block of the best-row index.
+const BLOCK: usize = 256;
+
 /// What a batch has put on a row beyond the table.
 #[derive(Debug, Default, Clone)]
 struct Overlay {
@@ -263,6 +266,10 @@ struct Batch<'a> {
     used_mem: Vec<f32>,
     comps: Components,
     totals: Vec<f32>,
+    /// Per block of `BLOCK` rows: the largest total and how many rows have it, so picking
+    /// the best row costs O(rows / BLOCK + BLOCK) after a one-row patch, not O(rows).
+    block_max: Vec<f32>,
+    block_ties: Vec<usize>,
     overlay: HashMap<usize, Overlay>,
     /// Whether any score is normalised over the feasible set (then a row dropping out of it
     /// means recomputing every total).
@@ -300,6 +307,8 @@ impl<'a> Batch<'a> {
             used_mem: table.used_mem_f.clone(),
             comps,
             totals: vec![0f32; n],
+            block_max: vec![f32::NEG_INFINITY; n.div_ceil(BLOCK)],
+            block_ties: vec![0; n.div_ceil(BLOCK)],
             overlay: HashMap::new(),
             normalised,
         };
@@ -329,6 +338,49 @@ impl<'a> Batch<'a> {
             self.pod.nonzero_memory as f32,
         );
         add_components(&mut self.totals, &self.comps, &self.feasible, self.k);
+        for b in 0..self.block_max.len() {
+            self.refresh_block(b);
+        }
+    }
+
+    fn refresh_block(&mut self, b: usize) {
+        let end = ((b + 1) * BLOCK).min(self.totals.len());
+        let (max, ties) = (self.k.max_count)(&self.totals[b * BLOCK..end]);
+        self.block_max[b] = max;
+        self.block_ties[b] = ties;
+    }
+
+    /// The best total and how many rows have it.
+    fn best(&self) -> (f32, usize) {
+        let max = self
+            .block_max
+            .iter()
+            .copied()
+            .fold(f32::NEG_INFINITY, |m, v| if v > m { v } else { m });
+        let ties = self
+            .block_max
+            .iter()
+            .zip(&self.block_ties)
+            .filter(|(m, _)| **m == max)
+            .map(|(_, t)| *t)
+            .sum();
+        (max, ties)
+    }
+
+    /// The `k`-th row (in row order) whose total is `max`.
+    fn nth_best(&self, max: f32, mut k: usize) -> Option<usize> {
+        for (b, (m, t)) in self.block_max.iter().zip(&self.block_ties).enumerate() {
+            if *m != max {
+                continue;
+            }
+            if k < *t {
+                let end = ((b + 1) * BLOCK).min(self.totals.len());
+                return kernels::nth_equal(&self.totals[b * BLOCK..end], max, k)
+                    .map(|i| b * BLOCK + i);
+            }
+            k -= t;
+        }
+        None
     }
 
     /// The total of one row, as `recompute` would give it (same operations, same order;
@@ -403,6 +455,7 @@ impl<'a> Batch<'a> {
                 kernels::set(&mut self.feasible, row, false);
             }
             self.totals[row] = self.row_total(row);
+            self.refresh_block(row / BLOCK);
         }
     }
 
@@ -467,14 +520,14 @@ pub fn schedule_batch(
     }
     let mut b = Batch::new(table, pod, k);
     for i in 0..count {
-        let (max, ties) = (k.max_count)(&b.totals);
+        let (max, ties) = b.best();
         if max == f32::NEG_INFINITY || ties == 0 {
             let d = b.diagnose();
             out.extend(std::iter::repeat_n(Outcome::Unschedulable(d), count - i));
             break;
         }
         let pick = rng.below(ties);
-        let row = kernels::nth_equal(&b.totals, max, pick).expect("invariant: ties counted");
+        let row = b.nth_best(max, pick).expect("invariant: ties counted");
         out.push(Outcome::Placed { row, score: max });
         b.place(row);
     }

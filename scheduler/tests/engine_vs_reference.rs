@@ -255,6 +255,35 @@ fn run(nodes: &[Node], templates: &[Pod], steps: &[(usize, usize)], seed: u64, k
     }
 }
 
+/// Hundreds of nodes, so the engine's best-row index spans several blocks.
+fn wide_scenario() -> impl Strategy<Value = Scenario> {
+    (257usize..700)
+        .prop_flat_map(|n| {
+            (
+                (0..n).map(arb_node).collect::<Vec<_>>(),
+                prop::collection::vec(arb_template(), 1..3),
+            )
+        })
+        .prop_flat_map(|(nodes, templates)| {
+            let t = templates.len();
+            (
+                Just(nodes),
+                Just(templates),
+                prop::collection::vec((0..t, 1usize..20), 1..4),
+                any::<u64>(),
+            )
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    #[test]
+    fn wide_clusters_decide_like_the_reference((nodes, templates, steps, seed) in wide_scenario()) {
+        run(&nodes, &templates, &steps, seed, &Kernels::auto());
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
