@@ -28,8 +28,9 @@ ensure_packages() {
 # Build requirements: protoc and the well-known .proto files for the gRPC code, clang/libclang for RocksDB's bindings.
 BUILD_PACKAGES=(protobuf-compiler libprotobuf-dev clang libclang-dev)
 # Real peers the tests and the demo talk to: Debian's etcdctl (etcd 3.4); iptables (and
-# iproute2's ip, util-linux's unshare) for the Jepsen harness's network namespaces and faults.
-PEER_PACKAGES=(etcd-client iptables iproute2)
+# iproute2's ip, util-linux's unshare) for the Jepsen harness's network namespaces and faults;
+# containerd and runc for the node agent's CRI runtime, and busybox-static for its images.
+PEER_PACKAGES=(etcd-client iptables iproute2 containerd runc busybox-static)
 
 require_cargo() {
   if ! command -v cargo >/dev/null; then

@@ -1,3 +1,27 @@
-//! The Skiff node agent: registers its Node, heartbeats with a lease, watches the pods bound to
-//! it and runs each through a per-pod state machine against a container runtime — containerd's
-//! CRI for real workloads, or a simulated runtime that lets one process host thousands of nodes.
+//! The Skiff node agent: registers its Node, heartbeats, watches the pods bound to it and runs
+//! each through a per-pod state machine against a container runtime — containerd's CRI for
+//! real workloads, or a simulated runtime that lets one process host thousands of nodes.
+//!
+//! | module        | what                                                                   |
+//! |---------------|------------------------------------------------------------------------|
+//! | [`runtime`]   | the `Runtime` trait (CRI-shaped: sandbox, containers, stop, logs, exec)|
+//! | [`sim`]       | the simulated runtime: in-memory containers on tokio's clock           |
+//! | [`cri`]       | the CRI runtime: containerd's CRI plugin over its unix socket          |
+//! | [`image`]     | the busybox and pause images as OCI archives, built from busybox-static|
+//! | [`admission`] | node-side admission: resources, pod count, node selector, taints       |
+//! | [`engine`]    | one pod's lifecycle as a pure state machine (inputs in, actions out)   |
+//! | [`worker`]    | the async loop that performs an engine's actions                       |
+//! | [`status`]    | the coalescing, retrying pod status writer                             |
+//! | [`agent`]     | Node registration, heartbeat, the pod watch, reconcile on restart      |
+//! | [`logs`]      | the agent's gRPC log service (`skiff node logs`)                       |
+
+pub mod admission;
+pub mod agent;
+pub mod cri;
+pub mod engine;
+pub mod image;
+pub mod logs;
+pub mod runtime;
+pub mod sim;
+pub mod status;
+pub mod worker;

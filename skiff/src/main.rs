@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod bench_scheduler;
 mod jepsen;
+mod node;
 mod scheduler;
 mod store;
 mod validate;
@@ -43,6 +44,8 @@ enum Command {
     Bench(bench::Args),
     /// Fault-injection runs (partitions, kills, pauses, membership) with checked histories.
     Jepsen(jepsen::Args),
+    /// Run the node agent: one node against containerd's CRI, or many simulated nodes.
+    Node(Box<node::Args>),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         Command::Scheduler(args) => scheduler::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Jepsen(args) => jepsen::run(args),
+        Command::Node(args) => node::run(*args),
     };
     match result {
         Ok(code) => code,

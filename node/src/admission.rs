@@ -1,0 +1,259 @@
+//! Node-side admission: the kubelet's last check before it runs a pod. The scheduler already
+//! checked the same things, but a pod can be bound by hand, or two schedulers can race, so the
+//! node refuses what does not fit rather than overcommit. A refused pod ends `Failed` with the
+//! kubelet's reasons: `OutOfcpu`, `OutOfmemory`, `OutOfpods`, `NodeAffinity`, `Taint`.
+//!
+//! Like the kubelet, only `NoExecute` taints refuse a pod here: `NoSchedule` keeps the
+//! scheduler away but lets a pod bound directly to the node run.
+
+use skiff_proto::api::pod::{NodeSelectorRequirement, NodeSelectorTerm};
+use skiff_proto::api::{Node, Pod, Taint, Toleration};
+
+use crate::engine::Rejection;
+
+/// What the node can give, in milli-CPU, bytes and pod slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocatable {
+    pub cpu_milli: i64,
+    pub memory_bytes: i64,
+    pub pods: i64,
+}
+
+impl Allocatable {
+    /// From the Node's `status.allocatable` (zero where absent).
+    pub fn of(node: &Node) -> Allocatable {
+        let get = |r: &str| {
+            node.status
+                .as_ref()
+                .and_then(|s| s.allocatable.get(r))
+                .copied()
+        };
+        Allocatable {
+            cpu_milli: get("cpu").map_or(0, |q| q.milli_value()),
+            memory_bytes: get("memory").map_or(0, |q| q.value()),
+            pods: get("pods").map_or(0, |q| q.value()),
+        }
+    }
+}
+
+/// Decides whether `pod` may run on `node` next to the pods already admitted (and not
+/// finished).
+pub fn admit<'a>(
+    node: &Node,
+    admitted: impl IntoIterator<Item = &'a Pod>,
+    pod: &Pod,
+) -> Result<(), Rejection> {
+    let alloc = Allocatable::of(node);
+    let (mut cpu, mut mem, mut count) = (0i64, 0i64, 0i64);
+    for p in admitted {
+        cpu += p.effective_request("cpu").milli_value();
+        mem += p.effective_request("memory").value();
+        count += 1;
+    }
+    if count + 1 > alloc.pods {
+        return Err(out_of("pods", 1, count, alloc.pods));
+    }
+    let want_cpu = pod.effective_request("cpu").milli_value();
+    if want_cpu > 0 && cpu + want_cpu > alloc.cpu_milli {
+        return Err(out_of("cpu", want_cpu, cpu, alloc.cpu_milli));
+    }
+    let want_mem = pod.effective_request("memory").value();
+    if want_mem > 0 && mem + want_mem > alloc.memory_bytes {
+        return Err(out_of("memory", want_mem, mem, alloc.memory_bytes));
+    }
+    if !matches_node(node, pod) {
+        return Err(Rejection {
+            reason: "NodeAffinity".into(),
+            message:
+                "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+                    .into(),
+        });
+    }
+    if let Some(t) = node
+        .spec
+        .taints
+        .iter()
+        .filter(|t| t.effect == "NoExecute")
+        .find(|t| !pod.spec.tolerations.iter().any(|tol| tolerates(tol, t)))
+    {
+        return Err(Rejection {
+            reason: "Taint".into(),
+            message: format!(
+                "Predicate TaintToleration failed: node has an untolerated taint {{{}: {}}}",
+                t.key, t.value
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn out_of(resource: &str, requested: i64, used: i64, capacity: i64) -> Rejection {
+    Rejection {
+        reason: format!("OutOf{resource}"),
+        message: format!(
+            "Pod was rejected: Node didn't have enough resource: {resource}, requested: \
+             {requested}, used: {used}, capacity: {capacity}"
+        ),
+    }
+}
+
+/// `nodeSelector` and required node affinity.
+fn matches_node(node: &Node, pod: &Pod) -> bool {
+    let labels = &node.metadata.labels;
+    if !pod
+        .spec
+        .node_selector
+        .iter()
+        .all(|(k, v)| labels.get(k) == Some(v))
+    {
+        return false;
+    }
+    let Some(required) = pod
+        .spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.required.as_ref())
+    else {
+        return true;
+    };
+    required
+        .node_selector_terms
+        .iter()
+        .any(|term| term_matches(node, term))
+}
+
+fn term_matches(node: &Node, term: &NodeSelectorTerm) -> bool {
+    if term.match_expressions.is_empty() && term.match_fields.is_empty() {
+        return false;
+    }
+    let labels = &node.metadata.labels;
+    term.match_expressions
+        .iter()
+        .all(|r| requirement(r, labels.get(&r.key).map(String::as_str)))
+        && term.match_fields.iter().all(|r| {
+            let value = (r.key == "metadata.name").then_some(node.metadata.name.as_str());
+            requirement(r, value)
+        })
+}
+
+fn requirement(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
+    let number = |s: &str| s.parse::<i64>().ok();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| r.values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| !r.values.iter().any(|x| x == v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(v), Some(bound)) = (
+                value.and_then(number),
+                r.values.first().and_then(|b| number(b)),
+            ) else {
+                return false;
+            };
+            if r.operator == "Gt" {
+                v > bound
+            } else {
+                v < bound
+            }
+        }
+        _ => false,
+    }
+}
+
+/// Kubernetes' toleration rule: an empty key with `Exists` tolerates everything; an empty
+/// effect matches every effect.
+pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
+    if !tol.effect.is_empty() && tol.effect != taint.effect {
+        return false;
+    }
+    match tol.operator.as_str() {
+        "Exists" => tol.key.is_empty() || tol.key == taint.key,
+        _ => tol.key == taint.key && tol.value == taint.value,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skiff_proto::api::{Kind, Object};
+
+    fn node(json: serde_json::Value) -> Node {
+        match Object::from_json(Kind::Node, json.to_string().as_bytes()).unwrap() {
+            Object::Node(n) => n,
+            _ => unreachable!(),
+        }
+    }
+
+    fn pod(json: serde_json::Value) -> Pod {
+        match Object::from_json(Kind::Pod, json.to_string().as_bytes()).unwrap() {
+            Object::Pod(p) => p,
+            _ => unreachable!(),
+        }
+    }
+
+    fn small_node() -> Node {
+        node(serde_json::json!({
+            "metadata": {"name": "n1", "labels": {"disk": "ssd", "zone": "a"}},
+            "spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoExecute"},
+                                {"key": "soft", "effect": "NoSchedule"}]},
+            "status": {"allocatable": {"cpu": "2", "memory": "1Gi", "pods": "3"}}
+        }))
+    }
+
+    fn cpu_pod(cpu: &str, extra: serde_json::Value) -> Pod {
+        let mut spec = serde_json::json!({
+            "containers": [{"name": "c", "image": "i",
+                            "resources": {"requests": {"cpu": cpu, "memory": "100Mi"}}}],
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}]
+        });
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
+        pod(serde_json::json!({"metadata": {"name": "p"}, "spec": spec}))
+    }
+
+    #[test]
+    fn resources_are_counted_against_allocatable() {
+        let n = small_node();
+        let a = cpu_pod("1500m", serde_json::json!({}));
+        assert_eq!(admit(&n, [], &a), Ok(()));
+        let r = admit(&n, [&a], &cpu_pod("600m", serde_json::json!({}))).unwrap_err();
+        assert_eq!(r.reason, "OutOfcpu");
+        assert!(
+            r.message
+                .contains("requested: 600, used: 1500, capacity: 2000"),
+            "{}",
+            r.message
+        );
+        let big = cpu_pod("100m", serde_json::json!({}));
+        let mut big = big;
+        big.spec.containers[0]
+            .resources
+            .requests
+            .insert("memory".into(), "2Gi".parse().unwrap());
+        assert_eq!(admit(&n, [], &big).unwrap_err().reason, "OutOfmemory");
+        let small = cpu_pod("1m", serde_json::json!({}));
+        let r = admit(&n, [&small, &small, &small], &small).unwrap_err();
+        assert_eq!(r.reason, "OutOfpods");
+    }
+
+    #[test]
+    fn selectors_affinity_and_noexecute_taints() {
+        let n = small_node();
+        let sel = cpu_pod("1m", serde_json::json!({"nodeSelector": {"disk": "hdd"}}));
+        assert_eq!(admit(&n, [], &sel).unwrap_err().reason, "NodeAffinity");
+        let aff = cpu_pod(
+            "1m",
+            serde_json::json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+                                       {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}}),
+        );
+        assert_eq!(admit(&n, [], &aff), Ok(()));
+        let mut untolerant = cpu_pod("1m", serde_json::json!({}));
+        untolerant.spec.tolerations.clear();
+        let r = admit(&n, [], &untolerant).unwrap_err();
+        assert_eq!(r.reason, "Taint");
+        assert!(r.message.contains("dedicated"), "{}", r.message);
+    }
+}

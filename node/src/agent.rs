@@ -1,0 +1,563 @@
+//! The agent of one or many nodes: registers each Node, keeps its heartbeat, watches only the
+//! pods bound to it (field selector `spec.nodeName=NAME`) and runs a worker per pod.
+//!
+//! **Heartbeat through the Node's status, not a Lease.** Every `heartbeat` interval the agent
+//! writes the Node's status with a fresh `lastHeartbeatTime` on its conditions (UpdateStatus
+//! merges only the status, so it never conflicts with spec edits). The cluster API has no
+//! Lease kind, and an etcd lease would make liveness invisible to the scheduler, which reads
+//! Node conditions through its informer. The cost is a full Node write per beat, replicated
+//! through Raft: about 1 KiB every 10 s per node, 100 writes/s for 1000 simulated nodes. A
+//! Lease kind would make beats cheaper; the agent would keep the conditions current on change.
+//!
+//! **Reconcile on restart.** Before following the watch, the agent lists its node's sandboxes
+//! in the runtime: a pod that still exists and still runs is adopted (its worker follows the
+//! running containers without restarting them); sandboxes of pods that are gone are stopped
+//! and removed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use skiff_proto::api::node::{NodeAddress, NodeSystemInfo};
+use skiff_proto::api::{Kind, Node, NodeCondition, NodeStatus, Object, Pod, Taint, Time};
+use skiff_proto::client::{ClientError, ClusterClient, Code, Event, Informer};
+use skiff_proto::quantity::Quantity;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::admission;
+use crate::engine::{Adopted, EngineConfig};
+use crate::logs::{ENDPOINT_ANNOTATION, LogService};
+use crate::runtime::{Runtime, RuntimeError};
+use crate::status::StatusWriter;
+use crate::worker::{self, WorkerContext, WorkerHandle};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("node {node}: cluster API: {source}")]
+    Api { node: String, source: ClientError },
+    #[error("node {node}: runtime: {source}")]
+    Runtime { node: String, source: RuntimeError },
+    #[error("invalid node configuration: {0}")]
+    Config(String),
+}
+
+pub type Result<T, E = AgentError> = std::result::Result<T, E>;
+
+/// One node's identity and capacity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeConfig {
+    pub name: String,
+    pub cpu: Quantity,
+    pub memory: Quantity,
+    pub max_pods: i64,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// The node's address (status `hostIP`, host-network pod IPs).
+    pub host_ip: String,
+    pub heartbeat: Duration,
+    pub engine: EngineConfig,
+    /// Where this agent serves logs (`host:port`), published in the Node's annotations.
+    pub logs_endpoint: Option<String>,
+}
+
+impl NodeConfig {
+    /// A node named `name` with the host's CPU count and memory, 110 pods, 10 s heartbeat.
+    pub fn from_host(name: &str) -> NodeConfig {
+        let (cpu, memory) = host_capacity();
+        NodeConfig {
+            name: name.to_string(),
+            cpu: Quantity::from_units(cpu),
+            memory: Quantity::from_bytes(memory),
+            max_pods: 110,
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            host_ip: "127.0.0.1".into(),
+            heartbeat: Duration::from_secs(10),
+            engine: EngineConfig::default(),
+            logs_endpoint: None,
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.name.is_empty() {
+            return Err(AgentError::Config("the node needs a name".into()));
+        }
+        if self.max_pods < 1 || self.cpu.is_negative() || self.memory.is_negative() {
+            return Err(AgentError::Config(format!(
+                "node {}: cpu, memory and max pods must be positive",
+                self.name
+            )));
+        }
+        if self.heartbeat.is_zero() {
+            return Err(AgentError::Config("heartbeat must be positive".into()));
+        }
+        Ok(())
+    }
+}
+
+/// The host's CPU count and memory (bytes), from the OS.
+pub fn host_capacity() -> (i64, i64) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as i64);
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024);
+    (cpus, memory)
+}
+
+/// Runs every node in `nodes` on one client connection and one runtime until `cancel` fires,
+/// serving their container logs on `logs` when given. Pods keep running in the runtime when
+/// the agent stops (the next agent adopts them).
+pub async fn run(
+    client: ClusterClient,
+    runtime: Arc<dyn Runtime>,
+    nodes: Vec<NodeConfig>,
+    logs: Option<tokio::net::TcpListener>,
+    cancel: CancellationToken,
+) -> Result<()> {
+    for n in &nodes {
+        n.validate()?;
+    }
+    if let Some(listener) = logs {
+        let service = LogService::new(runtime.clone()).server();
+        let stop = cancel.clone();
+        tokio::spawn(async move {
+            let served = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    stop.cancelled_owned(),
+                )
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "log service stopped");
+            }
+        });
+    }
+    let writers = (nodes.len() / 8).clamp(4, 64);
+    let status = StatusWriter::start(Arc::new(client.clone()), writers, cancel.clone());
+    let tracker = TaskTracker::new();
+    let (err_tx, mut err_rx) = tokio::sync::mpsc::channel(nodes.len().max(1));
+    for (i, n) in nodes.into_iter().enumerate() {
+        let agent = NodeAgent {
+            client: client.clone(),
+            runtime: runtime.clone(),
+            status: status.clone(),
+            cancel: cancel.clone(),
+            config: n,
+        };
+        let err_tx = err_tx.clone();
+        // Spread registrations and heartbeats of many nodes over the interval.
+        let stagger = Duration::from_millis((i as u64 * 7) % 1000);
+        tracker.spawn(async move {
+            if let Err(e) = agent.run(stagger).await {
+                let _ = err_tx.send(e).await;
+            }
+        });
+    }
+    tracker.close();
+    drop(err_tx);
+    tokio::select! {
+        Some(e) = err_rx.recv() => {
+            cancel.cancel();
+            tracker.wait().await;
+            Err(e)
+        }
+        _ = tracker.wait() => Ok(()),
+    }
+}
+
+struct NodeAgent {
+    client: ClusterClient,
+    runtime: Arc<dyn Runtime>,
+    status: StatusWriter,
+    cancel: CancellationToken,
+    config: NodeConfig,
+}
+
+impl NodeAgent {
+    fn api(&self, source: ClientError) -> AgentError {
+        AgentError::Api {
+            node: self.config.name.clone(),
+            source,
+        }
+    }
+
+    async fn run(self, stagger: Duration) -> Result<()> {
+        tokio::select! {
+            _ = self.cancel.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(stagger) => {}
+        }
+        let node = self.register().await?;
+        let heartbeat = tokio::spawn(heartbeat(
+            self.client.clone(),
+            self.config.clone(),
+            node.status.clone().unwrap_or_default(),
+            self.cancel.clone(),
+        ));
+        let result = self.follow_pods(node).await;
+        heartbeat.abort();
+        result
+    }
+
+    fn node_status(&self, previous: Option<&NodeStatus>) -> NodeStatus {
+        let c = &self.config;
+        let now = Time::now();
+        let resources: BTreeMap<String, Quantity> = BTreeMap::from([
+            ("cpu".to_string(), c.cpu),
+            ("memory".to_string(), c.memory),
+            ("pods".to_string(), Quantity::from_units(c.max_pods)),
+        ]);
+        let cond = |type_: &str, status: &str, reason: &str, message: &str| {
+            // Keep the transition time when the condition did not change.
+            let since = previous
+                .and_then(|p| p.conditions.iter().find(|x| x.type_ == type_))
+                .filter(|x| x.status == status)
+                .and_then(|x| x.last_transition_time)
+                .unwrap_or(now);
+            NodeCondition {
+                type_: type_.into(),
+                status: status.into(),
+                last_heartbeat_time: Some(now),
+                last_transition_time: Some(since),
+                reason: reason.into(),
+                message: message.into(),
+            }
+        };
+        NodeStatus {
+            capacity: resources.clone(),
+            allocatable: resources,
+            conditions: vec![
+                cond(
+                    "MemoryPressure",
+                    "False",
+                    "KubeletHasSufficientMemory",
+                    "agent has sufficient memory available",
+                ),
+                cond(
+                    "DiskPressure",
+                    "False",
+                    "KubeletHasNoDiskPressure",
+                    "agent has no disk pressure",
+                ),
+                cond(
+                    "PIDPressure",
+                    "False",
+                    "KubeletHasSufficientPID",
+                    "agent has sufficient PID available",
+                ),
+                cond(
+                    "Ready",
+                    "True",
+                    "KubeletReady",
+                    "skiff agent is posting ready status",
+                ),
+            ],
+            addresses: vec![
+                NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: c.host_ip.clone(),
+                },
+                NodeAddress {
+                    type_: "Hostname".into(),
+                    address: c.name.clone(),
+                },
+            ],
+            node_info: Some(NodeSystemInfo {
+                kubelet_version: format!("skiff/{}", skiff_proto::VERSION),
+                container_runtime_version: self.runtime.version(),
+                operating_system: std::env::consts::OS.into(),
+                architecture: std::env::consts::ARCH.into(),
+                ..NodeSystemInfo::default()
+            }),
+            ..NodeStatus::default()
+        }
+    }
+
+    /// Creates the Node, or takes over an existing one (labels and taints from the flags are
+    /// added; capacity and conditions are ours to write).
+    async fn register(&self) -> Result<Node> {
+        let c = &self.config;
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let attempt = async {
+                match self.client.get(Kind::Node, "", &c.name).await? {
+                    None => {
+                        let mut node = Node::default();
+                        node.metadata.name = c.name.clone();
+                        node.metadata.labels = c.labels.clone();
+                        node.metadata
+                            .labels
+                            .insert("kubernetes.io/hostname".into(), c.name.clone());
+                        if let Some(e) = &c.logs_endpoint {
+                            node.metadata
+                                .annotations
+                                .insert(ENDPOINT_ANNOTATION.into(), e.clone());
+                        }
+                        node.spec.taints = c.taints.clone();
+                        node.status = Some(self.node_status(None));
+                        let created = self.client.create(&Object::Node(node)).await?;
+                        Ok::<Object, ClientError>(created)
+                    }
+                    Some(Object::Node(mut node)) => {
+                        let before = node.clone();
+                        node.metadata.labels.extend(c.labels.clone());
+                        if let Some(e) = &c.logs_endpoint {
+                            node.metadata
+                                .annotations
+                                .insert(ENDPOINT_ANNOTATION.into(), e.clone());
+                        }
+                        for t in &c.taints {
+                            if !node
+                                .spec
+                                .taints
+                                .iter()
+                                .any(|x| x.key == t.key && x.effect == t.effect)
+                            {
+                                node.spec.taints.push(t.clone());
+                            }
+                        }
+                        if node != before {
+                            self.client.update(&Object::Node(node.clone())).await?;
+                        }
+                        node.metadata.resource_version.clear();
+                        node.status = Some(self.node_status(node.status.as_ref()));
+                        self.client.update_status(&Object::Node(node)).await
+                    }
+                    Some(other) => Ok(other),
+                }
+            };
+            match attempt.await {
+                Ok(Object::Node(n)) => {
+                    tracing::info!(node = %c.name, "registered");
+                    return Ok(n);
+                }
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.code(),
+                        Some(Code::AlreadyExists | Code::Aborted | Code::Unavailable)
+                    ) || e.code().is_none() =>
+                {
+                    tracing::debug!(node = %c.name, error = %e, "registration retry");
+                }
+                Err(e) => return Err(self.api(e)),
+            }
+            tokio::select! {
+                _ = self.cancel.cancelled() => return Err(self.api(ClientError::NoEndpoints)),
+                _ = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    /// What the runtime already holds for this node, by pod UID.
+    async fn runtime_state(&self) -> Result<HashMap<String, Adopted>> {
+        let wrap = |source| AgentError::Runtime {
+            node: self.config.name.clone(),
+            source,
+        };
+        let mut out: HashMap<String, Adopted> = HashMap::new();
+        let sandboxes = self
+            .runtime
+            .list_sandboxes(&self.config.name)
+            .await
+            .map_err(wrap)?;
+        for sb in sandboxes {
+            let containers = self.runtime.list_containers(&sb.id).await.map_err(wrap)?;
+            // Of several sandboxes of one pod, follow the ready one; clean up the others.
+            match out.get(&sb.pod_uid) {
+                Some(existing) if existing.sandbox.ready || !sb.ready => {
+                    remove_sandbox(self.runtime.clone(), sb.id.clone());
+                }
+                _ => {
+                    if let Some(old) = out.insert(
+                        sb.pod_uid.clone(),
+                        Adopted {
+                            sandbox: sb,
+                            containers,
+                        },
+                    ) {
+                        remove_sandbox(self.runtime.clone(), old.sandbox.id);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn follow_pods(&self, node: Node) -> Result<()> {
+        let ctx = Arc::new(WorkerContext {
+            runtime: self.runtime.clone(),
+            status: self.status.clone(),
+            client: Some(self.client.clone()),
+            node: self.config.name.clone(),
+            host_ip: self.config.host_ip.clone(),
+            engine: self.config.engine,
+        });
+        let mut pods = Pods {
+            ctx,
+            node,
+            workers: HashMap::new(),
+            adoptable: self.runtime_state().await?,
+            cancel: self.cancel.child_token(),
+        };
+        let fields = format!("spec.nodeName={}", self.config.name);
+        let mut informer = Informer::new(self.client.clone(), Kind::Pod, "", "", &fields);
+        let mut delay = Duration::from_millis(100);
+        let initial = loop {
+            tokio::select! {
+                _ = self.cancel.cancelled() => return Ok(()),
+                r = informer.relist() => match r {
+                    Ok(events) => break events,
+                    Err(e) => {
+                        tracing::warn!(node = %self.config.name, error = %e, "listing pods failed; retrying");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(5));
+                    }
+                },
+            }
+        };
+        for e in &initial {
+            pods.dispatch(e);
+        }
+        // Whatever the runtime holds for pods that no longer exist goes.
+        for (_, orphan) in pods.adoptable.drain() {
+            tracing::info!(node = %self.config.name, pod = %orphan.sandbox.pod_name, "removing the sandbox of a pod that is gone");
+            remove_sandbox(self.runtime.clone(), orphan.sandbox.id);
+        }
+        loop {
+            let result = tokio::select! {
+                _ = self.cancel.cancelled() => return Ok(()),
+                r = informer.run(|e, _| pods.dispatch(e)) => r,
+            };
+            if let Err(e) = result {
+                tracing::warn!(node = %self.config.name, error = %e, "pod watch failed; resuming");
+                tokio::select! {
+                    _ = self.cancel.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    }
+}
+
+fn remove_sandbox(runtime: Arc<dyn Runtime>, id: String) {
+    tokio::spawn(async move {
+        if let Err(e) = runtime.stop_sandbox(&id).await {
+            tracing::debug!(sandbox = %id, error = %e, "stop of an orphan sandbox");
+        }
+        if let Err(e) = runtime.remove_sandbox(&id).await {
+            tracing::warn!(sandbox = %id, error = %e, "removing an orphan sandbox failed");
+        }
+    });
+}
+
+/// The pods of one node and their workers.
+struct Pods {
+    ctx: Arc<WorkerContext>,
+    node: Node,
+    workers: HashMap<String, (Pod, WorkerHandle)>,
+    adoptable: HashMap<String, Adopted>,
+    cancel: CancellationToken,
+}
+
+impl Pods {
+    fn dispatch(&mut self, event: &Event) {
+        match event {
+            Event::Added(Object::Pod(p)) | Event::Modified(Object::Pod(p)) => self.upsert(p),
+            Event::Deleted(Object::Pod(p)) => {
+                let key = pod_key(p);
+                if let Some((_, h)) = self.workers.remove(&key) {
+                    h.pod.send_replace(None);
+                }
+            }
+            _ => {}
+        }
+        self.workers
+            .retain(|_, (_, h)| !h.done.load(Ordering::Acquire));
+    }
+
+    fn upsert(&mut self, pod: &Pod) {
+        let key = pod_key(pod);
+        if let Some((known, h)) = self.workers.get_mut(&key) {
+            if h.uid == pod.metadata.uid {
+                *known = pod.clone();
+                h.pod.send_replace(Some(pod.clone()));
+                return;
+            }
+            // The name now belongs to a new pod: the old one is gone.
+            h.pod.send_replace(None);
+            self.workers.remove(&key);
+        }
+        let adopted = self.adoptable.remove(&pod.metadata.uid);
+        if pod.is_terminal() {
+            // Finished before this agent started: nothing to run, only leftovers to remove.
+            if let Some(a) = adopted {
+                remove_sandbox(self.ctx.runtime.clone(), a.sandbox.id);
+            }
+            return;
+        }
+        let verdict = if adopted.is_some() {
+            // Already running here: admitted by an earlier agent.
+            Ok(())
+        } else {
+            let admitted = self
+                .workers
+                .values()
+                .filter(|(_, h)| !h.terminal.load(Ordering::Acquire))
+                .map(|(p, _)| p);
+            admission::admit(&self.node, admitted, pod)
+        };
+        if let Err(r) = &verdict {
+            tracing::info!(pod = %key, reason = %r.reason, "admission refused");
+        }
+        let handle = worker::spawn(
+            self.ctx.clone(),
+            pod.clone(),
+            verdict,
+            adopted,
+            self.cancel.clone(),
+        );
+        self.workers.insert(key, (pod.clone(), handle));
+    }
+}
+
+fn pod_key(p: &Pod) -> String {
+    format!("{}/{}", p.metadata.namespace, p.metadata.name)
+}
+
+/// Writes the Node's status with fresh heartbeat times every `config.heartbeat`.
+async fn heartbeat(
+    client: ClusterClient,
+    config: NodeConfig,
+    mut status: NodeStatus,
+    cancel: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(config.heartbeat);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let now = Time::now();
+        for c in &mut status.conditions {
+            c.last_heartbeat_time = Some(now);
+        }
+        let mut node = Node::default();
+        node.metadata.name = config.name.clone();
+        node.status = Some(status.clone());
+        match client.update_status(&Object::Node(node)).await {
+            Ok(_) => {}
+            Err(e) => tracing::warn!(node = %config.name, error = %e, "heartbeat failed"),
+        }
+    }
+}

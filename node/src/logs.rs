@@ -1,0 +1,208 @@
+//! The agent's log service: container logs read through the runtime where they are written,
+//! as `kubectl logs` reads them through the kubelet. The service finds a container by asking
+//! the runtime (sandbox by pod, container by name, newest attempt first), so it needs nothing
+//! from the pod workers and works for every node a process hosts.
+//!
+//! Each Node carries the service's address in its [`ENDPOINT_ANNOTATION`], which is how
+//! `skiff node logs` finds the agent of a pod's node.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use crate::runtime::{ContainerState, Runtime, RuntimeError};
+
+/// The generated service (`proto/skiff/node/v1/logs.proto`).
+pub mod pb {
+    #![allow(
+        unused_qualifications,
+        missing_debug_implementations,
+        clippy::all,
+        clippy::pedantic
+    )]
+    tonic::include_proto!("skiff.node.v1");
+}
+
+/// The Node annotation that holds the agent's log service address (`host:port`).
+pub const ENDPOINT_ANNOTATION: &str = "skiff.io/logs-endpoint";
+
+/// Serves container logs from `runtime`.
+#[derive(Debug, Clone)]
+pub struct LogService {
+    runtime: Arc<dyn Runtime>,
+}
+
+impl LogService {
+    pub fn new(runtime: Arc<dyn Runtime>) -> LogService {
+        LogService { runtime }
+    }
+
+    /// The gRPC server for this service.
+    pub fn server(self) -> pb::logs_server::LogsServer<LogService> {
+        pb::logs_server::LogsServer::new(self)
+    }
+}
+
+fn status(e: RuntimeError) -> Status {
+    match e {
+        RuntimeError::NotFound { .. } => Status::not_found(e.to_string()),
+        RuntimeError::Timeout { .. } => Status::deadline_exceeded(e.to_string()),
+        _ => Status::internal(e.to_string()),
+    }
+}
+
+#[tonic::async_trait]
+impl pb::logs_server::Logs for LogService {
+    async fn container_log(
+        &self,
+        request: Request<pb::ContainerLogRequest>,
+    ) -> Result<Response<pb::ContainerLogResponse>, Status> {
+        let r = request.into_inner();
+        let pod = format!("{}/{}", r.namespace, r.pod);
+        let mut sandboxes: Vec<_> = self
+            .runtime
+            .list_sandboxes(&r.node)
+            .await
+            .map_err(status)?
+            .into_iter()
+            .filter(|s| s.namespace == r.namespace && s.pod_name == r.pod)
+            .collect();
+        // The ready sandbox first: a pod's older, stopped sandboxes hold older containers.
+        sandboxes.sort_by_key(|s| !s.ready);
+        let mut containers = Vec::new();
+        for sb in &sandboxes {
+            containers.extend(
+                self.runtime
+                    .list_containers(&sb.id)
+                    .await
+                    .map_err(status)?
+                    .into_iter()
+                    .filter(|c| !c.init || !r.container.is_empty()),
+            );
+        }
+        let name = if r.container.is_empty() {
+            let mut names: Vec<&str> = containers.iter().map(|c| c.name.as_str()).collect();
+            names.sort_unstable();
+            names.dedup();
+            match names.as_slice() {
+                [one] => one.to_string(),
+                [] => {
+                    return Err(Status::not_found(format!(
+                        "pod {pod} has no containers on node {}",
+                        r.node
+                    )));
+                }
+                many => {
+                    return Err(Status::invalid_argument(format!(
+                        "pod {pod} has several containers, choose one of: {}",
+                        many.join(", ")
+                    )));
+                }
+            }
+        } else {
+            r.container.clone()
+        };
+        let mut attempts: Vec<_> = containers.iter().filter(|c| c.name == name).collect();
+        attempts.sort_by_key(|c| std::cmp::Reverse(c.attempt));
+        // `previous` is the last instance that ended: the newest one while it waits to be
+        // restarted (as the kubelet answers during CrashLoopBackOff), else the one before.
+        let newest_ended = attempts
+            .first()
+            .is_some_and(|c| matches!(c.state, ContainerState::Exited(_)));
+        let index = usize::from(r.previous && !newest_ended);
+        let chosen = attempts.get(index).ok_or_else(|| {
+            Status::not_found(if r.previous {
+                format!("container {name} of pod {pod} has no previous instance")
+            } else {
+                format!("container {name} of pod {pod} not found")
+            })
+        })?;
+        let tail = (r.tail_lines > 0).then(|| usize::try_from(r.tail_lines).unwrap_or(usize::MAX));
+        let data = self.runtime.logs(&chosen.id, tail).await.map_err(status)?;
+        Ok(Response::new(pb::ContainerLogResponse { data }))
+    }
+}
+
+/// The text of CRI-format log lines (`<time> <stream> <F|P> <text>`), partial lines joined,
+/// as `kubectl logs` prints them. Lines not in that format pass through.
+pub fn text_of(cri: &[u8]) -> String {
+    let mut out = String::new();
+    for line in String::from_utf8_lossy(cri).lines() {
+        let mut parts = line.splitn(4, ' ');
+        match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some(_), Some("stdout" | "stderr"), Some(tag @ ("F" | "P")), rest) => {
+                out.push_str(rest.unwrap_or(""));
+                if tag == "F" {
+                    out.push('\n');
+                }
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pb::logs_server::Logs;
+    use super::*;
+    use crate::runtime::{ContainerSpec, SandboxSpec};
+    use crate::sim::{SimConfig, SimRuntime};
+
+    #[test]
+    fn cri_lines_become_text() {
+        let log = b"2026-01-01T00:00:00Z stdout F hello\n2026-01-01T00:00:00Z stderr P par\n2026-01-01T00:00:01Z stderr F tial\nplain\n";
+        assert_eq!(text_of(log), "hello\npartial\nplain\n");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn finds_current_and_previous_containers() {
+        let rt = SimRuntime::new(SimConfig::default());
+        let sb = rt
+            .run_sandbox(&SandboxSpec {
+                node: "n1".into(),
+                pod_uid: "u".into(),
+                pod_name: "web".into(),
+                namespace: "default".into(),
+                ..SandboxSpec::default()
+            })
+            .await
+            .unwrap();
+        for (attempt, word) in [(0, "first"), (1, "second")] {
+            let id = rt
+                .create_container(
+                    &sb,
+                    &ContainerSpec {
+                        pod_uid: "u".into(),
+                        name: "c".into(),
+                        image: "b:1".into(),
+                        command: vec!["sh".into(), "-c".into(), format!("echo {word}; sleep 100")],
+                        attempt,
+                        ..ContainerSpec::default()
+                    },
+                )
+                .await
+                .unwrap();
+            rt.start_container(&id).await.unwrap();
+        }
+        let svc = LogService::new(Arc::new(rt));
+        let ask = |previous| pb::ContainerLogRequest {
+            node: "n1".into(),
+            namespace: "default".into(),
+            pod: "web".into(),
+            previous,
+            ..pb::ContainerLogRequest::default()
+        };
+        let now = svc.container_log(Request::new(ask(false))).await.unwrap();
+        assert_eq!(text_of(&now.into_inner().data), "second\n");
+        let before = svc.container_log(Request::new(ask(true))).await.unwrap();
+        assert_eq!(text_of(&before.into_inner().data), "first\n");
+        let mut other = ask(false);
+        other.pod = "nope".into();
+        let err = svc.container_log(Request::new(other)).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::NotFound);
+    }
+}

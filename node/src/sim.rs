@@ -1,0 +1,833 @@
+//! The simulated runtime (kubemark-style): containers that "run" in memory on tokio's clock, so
+//! one process can host thousands of nodes and the pod worker can be tested with paused time.
+//!
+//! A container's behaviour is read from its command, using the shell words a busybox image
+//! would run, so the same manifest behaves alike under the simulated and the real runtime:
+//!
+//! | command (or `sh -c` script)     | simulated behaviour                                  |
+//! |---------------------------------|------------------------------------------------------|
+//! | empty, `sleep infinity`         | runs until stopped                                   |
+//! | `sleep N` (summed over a script)| runs N seconds, then exits with the script's status  |
+//! | `exit N`, `true`, `false`       | sets the exit status (`exit` ends the script)        |
+//! | `echo WORDS`                    | writes a line to the log at start                    |
+//! | `trap '' TERM`                  | ignores SIGTERM: only the SIGKILL after the grace ends it |
+//! | `tail /dev/zero`                | with a memory limit: OOMKilled (137); without: runs forever |
+//!
+//! Exec (probes, hooks) understands `true`, `false`, `exit N`, `touch F`, `rm F` and
+//! `cat F` / `test -e F` / `ls F` against a per-container set of files, which tests can also
+//! change with [`SimRuntime::touch`] and [`SimRuntime::remove_file`]. TCP probes succeed on the
+//! container's declared ports while it runs. Images tagged `:absent` cannot be pulled.
+//!
+//! A container that honours SIGTERM exits at once with 143, as a process killed by it would.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use skiff_proto::api::Time;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::runtime::{
+    Container, ContainerSpec, ContainerState, ExecOutput, Exit, Result, Runtime, RuntimeError,
+    Sandbox, SandboxSpec,
+};
+
+/// Timing of the simulated runtime.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    /// How long RunPodSandbox takes.
+    pub sandbox_latency: Duration,
+    /// How long StartContainer takes.
+    pub start_latency: Duration,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            sandbox_latency: Duration::from_millis(5),
+            start_latency: Duration::from_millis(5),
+        }
+    }
+}
+
+/// An in-memory runtime shared by every node of the process (cloning shares it).
+#[derive(Debug, Clone)]
+pub struct SimRuntime {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: SimConfig,
+    seq: AtomicU64,
+    // Never held across an await: every method takes the lock for a few map operations.
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    sandboxes: HashMap<String, Sandbox>,
+    containers: HashMap<String, SimContainer>,
+}
+
+#[derive(Debug)]
+struct SimContainer {
+    info: Container,
+    plan: Plan,
+    ports: Vec<i32>,
+    files: BTreeSet<String>,
+    log: Vec<u8>,
+    /// When it started, on tokio's clock (for the planned exit).
+    started: Option<Instant>,
+    started_wall: Option<Time>,
+    /// Set by a stop that SIGTERM did not end: when SIGKILL lands.
+    kill_at: Option<Instant>,
+    changed: Arc<Notify>,
+}
+
+/// What a container will do, read from its command.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Plan {
+    /// `None`: runs until stopped.
+    run_for: Option<Duration>,
+    exit_code: i32,
+    /// Ends OOMKilled when it would exit.
+    oom: bool,
+    ignore_term: bool,
+    lines: Vec<String>,
+}
+
+/// The script a command runs: `sh -c SCRIPT` gives SCRIPT, anything else its words.
+fn script_of(command: &[String]) -> String {
+    let is_shell = command
+        .first()
+        .is_some_and(|c| c == "sh" || c.ends_with("/sh"));
+    if is_shell && command.get(1).is_some_and(|a| a == "-c") {
+        command[2..].join(" ")
+    } else {
+        command.join(" ")
+    }
+}
+
+fn statements(script: &str) -> impl Iterator<Item = &str> {
+    script
+        .split([';', '\n'])
+        .flat_map(|s| s.split("&&"))
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+impl Plan {
+    fn parse(command: &[String], memory_limited: bool) -> Plan {
+        let script = script_of(command);
+        let mut plan = Plan::default();
+        if script.trim().is_empty() {
+            return plan;
+        }
+        let mut total = Duration::ZERO;
+        let mut forever = false;
+        for stmt in statements(&script) {
+            let words: Vec<&str> = stmt.split_whitespace().collect();
+            match words.as_slice() {
+                ["sleep", "infinity", ..] => forever = true,
+                ["sleep", n, ..] => {
+                    total += n
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|s| s.is_finite() && *s >= 0.0)
+                        .map_or(Duration::ZERO, Duration::from_secs_f64)
+                }
+                ["exit", n, ..] => {
+                    plan.exit_code = n.parse().unwrap_or(2);
+                    break;
+                }
+                ["exit"] => break,
+                ["true"] => plan.exit_code = 0,
+                ["false"] => plan.exit_code = 1,
+                ["echo", rest @ ..] => {
+                    plan.lines
+                        .push(rest.join(" ").trim_matches(['"', '\'']).to_string());
+                    plan.exit_code = 0;
+                }
+                ["trap", .., "TERM"] => plan.ignore_term = true,
+                ["tail", "/dev/zero", ..] => {
+                    if memory_limited {
+                        plan.oom = true;
+                        break;
+                    }
+                    forever = true;
+                }
+                _ => plan.exit_code = 0,
+            }
+            if forever {
+                break;
+            }
+        }
+        plan.run_for = (!forever).then_some(total);
+        plan
+    }
+}
+
+/// Runs an exec command against a container's files.
+fn exec_in(files: &mut BTreeSet<String>, command: &[String]) -> i32 {
+    let script = script_of(command);
+    let mut status = 0;
+    for stmt in statements(&script) {
+        let words: Vec<&str> = stmt.split_whitespace().collect();
+        status = match words.as_slice() {
+            ["true"] => 0,
+            ["false"] => 1,
+            ["exit", n, ..] => return n.parse().unwrap_or(2),
+            ["touch", paths @ ..] => {
+                files.extend(paths.iter().map(|p| p.to_string()));
+                0
+            }
+            ["rm", paths @ ..] => {
+                for p in paths.iter().filter(|p| !p.starts_with('-')) {
+                    files.remove(*p);
+                }
+                0
+            }
+            ["cat" | "ls", path] | ["test", "-e" | "-f", path] => i32::from(!files.contains(*path)),
+            ["echo", ..] | ["sleep", ..] => 0,
+            _ => 127,
+        };
+    }
+    status
+}
+
+fn exit_of(plan: &Plan, started: Option<Time>, now: Time) -> Exit {
+    let (exit_code, reason) = if plan.oom {
+        (137, "OOMKilled")
+    } else if plan.exit_code == 0 {
+        (0, "Completed")
+    } else {
+        (plan.exit_code, "Error")
+    };
+    Exit {
+        exit_code,
+        reason: reason.into(),
+        message: String::new(),
+        started_at: started,
+        finished_at: Some(now),
+    }
+}
+
+impl SimContainer {
+    /// Applies whatever the clock says has happened by `now`: a planned exit or a SIGKILL.
+    fn settle(&mut self, now: Instant) {
+        if !matches!(self.info.state, ContainerState::Running { .. }) {
+            return;
+        }
+        if self.kill_at.is_some_and(|k| now >= k) {
+            self.finish(Exit {
+                exit_code: 137,
+                reason: "Error".into(),
+                message: "killed after the grace period".into(),
+                started_at: self.started_wall,
+                finished_at: Some(Time::now()),
+            });
+            return;
+        }
+        if let (Some(started), Some(run_for)) = (self.started, self.plan.run_for)
+            && now >= started + run_for
+        {
+            let exit = exit_of(&self.plan, self.started_wall, Time::now());
+            self.finish(exit);
+        }
+    }
+
+    fn finish(&mut self, exit: Exit) {
+        self.info.state = ContainerState::Exited(exit);
+        self.changed.notify_waiters();
+    }
+
+    /// The next moment `settle` could change something.
+    fn next_change(&self) -> Option<Instant> {
+        if !matches!(self.info.state, ContainerState::Running { .. }) {
+            return None;
+        }
+        let planned = self.started.zip(self.plan.run_for).map(|(s, d)| s + d);
+        match (planned, self.kill_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+impl SimRuntime {
+    pub fn new(config: SimConfig) -> SimRuntime {
+        SimRuntime {
+            inner: Arc::new(Inner {
+                config,
+                seq: AtomicU64::new(1),
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding this lock leaves only plain maps behind; keep serving them.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn next_id(&self, prefix: &str) -> String {
+        format!(
+            "{prefix}{:012x}",
+            self.inner.seq.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// Creates `path` in the container's file set (as if the process wrote it).
+    pub fn touch(&self, container_id: &str, path: &str) -> bool {
+        self.state()
+            .containers
+            .get_mut(container_id)
+            .map(|c| c.files.insert(path.to_string()))
+            .is_some()
+    }
+
+    /// Removes `path` from the container's file set.
+    pub fn remove_file(&self, container_id: &str, path: &str) -> bool {
+        self.state()
+            .containers
+            .get_mut(container_id)
+            .map(|c| c.files.remove(path))
+            .is_some()
+    }
+
+    /// Ends a running container now with `exit_code`, as if its process exited on its own.
+    pub fn crash(&self, container_id: &str, exit_code: i32) -> bool {
+        let mut st = self.state();
+        let Some(c) = st.containers.get_mut(container_id) else {
+            return false;
+        };
+        if !matches!(c.info.state, ContainerState::Running { .. }) {
+            return false;
+        }
+        let reason = if exit_code == 0 { "Completed" } else { "Error" };
+        let started_at = c.started_wall;
+        c.finish(Exit {
+            exit_code,
+            reason: reason.into(),
+            message: String::new(),
+            started_at,
+            finished_at: Some(Time::now()),
+        });
+        true
+    }
+
+    /// Every container of a pod (any node), for tests.
+    pub fn containers_of(&self, pod_uid: &str) -> Vec<Container> {
+        let now = Instant::now();
+        let mut st = self.state();
+        let mut out: Vec<Container> = st
+            .containers
+            .values_mut()
+            .filter(|c| c.info.pod_uid == pod_uid)
+            .map(|c| {
+                c.settle(now);
+                c.info.clone()
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.name, a.attempt).cmp(&(&b.name, b.attempt)));
+        out
+    }
+
+    /// How many sandboxes and containers exist (any node, any state).
+    pub fn counts(&self) -> (usize, usize) {
+        let st = self.state();
+        (st.sandboxes.len(), st.containers.len())
+    }
+}
+
+#[async_trait]
+impl Runtime for SimRuntime {
+    fn version(&self) -> String {
+        format!("sim {}", skiff_proto::VERSION)
+    }
+
+    fn id_scheme(&self) -> &'static str {
+        "sim"
+    }
+
+    async fn run_sandbox(&self, spec: &SandboxSpec) -> Result<Sandbox> {
+        tokio::time::sleep(self.inner.config.sandbox_latency).await;
+        let id = self.next_id("sb");
+        let n = self.inner.seq.fetch_add(1, Ordering::Relaxed);
+        let ip = if spec.host_network {
+            spec.host_ip.clone()
+        } else {
+            format!(
+                "10.{}.{}.{}",
+                (n >> 16) & 0xff,
+                (n >> 8) & 0xff,
+                (n & 0xff).max(2)
+            )
+        };
+        let sandbox = Sandbox {
+            id: id.clone(),
+            node: spec.node.clone(),
+            pod_uid: spec.pod_uid.clone(),
+            pod_name: spec.pod_name.clone(),
+            namespace: spec.namespace.clone(),
+            ip,
+            ready: true,
+        };
+        self.state().sandboxes.insert(id, sandbox.clone());
+        Ok(sandbox)
+    }
+
+    async fn stop_sandbox(&self, id: &str) -> Result<()> {
+        let now = Instant::now();
+        let mut st = self.state();
+        let Some(sb) = st.sandboxes.get_mut(id) else {
+            return Err(RuntimeError::NotFound {
+                what: "sandbox",
+                id: id.into(),
+            });
+        };
+        sb.ready = false;
+        // Stopping a sandbox kills what is still running in it, as CRI does.
+        for c in st
+            .containers
+            .values_mut()
+            .filter(|c| c.info.sandbox_id == id)
+        {
+            c.settle(now);
+            if matches!(c.info.state, ContainerState::Running { .. }) {
+                let started_at = c.started_wall;
+                c.finish(Exit {
+                    exit_code: 137,
+                    reason: "Error".into(),
+                    message: "sandbox stopped".into(),
+                    started_at,
+                    finished_at: Some(Time::now()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn remove_sandbox(&self, id: &str) -> Result<()> {
+        let mut st = self.state();
+        st.sandboxes.remove(id);
+        st.containers.retain(|_, c| c.info.sandbox_id != id);
+        Ok(())
+    }
+
+    async fn list_sandboxes(&self, node: &str) -> Result<Vec<Sandbox>> {
+        Ok(self
+            .state()
+            .sandboxes
+            .values()
+            .filter(|s| s.node == node)
+            .cloned()
+            .collect())
+    }
+
+    async fn create_container(&self, sandbox: &Sandbox, spec: &ContainerSpec) -> Result<String> {
+        if spec.image.ends_with(":absent") {
+            return Err(RuntimeError::ImageNotFound {
+                image: spec.image.clone(),
+                message: "no registry is reachable and the image is not present".into(),
+            });
+        }
+        let mut command = spec.command.clone();
+        command.extend(spec.args.iter().cloned());
+        let plan = Plan::parse(&command, spec.resources.memory_limit_bytes.is_some());
+        let id = self.next_id("c");
+        let mut st = self.state();
+        if !st.sandboxes.get(&sandbox.id).is_some_and(|s| s.ready) {
+            return Err(RuntimeError::Call {
+                call: "CreateContainer",
+                message: format!("sandbox {} is not ready", sandbox.id),
+            });
+        }
+        st.containers.insert(
+            id.clone(),
+            SimContainer {
+                info: Container {
+                    id: id.clone(),
+                    sandbox_id: sandbox.id.clone(),
+                    pod_uid: spec.pod_uid.clone(),
+                    name: spec.name.clone(),
+                    init: spec.init,
+                    attempt: spec.attempt,
+                    state: ContainerState::Created,
+                },
+                plan,
+                ports: spec.ports.clone(),
+                files: BTreeSet::new(),
+                log: Vec::new(),
+                started: None,
+                started_wall: None,
+                kill_at: None,
+                changed: Arc::new(Notify::new()),
+            },
+        );
+        Ok(id)
+    }
+
+    async fn start_container(&self, id: &str) -> Result<()> {
+        tokio::time::sleep(self.inner.config.start_latency).await;
+        let mut st = self.state();
+        let c = st
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| RuntimeError::NotFound {
+                what: "container",
+                id: id.into(),
+            })?;
+        if c.info.state != ContainerState::Created {
+            return Err(RuntimeError::Call {
+                call: "StartContainer",
+                message: format!("container {id} is not in the created state"),
+            });
+        }
+        let wall = Time::now();
+        c.started = Some(Instant::now());
+        c.started_wall = Some(wall);
+        for line in &c.plan.lines {
+            c.log
+                .extend_from_slice(format!("{wall} stdout F {line}\n").as_bytes());
+        }
+        c.info.state = ContainerState::Running {
+            started_at: Some(wall),
+        };
+        c.changed.notify_waiters();
+        Ok(())
+    }
+
+    async fn container_state(&self, id: &str) -> Result<ContainerState> {
+        let now = Instant::now();
+        let mut st = self.state();
+        let c = st
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| RuntimeError::NotFound {
+                what: "container",
+                id: id.into(),
+            })?;
+        c.settle(now);
+        Ok(c.info.state.clone())
+    }
+
+    async fn wait_container(&self, id: &str) -> Result<Exit> {
+        loop {
+            let (changed, next) = {
+                let now = Instant::now();
+                let mut st = self.state();
+                let c = st
+                    .containers
+                    .get_mut(id)
+                    .ok_or_else(|| RuntimeError::NotFound {
+                        what: "container",
+                        id: id.into(),
+                    })?;
+                c.settle(now);
+                if let ContainerState::Exited(e) = &c.info.state {
+                    return Ok(e.clone());
+                }
+                (c.changed.clone(), c.next_change())
+            };
+            // Created before the lock was released would be ideal; `notify_waiters` only wakes
+            // registered futures, so register first and re-check the state once more.
+            let notified = changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = self.state();
+                if let Some(c) = st.containers.get_mut(id) {
+                    c.settle(Instant::now());
+                    if let ContainerState::Exited(e) = &c.info.state {
+                        return Ok(e.clone());
+                    }
+                } else {
+                    return Err(RuntimeError::NotFound {
+                        what: "container",
+                        id: id.into(),
+                    });
+                }
+            }
+            match next {
+                Some(at) => {
+                    tokio::select! {
+                        _ = &mut notified => {}
+                        _ = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    async fn stop_container(&self, id: &str, timeout: Duration) -> Result<()> {
+        let kill_at = {
+            let now = Instant::now();
+            let mut st = self.state();
+            let c = st
+                .containers
+                .get_mut(id)
+                .ok_or_else(|| RuntimeError::NotFound {
+                    what: "container",
+                    id: id.into(),
+                })?;
+            c.settle(now);
+            match c.info.state {
+                ContainerState::Running { .. } if c.plan.ignore_term && !timeout.is_zero() => {
+                    let at = now + timeout;
+                    c.kill_at = Some(c.kill_at.map_or(at, |k| k.min(at)));
+                    c.changed.notify_waiters();
+                    c.kill_at
+                }
+                ContainerState::Running { .. } => {
+                    let (code, message) = if timeout.is_zero() {
+                        (137, "killed")
+                    } else {
+                        (143, "terminated by SIGTERM")
+                    };
+                    let started_at = c.started_wall;
+                    c.finish(Exit {
+                        exit_code: code,
+                        reason: "Error".into(),
+                        message: message.into(),
+                        started_at,
+                        finished_at: Some(Time::now()),
+                    });
+                    None
+                }
+                ContainerState::Created => {
+                    c.info.state = ContainerState::Exited(Exit {
+                        exit_code: 0,
+                        reason: "Error".into(),
+                        message: "stopped before it started".into(),
+                        started_at: None,
+                        finished_at: Some(Time::now()),
+                    });
+                    c.changed.notify_waiters();
+                    None
+                }
+                ContainerState::Exited(_) => None,
+            }
+        };
+        if let Some(at) = kill_at {
+            tokio::time::sleep_until(at).await;
+            if let Some(c) = self.state().containers.get_mut(id) {
+                c.settle(Instant::now());
+            }
+        }
+        Ok(())
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<()> {
+        self.state().containers.remove(id);
+        Ok(())
+    }
+
+    async fn list_containers(&self, sandbox_id: &str) -> Result<Vec<Container>> {
+        let now = Instant::now();
+        Ok(self
+            .state()
+            .containers
+            .values_mut()
+            .filter(|c| c.info.sandbox_id == sandbox_id)
+            .map(|c| {
+                c.settle(now);
+                c.info.clone()
+            })
+            .collect())
+    }
+
+    async fn logs(&self, id: &str, tail: Option<usize>) -> Result<Vec<u8>> {
+        let st = self.state();
+        let c = st
+            .containers
+            .get(id)
+            .ok_or_else(|| RuntimeError::NotFound {
+                what: "container",
+                id: id.into(),
+            })?;
+        Ok(match tail {
+            None => c.log.clone(),
+            Some(n) => {
+                let lines: Vec<&[u8]> = c.log.split_inclusive(|b| *b == b'\n').collect();
+                lines[lines.len().saturating_sub(n)..].concat()
+            }
+        })
+    }
+
+    async fn exec(&self, id: &str, command: &[String], _timeout: Duration) -> Result<ExecOutput> {
+        let now = Instant::now();
+        let mut st = self.state();
+        let c = st
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| RuntimeError::NotFound {
+                what: "container",
+                id: id.into(),
+            })?;
+        c.settle(now);
+        if !matches!(c.info.state, ContainerState::Running { .. }) {
+            return Err(RuntimeError::Call {
+                call: "ExecSync",
+                message: format!("container {id} is not running"),
+            });
+        }
+        Ok(ExecOutput {
+            exit_code: exec_in(&mut c.files, command),
+            output: Vec::new(),
+        })
+    }
+
+    async fn http_probe(
+        &self,
+        ip: &str,
+        port: u16,
+        _path: &str,
+        timeout: Duration,
+    ) -> Result<bool> {
+        self.tcp_probe(ip, port, timeout).await
+    }
+
+    async fn tcp_probe(&self, ip: &str, port: u16, _timeout: Duration) -> Result<bool> {
+        let now = Instant::now();
+        let mut st = self.state();
+        let State {
+            sandboxes,
+            containers,
+        } = &mut *st;
+        Ok(containers.values_mut().any(|c| {
+            c.settle(now);
+            matches!(c.info.state, ContainerState::Running { .. })
+                && c.ports.contains(&i32::from(port))
+                && sandboxes
+                    .get(&c.info.sandbox_id)
+                    .is_some_and(|s| s.ready && s.ip == ip)
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    fn sh(script: &str) -> Vec<String> {
+        vec!["sh".into(), "-c".into(), script.into()]
+    }
+
+    #[test]
+    fn plans_read_like_the_shell() {
+        assert_eq!(Plan::parse(&[], false).run_for, None);
+        assert_eq!(Plan::parse(&words("sleep infinity"), false).run_for, None);
+        let p = Plan::parse(&sh("echo hi; sleep 2; sleep 0.5; exit 3"), false);
+        assert_eq!(p.run_for, Some(Duration::from_millis(2500)));
+        assert_eq!(p.exit_code, 3);
+        assert_eq!(p.lines, vec!["hi".to_string()]);
+        assert_eq!(Plan::parse(&words("false"), false).exit_code, 1);
+        assert!(Plan::parse(&sh("trap '' TERM; sleep 100"), false).ignore_term);
+        assert!(Plan::parse(&words("tail /dev/zero"), true).oom);
+        assert_eq!(Plan::parse(&words("tail /dev/zero"), false).run_for, None);
+    }
+
+    #[test]
+    fn exec_sees_files() {
+        let mut files = BTreeSet::new();
+        assert_eq!(exec_in(&mut files, &words("cat /tmp/ready")), 1);
+        assert_eq!(exec_in(&mut files, &sh("touch /tmp/ready")), 0);
+        assert_eq!(exec_in(&mut files, &words("test -e /tmp/ready")), 0);
+        assert_eq!(exec_in(&mut files, &words("rm -f /tmp/ready")), 0);
+        assert_eq!(exec_in(&mut files, &words("ls /tmp/ready")), 1);
+        assert_eq!(exec_in(&mut files, &words("exit 4")), 4);
+    }
+
+    async fn running(rt: &SimRuntime, command: Vec<String>) -> (Sandbox, String) {
+        let sb = rt
+            .run_sandbox(&SandboxSpec {
+                node: "n".into(),
+                pod_uid: "u".into(),
+                ..SandboxSpec::default()
+            })
+            .await
+            .unwrap();
+        let spec = ContainerSpec {
+            pod_uid: "u".into(),
+            name: "c".into(),
+            image: "img:1".into(),
+            command,
+            ports: vec![80],
+            ..ContainerSpec::default()
+        };
+        let id = rt.create_container(&sb, &spec).await.unwrap();
+        rt.start_container(&id).await.unwrap();
+        (sb, id)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_container_exits_on_its_planned_clock() {
+        let rt = SimRuntime::new(SimConfig::default());
+        let (_, id) = running(&rt, sh("sleep 30; exit 2")).await;
+        let t0 = Instant::now();
+        let exit = rt.wait_container(&id).await.unwrap();
+        assert_eq!(exit.exit_code, 2);
+        assert_eq!(exit.reason, "Error");
+        assert_eq!(Instant::now() - t0, Duration::from_secs(30));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_honours_sigterm_or_kills_after_the_grace() {
+        let rt = SimRuntime::new(SimConfig::default());
+        let (sb, id) = running(&rt, vec![]).await;
+        assert!(
+            rt.tcp_probe(&sb.ip, 80, Duration::from_secs(1))
+                .await
+                .unwrap()
+        );
+        assert!(
+            !rt.tcp_probe(&sb.ip, 81, Duration::from_secs(1))
+                .await
+                .unwrap()
+        );
+        rt.stop_container(&id, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(rt.wait_container(&id).await.unwrap().exit_code, 143);
+
+        let (_, stubborn) = running(&rt, sh("trap '' TERM; sleep 1000")).await;
+        let t0 = Instant::now();
+        rt.stop_container(&stubborn, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(Instant::now() - t0, Duration::from_secs(5));
+        assert_eq!(rt.wait_container(&stubborn).await.unwrap().exit_code, 137);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn absent_images_fail_and_logs_are_cri_formatted() {
+        let rt = SimRuntime::new(SimConfig::default());
+        let (sb, id) = running(&rt, sh("echo hello world")).await;
+        let log = String::from_utf8(rt.logs(&id, None).await.unwrap()).unwrap();
+        assert!(log.ends_with(" stdout F hello world\n"), "{log}");
+        let err = rt
+            .create_container(
+                &sb,
+                &ContainerSpec {
+                    image: "localhost/x:absent".into(),
+                    ..ContainerSpec::default()
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RuntimeError::ImageNotFound { .. }));
+    }
+}

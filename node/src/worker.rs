@@ -1,0 +1,358 @@
+//! The pod worker: the thin async loop around one pod's [`PodEngine`]. It turns the engine's
+//! actions into runtime calls (each a future whose result is the engine's next input), wakes
+//! the engine when its next timer is due, follows the pod object through a `watch` channel
+//! (latest wins: the agent never waits for a busy worker), and submits status whenever the
+//! engine's view of it changes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use skiff_proto::api::{Kind, Object, Pod, PodStatus, Time};
+use skiff_proto::client::{ClusterClient, Code};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::engine::{
+    Action, Adopted, Clock, EngineConfig, Handler, Input, PodEngine, Rejection, container_spec,
+};
+use crate::runtime::{Exit, Runtime, RuntimeError, SandboxSpec};
+use crate::status::{PodKey, StatusWriter};
+
+/// What every worker of a node shares.
+#[derive(Debug, Clone)]
+pub struct WorkerContext {
+    pub runtime: Arc<dyn Runtime>,
+    pub status: StatusWriter,
+    /// `None` in unit tests: the final delete is then skipped.
+    pub client: Option<ClusterClient>,
+    pub node: String,
+    pub host_ip: String,
+    pub engine: EngineConfig,
+}
+
+/// What the agent keeps of a running worker.
+#[derive(Debug)]
+pub struct WorkerHandle {
+    /// The newest pod object; `None` once it is gone from the API.
+    pub pod: watch::Sender<Option<Pod>>,
+    pub uid: String,
+    /// Set once the pod is Succeeded/Failed: it no longer counts against the node.
+    pub terminal: Arc<AtomicBool>,
+    /// Set when the worker has ended.
+    pub done: Arc<AtomicBool>,
+}
+
+fn clock() -> Clock {
+    Clock {
+        now: Instant::now(),
+        wall: Time::now(),
+    }
+}
+
+/// Starts a worker for `pod`.
+pub fn spawn(
+    ctx: Arc<WorkerContext>,
+    pod: Pod,
+    admission: Result<(), Rejection>,
+    adopted: Option<Adopted>,
+    cancel: CancellationToken,
+) -> WorkerHandle {
+    let (tx, rx) = watch::channel(Some(pod.clone()));
+    let terminal = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    let handle = WorkerHandle {
+        pod: tx,
+        uid: pod.metadata.uid.clone(),
+        terminal: terminal.clone(),
+        done: done.clone(),
+    };
+    let span = tracing::info_span!("node.pod", node = %ctx.node, pod = %pod.metadata.name);
+    tokio::spawn(
+        async move {
+            run(ctx, pod, rx, admission, adopted, terminal, cancel).await;
+            done.store(true, Ordering::Release);
+        }
+        .instrument(span),
+    );
+    handle
+}
+
+type Pending = FuturesUnordered<BoxFuture<'static, Option<Input>>>;
+
+/// Runs one pod until it is finished and gone, or `cancel` fires (agent shutdown: the
+/// containers keep running and the next agent adopts them).
+pub async fn run(
+    ctx: Arc<WorkerContext>,
+    pod: Pod,
+    mut rx: watch::Receiver<Option<Pod>>,
+    admission: Result<(), Rejection>,
+    adopted: Option<Adopted>,
+    terminal: Arc<AtomicBool>,
+    cancel: CancellationToken,
+) {
+    let key = PodKey {
+        namespace: pod.metadata.namespace.clone(),
+        name: pod.metadata.name.clone(),
+    };
+    let uid = pod.metadata.uid.clone();
+    let mut engine = PodEngine::new(ctx.engine, &pod, admission);
+    let mut current = pod;
+    let mut pending: Pending = FuturesUnordered::new();
+    let mut last_status: Option<PodStatus> = current.status.clone();
+    let mut last_seq = 0;
+    let mut rx_open = true;
+    let mut deleting = false;
+    let mut actions = engine.step(clock(), Input::Start { adopted });
+    // A pod that is already being deleted when the worker starts.
+    if let Some(grace) = deletion_grace(&current) {
+        deleting = true;
+        actions.extend(engine.step(clock(), Input::Delete { grace }));
+    }
+    loop {
+        if !engine.is_removed() {
+            let status = engine.status(&ctx.host_ip, ctx.runtime.id_scheme());
+            if last_status.as_ref() != Some(&status) {
+                last_seq = ctx.status.submit(&key, &uid, status.clone());
+                last_status = Some(status);
+            }
+        }
+        terminal.store(engine.is_terminal(), Ordering::Release);
+        for a in actions.drain(..) {
+            if let Some(f) = perform(&ctx, &engine, &current, &key, &uid, last_seq, a) {
+                pending.push(f);
+            }
+        }
+        if engine.is_done() && pending.is_empty() {
+            break;
+        }
+        let deadline = engine.next_deadline();
+        let input = tokio::select! {
+            _ = cancel.cancelled() => return,
+            Some(i) = pending.next(), if !pending.is_empty() => match i {
+                Some(i) => i,
+                None => continue,
+            },
+            changed = rx.changed(), if rx_open => {
+                let latest = if changed.is_ok() { rx.borrow_and_update().clone() } else { None };
+                rx_open &= changed.is_ok();
+                match latest {
+                    None => Input::Removed,
+                    Some(p) => {
+                        current = p;
+                        match deletion_grace(&current) {
+                            Some(grace) if !deleting => {
+                                deleting = true;
+                                Input::Delete { grace }
+                            }
+                            _ => continue,
+                        }
+                    }
+                }
+            }
+            _ = sleep_until(deadline), if deadline.is_some() => Input::Tick,
+        };
+        actions = engine.step(clock(), input);
+    }
+    ctx.status.forget(&key);
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at).await;
+    }
+}
+
+/// The grace period left for a pod with a deletionTimestamp.
+fn deletion_grace(pod: &Pod) -> Option<Duration> {
+    let at = pod.metadata.deletion_timestamp?;
+    let left = at.unix() - Time::now().unix();
+    Some(Duration::from_secs(u64::try_from(left.max(0)).unwrap_or(0)))
+}
+
+/// Starts the runtime work of one action; its result is the engine's next input.
+fn perform(
+    ctx: &Arc<WorkerContext>,
+    engine: &PodEngine,
+    pod: &Pod,
+    key: &PodKey,
+    uid: &str,
+    status_seq: u64,
+    action: Action,
+) -> Option<BoxFuture<'static, Option<Input>>> {
+    let rt = ctx.runtime.clone();
+    let pod_ip = engine.sandbox().map(|s| s.ip.clone()).unwrap_or_default();
+    Some(match action {
+        Action::RunSandbox { attempt } => {
+            let spec = SandboxSpec {
+                node: ctx.node.clone(),
+                pod_uid: uid.to_string(),
+                pod_name: key.name.clone(),
+                namespace: key.namespace.clone(),
+                host_network: pod.spec.host_network.unwrap_or(false),
+                host_ip: ctx.host_ip.clone(),
+                attempt,
+            };
+            Box::pin(async move {
+                Some(match rt.run_sandbox(&spec).await {
+                    Ok(sb) => Input::SandboxReady(sb),
+                    Err(e) => Input::SandboxFailed {
+                        message: e.to_string(),
+                    },
+                })
+            })
+        }
+        Action::StartContainer { slot, attempt } => {
+            let sandbox = engine.sandbox().cloned();
+            let spec = container_spec(pod, slot, attempt);
+            Box::pin(async move {
+                let (Some(sandbox), Some(spec)) = (sandbox, spec) else {
+                    return Some(Input::StartFailed {
+                        slot,
+                        error: RuntimeError::Call {
+                            call: "CreateContainer",
+                            message: "no sandbox or no such container".into(),
+                        },
+                    });
+                };
+                let id = match rt.create_container(&sandbox, &spec).await {
+                    Ok(id) => id,
+                    Err(error) => return Some(Input::StartFailed { slot, error }),
+                };
+                Some(match rt.start_container(&id).await {
+                    Ok(()) => Input::Started { slot, id },
+                    Err(error) => {
+                        if let Err(e) = rt.remove_container(&id).await {
+                            tracing::warn!(container = %id, error = %e, "removing a container that failed to start");
+                        }
+                        Input::StartFailed { slot, error }
+                    }
+                })
+            })
+        }
+        Action::Watch { slot, id } => Box::pin(async move {
+            let exit = rt.wait_container(&id).await.unwrap_or_else(|e| Exit {
+                exit_code: 128,
+                reason: "Error".into(),
+                message: format!("lost track of the container: {e}"),
+                started_at: None,
+                finished_at: Some(Time::now()),
+            });
+            Some(Input::Exited { slot, id, exit })
+        }),
+        Action::PostStart { slot, id, command } => Box::pin(async move {
+            let timeout = Duration::from_secs(30);
+            let error = match rt.exec(&id, &command, timeout).await {
+                Ok(o) if o.exit_code == 0 => None,
+                Ok(o) => Some(format!("postStart hook exited with {}", o.exit_code)),
+                Err(e) => Some(format!("postStart hook: {e}")),
+            };
+            Some(Input::PostStartDone { slot, id, error })
+        }),
+        Action::Probe {
+            slot,
+            id,
+            kind,
+            handler,
+            timeout,
+        } => Box::pin(async move {
+            let success = match &handler {
+                Handler::Exec(cmd) => {
+                    matches!(rt.exec(&id, cmd, timeout).await, Ok(o) if o.exit_code == 0)
+                }
+                Handler::Tcp { port } => {
+                    matches!(rt.tcp_probe(&pod_ip, *port, timeout).await, Ok(true))
+                }
+                Handler::Http { port, path } => {
+                    matches!(rt.http_probe(&pod_ip, *port, path, timeout).await, Ok(true))
+                }
+                Handler::Invalid(_) => false,
+            };
+            Some(Input::ProbeDone {
+                slot,
+                id,
+                kind,
+                success,
+            })
+        }),
+        Action::StopContainer {
+            id,
+            grace,
+            pre_stop,
+            ..
+        } => Box::pin(async move {
+            let begun = Instant::now();
+            if let Some(cmd) = pre_stop {
+                // preStop counts against the grace period, as in Kubernetes.
+                let _ = tokio::time::timeout(grace, rt.exec(&id, &cmd, grace)).await;
+            }
+            let left = grace.saturating_sub(begun.elapsed());
+            if let Err(e) = rt.stop_container(&id, left).await {
+                tracing::warn!(container = %id, error = %e, "stop failed");
+            }
+            None
+        }),
+        Action::RemoveContainer { id } => Box::pin(async move {
+            if let Err(e) = rt.remove_container(&id).await {
+                tracing::debug!(container = %id, error = %e, "remove failed");
+            }
+            None
+        }),
+        Action::StopSandbox { id } => Box::pin(async move {
+            if let Err(e) = rt.stop_sandbox(&id).await {
+                tracing::warn!(sandbox = %id, error = %e, "stop sandbox failed");
+            }
+            Some(Input::SandboxStopped)
+        }),
+        Action::RemoveSandbox { id } => Box::pin(async move {
+            if let Err(e) = rt.remove_sandbox(&id).await {
+                tracing::debug!(sandbox = %id, error = %e, "remove sandbox failed");
+            }
+            None
+        }),
+        Action::DeletePod => {
+            let client = ctx.client.clone()?;
+            let writer = ctx.status.clone();
+            let (key, uid) = (key.clone(), uid.to_string());
+            Box::pin(async move {
+                writer.flush(&key, status_seq).await;
+                delete_pod(&client, &key, &uid).await;
+                None
+            })
+        }
+    })
+}
+
+/// Deletes the pod object with grace 0, pinned to the version read, so a new pod that
+/// reuses the name is never deleted. Retries until the pod is gone.
+async fn delete_pod(client: &ClusterClient, key: &PodKey, uid: &str) {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let result = match client.get(Kind::Pod, &key.namespace, &key.name).await {
+            Ok(Some(Object::Pod(p))) if p.metadata.uid == uid => {
+                let rv = p.metadata.revision().unwrap_or(0);
+                client
+                    .delete(Kind::Pod, &key.namespace, &key.name, rv, Some(0))
+                    .await
+                    .map(|_| ())
+            }
+            Ok(_) => return,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => return,
+            Err(e) if e.code() == Some(Code::NotFound) => return,
+            Err(e) if e.code() == Some(Code::Aborted) => continue,
+            Err(e) => {
+                tracing::warn!(pod = %key, error = %e, "deleting the pod failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! `skiff node`: the node agent. One process runs one node against containerd's CRI, or many
+//! simulated nodes (`--runtime sim --count 1000`) sharing one runtime and one connection.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use skiff_node::agent::{self, NodeConfig};
+use skiff_node::cri::{CriConfig, CriRuntime};
+use skiff_node::engine::EngineConfig;
+use skiff_node::image;
+use skiff_node::runtime::Runtime;
+use skiff_node::sim::{SimConfig, SimRuntime};
+use skiff_proto::api::Taint;
+use skiff_proto::client::ClusterClient;
+use skiff_proto::quantity::Quantity;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum RuntimeKind {
+    /// containerd's CRI plugin.
+    Cri,
+    /// In-memory simulated containers (kubemark-style).
+    Sim,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum NodeCommand {
+    /// The local images: no registry is reachable, so they are built here and imported.
+    #[command(subcommand)]
+    Image(ImageCommand),
+    /// Print a container's log, read through the agent of the pod's node (like kubectl logs).
+    Logs(LogsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct LogsArgs {
+    /// The pod.
+    pod: String,
+    #[arg(short, long, default_value = "default")]
+    namespace: String,
+    /// The container (default: the pod's only one).
+    #[arg(short, long, default_value = "")]
+    container: String,
+    /// The previous instance of a restarted container.
+    #[arg(short, long)]
+    previous: bool,
+    /// Only the last N lines.
+    #[arg(long)]
+    tail: Option<u64>,
+    /// Cluster API endpoints, comma-separated.
+    #[arg(long, default_value = "127.0.0.1:2379", value_delimiter = ',')]
+    endpoints: Vec<String>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum ImageCommand {
+    /// Write `busybox.tar` and `pause.tar` (OCI image layouts of `localhost/skiff/busybox:1`
+    /// and `localhost/skiff/pause:1`) built from Debian's busybox-static.
+    Build {
+        /// Directory to write the archives to.
+        #[arg(long)]
+        out: PathBuf,
+        /// The static busybox binary to put in the images.
+        #[arg(long, default_value = "/bin/busybox")]
+        busybox: PathBuf,
+    },
+    /// Import OCI archives into containerd's CRI namespace (`k8s.io`) with `ctr`.
+    Import {
+        files: Vec<PathBuf>,
+        /// containerd's socket.
+        #[arg(long, default_value = "/run/containerd/containerd.sock")]
+        containerd_socket: String,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Option<NodeCommand>,
+    /// The node's name (with `--count`, the names are `<name-prefix><i>` instead).
+    #[arg(long, default_value = "node-1")]
+    name: String,
+    /// Cluster API endpoints (store members' client addresses), comma-separated.
+    #[arg(long, default_value = "127.0.0.1:2379", value_delimiter = ',')]
+    endpoints: Vec<String>,
+    /// Which container runtime runs the pods.
+    #[arg(long, value_enum, default_value = "cri")]
+    runtime: RuntimeKind,
+    /// containerd's socket (CRI runtime).
+    #[arg(long, default_value = "/run/containerd/containerd.sock")]
+    containerd_socket: PathBuf,
+    /// Where container logs are written (CRI runtime).
+    #[arg(long, default_value = "/var/log/skiff/pods")]
+    pod_log_dir: PathBuf,
+    /// The sandbox image (CRI runtime); fully named, it must be present.
+    #[arg(long, default_value = image::PAUSE)]
+    pause_image: String,
+    /// How many nodes this process hosts (simulated runtime only).
+    #[arg(long, default_value_t = 1)]
+    count: usize,
+    /// Name prefix of the nodes when `--count` is given: `sim-0`, `sim-1`, …
+    #[arg(long, default_value = "sim-")]
+    name_prefix: String,
+    /// Allocatable CPU (a quantity: `4`, `3500m`); default: the host's CPU count.
+    #[arg(long)]
+    cpu: Option<String>,
+    /// Allocatable memory (a quantity: `8Gi`); default: the host's memory.
+    #[arg(long)]
+    memory: Option<String>,
+    /// Most pods the node runs.
+    #[arg(long, default_value_t = 110)]
+    max_pods: i64,
+    /// Node labels: `key=value,key=value`.
+    #[arg(long, value_delimiter = ',')]
+    labels: Vec<String>,
+    /// Node taints: `key=value:Effect` or `key:Effect`, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    taints: Vec<String>,
+    /// The node's address, reported as InternalIP and as hostIP of its pods.
+    #[arg(long, default_value = "127.0.0.1")]
+    host_ip: String,
+    /// Where the agent serves container logs (`skiff node logs`); port 0 picks a free one.
+    #[arg(long, default_value = "0.0.0.0:10250")]
+    logs_address: String,
+    /// How often the Node's heartbeat is written (`10s`, `500ms`).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    heartbeat_interval: Duration,
+    /// First CrashLoopBackOff delay (kubelet: 10s).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    backoff_initial: Duration,
+    /// CrashLoopBackOff cap (kubelet: 5m).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    backoff_max: Duration,
+    /// Simulated runtime: how long starting a sandbox takes.
+    #[arg(long, default_value = "5ms", value_parser = parse_duration)]
+    sim_sandbox_latency: Duration,
+    /// Simulated runtime: how long starting a container takes.
+    #[arg(long, default_value = "5ms", value_parser = parse_duration)]
+    sim_start_latency: Duration,
+}
+
+/// `500ms`, `10s`, `5m`, `1h` (a bare number is seconds).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}: expected e.g. 500ms, 10s, 5m"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => {
+            return Err(format!(
+                "invalid duration {text:?}: unit must be ms, s, m or h"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {text:?}: {e}"))
+}
+
+fn parse_labels(items: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+    items
+        .iter()
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let (k, v) = s
+                .split_once('=')
+                .with_context(|| format!("label {s:?}: expected key=value"))?;
+            Ok((k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+fn parse_taints(items: &[String]) -> anyhow::Result<Vec<Taint>> {
+    items
+        .iter()
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let (kv, effect) = s
+                .rsplit_once(':')
+                .with_context(|| format!("taint {s:?}: expected key=value:Effect"))?;
+            if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
+                bail!("taint {s:?}: effect must be NoSchedule, PreferNoSchedule or NoExecute");
+            }
+            let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+            Ok(Taint {
+                key: key.to_string(),
+                value: value.to_string(),
+                effect: effect.to_string(),
+                time_added: None,
+            })
+        })
+        .collect()
+}
+
+impl Args {
+    fn nodes(&self) -> anyhow::Result<Vec<NodeConfig>> {
+        if self.count > 1 && self.runtime != RuntimeKind::Sim {
+            bail!("--count needs --runtime sim: one containerd serves one node");
+        }
+        let quantity = |flag: &str, v: &str| {
+            Quantity::parse(v).map_err(|e| anyhow::anyhow!("--{flag} {v:?}: {e}"))
+        };
+        let mut base = NodeConfig::from_host(&self.name);
+        if let Some(c) = &self.cpu {
+            base.cpu = quantity("cpu", c)?;
+        }
+        if let Some(m) = &self.memory {
+            base.memory = quantity("memory", m)?;
+        }
+        base.max_pods = self.max_pods;
+        base.labels = parse_labels(&self.labels)?;
+        base.taints = parse_taints(&self.taints)?;
+        base.host_ip = self.host_ip.clone();
+        base.heartbeat = self.heartbeat_interval;
+        base.engine = EngineConfig {
+            backoff_initial: self.backoff_initial,
+            backoff_max: self.backoff_max,
+            ..EngineConfig::default()
+        };
+        if self.count <= 1 {
+            return Ok(vec![base]);
+        }
+        Ok((0..self.count)
+            .map(|i| NodeConfig {
+                name: format!("{}{i}", self.name_prefix),
+                ..base.clone()
+            })
+            .collect())
+    }
+
+    async fn runtime(&self) -> anyhow::Result<Arc<dyn Runtime>> {
+        Ok(match self.runtime {
+            RuntimeKind::Sim => Arc::new(SimRuntime::new(SimConfig {
+                sandbox_latency: self.sim_sandbox_latency,
+                start_latency: self.sim_start_latency,
+            })),
+            RuntimeKind::Cri => Arc::new(
+                CriRuntime::connect(CriConfig {
+                    socket: self.containerd_socket.clone(),
+                    pause_image: self.pause_image.clone(),
+                    log_dir: self.pod_log_dir.clone(),
+                    ..CriConfig::default()
+                })
+                .await
+                .context("containerd (--containerd-socket)")?,
+            ),
+        })
+    }
+}
+
+async fn logs(a: LogsArgs) -> anyhow::Result<()> {
+    use skiff_node::logs::{ENDPOINT_ANNOTATION, pb, text_of};
+    use skiff_proto::api::{Kind, Object};
+    let api = ClusterClient::connect(&a.endpoints).context("cluster API endpoints")?;
+    let Some(Object::Pod(pod)) = api.get(Kind::Pod, &a.namespace, &a.pod).await? else {
+        bail!("pods \"{}\" not found in namespace {}", a.pod, a.namespace);
+    };
+    let node = pod.spec.node_name.clone();
+    if node.is_empty() {
+        bail!("pod {}/{} is not bound to a node yet", a.namespace, a.pod);
+    }
+    let Some(Object::Node(n)) = api.get(Kind::Node, "", &node).await? else {
+        bail!("nodes \"{node}\" not found");
+    };
+    let endpoint = n
+        .metadata
+        .annotations
+        .get(ENDPOINT_ANNOTATION)
+        .with_context(|| format!("node {node} publishes no log endpoint"))?;
+    let mut client = pb::logs_client::LogsClient::connect(format!("http://{endpoint}"))
+        .await
+        .with_context(|| format!("the agent of node {node} at {endpoint}"))?;
+    let r = client
+        .container_log(pb::ContainerLogRequest {
+            node,
+            namespace: a.namespace,
+            pod: a.pod,
+            container: a.container,
+            previous: a.previous,
+            tail_lines: a.tail.unwrap_or(0),
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+    print!("{}", text_of(&r.into_inner().data));
+    Ok(())
+}
+
+fn images(cmd: ImageCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        ImageCommand::Build { out, busybox } => {
+            let bin = std::fs::read(&busybox).with_context(|| {
+                format!(
+                    "{}: a static busybox is needed (Debian: busybox-static)",
+                    busybox.display()
+                )
+            })?;
+            std::fs::create_dir_all(&out).with_context(|| format!("{}", out.display()))?;
+            for (file, data, name) in [
+                ("busybox.tar", image::busybox_archive(&bin), image::BUSYBOX),
+                ("pause.tar", image::pause_archive(&bin), image::PAUSE),
+            ] {
+                let path = out.join(file);
+                std::fs::write(&path, data).with_context(|| format!("{}", path.display()))?;
+                println!("{} ({name})", path.display());
+            }
+        }
+        ImageCommand::Import {
+            files,
+            containerd_socket,
+        } => {
+            for f in files {
+                let status = std::process::Command::new("ctr")
+                    .args(["--address", &containerd_socket, "-n", "k8s.io"])
+                    .args(["images", "import", "--all-platforms"])
+                    .arg(&f)
+                    .status()
+                    .context("running ctr (Debian: containerd)")?;
+                if !status.success() {
+                    bail!("importing {} failed: ctr {status}", f.display());
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    match args.command {
+        Some(NodeCommand::Image(cmd)) => return images(cmd),
+        Some(NodeCommand::Logs(a)) => {
+            rt.block_on(logs(a))?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        None => {}
+    }
+    let mut nodes = args.nodes()?;
+    rt.block_on(async move {
+        let runtime = args.runtime().await?;
+        let listener = tokio::net::TcpListener::bind(&args.logs_address)
+            .await
+            .with_context(|| format!("--logs-address {}", args.logs_address))?;
+        let bound = listener.local_addr().context("log service address")?;
+        // An unspecified bind address is reached at the node's own address.
+        let advertised = if bound.ip().is_unspecified() {
+            format!("{}:{}", args.host_ip, bound.port())
+        } else {
+            bound.to_string()
+        };
+        for n in &mut nodes {
+            n.logs_endpoint = Some(advertised.clone());
+        }
+        let client = ClusterClient::connect(&args.endpoints).context("cluster API endpoints")?;
+        let cancel = CancellationToken::new();
+        let stop = cancel.clone();
+        tokio::spawn(async move {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::error!(error = %e, "no SIGTERM handler");
+                        return;
+                    }
+                };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            stop.cancel();
+        });
+        tracing::info!(nodes = nodes.len(), "node agent starting");
+        agent::run(client, runtime, nodes, Some(listener), cancel)
+            .await
+            .context("node agent")
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_parse() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert!(parse_duration("soon").is_err());
+        let t = parse_taints(&["dedicated=db:NoExecute".into(), "gpu:NoSchedule".into()])
+            .expect("taints");
+        assert_eq!(
+            (t[0].key.as_str(), t[0].value.as_str()),
+            ("dedicated", "db")
+        );
+        assert_eq!(
+            (t[1].key.as_str(), t[1].effect.as_str()),
+            ("gpu", "NoSchedule")
+        );
+        assert!(parse_taints(&["x:Sometimes".into()]).is_err());
+        let l = parse_labels(&["zone=a".into()]).expect("labels");
+        assert_eq!(l["zone"], "a");
+    }
+}

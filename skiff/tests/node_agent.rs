@@ -1,0 +1,457 @@
+//! The node agent against a real three-member store: `skiff node --runtime sim` registers its
+//! Node and keeps its heartbeat; pods created and bound through the cluster API run to
+//! Running / Succeeded / Failed with the status the kubelet would write; deleting a running
+//! pod stops it and removes the object; a restarted agent adopts nothing it cannot see (the
+//! simulated runtime lives in the agent process) and cleans up.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Cluster, eventually, skiff_bin};
+use futures::StreamExt;
+use serde_json::json;
+use skiff_proto::api::{Kind, Object, Pod};
+use skiff_proto::client::{ClusterClient, Event};
+use skiff_proto::cluster::v1::Binding;
+use skiff_proto::cluster::v1::bind_result::Outcome;
+
+/// A `skiff node` process, killed by PID when dropped.
+struct Agent {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Agent {
+    fn start(dir: &Path, endpoints: &[String], extra: &[&str]) -> Agent {
+        Agent::start_beating(dir, endpoints, "1s", extra)
+    }
+
+    /// An agent whose nodes heartbeat every `heartbeat`.
+    fn start_beating(dir: &Path, endpoints: &[String], heartbeat: &str, extra: &[&str]) -> Agent {
+        let log = dir.join(format!("agent-{}.log", extra.join("_").replace('/', "_")));
+        let file = std::fs::File::create(&log).expect("agent log");
+        let child = Command::new(skiff_bin())
+            .args([
+                "node",
+                "--runtime",
+                "sim",
+                "--endpoints",
+                &endpoints.join(","),
+            ])
+            .args(["--heartbeat-interval", heartbeat, "--backoff-initial", "1s"])
+            .args(["--logs-address", "127.0.0.1:0"])
+            .args(extra)
+            .env("SKIFF_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("spawn skiff node");
+        Agent { child, log }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- last lines of the agent ---");
+            for l in tail.into_iter().rev() {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
+
+fn pod(name: &str, spec: serde_json::Value) -> Object {
+    Object::from_json(
+        Kind::Pod,
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+        .to_string()
+        .as_bytes(),
+    )
+    .expect("test pod decodes")
+}
+
+fn bind(name: &str, node: &str) -> Binding {
+    Binding {
+        namespace: "default".into(),
+        pod: name.into(),
+        node: node.into(),
+        pod_resource_version: 0,
+    }
+}
+
+async fn get_pod(api: &ClusterClient, name: &str) -> Option<Pod> {
+    match api.get(Kind::Pod, "default", name).await.ok()? {
+        Some(Object::Pod(p)) => Some(p),
+        _ => None,
+    }
+}
+
+async fn phase_is(api: &ClusterClient, name: &str, phase: &str) -> Option<Pod> {
+    get_pod(api, name)
+        .await
+        .filter(|p| p.status.as_ref().is_some_and(|s| s.phase == phase))
+}
+
+fn condition<'a>(p: &'a Pod, t: &str) -> Option<&'a str> {
+    p.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == t)
+        .map(|c| c.status.as_str())
+}
+
+/// Pods bound to a simulated node run, finish and are deleted with the statuses the kubelet
+/// reports; the Node registers with its capacity and keeps its heartbeat fresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_run_finish_and_are_removed() {
+    let cluster = Cluster::start(3, &[]).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _agent = Agent::start(
+        cluster.dir.path(),
+        &cluster.endpoints(),
+        &[
+            "--name", "n1", "--cpu", "4", "--memory", "8Gi", "--labels", "zone=a",
+        ],
+    );
+    let long = Duration::from_secs(30);
+    let node = eventually(long, "node n1 registered and Ready", || async {
+        match api.get(Kind::Node, "", "n1").await.ok()? {
+            Some(Object::Node(n)) if n.is_ready() => Some(n),
+            _ => None,
+        }
+    })
+    .await;
+    let status = node.status.clone().expect("node status");
+    assert_eq!(status.allocatable["cpu"].to_string(), "4");
+    assert_eq!(status.allocatable["memory"].to_string(), "8Gi");
+    assert_eq!(node.metadata.labels["zone"], "a");
+    let beat = |n: &skiff_proto::api::Node| {
+        n.condition("Ready")
+            .and_then(|c| c.last_heartbeat_time)
+            .expect("heartbeat time")
+    };
+    let first = beat(&node);
+    eventually(long, "a newer heartbeat", || async {
+        match api.get(Kind::Node, "", "n1").await.ok()? {
+            Some(Object::Node(n)) if beat(&n) > first => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+
+    let specs = [
+        (
+            "server",
+            json!({"containers": [{"name": "web", "image": "localhost/skiff/busybox:1",
+                                          "ports": [{"containerPort": 8080}],
+                                          "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}),
+        ),
+        (
+            "job",
+            json!({"restartPolicy": "Never",
+                       "initContainers": [{"name": "setup", "image": "localhost/skiff/busybox:1", "command": ["true"]}],
+                       "containers": [{"name": "main", "image": "localhost/skiff/busybox:1",
+                                       "command": ["sh", "-c", "echo done; sleep 1; exit 0"]}]}),
+        ),
+        (
+            "broken",
+            json!({"restartPolicy": "Never",
+                          "containers": [{"name": "main", "image": "localhost/skiff/busybox:1",
+                                          "command": ["sh", "-c", "exit 3"]}]}),
+        ),
+        (
+            "picky",
+            json!({"nodeSelector": {"zone": "b"},
+                         "containers": [{"name": "main", "image": "localhost/skiff/busybox:1"}]}),
+        ),
+    ];
+    for (name, spec) in &specs {
+        api.create(&pod(name, spec.clone())).await.expect("create");
+    }
+    let results = api
+        .bind(specs.iter().map(|(n, _)| bind(n, "n1")).collect())
+        .await
+        .expect("bind");
+    assert!(results.iter().all(|r| r.outcome == Outcome::Bound as i32));
+
+    let server = eventually(long, "server Running and Ready", || async {
+        phase_is(&api, "server", "Running")
+            .await
+            .filter(|p| condition(p, "Ready") == Some("True"))
+    })
+    .await;
+    let s = server.status.as_ref().expect("status");
+    assert_eq!(s.host_ip, "127.0.0.1");
+    assert!(!s.pod_ip.is_empty());
+    assert!(s.start_time.is_some());
+    assert_eq!(condition(&server, "PodScheduled"), Some("True"));
+    assert_eq!(condition(&server, "Initialized"), Some("True"));
+    let c = &s.container_statuses[0];
+    assert!(c.ready && c.restart_count == 0);
+    assert!(c.state.as_ref().is_some_and(|st| st.running.is_some()));
+    assert!(c.container_id.starts_with("sim://"));
+
+    let job = eventually(long, "job Succeeded", || phase_is(&api, "job", "Succeeded")).await;
+    let s = job.status.as_ref().expect("status");
+    let t = s.container_statuses[0]
+        .state
+        .as_ref()
+        .and_then(|st| st.terminated.as_ref())
+        .expect("terminated");
+    assert_eq!((t.exit_code, t.reason.as_str()), (0, "Completed"));
+    assert_eq!(s.init_container_statuses[0].name, "setup");
+    let out = Command::new(skiff_bin())
+        .args([
+            "node",
+            "logs",
+            "job",
+            "--endpoints",
+            &cluster.endpoints().join(","),
+        ])
+        .output()
+        .expect("skiff node logs");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+
+    let broken = eventually(long, "broken Failed", || phase_is(&api, "broken", "Failed")).await;
+    let t = broken.status.as_ref().expect("status").container_statuses[0]
+        .state
+        .as_ref()
+        .and_then(|st| st.terminated.as_ref())
+        .cloned()
+        .expect("terminated");
+    assert_eq!((t.exit_code, t.reason.as_str()), (3, "Error"));
+
+    let picky = eventually(long, "picky rejected", || phase_is(&api, "picky", "Failed")).await;
+    assert_eq!(
+        picky.status.as_ref().expect("status").reason,
+        "NodeAffinity"
+    );
+
+    // Graceful delete of the running pod: the agent stops it and removes the object.
+    let terminating = api
+        .delete(Kind::Pod, "default", "server", 0, Some(30))
+        .await
+        .expect("delete");
+    assert!(terminating.metadata().deletion_timestamp.is_some());
+    eventually(long, "server removed", || async {
+        get_pod(&api, "server").await.is_none().then_some(())
+    })
+    .await;
+    // Finished pods are deleted at once by the store.
+    api.delete(Kind::Pod, "default", "job", 0, None)
+        .await
+        .expect("delete job");
+    assert!(get_pod(&api, "job").await.is_none());
+}
+
+/// Bound → Running latency over 100 pods through one simulated node, printed as p50/p99
+/// (the figure in the closing note); every pod gets there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bound_to_running_latency_over_100_pods() {
+    let cluster = Cluster::start(3, &[]).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _agent = Agent::start(
+        cluster.dir.path(),
+        &cluster.endpoints(),
+        &["--name", "lat", "--max-pods", "200"],
+    );
+    eventually(Duration::from_secs(30), "node registered", || async {
+        api.get(Kind::Node, "", "lat").await.ok().flatten()
+    })
+    .await;
+    let n = 100;
+    for i in 0..n {
+        api.create(&pod(
+            &format!("p{i}"),
+            json!({"containers": [{"name": "c", "image": "localhost/skiff/busybox:1"}]}),
+        ))
+        .await
+        .expect("create");
+    }
+    let (_, rev) = api.list(Kind::Pod, "default", "", "").await.expect("list");
+    let mut watch = Box::pin(
+        api.watch(Kind::Pod, "default", "", "spec.nodeName=lat", rev, false)
+            .await
+            .expect("watch"),
+    );
+    // Bind in the background while the watch is read, so each latency is measured when the
+    // Running status arrives (from just before the pod's Bind call).
+    let bound_at = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+    let binder = {
+        let (api, bound_at) = (api.clone(), bound_at.clone());
+        tokio::spawn(async move {
+            for i in 0..n {
+                let name = format!("p{i}");
+                bound_at
+                    .lock()
+                    .expect("lock")
+                    .insert(name.clone(), Instant::now());
+                let r = api.bind(vec![bind(&name, "lat")]).await.expect("bind");
+                assert_eq!(r[0].outcome, Outcome::Bound as i32);
+            }
+        })
+    };
+    let mut latencies = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while latencies.len() < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let e = tokio::time::timeout(left, watch.next())
+            .await
+            .expect("all pods Running within 60 s")
+            .expect("watch open")
+            .expect("event");
+        if let Event::Modified(Object::Pod(p)) = e
+            && p.status.as_ref().is_some_and(|s| s.phase == "Running")
+            && let Some(t) = bound_at.lock().expect("lock").remove(&p.metadata.name)
+        {
+            latencies.push(t.elapsed());
+        }
+    }
+    binder.await.expect("binder");
+    latencies.sort();
+    let p = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    eprintln!(
+        "bound→Running over {n} pods (sim runtime, 5 ms sandbox + 5 ms start): p50 {:?}, p99 {:?}, max {:?}",
+        p(0.50),
+        p(0.99),
+        latencies[latencies.len() - 1]
+    );
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Scale figures, run on demand (`cargo test -p skiff --test node_agent -- --ignored
+/// --nocapture`): one process hosting `SKIFF_SIM_NODES` (1000) simulated nodes registers them
+/// all, runs `SKIFF_SIM_PODS_PER_NODE` (5) pods on each, and prints its memory per node (idle
+/// and with pods) and the bound→Running latency of batch-bound pods. `SKIFF_SIM_HEARTBEAT`
+/// (10s) sets the heartbeat: every beat is a replicated Node write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: prints figures, takes minutes"]
+async fn sim_nodes_at_scale() {
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let (nodes, per_node) = (
+        env("SKIFF_SIM_NODES", 1000),
+        env("SKIFF_SIM_PODS_PER_NODE", 5),
+    );
+    let cluster = Cluster::start(3, &[]).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    // The kubelet's 10 s heartbeat is 100 Node writes/s for 1000 nodes.
+    let beat = std::env::var("SKIFF_SIM_HEARTBEAT").unwrap_or_else(|_| "10s".into());
+    let one = Agent::start_beating(
+        cluster.dir.path(),
+        &cluster.endpoints(),
+        &beat,
+        &["--name", "solo"],
+    );
+    let count = nodes.to_string();
+    let many = Agent::start_beating(
+        cluster.dir.path(),
+        &cluster.endpoints(),
+        &beat,
+        &["--count", &count, "--name-prefix", "sim-"],
+    );
+    let begun = Instant::now();
+    eventually(
+        Duration::from_secs(300),
+        "every node registered",
+        || async {
+            let (all, _) = api.list(Kind::Node, "", "", "").await.ok()?;
+            (all.len() > nodes).then_some(())
+        },
+    )
+    .await;
+    eprintln!("{nodes} nodes registered in {:?}", begun.elapsed());
+    // Let the registrations settle (and heartbeats start) before measuring.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let (base, idle) = (rss_kib(one.child.id()), rss_kib(many.child.id()));
+    eprintln!(
+        "RSS: 1 node {base} KiB, {nodes} nodes {idle} KiB → {:.1} KiB per idle node",
+        (idle.saturating_sub(base)) as f64 / (nodes - 1) as f64
+    );
+    let total = nodes * per_node;
+    for i in 0..total {
+        api.create(&pod(
+            &format!("s{i}"),
+            json!({"containers": [{"name": "c", "image": "localhost/skiff/busybox:1"}]}),
+        ))
+        .await
+        .expect("create");
+    }
+    let (_, rev) = api.list(Kind::Pod, "default", "", "").await.expect("list");
+    let mut watch = Box::pin(
+        api.watch(Kind::Pod, "default", "", "", rev, false)
+            .await
+            .expect("watch"),
+    );
+    let bound_at = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+    let binder = {
+        let (api, bound_at) = (api.clone(), bound_at.clone());
+        tokio::spawn(async move {
+            for chunk in (0..total).collect::<Vec<_>>().chunks(500) {
+                let batch: Vec<Binding> = chunk
+                    .iter()
+                    .map(|i| bind(&format!("s{i}"), &format!("sim-{}", i % nodes)))
+                    .collect();
+                let now = Instant::now();
+                for b in &batch {
+                    bound_at.lock().expect("lock").insert(b.pod.clone(), now);
+                }
+                let r = api.bind(batch).await.expect("bind");
+                assert!(r.iter().all(|r| r.outcome == Outcome::Bound as i32));
+            }
+        })
+    };
+    let mut latencies = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while latencies.len() < total {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let e = tokio::time::timeout(left, watch.next())
+            .await
+            .expect("all pods Running in time")
+            .expect("watch open")
+            .expect("event");
+        if let Event::Modified(Object::Pod(p)) = e
+            && p.status.as_ref().is_some_and(|s| s.phase == "Running")
+            && let Some(t) = bound_at.lock().expect("lock").remove(&p.metadata.name)
+        {
+            latencies.push(t.elapsed());
+        }
+    }
+    binder.await.expect("binder");
+    latencies.sort();
+    let q = |f: f64| latencies[((latencies.len() as f64 * f) as usize).min(latencies.len() - 1)];
+    let busy = rss_kib(many.child.id());
+    eprintln!(
+        "{total} pods on {nodes} nodes, bound (batches of 500) → Running: p50 {:?}, p99 {:?}; \
+         RSS {busy} KiB → {:.1} KiB per node with {per_node} pods",
+        q(0.5),
+        q(0.99),
+        (busy.saturating_sub(base)) as f64 / (nodes - 1) as f64
+    );
+}

@@ -1,0 +1,491 @@
+//! The node agent against a real containerd (Debian's containerd + runc), started by the test
+//! with its own config, root, state and socket, and images built from busybox-static and
+//! imported from OCI archives. Pods use the host network (no CNI here), so nothing on the host
+//! network changes.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Cluster, eventually, skiff_bin};
+use serde_json::json;
+use skiff_proto::api::pod::ContainerStateTerminated;
+use skiff_proto::api::{Kind, Object, Pod};
+use skiff_proto::client::ClusterClient;
+use skiff_proto::cluster::v1::Binding;
+
+/// A containerd of the test's own, killed by PID (with its shims) when dropped.
+struct Containerd {
+    child: Child,
+    dir: PathBuf,
+    socket: PathBuf,
+}
+
+impl Containerd {
+    fn start(dir: &Path) -> Containerd {
+        let dir = dir.join("containerd");
+        std::fs::create_dir_all(dir.join("cni")).expect("containerd dir");
+        let socket = dir.join("containerd.sock");
+        let config = format!(
+            r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+[grpc]
+  address = "{d}/containerd.sock"
+[ttrpc]
+  address = "{d}/containerd.sock.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d}/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "localhost/skiff/pause:1"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{d}/cni"
+"#,
+            d = dir.display()
+        );
+        std::fs::write(dir.join("config.toml"), config).expect("containerd config");
+        let log = std::fs::File::create(dir.join("containerd.log")).expect("containerd log");
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(dir.join("config.toml"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("containerd (Debian package containerd; scripts/common.sh installs it)");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !socket.exists() {
+            assert!(Instant::now() < deadline, "containerd did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Containerd { child, dir, socket }
+    }
+
+    fn import_images(&self) {
+        let img = self.dir.join("images");
+        let out = Command::new(skiff_bin())
+            .args(["node", "image", "build", "--out"])
+            .arg(&img)
+            .output()
+            .expect("skiff node image build");
+        assert!(out.status.success(), "{out:?}");
+        let out = Command::new(skiff_bin())
+            .args(["node", "image", "import", "--containerd-socket"])
+            .arg(&self.socket)
+            .arg(img.join("busybox.tar"))
+            .arg(img.join("pause.tar"))
+            .output()
+            .expect("skiff node image import");
+        assert!(out.status.success(), "{out:?}");
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        // Shims outlive containerd by design: stop what they run first, then containerd.
+        let _ = Command::new("ctr")
+            .arg("--address")
+            .arg(&self.socket)
+            .args(["-n", "k8s.io", "tasks", "ls", "-q"])
+            .output()
+            .map(|o| {
+                for id in String::from_utf8_lossy(&o.stdout).lines() {
+                    let _ = Command::new("ctr")
+                        .arg("--address")
+                        .arg(&self.socket)
+                        .args(["-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id])
+                        .output();
+                }
+            });
+        let shims = Command::new("pgrep")
+            .args([
+                "-f",
+                &format!("containerd-shim.*-address {}", self.socket.display()),
+            ])
+            .output();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Ok(o) = shims {
+            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+        }
+        // Mounts of the overlay snapshotter and the shims' state go with the directory.
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "grep -o ' {}[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l",
+                self.dir.display()
+            ))
+            .status();
+    }
+}
+
+/// A `skiff node --runtime cri` process, killed by PID when dropped.
+struct Agent {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Agent {
+    fn start(dir: &Path, endpoints: &[String], ctr: &Containerd) -> Agent {
+        let log = dir.join("agent-cri.log");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("agent log");
+        let child = Command::new(skiff_bin())
+            .args(["node", "--runtime", "cri", "--name", "c1"])
+            .args(["--endpoints", &endpoints.join(",")])
+            .arg("--containerd-socket")
+            .arg(&ctr.socket)
+            .arg("--pod-log-dir")
+            .arg(dir.join("pods"))
+            .args(["--heartbeat-interval", "2s", "--backoff-initial", "1s"])
+            .args(["--logs-address", "127.0.0.1:0"])
+            .env("SKIFF_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("spawn skiff node");
+        Agent {
+            child: Some(child),
+            log,
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- last lines of the agent ---");
+            for l in tail.into_iter().rev() {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
+
+fn pod(name: &str, spec: serde_json::Value) -> Object {
+    let mut spec = spec;
+    spec["hostNetwork"] = json!(true);
+    Object::from_json(
+        Kind::Pod,
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+        .to_string()
+        .as_bytes(),
+    )
+    .expect("test pod decodes")
+}
+
+fn container(command: &str) -> serde_json::Value {
+    json!({"name": "main", "image": "localhost/skiff/busybox:1", "command": ["sh", "-c", command]})
+}
+
+async fn get_pod(api: &ClusterClient, name: &str) -> Option<Pod> {
+    match api.get(Kind::Pod, "default", name).await.ok()? {
+        Some(Object::Pod(p)) => Some(p),
+        _ => None,
+    }
+}
+
+fn terminated(p: &Pod) -> Option<ContainerStateTerminated> {
+    p.status
+        .as_ref()?
+        .container_statuses
+        .first()?
+        .state
+        .as_ref()?
+        .terminated
+        .clone()
+}
+
+fn phase(p: &Pod) -> &str {
+    p.status.as_ref().map_or("", |s| s.phase.as_str())
+}
+
+async fn create_and_bind(api: &ClusterClient, name: &str, spec: serde_json::Value) {
+    api.create(&pod(name, spec)).await.expect("create");
+    api.bind(vec![Binding {
+        namespace: "default".into(),
+        pod: name.into(),
+        node: "c1".into(),
+        pod_resource_version: 0,
+    }])
+    .await
+    .expect("bind");
+}
+
+/// Real containers through containerd's CRI: a pod runs, logs in CRI format and exits 0 →
+/// Succeeded; a crashing pod restarts with back-off; a pod over its memory limit is
+/// OOMKilled; deletion stops a container that ignores SIGTERM within the grace period; an
+/// agent that restarts adopts the running pod without restarting it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_run_in_containerd() {
+    let cluster = Cluster::start(3, &[]).await;
+    let ctr = Containerd::start(cluster.dir.path());
+    ctr.import_images();
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let mut agent = Agent::start(cluster.dir.path(), &cluster.endpoints(), &ctr);
+    let long = Duration::from_secs(60);
+    eventually(long, "node c1 Ready", || async {
+        match api.get(Kind::Node, "", "c1").await.ok()? {
+            Some(Object::Node(n)) if n.is_ready() => Some(n),
+            _ => None,
+        }
+    })
+    .await;
+
+    create_and_bind(
+        &api,
+        "hello",
+        json!({"restartPolicy": "Never", "containers": [container("echo hello from skiff; exit 0")]}),
+    )
+    .await;
+    create_and_bind(
+        &api,
+        "crash",
+        json!({"containers": [container("echo crashing; exit 1")]}),
+    )
+    .await;
+    let mut oom = container("tail /dev/zero");
+    oom["resources"] = json!({"limits": {"memory": "16Mi"}});
+    create_and_bind(
+        &api,
+        "oom",
+        json!({"restartPolicy": "Never", "containers": [oom]}),
+    )
+    .await;
+    create_and_bind(
+        &api,
+        "stubborn",
+        json!({"terminationGracePeriodSeconds": 3,
+               "containers": [container("trap '' TERM; while true; do sleep 1; done")]}),
+    )
+    .await;
+    create_and_bind(
+        &api,
+        "steady",
+        json!({"containers": [container("sleep 3600")]}),
+    )
+    .await;
+
+    let hello = eventually(long, "hello Succeeded", || async {
+        get_pod(&api, "hello")
+            .await
+            .filter(|p| phase(p) == "Succeeded")
+    })
+    .await;
+    let t = terminated(&hello).expect("terminated");
+    assert_eq!((t.exit_code, t.reason.as_str()), (0, "Completed"));
+    assert!(t.container_id.starts_with("containerd://"));
+    let uid = &hello.metadata.uid;
+    let log_path = cluster
+        .dir
+        .path()
+        .join("pods")
+        .join(format!("default_hello_{uid}"))
+        .join("main/0.log");
+    let log = std::fs::read_to_string(&log_path).expect("container log");
+    assert!(
+        log.lines()
+            .any(|l| l.ends_with(" stdout F hello from skiff")),
+        "{log}"
+    );
+
+    let out = Command::new(skiff_bin())
+        .args([
+            "node",
+            "logs",
+            "hello",
+            "--endpoints",
+            &cluster.endpoints().join(","),
+        ])
+        .output()
+        .expect("skiff node logs");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello from skiff\n");
+
+    let crash = eventually(long, "crash restarted twice", || async {
+        get_pod(&api, "crash").await.filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.first())
+                .is_some_and(|c| c.restart_count >= 2)
+        })
+    })
+    .await;
+    assert_eq!(phase(&crash), "Running");
+    let last = crash.status.as_ref().expect("status").container_statuses[0]
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.clone())
+        .expect("last state");
+    assert_eq!(last.exit_code, 1);
+    let out = Command::new(skiff_bin())
+        .args(["node", "logs", "crash", "--previous", "--endpoints"])
+        .arg(cluster.endpoints().join(","))
+        .output()
+        .expect("skiff node logs --previous");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "crashing\n");
+
+    let oomed = eventually(long, "oom Failed", || async {
+        get_pod(&api, "oom").await.filter(|p| phase(p) == "Failed")
+    })
+    .await;
+    let t = terminated(&oomed).expect("terminated");
+    assert_eq!(
+        (t.exit_code, t.reason.as_str()),
+        (137, "OOMKilled"),
+        "{t:?}"
+    );
+
+    // Adoption: the agent dies and comes back; the steady pod keeps its container.
+    let steady = eventually(long, "steady Running", || async {
+        get_pod(&api, "steady")
+            .await
+            .filter(|p| phase(p) == "Running")
+    })
+    .await;
+    let id = steady.status.as_ref().expect("status").container_statuses[0]
+        .container_id
+        .clone();
+    agent.kill();
+    let _agent = Agent::start(cluster.dir.path(), &cluster.endpoints(), &ctr);
+    eventually(long, "stubborn Running", || async {
+        get_pod(&api, "stubborn")
+            .await
+            .filter(|p| phase(p) == "Running")
+    })
+    .await;
+    // Give the new agent time to (wrongly) restart it, then check it did not.
+    let settle = Instant::now() + Duration::from_secs(5);
+    eventually(long, "steady still on its container", || async {
+        let p = get_pod(&api, "steady").await?;
+        let c = p.status.as_ref()?.container_statuses.first()?.clone();
+        assert_eq!(c.container_id, id, "the container was replaced");
+        assert_eq!(c.restart_count, 0);
+        (Instant::now() > settle).then_some(())
+    })
+    .await;
+
+    // Graceful delete: SIGTERM is ignored, SIGKILL lands when the 3 s grace ends.
+    let begun = Instant::now();
+    api.delete(Kind::Pod, "default", "stubborn", 0, None)
+        .await
+        .expect("delete");
+    eventually(long, "stubborn removed", || async {
+        get_pod(&api, "stubborn").await.is_none().then_some(())
+    })
+    .await;
+    let took = begun.elapsed();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(20),
+        "stop took {took:?}"
+    );
+}
+
+/// Bound → Running latency through containerd, printed as p50/p99 (the closing note's
+/// figure; `SKIFF_CRI_LATENCY_PODS=100` for the full run, 20 by default to keep CI short;
+/// `SKIFF_CRI_BIND_INTERVAL_MS` paces the binds, 0 binds them all at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bound_to_running_latency_with_containerd() {
+    use futures::StreamExt;
+    use skiff_proto::client::Event;
+    let n: usize = std::env::var("SKIFF_CRI_LATENCY_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let pace = Duration::from_millis(
+        std::env::var("SKIFF_CRI_BIND_INTERVAL_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    );
+    let cluster = Cluster::start(3, &[]).await;
+    let ctr = Containerd::start(cluster.dir.path());
+    ctr.import_images();
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _agent = Agent::start(cluster.dir.path(), &cluster.endpoints(), &ctr);
+    eventually(Duration::from_secs(60), "node c1", || async {
+        api.get(Kind::Node, "", "c1").await.ok().flatten()
+    })
+    .await;
+    for i in 0..n {
+        api.create(&pod(
+            &format!("l{i}"),
+            json!({"terminationGracePeriodSeconds": 0, "containers": [container("sleep 3600")]}),
+        ))
+        .await
+        .expect("create");
+    }
+    let (_, rev) = api.list(Kind::Pod, "default", "", "").await.expect("list");
+    let mut watch = Box::pin(
+        api.watch(Kind::Pod, "default", "", "spec.nodeName=c1", rev, false)
+            .await
+            .expect("watch"),
+    );
+    let bound_at = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
+    let binder = {
+        let (api, bound_at) = (api.clone(), bound_at.clone());
+        tokio::spawn(async move {
+            for i in 0..n {
+                let name = format!("l{i}");
+                bound_at
+                    .lock()
+                    .expect("lock")
+                    .insert(name.clone(), Instant::now());
+                api.bind(vec![Binding {
+                    namespace: "default".into(),
+                    pod: name,
+                    node: "c1".into(),
+                    pod_resource_version: 0,
+                }])
+                .await
+                .expect("bind");
+                tokio::time::sleep(pace).await;
+            }
+        })
+    };
+    let mut latencies = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while latencies.len() < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let e = tokio::time::timeout(left, watch.next())
+            .await
+            .expect("all pods Running in time")
+            .expect("watch open")
+            .expect("event");
+        if let Event::Modified(Object::Pod(p)) = e
+            && phase(&p) == "Running"
+            && let Some(t) = bound_at.lock().expect("lock").remove(&p.metadata.name)
+        {
+            latencies.push(t.elapsed());
+        }
+    }
+    binder.await.expect("binder");
+    latencies.sort();
+    let q = |f: f64| latencies[((latencies.len() as f64 * f) as usize).min(latencies.len() - 1)];
+    eprintln!(
+        "bound→Running over {n} pods (containerd CRI, binds {pace:?} apart): p50 {:?}, p99 {:?}, max {:?}",
+        q(0.50),
+        q(0.99),
+        latencies[latencies.len() - 1]
+    );
+}
