@@ -504,9 +504,17 @@ impl StoreMember {
             .get(&id)
             .map(|l| l.ttl)
             .ok_or(StoreError::LeaseNotFound)?;
-        self.lessor()
+        let now = Instant::now();
+        let mut lessor = self.lessor();
+        // A lease whose deadline has passed is being revoked (or about to be): renewing it now
+        // would tell the client it lives while the revocation is already on its way. etcd
+        // answers such a keep-alive as if the lease were gone, and so does Skiff.
+        if lessor.deadlines.get(&id).is_some_and(|d| *d <= now) {
+            return Err(StoreError::LeaseNotFound);
+        }
+        lessor
             .deadlines
-            .insert(id, Instant::now() + Duration::from_secs(ttl.max(0) as u64));
+            .insert(id, now + Duration::from_secs(ttl.max(0) as u64));
         Ok(ForwardedReply::Ttl {
             remaining: ttl,
             granted: ttl,
