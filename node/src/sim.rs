@@ -12,6 +12,8 @@
 //! | `echo WORDS`                    | writes a line to the log at start                    |
 //! | `trap '' TERM`                  | ignores SIGTERM: only the SIGKILL after the grace ends it |
 //! | `tail /dev/zero`                | with a memory limit: OOMKilled (137); without: runs forever |
+//! | busybox's one-shot utilities (`mkdir`, `cp`, `touch`, …) | succeed at once           |
+//! | anything else (`httpd -f`, …)   | runs until stopped, like a server                    |
 //!
 //! Exec (probes, hooks) understands `true`, `false`, `exit N`, `touch F`, `rm F` and
 //! `cat F` / `test -e F` / `ls F` against a per-container set of files, which tests can also
@@ -122,6 +124,11 @@ fn statements(script: &str) -> impl Iterator<Item = &str> {
 
 impl Plan {
     fn parse(command: &[String], memory_limited: bool) -> Plan {
+        /// Commands that finish at once with status 0 in a script.
+        const ONE_SHOT: &[&str] = &[
+            "mkdir", "cp", "mv", "rm", "touch", "cat", "ls", "test", "[", "wc", "date", "env",
+            "printf", "export", "cd", "chmod", "ln", "head", "grep", "sed", "hostname", ":",
+        ];
         let script = script_of(command);
         let mut plan = Plan::default();
         if script.trim().is_empty() {
@@ -160,7 +167,10 @@ impl Plan {
                     }
                     forever = true;
                 }
-                _ => plan.exit_code = 0,
+                [cmd, ..] if ONE_SHOT.contains(cmd) => plan.exit_code = 0,
+                // A program the simulation does not model (a server: httpd, nc -l, …)
+                // runs until stopped, as a real one would.
+                _ => forever = true,
             }
             if forever {
                 break;
@@ -724,6 +734,18 @@ mod tests {
 
     fn sh(script: &str) -> Vec<String> {
         vec!["sh".into(), "-c".into(), script.into()]
+    }
+
+    #[test]
+    fn servers_run_and_utilities_finish() {
+        let server = Plan::parse(&words("httpd -f -p 8080 -h /tmp"), false);
+        assert_eq!(server.run_for, None);
+        let init = Plan::parse(
+            &sh("mkdir -p /tmp/www && echo ok > /tmp/www/index.html"),
+            false,
+        );
+        assert_eq!(init.run_for, Some(Duration::ZERO));
+        assert_eq!(init.exit_code, 0);
     }
 
     #[test]

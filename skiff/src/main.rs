@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod apply;
 mod bench;
 mod bench_scheduler;
 mod jepsen;
@@ -38,6 +39,11 @@ enum Command {
     Validate(validate::Args),
     /// Run one member of the replicated store (etcd v3 API on the client URLs).
     Store(Box<store::Args>),
+    /// Create (or update) the objects of manifests; all are validated first, and nothing is
+    /// written if any is refused.
+    Apply(apply::ApplyArgs),
+    /// List objects (pods, nodes, namespaces) as a table, or one as YAML/JSON.
+    Get(apply::GetArgs),
     /// Run the scheduler against a store: place pending pods, bind them in batches.
     Scheduler(scheduler::Args),
     /// Benchmarks against a running cluster; each prints its figures.
@@ -65,6 +71,8 @@ fn main() -> ExitCode {
         }
         Command::Validate(args) => validate::run(&args),
         Command::Store(args) => store::run(*args),
+        Command::Apply(args) => apply::apply(&args),
+        Command::Get(args) => apply::get(&args),
         Command::Scheduler(args) => scheduler::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Jepsen(args) => jepsen::run(args),
