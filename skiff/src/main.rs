@@ -52,6 +52,12 @@ enum Command {
     Jepsen(jepsen::Args),
     /// Run the node agent: one node against containerd's CRI, or many simulated nodes.
     Node(Box<node::Args>),
+    /// Print a container's log, read through the agent of the pod's node (like kubectl logs).
+    Logs(node::LogsArgs),
+    /// Build the busybox and pause images from busybox-static, or import image archives
+    /// into containerd (no registry is reached).
+    #[command(subcommand)]
+    Image(node::ImageCommand),
 }
 
 fn main() -> ExitCode {
@@ -77,6 +83,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Jepsen(args) => jepsen::run(args),
         Command::Node(args) => node::run(*args),
+        Command::Logs(args) => node::logs_command(args),
+        Command::Image(cmd) => node::image_command(cmd),
     };
     match result {
         Ok(code) => code,

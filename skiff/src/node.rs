@@ -37,7 +37,7 @@ enum NodeCommand {
 }
 
 #[derive(Debug, clap::Args)]
-struct LogsArgs {
+pub struct LogsArgs {
     /// The pod.
     pod: String,
     #[arg(short, long, default_value = "default")]
@@ -52,12 +52,17 @@ struct LogsArgs {
     #[arg(long)]
     tail: Option<u64>,
     /// Cluster API endpoints, comma-separated.
-    #[arg(long, default_value = "127.0.0.1:2379", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "SKIFF_ENDPOINTS",
+        default_value = "127.0.0.1:2379",
+        value_delimiter = ','
+    )]
     endpoints: Vec<String>,
 }
 
 #[derive(Debug, clap::Subcommand)]
-enum ImageCommand {
+pub enum ImageCommand {
     /// Write `busybox.tar` and `pause.tar` (OCI image layouts of `localhost/skiff/busybox:1`
     /// and `localhost/skiff/pause:1`) built from Debian's busybox-static.
     Build {
@@ -333,6 +338,21 @@ fn images(cmd: ImageCommand) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `skiff logs` (also `skiff node logs`).
+pub fn logs_command(a: LogsArgs) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(logs(a))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `skiff image` (also `skiff node image`).
+pub fn image_command(cmd: ImageCommand) -> anyhow::Result<ExitCode> {
+    images(cmd)
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
