@@ -6,8 +6,8 @@
 //! Like the kubelet, only `NoExecute` taints refuse a pod here: `NoSchedule` keeps the
 //! scheduler away but lets a pod bound directly to the node run.
 
-use skiff_proto::api::pod::{NodeSelectorRequirement, NodeSelectorTerm};
-use skiff_proto::api::{Node, Pod, Taint, Toleration};
+use skiff_proto::api::pod::NodeSelectorTerm;
+use skiff_proto::api::{Node, Pod};
 
 use crate::engine::Rejection;
 
@@ -74,7 +74,7 @@ pub fn admit<'a>(
         .taints
         .iter()
         .filter(|t| t.effect == "NoExecute")
-        .find(|t| !pod.spec.tolerations.iter().any(|tol| tolerates(tol, t)))
+        .find(|t| !pod.spec.tolerations.iter().any(|tol| tol.tolerates(t)))
     {
         return Err(Rejection {
             reason: "Taint".into(),
@@ -130,47 +130,11 @@ fn term_matches(node: &Node, term: &NodeSelectorTerm) -> bool {
     let labels = &node.metadata.labels;
     term.match_expressions
         .iter()
-        .all(|r| requirement(r, labels.get(&r.key).map(String::as_str)))
+        .all(|r| r.matches(labels.get(&r.key).map(String::as_str)))
         && term.match_fields.iter().all(|r| {
             let value = (r.key == "metadata.name").then_some(node.metadata.name.as_str());
-            requirement(r, value)
+            r.matches(value)
         })
-}
-
-fn requirement(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let number = |s: &str| s.parse::<i64>().ok();
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| r.values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !r.values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (
-                value.and_then(number),
-                r.values.first().and_then(|b| number(b)),
-            ) else {
-                return false;
-            };
-            if r.operator == "Gt" {
-                v > bound
-            } else {
-                v < bound
-            }
-        }
-        _ => false,
-    }
-}
-
-/// Kubernetes' toleration rule: an empty key with `Exists` tolerates everything; an empty
-/// effect matches every effect.
-pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
-    if !tol.effect.is_empty() && tol.effect != taint.effect {
-        return false;
-    }
-    match tol.operator.as_str() {
-        "Exists" => tol.key.is_empty() || tol.key == taint.key,
-        _ => tol.key == taint.key && tol.value == taint.value,
-    }
 }
 
 #[cfg(test)]

@@ -431,26 +431,7 @@ fn requirement_lut(table: &NodeTable, r: &NodeSelectorRequirement) -> Option<(u3
 
 /// One node-selector requirement against a node's value of its key (`None`: no such label).
 pub fn requirement_holds(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| r.values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !r.values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (
-                value.and_then(|v| v.parse::<i64>().ok()),
-                r.values.first().and_then(|b| b.parse::<i64>().ok()),
-            ) else {
-                return false;
-            };
-            if r.operator == "Gt" {
-                v > bound
-            } else {
-                v < bound
-            }
-        }
-        _ => false,
-    }
+    r.matches(value)
 }
 
 /// Rows passing NodeName (matchFields `metadata.name`) and NodeAffinity (nodeSelector and

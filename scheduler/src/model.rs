@@ -287,13 +287,7 @@ fn hash_json<H: Hasher, T: serde::Serialize>(h: &mut H, value: &T) {
 /// Kubernetes' toleration rule: the effect matches (empty matches all), and either the
 /// operator is `Exists` (empty key: every key) or the key and value are equal.
 pub fn toleration_matches(t: &Toleration, taint: &Taint) -> bool {
-    if !t.effect.is_empty() && t.effect != taint.effect {
-        return false;
-    }
-    match t.operator.as_str() {
-        "Exists" => t.key.is_empty() || t.key == taint.key,
-        _ => t.key == taint.key && t.value == taint.value,
-    }
+    t.tolerates(taint)
 }
 
 /// `busybox` → `docker.io/library/busybox:latest`, as image locality compares names.

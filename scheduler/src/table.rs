@@ -326,26 +326,10 @@ impl NodeTable {
         self.names.push(name.to_string());
         self.index.insert(name.to_string(), row as u32);
         self.infos.push(Arc::new(NodeInfo::default()));
-        for c in [
-            &mut self.alloc_cpu,
-            &mut self.alloc_mem,
-            &mut self.alloc_eph,
-            &mut self.alloc_pods,
-            &mut self.req_cpu,
-            &mut self.req_mem,
-            &mut self.req_eph,
-            &mut self.req_pods,
-            &mut self.nz_cpu,
-            &mut self.nz_mem,
-        ] {
+        for c in self.i64_columns() {
             c.push(0);
         }
-        for c in [
-            &mut self.used_cpu_f,
-            &mut self.used_mem_f,
-            &mut self.inv_cpu,
-            &mut self.inv_mem,
-        ] {
+        for c in self.f32_columns() {
             c.push(0.0);
         }
         for (a, r) in self.extended.values_mut() {
@@ -363,6 +347,32 @@ impl NodeTable {
             t.per_node.push(0);
         }
         row
+    }
+
+    /// Every `i64` resource column, for operations on whole rows.
+    fn i64_columns(&mut self) -> [&mut Vec<i64>; 10] {
+        [
+            &mut self.alloc_cpu,
+            &mut self.alloc_mem,
+            &mut self.alloc_eph,
+            &mut self.alloc_pods,
+            &mut self.req_cpu,
+            &mut self.req_mem,
+            &mut self.req_eph,
+            &mut self.req_pods,
+            &mut self.nz_cpu,
+            &mut self.nz_mem,
+        ]
+    }
+
+    /// Every `f32` scoring column.
+    fn f32_columns(&mut self) -> [&mut Vec<f32>; 4] {
+        [
+            &mut self.used_cpu_f,
+            &mut self.used_mem_f,
+            &mut self.inv_cpu,
+            &mut self.inv_mem,
+        ]
     }
 
     fn set_row(&mut self, row: usize, info: NodeInfo) {
@@ -486,26 +496,10 @@ impl NodeTable {
         }
         self.names.swap_remove(row);
         self.infos.swap_remove(row);
-        for c in [
-            &mut self.alloc_cpu,
-            &mut self.alloc_mem,
-            &mut self.alloc_eph,
-            &mut self.alloc_pods,
-            &mut self.req_cpu,
-            &mut self.req_mem,
-            &mut self.req_eph,
-            &mut self.req_pods,
-            &mut self.nz_cpu,
-            &mut self.nz_mem,
-        ] {
+        for c in self.i64_columns() {
             c.swap_remove(row);
         }
-        for c in [
-            &mut self.used_cpu_f,
-            &mut self.used_mem_f,
-            &mut self.inv_cpu,
-            &mut self.inv_mem,
-        ] {
+        for c in self.f32_columns() {
             c.swap_remove(row);
         }
         for (a, r) in self.extended.values_mut() {

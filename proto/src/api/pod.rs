@@ -508,6 +508,48 @@ pub struct ContainerStateTerminated {
     pub container_id: String,
 }
 
+impl NodeSelectorRequirement {
+    /// Whether a node whose label `key` has `value` (`None`: no such label) satisfies the
+    /// requirement. `Gt` and `Lt` compare integers; anything unparsable fails.
+    pub fn matches(&self, value: Option<&str>) -> bool {
+        let number = |s: &str| s.parse::<i64>().ok();
+        match self.operator.as_str() {
+            "In" => value.is_some_and(|v| self.values.iter().any(|x| x == v)),
+            "NotIn" => value.is_none_or(|v| !self.values.iter().any(|x| x == v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            "Gt" | "Lt" => {
+                let (Some(v), Some(bound)) = (
+                    value.and_then(number),
+                    self.values.first().and_then(|b| number(b)),
+                ) else {
+                    return false;
+                };
+                if self.operator == "Gt" {
+                    v > bound
+                } else {
+                    v < bound
+                }
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Toleration {
+    /// Kubernetes' rule: the effect matches (empty matches every effect), and either the
+    /// operator is `Exists` (with an empty key: every key) or key and value are equal.
+    pub fn tolerates(&self, taint: &super::node::Taint) -> bool {
+        if !self.effect.is_empty() && self.effect != taint.effect {
+            return false;
+        }
+        match self.operator.as_str() {
+            "Exists" => self.key.is_empty() || self.key == taint.key,
+            _ => self.key == taint.key && self.value == taint.value,
+        }
+    }
+}
+
 impl Pod {
     /// Sum of app-container requests for `resource`, raised to the largest init-container
     /// request (init containers run one at a time, before the app containers), as the
