@@ -57,17 +57,8 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 pub fn apply(args: &ApplyArgs) -> Result<ExitCode> {
-    let docs = match manifest::load(&args.files) {
-        Ok(docs) => docs,
-        Err(errors) => {
-            eprintln!("{errors}");
-            let n = errors.count();
-            eprintln!(
-                "{n} error{}: nothing was created",
-                if n == 1 { "" } else { "s" }
-            );
-            return Ok(ExitCode::FAILURE);
-        }
+    let Some(docs) = crate::validate::load_or_report(&args.files, "was created") else {
+        return Ok(ExitCode::FAILURE);
     };
     runtime()?.block_on(async {
         let api = ClusterClient::connect(&args.endpoints)?;

@@ -27,18 +27,26 @@ enum Output {
     Json,
 }
 
-pub fn run(args: &Args) -> Result<ExitCode> {
-    let docs = match manifest::load(&args.files) {
-        Ok(docs) => docs,
+/// Loads and validates manifests; on errors prints every one with "nothing `outcome`"
+/// and returns `None`. Shared by `validate` and `apply`.
+pub fn load_or_report(files: &[PathBuf], outcome: &str) -> Option<Vec<Document>> {
+    match manifest::load(files) {
+        Ok(docs) => Some(docs),
         Err(errors) => {
             eprintln!("{errors}");
             let n = errors.count();
             eprintln!(
-                "{n} error{}: nothing would be created",
+                "{n} error{}: nothing {outcome}",
                 if n == 1 { "" } else { "s" }
             );
-            return Ok(ExitCode::FAILURE);
+            None
         }
+    }
+}
+
+pub fn run(args: &Args) -> Result<ExitCode> {
+    let Some(docs) = load_or_report(&args.files, "would be created") else {
+        return Ok(ExitCode::FAILURE);
     };
     let mut out = std::io::stdout().lock();
     match args.output {
