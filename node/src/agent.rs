@@ -23,6 +23,7 @@ use skiff_proto::api::node::{NodeAddress, NodeSystemInfo};
 use skiff_proto::api::{Kind, Node, NodeCondition, NodeStatus, Object, Pod, Taint, Time};
 use skiff_proto::client::{ClientError, ClusterClient, Code, Event, Informer};
 use skiff_proto::quantity::Quantity;
+use skiff_proto::recorder::{self, EventRecorder};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -60,6 +61,8 @@ pub struct NodeConfig {
     pub engine: EngineConfig,
     /// Where this agent serves logs (`host:port`), published in the Node's annotations.
     pub logs_endpoint: Option<String>,
+    /// Record events about the node and its pods (Pulled, Started, Killing, BackOff, …).
+    pub events: bool,
 }
 
 impl NodeConfig {
@@ -77,6 +80,7 @@ impl NodeConfig {
             heartbeat: Duration::from_secs(10),
             engine: EngineConfig::default(),
             logs_endpoint: None,
+            events: true,
         }
     }
 
@@ -144,12 +148,21 @@ pub async fn run(
     let status = StatusWriter::start(Arc::new(client.clone()), writers, cancel.clone());
     let tracker = TaskTracker::new();
     let (err_tx, mut err_rx) = tokio::sync::mpsc::channel(nodes.len().max(1));
+    // One writer for every node of the process, as for status.
+    let recorder = nodes
+        .iter()
+        .any(|n| n.events)
+        .then(|| EventRecorder::spawn(client.clone(), "kubelet", ""));
     for (i, n) in nodes.into_iter().enumerate() {
         let agent = NodeAgent {
             client: client.clone(),
             runtime: runtime.clone(),
             status: status.clone(),
             cancel: cancel.clone(),
+            events: recorder
+                .as_ref()
+                .filter(|_| n.events)
+                .map(|r| r.with_host(&n.name)),
             config: n,
         };
         let err_tx = err_tx.clone();
@@ -179,6 +192,7 @@ struct NodeAgent {
     status: StatusWriter,
     cancel: CancellationToken,
     config: NodeConfig,
+    events: Option<EventRecorder>,
 }
 
 impl NodeAgent {
@@ -195,6 +209,13 @@ impl NodeAgent {
             _ = tokio::time::sleep(stagger) => {}
         }
         let node = self.register().await?;
+        if let Some(events) = &self.events {
+            events.normal(
+                recorder::reference_to(Kind::Node, &node.metadata),
+                "Starting",
+                "Starting skiff node agent.".into(),
+            );
+        }
         let heartbeat = tokio::spawn(heartbeat(
             self.client.clone(),
             self.config.clone(),
@@ -400,6 +421,7 @@ impl NodeAgent {
             node: self.config.name.clone(),
             host_ip: self.config.host_ip.clone(),
             engine: self.config.engine,
+            events: self.events.clone(),
         });
         let mut pods = Pods {
             ctx,

@@ -11,6 +11,7 @@
 //! | [`admission`] | node-side admission: resources, pod count, node selector, taints       |
 //! | [`engine`]    | one pod's lifecycle as a pure state machine (inputs in, actions out)   |
 //! | [`worker`]    | the async loop that performs an engine's actions                       |
+//! | [`events`]    | the kubelet's events (Pulled, Started, Killing, BackOff, …) from a worker |
 //! | [`status`]    | the coalescing, retrying pod status writer                             |
 //! | [`agent`]     | Node registration, heartbeat, the pod watch, reconcile on restart      |
 //! | [`logs`]      | the agent's gRPC log service (`skiff node logs`)                       |
@@ -19,6 +20,7 @@ pub mod admission;
 pub mod agent;
 pub mod cri;
 pub mod engine;
+pub mod events;
 pub mod image;
 pub mod logs;
 pub mod runtime;

@@ -13,6 +13,7 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use skiff_proto::api::{Kind, Object, Pod, PodStatus, Time};
 use skiff_proto::client::{ClusterClient, Code};
+use skiff_proto::recorder::{self, EventRecorder, EventType};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -21,6 +22,7 @@ use tracing::Instrument;
 use crate::engine::{
     Action, Adopted, Clock, EngineConfig, Handler, Input, PodEngine, Rejection, container_spec,
 };
+use crate::events::{self, PodEvent};
 use crate::runtime::{Exit, Runtime, RuntimeError, SandboxSpec};
 use crate::status::{PodKey, StatusWriter};
 
@@ -34,6 +36,26 @@ pub struct WorkerContext {
     pub node: String,
     pub host_ip: String,
     pub engine: EngineConfig,
+    /// Where the pod's events go (`None`: not recorded).
+    pub events: Option<EventRecorder>,
+}
+
+impl WorkerContext {
+    fn report(&self, pod: &Pod, events: Vec<PodEvent>) {
+        let Some(recorder) = &self.events else {
+            return;
+        };
+        for e in events {
+            let mut object = recorder::reference_to(Kind::Pod, &pod.metadata);
+            object.field_path = e.field_path;
+            let type_ = if e.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            };
+            recorder.record(object, type_, &e.reason, e.message);
+        }
+    }
 }
 
 /// What the agent keeps of a running worker.
@@ -101,6 +123,9 @@ pub async fn run(
         name: pod.metadata.name.clone(),
     };
     let uid = pod.metadata.uid.clone();
+    if let Err(r) = &admission {
+        ctx.report(&pod, vec![events::rejected(r)]);
+    }
     let mut engine = PodEngine::new(ctx.engine, &pod, admission);
     let mut current = pod;
     let mut pending: Pending = FuturesUnordered::new();
@@ -118,12 +143,17 @@ pub async fn run(
         if !engine.is_removed() {
             let status = engine.status(&ctx.host_ip, ctx.runtime.id_scheme());
             if last_status.as_ref() != Some(&status) {
+                ctx.report(
+                    &current,
+                    events::on_status(&current, last_status.as_ref(), &status),
+                );
                 last_seq = ctx.status.submit(&key, &uid, status.clone());
                 last_status = Some(status);
             }
         }
         terminal.store(engine.is_terminal(), Ordering::Release);
         for a in actions.drain(..) {
+            ctx.report(&current, events::on_action(&current, &a));
             if let Some(f) = perform(&ctx, &engine, &current, &key, &uid, last_seq, a) {
                 pending.push(f);
             }
@@ -157,6 +187,7 @@ pub async fn run(
             }
             _ = sleep_until(deadline), if deadline.is_some() => Input::Tick,
         };
+        ctx.report(&current, events::on_input(&current, &input));
         actions = engine.step(clock(), input);
     }
     ctx.status.forget(&key);

@@ -62,6 +62,7 @@ fn harness() -> Harness {
         node: "n1".into(),
         host_ip: "192.0.2.10".into(),
         engine: EngineConfig::default(),
+        events: None,
     });
     Harness {
         rt,

@@ -8,6 +8,7 @@
 //! | [`selector`] | label and field selectors in Kubernetes' string syntax                  |
 //! | [`cluster`]  | the typed cluster API service (generated from `proto/skiff/cluster`)    |
 //! | [`client`]   | the cluster API client and informer the scheduler, agents and CLI share |
+//! | [`recorder`] | the event recorder: `Event` objects written in the background, repeats folded |
 //! | [`raft`]     | the peer service between store members (generated, peer port only)     |
 //! | [`etcd`]     | the etcd v3 messages and server traits, wire-exact from `etcd-client`   |
 //!
@@ -18,6 +19,7 @@ pub mod api;
 pub mod client;
 pub mod manifest;
 pub mod quantity;
+pub mod recorder;
 pub mod selector;
 
 /// The typed cluster API: `skiff.cluster.v1`.

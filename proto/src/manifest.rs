@@ -349,6 +349,7 @@ fn decode_typed<'de, D: serde::Deserializer<'de>>(kind: Kind, de: D) -> Result<O
         Kind::ResourceQuota => Object::ResourceQuota(typed(de)?),
         Kind::LimitRange => Object::LimitRange(typed(de)?),
         Kind::Binding => Object::Binding(typed(de)?),
+        Kind::Event => Object::Event(typed(de)?),
     })
 }
 

@@ -204,6 +204,17 @@ fn field_value(object: &Object, field: &str) -> Option<String> {
             ),
             _ => None,
         },
+        Object::Event(e) => match field {
+            "involvedObject.kind" => Some(e.involved_object.kind.clone()),
+            "involvedObject.namespace" => Some(e.involved_object.namespace.clone()),
+            "involvedObject.name" => Some(e.involved_object.name.clone()),
+            "involvedObject.uid" => Some(e.involved_object.uid.clone()),
+            "involvedObject.fieldPath" => Some(e.involved_object.field_path.clone()),
+            "reason" => Some(e.reason.clone()),
+            "type" => Some(e.type_.clone()),
+            "source" => Some(e.source.component.clone()),
+            _ => None,
+        },
         _ => None,
     }
 }
@@ -221,6 +232,18 @@ fn supported_fields(kind: Kind) -> &'static [&'static str] {
         ],
         Kind::Node => &["metadata.name", "spec.unschedulable"],
         Kind::Namespace => &["metadata.name", "status.phase"],
+        Kind::Event => &[
+            "metadata.name",
+            "metadata.namespace",
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.fieldPath",
+            "reason",
+            "type",
+            "source",
+        ],
         _ => &["metadata.name", "metadata.namespace"],
     }
 }

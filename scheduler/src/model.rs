@@ -12,7 +12,7 @@ use skiff_proto::api::node::ContainerImage;
 use skiff_proto::api::pod::{
     NodeSelector, PodAffinityTerm, PreferredSchedulingTerm, TopologySpreadConstraint,
 };
-use skiff_proto::api::{LabelSelector, Node, Pod, Taint, Toleration};
+use skiff_proto::api::{LabelSelector, Node, ObjectReference, Pod, Taint, Toleration};
 
 /// The CPU kube-scheduler assumes for a container without a CPU request when it scores
 /// (not when it filters): 0.1 core.
@@ -99,6 +99,18 @@ fn requested_milli_cpu(q: Option<&skiff_proto::Quantity>) -> i64 {
 }
 
 impl PodInfo {
+    /// The pod as an event names it.
+    pub fn reference(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            field_path: String::new(),
+        }
+    }
+
     pub fn from_pod(pod: &Pod) -> Self {
         let spec = &pod.spec;
         let effective = |name: &str| -> i64 {

@@ -25,6 +25,7 @@ use skiff_proto::api::{Kind, Object, Time};
 use skiff_proto::client::{ClusterClient, Event, Informer};
 use skiff_proto::cluster::v1::Binding;
 use skiff_proto::cluster::v1::bind_result::Outcome;
+use skiff_proto::recorder::{self, EventRecorder};
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::kernels::Kernels;
@@ -70,6 +71,8 @@ pub struct Config {
     pub lease_ttl: Duration,
     /// This process in the leadership key (host and pid by default).
     pub identity: String,
+    /// Record `Scheduled` and `FailedScheduling` events (as kube-scheduler does).
+    pub events: bool,
 }
 
 impl Default for Config {
@@ -86,6 +89,7 @@ impl Default for Config {
             leader_elect: true,
             lease_ttl: Duration::from_secs(10),
             identity: format!("scheduler-{}", std::process::id()),
+            events: true,
         }
     }
 }
@@ -111,6 +115,7 @@ struct Shared {
     rate: Mutex<std::collections::VecDeque<(Instant, u64)>>,
     /// (key, create revision) every Bind is fenced with, when leader-elected.
     fence: Option<(String, i64)>,
+    events: Option<EventRecorder>,
 }
 
 fn pod_key(o: &Object) -> String {
@@ -249,6 +254,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         binds: BindStats::default(),
         rate: Mutex::new(std::collections::VecDeque::new()),
         fence: leadership.as_ref().map(|l| (l.key.clone(), l.revision)),
+        events: config
+            .events
+            .then(|| EventRecorder::spawn(client.clone(), DEFAULT_SCHEDULER_NAME, "")),
     });
 
     // Caches first: nodes, then pods, listed before any pod is placed.
@@ -413,6 +421,16 @@ async fn bind_chunk(s: &Shared, chunk: Vec<(Arc<PodInfo>, String)>) {
                 let outcome = Outcome::try_from(r.outcome).unwrap_or(Outcome::Invalid);
                 if outcome == Outcome::Bound {
                     s.binds.bound.fetch_add(1, Ordering::Relaxed);
+                    if let Some(events) = &s.events {
+                        events.normal(
+                            pod.reference(),
+                            "Scheduled",
+                            format!(
+                                "Successfully assigned {}/{} to {node}",
+                                pod.namespace, pod.name
+                            ),
+                        );
+                    }
                     continue;
                 }
                 s.binds.refused.fetch_add(1, Ordering::Relaxed);
@@ -440,6 +458,14 @@ async fn write_unschedulable(s: &Shared, key: &str, message: &str) {
     let Some(Object::Pod(mut pod)) = s.pending.lock().get(key).cloned() else {
         return;
     };
+    if let Some(events) = &s.events {
+        // Every attempt is recorded; repeats fold into one event with a count.
+        events.warning(
+            recorder::reference_to(Kind::Pod, &pod.metadata),
+            "FailedScheduling",
+            message.to_string(),
+        );
+    }
     let status = pod.status.get_or_insert_with(Default::default);
     if status
         .conditions

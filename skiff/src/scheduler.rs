@@ -38,6 +38,9 @@ pub struct Args {
     /// Seconds the leadership lease lives without renewal; a standby takes over after it.
     #[arg(long, default_value_t = 10)]
     lease_ttl: u64,
+    /// Do not record Scheduled / FailedScheduling events.
+    #[arg(long)]
+    no_events: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -52,6 +55,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         scheduler_name: args.scheduler_name,
         metrics_addr: args.metrics_addr,
         leader_elect: !args.no_leader_elect,
+        events: !args.no_events,
         lease_ttl: std::time::Duration::from_secs(args.lease_ttl.max(2)),
         identity: format!(
             "{}/{}",

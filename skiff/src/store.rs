@@ -58,6 +58,10 @@ pub struct Args {
         default_value_t = 5_000
     )]
     snapshot_catchup_entries: u64,
+    /// How long an Event object is kept after its last update (kube-apiserver's
+    /// `--event-ttl`): `1h`, `30m`.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    event_ttl: Duration,
     /// Largest request a client may send, in bytes.
     #[arg(long, default_value_t = 1536 * 1024)]
     max_request_bytes: usize,
@@ -148,6 +152,7 @@ impl Args {
             max_request_bytes: self.max_request_bytes,
             max_txn_ops: self.max_txn_ops,
             quota_backend_bytes: self.quota_backend_bytes,
+            event_ttl: self.event_ttl,
         };
         let listen = Listen {
             client_urls: self.listen_client_urls,

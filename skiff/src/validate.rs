@@ -176,5 +176,9 @@ fn summary(o: &Object) -> String {
         }
         Object::LimitRange(l) => format!("{} limit item(s)", l.spec.limits.len()),
         Object::Binding(b) => format!("bind to node {}", b.target.name),
+        Object::Event(e) => format!(
+            "{} {} on {}/{}",
+            e.type_, e.reason, e.involved_object.kind, e.involved_object.name
+        ),
     }
 }

@@ -676,3 +676,78 @@ async fn the_informer_lists_then_follows_changes() {
     wait_for(&["after"]).await;
     task.abort();
 }
+
+/// Events: stored under a lease so they expire `--event-ttl` after their last write; an
+/// update (a repeat folded into `count`) moves them to a fresh lease; field selectors on the
+/// involved object find them; a malformed event is refused with its field path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_kept_for_their_ttl_and_found_by_object() {
+    let cluster = Cluster::start(1, &["--event-ttl", "3s"]).await;
+    let api = client(&cluster).await;
+    let event = |name: &str, reason: &str, count: i32| {
+        let about = name.split('.').next().unwrap_or(name);
+        obj(
+            Kind::Event,
+            json!({
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": name, "namespace": "default"},
+                "involvedObject": {"kind": "Pod", "namespace": "default", "name": about, "uid": "u1"},
+                "reason": reason, "message": format!("{reason} happened"), "type": "Normal",
+                "source": {"component": "kubelet", "host": "n1"}, "count": count
+            }),
+        )
+    };
+    api.create(&event("web.1", "Started", 1))
+        .await
+        .expect("event");
+    api.create(&event("other.1", "Pulled", 1))
+        .await
+        .expect("event");
+    let (found, _) = api
+        .list(
+            Kind::Event,
+            "default",
+            "",
+            "involvedObject.kind=Pod,involvedObject.name=web",
+        )
+        .await
+        .expect("list");
+    assert_eq!(found.len(), 1, "{found:?}");
+    let mut etcd = cluster.client(0).await;
+    let kv = etcd
+        .get("/registry/events/default/web.1", None)
+        .await
+        .expect("get");
+    let lease = kv.kvs()[0].lease();
+    assert_ne!(lease, 0, "an event is written under a lease");
+    let ttl = etcd.lease_time_to_live(lease, None).await.expect("ttl");
+    assert!(
+        ttl.granted_ttl() <= 4,
+        "TTL + reuse window: {}",
+        ttl.granted_ttl()
+    );
+
+    let bad = api
+        .create(&obj(
+            Kind::Event,
+            json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "x.1"},
+                   "involvedObject": {"kind": "Pod", "name": "web"},
+                   "reason": "Started", "type": "Sometimes"}),
+        ))
+        .await;
+    expect_err(
+        bad,
+        Code::InvalidArgument,
+        "type: unsupported value \"Sometimes\"",
+    );
+
+    // Repeated: folded into count, kept alive by the write.
+    api.update(&event("web.1", "Started", 2))
+        .await
+        .expect("update");
+    common::eventually(Duration::from_secs(30), "the events to expire", || async {
+        let (left, _) = api.list(Kind::Event, "default", "", "").await.ok()?;
+        left.is_empty().then_some(())
+    })
+    .await;
+}

@@ -42,6 +42,8 @@ pub struct MemberConfig {
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
     pub quota_backend_bytes: u64,
+    /// How long an Event object lives after its last write (under a lease).
+    pub event_ttl: Duration,
 }
 
 impl Default for MemberConfig {
@@ -61,6 +63,7 @@ impl Default for MemberConfig {
             max_request_bytes: 1536 * 1024,
             max_txn_ops: 128,
             quota_backend_bytes: 2 << 30,
+            event_ttl: Duration::from_secs(3600),
         }
     }
 }

@@ -68,6 +68,9 @@ async fn bind_all(urls: &[String], what: &str) -> anyhow::Result<Vec<TcpListener
     Ok(out)
 }
 
+/// How long a stopping member lets requests in flight finish before closing connections.
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(1);
+
 /// Starts the member and serves it until `shutdown` resolves.
 pub async fn run(
     config: MemberConfig,
@@ -171,7 +174,17 @@ pub async fn run(
     };
     let _ = stop_tx.send(true);
     member.shutdown().await;
-    while tasks.join_next().await.is_some() {}
+    // Graceful shutdown waits for open connections, and peers and watchers hold theirs open
+    // for as long as they live: give requests in flight a moment, then close the rest.
+    let drained = tokio::time::timeout(SHUTDOWN_DRAIN, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::info!("closing the connections still open after shutdown");
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+    }
     result
 }
 

@@ -1,6 +1,7 @@
 //! Defaulting, applied to every object before validation (as the apiserver does), so what is
 //! stored and what the scheduler and agents read is explicit.
 
+use super::event::Event;
 use super::namespace::LimitRange;
 use super::object::Object;
 use super::pod::{Container, Pod, Probe};
@@ -23,7 +24,25 @@ pub fn apply(object: &mut Object) {
     match object {
         Object::Pod(pod) => pod_defaults(pod),
         Object::LimitRange(l) => limit_range_defaults(l),
+        Object::Event(e) => event_defaults(e),
         Object::Node(_) | Object::Namespace(_) | Object::ResourceQuota(_) | Object::Binding(_) => {}
+    }
+}
+
+/// An event counts once and happened when first seen unless it says otherwise; its type is
+/// `Normal` when not given.
+fn event_defaults(e: &mut Event) {
+    if e.type_.is_empty() {
+        e.type_ = "Normal".to_owned();
+    }
+    if e.count.is_none() {
+        e.count = Some(1);
+    }
+    if e.first_timestamp.is_none() {
+        e.first_timestamp = e.last_timestamp.or(e.metadata.creation_timestamp);
+    }
+    if e.last_timestamp.is_none() {
+        e.last_timestamp = e.first_timestamp;
     }
 }
 

@@ -8,12 +8,14 @@
 //! | `meta`       | `ObjectMeta`, `Time`, label selectors, `IntOrString`        |
 //! | `pod`        | `Pod` spec and status                                       |
 //! | `node`       | `Node` spec and status                                      |
+//! | `event`      | `Event`: what happened to an object, for `describe`     |
 //! | `namespace`  | `Namespace`, `ResourceQuota`, `LimitRange`, `Binding`       |
 //! | `object`     | [`Object`], [`Kind`]: one enum over every kind, storage keys |
 //! | `defaults`   | defaulting applied before validation                        |
 //! | `validation` | field-path errors for every rule                            |
 
 pub mod defaults;
+pub mod event;
 pub mod meta;
 pub mod namespace;
 pub mod node;
@@ -23,6 +25,7 @@ pub mod pod;
 pub(crate) mod testing;
 pub mod validation;
 
+pub use event::{Event, EventSource};
 pub use meta::{
     IntOrString, LabelSelector, LabelSelectorRequirement, ObjectMeta, ResourceList, Time,
 };

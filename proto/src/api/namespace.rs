@@ -152,4 +152,9 @@ pub struct ObjectReference {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub namespace: String,
     pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    /// Which part of the object, e.g. `spec.containers{web}` for one container of a pod.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub field_path: String,
 }

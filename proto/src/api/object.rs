@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use super::event::Event;
 use super::meta::ObjectMeta;
 use super::namespace::{Binding, LimitRange, Namespace, ResourceQuota};
 use super::node::Node;
@@ -17,16 +18,18 @@ pub enum Kind {
     ResourceQuota,
     LimitRange,
     Binding,
+    Event,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Pod,
         Kind::Node,
         Kind::Namespace,
         Kind::ResourceQuota,
         Kind::LimitRange,
         Kind::Binding,
+        Kind::Event,
     ];
 
     /// The `kind:` of a manifest.
@@ -38,6 +41,7 @@ impl Kind {
             Kind::ResourceQuota => "ResourceQuota",
             Kind::LimitRange => "LimitRange",
             Kind::Binding => "Binding",
+            Kind::Event => "Event",
         }
     }
 
@@ -50,6 +54,7 @@ impl Kind {
             Kind::ResourceQuota => "resourcequotas",
             Kind::LimitRange => "limitranges",
             Kind::Binding => "bindings",
+            Kind::Event => "events",
         }
     }
 
@@ -80,6 +85,7 @@ impl Kind {
                     Kind::Namespace => w == "ns",
                     Kind::ResourceQuota => w == "quota",
                     Kind::LimitRange => w == "limits",
+                    Kind::Event => w == "ev",
                     Kind::Binding => false,
                 }
         })
@@ -122,6 +128,7 @@ pub enum Object {
     ResourceQuota(ResourceQuota),
     LimitRange(LimitRange),
     Binding(Binding),
+    Event(Event),
 }
 
 macro_rules! each_kind {
@@ -133,6 +140,7 @@ macro_rules! each_kind {
             Object::ResourceQuota($o) => $e,
             Object::LimitRange($o) => $e,
             Object::Binding($o) => $e,
+            Object::Event($o) => $e,
         }
     };
 }
@@ -146,6 +154,7 @@ impl Object {
             Object::ResourceQuota(_) => Kind::ResourceQuota,
             Object::LimitRange(_) => Kind::LimitRange,
             Object::Binding(_) => Kind::Binding,
+            Object::Event(_) => Kind::Event,
         }
     }
 
@@ -196,6 +205,7 @@ impl Object {
             Kind::ResourceQuota => Object::ResourceQuota(serde_json::from_slice(json)?),
             Kind::LimitRange => Object::LimitRange(serde_json::from_slice(json)?),
             Kind::Binding => Object::Binding(serde_json::from_slice(json)?),
+            Kind::Event => Object::Event(serde_json::from_slice(json)?),
         })
     }
 
@@ -225,6 +235,7 @@ mod tests {
             any::<ResourceQuota>().prop_map(Object::ResourceQuota),
             any::<LimitRange>().prop_map(Object::LimitRange),
             any::<Binding>().prop_map(Object::Binding),
+            any::<Event>().prop_map(Object::Event),
         ]
     }
 

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
+use super::event::Event;
 use super::meta::{IntOrString, LabelSelector, ObjectMeta, ResourceList};
 use super::namespace::{Binding, LimitRange, Namespace, ResourceQuota};
 use super::node::Node;
@@ -118,6 +119,7 @@ pub fn validate(object: &Object) -> Result<(), ValidationErrors> {
         Object::ResourceQuota(q) => validate_quota(&mut errs, q),
         Object::LimitRange(l) => validate_limit_range(&mut errs, l),
         Object::Binding(b) => validate_binding(&mut errs, b),
+        Object::Event(e) => validate_event(&mut errs, e),
     }
     errs.finish()
 }
@@ -985,6 +987,51 @@ fn validate_binding(errs: &mut Errors, b: &Binding) {
     }
     if !b.target.kind.is_empty() && b.target.kind != "Node" {
         errs.one_of(&p.field("kind"), &b.target.kind, &["Node"]);
+    }
+}
+
+/// The longest event message stored (the Kubernetes API server's limit for `note`).
+pub const MAX_EVENT_MESSAGE: usize = 1024;
+
+fn validate_event(errs: &mut Errors, e: &Event) {
+    let p = Path::root("involvedObject");
+    if e.involved_object.name.is_empty() {
+        errs.add(
+            &p.field("name"),
+            "required value: the object the event is about",
+        );
+    }
+    if e.involved_object.kind.is_empty() {
+        errs.add(&p.field("kind"), "required value");
+    }
+    // An event lives in the namespace of its object; events about cluster-scoped objects
+    // (nodes) go to `default`, as the kubelet puts them.
+    let ns = &e.metadata.namespace;
+    if !e.involved_object.namespace.is_empty() && &e.involved_object.namespace != ns {
+        errs.add(
+            &p.field("namespace"),
+            format!(
+                "does not match event.namespace: {:?} is not {ns:?}",
+                e.involved_object.namespace
+            ),
+        );
+    }
+    if e.reason.is_empty() {
+        errs.add(&Path::root("reason"), "required value");
+    } else if e.reason.len() > 128 {
+        errs.add(&Path::root("reason"), "must be no more than 128 characters");
+    }
+    if e.message.len() > MAX_EVENT_MESSAGE {
+        errs.add(
+            &Path::root("message"),
+            format!("must be no more than {MAX_EVENT_MESSAGE} bytes"),
+        );
+    }
+    if !e.type_.is_empty() && e.type_ != "Normal" && e.type_ != "Warning" {
+        errs.one_of(&Path::root("type"), &e.type_, &["Normal", "Warning"]);
+    }
+    if e.count.is_some_and(|c| c < 0) {
+        errs.add(&Path::root("count"), "must be greater than or equal to 0");
     }
 }
 

@@ -9,8 +9,9 @@
 //! counted. An object's `resourceVersion` is its mod revision; it is not stored in the JSON but
 //! filled in on every read.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use skiff_proto::api::{Kind, Object, Time, defaults, validation};
 use skiff_proto::cluster::v1 as pb;
@@ -32,11 +33,18 @@ pub mod watch;
 /// object changed between read and write when the client did not pin a resourceVersion).
 const WRITE_ATTEMPTS: usize = 8;
 
+/// Events written within this long share one lease (kube-apiserver reuses its event leases
+/// the same way), so an event lives between `event_ttl` and `event_ttl` plus this after its
+/// last write, at one lease grant a minute. Short TTLs reuse for a tenth of the TTL.
+const EVENT_LEASE_REUSE: Duration = Duration::from_secs(60);
+
 /// The cluster API over one member.
 #[derive(Debug, Clone)]
 pub struct ClusterApi {
     pub member: Arc<StoreMember>,
     uid_seq: Arc<AtomicU64>,
+    /// The lease new Event writes go under, and when it was granted.
+    event_lease: Arc<Mutex<Option<(i64, Instant)>>>,
 }
 
 /// An object as stored, with its mod revision.
@@ -152,7 +160,60 @@ impl ClusterApi {
         ClusterApi {
             member,
             uid_seq: Arc::new(AtomicU64::new(0)),
+            event_lease: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// The lease an object is written under: events expire (`event_ttl` after their last
+    /// write); every other kind lives until deleted.
+    async fn lease_for(&self, kind: Kind) -> Result<i64, Status> {
+        if kind != Kind::Event {
+            return Ok(0);
+        }
+        // The lock is never held across an await: two writers may both grant, and the later
+        // grant wins the cache; the other lease just expires with its events.
+        let event_ttl = self.member.config.event_ttl;
+        let reuse = EVENT_LEASE_REUSE.min(event_ttl / 10);
+        let cached = *self
+            .event_lease
+            .lock()
+            .expect("invariant: the event lease lock is never poisoned");
+        if let Some((id, at)) = cached
+            && at.elapsed() < reuse
+        {
+            return Ok(id);
+        }
+        let ttl = (event_ttl + reuse).as_secs_f64().ceil() as i64;
+        let id = self.member.new_lease_id();
+        let resp = self.member.propose(Command::LeaseGrant { id, ttl }).await?;
+        let Outcome::LeaseGranted { id, .. } = resp.result? else {
+            return Err(StoreError::internal("grant answered with another outcome").into());
+        };
+        *self
+            .event_lease
+            .lock()
+            .expect("invariant: the event lease lock is never poisoned") =
+            Some((id, Instant::now()));
+        Ok(id)
+    }
+
+    /// Forgets the event lease after a failed write (it may have been revoked by hand).
+    fn forget_lease(&self, kind: Kind) {
+        if kind == Kind::Event {
+            *self
+                .event_lease
+                .lock()
+                .expect("invariant: the event lease lock is never poisoned") = None;
+        }
+    }
+
+    /// `txn` for a write of `kind`, which drops the cached event lease when it fails.
+    async fn write_txn(&self, kind: Kind, txn: TxnRequest) -> Result<(i64, TxnResponse), Status> {
+        let r = self.txn(txn).await;
+        if r.is_err() {
+            self.forget_lease(kind);
+        }
+        r
     }
 
     /// Reads are linearizable unless the caller accepts a possibly stale local view.
@@ -277,6 +338,7 @@ impl ClusterApi {
                 success: vec![RequestOp::Put(PutRequest {
                     key: key.as_bytes().to_vec(),
                     value: encode(&candidate),
+                    lease: self.lease_for(kind).await?,
                     ..PutRequest::default()
                 })],
                 failure: vec![RequestOp::Range(RangeRequest {
@@ -284,7 +346,7 @@ impl ClusterApi {
                     ..RangeRequest::default()
                 })],
             };
-            let (rev, resp) = self.txn(txn).await?;
+            let (rev, resp) = self.write_txn(kind, txn).await?;
             if resp.succeeded {
                 candidate.metadata_mut().resource_version = rev.to_string();
                 return Ok((rev, candidate));
@@ -347,6 +409,7 @@ impl ClusterApi {
         next: &Object,
     ) -> Result<Option<(i64, Object)>, Status> {
         let key = next.key();
+        let kind = next.kind();
         let txn = TxnRequest {
             compare: vec![compare(
                 &key,
@@ -356,11 +419,12 @@ impl ClusterApi {
             success: vec![RequestOp::Put(PutRequest {
                 key: key.into_bytes(),
                 value: encode(next),
+                lease: self.lease_for(kind).await?,
                 ..PutRequest::default()
             })],
             failure: vec![],
         };
-        let (rev, resp) = self.txn(txn).await?;
+        let (rev, resp) = self.write_txn(kind, txn).await?;
         if !resp.succeeded {
             return Ok(None);
         }

@@ -1,0 +1,292 @@
+//! The event recorder: components say what happened to an object (`Scheduled`, `Started`,
+//! `BackOff`, …) without waiting for the store, and the recorder writes `Event` objects in
+//! the background.
+//!
+//! As Kubernetes' recorder does, an event that repeats (same object, type, reason and
+//! message) is folded into the one already written: its `count` grows and `lastTimestamp`
+//! moves. Recording never blocks the caller: the queue is bounded, and when the store falls
+//! behind, the newest events are dropped and counted ([`EventRecorder::dropped`]), never the
+//! work that produced them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::{Semaphore, mpsc};
+
+use crate::api::{Event, EventSource, Kind, Object, ObjectMeta, ObjectReference, Time};
+use crate::client::{ClusterClient, Code};
+
+/// Events waiting to be written; more are dropped.
+const QUEUE: usize = 4096;
+/// Writes in flight at once.
+const IN_FLIGHT: usize = 8;
+/// Distinct events remembered for folding repeats; the memory is cleared when it fills.
+const REMEMBERED: usize = 8192;
+
+/// `Normal` or `Warning`, as Kubernetes' event types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Record {
+    source: Arc<EventSource>,
+    object: ObjectReference,
+    type_: EventType,
+    reason: String,
+    message: String,
+    at: Time,
+}
+
+/// Records events for one component (`default-scheduler`, `kubelet`) on one host. Cheap to
+/// clone; the writer task ends when the last clone is dropped.
+#[derive(Debug, Clone)]
+pub struct EventRecorder {
+    tx: mpsc::Sender<Record>,
+    source: Arc<EventSource>,
+    dropped: Arc<AtomicU64>,
+}
+
+/// The reference an event names for `object` (a container of a pod: add a `field_path`).
+pub fn reference(object: &Object) -> ObjectReference {
+    reference_to(object.kind(), object.metadata())
+}
+
+/// The reference to an object of `kind` with metadata `m`.
+pub fn reference_to(kind: Kind, m: &ObjectMeta) -> ObjectReference {
+    ObjectReference {
+        api_version: "v1".into(),
+        kind: kind.name().into(),
+        namespace: m.namespace.clone(),
+        name: m.name.clone(),
+        uid: m.uid.clone(),
+        field_path: String::new(),
+    }
+}
+
+impl EventRecorder {
+    /// Starts the writer on the current tokio runtime.
+    pub fn spawn(client: ClusterClient, component: &str, host: &str) -> EventRecorder {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(write_loop(client, rx));
+        EventRecorder {
+            tx,
+            source: Arc::new(EventSource {
+                component: component.to_string(),
+                host: host.to_string(),
+            }),
+            dropped: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The same writer (and queue) reporting from another host: the agents of many
+    /// simulated nodes in one process share one writer.
+    pub fn with_host(&self, host: &str) -> EventRecorder {
+        EventRecorder {
+            tx: self.tx.clone(),
+            source: Arc::new(EventSource {
+                component: self.source.component.clone(),
+                host: host.to_string(),
+            }),
+            dropped: self.dropped.clone(),
+        }
+    }
+
+    pub fn normal(&self, object: ObjectReference, reason: &str, message: String) {
+        self.record(object, EventType::Normal, reason, message);
+    }
+
+    pub fn warning(&self, object: ObjectReference, reason: &str, message: String) {
+        self.record(object, EventType::Warning, reason, message);
+    }
+
+    pub fn record(&self, object: ObjectReference, type_: EventType, reason: &str, message: String) {
+        let record = Record {
+            source: self.source.clone(),
+            object,
+            type_,
+            reason: reason.to_string(),
+            message,
+            at: Time::now(),
+        };
+        if self.tx.try_send(record).is_err() {
+            let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::warn!(dropped = n, "event queue full: events dropped");
+            }
+        }
+    }
+
+    /// Events dropped because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// What folds repeats together.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct FoldKey {
+    host: String,
+    object: (String, String, String, String, String),
+    type_: EventType,
+    reason: String,
+    message: String,
+}
+
+async fn write_loop(client: ClusterClient, mut rx: mpsc::Receiver<Record>) {
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut written: HashMap<FoldKey, Event> = HashMap::new();
+    let mut seq: u64 = 0;
+    while let Some(r) = rx.recv().await {
+        let key = FoldKey {
+            host: r.source.host.clone(),
+            object: (
+                r.object.kind.clone(),
+                r.object.namespace.clone(),
+                r.object.name.clone(),
+                r.object.uid.clone(),
+                r.object.field_path.clone(),
+            ),
+            type_: r.type_,
+            reason: r.reason.clone(),
+            message: r.message.clone(),
+        };
+        let (event, repeat) = match written.get_mut(&key) {
+            Some(e) => {
+                e.count = Some(e.count.unwrap_or(1) + 1);
+                e.last_timestamp = Some(r.at);
+                (e.clone(), true)
+            }
+            None => {
+                seq += 1;
+                let e = new_event(r, seq);
+                if written.len() >= REMEMBERED {
+                    written.clear();
+                }
+                written.insert(key, e.clone());
+                (e, false)
+            }
+        };
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let client = client.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            write(&client, event, repeat).await;
+        });
+    }
+}
+
+fn new_event(r: Record, seq: u64) -> Event {
+    // Kubernetes names events `<object>.<unique hex>`; the nanoseconds plus a sequence keep
+    // names from one recorder apart even within a clock tick.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    let namespace = if r.object.namespace.is_empty() {
+        crate::api::defaults::DEFAULT_NAMESPACE.to_string()
+    } else {
+        r.object.namespace.clone()
+    };
+    Event {
+        api_version: "v1".into(),
+        kind: Kind::Event.name().into(),
+        metadata: ObjectMeta {
+            name: format!("{}.{:x}", r.object.name, nanos.wrapping_add(seq)),
+            namespace,
+            ..ObjectMeta::default()
+        },
+        involved_object: r.object,
+        reason: r.reason,
+        message: truncate(r.message),
+        type_: r.type_.as_str().to_string(),
+        first_timestamp: Some(r.at),
+        last_timestamp: Some(r.at),
+        count: Some(1),
+        reporting_component: r.source.component.clone(),
+        reporting_instance: r.source.host.clone(),
+        source: (*r.source).clone(),
+    }
+}
+
+/// Messages longer than the store accepts are cut (on a character boundary), not refused.
+fn truncate(mut message: String) -> String {
+    let max = crate::api::validation::MAX_EVENT_MESSAGE;
+    if message.len() > max {
+        let mut end = max - 3;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push_str("...");
+    }
+    message
+}
+
+async fn write(client: &ClusterClient, event: Event, repeat: bool) {
+    let object = Object::Event(event);
+    let result = if repeat {
+        match client.update(&object).await {
+            // Expired (or never written, when the first write failed): write it anew.
+            Err(e) if e.code() == Some(Code::NotFound) => client.create(&object).await,
+            other => other,
+        }
+    } else {
+        client.create(&object).await
+    };
+    if let Err(e) = result {
+        tracing::debug!(event = %object.metadata().name, error = %e, "event not written");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_cut_on_a_character_boundary() {
+        let max = crate::api::validation::MAX_EVENT_MESSAGE;
+        let m = truncate("é".repeat(max));
+        assert!(m.len() <= max, "{}", m.len());
+        assert!(m.ends_with("..."));
+        assert_eq!(truncate("short".into()), "short");
+    }
+
+    #[test]
+    fn events_about_cluster_scoped_objects_go_to_default() {
+        let r = Record {
+            source: Arc::new(EventSource {
+                component: "kubelet".into(),
+                host: "n1".into(),
+            }),
+            object: ObjectReference {
+                kind: "Node".into(),
+                name: "n1".into(),
+                ..ObjectReference::default()
+            },
+            type_: EventType::Normal,
+            reason: "NodeReady".into(),
+            message: "Node n1 status is now: NodeReady".into(),
+            at: Time::now(),
+        };
+        let mut e = Object::Event(new_event(r, 1));
+        assert_eq!(e.metadata().namespace, "default");
+        assert!(e.metadata().name.starts_with("n1."));
+        crate::api::defaults::apply(&mut e);
+        crate::api::validation::validate(&e).expect("a recorded event is valid");
+    }
+}
