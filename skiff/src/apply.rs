@@ -1,4 +1,4 @@
-//! `skiff apply -f` and `skiff get`: manifests into the cluster, and what is there, as
+//! `skiff apply -f` and `skiff get [-w]`: manifests into the cluster, and what is there, as
 //! kubectl shows it.
 //!
 //! `apply` validates every document first (the same checks as `skiff validate`) and writes
@@ -10,23 +10,26 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use skiff_proto::api::{Kind, Object};
-use skiff_proto::client::{ClusterClient, Code};
+use futures::StreamExt;
+use skiff_proto::api::{Kind, Object, Pod, Time};
+use skiff_proto::client::{ClusterClient, Code, Event};
 use skiff_proto::manifest;
+
+use crate::config::Endpoints;
 
 #[derive(Debug, clap::Args)]
 pub struct ApplyArgs {
     /// Manifest file, directory (its .yaml/.yml/.json files, recursively) or `-` for stdin.
     #[arg(short = 'f', long = "filename", required = true, value_name = "PATH")]
     files: Vec<PathBuf>,
-    /// Store members' client endpoints (host:port), comma-separated.
-    #[arg(long, env = "SKIFF_ENDPOINTS", value_delimiter = ',', required = true)]
-    endpoints: Vec<String>,
+    #[command(flatten)]
+    endpoints: Endpoints,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct GetArgs {
-    /// pods, nodes or namespaces (kubectl's short names work: po, no, ns).
+    /// pods, nodes, namespaces, events, resourcequotas or limitranges (kubectl's short names
+    /// work: po, no, ns, ev, quota, limits).
     kind: String,
     /// One object by name.
     name: Option<String>,
@@ -44,12 +47,15 @@ pub struct GetArgs {
     /// `wide`, `yaml` or `json`.
     #[arg(short = 'o', long)]
     output: Option<String>,
-    /// Store members' client endpoints (host:port), comma-separated.
-    #[arg(long, env = "SKIFF_ENDPOINTS", value_delimiter = ',', required = true)]
-    endpoints: Vec<String>,
+    /// After listing, watch for changes and print each changed object as a row (Ctrl-C
+    /// stops).
+    #[arg(short = 'w', long)]
+    watch: bool,
+    #[command(flatten)]
+    endpoints: Endpoints,
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -60,8 +66,9 @@ pub fn apply(args: &ApplyArgs) -> Result<ExitCode> {
     let Some(docs) = crate::validate::load_or_report(&args.files, "was created") else {
         return Ok(ExitCode::FAILURE);
     };
+    let endpoints = args.endpoints.resolve()?;
     runtime()?.block_on(async {
-        let api = ClusterClient::connect(&args.endpoints)?;
+        let api = ClusterClient::connect(&endpoints)?;
         let mut failed = 0;
         for d in docs {
             let name = d.object.display_name();
@@ -122,55 +129,120 @@ fn strip(o: &Object) -> serde_json::Value {
 }
 
 pub fn get(args: &GetArgs) -> Result<ExitCode> {
-    let kind = Kind::from_cli(&args.kind).with_context(|| {
-        format!(
-            "unknown kind {:?}: try pods, nodes or namespaces",
-            args.kind
-        )
-    })?;
+    let kind = Kind::from_cli(&args.kind)
+        .filter(|k| *k != Kind::Binding)
+        .with_context(|| {
+            format!(
+                "unknown kind {:?}: try pods, nodes, namespaces, events, resourcequotas or limitranges",
+                args.kind
+            )
+        })?;
     let ns = if args.all_namespaces || !kind.is_namespaced() {
         ""
     } else {
         args.namespace.as_str()
     };
+    let endpoints = args.endpoints.resolve()?;
+    let fields = match &args.name {
+        // A watch of one object follows its name.
+        Some(name) if args.watch => {
+            let by_name = format!("metadata.name={name}");
+            if args.field_selector.is_empty() {
+                by_name
+            } else {
+                format!("{},{by_name}", args.field_selector)
+            }
+        }
+        _ => args.field_selector.clone(),
+    };
     runtime()?.block_on(async {
-        let api = ClusterClient::connect(&args.endpoints)?;
-        let items = match &args.name {
-            Some(name) => match api.get(kind, ns, name).await? {
-                Some(o) => vec![o],
+        let api = ClusterClient::connect(&endpoints)?;
+        let (items, revision) = match &args.name {
+            Some(name) if !args.watch => match api.get(kind, ns, name).await? {
+                Some(o) => (vec![o], 0),
                 None => {
                     eprintln!("Error: {} \"{name}\" not found", kind.plural());
                     return Ok(ExitCode::FAILURE);
                 }
             },
-            None => {
-                api.list(kind, ns, &args.selector, &args.field_selector)
-                    .await?
-                    .0
-            }
+            _ => api.list(kind, ns, &args.selector, &fields).await?,
         };
+        let mut items = items;
+        if kind == Kind::Event {
+            // Oldest first, as kubectl sorts events by time.
+            items.sort_by_key(|o| match o {
+                Object::Event(e) => e.last_seen(),
+                _ => None,
+            });
+        }
         let mut out = std::io::stdout().lock();
-        match args.output.as_deref() {
-            Some("yaml") => write!(out, "{}", manifest::encode_yaml(items.iter()))?,
+        let wide = match args.output.as_deref() {
+            Some("yaml") => {
+                write!(out, "{}", manifest::encode_yaml(items.iter()))?;
+                None
+            }
             Some("json") => {
                 let items: Vec<_> = items.iter().map(|o| o.to_json_value()).collect();
                 let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
                 writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?;
+                None
             }
-            Some("wide") | None => {
-                let wide = args.output.is_some();
-                table(&mut out, kind, &items, wide, args.all_namespaces)?;
-            }
+            Some("wide") => Some(true),
+            None => Some(false),
             Some(other) => anyhow::bail!("unknown output {other:?}: expected wide, yaml or json"),
+        };
+        let mut table = Table::new(kind, wide.unwrap_or(false), args.all_namespaces);
+        if wide.is_some() {
+            let rows: Vec<_> = items.iter().map(|o| table.row(o)).collect();
+            if rows.is_empty() && !args.watch {
+                writeln!(out, "No resources found.")?;
+            } else {
+                table.print(&mut out, &rows, true)?;
+            }
+        }
+        out.flush()?;
+        if !args.watch {
+            return Ok(ExitCode::SUCCESS);
+        }
+        drop(out);
+        let mut stream = std::pin::pin!(
+            api.watch(kind, ns, &args.selector, &fields, revision, false)
+                .await?
+        );
+        let mut printed_header = !items.is_empty();
+        while let Some(event) = stream.next().await {
+            let object = match event? {
+                Event::Added(o) | Event::Modified(o) | Event::Deleted(o) => o,
+                Event::Bookmark(_) => continue,
+            };
+            let mut out = std::io::stdout().lock();
+            match args.output.as_deref() {
+                Some("yaml") => write!(out, "---\n{}", object.to_yaml())?,
+                Some("json") => writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&object.to_json_value())?
+                )?,
+                _ => {
+                    let row = table.row(&object);
+                    table.print(&mut out, &[row], !printed_header)?;
+                    printed_header = true;
+                }
+            }
+            out.flush()?;
         }
         Ok(ExitCode::SUCCESS)
     })
 }
 
 fn age(o: &Object) -> String {
-    let Some(t) = o.metadata().creation_timestamp else {
-        return "<unknown>".into();
-    };
+    o.metadata()
+        .creation_timestamp
+        .map_or_else(|| "<unknown>".into(), since)
+}
+
+/// How long ago `t` was, as kubectl prints ages: `42s`, `5m`, `3h`, `2d`.
+pub fn since(t: Time) -> String {
     let s = (chrono::Utc::now() - t.datetime()).num_seconds().max(0);
     match s {
         0..120 => format!("{s}s"),
@@ -180,32 +252,56 @@ fn age(o: &Object) -> String {
     }
 }
 
-fn table(
-    out: &mut impl Write,
+/// kubectl's table for one kind. Column widths grow to fit and are kept, so the rows a
+/// watch adds line up with the ones above them.
+pub struct Table {
     kind: Kind,
-    items: &[Object],
     wide: bool,
     namespaces: bool,
-) -> Result<()> {
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    let mut header: Vec<&str> = Vec::new();
-    if namespaces && kind.is_namespaced() {
-        header.push("NAMESPACE");
+    widths: Vec<usize>,
+}
+
+impl Table {
+    pub fn new(kind: Kind, wide: bool, namespaces: bool) -> Table {
+        let mut t = Table {
+            kind,
+            wide,
+            namespaces: namespaces && kind.is_namespaced(),
+            widths: Vec::new(),
+        };
+        t.widths = t.header().iter().map(|h| h.len()).collect();
+        t
     }
-    match kind {
-        Kind::Pod => header.extend(["NAME", "READY", "STATUS", "RESTARTS", "AGE"]),
-        Kind::Node => header.extend(["NAME", "STATUS", "AGE"]),
-        _ => header.extend(["NAME", "AGE"]),
+
+    fn header(&self) -> Vec<&'static str> {
+        let mut header = Vec::new();
+        if self.namespaces {
+            header.push("NAMESPACE");
+        }
+        match self.kind {
+            Kind::Pod => header.extend(["NAME", "READY", "STATUS", "RESTARTS", "AGE"]),
+            Kind::Node => header.extend(["NAME", "STATUS", "AGE"]),
+            Kind::Event => header.extend(["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]),
+            _ => header.extend(["NAME", "AGE"]),
+        }
+        if self.wide && self.kind == Kind::Pod {
+            header.extend(["IP", "NODE"]);
+        }
+        if self.wide && self.kind == Kind::Event {
+            header.extend(["SOURCE", "COUNT", "NAME"]);
+        }
+        header
     }
-    if wide && kind == Kind::Pod {
-        header.extend(["IP", "NODE"]);
-    }
-    for o in items {
+
+    /// The cells of one object.
+    pub fn row(&self, o: &Object) -> Vec<String> {
         let mut row = Vec::new();
-        if namespaces && kind.is_namespaced() {
+        if self.namespaces {
             row.push(o.metadata().namespace.clone());
         }
-        row.push(o.metadata().name.clone());
+        if self.kind != Kind::Event {
+            row.push(o.metadata().name.clone());
+        }
         match o {
             Object::Pod(p) => {
                 let status = p.status.clone().unwrap_or_default();
@@ -215,49 +311,13 @@ fn table(
                     .iter()
                     .map(|c| c.restart_count)
                     .sum();
-                let waiting = status
-                    .container_statuses
-                    .iter()
-                    .find_map(|c| c.state.as_ref()?.waiting.as_ref().map(|w| w.reason.clone()))
-                    .filter(|r| !r.is_empty());
-                // As kubectl: a finished pod shows its container's reason (Completed, Error).
-                let terminated = status
-                    .container_statuses
-                    .iter()
-                    .find_map(|c| {
-                        c.state
-                            .as_ref()?
-                            .terminated
-                            .as_ref()
-                            .map(|t| t.reason.clone())
-                    })
-                    .filter(|r| !r.is_empty());
-                let phase = if p.metadata.deletion_timestamp.is_some() {
-                    "Terminating".to_string()
-                } else if let (Some(t), true) = (terminated, p.is_terminal()) {
-                    t
-                } else if let Some(w) = waiting {
-                    w
-                } else if status.phase.is_empty() {
-                    "Pending".to_string()
-                } else {
-                    status.phase.clone()
-                };
                 row.push(format!("{ready}/{}", p.spec.containers.len()));
-                row.push(phase);
+                row.push(pod_status(p));
                 row.push(restarts.to_string());
                 row.push(age(o));
-                if wide {
-                    row.push(if status.pod_ip.is_empty() {
-                        "<none>".into()
-                    } else {
-                        status.pod_ip
-                    });
-                    row.push(if p.spec.node_name.is_empty() {
-                        "<none>".into()
-                    } else {
-                        p.spec.node_name.clone()
-                    });
+                if self.wide {
+                    row.push(none_if_empty(&status.pod_ip));
+                    row.push(none_if_empty(&p.spec.node_name));
                 }
             }
             Object::Node(n) => {
@@ -268,36 +328,105 @@ fn table(
                 row.push(s);
                 row.push(age(o));
             }
+            Object::Event(e) => {
+                row.push(e.last_seen().map_or_else(|| "<unknown>".into(), since));
+                row.push(e.type_.clone());
+                row.push(e.reason.clone());
+                row.push(format!(
+                    "{}/{}",
+                    e.involved_object.kind.to_ascii_lowercase(),
+                    e.involved_object.name
+                ));
+                row.push(e.message.clone());
+                if self.wide {
+                    row.push(e.from());
+                    row.push(e.count.unwrap_or(1).to_string());
+                    row.push(e.metadata.name.clone());
+                }
+            }
             _ => row.push(age(o)),
         }
-        rows.push(row);
+        row
     }
-    if rows.is_empty() {
-        writeln!(out, "No resources found.")?;
-        return Ok(());
+
+    /// Prints `rows` (and the header first when asked), widening columns to fit.
+    pub fn print(
+        &mut self,
+        out: &mut impl Write,
+        rows: &[Vec<String>],
+        header: bool,
+    ) -> Result<()> {
+        for r in rows {
+            for (w, c) in self.widths.iter_mut().zip(r) {
+                *w = (*w).max(c.len());
+            }
+        }
+        let last = self.widths.len().saturating_sub(1);
+        let line = |cells: &[&str], widths: &[usize]| {
+            cells
+                .iter()
+                .zip(widths)
+                .enumerate()
+                .map(|(i, (c, w))| {
+                    if i == last {
+                        (*c).to_string()
+                    } else {
+                        format!("{c:<w$}")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("   ")
+                .trim_end()
+                .to_string()
+        };
+        if header {
+            writeln!(out, "{}", line(&self.header(), &self.widths))?;
+        }
+        for r in rows {
+            let cells: Vec<&str> = r.iter().map(String::as_str).collect();
+            writeln!(out, "{}", line(&cells, &self.widths))?;
+        }
+        Ok(())
     }
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| {
-            rows.iter()
-                .map(|r| r[i].len())
-                .chain([header[i].len()])
-                .max()
-                .unwrap_or(0)
+}
+
+fn none_if_empty(s: &str) -> String {
+    if s.is_empty() {
+        "<none>".into()
+    } else {
+        s.to_string()
+    }
+}
+
+/// kubectl's STATUS column: Terminating, a finished pod's reason (Completed, Error), a
+/// waiting container's reason (ContainerCreating, CrashLoopBackOff), else the phase.
+pub fn pod_status(p: &Pod) -> String {
+    let status = p.status.clone().unwrap_or_default();
+    let waiting = status
+        .container_statuses
+        .iter()
+        .find_map(|c| c.state.as_ref()?.waiting.as_ref().map(|w| w.reason.clone()))
+        .filter(|r| !r.is_empty());
+    let terminated = status
+        .container_statuses
+        .iter()
+        .find_map(|c| {
+            c.state
+                .as_ref()?
+                .terminated
+                .as_ref()
+                .map(|t| t.reason.clone())
         })
-        .collect();
-    let line = |cells: Vec<&str>| {
-        cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect::<Vec<_>>()
-            .join("   ")
-            .trim_end()
-            .to_string()
-    };
-    writeln!(out, "{}", line(header.clone()))?;
-    for r in &rows {
-        writeln!(out, "{}", line(r.iter().map(String::as_str).collect()))?;
+        .filter(|r| !r.is_empty());
+    if p.metadata.deletion_timestamp.is_some() {
+        "Terminating".to_string()
+    } else if let (Some(t), true) = (terminated, p.is_terminal()) {
+        t
+    } else if let Some(w) = waiting {
+        w
+    } else if status.phase.is_empty() {
+        "Pending".to_string()
+    } else {
+        status.phase.clone()
     }
-    Ok(())
 }

@@ -8,10 +8,15 @@ use clap::{Parser, Subcommand};
 mod apply;
 mod bench;
 mod bench_scheduler;
+mod config;
+mod delete;
+mod demo;
+mod describe;
 mod jepsen;
 mod node;
 mod scheduler;
 mod store;
+mod up;
 mod validate;
 
 /// Skiff: a compact Kubernetes control-plane core (store, scheduler, node agent) in one binary.
@@ -33,6 +38,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Start a local cluster: three store members, the scheduler and node agents (simulated,
+    /// or containerd with `--runtime cri`), until Ctrl-C.
+    Up(up::Args),
     /// Print the version of this binary and of the APIs it speaks.
     Version,
     /// Check manifests offline: decode, default and validate them, print what they would create.
@@ -42,8 +50,13 @@ enum Command {
     /// Create (or update) the objects of manifests; all are validated first, and nothing is
     /// written if any is refused.
     Apply(apply::ApplyArgs),
-    /// List objects (pods, nodes, namespaces) as a table, or one as YAML/JSON.
+    /// List objects (pods, nodes, namespaces, events) as a table, or one as YAML/JSON;
+    /// `-w` follows changes.
     Get(apply::GetArgs),
+    /// Show one pod or node in full, with its events.
+    Describe(describe::Args),
+    /// Delete objects; bound pods stop gracefully, and the command waits until they are gone.
+    Delete(delete::Args),
     /// Run the scheduler against a store: place pending pods, bind them in batches.
     Scheduler(scheduler::Args),
     /// Benchmarks against a running cluster; each prints its figures.
@@ -79,6 +92,9 @@ fn main() -> ExitCode {
         Command::Store(args) => store::run(*args),
         Command::Apply(args) => apply::apply(&args),
         Command::Get(args) => apply::get(&args),
+        Command::Describe(args) => describe::run(&args),
+        Command::Delete(args) => delete::run(&args),
+        Command::Up(args) => up::run(args),
         Command::Scheduler(args) => scheduler::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Jepsen(args) => jepsen::run(args),

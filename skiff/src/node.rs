@@ -51,14 +51,8 @@ pub struct LogsArgs {
     /// Only the last N lines.
     #[arg(long)]
     tail: Option<u64>,
-    /// Cluster API endpoints, comma-separated.
-    #[arg(
-        long,
-        env = "SKIFF_ENDPOINTS",
-        default_value = "127.0.0.1:2379",
-        value_delimiter = ','
-    )]
-    endpoints: Vec<String>,
+    #[command(flatten)]
+    endpoints: crate::config::Endpoints,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -147,10 +141,13 @@ pub struct Args {
     /// Simulated runtime: how long starting a container takes.
     #[arg(long, default_value = "5ms", value_parser = parse_duration)]
     sim_start_latency: Duration,
+    /// Do not record events (Pulled, Created, Started, Killing, BackOff, …).
+    #[arg(long)]
+    no_events: bool,
 }
 
 /// `500ms`, `10s`, `5m`, `1h` (a bare number is seconds).
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -228,6 +225,7 @@ impl Args {
         base.taints = parse_taints(&self.taints)?;
         base.host_ip = self.host_ip.clone();
         base.heartbeat = self.heartbeat_interval;
+        base.events = !self.no_events;
         base.engine = EngineConfig {
             backoff_initial: self.backoff_initial,
             backoff_max: self.backoff_max,
@@ -267,7 +265,7 @@ impl Args {
 async fn logs(a: LogsArgs) -> anyhow::Result<()> {
     use skiff_node::logs::{ENDPOINT_ANNOTATION, pb, text_of};
     use skiff_proto::api::{Kind, Object};
-    let api = ClusterClient::connect(&a.endpoints).context("cluster API endpoints")?;
+    let api = ClusterClient::connect(&a.endpoints.resolve()?).context("cluster API endpoints")?;
     let Some(Object::Pod(pod)) = api.get(Kind::Pod, &a.namespace, &a.pod).await? else {
         bail!("pods \"{}\" not found in namespace {}", a.pod, a.namespace);
     };
