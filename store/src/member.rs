@@ -113,6 +113,9 @@ pub struct MemberInfo {
 #[derive(Debug, Default)]
 struct Lessor {
     deadlines: HashMap<i64, Instant>,
+    /// The term whose leadership set these deadlines. A member that loses and wins again
+    /// between two ticks must not carry the old term's deadlines over.
+    term: Option<u64>,
 }
 
 pub struct StoreMember {
@@ -562,9 +565,12 @@ impl StoreMember {
     /// or every lease right after it became leader) and revokes expired ones through the log.
     async fn lease_tick(self: &Arc<Self>) {
         if !self.is_leader() {
-            self.lessor().deadlines.clear();
+            let mut lessor = self.lessor();
+            lessor.deadlines.clear();
+            lessor.term = None;
             return;
         }
+        let term = self.term();
         let leases: Vec<(i64, i64)> = self
             .shared
             .read()
@@ -575,6 +581,17 @@ impl StoreMember {
         let now = Instant::now();
         let expired: Vec<i64> = {
             let mut lessor = self.lessor();
+            if lessor.term != Some(term) {
+                // Logged so that a lease outliving its TTL can be matched to the takeovers
+                // that restarted it (each one gives every lease a full TTL).
+                tracing::info!(
+                    term,
+                    leases = leases.len(),
+                    "leading: every lease gets a full TTL"
+                );
+                lessor.deadlines.clear();
+                lessor.term = Some(term);
+            }
             lessor
                 .deadlines
                 .retain(|id, _| leases.binary_search_by_key(id, |(i, _)| *i).is_ok());

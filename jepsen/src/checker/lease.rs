@@ -14,6 +14,12 @@
 //! countdown, plus `slack` for an election) must not see the key, nor may any read invoked
 //! after an acknowledged revoke.
 //!
+//! A fault window counts when it begins before the lease is *certainly* gone, that is before
+//! the countdown's end plus `slack`, not merely before the countdown's end: until then the
+//! lease may legitimately still exist (the leader that restarted its countdown after the
+//! previous fault may have been elected up to `slack` late), and a leader change in the new
+//! window gives it a full TTL once more.
+//!
 //! Op values: `grant` `{key, ttl}` → ok `{key, ttl, lease, rev}` (grant and put under it);
 //! `keep-alive` `{key, lease}` → ok `{.., ttl}`; `revoke` `{key, lease}`; `read` `{key: "l/"}`
 //! → ok `{key, keys: [..], rev}`.
@@ -168,7 +174,9 @@ pub fn check(history: &History, slack_ns: u64) -> Verdict {
             .max(l.last_uncertain.map_or(0, |u| u + slack_ns));
         let mut deadline = last_renewal + l.ttl_ns;
         for &(start, end, _) in &windows {
-            if start <= deadline && end >= last_renewal {
+            // The lease may exist until `deadline + slack_ns`: a fault that begins by then can
+            // still hand it to a new leader, which restarts its countdown.
+            if start <= deadline + slack_ns && end >= last_renewal {
                 deadline = deadline.max(end + l.ttl_ns);
             }
         }
@@ -297,6 +305,30 @@ mod tests {
                 json!({"key": "l/", "keys": keys}),
             );
         }
+        /// A nemesis fault window from `t.0` to `t.1`.
+        fn fault(&mut self, t: (f64, f64)) -> &mut Self {
+            let v = json!({"fault": "member remove+add n2"});
+            let index = self.0.len() as u64;
+            for (i, (time, kind, f)) in [
+                (t.0, OpType::Invoke, F::Start),
+                (t.1, OpType::Info, F::Stop),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                self.0.push(Op {
+                    index: index + i as u64,
+                    time: (time * S as f64) as u64,
+                    process: Process::Nemesis,
+                    kind,
+                    f,
+                    value: v.clone(),
+                    node: None,
+                    error: None,
+                });
+            }
+            self
+        }
         fn check(&self) -> Verdict {
             check(&History::new(self.0.clone()), S)
         }
@@ -381,5 +413,39 @@ mod tests {
         h.pair(1, F::Revoke, (0.5, 0.6), OpType::Ok, v.clone(), v);
         h.read((0.7, 0.8), true);
         assert_eq!(kinds(&h.check()), vec!["revoked-present"]);
+    }
+
+    /// Seed 1004 of the 2026-11-23 campaign (`l/1-61`, `l/2-25`): a lease kept alive during
+    /// one fault, abandoned, and handed to a new leader by a second fault that began after the
+    /// countdown's end but within the slack (the leader elected after the first fault had
+    /// restarted it late), lived until the second fault's end plus TTL — as it may. The
+    /// checker used to extend only for faults beginning before the countdown's end, and
+    /// reported the key as outlived.
+    #[test]
+    fn fault_beginning_within_the_slack_extends_the_lease() {
+        let mut h = H::default();
+        h.grant((0.0, 0.1));
+        h.fault((0.5, 2.0));
+        h.keep_alive((1.0, 1.1), 3);
+        // countdown: max(1.1, 2.0) + 3 = 5.0; slack 1 s: the lease may live until 6.0
+        h.fault((5.5, 7.0));
+        // a new leader during the second fault: the lease may live until 7 + 3 + 1 = 11
+        h.read((8.0, 8.1), true);
+        h.read((10.5, 10.6), true);
+        h.read((11.5, 11.6), false);
+        let v = h.check();
+        assert_eq!(v.valid, Validity::True, "{v:?}");
+    }
+
+    #[test]
+    fn fault_beginning_after_the_lease_is_certainly_gone_does_not_extend_it() {
+        let mut h = H::default();
+        h.grant((0.0, 0.1));
+        h.fault((0.5, 2.0));
+        h.keep_alive((1.0, 1.1), 3);
+        // certainly gone by 6.0: a fault from 6.5 cannot bring it back
+        h.fault((6.5, 8.0));
+        h.read((7.0, 7.1), true);
+        assert_eq!(kinds(&h.check()), vec!["outlived"]);
     }
 }
