@@ -1,5 +1,5 @@
 //! `skiff bench`: benchmarks that print figures. `bind` measures batch Bind through a running
-//! cluster's API.
+//! cluster's API, `put` the etcd API, `scheduler` the scheduler and `startup` pods end to end.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -21,10 +21,15 @@ pub struct Args {
 enum What {
     /// Pods bound per second through the cluster API's batch Bind.
     Bind(BindArgs),
-    /// Puts through the etcd v3 API (works against Skiff and etcd alike).
+    /// etcd v3 API load (put, range, txn-put, watch, lease-keepalive), against Skiff and
+    /// etcd alike.
+    Kv(crate::bench_kv::Args),
+    /// Puts through the etcd v3 API (the same as `bench kv put`).
     Put(PutArgs),
     /// Scheduling throughput, in process or end to end through a store (`--e2e`).
     Scheduler(crate::bench_scheduler::Args),
+    /// Pod startup latency: create → bound → Running, against a cluster with node agents.
+    Startup(crate::bench_startup::Args),
 }
 
 #[derive(Debug, clap::Args)]
@@ -38,16 +43,8 @@ struct PutArgs {
     /// Concurrent clients, spread over the connections.
     #[arg(long, default_value_t = 1)]
     clients: usize,
-    /// Puts in all.
-    #[arg(long, default_value_t = 10_000)]
-    total: usize,
-    #[arg(long, default_value_t = 8)]
-    key_size: usize,
-    #[arg(long, default_value_t = 256)]
-    val_size: usize,
-    /// Distinct keys (0: every put a new key).
-    #[arg(long, default_value_t = 0)]
-    key_space_size: usize,
+    #[command(flatten)]
+    put: crate::bench_kv::PutArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -76,8 +73,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .context("starting the async runtime")?;
     match args.what {
         What::Bind(a) => rt.block_on(bind(a)),
-        What::Put(a) => rt.block_on(put(a)),
+        What::Kv(a) => rt.block_on(crate::bench_kv::run(a)),
+        What::Put(a) => rt.block_on(crate::bench_kv::put_with(
+            a.endpoints,
+            a.conns,
+            a.clients,
+            a.put,
+        )),
         What::Scheduler(a) => rt.block_on(crate::bench_scheduler::run(a)),
+        What::Startup(a) => rt.block_on(crate::bench_startup::run(a)),
     }
 }
 
@@ -209,80 +213,6 @@ async fn bind(a: BindArgs) -> anyhow::Result<ExitCode> {
         latencies.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
     );
     Ok(if refused == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
-}
-
-async fn put(a: PutArgs) -> anyhow::Result<ExitCode> {
-    if a.conns == 0 || a.clients == 0 || a.key_size == 0 {
-        bail!("--conns, --clients and --key-size must be at least 1");
-    }
-    let mut conns = Vec::new();
-    for i in 0..a.conns {
-        let ep = &a.endpoints[i % a.endpoints.len()];
-        let c = etcd_client::Client::connect([ep.as_str()], None)
-            .await
-            .with_context(|| format!("connecting to {ep}"))?;
-        conns.push(c);
-    }
-    let value = vec![b'v'; a.val_size];
-    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for c in 0..a.clients {
-        let mut kv = conns[c % conns.len()].kv_client();
-        let next = next.clone();
-        let value = value.clone();
-        let (total, key_size, space) = (a.total, a.key_size, a.key_space_size);
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            let mut errors = 0usize;
-            loop {
-                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if n >= total {
-                    break;
-                }
-                let k = if space > 0 { n % space } else { n };
-                let mut key = format!("{k:0key_size$}").into_bytes();
-                key.truncate(key_size);
-                let t = Instant::now();
-                match kv.put(key, value.clone(), None).await {
-                    Ok(_) => lat.push(t.elapsed()),
-                    Err(_) => errors += 1,
-                }
-            }
-            (lat, errors)
-        }));
-    }
-    let mut lat = Vec::new();
-    let mut errors = 0;
-    for t in tasks {
-        let (l, e) = t.await?;
-        lat.extend(l);
-        errors += e;
-    }
-    let elapsed = start.elapsed();
-    lat.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    println!(
-        "put: {} ok, {errors} errors in {:.2} s: {:.0} puts/s; {} clients over {} conns, key {} B, value {} B; \
-         latency p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
-        lat.len(),
-        elapsed.as_secs_f64(),
-        lat.len() as f64 / elapsed.as_secs_f64(),
-        a.clients,
-        a.conns,
-        a.key_size,
-        a.val_size,
-        ms(percentile(&lat, 0.5)),
-        ms(percentile(&lat, 0.9)),
-        ms(percentile(&lat, 0.99)),
-        ms(percentile(&lat, 0.999)),
-        ms(lat.last().copied().unwrap_or_default()),
-    );
-    Ok(if errors == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

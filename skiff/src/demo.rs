@@ -88,6 +88,12 @@ pub fn run(
     skiff(exe, &endpoints, &["get", "pods", "-A", "-o", "wide"])?;
     skiff(exe, &endpoints, &["get", "nodes"])?;
     skiff(exe, &endpoints, &["describe", "pod", "web"])?;
+    // The same objects through the etcd v3 API, with etcd's own client.
+    etcdctl(&endpoints, &["endpoint", "status", "-w", "table"]);
+    etcdctl(
+        &endpoints,
+        &["get", "--prefix", "--keys-only", "/registry/pods/"],
+    );
 
     println!("==> kill -9 of the store leader");
     let leader = rt.block_on(leader(&endpoints))?;
@@ -145,6 +151,29 @@ pub fn run(
     skiff(exe, &endpoints, &["delete", "pod", "web", "hello"])?;
     skiff(exe, &endpoints, &["get", "pods", "-A"])?;
     Ok(())
+}
+
+/// Runs Debian's `etcdctl` against the cluster when it is installed.
+fn etcdctl(endpoints: &[String], args: &[&str]) {
+    let ep = format!("--endpoints={}", endpoints.join(","));
+    println!("$ ETCDCTL_API=3 etcdctl {ep} {}", args.join(" "));
+    match Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(&ep)
+        .args(args)
+        .output()
+    {
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            // Keys-only output separates keys with blank lines.
+            for l in text.lines().filter(|l| !l.is_empty()) {
+                println!("{l}");
+            }
+            eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        }
+        Err(_) => println!("(etcdctl is not installed: apt-get install etcd-client)"),
+    }
+    println!();
 }
 
 /// The index (in `endpoints`) of the member that leads.

@@ -7,7 +7,9 @@ use clap::{Parser, Subcommand};
 
 mod apply;
 mod bench;
+mod bench_kv;
 mod bench_scheduler;
+mod bench_startup;
 mod config;
 mod delete;
 mod demo;

@@ -58,7 +58,8 @@ pub struct Args {
     runtime: RuntimeKind,
     /// First port: member i listens on base+10i (clients), +1 (peers), +2 (metrics); the
     /// scheduler's metrics are on base+30, the agents' log service on base+31. A resumed
-    /// cluster keeps the ports it was created with.
+    /// cluster keeps the ports it was created with [default: 2379, or the next free range
+    /// 100 ports up].
     #[arg(long)]
     base_port: Option<u16>,
     /// Allocatable CPU of each simulated node.
@@ -350,9 +351,15 @@ fn load_layout(dir: &Path, base_port: Option<u16>) -> Result<(Layout, bool)> {
             Ok((layout, true))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let layout = Layout {
-                base_port: base_port.unwrap_or(2379),
-            };
+            // A new cluster without --base-port takes etcd's ports, or the next free range
+            // (a running etcd or another cluster may hold 2379).
+            let base_port = base_port.unwrap_or_else(|| {
+                (0..50)
+                    .map(|i| 2379 + 100 * i)
+                    .find(|b| Layout { base_port: *b }.ports().into_iter().all(free))
+                    .unwrap_or(2379)
+            });
+            let layout = Layout { base_port };
             if u32::from(layout.base_port) + 40 > u32::from(u16::MAX) {
                 bail!(
                     "--base-port {} leaves no room for the cluster's ports",

@@ -13,14 +13,19 @@ fn skiff_bin() -> &'static str {
     env!("CARGO_BIN_EXE_skiff")
 }
 
-/// A base port whose 32 successors are free now (below the ephemeral range).
+/// A base port whose 32 successors are free now (below the ephemeral range). Calls in one
+/// test process walk distinct ranges, so tests running side by side never pick the same one.
 fn free_base() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos())
         ^ std::process::id();
-    for i in 0..200u32 {
-        let base = 20_000 + ((seed.wrapping_add(i.wrapping_mul(7919))) % 120) as u16 * 100;
+    let _ = NEXT.compare_exchange(u32::MAX, seed % 120, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..120 {
+        let slot = NEXT.fetch_add(1, Ordering::Relaxed) % 120;
+        let base = 20_000 + slot as u16 * 100;
         if (base..base + 32).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
             return base;
         }

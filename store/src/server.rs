@@ -255,7 +255,7 @@ fn metrics(m: &StoreMember) -> String {
             mvcc.leases().len(),
         )
     };
-    let gauges: [(&str, &str, f64); 11] = [
+    let gauges: [(&str, &str, f64); 12] = [
         (
             "skiff_store_has_leader",
             "Whether a leader is known (1) or not (0).",
@@ -307,6 +307,13 @@ fn metrics(m: &StoreMember) -> String {
             "Backend size on disk and in memtables.",
             m.db_size() as f64,
         ),
+        // The standard process metric (as etcd's Go client exports it), so one benchmark can
+        // read the memory of Skiff and etcd members alike.
+        (
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            resident_memory_bytes() as f64,
+        ),
     ];
     let mut out = String::new();
     for (name, help, value) in gauges {
@@ -324,6 +331,17 @@ fn metrics(m: &StoreMember) -> String {
          # TYPE {name} counter\n{name} {installed}\n"
     ));
     out
+}
+
+/// This process's resident set, from `VmRSS` in `/proc/self/status` (0 where there is none).
+fn resident_memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let kib = s.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+            kib.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
 }
 
 #[cfg(test)]

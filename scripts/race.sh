@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Skiff against etcd on this machine: a three-member etcd cluster (Debian's etcd-server) and a
+# three-member Skiff cluster on loopback, both fsyncing every log append, driven by the same
+# `skiff bench kv` runs in turn (etcd, Skiff, etcd, Skiff), then the figures side by side and
+# the ratios. Usage: bash scripts/race.sh [quick]   (quick: fewer operations per run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/common.sh
+
+ensure_packages "${BUILD_PACKAGES[@]}" etcd-server etcd-client
+require_cargo
+cargo build --release --locked -p skiff
+SKIFF="$CARGO_TARGET_DIR/release/skiff"
+ETCD="$(command -v etcd || echo /usr/bin/etcd)"
+
+scale=1
+[ "${1:-}" = quick ] && scale=10
+
+work="$(mktemp -d /tmp/skiff-race.XXXXXX)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  echo "data, logs and results in $work"
+}
+trap cleanup EXIT
+
+# etcd on 40000+, Skiff on 41000+: member i at +10i (client), +1 (peer), +2 (metrics).
+etcd_cluster="" skiff_cluster=""
+for i in 0 1 2; do
+  etcd_cluster+="${etcd_cluster:+,}e$i=http://127.0.0.1:$((40001 + 10 * i))"
+  skiff_cluster+="${skiff_cluster:+,}s$i=http://127.0.0.1:$((41001 + 10 * i))"
+done
+for i in 0 1 2; do
+  c=$((40000 + 10 * i))
+  "$ETCD" --name "e$i" --data-dir "$work/etcd-$i" \
+    --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
+    --listen-peer-urls "http://127.0.0.1:$((c + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((c + 1))" \
+    --listen-metrics-urls "http://127.0.0.1:$((c + 2))" \
+    --initial-cluster "$etcd_cluster" --initial-cluster-state new --initial-cluster-token race \
+    --quota-backend-bytes 8589934592 2>"$work/etcd-$i.log" &
+  pids+=($!)
+  c=$((41000 + 10 * i))
+  "$SKIFF" store --name "s$i" --data-dir "$work/skiff-$i" \
+    --listen-client-urls "http://127.0.0.1:$c" --listen-peer-urls "http://127.0.0.1:$((c + 1))" \
+    --listen-metrics-urls "http://127.0.0.1:$((c + 2))" \
+    --initial-cluster "$skiff_cluster" --quota-backend-bytes 8589934592 2>"$work/skiff-$i.log" &
+  pids+=($!)
+done
+etcd_eps="127.0.0.1:40000,127.0.0.1:40010,127.0.0.1:40020"
+skiff_eps="127.0.0.1:41000,127.0.0.1:41010,127.0.0.1:41020"
+etcd_metrics="http://127.0.0.1:40002/metrics,http://127.0.0.1:40012/metrics,http://127.0.0.1:40022/metrics"
+skiff_metrics="http://127.0.0.1:41002/metrics,http://127.0.0.1:41012/metrics,http://127.0.0.1:41022/metrics"
+for eps in "$etcd_eps" "$skiff_eps"; do
+  for _ in $(seq 1 200); do
+    ETCDCTL_API=3 etcdctl --endpoints="$eps" endpoint health >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  ETCDCTL_API=3 etcdctl --endpoints="$eps" endpoint status -w table
+done
+"$ETCD" --version | head -1
+"$SKIFF" version | head -1
+
+# name | global flags | test and its flags (the same for both systems)
+tests=(
+  "put-1000-clients|--conns 100 --clients 1000|put --total $((200000 / scale)) --key-size 8 --val-size 256"
+  "put-1-client|--conns 1 --clients 1|put --total $((5000 / scale)) --key-size 8 --val-size 256"
+  "range-linearizable|--conns 100 --clients 1000|range foo --consistency l --total $((200000 / scale))"
+  "range-serializable|--conns 100 --clients 1000|range foo --consistency s --total $((200000 / scale))"
+  "txn-put|--conns 100 --clients 1000|txn-put --total $((100000 / scale)) --key-size 8 --val-size 256"
+  "lease-keepalive|--conns 10 --clients 100|lease-keepalive --total $((100000 / scale))"
+  "watch-10000|--conns 10 --clients 1|watch --watchers 10000 --streams 10 --puts $((10000 / scale)) --put-rate 1000"
+)
+results="$work/results.jsonl"
+for round in 1 2; do
+  for system in etcd skiff; do
+    eps=$etcd_eps metrics=$etcd_metrics
+    [ "$system" = skiff ] && eps=$skiff_eps metrics=$skiff_metrics
+    for t in "${tests[@]}"; do
+      IFS='|' read -r name global test <<<"$t"
+      extra=()
+      [[ $test == watch* ]] && extra=(--metrics-urls "$metrics")
+      echo "==> round $round, $system: $name"
+      # shellcheck disable=SC2086
+      line=$("$SKIFF" bench kv --endpoints "$eps" $global --json $test "${extra[@]}" || true)
+      echo "$line"
+      echo "{\"round\": $round, \"system\": \"$system\", \"name\": \"$name\", \"report\": ${line:-null}}" >>"$results"
+    done
+  done
+done
+
+python3 - "$results" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+names = []
+for r in rows:
+    if r["name"] not in names:
+        names.append(r["name"])
+def mean(system, name, f):
+    v = [f(r["report"]) for r in rows if r["system"] == system and r["name"] == name and r["report"]]
+    return sum(v) / len(v) if v else float("nan")
+print()
+print(f"{'test':<22}{'etcd ops/s':>12}{'skiff ops/s':>13}{'ratio':>8}{'etcd p99 ms':>13}{'skiff p99 ms':>14}")
+for n in names:
+    e = mean("etcd", n, lambda r: r["per_second"])
+    s = mean("skiff", n, lambda r: r["per_second"])
+    ep = mean("etcd", n, lambda r: r["latency_ms"]["p99"])
+    sp = mean("skiff", n, lambda r: r["latency_ms"]["p99"])
+    print(f"{n:<22}{e:>12.0f}{s:>13.0f}{s / e if e else float('nan'):>8.2f}{ep:>13.2f}{sp:>14.2f}")
+for n in names:
+    if n.startswith("watch"):
+        for system in ("etcd", "skiff"):
+            m = [dict(r["report"]["extra"]) for r in rows if r["system"] == system and r["name"] == n and r["report"]]
+            for x in m:
+                k = "server memory per watcher B (all members)"
+                if k in x:
+                    print(f"{system}: {k}: {x[k]:.0f}")
+PY

@@ -1,0 +1,260 @@
+//! `skiff bench startup`: pod startup latency end to end, the figure of Kubernetes' pod
+//! startup SLO (p99 ≤ 5 s from creation to running, observed through a watch). Creates pods
+//! through the cluster API against a cluster with node agents (`skiff up --nodes 1000` for
+//! simulated ones), and times each pod from the moment its create was sent to the watch
+//! event that shows it bound, and the one that shows it Running.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::StreamExt;
+use parking_lot::Mutex;
+use skiff_proto::api::{Kind, Object};
+use skiff_proto::client::{ClusterClient, Event};
+
+use crate::config::Endpoints;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Pods to create.
+    #[arg(long, default_value_t = 1000)]
+    pods: usize,
+    /// Creations per second (0: as fast as the store takes them).
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
+    /// Creations in flight at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// CPU request of each pod.
+    #[arg(long, default_value = "10m")]
+    cpu: String,
+    /// Give up on pods not Running after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Leave the pods (and their namespace) in place.
+    #[arg(long)]
+    keep: bool,
+    #[command(flatten)]
+    endpoints: Endpoints,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    created: HashMap<String, Instant>,
+    bound: HashMap<String, (Instant, String)>,
+    running: HashMap<String, Instant>,
+}
+
+fn pod(ns: &str, name: &str, cpu: &str) -> Result<Object> {
+    let json = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": "startup-bench"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": "localhost/skiff/pause:1",
+                "resources": {"requests": {"cpu": cpu, "memory": "16Mi"}}}]
+        }
+    });
+    Ok(Object::from_json(Kind::Pod, json.to_string().as_bytes())?)
+}
+
+fn line(what: &str, mut d: Vec<Duration>) -> String {
+    d.sort();
+    let at = |p: f64| {
+        let i = ((d.len().saturating_sub(1)) as f64 * p).round() as usize;
+        d.get(i).map_or(0.0, |v| v.as_secs_f64() * 1e3)
+    };
+    format!(
+        "  {what:<28} p50 {:>7.0} ms   p90 {:>7.0} ms   p99 {:>7.0} ms   max {:>7.0} ms",
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        d.last().map_or(0.0, |v| v.as_secs_f64() * 1e3)
+    )
+}
+
+pub async fn run(a: Args) -> Result<ExitCode> {
+    if a.pods == 0 || a.concurrency == 0 {
+        bail!("--pods and --concurrency must be at least 1");
+    }
+    let api = ClusterClient::connect(&a.endpoints.resolve()?)?;
+    let (nodes, _) = api.list(Kind::Node, "", "", "").await?;
+    let ready = nodes
+        .iter()
+        .filter(|o| matches!(o, Object::Node(n) if n.is_ready()))
+        .count();
+    if ready == 0 {
+        bail!("no Ready node: start agents first (`skiff up --nodes 1000`)");
+    }
+    let ns = format!(
+        "startup-{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs()
+    );
+    let (_, revision) = api.list(Kind::Pod, "", "", "").await?;
+    api.create(&Object::from_json(
+        Kind::Namespace,
+        serde_json::json!({"metadata": {"name": ns}})
+            .to_string()
+            .as_bytes(),
+    )?)
+    .await
+    .context("creating the benchmark namespace")?;
+    eprintln!(
+        "{} pods into namespace {ns} on {ready} Ready nodes, {} …",
+        a.pods,
+        if a.rate > 0.0 {
+            format!("{} per second", a.rate)
+        } else {
+            "as fast as they are taken".into()
+        }
+    );
+
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut events = api.watch(Kind::Pod, &ns, "", "", revision, false).await?;
+    let (done_tx, mut done_rx) = tokio::sync::watch::channel(0usize);
+    let watcher = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            while let Some(e) = events.next().await {
+                let (Event::Added(Object::Pod(p)) | Event::Modified(Object::Pod(p))) = e? else {
+                    continue;
+                };
+                let now = Instant::now();
+                let mut s = seen.lock();
+                let name = p.metadata.name.clone();
+                if !p.spec.node_name.is_empty() && !s.bound.contains_key(&name) {
+                    s.bound
+                        .insert(name.clone(), (now, p.spec.node_name.clone()));
+                }
+                let running = p.status.as_ref().is_some_and(|st| st.phase == "Running");
+                if running && !s.running.contains_key(&name) {
+                    s.running.insert(name, now);
+                    let n = s.running.len();
+                    drop(s);
+                    let _ = done_tx.send(n);
+                }
+            }
+            Ok::<_, anyhow::Error>(())
+        })
+    };
+
+    let start = Instant::now();
+    let interval = (a.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / a.rate));
+    let results = futures::stream::iter(0..a.pods)
+        .map(|i| {
+            let (api, seen, ns, cpu) = (api.clone(), seen.clone(), ns.clone(), a.cpu.clone());
+            async move {
+                if let Some(step) = interval {
+                    tokio::time::sleep_until((start + step * i as u32).into()).await;
+                }
+                let name = format!("p-{i:06}");
+                let object = pod(&ns, &name, &cpu)?;
+                seen.lock().created.insert(name, Instant::now());
+                api.create(&object).await.map_err(anyhow::Error::from)
+            }
+        })
+        .buffer_unordered(a.concurrency)
+        .collect::<Vec<_>>()
+        .await;
+    let created_in = start.elapsed();
+    let failed = results.iter().filter(|r| r.is_err()).count();
+    if let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
+        eprintln!("{failed} creates failed, the first: {e:#}");
+    }
+    let want = a.pods - failed;
+    eprintln!(
+        "created {want} pods in {:.1} s ({:.0}/s); waiting for them to run …",
+        created_in.as_secs_f64(),
+        want as f64 / created_in.as_secs_f64()
+    );
+    let deadline = Instant::now() + Duration::from_secs(a.timeout);
+    let mut last_report = Instant::now();
+    loop {
+        let n = *done_rx.borrow_and_update();
+        if n >= want {
+            break;
+        }
+        if Instant::now() >= deadline {
+            eprintln!("timed out with {n} of {want} Running");
+            break;
+        }
+        if last_report.elapsed() >= Duration::from_secs(5) {
+            eprintln!(
+                "  {n} of {want} Running after {:.0} s",
+                start.elapsed().as_secs_f64()
+            );
+            last_report = Instant::now();
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(1), done_rx.changed()).await;
+    }
+    let all_in = start.elapsed();
+    watcher.abort();
+
+    let complete = {
+        let s = seen.lock();
+        let mut to_bound = Vec::new();
+        let mut to_running = Vec::new();
+        let mut per_node: HashMap<&str, usize> = HashMap::new();
+        for (name, created) in &s.created {
+            if let Some((t, node)) = s.bound.get(name) {
+                to_bound.push(t.saturating_duration_since(*created));
+                *per_node.entry(node.as_str()).or_default() += 1;
+            }
+            if let Some(t) = s.running.get(name) {
+                to_running.push(t.saturating_duration_since(*created));
+            }
+        }
+        let running = to_running.len();
+        println!(
+            "startup: {running} of {} pods Running in {:.1} s ({:.0} pods/s end to end); created in {:.1} s ({:.0}/s), concurrency {}",
+            a.pods,
+            all_in.as_secs_f64(),
+            running as f64 / all_in.as_secs_f64(),
+            created_in.as_secs_f64(),
+            want as f64 / created_in.as_secs_f64(),
+            a.concurrency
+        );
+        println!("{}", line("create sent → bound", to_bound));
+        println!("{}", line("create sent → Running", to_running));
+        let (min, max) = per_node
+            .values()
+            .fold((usize::MAX, 0), |(lo, hi), n| (lo.min(*n), hi.max(*n)));
+        println!(
+            "  spread: {} nodes used of {ready}, {}..{max} pods per node",
+            per_node.len(),
+            if per_node.is_empty() { 0 } else { min }
+        );
+        running == a.pods
+    };
+
+    if !a.keep {
+        eprintln!("deleting the benchmark's pods …");
+        let (pods, _) = api.list(Kind::Pod, &ns, "", "").await?;
+        futures::stream::iter(pods)
+            .map(|p| {
+                let api = api.clone();
+                let ns = ns.clone();
+                async move {
+                    let _ = api
+                        .delete(Kind::Pod, &ns, &p.metadata().name, 0, Some(0))
+                        .await;
+                }
+            })
+            .buffer_unordered(a.concurrency)
+            .collect::<Vec<_>>()
+            .await;
+        if let Err(e) = api.delete(Kind::Namespace, "", &ns, 0, None).await {
+            eprintln!("namespace {ns} left in place: {e}");
+        }
+    }
+    Ok(if complete {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
