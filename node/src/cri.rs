@@ -18,7 +18,7 @@
 //!   containerd (their IP comes from `PodSandboxStatus`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +34,33 @@ use crate::runtime::{
     Container, ContainerSpec, ContainerState, ExecOutput, Exit, Result, Runtime, RuntimeError,
     Sandbox, SandboxSpec, labels, sandbox_labels,
 };
+
+/// A containerd configuration for a containerd of one's own, everything under `home`
+/// (root, state, the socket `home/containerd.sock`, CNI configs in `home/cni`), with the CRI
+/// plugin set up as this kind of machine needs: the sandbox image fully named (no registry is
+/// reached) and `restrict_oom_score_adj` (VMs without CAP_SYS_RESOURCE).
+pub fn containerd_config(home: &Path) -> String {
+    format!(
+        r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+[grpc]
+  address = "{d}/containerd.sock"
+[ttrpc]
+  address = "{d}/containerd.sock.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d}/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{pause}"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{d}/cni"
+"#,
+        d = home.display(),
+        pause = crate::image::PAUSE,
+    )
+}
 
 /// Where containerd is and how the agent uses it.
 #[derive(Debug, Clone, PartialEq)]
@@ -496,7 +523,7 @@ impl Runtime for CriRuntime {
             }),
             ..cri::ContainerConfig::default()
         };
-        if let Some(dir) = std::path::Path::new(&sandbox_config.log_directory)
+        if let Some(dir) = Path::new(&sandbox_config.log_directory)
             .join(&spec.name)
             .to_str()
             .map(PathBuf::from)

@@ -2,7 +2,7 @@
 //! cluster's API, `put` the etcd API, `scheduler` the scheduler and `startup` pods end to end.
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use futures::StreamExt;
@@ -87,14 +87,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 fn object(kind: Kind, json: serde_json::Value) -> anyhow::Result<Object> {
     Ok(Object::from_json(kind, json.to_string().as_bytes())?)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
 }
 
 async fn bind(a: BindArgs) -> anyhow::Result<ExitCode> {
@@ -200,7 +192,7 @@ async fn bind(a: BindArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    latencies.sort();
+    let lat = crate::bench_kv::Percentiles::of(latencies);
     println!(
         "bind: {bound} pods bound ({refused} refused) in {:.2} s: {:.0} bindings/s; batch {}, concurrency {}; \
          Bind call latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
@@ -208,9 +200,9 @@ async fn bind(a: BindArgs) -> anyhow::Result<ExitCode> {
         bound as f64 / elapsed.as_secs_f64(),
         a.batch,
         a.concurrency,
-        percentile(&latencies, 0.5).as_secs_f64() * 1e3,
-        percentile(&latencies, 0.99).as_secs_f64() * 1e3,
-        latencies.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+        lat.p50,
+        lat.p99,
+        lat.max,
     );
     Ok(if refused == 0 {
         ExitCode::SUCCESS

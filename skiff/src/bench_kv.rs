@@ -153,7 +153,7 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    fn of(mut d: Vec<Duration>) -> Percentiles {
+    pub fn of(mut d: Vec<Duration>) -> Percentiles {
         d.sort_unstable();
         let at = |p: f64| {
             let i = ((d.len().saturating_sub(1)) as f64 * p).round() as usize;

@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use skiff_proto::api::{Kind, Object};
 use skiff_proto::client::{ClusterClient, Event};
 
+use crate::bench_kv::Percentiles;
 use crate::config::Endpoints;
 
 #[derive(Debug, clap::Args)]
@@ -61,18 +62,11 @@ fn pod(ns: &str, name: &str, cpu: &str) -> Result<Object> {
     Ok(Object::from_json(Kind::Pod, json.to_string().as_bytes())?)
 }
 
-fn line(what: &str, mut d: Vec<Duration>) -> String {
-    d.sort();
-    let at = |p: f64| {
-        let i = ((d.len().saturating_sub(1)) as f64 * p).round() as usize;
-        d.get(i).map_or(0.0, |v| v.as_secs_f64() * 1e3)
-    };
+fn line(what: &str, d: Vec<Duration>) -> String {
+    let p = Percentiles::of(d);
     format!(
         "  {what:<28} p50 {:>7.0} ms   p90 {:>7.0} ms   p99 {:>7.0} ms   max {:>7.0} ms",
-        at(0.5),
-        at(0.9),
-        at(0.99),
-        d.last().map_or(0.0, |v| v.as_secs_f64() * 1e3)
+        p.p50, p.p90, p.p99, p.max
     )
 }
 

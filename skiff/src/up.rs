@@ -686,26 +686,7 @@ impl Containerd {
         std::fs::create_dir_all(home.join("cni"))
             .with_context(|| format!("creating {}", home.display()))?;
         let socket = home.join("containerd.sock");
-        let config = format!(
-            r#"version = 2
-root = "{d}/root"
-state = "{d}/state"
-[grpc]
-  address = "{d}/containerd.sock"
-[ttrpc]
-  address = "{d}/containerd.sock.ttrpc"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{d}/opt"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{pause}"
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "{d}/cni"
-"#,
-            d = home.display(),
-            pause = skiff_node::image::PAUSE,
-        );
+        let config = skiff_node::cri::containerd_config(&home);
         std::fs::write(home.join("config.toml"), config).context("containerd config")?;
         let mut proc = Proc::new(
             "containerd",

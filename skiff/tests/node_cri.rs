@@ -28,25 +28,7 @@ impl Containerd {
         let dir = dir.join("containerd");
         std::fs::create_dir_all(dir.join("cni")).expect("containerd dir");
         let socket = dir.join("containerd.sock");
-        let config = format!(
-            r#"version = 2
-root = "{d}/root"
-state = "{d}/state"
-[grpc]
-  address = "{d}/containerd.sock"
-[ttrpc]
-  address = "{d}/containerd.sock.ttrpc"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{d}/opt"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "localhost/skiff/pause:1"
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "{d}/cni"
-"#,
-            d = dir.display()
-        );
+        let config = skiff_node::cri::containerd_config(&dir);
         std::fs::write(dir.join("config.toml"), config).expect("containerd config");
         let log = std::fs::File::create(dir.join("containerd.log")).expect("containerd log");
         let child = Command::new("containerd")

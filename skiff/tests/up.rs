@@ -1,17 +1,16 @@
 //! `skiff up` and the kubectl-style CLI end to end, through the real binary only: a user's
 //! session from `up` to Ctrl-C, on simulated nodes and on a real containerd.
 
+mod common;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{eventually, skiff_bin};
 use skiff_proto::api::{Kind, Object};
 use skiff_proto::client::ClusterClient;
-
-fn skiff_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_skiff")
-}
 
 /// A base port whose 32 successors are free now (below the ephemeral range). Calls in one
 /// test process walk distinct ranges, so tests running side by side never pick the same one.
@@ -174,24 +173,6 @@ fn ok(o: &Output) -> String {
     );
     assert!(o.status.success(), "command failed ({}):\n{text}", o.status);
     text
-}
-
-async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn pods(api: &ClusterClient) -> Vec<skiff_proto::api::Pod> {
