@@ -209,7 +209,6 @@ pub fn get(args: &GetArgs) -> Result<ExitCode> {
             api.watch(kind, ns, &args.selector, &fields, revision, false)
                 .await?
         );
-        let mut printed_header = !items.is_empty();
         while let Some(event) = stream.next().await {
             let object = match event? {
                 Event::Added(o) | Event::Modified(o) | Event::Deleted(o) => o,
@@ -224,9 +223,9 @@ pub fn get(args: &GetArgs) -> Result<ExitCode> {
                     serde_json::to_string_pretty(&object.to_json_value())?
                 )?,
                 _ => {
+                    // The header went out with the list above.
                     let row = table.row(&object);
-                    table.print(&mut out, &[row], !printed_header)?;
-                    printed_header = true;
+                    table.print(&mut out, &[row], false)?;
                 }
             }
             out.flush()?;
