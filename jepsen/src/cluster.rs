@@ -15,6 +15,10 @@ use crate::network;
 /// Raft timing given to every member (etcd's defaults).
 pub const HEARTBEAT_MS: u64 = 100;
 pub const ELECTION_TIMEOUT_MS: u64 = 1000;
+/// Snapshots far more often than the default (100,000 entries), so runs exercise snapshot
+/// builds, log purges and snapshot installs on lagging or re-added members under faults.
+pub const SNAPSHOT_COUNT: u64 = 2000;
+pub const SNAPSHOT_CATCHUP_ENTRIES: u64 = 500;
 
 #[derive(Debug)]
 struct Member {
@@ -127,6 +131,11 @@ impl Cluster {
             .args(["--initial-cluster-state", state])
             .args(["--heartbeat-interval", &HEARTBEAT_MS.to_string()])
             .args(["--election-timeout", &ELECTION_TIMEOUT_MS.to_string()])
+            .args(["--snapshot-count", &SNAPSHOT_COUNT.to_string()])
+            .args([
+                "--snapshot-catchup-entries",
+                &SNAPSHOT_CATCHUP_ENTRIES.to_string(),
+            ])
             .env("SKIFF_LOG", "info,openraft=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

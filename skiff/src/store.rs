@@ -47,8 +47,9 @@ pub struct Args {
     /// Raft election timeout in milliseconds.
     #[arg(long, default_value_t = 1000)]
     election_timeout: u64,
-    /// Applied entries between snapshots (the log behind a snapshot is purged).
-    #[arg(long, default_value_t = 10_000)]
+    /// Applied entries between snapshots (the log behind a snapshot is purged); etcd 3.4's
+    /// default.
+    #[arg(long, default_value_t = 100_000)]
     snapshot_count: u64,
     /// Log entries kept behind a snapshot for slow followers; one further behind is sent the
     /// snapshot.

@@ -237,6 +237,9 @@ pub enum Command {
         member: u64,
         alarm: Alarm,
     },
+    /// Transactions proposed together as one log entry (group commit): applied in order, each
+    /// at its own revision, and written in one atomic batch with the entry's applied id.
+    Batch(Vec<TxnRequest>),
 }
 
 impl Command {
@@ -244,6 +247,7 @@ impl Command {
     pub fn may_grow(&self) -> bool {
         match self {
             Command::Txn(t) => !t.is_read_only(),
+            Command::Batch(ts) => ts.iter().any(|t| !t.is_read_only()),
             Command::LeaseGrant { .. } => true,
             _ => false,
         }
@@ -263,6 +267,8 @@ pub enum Outcome {
     Alarms(Vec<(u64, Alarm)>),
     /// A membership change or blank entry.
     Nothing,
+    /// One response per transaction of a `Batch`, in order.
+    Batch(Vec<Response>),
 }
 
 /// The state machine's answer to one log entry: the store revision after applying it, and the

@@ -19,6 +19,7 @@
 //! | [`etcd`]      | the etcd v3 services: KV, Watch, Lease, Cluster, Maintenance        |
 //! | [`server`]    | serving a member: client, peer and metrics listeners                |
 //! | [`member`]    | a running member: proposals, ReadIndex reads, leases, membership    |
+//! | [`proposer`]  | group commit: transactions arriving together become one log entry  |
 
 pub mod backend;
 pub mod cluster;
@@ -28,6 +29,7 @@ pub mod etcd;
 pub mod key_index;
 pub mod member;
 pub mod mvcc;
+pub mod proposer;
 pub mod raft;
 pub mod revision;
 pub mod server;

@@ -16,6 +16,7 @@ use crate::backend;
 use crate::command::{Command, Response};
 use crate::error::StoreError;
 use crate::mvcc::Mvcc;
+use crate::proposer::{self, Proposer};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{Channels, Network};
 use crate::raft::state_machine::{Shared, StateMachine};
@@ -58,7 +59,7 @@ impl Default for MemberConfig {
             initial_cluster_token: "skiff-cluster".into(),
             heartbeat_interval: Duration::from_millis(100),
             election_timeout: Duration::from_millis(1000),
-            snapshot_count: 10_000,
+            snapshot_count: 100_000,
             snapshot_catchup_entries: 5_000,
             max_request_bytes: 1536 * 1024,
             max_txn_ops: 128,
@@ -126,6 +127,8 @@ pub struct StoreMember {
     pub shared: Arc<Shared>,
     channels: Channels,
     lessor: Mutex<Lessor>,
+    /// Group commit of transactions while this member leads.
+    proposer: Proposer,
 }
 
 impl std::fmt::Debug for StoreMember {
@@ -231,6 +234,7 @@ impl StoreMember {
                 tracing::debug!(error = %e, "initialize");
             }
         }
+        let proposer = Proposer::start(raft.clone(), PROPOSAL_TIMEOUT);
         let member = Arc::new(StoreMember {
             id,
             cluster_id: cluster,
@@ -239,6 +243,7 @@ impl StoreMember {
             shared,
             channels,
             lessor: Mutex::new(Lessor::default()),
+            proposer,
         });
         member.clone().spawn_background();
         Ok(member)
@@ -425,21 +430,11 @@ impl StoreMember {
         if !self.is_leader() {
             return Err(StoreError::NoLeader);
         }
-        // A leader cut off from its quorum never commits: give up (ambiguously) rather than
-        // hang, as etcd's request timeout does.
-        let write = tokio::time::timeout(PROPOSAL_TIMEOUT, self.raft.client_write(cmd));
-        let Ok(result) = write.await else {
-            return Err(StoreError::Timeout);
-        };
-        match result {
-            Ok(resp) => Ok(resp.data),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
-                Err(StoreError::NoLeader)
-            }
-            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
-                Err(StoreError::Invalid(e.to_string()))
-            }
-            Err(RaftError::Fatal(_)) => Err(StoreError::Stopped),
+        match cmd {
+            // Transactions are group-committed; the rest (leases, compaction, alarms) are rare
+            // and go alone.
+            Command::Txn(t) => self.proposer.propose(t).await,
+            other => proposer::client_write(&self.raft, PROPOSAL_TIMEOUT, other).await,
         }
     }
 

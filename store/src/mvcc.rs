@@ -53,6 +53,9 @@ pub struct Applied {
     pub response: Response,
     /// Changes at `response.revision`, in sub-revision order (empty if nothing changed).
     pub events: Vec<Event>,
+    /// For a `Batch`: the changes of each transaction at its revision, in order (and
+    /// `events` is empty).
+    pub batch: Vec<(i64, Vec<Event>)>,
 }
 
 /// The whole keyspace as a snapshot carries it.
@@ -208,29 +211,88 @@ impl Mvcc {
         cmd: &Command,
         meta: &[(&[u8], Vec<u8>)],
     ) -> Result<Applied, StoreError> {
+        if let Command::Batch(txns) = cmd {
+            return self.apply_batch(txns, meta);
+        }
         let mut w = TxnWrite::new(self.revision);
         let result = self.apply_command(cmd, &mut w);
         if let Err(e @ StoreError::Internal(_)) = result {
             // The index may be half-updated: the member must stop, not go on diverged.
             return Err(e);
         }
-        let mut batch = std::mem::take(&mut w.batch);
-        let meta_cf = backend::cf(&self.db, CF_META);
         if w.sub > 0 {
             self.revision = w.main;
-            batch.put_cf(meta_cf, META_REVISION, backend::encode(&self.revision));
         }
-        for (k, v) in meta {
-            batch.put_cf(meta_cf, k, v);
-        }
-        self.db.write(batch).map_err(io)?;
+        self.commit(std::mem::take(&mut w.batch), meta)?;
         Ok(Applied {
             response: Response {
                 revision: self.revision,
                 result,
             },
             events: w.events,
+            batch: Vec::new(),
         })
+    }
+
+    /// A `Batch`: each transaction at its own revision, as if proposed alone, but one
+    /// RocksDB write for all (with the entry's meta), so a crash leaves all or none. The
+    /// write batch and the overlay of written versions carry from one transaction to the
+    /// next, so a transaction reads what an earlier one in the batch wrote.
+    fn apply_batch(
+        &mut self,
+        txns: &[TxnRequest],
+        meta: &[(&[u8], Vec<u8>)],
+    ) -> Result<Applied, StoreError> {
+        let mut batch = WriteBatch::default();
+        let mut overlay = HashMap::new();
+        let mut responses = Vec::with_capacity(txns.len());
+        let mut published = Vec::with_capacity(txns.len());
+        for t in txns {
+            let mut w = TxnWrite::new(self.revision);
+            w.batch = std::mem::take(&mut batch);
+            w.overlay = std::mem::take(&mut overlay);
+            let result = if self.no_space() && txn_has_put(t) {
+                Err(StoreError::NoSpace)
+            } else {
+                self.txn(t, &mut w).map(Outcome::Txn)
+            };
+            if let Err(e @ StoreError::Internal(_)) = result {
+                return Err(e);
+            }
+            if w.sub > 0 {
+                self.revision = w.main;
+            }
+            batch = std::mem::take(&mut w.batch);
+            overlay = std::mem::take(&mut w.overlay);
+            responses.push(Response {
+                revision: self.revision,
+                result,
+            });
+            published.push((self.revision, w.events));
+        }
+        self.commit(batch, meta)?;
+        Ok(Applied {
+            response: Response {
+                revision: self.revision,
+                result: Ok(Outcome::Batch(responses)),
+            },
+            events: Vec::new(),
+            batch: published,
+        })
+    }
+
+    /// Writes one applied entry's batch with the store revision and the Raft meta.
+    fn commit(
+        &mut self,
+        mut batch: WriteBatch,
+        meta: &[(&[u8], Vec<u8>)],
+    ) -> Result<(), StoreError> {
+        let meta_cf = backend::cf(&self.db, CF_META);
+        batch.put_cf(meta_cf, META_REVISION, backend::encode(&self.revision));
+        for (k, v) in meta {
+            batch.put_cf(meta_cf, k, v);
+        }
+        self.db.write(batch).map_err(io)
     }
 
     /// Writes Raft metadata for an entry that carries no command (blank, membership).
@@ -243,11 +305,16 @@ impl Mvcc {
         self.db.write(batch).map_err(io)
     }
 
+    fn no_space(&self) -> bool {
+        self.alarms.iter().any(|(_, a)| *a == Alarm::NoSpace)
+    }
+
     fn apply_command(&mut self, cmd: &Command, w: &mut TxnWrite) -> Result<Outcome, StoreError> {
-        if self.alarms.iter().any(|(_, a)| *a == Alarm::NoSpace) && cmd_has_put(cmd) {
+        if self.no_space() && cmd_has_put(cmd) {
             return Err(StoreError::NoSpace);
         }
         match cmd {
+            Command::Batch(_) => Err(StoreError::Invalid("a batch inside a batch".into())),
             Command::Txn(t) => self.txn(t, w).map(Outcome::Txn),
             Command::Compact { revision } => self.compact(*revision, w).map(|_| Outcome::Compacted),
             Command::LeaseGrant { id, ttl } => {
@@ -543,7 +610,9 @@ impl Mvcc {
 
     // ---- transactions ----
 
-    fn compare(&self, c: &Compare) -> Result<bool, StoreError> {
+    /// Whether `c` holds now. `w` carries what earlier transactions of the same batch wrote
+    /// (not yet in RocksDB); this transaction has written nothing when compares run.
+    fn compare(&self, c: &Compare, w: &TxnWrite) -> Result<bool, StoreError> {
         let (items, _) = if c.range_end.is_empty() {
             let items = self
                 .index
@@ -562,7 +631,7 @@ impl Mvcc {
             });
         }
         for (key, state) in items {
-            let kv = self.key_value(&key, state, None)?;
+            let kv = self.key_value(&key, state, Some(w))?;
             if !compare_one(c, &kv) {
                 return Ok(false);
             }
@@ -572,10 +641,15 @@ impl Mvcc {
 
     /// Evaluates every compare of `t` and its nested transactions on the chosen branches,
     /// before anything is written; returns the choices in depth-first order.
-    fn choose_paths(&self, t: &TxnRequest, path: &mut Vec<bool>) -> Result<(), StoreError> {
+    fn choose_paths(
+        &self,
+        t: &TxnRequest,
+        w: &TxnWrite,
+        path: &mut Vec<bool>,
+    ) -> Result<(), StoreError> {
         let mut ok = true;
         for c in &t.compare {
-            if !self.compare(c)? {
+            if !self.compare(c, w)? {
                 ok = false;
                 break;
             }
@@ -584,7 +658,7 @@ impl Mvcc {
         let ops = if ok { &t.success } else { &t.failure };
         for op in ops {
             if let RequestOp::Txn(inner) = op {
-                self.choose_paths(inner, path)?;
+                self.choose_paths(inner, w, path)?;
             }
         }
         Ok(())
@@ -617,7 +691,7 @@ impl Mvcc {
 
     fn txn(&mut self, t: &TxnRequest, w: &mut TxnWrite) -> Result<TxnResponse, StoreError> {
         let mut path = Vec::new();
-        self.choose_paths(t, &mut path)?;
+        self.choose_paths(t, w, &mut path)?;
         self.check_ops(t, &path, &mut 0)?;
         self.execute(t, &path, &mut 0, w)
     }
@@ -864,16 +938,21 @@ impl TxnWrite {
     }
 }
 
-fn cmd_has_put(cmd: &Command) -> bool {
+fn txn_has_put(t: &TxnRequest) -> bool {
     fn ops_have_put(ops: &[RequestOp]) -> bool {
         ops.iter().any(|op| match op {
             RequestOp::Put(_) => true,
-            RequestOp::Txn(t) => ops_have_put(&t.success) || ops_have_put(&t.failure),
+            RequestOp::Txn(t) => txn_has_put(t),
             _ => false,
         })
     }
+    ops_have_put(&t.success) || ops_have_put(&t.failure)
+}
+
+fn cmd_has_put(cmd: &Command) -> bool {
     match cmd {
-        Command::Txn(t) => ops_have_put(&t.success) || ops_have_put(&t.failure),
+        Command::Txn(t) => txn_has_put(t),
+        Command::Batch(ts) => ts.iter().any(txn_has_put),
         Command::LeaseGrant { .. } => true,
         _ => false,
     }

@@ -578,3 +578,100 @@ fn snapshot_installs_into_a_fresh_member() {
         m.events_since(&[0], &[0], 10, true, 100)
     );
 }
+
+fn txn_of(cmd: Command) -> TxnRequest {
+    match cmd {
+        Command::Txn(t) => t,
+        other => panic!("not a txn: {other:?}"),
+    }
+}
+
+/// A CAS on `key`'s version, putting `value`.
+fn cas(key: &str, version: i64, value: &str) -> TxnRequest {
+    TxnRequest {
+        compare: vec![Compare {
+            key: key.into(),
+            range_end: Vec::new(),
+            result: CompareResult::Equal,
+            target: CompareTarget::Version(version),
+        }],
+        success: vec![RequestOp::Put(PutRequest {
+            key: key.into(),
+            value: value.into(),
+            ..PutRequest::default()
+        })],
+        failure: vec![RequestOp::Range(RangeRequest {
+            key: key.into(),
+            ..RangeRequest::default()
+        })],
+    }
+}
+
+/// A batch (group commit) is the same as its transactions applied one by one: the same
+/// responses at the same revisions, the same events per revision, the same keyspace; a later
+/// transaction sees what an earlier one in the batch wrote; one that fails leaves the others
+/// alone.
+#[test]
+fn a_batch_is_its_transactions_one_by_one() {
+    let txns = vec![
+        txn_of(put("a", "1")),
+        cas("a", 1, "2"), // sees the put above: version 1
+        cas("a", 1, "x"), // version is 2 now: fails, reads a
+        txn_of(put("b", "1")),
+        TxnRequest::single(RequestOp::Put(PutRequest {
+            key: "c".into(),
+            value: "1".into(),
+            lease: 42, // no such lease: refused, nothing written
+            ..PutRequest::default()
+        })),
+        TxnRequest::single(RequestOp::DeleteRange(DeleteRangeRequest {
+            key: "b".into(),
+            range_end: Vec::new(),
+            prev_kv: true,
+        })),
+        TxnRequest::single(RequestOp::Range(RangeRequest {
+            key: "a".into(),
+            ..RangeRequest::default()
+        })),
+    ];
+    let (_d1, mut alone) = open_temp();
+    let mut expected = Vec::new();
+    for t in &txns {
+        let a = alone.apply(&Command::Txn(t.clone()), &[]).expect("apply");
+        expected.push((a.response, a.events));
+    }
+    let (_d2, mut batched) = open_temp();
+    let a = batched
+        .apply(&Command::Batch(txns.clone()), &[])
+        .expect("apply batch");
+    let Ok(Outcome::Batch(responses)) = a.response.result else {
+        panic!(
+            "a batch answers with one response per transaction: {:?}",
+            a.response
+        );
+    };
+    assert_eq!(a.response.revision, alone.revision());
+    assert_eq!(responses.len(), txns.len());
+    for (i, ((want, want_events), got)) in expected.iter().zip(&responses).enumerate() {
+        assert_eq!(want, got, "transaction {i}");
+        let (rev, events) = &a.batch[i];
+        assert_eq!(*rev, got.revision, "transaction {i}");
+        assert_eq!(want_events, events, "events of transaction {i}");
+    }
+    assert!(matches!(
+        responses[4].result,
+        Err(StoreError::LeaseNotFound)
+    ));
+    for at in 1..=alone.revision() {
+        assert_eq!(
+            alone.range(&range_all(at)).expect("range").kvs,
+            batched.range(&range_all(at)).expect("range").kvs,
+            "revision {at}"
+        );
+    }
+    // Reopened from disk, the batch is all there.
+    let db = batched.db().clone();
+    drop(batched);
+    let reopened = Mvcc::open(db).expect("reopen");
+    assert_eq!(reopened.revision(), alone.revision());
+}

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
+use rocksdb::DB;
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -255,33 +256,44 @@ fn read_raft_meta(shared: &Shared) -> Result<(Option<LogId>, StoredMembership), 
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
-        // Apply goes on meanwhile: everything, the applied id and membership included, comes
-        // from one RocksDB snapshot, so the metadata describes exactly the data.
+        // Reading the whole keyspace, encoding it and writing the file with fsync blocks for
+        // as long as the keyspace is large: off the async workers, so client requests and
+        // Raft traffic go on meanwhile.
         let db = self.shared.read().db().clone();
-        // Everything applied so far must be durable before the log behind it is purged.
-        db.flush_wal(true).map_err(sm_write_err)?;
-        let (payload, meta) =
-            Mvcc::snapshot_from(&db, &[META_APPLIED, META_MEMBERSHIP]).map_err(sm_read_err)?;
-        let applied: Option<LogId> = match &meta[0] {
-            Some(b) => backend::decode(b).map_err(sm_read_err)?,
-            None => None,
-        };
-        let membership: StoredMembership = match &meta[1] {
-            Some(b) => backend::decode(b).map_err(sm_read_err)?,
-            None => StoredMembership::default(),
-        };
-        let data = backend::encode(&payload);
-        let meta = SnapshotMeta {
-            last_log_id: applied,
-            last_membership: membership,
-            snapshot_id: self.snapshots.new_id(applied),
-        };
-        self.snapshots.save(&meta, data.clone())?;
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        })
+        let snapshots = self.snapshots.clone();
+        tokio::task::spawn_blocking(move || build(&db, &snapshots))
+            .await
+            .map_err(sm_write_err)?
     }
+}
+
+/// Builds and saves a snapshot of `db`. Apply goes on meanwhile: everything, the applied id
+/// and membership included, comes from one RocksDB snapshot, so the metadata describes
+/// exactly the data.
+fn build(db: &DB, snapshots: &SnapshotFile) -> Result<Snapshot, StorageError> {
+    // Everything applied so far must be durable before the log behind it is purged.
+    db.flush_wal(true).map_err(sm_write_err)?;
+    let (payload, meta) =
+        Mvcc::snapshot_from(db, &[META_APPLIED, META_MEMBERSHIP]).map_err(sm_read_err)?;
+    let applied: Option<LogId> = match &meta[0] {
+        Some(b) => backend::decode(b).map_err(sm_read_err)?,
+        None => None,
+    };
+    let membership: StoredMembership = match &meta[1] {
+        Some(b) => backend::decode(b).map_err(sm_read_err)?,
+        None => StoredMembership::default(),
+    };
+    let data = backend::encode(&payload);
+    let meta = SnapshotMeta {
+        last_log_id: applied,
+        last_membership: membership,
+        snapshot_id: snapshots.new_id(applied),
+    };
+    snapshots.save(&meta, data.clone())?;
+    Ok(Snapshot {
+        meta,
+        snapshot: Box::new(Cursor::new(data)),
+    })
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
@@ -316,9 +328,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         .apply(&cmd, &meta)
                         .map_err(|e| StorageIOError::apply(entry.log_id, &io_error(e)))?;
                     // Published under the write lock: see the ordering argument in `watch`.
-                    shared
-                        .hub
-                        .publish(applied.response.revision, &applied.events);
+                    if applied.batch.is_empty() {
+                        shared
+                            .hub
+                            .publish(applied.response.revision, &applied.events);
+                    }
+                    for (revision, events) in &applied.batch {
+                        shared.hub.publish(*revision, events);
+                    }
                     out.push(applied.response);
                 }
                 None => {
