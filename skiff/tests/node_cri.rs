@@ -96,13 +96,7 @@ impl Drop for Containerd {
             }
         }
         // Mounts of the overlay snapshotter and the shims' state go with the directory.
-        let _ = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "grep -o ' {}[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l",
-                self.dir.display()
-            ))
-            .status();
+        common::unmount_under(&self.dir);
     }
 }
 

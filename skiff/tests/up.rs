@@ -155,13 +155,7 @@ impl Drop for Up {
             self.interrupt(Duration::from_secs(30));
         }
         // Mounts a containerd of the cluster may have left (overlay snapshots, shims' state).
-        let _ = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "grep -o ' {}[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l",
-                self.dir.display()
-            ))
-            .status();
+        common::unmount_under(&self.dir);
     }
 }
 

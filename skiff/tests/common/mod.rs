@@ -347,3 +347,15 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Unmounts whatever is mounted under `dir` (a test's containerd leaves overlay snapshots and
+/// its shims' state mounted), deepest first.
+pub fn unmount_under(dir: &Path) {
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "grep -o ' {}[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l",
+            dir.display()
+        ))
+        .status();
+}
