@@ -2,7 +2,8 @@
 # Skiff against etcd on this machine: a three-member etcd cluster (Debian's etcd-server) and a
 # three-member Skiff cluster on loopback, both fsyncing every log append, driven by the same
 # `skiff bench kv` runs in turn (etcd, Skiff, etcd, Skiff), then the figures side by side and
-# the ratios. Usage: bash scripts/race.sh [quick]   (quick: fewer operations per run)
+# the ratios, and a plot of puts/s against clients for both (puts-vs-clients.svg).
+# Usage: bash scripts/race.sh [quick]   (quick: fewer operations per run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
@@ -70,6 +71,11 @@ tests=(
   "txn-put|--conns 100 --clients 1000|txn-put --total $((100000 / scale)) --key-size 8 --val-size 256"
   "lease-keepalive|--conns 10 --clients 100|lease-keepalive --total $((100000 / scale))"
   "watch-10000|--conns 10 --clients 1|watch --watchers 10000 --streams 10 --puts $((10000 / scale)) --put-rate 1000"
+  "sweep-put-c1|--conns 1 --clients 1|put --total $((5000 / scale)) --key-size 8 --val-size 256"
+  "sweep-put-c10|--conns 10 --clients 10|put --total $((20000 / scale)) --key-size 8 --val-size 256"
+  "sweep-put-c100|--conns 100 --clients 100|put --total $((100000 / scale)) --key-size 8 --val-size 256"
+  "sweep-put-c300|--conns 100 --clients 300|put --total $((100000 / scale)) --key-size 8 --val-size 256"
+  "sweep-put-c1000|--conns 100 --clients 1000|put --total $((200000 / scale)) --key-size 8 --val-size 256"
 )
 results="$work/results.jsonl"
 for round in 1 2; do
@@ -88,6 +94,8 @@ for round in 1 2; do
     done
   done
 done
+
+"$SKIFF" bench plot --results "$results" --prefix sweep-put --out "$work/puts-vs-clients.svg"
 
 python3 - "$results" <<'PY'
 import json, sys

@@ -30,6 +30,25 @@ enum What {
     Scheduler(crate::bench_scheduler::Args),
     /// Pod startup latency: create → bound → Running, against a cluster with node agents.
     Startup(crate::bench_startup::Args),
+    /// Plot ops/s against clients from `scripts/race.sh` results (one line per system).
+    Plot(PlotArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct PlotArgs {
+    /// The race's `results.jsonl`.
+    #[arg(long)]
+    results: std::path::PathBuf,
+    /// Tests whose name starts with this make the points (x: clients, y: mean ops/s).
+    #[arg(long, default_value = "sweep-put")]
+    prefix: String,
+    #[arg(long)]
+    out: std::path::PathBuf,
+    #[arg(
+        long,
+        default_value = "puts/s against concurrent clients (three members, fsync)"
+    )]
+    title: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -82,6 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         )),
         What::Scheduler(a) => rt.block_on(crate::bench_scheduler::run(a)),
         What::Startup(a) => rt.block_on(crate::bench_startup::run(a)),
+        What::Plot(a) => plot(&a),
     }
 }
 
@@ -209,4 +229,54 @@ async fn bind(a: BindArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// One line per system: mean ops/s of the rounds at each client count.
+fn plot(a: &PlotArgs) -> anyhow::Result<ExitCode> {
+    use std::collections::BTreeMap;
+    let text = std::fs::read_to_string(&a.results)
+        .with_context(|| format!("reading {}", a.results.display()))?;
+    let mut by_system: BTreeMap<String, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
+    for (i, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("{} line {}", a.results.display(), i + 1))?;
+        let name = v["name"].as_str().unwrap_or_default();
+        let (Some(system), Some(clients), Some(rate)) = (
+            v["system"].as_str(),
+            v["report"]["clients"].as_u64(),
+            v["report"]["per_second"].as_f64(),
+        ) else {
+            continue;
+        };
+        if name.starts_with(&a.prefix) {
+            by_system
+                .entry(system.to_string())
+                .or_default()
+                .entry(clients)
+                .or_default()
+                .push(rate);
+        }
+    }
+    if by_system.is_empty() {
+        bail!("no results named {}* in {}", a.prefix, a.results.display());
+    }
+    let series: Vec<crate::plot::Series> = by_system
+        .into_iter()
+        .map(|(system, points)| crate::plot::Series {
+            label: system,
+            points: points
+                .into_iter()
+                .map(|(c, r)| (c as f64, r.iter().sum::<f64>() / r.len() as f64))
+                .collect(),
+        })
+        .collect();
+    crate::plot::lines(
+        &a.out,
+        &a.title,
+        "concurrent clients",
+        "operations per second",
+        &series,
+    )?;
+    println!("wrote {}", a.out.display());
+    Ok(ExitCode::SUCCESS)
 }

@@ -154,32 +154,16 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
 
 /// Pods/s against nodes, log-scaled nodes axis.
 fn plot(path: &std::path::Path, title: &str, points: &[(usize, f64)]) -> anyhow::Result<()> {
-    use plotters::prelude::*;
-    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let max_y = points.iter().map(|p| p.1).fold(0.0, f64::max) * 1.15;
-    let min_x = points.iter().map(|p| p.0).min().unwrap_or(1) as f64 * 0.8;
-    let max_x = points.iter().map(|p| p.0).max().unwrap_or(1) as f64 * 1.25;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d((min_x..max_x).log_scale(), 0.0..max_y.max(1.0))?;
-    chart
-        .configure_mesh()
-        .x_desc("nodes")
-        .y_desc("pods scheduled per second")
-        .draw()?;
-    let series: Vec<(f64, f64)> = points.iter().map(|(n, p)| (*n as f64, *p)).collect();
-    chart.draw_series(LineSeries::new(series.clone(), &BLUE))?;
-    chart.draw_series(
-        series
-            .iter()
-            .map(|(x, y)| Circle::new((*x, *y), 4, BLUE.filled())),
-    )?;
-    root.present()?;
-    Ok(())
+    crate::plot::lines(
+        path,
+        title,
+        "nodes",
+        "pods scheduled per second",
+        &[crate::plot::Series {
+            label: "pods/s".into(),
+            points: points.iter().map(|(n, p)| (*n as f64, *p)).collect(),
+        }],
+    )
 }
 
 /// Through the store: nodes and pods created with the cluster API, an in-process scheduler

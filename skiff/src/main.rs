@@ -16,6 +16,7 @@ mod demo;
 mod describe;
 mod jepsen;
 mod node;
+mod plot;
 mod scheduler;
 mod store;
 mod up;
