@@ -212,7 +212,7 @@ async fn bind(a: BindArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let lat = crate::bench_kv::Percentiles::of(latencies);
+    let lat = crate::bench_kv::percentiles(&latencies);
     println!(
         "bind: {bound} pods bound ({refused} refused) in {:.2} s: {:.0} bindings/s; batch {}, concurrency {}; \
          Bind call latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",

@@ -19,6 +19,7 @@ use anyhow::{Context, Result, bail};
 use etcd_client::{Client, GetOptions, PutOptions, Txn, TxnOp, WatchOptions};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+pub use skiff_scheduler::bench::Percentiles;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -143,30 +144,10 @@ pub struct Report {
     pub extra: Vec<(String, f64)>,
 }
 
-#[derive(Debug, Serialize, Default)]
-pub struct Percentiles {
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub p999: f64,
-    pub max: f64,
-}
-
-impl Percentiles {
-    pub fn of(mut d: Vec<Duration>) -> Percentiles {
-        d.sort_unstable();
-        let at = |p: f64| {
-            let i = ((d.len().saturating_sub(1)) as f64 * p).round() as usize;
-            d.get(i).map_or(0.0, |v| v.as_secs_f64() * 1e3)
-        };
-        Percentiles {
-            p50: at(0.5),
-            p90: at(0.9),
-            p99: at(0.99),
-            p999: at(0.999),
-            max: d.last().map_or(0.0, |v| v.as_secs_f64() * 1e3),
-        }
-    }
+/// Latency percentiles in milliseconds of `d` (the scheduler benchmark's type, so every
+/// benchmark reports them alike).
+pub fn percentiles(d: &[Duration]) -> Percentiles {
+    Percentiles::of(d.iter().map(|x| x.as_micros() as u64).collect())
 }
 
 impl Report {
@@ -295,7 +276,7 @@ where
         errors,
         seconds,
         per_second: lat.len() as f64 / seconds,
-        latency_ms: Percentiles::of(lat),
+        latency_ms: percentiles(&lat),
         extra: Vec::new(),
     })
 }
@@ -563,7 +544,7 @@ async fn watch(a: &Args, w: WatchArgs) -> Result<Report> {
         errors: (want.saturating_sub(got)) as usize + put_errors,
         seconds,
         per_second: got as f64 / seconds,
-        latency_ms: Percentiles::of(lat),
+        latency_ms: percentiles(&lat),
         extra: vec![
             ("watchers".into(), w.watchers as f64),
             ("puts/s achieved".into(), w.puts as f64 / put_seconds),

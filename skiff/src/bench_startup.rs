@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use skiff_proto::api::{Kind, Object};
 use skiff_proto::client::{ClusterClient, Event};
 
-use crate::bench_kv::Percentiles;
+use crate::bench_kv::percentiles;
 use crate::config::Endpoints;
 
 #[derive(Debug, clap::Args)]
@@ -63,7 +63,7 @@ fn pod(ns: &str, name: &str, cpu: &str) -> Result<Object> {
 }
 
 fn line(what: &str, d: Vec<Duration>) -> String {
-    let p = Percentiles::of(d);
+    let p = percentiles(&d);
     format!(
         "  {what:<28} p50 {:>7.0} ms   p90 {:>7.0} ms   p99 {:>7.0} ms   max {:>7.0} ms",
         p.p50, p.p90, p.p99, p.max
