@@ -64,6 +64,55 @@ async fn writes_through_any_member_are_read_through_any_other() {
     assert_eq!(ids.len(), 3, "each member answers with its own id");
 }
 
+/// Linearizable reads share ReadIndex rounds; a read must never take the answer of a round
+/// that began before it, or it could miss a write acknowledged just before it was sent. Other
+/// clients keep rounds in flight on every member all along, so each checked read arrives
+/// while one is under way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_read_rounds_never_serve_a_read_from_before_an_acknowledged_write() {
+    let cluster = Cluster::start(3, &[]).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut background = Vec::new();
+    for i in 0..3 {
+        for _ in 0..8 {
+            let mut c = cluster.client(i).await;
+            let stop = stop.clone();
+            background.push(tokio::spawn(async move {
+                let mut reads = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if c.get("/rounds/k", None).await.is_ok() {
+                        reads += 1;
+                    }
+                }
+                reads
+            }));
+        }
+    }
+    let mut writer = cluster.client(0).await;
+    let mut readers = [cluster.client(1).await, cluster.client(2).await];
+    for n in 0..100u32 {
+        let put = writer
+            .put("/rounds/k", n.to_string(), None)
+            .await
+            .expect("put");
+        let put_rev = put.header().expect("header").revision();
+        let r = &mut readers[n as usize % 2];
+        let got = r.get("/rounds/k", None).await.expect("linearizable get");
+        assert!(
+            got.header().expect("header").revision() >= put_rev,
+            "read {n} answered at revision {} after the write was acknowledged at {put_rev}",
+            got.header().expect("header").revision()
+        );
+        assert_eq!(got.kvs()[0].value_str().unwrap(), n.to_string(), "read {n}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut reads = 0;
+    for b in background {
+        reads += b.await.expect("reader");
+    }
+    assert!(reads > 0, "the background readers kept rounds in flight");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leader_loses_no_acknowledged_write_and_it_catches_up_from_a_snapshot() {
     let mut cluster = Cluster::start(

@@ -20,6 +20,7 @@
 //! | [`server`]    | serving a member: client, peer and metrics listeners                |
 //! | [`member`]    | a running member: proposals, ReadIndex reads, leases, membership    |
 //! | [`proposer`]  | group commit: transactions arriving together become one log entry  |
+//! | [`read_index`]| shared ReadIndex rounds for linearizable reads and keep-alives      |
 
 pub mod backend;
 pub mod cluster;
@@ -31,6 +32,7 @@ pub mod member;
 pub mod mvcc;
 pub mod proposer;
 pub mod raft;
+pub mod read_index;
 pub mod revision;
 pub mod server;
 pub mod watch;

@@ -21,6 +21,7 @@ use crate::raft::log_store::LogStore;
 use crate::raft::network::{Channels, Network};
 use crate::raft::state_machine::{Shared, StateMachine};
 use crate::raft::{Member, Raft, cluster_id, member_id};
+use crate::read_index::Rounds;
 
 /// How a member starts, in etcd's terms.
 #[derive(Debug, Clone)]
@@ -129,6 +130,12 @@ pub struct StoreMember {
     lessor: Mutex<Lessor>,
     /// Group commit of transactions while this member leads.
     proposer: Proposer,
+    /// Shared ReadIndex rounds of this member's linearizable reads (forwarded to the leader
+    /// when it is not the leader).
+    read_rounds: Arc<Rounds>,
+    /// Shared leadership confirmations while this member leads: ReadIndex requests from every
+    /// member, and lease keep-alives.
+    leader_rounds: Arc<Rounds>,
 }
 
 impl std::fmt::Debug for StoreMember {
@@ -244,6 +251,8 @@ impl StoreMember {
             channels,
             lessor: Mutex::new(Lessor::default()),
             proposer,
+            read_rounds: Rounds::new(),
+            leader_rounds: Rounds::new(),
         });
         member.clone().spawn_background();
         Ok(member)
@@ -396,13 +405,10 @@ impl StoreMember {
                 .write_local(cmd.clone())
                 .await
                 .map(ForwardedReply::Write),
-            Forwarded::ReadIndex => {
-                let (read, _) = self.raft.get_read_log_id().await.map_err(|e| match e {
-                    RaftError::APIError(_) => StoreError::NoLeader,
-                    RaftError::Fatal(_) => StoreError::Stopped,
-                })?;
-                Ok(ForwardedReply::ReadIndex(read.map_or(0, |l| l.index)))
-            }
+            Forwarded::ReadIndex => self
+                .leader_read_index()
+                .await
+                .map(ForwardedReply::ReadIndex),
             Forwarded::KeepAlive(id) => self.keep_alive_local(*id).await,
             Forwarded::TimeToLive(id) => self.ttl_local(*id).await,
             Forwarded::AddMember { peer_urls, learner } => {
@@ -450,20 +456,58 @@ impl StoreMember {
 
     /// Waits until this member has applied everything committed before the call (ReadIndex):
     /// a read served afterwards is linearizable.
+    /// Concurrent callers share rounds (see [`crate::read_index`]).
     pub async fn linearizable_barrier(self: &Arc<Self>) -> Result<(), StoreError> {
-        let index = match self.on_leader(Forwarded::ReadIndex).await? {
-            ForwardedReply::ReadIndex(i) => i,
-            _ => return Err(StoreError::internal("unexpected forward reply")),
-        };
+        let member = self.clone();
+        let index = self
+            .read_rounds
+            .join(move || {
+                let member = member.clone();
+                async move {
+                    match member.on_leader(Forwarded::ReadIndex).await? {
+                        ForwardedReply::ReadIndex(i) => Ok(i),
+                        _ => Err(StoreError::internal("unexpected forward reply")),
+                    }
+                }
+            })
+            .await?;
+        self.applied_at_least(index, "linearizable read").await
+    }
+
+    /// Waits until this member has applied `index`.
+    async fn applied_at_least(&self, index: u64, why: &str) -> Result<(), StoreError> {
         if self.applied_index() >= index {
             return Ok(());
         }
         self.raft
             .wait(Some(LEADER_WAIT))
-            .applied_index_at_least(Some(index), "linearizable read")
+            .applied_index_at_least(Some(index), why)
             .await
             .map(|_| ())
             .map_err(|_| StoreError::Timeout)
+    }
+
+    /// On the leader: its commit index, after a heartbeat round in which a quorum
+    /// acknowledged its term (openraft's ReadIndex), in a round shared with every request
+    /// that arrived before it began.
+    async fn leader_read_index(&self) -> Result<u64, StoreError> {
+        if !self.is_leader() {
+            return Err(StoreError::NoLeader);
+        }
+        let raft = self.raft.clone();
+        self.leader_rounds
+            .join(move || {
+                let raft = raft.clone();
+                async move {
+                    match tokio::time::timeout(PROPOSAL_TIMEOUT, raft.get_read_log_id()).await {
+                        Ok(Ok((read, _))) => Ok(read.map_or(0, |l| l.index)),
+                        Ok(Err(RaftError::APIError(_))) => Err(StoreError::NoLeader),
+                        Ok(Err(RaftError::Fatal(_))) => Err(StoreError::Stopped),
+                        Err(_) => Err(StoreError::Timeout),
+                    }
+                }
+            })
+            .await
     }
 
     // ---- leases ----
@@ -485,12 +529,9 @@ impl StoreMember {
     /// everything committed before: a deposed leader must not renew leases, and a new one must
     /// not answer from before the grants it has not applied yet.
     async fn confirm_leadership(&self) -> Result<(), StoreError> {
-        match tokio::time::timeout(PROPOSAL_TIMEOUT, self.raft.ensure_linearizable()).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(RaftError::APIError(_))) => Err(StoreError::NoLeader),
-            Ok(Err(RaftError::Fatal(_))) => Err(StoreError::Stopped),
-            Err(_) => Err(StoreError::Timeout),
-        }
+        let index = self.leader_read_index().await?;
+        self.applied_at_least(index, "leadership confirmation")
+            .await
     }
 
     async fn keep_alive_local(&self, id: i64) -> Result<ForwardedReply, StoreError> {
