@@ -7,9 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use skiff_proto::etcd::{
-    PbClusterServer, PbKvServer, PbLeaseServer, PbMaintenanceServer, PbWatchServer,
-};
+use skiff_proto::etcd::{PbClusterServer, PbKvServer, PbLeaseServer, PbMaintenanceServer};
 use skiff_proto::raft::v1::raft_peer_server::RaftPeerServer;
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
@@ -21,7 +19,7 @@ use crate::etcd::cluster::ClusterService;
 use crate::etcd::kv::KvService;
 use crate::etcd::lease::LeaseService;
 use crate::etcd::maintenance::MaintenanceService;
-use crate::etcd::watch::WatchService;
+use crate::etcd::watch::{WatchServer, WatchService};
 use crate::member::{MemberConfig, StoreMember};
 use crate::raft::service::PeerService;
 
@@ -122,10 +120,10 @@ pub async fn run(
                 .add_service(
                     PbKvServer::new(KvService::new(m.clone())).max_decoding_message_size(limit),
                 )
-                .add_service(
-                    PbWatchServer::new(WatchService::new(m.clone(), progress))
-                        .max_decoding_message_size(limit),
-                )
+                .add_service(WatchServer::new(
+                    WatchService::new(m.clone(), progress),
+                    limit,
+                ))
                 .add_service(
                     PbLeaseServer::new(LeaseService::new(m.clone()))
                         .max_decoding_message_size(limit),

@@ -15,9 +15,10 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+use prost::bytes::{Bytes, BytesMut};
 use tokio::sync::{Notify, mpsc};
 
 use crate::command::{Event, EventKind};
@@ -31,11 +32,11 @@ pub enum WatchMessage {
     Created { watch_id: i64, revision: i64 },
     /// The watcher was removed at the client's request, or refused.
     Canceled { watch_id: i64, reason: String },
-    /// Events of one or more revisions, in order, for one watcher.
+    /// The events of one revision this watcher wants.
     Events {
         watch_id: i64,
         revision: i64,
-        events: Vec<Event>,
+        events: WatchEvents,
     },
     /// The watcher's start revision was compacted; it has been removed.
     Compacted {
@@ -64,7 +65,7 @@ pub struct WatchSpec {
 /// Derives index tags from an event (e.g. `spec.nodeName=n1` from a pod's new and previous
 /// state), so a watcher interested in one tag among thousands of watchers is skipped at
 /// publish time without its queue ever seeing the others' events.
-pub type Tagger = std::sync::Arc<dyn Fn(&Event) -> Vec<String> + Send + Sync>;
+pub type Tagger = Arc<dyn Fn(&Event) -> Vec<String> + Send + Sync>;
 
 impl WatchSpec {
     fn matches(&self, key: &[u8]) -> bool {
@@ -85,20 +86,145 @@ impl WatchSpec {
         }
     }
 
-    fn filter(&self, events: &[Event], tags: &[Vec<String>]) -> Vec<Event> {
-        events
-            .iter()
-            .enumerate()
-            .filter(|(i, e)| self.wants(e, tags.get(*i)))
-            .map(|(_, e)| e)
-            .map(|e| {
-                let mut e = e.clone();
-                if !self.prev_kv {
-                    e.prev_kv = None;
+    /// Which of `events` this watcher gets.
+    fn pick(&self, events: &[Event], tags: &[Vec<String>]) -> Pick {
+        let wanted = |i: usize| self.wants(&events[i], tags.get(i));
+        let n = (0..events.len()).filter(|&i| wanted(i)).count();
+        if n == 0 {
+            Pick::Nothing
+        } else if n == events.len() {
+            Pick::All
+        } else {
+            Pick::Some((0..events.len()).filter(|&i| wanted(i)).collect())
+        }
+    }
+}
+
+/// Which events of a revision a watcher gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pick {
+    Nothing,
+    All,
+    Some(Vec<usize>),
+}
+
+/// One revision's events, shared by every watcher that receives any of them: the apply path
+/// clones them once per revision, not once per watcher, and a service's encoding of them is
+/// made once and reused by every stream (see [`WatchEvents::encoded`]).
+#[derive(Debug)]
+struct SharedRevision {
+    events: Vec<Event>,
+    /// Encodings by the etcd service, without and with `prev_kv`.
+    encoded: [OnceLock<Encoded>; 2],
+}
+
+/// A revision's events encoded one after another, and where each ends.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    pub buf: Bytes,
+    pub ends: Vec<usize>,
+}
+
+/// What one watcher receives of one revision: a view of the shared events.
+#[derive(Debug, Clone)]
+pub struct WatchEvents {
+    shared: Arc<SharedRevision>,
+    /// `None`: all of them.
+    pick: Option<Arc<[usize]>>,
+    prev_kv: bool,
+}
+
+impl PartialEq for WatchEvents {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_vec() == other.to_vec()
+    }
+}
+
+impl Eq for WatchEvents {}
+
+impl WatchEvents {
+    /// Every event of a revision, with their previous versions or without.
+    pub fn new(events: Vec<Event>, prev_kv: bool) -> WatchEvents {
+        WatchEvents::picked(Arc::new(SharedRevision::new(events)), Pick::All, prev_kv)
+    }
+
+    fn picked(shared: Arc<SharedRevision>, pick: Pick, prev_kv: bool) -> WatchEvents {
+        let pick = match pick {
+            Pick::Some(ix) => Some(ix.into()),
+            Pick::All | Pick::Nothing => None,
+        };
+        WatchEvents {
+            shared,
+            pick,
+            prev_kv,
+        }
+    }
+
+    fn indices(&self) -> impl Iterator<Item = usize> + '_ {
+        let all = self.pick.is_none().then(|| 0..self.shared.events.len());
+        all.into_iter()
+            .flatten()
+            .chain(self.pick.iter().flat_map(|p| p.iter().copied()))
+    }
+
+    pub fn len(&self) -> usize {
+        self.pick
+            .as_ref()
+            .map_or(self.shared.events.len(), |p| p.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The events, owned; `prev_kv` only where the watcher asked for it.
+    pub fn iter(&self) -> impl Iterator<Item = Event> + '_ {
+        self.indices().map(|i| {
+            let e = &self.shared.events[i];
+            Event {
+                kind: e.kind,
+                kv: e.kv.clone(),
+                prev_kv: if self.prev_kv {
+                    e.prev_kv.clone()
+                } else {
+                    None
+                },
+            }
+        })
+    }
+
+    pub fn to_vec(&self) -> Vec<Event> {
+        self.iter().collect()
+    }
+
+    /// These events as `encode` writes them, one after another. `encode` runs once per
+    /// revision (and `prev_kv` setting), on whichever stream sends them first; every other
+    /// watcher's message shares its buffer (or, for a watcher that wants only some of the
+    /// revision's events, copies their slices).
+    pub fn encoded(&self, encode: impl FnOnce(&[Event], bool) -> Encoded) -> Bytes {
+        let shared = &self.shared;
+        let enc = shared.encoded[usize::from(self.prev_kv)]
+            .get_or_init(|| encode(&shared.events, self.prev_kv));
+        match &self.pick {
+            None => enc.buf.clone(),
+            Some(ix) => {
+                let mut out = BytesMut::new();
+                for &i in ix.iter() {
+                    let start = if i == 0 { 0 } else { enc.ends[i - 1] };
+                    out.extend_from_slice(&enc.buf[start..enc.ends[i]]);
                 }
-                e
-            })
-            .collect()
+                out.freeze()
+            }
+        }
+    }
+}
+
+impl SharedRevision {
+    fn new(events: Vec<Event>) -> SharedRevision {
+        SharedRevision {
+            events,
+            encoded: [OnceLock::new(), OnceLock::new()],
+        }
     }
 }
 
@@ -317,6 +443,7 @@ impl WatchHub {
             .flatten()
             .copied()
             .collect();
+        let mut shared: Option<Arc<SharedRevision>> = None;
         for (id, w) in watchers.iter_mut() {
             if !w.synced || w.next_rev > revision {
                 continue;
@@ -326,18 +453,21 @@ impl WatchHub {
             if w.spec.tag.is_some() && !hit.contains(id) {
                 continue;
             }
-            let mine = w.spec.filter(events, &tags);
-            if mine.is_empty() {
+            let pick = w.spec.pick(events, &tags);
+            if pick == Pick::Nothing {
                 w.next_rev = revision + 1;
                 continue;
             }
             let Some(stream) = streams.get(&w.stream) else {
                 continue;
             };
+            let shared = shared
+                .get_or_insert_with(|| Arc::new(SharedRevision::new(events.to_vec())))
+                .clone();
             let msg = WatchMessage::Events {
                 watch_id: w.watch_id,
                 revision,
-                events: mine,
+                events: WatchEvents::picked(shared, pick, w.spec.prev_kv),
             };
             match stream.tx.try_send(msg) {
                 Ok(()) => w.next_rev = revision + 1,
@@ -445,15 +575,16 @@ impl WatchHub {
             let mut blocked = false;
             for (rev, events) in batches {
                 let tags = self.tags(&events, w.spec.tag.is_some());
-                let mine = w.spec.filter(&events, &tags);
-                if mine.is_empty() {
+                let pick = w.spec.pick(&events, &tags);
+                if pick == Pick::Nothing {
                     w.next_rev = rev + 1;
                     continue;
                 }
+                let shared = Arc::new(SharedRevision::new(events));
                 let msg = WatchMessage::Events {
                     watch_id: w.watch_id,
                     revision: rev,
-                    events: mine,
+                    events: WatchEvents::picked(shared, pick, w.spec.prev_kv),
                 };
                 if stream.tx.try_send(msg).is_err() {
                     blocked = true;
@@ -559,10 +690,86 @@ mod tests {
         let mut out = Vec::new();
         while let Ok(msg) = rx.try_recv() {
             if let WatchMessage::Events { events, .. } = msg {
-                out.extend(events.into_iter().map(|e| (e.kv.mod_revision, e.kv.value)));
+                out.extend(events.iter().map(|e| (e.kv.mod_revision, e.kv.value)));
             }
         }
         out
+    }
+
+    /// Watchers of one revision share its events; each gets only those in its range, and
+    /// the shared encoding is sliced to them.
+    #[test]
+    fn watchers_share_a_revision_and_each_gets_its_own_events() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut m = Mvcc::open(backend::open(dir.path()).expect("db")).expect("mvcc");
+        let hub = WatchHub::default();
+        let (sid, _tx, mut rx) = hub.open_stream(16);
+        let range = |k: &str, e: &str, id: i64, prev_kv| {
+            let spec = WatchSpec {
+                key: k.into(),
+                range_end: e.into(),
+                prev_kv,
+                ..WatchSpec::default()
+            };
+            hub.add(&m, sid, id, spec);
+        };
+        range("a", "z", 1, false); // all three keys
+        range("b", "c", 2, false); // only b
+        range("a", "z", 3, true); // all three, with previous versions
+        put(&mut m, &hub, "b", "old");
+        while rx.try_recv().is_ok() {}
+        let ops = ["a", "b", "c"]
+            .map(|k| {
+                RequestOp::Put(PutRequest {
+                    key: k.into(),
+                    value: format!("{k}1").into(),
+                    prev_kv: true,
+                    ..PutRequest::default()
+                })
+            })
+            .to_vec();
+        let txn = Command::Txn(TxnRequest {
+            success: ops,
+            ..TxnRequest::default()
+        });
+        let a = m.apply(&txn, &[]).expect("apply");
+        hub.publish(a.response.revision, &a.events);
+        // A stand-in encoding: each event as its key and, when present, its previous value.
+        let encode = |events: &[Event], prev_kv: bool| {
+            let mut buf = BytesMut::new();
+            let mut ends = Vec::new();
+            for e in events {
+                buf.extend_from_slice(&e.kv.key);
+                if prev_kv && let Some(p) = &e.prev_kv {
+                    buf.extend_from_slice(b"<");
+                    buf.extend_from_slice(&p.value);
+                }
+                ends.push(buf.len());
+            }
+            Encoded {
+                buf: buf.freeze(),
+                ends,
+            }
+        };
+        let mut got = Vec::new();
+        while let Ok(WatchMessage::Events {
+            watch_id, events, ..
+        }) = rx.try_recv()
+        {
+            let keys: Vec<_> = events.iter().map(|e| e.kv.key).collect();
+            let prevs = events.iter().filter(|e| e.prev_kv.is_some()).count();
+            got.push((watch_id, keys, prevs, events.encoded(encode)));
+        }
+        got.sort_by_key(|g| g.0);
+        let abc = vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()];
+        assert_eq!(
+            got,
+            vec![
+                (1, abc.clone(), 0, Bytes::from_static(b"abc")),
+                (2, vec![b"b".to_vec()], 0, Bytes::from_static(b"b")),
+                (3, abc, 1, Bytes::from_static(b"ab<oldc")),
+            ]
+        );
     }
 
     #[test]

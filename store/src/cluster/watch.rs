@@ -157,7 +157,7 @@ impl ClusterApi {
                 let sent = match msg {
                     WatchMessage::Events { events, .. } => {
                         let mut ok = true;
-                        for e in events {
+                        for e in events.iter() {
                             match convert(kind, &filter, &e) {
                                 Ok(Some(ev)) => {
                                     if tx.send(Ok(ev)).await.is_err() {
