@@ -25,8 +25,9 @@ ensure_packages() {
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-# Build requirements: protoc and the well-known .proto files for the gRPC code, clang/libclang for RocksDB's bindings.
-BUILD_PACKAGES=(protobuf-compiler libprotobuf-dev clang libclang-dev)
+# Build requirements: protoc and the well-known .proto files for the gRPC code, clang/libclang for RocksDB's bindings,
+# make for jemalloc (the binary's allocator).
+BUILD_PACKAGES=(protobuf-compiler libprotobuf-dev clang libclang-dev make)
 # Real peers the tests and the demo talk to: Debian's etcdctl (etcd 3.4); iptables (and
 # iproute2's ip, util-linux's unshare) for the Jepsen harness's network namespaces and faults;
 # containerd and runc for the node agent's CRI runtime, and busybox-static for its images.

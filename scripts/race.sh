@@ -120,7 +120,8 @@ for n in names:
         for system in ("etcd", "skiff"):
             m = [dict(r["report"]["extra"]) for r in rows if r["system"] == system and r["name"] == n and r["report"]]
             for x in m:
-                k = "server memory per watcher B (all members)"
-                if k in x:
-                    print(f"{system}: {k}: {x[k]:.0f}")
+                for k in ("server heap per watcher B (all members)",
+                          "server resident memory per watcher B (all members)"):
+                    if k in x:
+                        print(f"{system}: {k}: {x[k]:.0f}")
 PY

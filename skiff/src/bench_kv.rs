@@ -115,8 +115,9 @@ struct WatchArgs {
     prefix: String,
     #[arg(long, default_value_t = 256)]
     val_size: usize,
-    /// Members' metrics URLs (`http://host:port/metrics`), to report memory per watcher
-    /// from `process_resident_memory_bytes` (Skiff and etcd both export it).
+    /// Members' metrics URLs (`http://host:port/metrics`), to report memory per watcher:
+    /// resident set (`process_resident_memory_bytes`, both export it) and heap in use
+    /// (Skiff's `skiff_heap_allocated_bytes`, etcd's `go_memstats_heap_alloc_bytes`).
     #[arg(long, value_delimiter = ',')]
     metrics_urls: Vec<String>,
 }
@@ -411,7 +412,18 @@ async fn lease_keepalive(a: &Args, l: LeaseArgs) -> Result<Report> {
 
 /// Reads `process_resident_memory_bytes` from each metrics URL (HTTP/1.1 GET over a plain
 /// TCP connection: the members are on loopback or the local network).
-async fn resident_bytes(urls: &[String]) -> Result<Vec<f64>> {
+/// A member's memory as its metrics report it.
+#[derive(Debug, Clone, Copy)]
+struct Memory {
+    /// `process_resident_memory_bytes`.
+    resident: f64,
+    /// Heap in use: `skiff_heap_allocated_bytes` (jemalloc) or etcd's
+    /// `go_memstats_heap_alloc_bytes` (live objects and garbage not yet collected).
+    heap: Option<f64>,
+}
+
+/// Reads each member's memory from its metrics URL.
+async fn memory(urls: &[String]) -> Result<Vec<Memory>> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut out = Vec::new();
     for url in urls {
@@ -428,14 +440,34 @@ async fn resident_bytes(urls: &[String]) -> Result<Vec<f64>> {
         .await?;
         let mut body = String::new();
         s.read_to_string(&mut body).await?;
-        let v = body
-            .lines()
-            .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
-            .and_then(|v| v.trim().parse::<f64>().ok())
+        let gauge = |name: &str| {
+            body.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        };
+        let resident = gauge("process_resident_memory_bytes")
             .with_context(|| format!("{url} exports no process_resident_memory_bytes"))?;
-        out.push(v);
+        let heap =
+            gauge("skiff_heap_allocated_bytes").or_else(|| gauge("go_memstats_heap_alloc_bytes"));
+        out.push(Memory { resident, heap });
     }
     Ok(out)
+}
+
+/// Growth from `before` to `after`, summed over members, per `n`: resident set, and heap
+/// when every member reports one.
+fn growth_per(before: &[Memory], after: &[Memory], n: usize) -> (f64, Option<f64>) {
+    let resident: f64 = after
+        .iter()
+        .zip(before)
+        .map(|(a, b)| a.resident - b.resident)
+        .sum();
+    let heap: Option<f64> = after
+        .iter()
+        .zip(before)
+        .map(|(a, b)| Some(a.heap? - b.heap?))
+        .sum();
+    (resident / n as f64, heap.map(|h| h / n as f64))
 }
 
 async fn watch(a: &Args, w: WatchArgs) -> Result<Report> {
@@ -443,7 +475,7 @@ async fn watch(a: &Args, w: WatchArgs) -> Result<Report> {
         bail!("--streams must be at least 1, --watchers at least --streams, --put-rate above 0");
     }
     let conns = connect(a).await?;
-    let before = resident_bytes(&w.metrics_urls).await?;
+    let before = memory(&w.metrics_urls).await?;
     let epoch = Instant::now();
     let delivered = Arc::new(AtomicU64::new(0));
     let stop = tokio_util::sync::CancellationToken::new();
@@ -499,7 +531,7 @@ async fn watch(a: &Args, w: WatchArgs) -> Result<Report> {
         }));
     }
     pb.finish_and_clear();
-    let after_watch = resident_bytes(&w.metrics_urls).await?;
+    let after_watch = memory(&w.metrics_urls).await?;
 
     // Puts at the rate asked for, each value stamped with its send time.
     let mut writer = conns[0].clone();
@@ -552,11 +584,31 @@ async fn watch(a: &Args, w: WatchArgs) -> Result<Report> {
         ],
     };
     if !before.is_empty() {
-        let grown: f64 = after_watch.iter().zip(&before).map(|(a, b)| a - b).sum();
+        let (resident, heap) = growth_per(&before, &after_watch, w.watchers);
         report.extra.push((
-            "server memory per watcher B (all members)".into(),
-            grown / w.watchers as f64,
+            "server resident memory per watcher B (all members)".into(),
+            resident,
         ));
+        if let Some(heap) = heap {
+            report
+                .extra
+                .push(("server heap per watcher B (all members)".into(), heap));
+        }
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_growth_is_summed_over_members_and_heap_needs_every_member() {
+        let m = |resident, heap| Memory { resident, heap };
+        let before = [m(100.0, Some(10.0)), m(200.0, Some(20.0))];
+        let after = [m(1100.0, Some(410.0)), m(200.0, Some(220.0))];
+        assert_eq!(growth_per(&before, &after, 10), (100.0, Some(60.0)));
+        let after = [m(1100.0, Some(410.0)), m(200.0, None)];
+        assert_eq!(growth_per(&before, &after, 10), (100.0, None));
+    }
 }

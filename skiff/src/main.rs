@@ -76,7 +76,19 @@ enum Command {
     Image(node::ImageCommand),
 }
 
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// Bytes the program has allocated and not freed (jemalloc's `stats.allocated`).
+fn heap_allocated_bytes() -> Option<u64> {
+    tikv_jemalloc_ctl::epoch::advance().ok()?;
+    tikv_jemalloc_ctl::stats::allocated::read()
+        .ok()
+        .map(|b| b as u64)
+}
+
 fn main() -> ExitCode {
+    skiff_store::server::set_heap_probe(heap_allocated_bytes);
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
