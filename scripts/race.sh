@@ -71,6 +71,7 @@ tests=(
   "txn-put|--conns 100 --clients 1000|txn-put --total $((100000 / scale)) --key-size 8 --val-size 256"
   "lease-keepalive|--conns 10 --clients 100|lease-keepalive --total $((100000 / scale))"
   "watch-10000|--conns 10 --clients 1|watch --watchers 10000 --streams 10 --puts $((10000 / scale)) --put-rate 1000"
+  "watch-1000-rate|--conns 10 --clients 1|watch --watchers 1000 --streams 10 --puts $((10000 / scale)) --put-rate 1000 --put-clients 20"
   "sweep-put-c1|--conns 1 --clients 1|put --total $((5000 / scale)) --key-size 8 --val-size 256"
   "sweep-put-c10|--conns 10 --clients 10|put --total $((20000 / scale)) --key-size 8 --val-size 256"
   "sweep-put-c100|--conns 100 --clients 100|put --total $((100000 / scale)) --key-size 8 --val-size 256"

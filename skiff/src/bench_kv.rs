@@ -111,6 +111,11 @@ struct WatchArgs {
     /// Puts per second.
     #[arg(long, default_value_t = 1_000.0)]
     put_rate: f64,
+    /// Clients issuing the puts, each waiting for its put's answer before the next; puts are
+    /// due at `--put-rate` across all of them. With one (as etcd's benchmark), the rate is at
+    /// most one put per put latency.
+    #[arg(long, default_value_t = 1)]
+    put_clients: usize,
     #[arg(long, default_value = "/bench/watch/")]
     prefix: String,
     #[arg(long, default_value_t = 256)]
@@ -533,27 +538,44 @@ async fn watch(a: &Args, w: WatchArgs) -> Result<Report> {
     pb.finish_and_clear();
     let after_watch = memory(&w.metrics_urls).await?;
 
-    // Puts at the rate asked for, each value stamped with its send time.
-    let mut writer = conns[0].clone();
+    // Puts at the rate asked for, each value stamped with its send time: put i is due at
+    // start + i / rate, taken by whichever put client is free.
     let step = Duration::from_secs_f64(1.0 / w.put_rate);
     let start = Instant::now();
-    let mut put_errors = 0;
     let pb = progress(w.puts, "puts");
-    for i in 0..w.puts {
-        tokio::time::sleep_until((start + step * i as u32).into()).await;
-        let mut value = (epoch.elapsed().as_nanos() as u64).to_le_bytes().to_vec();
-        value.resize(w.val_size.max(8), b'v');
-        let key = format!("{}{:08}", w.prefix, i % 1000);
-        if writer
-            .put(key, value, Some(PutOptions::new()))
-            .await
-            .is_err()
-        {
-            put_errors += 1;
-        }
-        pb.inc(1);
+    let next = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let mut putters = Vec::new();
+    for p in 0..w.put_clients.max(1) {
+        let mut writer = conns[p % conns.len()].clone();
+        let (next, failed, pb) = (next.clone(), failed.clone(), pb.clone());
+        let (puts, val_size, prefix) = (w.puts as u64, w.val_size, w.prefix.clone());
+        putters.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= puts {
+                    break;
+                }
+                tokio::time::sleep_until((start + step.mul_f64(i as f64)).into()).await;
+                let mut value = (epoch.elapsed().as_nanos() as u64).to_le_bytes().to_vec();
+                value.resize(val_size.max(8), b'v');
+                let key = format!("{prefix}{:08}", i % 1000);
+                if writer
+                    .put(key, value, Some(PutOptions::new()))
+                    .await
+                    .is_err()
+                {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+                pb.inc(1);
+            }
+        }));
+    }
+    for p in putters {
+        p.await?;
     }
     pb.finish_and_clear();
+    let put_errors = failed.load(Ordering::Relaxed) as usize;
     let put_seconds = start.elapsed().as_secs_f64();
     let want = expected - (put_errors * w.watchers) as u64;
     let deadline = Instant::now() + Duration::from_secs(30);
