@@ -137,6 +137,15 @@ mod tests {
         }
     }
 
+    /// A caller joining the next round, on a task of its own.
+    fn spawn_join(
+        rounds: &Arc<Rounds>,
+        p: &Arc<Probe>,
+    ) -> tokio::task::JoinHandle<Result<u64, StoreError>> {
+        let (rounds, f) = (rounds.clone(), round(p));
+        tokio::spawn(async move { rounds.join(f).await })
+    }
+
     async fn until(what: impl Fn() -> bool) {
         tokio::time::timeout(Duration::from_secs(5), async {
             while !what() {
@@ -152,18 +161,10 @@ mod tests {
         let rounds = Rounds::new();
         let p = probe();
         // Two callers before any round: both in round 1.
-        let a = tokio::spawn({
-            let (r, f) = (rounds.clone(), round(&p));
-            async move { r.join(f).await }
-        });
+        let a = spawn_join(&rounds, &p);
         until(|| p.started.load(Ordering::SeqCst) == 1).await;
         // These join while round 1 is in flight: they must get round 2, together.
-        let later: Vec<_> = (0..3)
-            .map(|_| {
-                let (r, f) = (rounds.clone(), round(&p));
-                tokio::spawn(async move { r.join(f).await })
-            })
-            .collect();
+        let later: Vec<_> = (0..3).map(|_| spawn_join(&rounds, &p)).collect();
         until(|| rounds.lock().waiting.len() == 3).await;
         p.release.notify_one();
         assert_eq!(a.await.unwrap(), Ok(1));
@@ -174,10 +175,7 @@ mod tests {
         }
         // Nobody waiting: the task has stopped, and the next caller starts round 3.
         until(|| !rounds.lock().running).await;
-        let c = tokio::spawn({
-            let (r, f) = (rounds.clone(), round(&p));
-            async move { r.join(f).await }
-        });
+        let c = spawn_join(&rounds, &p);
         until(|| p.started.load(Ordering::SeqCst) == 3).await;
         p.release.notify_one();
         assert_eq!(c.await.unwrap(), Ok(3));
@@ -208,15 +206,9 @@ mod tests {
     async fn a_caller_that_gives_up_does_not_stall_the_others() {
         let rounds = Rounds::new();
         let p = probe();
-        let quitter = tokio::spawn({
-            let (r, f) = (rounds.clone(), round(&p));
-            async move { r.join(f).await }
-        });
+        let quitter = spawn_join(&rounds, &p);
         until(|| p.started.load(Ordering::SeqCst) == 1).await;
-        let stayer = tokio::spawn({
-            let (r, f) = (rounds.clone(), round(&p));
-            async move { r.join(f).await }
-        });
+        let stayer = spawn_join(&rounds, &p);
         until(|| rounds.lock().waiting.len() == 1).await;
         quitter.abort();
         p.release.notify_one();
