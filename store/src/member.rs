@@ -193,10 +193,13 @@ impl StoreMember {
         let raft_config = Config {
             cluster_name: token.clone(),
             heartbeat_interval: hb,
-            election_timeout_min: el,
-            // openraft also uses the maximum as the leader lease during which followers refuse
-            // to vote: keep it close to the minimum so failover stays near one timeout.
-            election_timeout_max: el * 3 / 2,
+            // openraft's follower campaigns after leader lease + a random timeout in
+            // [min, max) without hearing from a leader, and the lease is `max` (during it,
+            // followers also refuse to vote for anyone else). With min = E/3 and max = 2E/3
+            // that is [E, 4E/3) for `--election-timeout E`, inside etcd's [E, 2E). With
+            // min = E and max = 1.5E, a leader's death cost 2.5–3 s of writes at E = 1 s.
+            election_timeout_min: el / 3,
+            election_timeout_max: el * 2 / 3,
             install_snapshot_timeout: el.max(1000) * 2,
             max_payload_entries: 512,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_count),
