@@ -46,20 +46,21 @@ for nem in nemeses:
             if w:
                 counts[w][op["type"]] += 1
         for w in workloads.values():
-            row = rows.setdefault((w, nem), {"runs": 0, "ok": 0, "info": 0, "fail": 0, "valid": 0, "other": []})
+            row = rows.setdefault((w, nem), {"runs": 0, "faults": 0, "ok": 0, "info": 0, "fail": 0, "valid": 0, "other": []})
             row["runs"] += 1
+            row["faults"] += len(r["faults"])
             for t in ("ok", "info", "fail"):
                 row[t] += counts[w][t]
             ok = verdict.get(checker_of[w]) is True and verdict.get("revision-order") is True
             row["valid"] += ok
             if not ok:
                 row["other"].append(f'seed {r["seed"]}: {verdict.get(checker_of[w])}')
-print("| workload | nemesis | runs | ops | ok | info | fail | result |")
-print("|---|---|---:|---:|---:|---:|---:|---|")
+print("| workload | nemesis | runs | faults | ops | ok | info | fail | result |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---|")
 for (w, nem), x in sorted(rows.items(), key=lambda i: (list(workloads.values()).index(i[0][0]), nemeses.index(i[0][1]))):
     ops = x["ok"] + x["info"] + x["fail"]
     result = f'{x["valid"]} × valid' + (f' ({", ".join(x["other"])})' if x["other"] else "")
-    print(f'| {w} | {nem} | {x["runs"]} | {ops:,} | {x["ok"]:,} | {x["info"]:,} | {x["fail"]:,} | {result} |')
+    print(f'| {w} | {nem} | {x["runs"]} | {x["faults"]} | {ops:,} | {x["ok"]:,} | {x["info"]:,} | {x["fail"]:,} | {result} |')
 if kills:
     kills.sort()
     print(f"\nwrite unavailability after {len(kills)} leader kills: median {kills[len(kills) // 2]:.2f} s, "
