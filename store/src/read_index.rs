@@ -41,16 +41,21 @@ pub struct Rounds {
 
 /// Resets the state if the round task ends in any way other than running out of waiters
 /// (a panic in a round): the waiters it held are dropped (they see [`StoreError::Stopped`])
-/// and the next caller starts a new task.
-struct Running(Arc<Rounds>);
+/// and the next caller starts a new task. A task that stops normally sets `finished` first:
+/// by the time it is dropped a new caller may already have started the next task.
+struct Running {
+    rounds: Arc<Rounds>,
+    finished: std::cell::Cell<bool>,
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let mut s = self.0.lock();
-        if s.running {
-            s.running = false;
-            s.waiting.clear();
+        if self.finished.get() {
+            return;
         }
+        let mut s = self.rounds.lock();
+        s.running = false;
+        s.waiting.clear();
     }
 }
 
@@ -78,13 +83,18 @@ impl Rounds {
             !std::mem::replace(&mut s.running, true)
         };
         if start {
-            let running = Running(self.clone());
+            let running = Running {
+                rounds: self.clone(),
+                finished: std::cell::Cell::new(false),
+            };
             tokio::spawn(async move {
                 loop {
                     let batch = {
-                        let mut s = running.0.lock();
+                        let mut s = running.rounds.lock();
                         if s.waiting.is_empty() {
                             s.running = false;
+                            drop(s);
+                            running.finished.set(true);
                             return;
                         }
                         std::mem::take(&mut s.waiting)
@@ -179,6 +189,30 @@ mod tests {
         until(|| p.started.load(Ordering::SeqCst) == 3).await;
         p.release.notify_one();
         assert_eq!(c.await.unwrap(), Ok(3));
+    }
+
+    /// Callers arriving just as the round task finds nobody waiting and stops: each still
+    /// gets an answer (a new task starts for it), never a dropped waiter.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn callers_racing_the_task_as_it_stops_are_all_answered() {
+        let rounds = Rounds::new();
+        let callers: Vec<_> = (0..8)
+            .map(|_| {
+                let rounds = rounds.clone();
+                tokio::spawn(async move {
+                    let mut failed = 0;
+                    for _ in 0..2_000 {
+                        if rounds.join(|| async { Ok(1) }).await.is_err() {
+                            failed += 1;
+                        }
+                    }
+                    failed
+                })
+            })
+            .collect();
+        for c in callers {
+            assert_eq!(c.await.unwrap(), 0, "joins that got no answer");
+        }
     }
 
     #[tokio::test]
