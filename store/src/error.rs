@@ -52,11 +52,6 @@ pub enum StoreError {
     Invalid(String),
     #[error("etcdserver: {0}")]
     Internal(String),
-    /// The leader that took the proposal stopped leading before it was applied; the entry
-    /// may still be committed by a later leader, so the outcome is unknown (etcd's
-    /// `ErrLeaderChanged`). Last, so the variants before it keep their encoding.
-    #[error("etcdserver: leader changed")]
-    LeaderChanged,
 }
 
 impl StoreError {
@@ -73,7 +68,7 @@ impl StoreError {
             | PeerUrlExists
             | MemberNotLearner
             | NotEnoughStartedMembers => Code::FailedPrecondition,
-            NoLeader | Timeout | Stopped | LeaderChanged => Code::Unavailable,
+            NoLeader | Timeout | Stopped => Code::Unavailable,
             Internal(_) => Code::Internal,
         }
     }

@@ -18,7 +18,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::ServerState;
 use openraft::error::{ClientWriteError, RaftError};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -133,57 +132,19 @@ async fn commit(raft: &Raft, timeout: Duration, mut batch: Vec<Pending>) {
 }
 
 /// One entry through the log, with the proposal timeout; errors as the API reports them.
-///
-/// The wait ends as soon as this member stops leading the term it proposed in. openraft
-/// answers a deposed leader's pending proposals only when their entries are overwritten or
-/// applied, and until then each would hold a group-commit slot; with every slot held no
-/// transaction is proposed at all, however healthy the new leader (Jepsen kill runs saw
-/// transactions stall for 4-5 s after a leader change while reads committed; see
-/// docs/jepsen.md).
-/// The entry may still be committed by a later leader, so the answer is the ambiguous
-/// "leader changed", never "no leader" (which lets a caller retry it elsewhere). The same
-/// goes for openraft's ForwardToLeader once the proposal was handed over: it also answers a
-/// proposal whose entry was appended and then overwritten on this member, and that entry may
-/// survive on others and be committed by a later leader.
 pub async fn client_write(
     raft: &Raft,
     timeout: Duration,
     cmd: Command,
 ) -> Result<Response, StoreError> {
-    let mut metrics = raft.metrics();
-    let term = {
-        let m = metrics.borrow_and_update();
-        if m.state != ServerState::Leader {
-            // Nothing proposed yet: safe to retry elsewhere.
-            return Err(StoreError::NoLeader);
-        }
-        m.current_term
-    };
-    let deposed = async {
-        loop {
-            if metrics.changed().await.is_err() {
-                return;
-            }
-            let m = metrics.borrow_and_update();
-            if m.current_term != term || m.state != ServerState::Leader {
-                return;
-            }
-        }
-    };
     // A leader cut off from its quorum never commits: give up (ambiguously) rather than
     // hang, as etcd's request timeout does.
-    let result = tokio::select! {
-        r = tokio::time::timeout(timeout, raft.client_write(cmd)) => match r {
-            Ok(r) => r,
-            Err(_) => return Err(StoreError::Timeout),
-        },
-        () = deposed => return Err(StoreError::LeaderChanged),
+    let Ok(result) = tokio::time::timeout(timeout, raft.client_write(cmd)).await else {
+        return Err(StoreError::Timeout);
     };
     match result {
         Ok(resp) => Ok(resp.data),
-        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
-            Err(StoreError::LeaderChanged)
-        }
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(StoreError::NoLeader),
         Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
             Err(StoreError::Invalid(e.to_string()))
         }
