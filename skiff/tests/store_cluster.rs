@@ -224,6 +224,130 @@ async fn killing_the_leader_loses_no_acknowledged_write_and_it_catches_up_from_a
     );
 }
 
+/// A leader killed and restarted leads its old term again until it hears of the newer one
+/// (openraft restores a member whose committed vote is its own as leader), and a write it
+/// accepts then is appended to its log alone. Here the other two members are stopped while it
+/// comes back, so that window stays open: the put is appended, and then the others run again.
+/// `fills` writes go to the new leader meanwhile. Returns the restarted member and the put's
+/// answer.
+async fn put_to_a_leader_back_in_its_old_term(
+    cluster: &mut Cluster,
+    fills: usize,
+) -> (usize, Result<etcd_client::PutResponse, etcd_client::Error>) {
+    let old = cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut c = cluster.client(old).await;
+    c.put("/fate/before", "0", None).await.expect("put");
+    cluster.kill(old);
+    let new = cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut c = cluster.client(new).await;
+    for n in 0..fills {
+        c.put(format!("/fate/fill/{n:03}"), n.to_string(), None)
+            .await
+            .expect("put while the old leader is down");
+    }
+    let others: Vec<usize> = (0..3).filter(|&i| i != old).collect();
+    for &i in &others {
+        cluster.pause(i, true);
+    }
+    cluster.restart(old);
+    let back = cluster.client(old).await;
+    let appended_before = eventually(
+        Duration::from_secs(20),
+        "the restarted member to lead its old term",
+        || {
+            let mut back = back.clone();
+            async move {
+                let s = back.status().await.ok()?;
+                (s.leader() == s.header()?.member_id()).then_some(s.raft_index())
+            }
+        },
+    )
+    .await;
+    let put = {
+        let mut back = back.clone();
+        tokio::spawn(async move { back.put("/fate/x", "1", None).await })
+    };
+    eventually(
+        Duration::from_secs(20),
+        "the put to be appended on the restarted member",
+        || {
+            let mut back = back.clone();
+            async move {
+                let s = back.status().await.ok()?;
+                (s.raft_index() > appended_before).then_some(())
+            }
+        },
+    )
+    .await;
+    for &i in &others {
+        cluster.pause(i, false);
+    }
+    let answer = tokio::time::timeout(Duration::from_secs(60), put)
+        .await
+        .expect("the put is answered")
+        .expect("put task");
+    (old, answer)
+}
+
+/// The new leader, far ahead, sends the restarted member a snapshot, which replaces the log
+/// where the put's entry was. Whether that entry was committed cannot be known there: the put
+/// must be answered so, at once, as etcd does ("leader changed", ambiguous). Before, nothing
+/// answered it: it waited out the 7 s proposal timeout holding one of the member's four
+/// group-commit slots, and the Jepsen campaign saw transactions stall for seconds after the
+/// member led again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_entry_a_snapshot_replaced_is_answered_as_ambiguous_at_once() {
+    let mut cluster = Cluster::start(
+        3,
+        &["--snapshot-count", "50", "--snapshot-catchup-entries", "10"],
+    )
+    .await;
+    // Past openraft's purge batch (256 entries), so the log behind the snapshot is gone.
+    let (old, answer) = put_to_a_leader_back_in_its_old_term(&mut cluster, 600).await;
+    let err = answer.expect_err("the put cannot have been acknowledged");
+    assert!(
+        err.to_string().contains("etcdserver: leader changed"),
+        "the put was answered {err}; logs in {}",
+        cluster.log_of(old)
+    );
+    let installed = cluster
+        .metric(old, "skiff_store_snapshots_installed_total")
+        .expect("metric");
+    assert!(installed >= 1.0, "the member caught up without a snapshot");
+    // It was in fact never applied (only its own old term had it), and the member takes
+    // writes again.
+    let mut c = cluster.client(old).await;
+    let got = c.get("/fate/x", None).await.expect("get");
+    assert!(got.kvs().is_empty(), "the old term's entry was applied");
+    c.put("/fate/after", "2", None)
+        .await
+        .expect("a write after the member rejoined");
+}
+
+/// The new leader still has the log the restarted member lacks, so it overwrites the put's
+/// entry there with AppendEntries. The entry certainly was not applied once the member
+/// applies another one at its index, so the put goes on to the new leader: the client sees
+/// success, and the write is applied exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_entry_was_overwritten_is_sent_on_to_the_new_leader_once() {
+    let mut cluster = Cluster::start(3, &[]).await;
+    let (old, answer) = put_to_a_leader_back_in_its_old_term(&mut cluster, 200).await;
+    let put = answer
+        .unwrap_or_else(|e| panic!("the put failed with {e}; logs in {}", cluster.log_of(old)));
+    let revision = put.header().expect("header").revision();
+    let mut c = cluster.client_all().await;
+    let got = c.get("/fate/x", None).await.expect("get");
+    let kv = &got.kvs()[0];
+    assert_eq!(kv.value(), b"1");
+    assert_eq!(kv.version(), 1, "applied once");
+    assert_eq!(kv.mod_revision(), revision);
+    let fill = c.get("/fate/fill/199", None).await.expect("get").kvs()[0].mod_revision();
+    assert!(
+        revision > fill,
+        "applied by the new leader, after its writes"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_are_added_as_learners_promoted_and_removed() {
     let mut cluster = Cluster::start(3, &[]).await;

@@ -254,6 +254,23 @@ impl Command {
     }
 }
 
+/// Which proposal put an entry in the log: the proposing member, a random id of that
+/// member's process, and a sequence number within it. Only the proposing process waits for
+/// its entries, and it tells its own entry from another at the same index by this id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct ProposalId {
+    pub member: u64,
+    pub boot: u64,
+    pub seq: u64,
+}
+
+/// A log entry's command, with the proposal that put it there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proposal {
+    pub id: ProposalId,
+    pub command: Command,
+}
+
 /// What applying a command produced.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {

@@ -46,6 +46,9 @@ pub enum StoreError {
     NoLeader,
     #[error("etcdserver: request timed out")]
     Timeout,
+    /// The leader changed while a write waited, and whether it was applied cannot be known.
+    #[error("etcdserver: leader changed")]
+    LeaderChanged,
     #[error("etcdserver: server stopped")]
     Stopped,
     #[error("etcdserver: {0}")]
@@ -68,7 +71,7 @@ impl StoreError {
             | PeerUrlExists
             | MemberNotLearner
             | NotEnoughStartedMembers => Code::FailedPrecondition,
-            NoLeader | Timeout | Stopped => Code::Unavailable,
+            NoLeader | Timeout | LeaderChanged | Stopped => Code::Unavailable,
             Internal(_) => Code::Internal,
         }
     }

@@ -16,7 +16,7 @@ use crate::backend;
 use crate::command::{Command, Response};
 use crate::error::StoreError;
 use crate::mvcc::Mvcc;
-use crate::proposer::{self, Proposer};
+use crate::proposer::{Proposals, Proposer};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{Channels, Network};
 use crate::raft::state_machine::{Shared, StateMachine};
@@ -186,8 +186,13 @@ impl StoreMember {
         let mvcc = Mvcc::open(db.clone()).map_err(anyhow::Error::new)?;
         let shared = Shared::new(mvcc);
         shared.spawn_watch_catch_up();
-        let sm = StateMachine::open(shared.clone(), &config.data_dir.join("snap"))?;
-        let log = LogStore::new(db.clone());
+        let proposals = Proposals::new(id);
+        let sm = StateMachine::open(
+            shared.clone(),
+            proposals.clone(),
+            &config.data_dir.join("snap"),
+        )?;
+        let log = LogStore::new(db.clone(), proposals.clone());
         let hb = config.heartbeat_interval.as_millis() as u64;
         let el = config.election_timeout.as_millis() as u64;
         let raft_config = Config {
@@ -244,7 +249,7 @@ impl StoreMember {
                 tracing::debug!(error = %e, "initialize");
             }
         }
-        let proposer = Proposer::start(raft.clone(), PROPOSAL_TIMEOUT);
+        let proposer = Proposer::start(raft.clone(), proposals, PROPOSAL_TIMEOUT);
         let member = Arc::new(StoreMember {
             id,
             cluster_id: cluster,
@@ -443,7 +448,7 @@ impl StoreMember {
             // Transactions are group-committed; the rest (leases, compaction, alarms) are rare
             // and go alone.
             Command::Txn(t) => self.proposer.propose(t).await,
-            other => proposer::client_write(&self.raft, PROPOSAL_TIMEOUT, other).await,
+            other => self.proposer.propose_alone(other).await,
         }
     }
 

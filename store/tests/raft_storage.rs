@@ -3,6 +3,7 @@
 use openraft::testing::{StoreBuilder, Suite};
 use skiff_store::backend;
 use skiff_store::mvcc::Mvcc;
+use skiff_store::proposer::Proposals;
 use skiff_store::raft::log_store::LogStore;
 use skiff_store::raft::state_machine::{Shared, StateMachine};
 use skiff_store::raft::{StorageError, TypeConfig};
@@ -15,8 +16,9 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for RocksBuilder 
         let dir = tempfile::tempdir().expect("tempdir");
         let db = backend::open(&dir.path().join("db")).expect("open backend");
         let shared = Shared::new(Mvcc::open(db.clone()).expect("open keyspace"));
-        let sm = StateMachine::open(shared, &dir.path().join("snap"))?;
-        Ok((dir, LogStore::new(db), sm))
+        let proposals = Proposals::new(1);
+        let sm = StateMachine::open(shared, proposals.clone(), &dir.path().join("snap"))?;
+        Ok((dir, LogStore::new(db, proposals), sm))
     }
 }
 
@@ -33,22 +35,28 @@ fn openraft_storage_suite() {
 async fn a_saved_snapshot_newer_than_the_keyspace_is_installed_on_open() {
     use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
     use openraft::{Entry, EntryPayload, LogId};
-    use skiff_store::command::{Command, PutRequest, RequestOp, TxnRequest};
+    use skiff_store::command::{Command, Proposal, ProposalId, PutRequest, RequestOp, TxnRequest};
 
     let leader_dir = tempfile::tempdir().expect("tempdir");
     let db = backend::open(&leader_dir.path().join("db")).expect("open backend");
     let shared = Shared::new(Mvcc::open(db).expect("keyspace"));
-    let mut sm = StateMachine::open(shared.clone(), &leader_dir.path().join("snap")).expect("sm");
+    let mut sm = StateMachine::open(
+        shared.clone(),
+        Proposals::new(1),
+        &leader_dir.path().join("snap"),
+    )
+    .expect("sm");
     let entries: Vec<Entry<TypeConfig>> = (1..=5u64)
         .map(|i| Entry {
             log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), i),
-            payload: EntryPayload::Normal(Command::Txn(TxnRequest::single(RequestOp::Put(
-                PutRequest {
+            payload: EntryPayload::Normal(Proposal {
+                id: ProposalId::default(),
+                command: Command::Txn(TxnRequest::single(RequestOp::Put(PutRequest {
                     key: format!("k{i}").into_bytes(),
                     value: b"v".to_vec(),
                     ..PutRequest::default()
-                },
-            )))),
+                }))),
+            }),
         })
         .collect();
     sm.apply(entries).await.expect("apply");
@@ -66,8 +74,12 @@ async fn a_saved_snapshot_newer_than_the_keyspace_is_installed_on_open() {
     .expect("copy snapshot file");
     let db = backend::open(&follower_dir.path().join("db")).expect("open backend");
     let shared = Shared::new(Mvcc::open(db).expect("keyspace"));
-    let mut follower =
-        StateMachine::open(shared.clone(), &follower_dir.path().join("snap")).expect("sm");
+    let mut follower = StateMachine::open(
+        shared.clone(),
+        Proposals::new(2),
+        &follower_dir.path().join("snap"),
+    )
+    .expect("sm");
     let (applied, _) = follower.applied_state().await.expect("applied state");
     assert_eq!(applied.map(|l| l.index), Some(5));
     assert_eq!(shared.read().revision(), 5);

@@ -11,11 +11,12 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
-use openraft::{OptionalSend, RaftLogReader, StorageIOError, Vote};
+use openraft::{EntryPayload, OptionalSend, RaftLogReader, StorageIOError, Vote};
 use rocksdb::{DB, Direction, IteratorMode, WriteBatch, WriteOptions};
 
 use super::{Entry, LogId, StorageError, TypeConfig, io_error};
 use crate::backend::{self, CF_LOG, CF_RAFT};
+use crate::proposer::Proposals;
 
 const VOTE: &[u8] = b"vote";
 const COMMITTED: &[u8] = b"committed";
@@ -24,6 +25,8 @@ const PURGED: &[u8] = b"purged";
 #[derive(Debug, Clone)]
 pub struct LogStore {
     db: Arc<DB>,
+    /// This process's waiting proposals, told where their entries were appended.
+    proposals: Arc<Proposals>,
 }
 
 fn synced() -> WriteOptions {
@@ -41,8 +44,8 @@ fn write_err(e: impl std::fmt::Display) -> StorageError {
 }
 
 impl LogStore {
-    pub fn new(db: Arc<DB>) -> Self {
-        LogStore { db }
+    pub fn new(db: Arc<DB>, proposals: Arc<Proposals>) -> Self {
+        LogStore { db, proposals }
     }
 
     fn get_meta<T: serde::de::DeserializeOwned>(
@@ -159,10 +162,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let cf = backend::cf(&self.db, CF_LOG);
         let mut batch = WriteBatch::default();
+        let mut proposed = Vec::new();
         for e in entries {
             batch.put_cf(cf, e.log_id.index.to_be_bytes(), backend::encode(&e));
+            if let EntryPayload::Normal(p) = &e.payload {
+                proposed.push((p.id, e.log_id.index));
+            }
         }
         let res = self.db.write_opt(batch, &synced());
+        // Before the callback: once openraft hears of the append it may overwrite the entry
+        // and answer ForwardToLeader, and the proposal must know by then that it was appended.
+        // (A failed write stops Raft, and with it every proposal.)
+        if res.is_ok() {
+            for (id, index) in &proposed {
+                self.proposals.appended(id, *index);
+            }
+        }
         let failed = res.as_ref().err().map(|e| e.to_string());
         callback.log_io_completed(res.map_err(io_error));
         match failed {

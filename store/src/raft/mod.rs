@@ -16,7 +16,7 @@ use std::io::Cursor;
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Command, Response};
+use crate::command::{Proposal, Response};
 
 pub mod log_store;
 pub mod network;
@@ -48,7 +48,7 @@ impl Member {
 openraft::declare_raft_types!(
     /// Skiff's Raft types: commands in, responses out, etcd-style u64 member ids.
     pub TypeConfig:
-        D = Command,
+        D = Proposal,
         R = Response,
         NodeId = u64,
         Node = Member,

@@ -22,6 +22,7 @@ use super::{
 use crate::backend::{self, CF_META};
 use crate::command::Response;
 use crate::mvcc::{Mvcc, SnapshotPayload};
+use crate::proposer::Proposals;
 use crate::watch::WatchHub;
 
 const META_APPLIED: &[u8] = b"applied";
@@ -68,6 +69,8 @@ impl Shared {
 #[derive(Debug)]
 pub struct StateMachine {
     shared: Arc<Shared>,
+    /// This process's waiting proposals, told of every applied entry and installed snapshot.
+    proposals: Arc<Proposals>,
     applied: Option<LogId>,
     membership: StoredMembership,
     snapshots: Arc<SnapshotFile>,
@@ -182,11 +185,16 @@ impl StateMachine {
     /// Opens the state machine over `shared`'s keyspace; snapshots go to `snapshot_dir`. A
     /// snapshot on disk newer than the keyspace (a crash between saving a received snapshot,
     /// which lets the log behind it be purged, and installing it) is installed now.
-    pub fn open(shared: Arc<Shared>, snapshot_dir: &Path) -> Result<StateMachine, StorageError> {
+    pub fn open(
+        shared: Arc<Shared>,
+        proposals: Arc<Proposals>,
+        snapshot_dir: &Path,
+    ) -> Result<StateMachine, StorageError> {
         let snapshots = Arc::new(SnapshotFile::open(snapshot_dir)?);
         let (applied, membership) = read_raft_meta(&shared)?;
         let mut sm = StateMachine {
             shared,
+            proposals,
             applied,
             membership,
             snapshots,
@@ -313,8 +321,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut mvcc = shared.write();
         for entry in entries {
             self.applied = Some(entry.log_id);
-            let cmd = match entry.payload {
-                EntryPayload::Normal(cmd) => Some(cmd),
+            let proposal = match entry.payload {
+                EntryPayload::Normal(p) => Some(p),
                 EntryPayload::Membership(m) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), m);
                     None
@@ -322,10 +330,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 EntryPayload::Blank => None,
             };
             let meta = self.meta_entries();
-            match cmd {
-                Some(cmd) => {
+            let index = entry.log_id.index;
+            match proposal {
+                Some(proposal) => {
                     let applied = mvcc
-                        .apply(&cmd, &meta)
+                        .apply(&proposal.command, &meta)
                         .map_err(|e| StorageIOError::apply(entry.log_id, &io_error(e)))?;
                     // Published under the write lock: see the ordering argument in `watch`.
                     if applied.batch.is_empty() {
@@ -336,15 +345,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     for (revision, events) in &applied.batch {
                         shared.hub.publish(*revision, events);
                     }
-                    out.push(applied.response);
+                    out.push(
+                        self.proposals
+                            .applied(index, Some(&proposal.id), applied.response),
+                    );
                 }
                 None => {
                     mvcc.write_meta(&meta)
                         .map_err(|e| StorageIOError::apply(entry.log_id, &io_error(e)))?;
-                    out.push(Response {
+                    let response = Response {
                         revision: mvcc.revision(),
                         result: Ok(crate::command::Outcome::Nothing),
-                    });
+                    };
+                    out.push(self.proposals.applied(index, None, response));
                 }
             }
         }
@@ -354,6 +367,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         StateMachine {
             shared: self.shared.clone(),
+            proposals: self.proposals.clone(),
             applied: self.applied,
             membership: self.membership.clone(),
             snapshots: self.snapshots.clone(),
@@ -373,7 +387,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // Saved first: openraft may purge the log behind it before the install below is
         // durable; after a crash, `open` installs the saved snapshot.
         self.snapshots.save(meta, data.clone())?;
-        self.install_into_keyspace(meta, &data)
+        self.install_into_keyspace(meta, &data)?;
+        if let Some(last) = meta.last_log_id {
+            self.proposals.snapshot_installed(last.index);
+        }
+        Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
