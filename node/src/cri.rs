@@ -157,6 +157,10 @@ fn cpu_shares(request_milli: i64) -> i64 {
 }
 
 const CPU_PERIOD: i64 = 100_000;
+/// The reason containerd gives a container the kernel's OOM killer ended.
+const OOM_KILLED: &str = "OOMKilled";
+/// How long an exit by SIGKILL waits for containerd's OOM event (see `oom_settled`).
+const OOM_EVENT_GRACE: Duration = Duration::from_millis(500);
 
 impl CriRuntime {
     /// Connects to containerd and checks that the CRI service answers.
@@ -380,6 +384,30 @@ impl CriRuntime {
             }),
         }
     }
+
+    /// containerd (1.6 here) records an OOM kill when it handles the task's OOM event, which
+    /// can come after the exit event: a container the kernel's OOM killer ended may show exit
+    /// code 137 with reason "Error" for a moment (containerd issue 12260). A 137 that is not
+    /// "OOMKilled" is therefore asked about again for up to [`OOM_EVENT_GRACE`] before it is
+    /// believed.
+    async fn oom_settled(&self, id: &str, exit: Exit) -> Result<Exit> {
+        if exit.exit_code != 137 || exit.reason == OOM_KILLED {
+            return Ok(exit);
+        }
+        let deadline = tokio::time::Instant::now() + OOM_EVENT_GRACE;
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(OOM_EVENT_GRACE / 10).await;
+            match self.container_state(id).await {
+                Ok(ContainerState::Exited(again)) if again.reason == OOM_KILLED => {
+                    return Ok(again);
+                }
+                Ok(_) => {}
+                // Removed meanwhile, or containerd did not answer: what was seen stands.
+                Err(_) => break,
+            }
+        }
+        Ok(exit)
+    }
 }
 
 #[async_trait]
@@ -567,7 +595,7 @@ impl Runtime for CriRuntime {
         let mut states = self.states.clone();
         states.mark_unchanged();
         if let ContainerState::Exited(exit) = self.container_state(id).await? {
-            return Ok(exit);
+            return self.oom_settled(id, exit).await;
         }
         loop {
             if states.changed().await.is_err() {
@@ -581,7 +609,7 @@ impl Runtime for CriRuntime {
             if state.is_none_or(|s| s == cri::ContainerState::ContainerExited as i32)
                 && let ContainerState::Exited(exit) = self.container_state(id).await?
             {
-                return Ok(exit);
+                return self.oom_settled(id, exit).await;
             }
         }
     }
