@@ -416,6 +416,55 @@ async fn members_are_added_as_learners_promoted_and_removed() {
     cluster.kill(d);
 }
 
+/// A member records its name and client URLs in the membership itself, and asks again every
+/// 250 ms until its own (possibly lagging) view shows them. Each request used to become a
+/// membership change, and every membership change restarts replication, snapshot transfers
+/// included: a re-added member that needed a snapshot asked over and over and never caught
+/// up (Jepsen, member nemesis, seed 5311). An update that changes nothing is not proposed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_update_that_changes_nothing_is_not_proposed() {
+    let cluster = Cluster::start(3, &[]).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut c = cluster.client(leader).await;
+    // Every member's start-up update has landed.
+    let list = eventually(Duration::from_secs(10), "every client URL recorded", || {
+        let mut c = c.clone();
+        async move {
+            let l = c.member_list().await.ok()?;
+            l.members()
+                .iter()
+                .all(|m| !m.client_urls().is_empty())
+                .then_some(l)
+        }
+    })
+    .await;
+    let m = list.members()[0].clone();
+    let index = |s: etcd_client::StatusResponse| s.raft_index();
+    let before = index(c.status().await.expect("status"));
+    c.member_update(m.id(), m.peer_urls().to_vec())
+        .await
+        .expect("update with the same peer URLs");
+    assert_eq!(
+        index(c.status().await.expect("status")),
+        before,
+        "an update that changes nothing went through the log"
+    );
+    // A real change still does.
+    let mut moved = m.peer_urls().to_vec();
+    moved.push("http://127.0.0.1:1".into());
+    c.member_update(m.id(), moved.clone())
+        .await
+        .expect("update with another peer URL");
+    assert!(index(c.status().await.expect("status")) > before);
+    let after = c.member_list().await.expect("list");
+    let updated = after
+        .members()
+        .iter()
+        .find(|x| x.id() == m.id())
+        .expect("still a member");
+    assert_eq!(updated.peer_urls(), moved.as_slice());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_from_the_rust_client() {
     let cluster = Cluster::start(3, &[]).await;

@@ -430,8 +430,18 @@ impl StoreMember {
                 }
                 // Only a current member is updated: an update decided on a stale view must not
                 // bring back a member that was removed meanwhile.
-                if !self.members().iter().any(|x| x.id == *id) {
+                let Some(current) = self.members().into_iter().find(|x| x.id == *id) else {
                     return Err(StoreError::MemberNotFound);
+                };
+                // What is already recorded is not proposed again. A member that lags behind
+                // its own update keeps asking for it (see `client_urls_tick`), and every
+                // membership change restarts replication, including the snapshot that would
+                // let the member catch up: a Jepsen run saw a re-added member never catch up.
+                if current.name == m.name
+                    && current.peer_urls == m.peer_urls
+                    && current.client_urls == m.client_urls
+                {
+                    return Ok(ForwardedReply::Done);
                 }
                 let change = ChangeMembers::SetNodes(BTreeMap::from([(*id, m.clone())]));
                 self.change_membership(change).await?;
