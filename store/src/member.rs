@@ -83,7 +83,14 @@ pub enum Forwarded {
     },
     RemoveMember(u64),
     PromoteMember(u64),
-    UpdateMember(u64, Member),
+    /// etcd's MemberUpdate: new peer URLs for a member.
+    UpdatePeerUrls(u64, Vec<String>),
+    /// A member records its own name and client URLs.
+    Introduce {
+        id: u64,
+        name: String,
+        client_urls: Vec<String>,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -424,28 +431,20 @@ impl StoreMember {
             }
             Forwarded::RemoveMember(id) => self.remove_member_local(*id).await,
             Forwarded::PromoteMember(id) => self.promote_member_local(*id).await,
-            Forwarded::UpdateMember(id, m) => {
-                if !self.is_leader() {
-                    return Err(StoreError::NoLeader);
-                }
-                // Only a current member is updated: an update decided on a stale view must not
-                // bring back a member that was removed meanwhile.
-                let Some(current) = self.members().into_iter().find(|x| x.id == *id) else {
-                    return Err(StoreError::MemberNotFound);
-                };
-                // What is already recorded is not proposed again. A member that lags behind
-                // its own update keeps asking for it (see `client_urls_tick`), and every
-                // membership change restarts replication, including the snapshot that would
-                // let the member catch up: a Jepsen run saw a re-added member never catch up.
-                if current.name == m.name
-                    && current.peer_urls == m.peer_urls
-                    && current.client_urls == m.client_urls
-                {
-                    return Ok(ForwardedReply::Done);
-                }
-                let change = ChangeMembers::SetNodes(BTreeMap::from([(*id, m.clone())]));
-                self.change_membership(change).await?;
-                Ok(ForwardedReply::Done)
+            Forwarded::UpdatePeerUrls(id, peer_urls) => {
+                self.update_member_local(*id, |m| m.peer_urls.clone_from(peer_urls))
+                    .await
+            }
+            Forwarded::Introduce {
+                id,
+                name,
+                client_urls,
+            } => {
+                self.update_member_local(*id, |m| {
+                    m.name.clone_from(name);
+                    m.client_urls.clone_from(client_urls);
+                })
+                .await
             }
         }
     }
@@ -697,13 +696,12 @@ impl StoreMember {
         if me.client_urls == self.config.advertise_client_urls && me.name == self.config.name {
             return;
         }
-        let mut updated = me.clone();
-        updated.name = self.config.name.clone();
-        updated.client_urls = self.config.advertise_client_urls.clone();
-        if let Err(e) = self
-            .on_leader(Forwarded::UpdateMember(self.id, updated))
-            .await
-        {
+        let introduce = Forwarded::Introduce {
+            id: self.id,
+            name: self.config.name.clone(),
+            client_urls: self.config.advertise_client_urls.clone(),
+        };
+        if let Err(e) = self.on_leader(introduce).await {
             tracing::debug!(error = %e, "recording client URLs");
         }
     }
@@ -855,6 +853,36 @@ impl StoreMember {
 
     /// A membership change, retried for a while when another one (such as a member recording
     /// its client URLs) is still in progress: openraft runs one change at a time.
+    /// Changes one member's record as the leader has it now (so that updates decided on
+    /// different views do not undo each other).
+    async fn update_member_local(
+        &self,
+        id: u64,
+        change: impl FnOnce(&mut Member),
+    ) -> Result<ForwardedReply, StoreError> {
+        if !self.is_leader() {
+            return Err(StoreError::NoLeader);
+        }
+        let metrics = self.raft.metrics().borrow().clone();
+        // Only a current member is updated: an update decided on a stale view must not bring
+        // back a member that was removed meanwhile.
+        let Some(current) = metrics.membership_config.membership().get_node(&id) else {
+            return Err(StoreError::MemberNotFound);
+        };
+        let mut updated = current.clone();
+        change(&mut updated);
+        // What is already recorded is not proposed again. A member that lags behind its own
+        // update keeps asking for it (see `client_urls_tick`), and every membership change
+        // restarts replication, including the snapshot that would let the member catch up:
+        // a Jepsen run saw a re-added member that never did.
+        if updated == *current {
+            return Ok(ForwardedReply::Done);
+        }
+        self.change_membership(ChangeMembers::SetNodes(BTreeMap::from([(id, updated)])))
+            .await?;
+        Ok(ForwardedReply::Done)
+    }
+
     async fn change_membership(
         &self,
         change: ChangeMembers<u64, Member>,

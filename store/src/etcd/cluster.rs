@@ -11,9 +11,7 @@ use skiff_proto::etcd::{
 use tonic::{Request, Response, Status};
 
 use super::header;
-use crate::error::StoreError;
 use crate::member::{Forwarded, MemberInfo, StoreMember};
-use crate::raft::Member;
 
 #[derive(Debug, Clone)]
 pub struct ClusterService {
@@ -96,19 +94,8 @@ impl PbClusterService for ClusterService {
         req: Request<PbMemberUpdateRequest>,
     ) -> Result<Response<PbMemberUpdateResponse>, Status> {
         let req = req.into_inner();
-        let current = self
-            .member
-            .members()
-            .into_iter()
-            .find(|m| m.id == req.id)
-            .ok_or(StoreError::MemberNotFound)?;
-        let updated = Member {
-            name: current.name,
-            peer_urls: req.peer_ur_ls,
-            client_urls: current.client_urls,
-        };
         self.member
-            .on_leader(Forwarded::UpdateMember(req.id, updated))
+            .on_leader(Forwarded::UpdatePeerUrls(req.id, req.peer_ur_ls))
             .await?;
         Ok(Response::new(PbMemberUpdateResponse {
             header: header(&self.member, self.revision()),
