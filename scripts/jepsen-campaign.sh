@@ -24,7 +24,7 @@ import json, os, sys
 root, nemeses = sys.argv[1], sys.argv[2:]
 workloads = {"r/": "register", "s/": "set", "w/": "watch", "l/": "lease"}
 checker_of = {"register": "linearizable", "set": "set", "watch": "watch", "lease": "lease"}
-rows, kills = {}, []
+rows, kills, other = {}, [], []
 for nem in nemeses:
     d = os.path.join(root, nem)
     if not os.path.isdir(d):
@@ -36,6 +36,10 @@ for nem in nemeses:
         r = json.load(open(res))
         kills += r.get("leader_kill_unavailability_s", [])
         verdict = {c["checker"]: c["valid"] for c in r["checkers"]}
+        # Checkers that belong to no workload (recovery after the heal).
+        for c in r["checkers"]:
+            if c["checker"] not in ("linearizable", "set", "watch", "lease", "revision-order") and c["valid"] is not True:
+                other.append(f'{nem} seed {r["seed"]}: {c["checker"]} {c["valid"]}: {c.get("summary", "")}')
         counts = {w: {"ok": 0, "info": 0, "fail": 0} for w in workloads.values()}
         for line in open(os.path.join(d, run, "history.jsonl")):
             op = json.loads(line)
@@ -61,10 +65,12 @@ for (w, nem), x in sorted(rows.items(), key=lambda i: (list(workloads.values()).
     ops = x["ok"] + x["info"] + x["fail"]
     result = f'{x["valid"]} × valid' + (f' ({", ".join(x["other"])})' if x["other"] else "")
     print(f'| {w} | {nem} | {x["runs"]} | {x["faults"]} | {ops:,} | {x["ok"]:,} | {x["info"]:,} | {x["fail"]:,} | {result} |')
+for o in other:
+    print(f"\nnot valid: {o}")
 if kills:
     kills.sort()
     print(f"\nwrite unavailability after {len(kills)} leader kills: median {kills[len(kills) // 2]:.2f} s, "
-          f"min {kills[0]:.2f} s, max {kills[-1]:.2f} s")
+          f"min {kills[0]:.2f} s, p90 {kills[len(kills) * 9 // 10]:.2f} s, max {kills[-1]:.2f} s")
 PY
 }
 
