@@ -183,7 +183,7 @@ impl Log {
                 fate = &mut ticket.fate => return fate.map_err(|_| StoreError::Stopped),
                 written = self.raft.client_write(proposal) => match written {
                     // Applied: the state machine has already handed the response to the
-                    // ticket (openraft's copy is a placeholder).
+                    // ticket; openraft's copy carries the revision only.
                     Ok(_) => {}
                     // openraft says this both when it refused the entry (it never reached any
                     // log) and when a new leader overwrote it here (a copy may survive on
@@ -374,42 +374,31 @@ impl Proposals {
     }
 
     /// The state machine applied the entry at `index` (of proposal `id`, if a normal entry),
-    /// which produced `response`. Returns what to hand openraft: the response itself, or a
-    /// placeholder when it went to the waiting proposal instead.
-    pub fn applied(&self, index: u64, id: Option<&ProposalId>, response: Response) -> Response {
+    /// which produced `response`. Returns what to hand openraft: the response itself, or only
+    /// its revision when the response went to the waiting proposal (whose `write` does not
+    /// read openraft's copy), so a batch's responses are not cloned.
+    pub fn applied(&self, index: u64, id: Option<&ProposalId>, mut response: Response) -> Response {
         if self.outstanding.load(Ordering::Relaxed) == 0 {
             return response;
         }
         let mut waiting = self.lock();
-        let mut resolved = 0;
-        let mut response = Some(response);
         if let Some(id) = id
             && self.mine(id)
             && let Some(w) = waiting.take(id.seq)
         {
-            resolved += 1;
-            let r = response.take().expect("invariant: not handed out yet");
-            let placeholder = Response {
-                revision: r.revision,
+            self.outstanding.fetch_sub(1, Ordering::Relaxed);
+            let revision_only = Response {
+                revision: response.revision,
                 result: Ok(Outcome::Nothing),
             };
-            let _ = w.fate.send(Fate::Applied(r));
-            response = Some(placeholder);
+            let _ = w.fate.send(Fate::Applied(std::mem::replace(
+                &mut response,
+                revision_only,
+            )));
         }
         // Any other entry appended here before has been overwritten for good.
-        let overwritten: Vec<u64> = waiting
-            .by_index
-            .range((index, 0)..=(index, u64::MAX))
-            .map(|&(_, seq)| seq)
-            .collect();
-        for seq in overwritten {
-            if let Some(w) = waiting.take(seq) {
-                resolved += 1;
-                let _ = w.fate.send(Fate::Lost);
-            }
-        }
-        self.outstanding.fetch_sub(resolved, Ordering::Relaxed);
-        response.expect("invariant: handed back")
+        self.end_appended(&mut waiting, (index, 0)..=(index, u64::MAX), || Fate::Lost);
+        response
     }
 
     /// A snapshot up to `last_index` replaced the log (and the keyspace) here.
@@ -418,19 +407,23 @@ impl Proposals {
             return;
         }
         let mut waiting = self.lock();
-        let covered: Vec<u64> = waiting
-            .by_index
-            .range(..=(last_index, u64::MAX))
-            .map(|&(_, seq)| seq)
-            .collect();
-        let mut resolved = 0;
-        for seq in covered {
+        self.end_appended(&mut waiting, ..=(last_index, u64::MAX), || Fate::Unknown);
+    }
+
+    /// Ends the wait of every proposal last appended at an index in `at` with `fate`.
+    fn end_appended(
+        &self,
+        waiting: &mut Waiting,
+        at: impl std::ops::RangeBounds<(u64, u64)>,
+        fate: impl Fn() -> Fate,
+    ) {
+        let seqs: Vec<u64> = waiting.by_index.range(at).map(|&(_, seq)| seq).collect();
+        for seq in seqs {
             if let Some(w) = waiting.take(seq) {
-                resolved += 1;
-                let _ = w.fate.send(Fate::Unknown);
+                self.outstanding.fetch_sub(1, Ordering::Relaxed);
+                let _ = w.fate.send(fate());
             }
         }
-        self.outstanding.fetch_sub(resolved, Ordering::Relaxed);
     }
 }
 
@@ -468,7 +461,7 @@ mod tests {
     }
 
     #[test]
-    fn an_applied_entry_answers_its_proposal_and_openraft_gets_a_placeholder() {
+    fn an_applied_entry_answers_its_proposal_and_openraft_gets_the_revision_only() {
         let p = Proposals::new(7);
         let mut t = p.open();
         assert_eq!(t.appended_at(), None);
