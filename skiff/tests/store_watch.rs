@@ -202,3 +202,77 @@ async fn a_thousand_watchers_on_one_prefix_see_the_same_ordered_stream() {
         }
     }
 }
+
+/// A watch whose range end sorts before (or at) its key is refused as etcd refuses it (one
+/// response, created and canceled, "mvcc: watcher range is empty"), and the member's
+/// history stays watchable: a watch from a past revision still replays every write made
+/// before and after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_range_watch_is_refused_and_history_stays_watchable() {
+    let cluster = Cluster::start(1, &[]).await;
+    let mut c = cluster.client(0).await;
+    let mut first = 0;
+    for i in 0..20 {
+        let r = c.put(format!("/s/{i:02}"), "v", None).await.expect("put");
+        if i == 0 {
+            first = r.header().expect("h").revision();
+        }
+    }
+    for end in ["/s/a", "/s/z"] {
+        let opts = WatchOptions::new()
+            .with_range(end)
+            .with_start_revision(first);
+        let mut w = c.watch("/s/z", Some(opts)).await.expect("watch");
+        let r = next(&mut w).await;
+        assert!(r.created() && r.canceled(), "one refusal: {r:?}");
+        assert_eq!(r.cancel_reason(), "mvcc: watcher range is empty");
+    }
+    for i in 20..40 {
+        c.put(format!("/s/{i:02}"), "v", None).await.expect("put");
+    }
+    let opts = WatchOptions::new().with_prefix().with_start_revision(first);
+    let mut w = c.watch("/s/", Some(opts)).await.expect("watch");
+    assert!(next(&mut w).await.created());
+    let mut n = 0;
+    while n < 40 {
+        let r = next(&mut w).await;
+        assert!(!r.canceled(), "{}", r.cancel_reason());
+        n += r.events().len();
+    }
+    assert_eq!(n, 40);
+    assert_eq!(
+        cluster.metric(0, "skiff_store_watch_catch_up_failures_total"),
+        Some(0.0)
+    );
+}
+
+/// A client that half-closes its side of the stream (as the `etcd-client` crate does when
+/// its `Watcher` is dropped) keeps receiving events until it cancels the call, as from etcd.
+/// An empty key with range end `\0` watches every key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_closed_watch_stream_keeps_delivering() {
+    let cluster = Cluster::start(1, &[]).await;
+    let mut c = cluster.client(0).await;
+    let opts = WatchOptions::new().with_range(vec![0u8]);
+    let w = c.watch(vec![], Some(opts)).await.expect("watch");
+    let (sender, mut w) = w.split();
+    drop(sender);
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(20), w.message())
+            .await
+            .expect("a watch response within 20 s")
+            .expect("watch stream error")
+            .expect("the stream goes on after the client half-closes it")
+    };
+    assert!(next().await.created());
+    for key in ["/a", "/b", "zzz"] {
+        c.put(key, "v", None).await.expect("put");
+    }
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        for e in next().await.events() {
+            got.push(e.kv().expect("kv").key_str().expect("utf8").to_string());
+        }
+    }
+    assert_eq!(got, ["/a", "/b", "zzz"]);
+}

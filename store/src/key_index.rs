@@ -18,7 +18,8 @@
 //!
 //! The index is rebuilt from the versioned keys on start-up; the values live in the backend.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::ops::Bound;
 
 use crate::revision::Revision;
@@ -144,13 +145,13 @@ impl KeyIndex {
         None
     }
 
-    /// Every recorded revision with main ≥ `from`, oldest first (a watcher's catch-up list).
-    pub fn since(&self, from: i64) -> Vec<Revision> {
-        self.generations
-            .iter()
-            .flat_map(|g| g.revs.iter().copied())
-            .filter(|r| r.main >= from)
-            .collect()
+    /// Recorded revisions with main ≥ `from`, oldest first. Each generation is searched,
+    /// not scanned, so a long history before `from` costs nothing.
+    pub fn revisions_from(&self, from: i64) -> impl Iterator<Item = Revision> + '_ {
+        self.generations.iter().flat_map(move |g| {
+            let start = g.revs.partition_point(|r| r.main < from);
+            g.revs[start..].iter().copied()
+        })
     }
 
     /// Forgets history at or below `at`, keeping what a read at `at` needs: the newest revision
@@ -191,12 +192,29 @@ pub struct TreeIndex {
 
 /// The end of an etcd range: `range_end` empty means the single key; `\0` means every key ≥
 /// `key`; anything else is an exclusive upper bound.
+///
+/// Callers check [`is_empty_range`] first: a `range_end` at or before `key` selects nothing,
+/// and `BTreeMap::range` panics on bounds that cross.
 pub fn range_bounds<'a>(key: &'a [u8], range_end: &'a [u8]) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
     match range_end {
         [] => (Bound::Included(key), Bound::Included(key)),
         [0] => (Bound::Included(key), Bound::Unbounded),
         end => (Bound::Included(key), Bound::Excluded(end)),
     }
+}
+
+/// Whether `[key, range_end)` selects no key at all: an explicit end at or before the key
+/// (etcd: "mvcc: watcher range is empty" for a watch, an empty result for a read).
+pub fn is_empty_range(key: &[u8], range_end: &[u8]) -> bool {
+    !range_end.is_empty() && range_end != [0] && range_end <= key
+}
+
+/// What [`TreeIndex::changes`] found: changes in revision order and how far they reach.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub changes: Vec<(Vec<u8>, Revision)>,
+    /// Every change in the range at main revisions in `[from, covered]` is in `changes`.
+    pub covered: i64,
 }
 
 impl TreeIndex {
@@ -254,7 +272,7 @@ impl TreeIndex {
     ) -> (Vec<(Vec<u8>, KeyState)>, usize) {
         let mut out = Vec::new();
         let mut total = 0;
-        if !range_end.is_empty() && range_end != [0] && range_end <= key {
+        if is_empty_range(key, range_end) {
             return (out, 0);
         }
         for (k, ki) in self.keys.range::<[u8], _>(range_bounds(key, range_end)) {
@@ -268,15 +286,52 @@ impl TreeIndex {
         (out, total)
     }
 
-    /// Keys in the range with a revision ≥ `from`, each with those revisions (watch catch-up).
-    pub fn since(&self, key: &[u8], range_end: &[u8], from: i64) -> Vec<(Vec<u8>, Revision)> {
-        let mut out: Vec<(Vec<u8>, Revision)> = self
-            .keys
-            .range::<[u8], _>(range_bounds(key, range_end))
-            .flat_map(|(k, ki)| ki.since(from).into_iter().map(move |r| (k.clone(), r)))
-            .collect();
-        out.sort_by_key(|(_, r)| *r);
-        out
+    /// Changes to keys in the range at main revisions in `[from, to]`, oldest first, for a
+    /// watcher's catch-up: at most `max` of them, except that a revision is never split (its
+    /// last changes are included even past `max`).
+    ///
+    /// Bounded by revision, not by history: each key in the range costs a binary search for
+    /// its first revision ≥ `from`, and the keys' histories are then merged through a heap,
+    /// so only the changes returned are visited.
+    pub fn changes(&self, key: &[u8], range_end: &[u8], from: i64, to: i64, max: usize) -> Changes {
+        if is_empty_range(key, range_end) || from > to {
+            return Changes {
+                changes: Vec::new(),
+                covered: to,
+            };
+        }
+        let mut cursors = Vec::new();
+        let mut heap = BinaryHeap::new();
+        for (k, ki) in self.keys.range::<[u8], _>(range_bounds(key, range_end)) {
+            let mut revs = ki.revisions_from(from).take_while(move |r| r.main <= to);
+            if let Some(first) = revs.next() {
+                heap.push(Reverse((first, cursors.len())));
+                cursors.push((k, revs));
+            }
+        }
+        let mut out = Vec::new();
+        while let Some(Reverse((rev, i))) = heap.pop() {
+            if out.len() >= max
+                && out
+                    .last()
+                    .is_some_and(|(_, last): &(Vec<u8>, Revision)| last.main != rev.main)
+            {
+                let covered = rev.main - 1;
+                return Changes {
+                    changes: out,
+                    covered,
+                };
+            }
+            let (k, revs) = &mut cursors[i];
+            out.push((k.to_vec(), rev));
+            if let Some(next) = revs.next() {
+                heap.push(Reverse((next, i)));
+            }
+        }
+        Changes {
+            changes: out,
+            covered: to,
+        }
     }
 
     /// Compacts every key at `at`; returns the (key, revision) versions the backend must delete.
@@ -334,7 +389,10 @@ mod tests {
                 version: 2
             })
         );
-        assert_eq!(ki.since(5), vec![r(6), r(8), r(9)]);
+        assert_eq!(
+            ki.revisions_from(5).collect::<Vec<_>>(),
+            vec![r(6), r(8), r(9)]
+        );
         let (removed, empty) = ki.compact(7);
         assert_eq!(removed, vec![r(1), r(4), r(6)]);
         assert!(!empty);
@@ -371,7 +429,10 @@ mod tests {
         let removed = t.compact(2);
         assert_eq!(removed, vec![(b"a".to_vec(), r(1))]);
         assert_eq!(t.get(b"a", 2), None);
-        assert_eq!(t.since(b"a", b"", 2), vec![(b"a".to_vec(), r(2))]);
+        assert_eq!(
+            t.changes(b"a", b"", 2, 3, 10).changes,
+            vec![(b"a".to_vec(), r(2))]
+        );
         let removed = t.compact(3);
         assert_eq!(removed, vec![(b"a".to_vec(), r(2))]);
         assert_eq!(t.len(), 1);
@@ -398,6 +459,11 @@ mod tests {
         assert_eq!(t.range(b"\0", b"\0", 10, 2).1, 4);
         assert_eq!(t.range(b"\0", b"\0", 10, 2).0.len(), 2);
         assert_eq!(t.range(b"c", b"a", 10, 0).1, 0);
+        // A range whose end sorts before (or at) its key selects nothing, and never panics.
+        assert!(is_empty_range(b"c", b"a") && is_empty_range(b"c", b"c"));
+        assert!(!is_empty_range(b"c", b"") && !is_empty_range(b"c", b"\0"));
+        let none = t.changes(b"c", b"a", 1, 10, 100);
+        assert_eq!((none.changes.len(), none.covered), (0, 10));
     }
 
     /// A write in the naive model: `None` is a delete.
@@ -489,10 +555,21 @@ mod tests {
                 let visible = (compacted..=rev).any(|at| index.get(&[*k], at).is_some_and(|s| s.modified.main == *rv));
                 prop_assert!(visible || *rv >= compacted, "kept a dead version {}@{}", k, rv);
             }
-            // Watch catch-up lists every change from the compaction point on, in order.
-            let since: Vec<i64> = index.since(&[0], &[0], compacted).into_iter().map(|(_, r)| r.main).collect();
+            // Watch catch-up lists every change from the compaction point on, in order, in
+            // pieces of any size that never split a revision and never skip one.
             let want: Vec<i64> = log.iter().map(|(rv, _, _)| *rv).filter(|rv| *rv >= compacted).collect();
-            prop_assert_eq!(since, want);
+            for max in [1, 2, 7, 1000] {
+                let mut got = Vec::new();
+                let mut from = compacted;
+                while from <= rev {
+                    let c = index.changes(&[0], &[0], from, rev, max);
+                    prop_assert!(c.covered >= from, "no progress from {}", from);
+                    prop_assert!(c.changes.iter().all(|(_, r)| r.main >= from && r.main <= c.covered));
+                    got.extend(c.changes.iter().map(|(_, r)| r.main));
+                    from = c.covered + 1;
+                }
+                prop_assert_eq!(&got, &want, "max {}", max);
+            }
         }
     }
 }

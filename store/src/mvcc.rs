@@ -28,6 +28,9 @@ use crate::error::StoreError;
 use crate::key_index::{KeyState, TreeIndex};
 use crate::revision::{Revision, split_versioned_key, versioned_key};
 
+mod history;
+pub use history::{History, HistoryPlan};
+
 /// A lease as the state machine knows it: its granted TTL and the keys attached to it.
 /// Deadlines are not replicated state; the leader's lessor keeps them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -546,66 +549,6 @@ impl Mvcc {
             more = true;
         }
         Ok(RangeResponse { kvs, more, count })
-    }
-
-    /// Every change to keys in `[key, range_end)` at main revisions ≥ `from`, oldest first, at
-    /// most `max_revisions` revisions' worth: a watcher's catch-up from disk.
-    pub fn events_since(
-        &self,
-        key: &[u8],
-        range_end: &[u8],
-        from: i64,
-        prev_kv: bool,
-        max_revisions: usize,
-    ) -> Result<Vec<(i64, Vec<Event>)>, StoreError> {
-        let mut out: Vec<(i64, Vec<Event>)> = Vec::new();
-        for (k, rev) in self.index.since(key, range_end, from) {
-            if out.last().is_none_or(|(r, _)| *r != rev.main) {
-                if out.len() == max_revisions {
-                    break;
-                }
-                out.push((rev.main, Vec::new()));
-            }
-            let prev = if prev_kv {
-                self.get(&k, rev.main - 1)?
-            } else {
-                None
-            };
-            let event = match self.load_record(&k, rev, None)? {
-                Record::Put {
-                    create_main,
-                    version,
-                    lease,
-                    value,
-                    ..
-                } => Event {
-                    kind: EventKind::Put,
-                    kv: KeyValue {
-                        key: k,
-                        create_revision: create_main,
-                        mod_revision: rev.main,
-                        version,
-                        value,
-                        lease,
-                    },
-                    prev_kv: prev,
-                },
-                Record::Tombstone => Event {
-                    kind: EventKind::Delete,
-                    kv: KeyValue {
-                        key: k,
-                        mod_revision: rev.main,
-                        ..KeyValue::default()
-                    },
-                    prev_kv: prev,
-                },
-            };
-            out.last_mut()
-                .expect("invariant: pushed above")
-                .1
-                .push(event);
-        }
-        Ok(out)
     }
 
     // ---- transactions ----

@@ -221,13 +221,16 @@ fn http_routes(member: Arc<StoreMember>) -> axum::Router {
         )
 }
 
-/// etcd's `/health`: healthy when a leader is known and no alarm is raised.
+/// etcd's `/health`: healthy when a leader is known and no alarm is raised; and, Skiff's own,
+/// when the watch catch-up task runs (without it, watches from a past revision stay silent).
 fn health(m: &StoreMember) -> (axum::http::StatusCode, String) {
     let alarms = m.shared.read().alarms();
     let (ok, reason) = if m.leader().is_none() {
         (false, "RAFT NO LEADER")
     } else if !alarms.is_empty() {
         (false, "ALARM NOSPACE")
+    } else if !m.shared.hub.catch_up_running() {
+        (false, "WATCH CATCH-UP STOPPED")
     } else {
         (true, "")
     };
@@ -253,7 +256,8 @@ fn metrics(m: &StoreMember) -> String {
             mvcc.leases().len(),
         )
     };
-    let gauges: [(&str, &str, f64); 12] = [
+    let hub = &m.shared.hub;
+    let gauges: [(&str, &str, f64); 14] = [
         (
             "skiff_store_has_leader",
             "Whether a leader is known (1) or not (0).",
@@ -298,7 +302,17 @@ fn metrics(m: &StoreMember) -> String {
         (
             "skiff_store_watchers",
             "Registered watchers.",
-            m.shared.hub.watcher_count() as f64,
+            hub.watcher_count() as f64,
+        ),
+        (
+            "skiff_store_watchers_unsynced",
+            "Watchers behind the current revision, caught up from history.",
+            hub.unsynced_count() as f64,
+        ),
+        (
+            "skiff_store_watch_catch_up_running",
+            "Whether the watch catch-up task runs (0: watchers that fall behind get nothing).",
+            f64::from(u8::from(hub.catch_up_running())),
         ),
         (
             "skiff_store_db_size_bytes",
@@ -331,11 +345,39 @@ fn metrics(m: &StoreMember) -> String {
              # TYPE {name} gauge\n{name} {bytes}\n"
         ));
     }
-    let name = "skiff_store_snapshots_installed_total";
-    out.push_str(&format!(
-        "# HELP {name} Snapshots received from a leader and installed.\n\
-         # TYPE {name} counter\n{name} {installed}\n"
-    ));
+    let stats = hub.catch_up_stats();
+    let counters = [
+        (
+            "skiff_store_snapshots_installed_total",
+            "Snapshots received from a leader and installed.",
+            installed,
+        ),
+        (
+            "skiff_store_watch_catch_up_passes_total",
+            "Passes of the watch catch-up task.",
+            stats.passes(),
+        ),
+        (
+            "skiff_store_watch_catch_up_responses_total",
+            "Responses sent to watchers that were behind.",
+            stats.responses(),
+        ),
+        (
+            "skiff_store_watch_catch_up_events_total",
+            "Events sent to watchers that were behind.",
+            stats.events(),
+        ),
+        (
+            "skiff_store_watch_catch_up_failures_total",
+            "Catch-up reads that failed or panicked (their watchers were cancelled).",
+            stats.failures(),
+        ),
+    ];
+    for (name, help, value) in counters {
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
+        ));
+    }
     out
 }
 

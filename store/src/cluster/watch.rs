@@ -127,17 +127,22 @@ impl ClusterApi {
                 0
             },
             prev_kv: true,
+            needs_prev_kv: true,
             no_put: false,
             no_delete: false,
             tag,
         };
         {
             let mvcc = self.member.shared.read();
-            if req.resource_version > 0 && req.resource_version + 1 < mvcc.compacted() {
+            if req.resource_version > 0 && spec.is_compacted(spec.start_revision, mvcc.compacted())
+            {
                 hub.close_stream(stream);
                 return Err(too_old(req.resource_version, mvcc.compacted()));
             }
-            hub.add(&mvcc, stream, 0, spec);
+            if let Err(why) = hub.add(&mvcc, stream, 0, spec, None) {
+                hub.close_stream(stream);
+                return Err(Status::internal(format!("watch refused: {why}")));
+            }
         }
         let (tx, out) = mpsc::channel(QUEUE);
         let member = self.member.clone();
@@ -191,7 +196,13 @@ impl ClusterApi {
                         }))
                         .await
                         .is_ok(),
-                    WatchMessage::Created { .. } | WatchMessage::Canceled { .. } => true,
+                    // A watcher the hub could not serve (its catch-up read failed): the client
+                    // relists and watches again.
+                    WatchMessage::Canceled { reason, .. } => {
+                        let _ = tx.send(Err(Status::unavailable(reason))).await;
+                        false
+                    }
+                    WatchMessage::Created { .. } | WatchMessage::Refused { .. } => true,
                 };
                 if !sent {
                     break;
@@ -229,6 +240,14 @@ fn convert(kind: Kind, filter: &Filter, e: &Event) -> Result<Option<pb::WatchEve
             }
         }
         EventKind::Delete => {
+            // Every delete carries the object's last state: the hub refuses this watcher a
+            // position whose previous versions compaction dropped.
+            if prev.is_none() {
+                return Err(Status::internal(format!(
+                    "delete of {} at revision {revision} without its previous state",
+                    String::from_utf8_lossy(&e.kv.key)
+                )));
+            }
             let Some(mut last) = prev.filter(|_| was) else {
                 return Ok(None);
             };

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use skiff_proto::etcd::{
     PbCompare, PbDeleteRequest, PbDeleteResponse, PbEvent, PbKeyValue, PbPutRequest, PbPutResponse,
     PbRangeRequest, PbRangeResponse, PbResponseOp, PbTargetUnion, PbTxnOpRequest, PbTxnOpResponse,
-    PbTxnRequest, PbTxnRequestOp, PbTxnResponse,
+    PbTxnRequest, PbTxnRequestOp, PbTxnResponse, PbWatchRequestUnion,
 };
 
 use crate::command::{
@@ -15,6 +15,7 @@ use crate::command::{
     ResponseOp, SortOrder, SortTarget, TxnRequest, TxnResponse,
 };
 use crate::error::StoreError;
+use crate::watch::WatchSpec;
 
 pub fn kv(kv: KeyValue) -> PbKeyValue {
     PbKeyValue {
@@ -356,5 +357,52 @@ mod tests {
             ..p(false, "", false, 0)
         };
         assert_eq!(put_request(empty).err(), Some(StoreError::EmptyKey));
+    }
+}
+
+/// `WatchCreateRequest.filters`: `NOPUT`.
+const FILTER_NOPUT: i32 = 0;
+/// `WatchCreateRequest.filters`: `NODELETE`.
+const FILTER_NODELETE: i32 = 1;
+
+/// What a client asks of a watch stream.
+#[derive(Debug, Clone)]
+pub enum WatchRequest {
+    Create {
+        /// 0: the hub picks one.
+        watch_id: i64,
+        progress_notify: bool,
+        spec: WatchSpec,
+    },
+    Cancel {
+        watch_id: i64,
+    },
+    Progress,
+}
+
+/// A watch request as the hub takes it, read as etcd's watch server reads it: an empty key
+/// is `\0`, the smallest key (so `key: "", range_end: "\0"` watches everything), and a start
+/// revision of 0 or less means from the next revision. Whether the range selects anything is
+/// the hub's to decide, for every face.
+pub fn watch_request(r: PbWatchRequestUnion) -> WatchRequest {
+    match r {
+        PbWatchRequestUnion::CreateRequest(c) => WatchRequest::Create {
+            watch_id: c.watch_id,
+            progress_notify: c.progress_notify,
+            spec: WatchSpec {
+                key: if c.key.is_empty() { vec![0] } else { c.key },
+                range_end: c.range_end,
+                start_revision: c.start_revision.max(0),
+                prev_kv: c.prev_kv,
+                needs_prev_kv: false,
+                no_put: c.filters.contains(&FILTER_NOPUT),
+                no_delete: c.filters.contains(&FILTER_NODELETE),
+                tag: None,
+            },
+        },
+        PbWatchRequestUnion::CancelRequest(c) => WatchRequest::Cancel {
+            watch_id: c.watch_id,
+        },
+        PbWatchRequestUnion::ProgressRequest(_) => WatchRequest::Progress,
     }
 }

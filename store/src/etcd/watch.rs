@@ -20,16 +20,17 @@ use futures::{Stream, StreamExt};
 use prost::Message;
 use prost::bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::encoding::{DecodeContext, WireType};
-use skiff_proto::etcd::{PbResponseHeader, PbWatchRequest, PbWatchRequestUnion, PbWatchResponse};
-use tokio_stream::wrappers::ReceiverStream;
+use skiff_proto::etcd::{PbResponseHeader, PbWatchRequest, PbWatchResponse};
+use tokio::sync::oneshot;
 use tonic::codegen::{BoxFuture, Context, Poll, Service, StdError, http};
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{convert, header};
+use super::convert::{self, WatchRequest};
+use super::header;
 use crate::command::Event;
 use crate::member::StoreMember;
-use crate::watch::{Encoded, WatchEvents, WatchMessage, WatchSpec};
+use crate::watch::{Encoded, WatchEvents, WatchMessage};
 
 /// Messages a stream's queue holds before its watchers are parked and caught up from disk.
 /// One revision under a prefix that a stream's watchers share is one message per watcher, so
@@ -195,6 +196,17 @@ fn to_response(member: &StoreMember, msg: WatchMessage) -> WatchOut {
             r.watch_id = watch_id;
             r.created = true;
         }
+        WatchMessage::Refused {
+            watch_id,
+            revision,
+            reason,
+        } => {
+            r.header = header(member, revision);
+            r.watch_id = watch_id;
+            r.created = true;
+            r.canceled = true;
+            r.cancel_reason = reason;
+        }
         WatchMessage::Canceled { watch_id, reason } => {
             r.header = header(member, member.shared.read().revision());
             r.watch_id = watch_id;
@@ -293,15 +305,18 @@ impl WatchService {
         let (stream_id, tx, rx) = hub.open_stream(STREAM_QUEUE);
         let progress_interval = self.progress_interval;
         let reader_member = member.clone();
+        // A request stream that fails (a message that does not decode) ends the call with
+        // its status, after what was already queued.
+        let (failed_tx, failed_rx) = oneshot::channel::<Status>();
         tokio::spawn(async move {
             let member = reader_member;
-            let mut next_auto = 0i64;
             let mut progress_ids: HashSet<i64> = HashSet::new();
             let mut ticker = tokio::time::interval(progress_interval);
             ticker.tick().await;
+            let mut reading = true;
             loop {
                 let msg = tokio::select! {
-                    m = input.next() => m,
+                    m = input.next(), if reading => m,
                     _ = ticker.tick() => {
                         if !progress_ids.is_empty() {
                             let ids: Vec<i64> = progress_ids.iter().copied().collect();
@@ -309,65 +324,49 @@ impl WatchService {
                         }
                         continue;
                     }
+                    // The client is gone: the response stream was dropped.
+                    _ = tx.closed() => break,
                 };
-                let Some(Ok(msg)) = msg else { break };
-                match msg.request_union {
-                    Some(PbWatchRequestUnion::CreateRequest(c)) => {
-                        let watch_id = if c.watch_id == 0 {
-                            while hub.has(stream_id, next_auto) {
-                                next_auto += 1;
-                            }
-                            next_auto += 1;
-                            next_auto - 1
-                        } else {
-                            c.watch_id
-                        };
+                let msg = match msg {
+                    Some(Ok(msg)) => msg,
+                    // Half-closed: the client sends nothing more, but its watches go on until
+                    // it cancels the call, as etcd's do.
+                    None => {
+                        reading = false;
+                        continue;
+                    }
+                    Some(Err(status)) => {
+                        let _ = failed_tx.send(status);
+                        break;
+                    }
+                };
+                let Some(request) = msg.request_union else {
+                    continue;
+                };
+                match convert::watch_request(request) {
+                    WatchRequest::Create {
+                        watch_id,
+                        progress_notify,
+                        spec,
+                    } => {
                         let Ok(permit) = tx.reserve().await else {
                             break;
                         };
-                        if c.key.is_empty() || hub.has(stream_id, watch_id) {
-                            let reason = if c.key.is_empty() {
-                                "etcdserver: key is not provided"
-                            } else {
-                                "etcdserver: mvcc: duplicate watch ID"
-                            };
-                            // etcd reports a refused create as created and canceled at once.
-                            permit.send(WatchMessage::Created {
-                                watch_id,
-                                revision: member.shared.read().revision(),
-                            });
-                            let _ = tx
-                                .send(WatchMessage::Canceled {
-                                    watch_id,
-                                    reason: reason.into(),
-                                })
-                                .await;
-                            continue;
-                        }
-                        if c.progress_notify {
+                        let mvcc = member.shared.read();
+                        // The hub queues `created`, or the refusal (created and canceled in
+                        // one response, as etcd answers it), before any event.
+                        if let Ok(watch_id) =
+                            hub.add(&mvcc, stream_id, watch_id, spec, Some(permit))
+                            && progress_notify
+                        {
                             progress_ids.insert(watch_id);
                         }
-                        let spec = WatchSpec {
-                            key: c.key,
-                            range_end: c.range_end,
-                            start_revision: c.start_revision,
-                            prev_kv: c.prev_kv,
-                            no_put: c.filters.contains(&0),
-                            no_delete: c.filters.contains(&1),
-                            tag: None,
-                        };
-                        let mvcc = member.shared.read();
-                        permit.send(WatchMessage::Created {
-                            watch_id,
-                            revision: mvcc.revision(),
-                        });
-                        hub.add(&mvcc, stream_id, watch_id, spec);
                     }
-                    Some(PbWatchRequestUnion::CancelRequest(c)) => {
-                        progress_ids.remove(&c.watch_id);
-                        if hub.cancel(stream_id, c.watch_id) {
+                    WatchRequest::Cancel { watch_id } => {
+                        progress_ids.remove(&watch_id);
+                        if hub.cancel(stream_id, watch_id) {
                             let msg = WatchMessage::Canceled {
-                                watch_id: c.watch_id,
+                                watch_id,
                                 reason: String::new(),
                             };
                             if tx.send(msg).await.is_err() {
@@ -375,15 +374,18 @@ impl WatchService {
                             }
                         }
                     }
-                    Some(PbWatchRequestUnion::ProgressRequest(_)) => {
+                    WatchRequest::Progress => {
                         hub.request_progress(&member.shared.read(), stream_id);
                     }
-                    None => {}
                 }
             }
             hub.close_stream(stream_id);
         });
-        let out = ReceiverStream::new(rx).map(move |msg| Ok(to_response(&member, msg)));
+        let failed =
+            futures::stream::once(failed_rx).filter_map(|r| async move { r.ok().map(Err) });
+        let out = rx
+            .map(move |msg| Ok(to_response(&member, msg)))
+            .chain(failed);
         Ok(Response::new(Box::pin(out)))
     }
 }

@@ -54,15 +54,19 @@ impl Shared {
         self.mvcc.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts the watch catch-up task.
-    pub fn spawn_watch_catch_up(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
-        let me = self.clone();
+    /// Starts the watch catch-up task; it ends when the member's shared state is dropped.
+    pub fn spawn_watch_catch_up(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let hub = self.hub.clone();
         tokio::spawn(async move {
-            loop {
-                let behind = me.hub.catch_up(&me.read());
-                me.hub.wait_for_work(behind).await;
-            }
-        })
+            hub.run_catch_up(move || {
+                let shared = weak.upgrade()?;
+                Some(tokio::task::spawn_blocking(move || {
+                    shared.hub.catch_up(|| shared.read())
+                }))
+            })
+            .await;
+        });
     }
 }
 

@@ -1,0 +1,260 @@
+//! What a watcher is sent: views of revisions' events that every watcher shares.
+//!
+//! The apply path clones a revision's events once, not once per watcher, and a service's
+//! encoding of them is made once and reused by every stream (see [`WatchEvents::encoded`]).
+//! A watcher that wants only some of a revision's events holds the indices it wants; one that
+//! is caught up from disk holds several revisions in one message, as etcd sends an unsynced
+//! watcher's backlog.
+
+use std::sync::{Arc, OnceLock};
+
+use prost::bytes::{Bytes, BytesMut};
+
+use crate::command::{Event, EventKind};
+use crate::key_index::range_bounds;
+
+use super::Tags;
+
+/// One revision's events, shared by every watcher that receives any of them.
+#[derive(Debug)]
+pub(super) struct SharedRevision {
+    events: Vec<Event>,
+    /// Encodings by the etcd service, without and with `prev_kv`.
+    encoded: [OnceLock<Encoded>; 2],
+}
+
+impl SharedRevision {
+    pub(super) fn new(events: Vec<Event>) -> Arc<SharedRevision> {
+        Arc::new(SharedRevision {
+            events,
+            encoded: [OnceLock::new(), OnceLock::new()],
+        })
+    }
+
+    pub(super) fn events(&self) -> &[Event] {
+        &self.events
+    }
+}
+
+/// A revision's events encoded one after another, and where each ends.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    pub buf: Bytes,
+    pub ends: Vec<usize>,
+}
+
+/// Which events of a revision a watcher gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Pick {
+    Nothing,
+    All,
+    Some(Vec<usize>),
+}
+
+/// A watcher's share of one revision.
+#[derive(Debug, Clone)]
+pub(super) struct Part {
+    shared: Arc<SharedRevision>,
+    /// `None`: all of the revision's events.
+    pick: Option<Arc<[usize]>>,
+}
+
+impl Part {
+    /// `None` for [`Pick::Nothing`].
+    pub(super) fn new(shared: Arc<SharedRevision>, pick: Pick) -> Option<Part> {
+        let pick = match pick {
+            Pick::Nothing => return None,
+            Pick::All => None,
+            Pick::Some(ix) => Some(ix.into()),
+        };
+        Some(Part { shared, pick })
+    }
+
+    fn indices(&self) -> impl Iterator<Item = usize> + '_ {
+        let all = self.pick.is_none().then(|| 0..self.shared.events.len());
+        all.into_iter()
+            .flatten()
+            .chain(self.pick.iter().flat_map(|p| p.iter().copied()))
+    }
+
+    fn len(&self) -> usize {
+        self.pick
+            .as_ref()
+            .map_or(self.shared.events.len(), |p| p.len())
+    }
+}
+
+/// The parts of one message: one revision on the apply path (no allocation beyond the
+/// `Arc`s), several when a backlog is caught up.
+#[derive(Debug, Clone)]
+enum Parts {
+    One(Part),
+    Many(Arc<[Part]>),
+}
+
+/// What one watcher receives in one message: a view of shared events.
+#[derive(Debug, Clone)]
+pub struct WatchEvents {
+    parts: Parts,
+    prev_kv: bool,
+}
+
+impl PartialEq for WatchEvents {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_vec() == other.to_vec()
+    }
+}
+
+impl Eq for WatchEvents {}
+
+impl WatchEvents {
+    /// Every event of a revision, with their previous versions or without.
+    pub fn new(events: Vec<Event>, prev_kv: bool) -> WatchEvents {
+        let part = Part {
+            shared: SharedRevision::new(events),
+            pick: None,
+        };
+        WatchEvents::one(part, prev_kv)
+    }
+
+    pub(super) fn one(part: Part, prev_kv: bool) -> WatchEvents {
+        WatchEvents {
+            parts: Parts::One(part),
+            prev_kv,
+        }
+    }
+
+    /// Several revisions' parts, oldest first; `None` when there are none.
+    pub(super) fn many(mut parts: Vec<Part>, prev_kv: bool) -> Option<WatchEvents> {
+        let parts = match parts.len() {
+            0 => return None,
+            1 => Parts::One(parts.pop().expect("invariant: one part")),
+            _ => Parts::Many(parts.into()),
+        };
+        Some(WatchEvents { parts, prev_kv })
+    }
+
+    fn parts(&self) -> &[Part] {
+        match &self.parts {
+            Parts::One(p) => std::slice::from_ref(p),
+            Parts::Many(ps) => ps,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.parts().iter().map(Part::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The events, owned, oldest first; `prev_kv` only where the watcher asked for it.
+    pub fn iter(&self) -> impl Iterator<Item = Event> + '_ {
+        self.parts().iter().flat_map(move |part| {
+            part.indices().map(move |i| {
+                let e = &part.shared.events[i];
+                Event {
+                    kind: e.kind,
+                    kv: e.kv.clone(),
+                    prev_kv: if self.prev_kv {
+                        e.prev_kv.clone()
+                    } else {
+                        None
+                    },
+                }
+            })
+        })
+    }
+
+    pub fn to_vec(&self) -> Vec<Event> {
+        self.iter().collect()
+    }
+
+    /// These events as `encode` writes them, one after another. `encode` runs once per
+    /// revision (and `prev_kv` setting), on whichever stream sends them first; every other
+    /// watcher's message shares its buffer (or, for a watcher that wants only some of the
+    /// revision's events or receives several revisions, copies their slices).
+    pub fn encoded(&self, encode: impl Fn(&[Event], bool) -> Encoded) -> Bytes {
+        let one = |part: &Part| {
+            part.shared.encoded[usize::from(self.prev_kv)]
+                .get_or_init(|| encode(&part.shared.events, self.prev_kv))
+                .clone()
+        };
+        if let Parts::One(part @ Part { pick: None, .. }) = &self.parts {
+            return one(part).buf;
+        }
+        let mut out = BytesMut::new();
+        for part in self.parts() {
+            let enc = one(part);
+            match &part.pick {
+                None => out.extend_from_slice(&enc.buf),
+                Some(ix) => {
+                    for &i in ix.iter() {
+                        let start = if i == 0 { 0 } else { enc.ends[i - 1] };
+                        out.extend_from_slice(&enc.buf[start..enc.ends[i]]);
+                    }
+                }
+            }
+        }
+        out.freeze()
+    }
+}
+
+/// What a watcher asks for.
+#[derive(Debug, Clone, Default)]
+pub struct WatchSpec {
+    pub key: Vec<u8>,
+    /// etcd's range end: empty for the key alone, `\0` for every key from `key` on.
+    pub range_end: Vec<u8>,
+    /// 0: from the next revision.
+    pub start_revision: i64,
+    pub prev_kv: bool,
+    /// The watcher cannot do without previous versions (the cluster API converts deletes
+    /// and selector exits from them): a position at the compaction revision itself, whose
+    /// previous versions compaction dropped, counts as compacted for it.
+    pub needs_prev_kv: bool,
+    pub no_put: bool,
+    pub no_delete: bool,
+    /// Only events the hub's tagger gives this tag (see [`Tagger`](super::Tagger)).
+    pub tag: Option<String>,
+}
+
+impl WatchSpec {
+    fn matches(&self, key: &[u8]) -> bool {
+        use std::ops::RangeBounds;
+        RangeBounds::<&[u8]>::contains(&range_bounds(&self.key, &self.range_end), &key)
+    }
+
+    fn wants(&self, e: &Event, tags: Option<&Vec<String>>) -> bool {
+        if let Some(tag) = &self.tag
+            && !tags.is_some_and(|t| t.contains(tag))
+        {
+            return false;
+        }
+        match e.kind {
+            EventKind::Put if self.no_put => false,
+            EventKind::Delete if self.no_delete => false,
+            _ => self.matches(&e.kv.key),
+        }
+    }
+
+    /// Which of `events` this watcher gets.
+    pub(super) fn pick(&self, events: &[Event], tags: &Tags) -> Pick {
+        let wanted = |i: usize| self.wants(&events[i], tags.get(i));
+        let n = (0..events.len()).filter(|&i| wanted(i)).count();
+        if n == 0 {
+            Pick::Nothing
+        } else if n == events.len() {
+            Pick::All
+        } else {
+            Pick::Some((0..events.len()).filter(|&i| wanted(i)).collect())
+        }
+    }
+
+    /// Whether a watcher whose next revision is `next_rev` has lost history to compaction at
+    /// `compacted`: the one rule for creation and for catch-up, on every face.
+    pub fn is_compacted(&self, next_rev: i64, compacted: i64) -> bool {
+        next_rev < compacted || (self.needs_prev_kv && next_rev == compacted && compacted > 0)
+    }
+}
