@@ -1,0 +1,531 @@
+//! The pod worker's engine: one pod's lifecycle as a pure state machine. Inputs (runtime
+//! results, timer ticks, the pod being deleted) go in through [`PodEngine::step`]; the actions
+//! to perform come out; nothing here does I/O or reads a clock, so every transition is tested
+//! with made-up times. [`crate::worker`] is the thin async loop that performs the actions.
+//!
+//! ```text
+//!            admission refused
+//!   ┌────────────────────────────────────────────────────────────► Rejected (Failed)
+//!   │
+//! Start ──RunSandbox──► Sandbox ──ready──► Init ──all init exit 0──► Run
+//!                                          │ init fails, restartPolicy Never   │ every app container
+//!                                          └──────────────┬────────────────────┘ exited for good
+//!                                                         ▼
+//!   Delete (deletionTimestamp) / Removed ─────────────► Stopping ──containers gone──►
+//!       from any stage: preStop, SIGTERM, grace, SIGKILL       StopSandbox ──► Stopped
+//!                                                                               │ deleted
+//!                                                                               ▼
+//!                                                      remove containers, sandbox; DeletePod ──► Done
+//! ```
+//!
+//! Per container (init containers one at a time, app containers side by side):
+//!
+//! ```text
+//! Waiting ─(retry_at reached)─► Starting ─Started─► Running ─Exited─┬─ restart ─► Waiting(CrashLoopBackOff)
+//!    ▲ ErrImagePull / ImagePullBackOff   │ postStart, probes        └─ no restart ─► Exited
+//!    └───────────── StartFailed ◄────────┘ liveness/startup failure or failed postStart: stop, then Exited
+//! ```
+//!
+//! Restart back-off follows the kubelet: the first restart is immediate, then 10 s, doubling to
+//! 5 min; a container that ran for 10 min before exiting starts again from no back-off. All
+//! three durations come from [`EngineConfig`] so tests can shorten them.
+//!
+//! The engine's rooms: `spec` reads the pod spec (per-container state, probes, QoS),
+//! `container` runs containers (start, back-off, probes, exits), `stop` stops and cleans up
+//! (delete, stop, finish), `status` derives the pod status (phase, conditions, container
+//! statuses).
+
+use std::time::Duration;
+
+use skiff_proto::api::{Pod, Time};
+use tokio::time::Instant;
+
+use crate::runtime::{self, Exit, RuntimeError, Sandbox};
+
+mod container;
+mod spec;
+mod status;
+mod stop;
+
+pub use spec::{Handler, ProbeKind, container_spec, qos_class};
+use spec::{Policy, Run, SlotState, grace_of, slot_state};
+use status::Cond;
+
+/// Timing of restarts, shared by every pod of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// The first back-off after an immediate restart (kubelet: 10 s).
+    pub backoff_initial: Duration,
+    /// The cap of the doubling back-off (kubelet: 5 min).
+    pub backoff_max: Duration,
+    /// A container that ran this long before exiting restarts without back-off (10 min).
+    pub backoff_reset: Duration,
+    /// Wait before trying a failed sandbox again.
+    pub sandbox_retry: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            backoff_initial: Duration::from_secs(10),
+            backoff_max: Duration::from_secs(300),
+            backoff_reset: Duration::from_secs(600),
+            sandbox_retry: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Which container of the pod: an index into `initContainers` or `containers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Slot {
+    Init(usize),
+    App(usize),
+}
+
+/// The two clocks an input happens at: tokio's (for timers and durations) and the wall
+/// clock (for the timestamps written into status).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Clock {
+    pub now: Instant,
+    pub wall: Time,
+}
+
+/// Why node-side admission refused the pod (`OutOfcpu`, `NodeAffinity`, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: String,
+    pub message: String,
+}
+
+/// What the runtime already holds for this pod when the agent (re)starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Adopted {
+    pub sandbox: Sandbox,
+    pub containers: Vec<runtime::Container>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// Begin: after admission, with whatever the runtime already runs for the pod.
+    Start {
+        adopted: Option<Adopted>,
+    },
+    SandboxReady(Sandbox),
+    SandboxFailed {
+        message: String,
+    },
+    Started {
+        slot: Slot,
+        id: String,
+    },
+    StartFailed {
+        slot: Slot,
+        error: RuntimeError,
+    },
+    PostStartDone {
+        slot: Slot,
+        id: String,
+        error: Option<String>,
+    },
+    Exited {
+        slot: Slot,
+        id: String,
+        exit: Exit,
+    },
+    ProbeDone {
+        slot: Slot,
+        id: String,
+        kind: ProbeKind,
+        success: bool,
+    },
+    SandboxStopped,
+    /// The pod got a deletionTimestamp: stop gracefully, then remove the object.
+    Delete {
+        grace: Duration,
+    },
+    /// The object is gone from the API: stop at once and clean up, no more status.
+    Removed,
+    /// Time passed; timers may be due.
+    Tick,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    RunSandbox {
+        attempt: u32,
+    },
+    /// Create and start the container of `slot` (`attempt` previous starts).
+    StartContainer {
+        slot: Slot,
+        attempt: u32,
+    },
+    /// Report when the container exits.
+    Watch {
+        slot: Slot,
+        id: String,
+    },
+    PostStart {
+        slot: Slot,
+        id: String,
+        command: Vec<String>,
+    },
+    Probe {
+        slot: Slot,
+        id: String,
+        kind: ProbeKind,
+        handler: Handler,
+        timeout: Duration,
+    },
+    /// preStop (when given, within the grace), SIGTERM, SIGKILL after the grace.
+    StopContainer {
+        slot: Slot,
+        id: String,
+        grace: Duration,
+        pre_stop: Option<Vec<String>>,
+    },
+    RemoveContainer {
+        id: String,
+    },
+    StopSandbox {
+        id: String,
+    },
+    RemoveSandbox {
+        id: String,
+    },
+    /// Write the final status, then delete the pod object with grace 0.
+    DeletePod,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Constructed; waiting for `Start`.
+    New,
+    Rejected,
+    Sandbox,
+    Init,
+    Run,
+    Stopping,
+    /// Sandbox stopped; terminal status is final (completed pods wait here to be deleted).
+    Stopped,
+    Done,
+}
+
+/// One pod's lifecycle. See the module docs for the diagram.
+#[derive(Debug)]
+pub struct PodEngine {
+    cfg: EngineConfig,
+    name: String,
+    namespace: String,
+    uid: String,
+    policy: Policy,
+    grace: Duration,
+    stage: Stage,
+    rejection: Option<Rejection>,
+    sandbox: Option<Sandbox>,
+    sandbox_attempt: u32,
+    sandbox_retry_at: Option<Instant>,
+    sandbox_message: String,
+    sandbox_stopping: bool,
+    sandbox_in_flight: bool,
+    init: Vec<SlotState>,
+    app: Vec<SlotState>,
+    start_time: Option<Time>,
+    deleting: bool,
+    removed: bool,
+    stop_deadline: Option<Instant>,
+    /// Set when the pod reached Succeeded or Failed.
+    terminal: Option<&'static str>,
+    failure_reason: String,
+    conditions: Vec<(Cond, bool, Time)>,
+    scheduled_at: Option<Time>,
+    qos: &'static str,
+    out: Vec<Action>,
+}
+
+fn slot_of<'a>(
+    init: &'a mut [SlotState],
+    app: &'a mut [SlotState],
+    slot: Slot,
+) -> Option<&'a mut SlotState> {
+    match slot {
+        Slot::Init(i) => init.get_mut(i),
+        Slot::App(i) => app.get_mut(i),
+    }
+}
+
+impl PodEngine {
+    /// An engine for `pod`; `admission` is the node-side admission verdict.
+    pub fn new(cfg: EngineConfig, pod: &Pod, admission: Result<(), Rejection>) -> PodEngine {
+        let scheduled_at = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "PodScheduled"))
+            .and_then(|c| c.last_transition_time);
+        PodEngine {
+            cfg,
+            name: pod.metadata.name.clone(),
+            namespace: pod.metadata.namespace.clone(),
+            uid: pod.metadata.uid.clone(),
+            policy: Policy::of(pod),
+            grace: grace_of(pod),
+            stage: Stage::New,
+            rejection: admission.err(),
+            sandbox: None,
+            sandbox_attempt: 0,
+            sandbox_retry_at: None,
+            sandbox_message: String::new(),
+            sandbox_stopping: false,
+            sandbox_in_flight: false,
+            init: pod
+                .spec
+                .init_containers
+                .iter()
+                .map(|c| slot_state(c, true))
+                .collect(),
+            app: pod
+                .spec
+                .containers
+                .iter()
+                .map(|c| slot_state(c, false))
+                .collect(),
+            start_time: pod.status.as_ref().and_then(|s| s.start_time),
+            deleting: false,
+            removed: false,
+            stop_deadline: None,
+            terminal: None,
+            failure_reason: String::new(),
+            conditions: Vec::new(),
+            scheduled_at,
+            qos: qos_class(pod),
+            out: Vec::new(),
+        }
+    }
+
+    /// Feeds one input; returns the actions it calls for, in order.
+    pub fn step(&mut self, clock: Clock, input: Input) -> Vec<Action> {
+        match input {
+            Input::Start { adopted } => self.on_start(clock, adopted),
+            Input::SandboxReady(sb) => self.on_sandbox_ready(sb),
+            Input::SandboxFailed { message } => {
+                self.sandbox_in_flight = false;
+                self.sandbox_message = message;
+                if self.stage == Stage::Sandbox {
+                    self.sandbox_retry_at = Some(clock.now + self.cfg.sandbox_retry);
+                }
+            }
+            Input::Started { slot, id } => self.on_started(clock, slot, id),
+            Input::StartFailed { slot, error } => self.on_start_failed(clock, slot, error),
+            Input::PostStartDone { slot, id, error } => self.on_post_start(slot, &id, error),
+            Input::Exited { slot, id, exit } => self.on_exited(clock, slot, &id, exit),
+            Input::ProbeDone {
+                slot,
+                id,
+                kind,
+                success,
+            } => self.on_probe(clock, slot, &id, kind, success),
+            Input::SandboxStopped => self.on_sandbox_stopped(),
+            Input::Delete { grace } => self.on_delete(clock, grace, false),
+            Input::Removed => self.on_delete(clock, Duration::ZERO, true),
+            Input::Tick => {}
+        }
+        self.advance(clock);
+        self.track_conditions(clock.wall);
+        std::mem::take(&mut self.out)
+    }
+
+    /// The earliest moment a `Tick` has something to do.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        if matches!(self.stage, Stage::Stopping | Stage::Stopped | Stage::Done) {
+            return None;
+        }
+        let mut best = self.sandbox_retry_at;
+        let mut consider = |t: Option<Instant>| {
+            if let Some(t) = t {
+                best = Some(best.map_or(t, |b| b.min(t)));
+            }
+        };
+        for s in self.init.iter().chain(&self.app) {
+            match &s.run {
+                Run::Waiting { retry_at, .. } => consider(*retry_at),
+                Run::Running {
+                    post_start_pending: false,
+                    stopping: false,
+                    ..
+                } => {
+                    for p in s.probes.iter().filter(|p| !p.in_flight) {
+                        consider(p.next_at);
+                    }
+                }
+                _ => {}
+            }
+        }
+        best
+    }
+
+    /// The pod's sandbox, once it runs.
+    pub fn sandbox(&self) -> Option<&Sandbox> {
+        self.sandbox.as_ref()
+    }
+
+    /// The pod object is gone or deleted and everything is cleaned up: the worker may exit.
+    pub fn is_done(&self) -> bool {
+        self.stage == Stage::Done
+    }
+
+    /// The object vanished from the API: status must not be written any more.
+    pub fn is_removed(&self) -> bool {
+        self.removed
+    }
+
+    /// Succeeded or Failed: the pod's resources no longer count against the node.
+    pub fn is_terminal(&self) -> bool {
+        self.terminal.is_some() || self.stage == Stage::Rejected
+    }
+
+    fn slot(&mut self, slot: Slot) -> Option<&mut SlotState> {
+        slot_of(&mut self.init, &mut self.app, slot)
+    }
+
+    fn on_start(&mut self, clock: Clock, adopted: Option<Adopted>) {
+        if self.stage != Stage::New {
+            return;
+        }
+        if self.rejection.is_some() {
+            self.stage = Stage::Rejected;
+            self.terminal = Some("Failed");
+            return;
+        }
+        self.start_time.get_or_insert(clock.wall);
+        match adopted {
+            Some(a) if a.sandbox.ready => self.adopt(clock, a),
+            Some(a) => {
+                // A stopped sandbox cannot be reused: clear it away and start afresh.
+                for c in &a.containers {
+                    self.out.push(Action::RemoveContainer { id: c.id.clone() });
+                }
+                self.out.push(Action::RemoveSandbox { id: a.sandbox.id });
+                self.sandbox_attempt = 1;
+                self.sandbox_in_flight = true;
+                self.stage = Stage::Sandbox;
+                self.out.push(Action::RunSandbox { attempt: 1 });
+            }
+            None => {
+                self.stage = Stage::Sandbox;
+                self.sandbox_in_flight = true;
+                self.out.push(Action::RunSandbox { attempt: 0 });
+            }
+        }
+    }
+
+    fn on_sandbox_ready(&mut self, sb: Sandbox) {
+        self.sandbox_in_flight = false;
+        self.sandbox_message.clear();
+        self.sandbox = Some(sb);
+        if self.stage == Stage::Sandbox {
+            self.stage = Stage::Init;
+        }
+    }
+    /// Starts what is due, runs due probes, and notices when the pod is finished.
+    fn advance(&mut self, clock: Clock) {
+        let now = clock.now;
+        if self.stage == Stage::Sandbox
+            && self.sandbox.is_none()
+            && self.sandbox_retry_at.is_some_and(|t| t <= now)
+        {
+            self.sandbox_retry_at = None;
+            self.sandbox_attempt += 1;
+            self.sandbox_in_flight = true;
+            self.out.push(Action::RunSandbox {
+                attempt: self.sandbox_attempt,
+            });
+        }
+        if self.stage == Stage::Init {
+            let next = self
+                .init
+                .iter()
+                .position(|s| !matches!(&s.run, Run::Exited { exit, .. } if exit.exit_code == 0));
+            match next {
+                None => self.stage = Stage::Run,
+                Some(i) => self.start_if_due(Slot::Init(i), now),
+            }
+        }
+        if self.stage == Stage::Run {
+            for i in 0..self.app.len() {
+                self.start_if_due(Slot::App(i), now);
+            }
+            if !self.app.is_empty() && self.app.iter().all(|s| matches!(s.run, Run::Exited { .. }))
+            {
+                self.begin_stop(clock, Duration::ZERO);
+            }
+        }
+        if matches!(self.stage, Stage::Init | Stage::Run) {
+            self.run_due_probes(now);
+        }
+        if self.stage == Stage::Stopping {
+            let busy = self
+                .init
+                .iter()
+                .chain(&self.app)
+                .any(|s| matches!(s.run, Run::Running { .. } | Run::Starting));
+            let sandbox_pending = self.sandbox_in_flight;
+            if !busy && !sandbox_pending && !self.sandbox_stopping {
+                match &self.sandbox {
+                    Some(sb) if sb.ready => {
+                        self.sandbox_stopping = true;
+                        self.out.push(Action::StopSandbox { id: sb.id.clone() });
+                    }
+                    _ => {
+                        self.stage = Stage::Stopped;
+                        if self.terminal.is_none() {
+                            self.terminal = Some(self.final_phase());
+                        }
+                        if self.deleting || self.removed {
+                            self.finish();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Pods, clocks and a sandbox for the rooms' unit tests.
+#[cfg(test)]
+mod fixtures {
+    use std::time::Duration;
+
+    use skiff_proto::api::{Kind, Object, Pod, Time};
+    use tokio::time::Instant;
+
+    use super::Clock;
+    use crate::runtime::Sandbox;
+
+    pub(super) fn pod(spec: serde_json::Value) -> Pod {
+        let json = serde_json::json!({"metadata": {"name": "p", "namespace": "default", "uid": "u"},
+                                      "spec": spec});
+        match Object::from_json(Kind::Pod, json.to_string().as_bytes()).expect("decodes") {
+            Object::Pod(p) => p,
+            _ => unreachable!(),
+        }
+    }
+
+    pub(super) fn at(t0: Instant, secs: u64) -> Clock {
+        Clock {
+            now: t0 + Duration::from_secs(secs),
+            wall: Time::from_unix(1_800_000_000 + secs as i64).expect("time"),
+        }
+    }
+
+    pub(super) fn sandbox() -> Sandbox {
+        Sandbox {
+            id: "sb".into(),
+            ip: "10.0.0.2".into(),
+            ready: true,
+            ..Sandbox::default()
+        }
+    }
+
+    pub(super) fn one_container() -> Pod {
+        pod(serde_json::json!({"containers": [{"name": "c", "image": "i"}]}))
+    }
+}
