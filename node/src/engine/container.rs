@@ -5,8 +5,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    Action, Adopted, Clock, EngineConfig, PodEngine, Policy, ProbeKind, Run, Slot, SlotState,
-    Stage, slot_of,
+    Action, Adopted, Clock, EngineConfig, PodEngine, Policy, ProbeKind, Run, SandboxState, Slot,
+    SlotState, Stage, slot_of,
 };
 use crate::runtime::{ContainerState, Exit, RuntimeError};
 
@@ -14,7 +14,7 @@ impl PodEngine {
     /// Takes over what the runtime runs for the pod: the newest container of each slot is
     /// followed (running) or judged by its exit; older ones are removed.
     pub(super) fn adopt(&mut self, clock: Clock, a: Adopted) {
-        self.sandbox = Some(a.sandbox);
+        self.sandbox = SandboxState::Ready(a.sandbox);
         let mut containers = a.containers;
         containers.sort_by_key(|c| std::cmp::Reverse(c.attempt));
         let mut exits = Vec::new();
@@ -79,10 +79,11 @@ impl PodEngine {
     }
 
     pub(super) fn on_started(&mut self, clock: Clock, slot: Slot, id: String) {
-        let stopping = self.stage == Stage::Stopping;
-        let remaining = self
-            .stop_deadline
-            .map_or(Duration::ZERO, |d| d.saturating_duration_since(clock.now));
+        // A container that starts while the pod stops gets what is left of the grace.
+        let (stopping, remaining) = match self.stage {
+            Stage::Stopping { deadline } => (true, deadline.saturating_duration_since(clock.now)),
+            _ => (false, Duration::ZERO),
+        };
         let Some(s) = slot_of(&mut self.init, &mut self.app, slot) else {
             return;
         };
@@ -131,7 +132,7 @@ impl PodEngine {
     }
 
     pub(super) fn on_start_failed(&mut self, clock: Clock, slot: Slot, error: RuntimeError) {
-        let stopping = self.stage == Stage::Stopping;
+        let stopping = matches!(self.stage, Stage::Stopping { .. });
         let cfg = self.cfg;
         let Some(s) = self.slot(slot) else { return };
         if s.run != Run::Starting {
@@ -227,7 +228,8 @@ impl PodEngine {
                 "Error".into()
             };
         }
-        let restart = self.stage != Stage::Stopping && self.should_restart(slot, exit.exit_code);
+        let restart = !matches!(self.stage, Stage::Stopping { .. })
+            && self.should_restart(slot, exit.exit_code);
         let cfg = self.cfg;
         let (name, pod) = (self.name.clone(), self.display());
         let Some(s) = slot_of(&mut self.init, &mut self.app, slot) else {
@@ -283,7 +285,7 @@ impl PodEngine {
         };
         if let Slot::Init(_) = slot
             && failed
-            && self.stage != Stage::Stopping
+            && !matches!(self.stage, Stage::Stopping { .. })
         {
             // restartPolicy Never: a failed init container fails the pod.
             self.failure_reason = "Init:Error".into();

@@ -3,19 +3,32 @@
 //! to perform come out; nothing here does I/O or reads a clock, so every transition is tested
 //! with made-up times. [`crate::worker`] is the thin async loop that performs the actions.
 //!
+//! The pod's stages (`Stage`):
+//!
 //! ```text
 //!            admission refused
 //!   ┌────────────────────────────────────────────────────────────► Rejected (Failed)
-//!   │
+//!   │                      adopted sandbox that runs: Init, or Run once an app container ran
 //! Start ──RunSandbox──► Sandbox ──ready──► Init ──all init exit 0──► Run
 //!                                          │ init fails, restartPolicy Never   │ every app container
 //!                                          └──────────────┬────────────────────┘ exited for good
 //!                                                         ▼
-//!   Delete (deletionTimestamp) / Removed ─────────────► Stopping ──containers gone──►
+//!   Delete (deletionTimestamp) / Removed ─────────► Stopping { deadline } ──containers gone──►
 //!       from any stage: preStop, SIGTERM, grace, SIGKILL       StopSandbox ──► Stopped
 //!                                                                               │ deleted
 //!                                                                               ▼
 //!                                                      remove containers, sandbox; DeletePod ──► Done
+//! ```
+//!
+//! The sandbox beside them (`SandboxState`); a retry is due only while the pod waits in
+//! `Sandbox`, and a stop waits for a sandbox still being created:
+//!
+//! ```text
+//!                                SandboxFailed                retry_at reached
+//! NotCreated ──RunSandbox──► Creating { attempt } ──► Failed { attempt, retry_at } ──► Creating { attempt + 1 }
+//!     │                          │ SandboxReady                  (a stop leaves it there)
+//!     │ adopted, running         ▼
+//!     └────────────────────► Ready(sb) ──StopSandbox──► Stopping(sb) ──SandboxStopped──► Stopped(sb)
 //! ```
 //!
 //! Per container (init containers one at a time, app containers side by side):
@@ -30,10 +43,13 @@
 //! 5 min; a container that ran for 10 min before exiting starts again from no back-off. All
 //! three durations come from [`EngineConfig`] so tests can shorten them.
 //!
-//! The engine's rooms: `spec` reads the pod spec (per-container state, probes, QoS),
-//! `container` runs containers (start, back-off, probes, exits), `stop` stops and cleans up
-//! (delete, stop, finish), `status` derives the pod status (phase, conditions, container
-//! statuses).
+//! | room        | what                                                                   |
+//! |-------------|------------------------------------------------------------------------|
+//! | `mod.rs`    | inputs, actions, [`PodEngine::step`], the stages and the sandbox       |
+//! | `spec`      | what the spec says: each container's first state, probes, hooks, QoS   |
+//! | `container` | starting containers, back-off, postStart, probes, exits, adoption      |
+//! | `stop`      | delete and removal, stopping what runs, the final clean-up             |
+//! | `status`    | the pod status: phase, conditions, container statuses                  |
 
 use std::time::Duration;
 
@@ -196,6 +212,7 @@ pub enum Action {
     DeletePod,
 }
 
+/// Where the pod is in its lifecycle (diagram in the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
     /// Constructed; waiting for `Start`.
@@ -204,10 +221,64 @@ enum Stage {
     Sandbox,
     Init,
     Run,
-    Stopping,
+    /// Stopping what runs; containers that start now get what is left until `deadline`.
+    Stopping {
+        deadline: Instant,
+    },
     /// Sandbox stopped; terminal status is final (completed pods wait here to be deleted).
     Stopped,
     Done,
+}
+
+/// The pod's sandbox, as far as the engine knows it (diagram in the module docs). One value
+/// instead of a flag per step, so that no stop can be asked of a sandbox still being created,
+/// and no retry can be due for one that runs.
+#[derive(Debug, Clone, PartialEq)]
+enum SandboxState {
+    /// Nothing asked of the runtime yet (before `Start`, or the pod was refused).
+    NotCreated,
+    /// `RunSandbox { attempt }` is in flight. `message` is the previous attempt's error,
+    /// still shown in the pod status.
+    Creating { attempt: u32, message: String },
+    /// Attempt `attempt` failed with `message`; the next one is due at `retry_at` unless the
+    /// pod stops first.
+    Failed {
+        attempt: u32,
+        retry_at: Instant,
+        message: String,
+    },
+    /// Created by the last attempt, or adopted from the runtime.
+    Ready(Sandbox),
+    /// `StopSandbox` is in flight.
+    Stopping(Sandbox),
+    /// Stopped (its `ready` is false); kept for its IP in status and its id for removal.
+    Stopped(Sandbox),
+}
+
+impl SandboxState {
+    /// The sandbox the runtime gave, once there is one.
+    fn get(&self) -> Option<&Sandbox> {
+        match self {
+            SandboxState::Ready(sb) | SandboxState::Stopping(sb) | SandboxState::Stopped(sb) => {
+                Some(sb)
+            }
+            SandboxState::NotCreated
+            | SandboxState::Creating { .. }
+            | SandboxState::Failed { .. } => None,
+        }
+    }
+
+    /// Why the last attempt to create the sandbox failed, while it has not been created.
+    fn error(&self) -> Option<&str> {
+        match self {
+            SandboxState::Creating { message, .. } | SandboxState::Failed { message, .. }
+                if !message.is_empty() =>
+            {
+                Some(message)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// One pod's lifecycle. See the module docs for the diagram.
@@ -221,18 +292,12 @@ pub struct PodEngine {
     grace: Duration,
     stage: Stage,
     rejection: Option<Rejection>,
-    sandbox: Option<Sandbox>,
-    sandbox_attempt: u32,
-    sandbox_retry_at: Option<Instant>,
-    sandbox_message: String,
-    sandbox_stopping: bool,
-    sandbox_in_flight: bool,
+    sandbox: SandboxState,
     init: Vec<SlotState>,
     app: Vec<SlotState>,
     start_time: Option<Time>,
     deleting: bool,
     removed: bool,
-    stop_deadline: Option<Instant>,
     /// Set when the pod reached Succeeded or Failed.
     terminal: Option<&'static str>,
     failure_reason: String,
@@ -270,12 +335,7 @@ impl PodEngine {
             grace: grace_of(pod),
             stage: Stage::New,
             rejection: admission.err(),
-            sandbox: None,
-            sandbox_attempt: 0,
-            sandbox_retry_at: None,
-            sandbox_message: String::new(),
-            sandbox_stopping: false,
-            sandbox_in_flight: false,
+            sandbox: SandboxState::NotCreated,
             init: pod
                 .spec
                 .init_containers
@@ -291,7 +351,6 @@ impl PodEngine {
             start_time: pod.status.as_ref().and_then(|s| s.start_time),
             deleting: false,
             removed: false,
-            stop_deadline: None,
             terminal: None,
             failure_reason: String::new(),
             conditions: Vec::new(),
@@ -306,13 +365,7 @@ impl PodEngine {
         match input {
             Input::Start { adopted } => self.on_start(clock, adopted),
             Input::SandboxReady(sb) => self.on_sandbox_ready(sb),
-            Input::SandboxFailed { message } => {
-                self.sandbox_in_flight = false;
-                self.sandbox_message = message;
-                if self.stage == Stage::Sandbox {
-                    self.sandbox_retry_at = Some(clock.now + self.cfg.sandbox_retry);
-                }
-            }
+            Input::SandboxFailed { message } => self.on_sandbox_failed(clock, message),
             Input::Started { slot, id } => self.on_started(clock, slot, id),
             Input::StartFailed { slot, error } => self.on_start_failed(clock, slot, error),
             Input::PostStartDone { slot, id, error } => self.on_post_start(slot, &id, error),
@@ -335,10 +388,16 @@ impl PodEngine {
 
     /// The earliest moment a `Tick` has something to do.
     pub fn next_deadline(&self) -> Option<Instant> {
-        if matches!(self.stage, Stage::Stopping | Stage::Stopped | Stage::Done) {
+        if matches!(
+            self.stage,
+            Stage::Stopping { .. } | Stage::Stopped | Stage::Done
+        ) {
             return None;
         }
-        let mut best = self.sandbox_retry_at;
+        let mut best = match &self.sandbox {
+            SandboxState::Failed { retry_at, .. } => Some(*retry_at),
+            _ => None,
+        };
         let mut consider = |t: Option<Instant>| {
             if let Some(t) = t {
                 best = Some(best.map_or(t, |b| b.min(t)));
@@ -364,7 +423,7 @@ impl PodEngine {
 
     /// The pod's sandbox, once it runs.
     pub fn sandbox(&self) -> Option<&Sandbox> {
-        self.sandbox.as_ref()
+        self.sandbox.get()
     }
 
     /// The pod object is gone or deleted and everything is cleaned up: the worker may exit.
@@ -404,40 +463,48 @@ impl PodEngine {
                     self.out.push(Action::RemoveContainer { id: c.id.clone() });
                 }
                 self.out.push(Action::RemoveSandbox { id: a.sandbox.id });
-                self.sandbox_attempt = 1;
-                self.sandbox_in_flight = true;
-                self.stage = Stage::Sandbox;
-                self.out.push(Action::RunSandbox { attempt: 1 });
+                self.run_sandbox(1, String::new());
             }
-            None => {
-                self.stage = Stage::Sandbox;
-                self.sandbox_in_flight = true;
-                self.out.push(Action::RunSandbox { attempt: 0 });
-            }
+            None => self.run_sandbox(0, String::new()),
         }
     }
 
+    /// Asks the runtime for the sandbox; `message` is the previous attempt's error.
+    fn run_sandbox(&mut self, attempt: u32, message: String) {
+        self.stage = Stage::Sandbox;
+        self.sandbox = SandboxState::Creating { attempt, message };
+        self.out.push(Action::RunSandbox { attempt });
+    }
+
     fn on_sandbox_ready(&mut self, sb: Sandbox) {
-        self.sandbox_in_flight = false;
-        self.sandbox_message.clear();
-        self.sandbox = Some(sb);
+        self.sandbox = SandboxState::Ready(sb);
         if self.stage == Stage::Sandbox {
             self.stage = Stage::Init;
+        }
+    }
+
+    fn on_sandbox_failed(&mut self, clock: Clock, message: String) {
+        if let SandboxState::Creating { attempt, .. } = self.sandbox {
+            self.sandbox = SandboxState::Failed {
+                attempt,
+                retry_at: clock.now + self.cfg.sandbox_retry,
+                message,
+            };
         }
     }
     /// Starts what is due, runs due probes, and notices when the pod is finished.
     fn advance(&mut self, clock: Clock) {
         let now = clock.now;
         if self.stage == Stage::Sandbox
-            && self.sandbox.is_none()
-            && self.sandbox_retry_at.is_some_and(|t| t <= now)
+            && let SandboxState::Failed {
+                attempt,
+                retry_at,
+                message,
+            } = &mut self.sandbox
+            && *retry_at <= now
         {
-            self.sandbox_retry_at = None;
-            self.sandbox_attempt += 1;
-            self.sandbox_in_flight = true;
-            self.out.push(Action::RunSandbox {
-                attempt: self.sandbox_attempt,
-            });
+            let (attempt, message) = (*attempt + 1, std::mem::take(message));
+            self.run_sandbox(attempt, message);
         }
         if self.stage == Stage::Init {
             let next = self
@@ -461,30 +528,8 @@ impl PodEngine {
         if matches!(self.stage, Stage::Init | Stage::Run) {
             self.run_due_probes(now);
         }
-        if self.stage == Stage::Stopping {
-            let busy = self
-                .init
-                .iter()
-                .chain(&self.app)
-                .any(|s| matches!(s.run, Run::Running { .. } | Run::Starting));
-            let sandbox_pending = self.sandbox_in_flight;
-            if !busy && !sandbox_pending && !self.sandbox_stopping {
-                match &self.sandbox {
-                    Some(sb) if sb.ready => {
-                        self.sandbox_stopping = true;
-                        self.out.push(Action::StopSandbox { id: sb.id.clone() });
-                    }
-                    _ => {
-                        self.stage = Stage::Stopped;
-                        if self.terminal.is_none() {
-                            self.terminal = Some(self.final_phase());
-                        }
-                        if self.deleting || self.removed {
-                            self.finish();
-                        }
-                    }
-                }
-            }
+        if let Stage::Stopping { deadline } = self.stage {
+            self.wind_down(deadline);
         }
     }
 }
@@ -527,5 +572,69 @@ mod fixtures {
 
     pub(super) fn one_container() -> Pod {
         pod(serde_json::json!({"containers": [{"name": "c", "image": "i"}]}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::fixtures::{at, one_container, sandbox};
+    use super::{Action, EngineConfig, Input, PodEngine, Slot};
+
+    /// A failed sandbox is tried again after `sandbox_retry`; its error shows in the status
+    /// until a sandbox runs.
+    #[test]
+    fn a_failed_sandbox_is_retried_and_its_error_shown() {
+        let t0 = Instant::now();
+        let mut e = PodEngine::new(EngineConfig::default(), &one_container(), Ok(()));
+        e.step(at(t0, 0), Input::Start { adopted: None });
+        let failed = Input::SandboxFailed {
+            message: "no network".into(),
+        };
+        assert!(e.step(at(t0, 0), failed).is_empty());
+        assert_eq!(e.next_deadline(), Some(t0 + Duration::from_secs(2)));
+        assert_eq!(e.status("h", "sim").message, "sandbox: no network");
+        assert!(e.step(at(t0, 1), Input::Tick).is_empty());
+        let a = e.step(at(t0, 2), Input::Tick);
+        assert_eq!(a, vec![Action::RunSandbox { attempt: 1 }]);
+        assert_eq!(e.next_deadline(), None);
+        assert_eq!(e.status("h", "sim").message, "sandbox: no network");
+        let a = e.step(at(t0, 3), Input::SandboxReady(sandbox()));
+        assert_eq!(
+            a,
+            vec![Action::StartContainer {
+                slot: Slot::App(0),
+                attempt: 0
+            }]
+        );
+        assert_eq!(e.status("h", "sim").message, "");
+    }
+
+    /// Deleting a pod whose sandbox failed stops nothing and retries nothing: the object is
+    /// deleted at once.
+    #[test]
+    fn deleting_while_the_sandbox_failed_retries_nothing() {
+        let t0 = Instant::now();
+        let mut e = PodEngine::new(EngineConfig::default(), &one_container(), Ok(()));
+        e.step(at(t0, 0), Input::Start { adopted: None });
+        e.step(
+            at(t0, 0),
+            Input::SandboxFailed {
+                message: "no network".into(),
+            },
+        );
+        let a = e.step(
+            at(t0, 1),
+            Input::Delete {
+                grace: Duration::from_secs(30),
+            },
+        );
+        assert_eq!(a, vec![Action::DeletePod]);
+        assert!(e.is_done());
+        assert_eq!(e.next_deadline(), None);
+        assert!(e.step(at(t0, 5), Input::Tick).is_empty());
     }
 }

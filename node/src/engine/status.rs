@@ -73,11 +73,13 @@ impl PodEngine {
 
     pub(super) fn condition_values(&self) -> [(Cond, bool); 3] {
         let initialized = matches!(self.stage, Stage::Run)
-            || (matches!(self.stage, Stage::Stopping | Stage::Stopped | Stage::Done)
-                && self
-                    .init
-                    .iter()
-                    .all(|s| matches!(&s.run, Run::Exited { exit, .. } if exit.exit_code == 0)));
+            || (matches!(
+                self.stage,
+                Stage::Stopping { .. } | Stage::Stopped | Stage::Done
+            ) && self
+                .init
+                .iter()
+                .all(|s| matches!(&s.run, Run::Exited { exit, .. } if exit.exit_code == 0)));
         let ready = !self.app.is_empty()
             && self.app.iter().all(|s| s.ready)
             && matches!(self.stage, Stage::Run);
@@ -227,10 +229,10 @@ impl PodEngine {
                 ..PodCondition::default()
             });
         }
-        if !self.sandbox_message.is_empty() {
-            status.message = format!("sandbox: {}", self.sandbox_message);
+        if let Some(error) = self.sandbox.error() {
+            status.message = format!("sandbox: {error}");
         }
-        if let Some(sb) = &self.sandbox {
+        if let Some(sb) = self.sandbox.get() {
             status.pod_ip = sb.ip.clone();
         }
         status.init_container_statuses = self

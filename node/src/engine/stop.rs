@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use super::{Action, Clock, PodEngine, Run, Slot, Stage};
+use tokio::time::Instant;
+
+use super::{Action, Clock, PodEngine, Run, SandboxState, Slot, Stage};
 
 impl PodEngine {
     pub(super) fn on_delete(&mut self, clock: Clock, grace: Duration, removed: bool) {
@@ -11,14 +13,14 @@ impl PodEngine {
             self.deleting = true;
         }
         match self.stage {
-            Stage::New | Stage::Rejected => self.finish(),
-            Stage::Stopped => self.finish(),
+            // Nothing was running; should something be, it has no grace left.
+            Stage::New | Stage::Rejected | Stage::Stopped => self.finish(clock.now),
             Stage::Done => {}
-            Stage::Stopping => {
+            Stage::Stopping { deadline: old } => {
                 // A shorter grace (or removal) shortens the stop of what still runs.
                 let deadline = clock.now + grace;
-                if self.stop_deadline.is_none_or(|d| deadline < d) {
-                    self.stop_deadline = Some(deadline);
+                if deadline < old {
+                    self.stage = Stage::Stopping { deadline };
                     self.stop_running(grace, true);
                 }
             }
@@ -28,9 +30,9 @@ impl PodEngine {
 
     /// Stops every running container (graceful with preStop unless `grace` is zero).
     pub(super) fn begin_stop(&mut self, clock: Clock, grace: Duration) {
-        self.stage = Stage::Stopping;
-        self.stop_deadline = Some(clock.now + grace);
-        self.sandbox_retry_at = None;
+        self.stage = Stage::Stopping {
+            deadline: clock.now + grace,
+        };
         self.stop_running(grace, false);
     }
 
@@ -71,35 +73,75 @@ impl PodEngine {
         self.out.extend(stops);
     }
 
-    pub(super) fn on_sandbox_stopped(&mut self) {
-        if let Some(sb) = &mut self.sandbox {
-            sb.ready = false;
+    /// A container is running or about to.
+    fn containers_busy(&self) -> bool {
+        self.init
+            .iter()
+            .chain(&self.app)
+            .any(|s| matches!(s.run, Run::Running { .. } | Run::Starting))
+    }
+
+    /// While stopping: once no container runs, stop the sandbox (waiting for one still being
+    /// created), then move to Stopped.
+    pub(super) fn wind_down(&mut self, deadline: Instant) {
+        if self.containers_busy() {
+            return;
         }
-        self.sandbox_stopping = false;
-        if self.stage == Stage::Stopping {
-            self.stage = Stage::Stopped;
-            if self.terminal.is_none() {
-                self.terminal = Some(self.final_phase());
+        match &self.sandbox {
+            SandboxState::Ready(sb) if sb.ready => {
+                let sb = sb.clone();
+                self.out.push(Action::StopSandbox { id: sb.id.clone() });
+                self.sandbox = SandboxState::Stopping(sb);
             }
-            if self.deleting || self.removed {
-                self.finish();
-            }
+            // The runtime's answer comes first.
+            SandboxState::Creating { .. } | SandboxState::Stopping(_) => {}
+            SandboxState::NotCreated
+            | SandboxState::Failed { .. }
+            | SandboxState::Ready(_)
+            | SandboxState::Stopped(_) => self.enter_stopped(deadline),
+        }
+    }
+
+    pub(super) fn on_sandbox_stopped(&mut self) {
+        if let SandboxState::Ready(sb) | SandboxState::Stopping(sb) | SandboxState::Stopped(sb) =
+            &self.sandbox
+        {
+            let mut sb = sb.clone();
+            sb.ready = false;
+            self.sandbox = SandboxState::Stopped(sb);
+        }
+        if let Stage::Stopping { deadline } = self.stage {
+            self.enter_stopped(deadline);
+        }
+    }
+
+    /// Everything is stopped: the phase is final, and a deleted or removed pod is cleaned
+    /// up at once (a completed one waits in Stopped to be deleted). `deadline` is the stop's.
+    fn enter_stopped(&mut self, deadline: Instant) {
+        self.stage = Stage::Stopped;
+        self.settle_phase();
+        if self.deleting || self.removed {
+            self.finish(deadline);
+        }
+    }
+
+    /// Fixes the phase (Succeeded or Failed) once nothing runs any more; a refused pod's
+    /// phase comes from its rejection.
+    fn settle_phase(&mut self) {
+        if self.terminal.is_none() && self.rejection.is_none() {
+            self.terminal = Some(self.final_phase());
         }
     }
 
     /// Removes every container and the sandbox, deletes the object unless it is gone already.
-    pub(super) fn finish(&mut self) {
+    /// Should something still run, the pod stops it first, by `deadline`.
+    pub(super) fn finish(&mut self, deadline: Instant) {
         if self.stage == Stage::Done {
             return;
         }
-        let running = self
-            .init
-            .iter()
-            .chain(&self.app)
-            .any(|s| matches!(s.run, Run::Running { .. } | Run::Starting));
-        if running || self.sandbox.as_ref().is_some_and(|s| s.ready) {
-            // Still something to stop first (a completed pod whose sandbox is up).
-            self.stage = Stage::Stopping;
+        if self.containers_busy() || self.sandbox().is_some_and(|s| s.ready) {
+            // Still something to stop first.
+            self.stage = Stage::Stopping { deadline };
             return;
         }
         for s in self.init.iter_mut().chain(self.app.iter_mut()) {
@@ -110,12 +152,10 @@ impl PodEngine {
                 self.out.push(Action::RemoveContainer { id: id.clone() });
             }
         }
-        if let Some(sb) = &self.sandbox {
+        if let Some(sb) = self.sandbox() {
             self.out.push(Action::RemoveSandbox { id: sb.id.clone() });
         }
-        if self.terminal.is_none() && self.rejection.is_none() {
-            self.terminal = Some(self.final_phase());
-        }
+        self.settle_phase();
         if self.deleting && !self.removed {
             self.out.push(Action::DeletePod);
         }
