@@ -121,7 +121,7 @@ impl PodEngine {
         }
     }
 
-    pub(super) fn next_backoff(cfg: &EngineConfig, s: &mut SlotState) -> Duration {
+    fn next_backoff(cfg: &EngineConfig, s: &mut SlotState) -> Duration {
         let delay = s.backoff.unwrap_or(Duration::ZERO);
         s.backoff = Some(if delay.is_zero() {
             cfg.backoff_initial
@@ -198,7 +198,7 @@ impl PodEngine {
 
     /// Schedules the probes of a container that has started: the startup probe first; liveness
     /// and readiness once it passed (at once when there is none).
-    pub(super) fn arm_probes(s: &mut SlotState, started: Instant, now: Instant) {
+    fn arm_probes(s: &mut SlotState, started: Instant, now: Instant) {
         let has_startup = s.probes.iter().any(|p| p.kind == ProbeKind::Startup);
         s.started = !has_startup;
         let no_readiness = !s.probes.iter().any(|p| p.kind == ProbeKind::Readiness);
@@ -212,7 +212,7 @@ impl PodEngine {
         }
     }
 
-    pub(super) fn should_restart(&self, slot: Slot, exit_code: i32) -> bool {
+    fn should_restart(&self, slot: Slot, exit_code: i32) -> bool {
         match (self.policy, slot) {
             (Policy::Never, _) => false,
             (Policy::OnFailure, _) | (_, Slot::Init(_)) => exit_code != 0,
@@ -293,7 +293,7 @@ impl PodEngine {
         }
     }
 
-    pub(super) fn display(&self) -> String {
+    fn display(&self) -> String {
         format!("{}_{}({})", self.name, self.namespace, self.uid)
     }
 

@@ -33,7 +33,7 @@ impl PodEngine {
     }
 
     /// The phase as the kubelet computes it from the containers' states.
-    pub(super) fn phase(&self) -> &'static str {
+    fn phase(&self) -> &'static str {
         if self.rejection.is_some() {
             return "Failed";
         }
@@ -71,7 +71,7 @@ impl PodEngine {
         }
     }
 
-    pub(super) fn condition_values(&self) -> [(Cond, bool); 3] {
+    fn condition_values(&self) -> [(Cond, bool); 3] {
         let initialized = matches!(self.stage, Stage::Run)
             || (matches!(
                 self.stage,
@@ -103,12 +103,7 @@ impl PodEngine {
         }
     }
 
-    pub(super) fn container_status(
-        &self,
-        s: &SlotState,
-        scheme: &str,
-        init: bool,
-    ) -> ContainerStatus {
+    fn container_status(&self, s: &SlotState, scheme: &str, init: bool) -> ContainerStatus {
         let terminated = |id: &str, e: &Exit| ContainerStateTerminated {
             exit_code: e.exit_code,
             signal: None,

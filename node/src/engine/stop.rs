@@ -36,7 +36,7 @@ impl PodEngine {
         self.stop_running(grace, false);
     }
 
-    pub(super) fn stop_running(&mut self, grace: Duration, again: bool) {
+    fn stop_running(&mut self, grace: Duration, again: bool) {
         let mut stops = Vec::new();
         for (slot, s) in self
             .init
@@ -135,7 +135,7 @@ impl PodEngine {
 
     /// Removes every container and the sandbox, deletes the object unless it is gone already.
     /// Should something still run, the pod stops it first, by `deadline`.
-    pub(super) fn finish(&mut self, deadline: Instant) {
+    fn finish(&mut self, deadline: Instant) {
         if self.stage == Stage::Done {
             return;
         }
