@@ -9,7 +9,7 @@
 //! | [`cri`]       | the CRI runtime: containerd's CRI plugin over its unix socket          |
 //! | [`image`]     | the busybox and pause images as OCI archives, built from busybox-static|
 //! | [`admission`] | node-side admission: resources, pod count, node selector, taints       |
-//! | [`engine`]    | one pod's lifecycle as a pure state machine (inputs in, actions out)   |
+//! | [`engine`]    | one pod's lifecycle as a pure state machine (inputs in, actions out); its rooms: `spec`, `container`, `stop`, `status` |
 //! | [`worker`]    | the async loop that performs an engine's actions                       |
 //! | [`events`]    | the kubelet's events (Pulled, Started, Killing, BackOff, …) from a worker |
 //! | [`status`]    | the coalescing, retrying pod status writer                             |

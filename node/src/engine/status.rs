@@ -1,0 +1,245 @@
+//! The pod status as the kubelet reports it: phase, conditions, container statuses.
+
+use skiff_proto::api::pod::{
+    ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, PodCondition,
+};
+use skiff_proto::api::{PodStatus, Time};
+
+use super::{PodEngine, Policy, Run, SlotState, Stage};
+use crate::runtime::Exit;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cond {
+    Initialized,
+    ContainersReady,
+    Ready,
+}
+
+impl PodEngine {
+    /// The phase of a pod whose containers have all stopped.
+    pub(super) fn final_phase(&self) -> &'static str {
+        let exits_ok = self.app.iter().all(|s| match &s.run {
+            Run::Exited { exit, .. } => exit.exit_code == 0,
+            Run::Waiting { .. } => s.last.as_ref().is_some_and(|(_, e)| e.exit_code == 0),
+            _ => false,
+        });
+        let init_ok = self.failure_reason.is_empty();
+        if exits_ok && init_ok && !self.app.is_empty() {
+            "Succeeded"
+        } else {
+            "Failed"
+        }
+    }
+
+    /// The phase as the kubelet computes it from the containers' states.
+    fn phase(&self) -> &'static str {
+        if self.rejection.is_some() {
+            return "Failed";
+        }
+        if let Some(p) = self.terminal {
+            return p;
+        }
+        if matches!(self.stage, Stage::New | Stage::Sandbox | Stage::Init) {
+            return "Pending";
+        }
+        let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+        for s in &self.app {
+            match &s.run {
+                Run::Running { .. } => running += 1,
+                Run::Exited { exit, .. } => {
+                    stopped += 1;
+                    if exit.exit_code == 0 {
+                        succeeded += 1;
+                    }
+                }
+                Run::Waiting { .. } | Run::Starting if s.last.is_some() => stopped += 1,
+                Run::Waiting { .. } | Run::Starting => waiting += 1,
+            }
+        }
+        if waiting > 0 {
+            "Pending"
+        } else if running > 0 || (stopped > 0 && self.policy == Policy::Always) {
+            // Restarting under Always still counts as Running (CrashLoopBackOff shows there).
+            "Running"
+        } else if stopped == succeeded && stopped > 0 {
+            "Succeeded"
+        } else if self.policy == Policy::Never {
+            "Failed"
+        } else {
+            "Running"
+        }
+    }
+
+    fn condition_values(&self) -> [(Cond, bool); 3] {
+        let initialized = matches!(self.stage, Stage::Run)
+            || (matches!(
+                self.stage,
+                Stage::Stopping { .. } | Stage::Stopped | Stage::Done
+            ) && self
+                .init
+                .iter()
+                .all(|s| matches!(&s.run, Run::Exited { exit, .. } if exit.exit_code == 0)));
+        let ready = !self.app.is_empty()
+            && self.app.iter().all(|s| s.ready)
+            && matches!(self.stage, Stage::Run);
+        [
+            (Cond::Initialized, initialized),
+            (Cond::ContainersReady, ready),
+            (Cond::Ready, ready),
+        ]
+    }
+
+    pub(super) fn track_conditions(&mut self, wall: Time) {
+        for (c, v) in self.condition_values() {
+            match self.conditions.iter_mut().find(|(k, _, _)| *k == c) {
+                Some((_, old, since)) if *old != v => {
+                    *old = v;
+                    *since = wall;
+                }
+                Some(_) => {}
+                None => self.conditions.push((c, v, wall)),
+            }
+        }
+    }
+
+    fn container_status(&self, s: &SlotState, scheme: &str, init: bool) -> ContainerStatus {
+        let terminated = |id: &str, e: &Exit| ContainerStateTerminated {
+            exit_code: e.exit_code,
+            signal: None,
+            reason: e.reason.clone(),
+            message: e.message.clone(),
+            started_at: e.started_at,
+            finished_at: e.finished_at,
+            container_id: format!("{scheme}://{id}"),
+        };
+        let initializing = !init
+            && !self.init.is_empty()
+            && matches!(self.stage, Stage::New | Stage::Sandbox | Stage::Init);
+        let (state, container_id) = match &s.run {
+            Run::Waiting {
+                reason, message, ..
+            } => (
+                ApiState {
+                    waiting: Some(ContainerStateWaiting {
+                        // App containers wait for the init containers, as the kubelet says.
+                        reason: if initializing {
+                            "PodInitializing".into()
+                        } else {
+                            reason.clone()
+                        },
+                        message: message.clone(),
+                    }),
+                    ..ApiState::default()
+                },
+                s.last.as_ref().map(|(id, _)| id.clone()),
+            ),
+            Run::Starting => (
+                ApiState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: if init {
+                            "PodInitializing".into()
+                        } else {
+                            "ContainerCreating".into()
+                        },
+                        message: String::new(),
+                    }),
+                    ..ApiState::default()
+                },
+                s.last.as_ref().map(|(id, _)| id.clone()),
+            ),
+            Run::Running {
+                id, started_wall, ..
+            } => (
+                ApiState {
+                    running: Some(ContainerStateRunning {
+                        started_at: *started_wall,
+                    }),
+                    ..ApiState::default()
+                },
+                Some(id.clone()),
+            ),
+            Run::Exited { id, exit } => (
+                ApiState {
+                    terminated: Some(terminated(id, exit)),
+                    ..ApiState::default()
+                },
+                Some(id.clone()),
+            ),
+        };
+        ContainerStatus {
+            name: s.name.clone(),
+            state: Some(state),
+            last_state: s.last.as_ref().map(|(id, e)| ApiState {
+                terminated: Some(terminated(id, e)),
+                ..ApiState::default()
+            }),
+            ready: s.ready,
+            restart_count: i32::try_from(s.starts.saturating_sub(1)).unwrap_or(i32::MAX),
+            image: s.image.clone(),
+            image_id: String::new(),
+            container_id: container_id.map_or_else(String::new, |id| format!("{scheme}://{id}")),
+            started: (!init).then_some(s.started && matches!(s.run, Run::Running { .. })),
+        }
+    }
+
+    /// The pod status to report, from the engine's view. `scheme` prefixes container IDs.
+    pub fn status(&self, host_ip: &str, scheme: &str) -> PodStatus {
+        let mut status = PodStatus {
+            phase: self.phase().into(),
+            host_ip: host_ip.into(),
+            start_time: self.start_time,
+            qos_class: self.qos.into(),
+            ..PodStatus::default()
+        };
+        status.conditions.push(PodCondition {
+            type_: "PodScheduled".into(),
+            status: "True".into(),
+            last_transition_time: self.scheduled_at.or(self.start_time),
+            ..PodCondition::default()
+        });
+        if let Some(r) = &self.rejection {
+            status.reason = r.reason.clone();
+            status.message = r.message.clone();
+            return status;
+        }
+        for (c, v, since) in &self.conditions {
+            let (type_, reason) = match c {
+                Cond::Initialized => ("Initialized", "ContainersNotInitialized"),
+                Cond::ContainersReady => ("ContainersReady", "ContainersNotReady"),
+                Cond::Ready => ("Ready", "ContainersNotReady"),
+            };
+            let reason = if *v {
+                String::new()
+            } else if *c == Cond::Ready && self.terminal.is_some() {
+                "PodCompleted".into()
+            } else {
+                reason.into()
+            };
+            status.conditions.push(PodCondition {
+                type_: type_.into(),
+                status: if *v { "True" } else { "False" }.into(),
+                last_transition_time: Some(*since),
+                reason,
+                ..PodCondition::default()
+            });
+        }
+        if let Some(error) = self.sandbox.error() {
+            status.message = format!("sandbox: {error}");
+        }
+        if let Some(sb) = self.sandbox.get() {
+            status.pod_ip = sb.ip.clone();
+        }
+        status.init_container_statuses = self
+            .init
+            .iter()
+            .map(|s| self.container_status(s, scheme, true))
+            .collect();
+        status.container_statuses = self
+            .app
+            .iter()
+            .map(|s| self.container_status(s, scheme, false))
+            .collect();
+        status
+    }
+}
