@@ -10,7 +10,7 @@ use super::names::{
 use super::resources::validate_resource_list;
 use super::{Errors, Path};
 use crate::api::meta::IntOrString;
-use crate::api::pod::{Container, NodeSelectorTerm, Pod, PodAffinityTerm, Probe};
+use crate::api::pod::{Affinity, Container, NodeSelectorTerm, Pod, PodAffinityTerm, Probe};
 
 pub(super) fn validate_pod(errs: &mut Errors, pod: &Pod) {
     let spec = Path::root("spec");
@@ -93,50 +93,7 @@ pub(super) fn validate_pod(errs: &mut Errors, pod: &Pod) {
         );
     }
     if let Some(a) = &s.affinity {
-        let p = spec.field("affinity");
-        if let Some(na) = &a.node_affinity {
-            let p = p.field("nodeAffinity");
-            if let Some(req) = &na.required {
-                let p = p
-                    .field("requiredDuringSchedulingIgnoredDuringExecution")
-                    .field("nodeSelectorTerms");
-                if req.node_selector_terms.is_empty() {
-                    errs.add(&p, "required value: at least one term (terms are ORed)");
-                }
-                for (i, t) in req.node_selector_terms.iter().enumerate() {
-                    validate_node_selector_term(errs, &p.index(i), t);
-                }
-            }
-            for (i, t) in na.preferred.iter().enumerate() {
-                let p = p
-                    .field("preferredDuringSchedulingIgnoredDuringExecution")
-                    .index(i);
-                validate_weight(errs, &p.field("weight"), t.weight);
-                validate_node_selector_term(errs, &p.field("preference"), &t.preference);
-            }
-        }
-        for (field, pa) in [
-            ("podAffinity", &a.pod_affinity),
-            ("podAntiAffinity", &a.pod_anti_affinity),
-        ] {
-            let Some(pa) = pa else { continue };
-            let p = p.field(field);
-            for (i, t) in pa.required.iter().enumerate() {
-                validate_pod_affinity_term(
-                    errs,
-                    &p.field("requiredDuringSchedulingIgnoredDuringExecution")
-                        .index(i),
-                    t,
-                );
-            }
-            for (i, t) in pa.preferred.iter().enumerate() {
-                let p = p
-                    .field("preferredDuringSchedulingIgnoredDuringExecution")
-                    .index(i);
-                validate_weight(errs, &p.field("weight"), t.weight);
-                validate_pod_affinity_term(errs, &p.field("podAffinityTerm"), &t.pod_affinity_term);
-            }
-        }
+        validate_affinity(errs, &spec.field("affinity"), a);
     }
     for (i, t) in s.tolerations.iter().enumerate() {
         let p = spec.field("tolerations").index(i);
@@ -237,6 +194,53 @@ pub(super) fn validate_pod(errs: &mut Errors, pod: &Pod) {
                 &c.status,
                 &["True", "False", "Unknown"],
             );
+        }
+    }
+}
+
+/// Node affinity (required terms ORed, preferred terms weighted) and pod (anti-)affinity.
+fn validate_affinity(errs: &mut Errors, p: &Path, a: &Affinity) {
+    if let Some(na) = &a.node_affinity {
+        let p = p.field("nodeAffinity");
+        if let Some(req) = &na.required {
+            let p = p
+                .field("requiredDuringSchedulingIgnoredDuringExecution")
+                .field("nodeSelectorTerms");
+            if req.node_selector_terms.is_empty() {
+                errs.add(&p, "required value: at least one term (terms are ORed)");
+            }
+            for (i, t) in req.node_selector_terms.iter().enumerate() {
+                validate_node_selector_term(errs, &p.index(i), t);
+            }
+        }
+        for (i, t) in na.preferred.iter().enumerate() {
+            let p = p
+                .field("preferredDuringSchedulingIgnoredDuringExecution")
+                .index(i);
+            validate_weight(errs, &p.field("weight"), t.weight);
+            validate_node_selector_term(errs, &p.field("preference"), &t.preference);
+        }
+    }
+    for (field, pa) in [
+        ("podAffinity", &a.pod_affinity),
+        ("podAntiAffinity", &a.pod_anti_affinity),
+    ] {
+        let Some(pa) = pa else { continue };
+        let p = p.field(field);
+        for (i, t) in pa.required.iter().enumerate() {
+            validate_pod_affinity_term(
+                errs,
+                &p.field("requiredDuringSchedulingIgnoredDuringExecution")
+                    .index(i),
+                t,
+            );
+        }
+        for (i, t) in pa.preferred.iter().enumerate() {
+            let p = p
+                .field("preferredDuringSchedulingIgnoredDuringExecution")
+                .index(i);
+            validate_weight(errs, &p.field("weight"), t.weight);
+            validate_pod_affinity_term(errs, &p.field("podAffinityTerm"), &t.pod_affinity_term);
         }
     }
 }
