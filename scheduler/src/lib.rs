@@ -11,7 +11,7 @@
 //! | [`kernels`] | the vectorised loops, dispatched at run time (AVX-512 / AVX2 / baseline)  |
 //! | [`filter`]  | feasibility bitmaps, the per-node check, FailedScheduling diagnoses       |
 //! | [`engine`]  | one batch of same-signature pods: filter once, score, place one by one    |
-//! | [`queue`]   | priority queue with signature batches, back-off and event-driven retries |
+//! | [`queue`]   | the pending pods, one owner: signature batches, back-off, retries         |
 //! | [`parallel`]| workers scheduling batches optimistically, one committer re-checking them |
 //! | [`service`] | the scheduler against a store: informers, binder, status, `/metrics`     |
 //! | [`synth`]   | synthetic clusters and workloads (the benchmark's profiles)               |

@@ -95,6 +95,20 @@ impl Core {
             stats: Stats::default(),
         }
     }
+
+    /// Takes a placement whose Bind was refused back out of the table and, with `requeue`,
+    /// hands the pod back to the queue (see [`Queue::unassume`]).
+    pub fn unassume(&self, placed: &PodInfo, requeue: bool) {
+        let key = placed.key();
+        {
+            let mut table = self.table.write();
+            if table.pods.get(&key).is_some_and(|e| e.assumed) {
+                table.remove_pod(&key);
+            }
+        }
+        self.queue.cluster_changed();
+        self.queue.unassume(placed, requeue);
+    }
 }
 
 struct Proposal {

@@ -1,18 +1,51 @@
-//! The scheduling queue: pending pods in priority order, handed out in batches of one
-//! signature; back-off for pods that fit nowhere; retries when the cluster changes.
+//! The scheduling queue: the one owner of pending pods. It holds every pending pod this
+//! scheduler may place, from the first event that shows it until the store confirms its
+//! binding; hands out active pods in batches of one signature, in priority order; backs off
+//! pods that fit nowhere; retries them when the cluster changes.
 //!
 //! ```text
 //!             add / update                    pop_batch
 //!   pending ───────────────► active ─────────────────────► in flight
 //!                               ▲  ▲                          │ │ │
-//!       conflict (Bind lost) ───┘  │ back-off over            │ │ └─ placed: done
-//!                                  │ and cluster changed      │ │
+//!   assumed, Bind refused ──────┘  │ back-off over            │ │ └─ placed: assumed until
+//!                                  │ and cluster changed      │ │    the store confirms it
 //!                     backing off ◄┴───────── unschedulable ◄─┘ └─ conflict: active
 //! ```
+//!
+//! A pod in any state leaves when the informer sees it bound, deleted, or no longer this
+//! scheduler's ([`Queue::remove`]); an assumed pod whose Bind is refused goes back to active
+//! ([`Queue::unassume`]).
 //!
 //! Back-off is 1 s, doubling per failed attempt, at most 10 s. An unschedulable pod goes
 //! back to active when an event that can make it fit arrives (a node added or changed, a
 //! pod deleted or finished) and its back-off has passed, and at least every minute.
+//!
+//! # Why the queue owns pending pods
+//!
+//! Three structures see a pending pod. The pod informer's cache holds every pod, but it
+//! lives inside the informer's task and is lent to the handler only for the length of one
+//! event, so the binder and the status writer cannot ask it. The node table accounts a
+//! placed pod on its node from the moment it is assumed, but it holds the version that was
+//! placed and answers "what is on this node", not "what is pending". The queue already held
+//! every pending pod from its first event to its placement; it now also holds a placed pod,
+//! as *assumed*, until the informer sees it bound (or gone), with the newest version and
+//! object the store has sent. So one structure answers "is this pod pending" ([`contains`])
+//! and "what is its newest version" ([`object`]) for the informer handlers, the binder and
+//! the status writer, and nothing keeps a second copy:
+//!
+//! - an update of an assumed pod changes what the queue holds but does not queue it again
+//!   (its Bind is in flight: a second placement would be a double bind);
+//! - a refused Bind ([`unassume`]) sends the newest version back to active, so the retry
+//!   carries the resourceVersion Bind checks;
+//! - the table still accounts an assumed pod on its node until the Bind's outcome is known,
+//!   so no later placement overcommits that node (`Core::unassume` takes a refused one back
+//!   out of both). The table answers "is a placement under this name in flight", which is
+//!   why a pod of that name the queue does not hold yet comes in assumed ([`hold_pod`]).
+//!
+//! [`contains`]: Queue::contains
+//! [`object`]: Queue::object
+//! [`unassume`]: Queue::unassume
+//! [`hold_pod`]: Queue::hold_pod
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -20,6 +53,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
+
+use skiff_proto::api::Pod;
 
 use crate::model::PodInfo;
 
@@ -32,12 +67,21 @@ pub const UNSCHEDULABLE_FLUSH: Duration = Duration::from_secs(60);
 enum State {
     Active,
     InFlight,
-    Unschedulable { since: Instant, until: Instant },
+    Unschedulable {
+        since: Instant,
+        until: Instant,
+    },
+    /// Placed and assumed in the table; its Bind is in flight. Never served: it leaves
+    /// when the store confirms the binding (`remove`) or goes back to active when the Bind is
+    /// refused (`unassume`).
+    Assumed,
 }
 
 #[derive(Debug)]
 struct Entry {
     pod: Arc<PodInfo>,
+    /// The object the pod was read from, when it came from a store (for status writes).
+    object: Option<Arc<Pod>>,
     signature: u64,
     state: State,
     attempts: u32,
@@ -86,7 +130,7 @@ pub struct Queue {
 /// How a popped pod's attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Done {
-    /// Placed and committed: the queue forgets it.
+    /// Placed and committed: assumed until the store confirms the binding.
     Placed,
     /// Lost a race (conflict): straight back to active.
     Retry,
@@ -101,6 +145,26 @@ impl Queue {
 
     /// Adds a pending pod, or replaces the queued version of it.
     pub fn add(&self, pod: Arc<PodInfo>) {
+        self.insert(pod, None, State::Active);
+    }
+
+    /// Adds a pending pod read from the store, or replaces the version held; the queue keeps
+    /// the object for [`Queue::object`].
+    pub fn add_pod(&self, pod: &Pod) {
+        let info = Arc::new(PodInfo::from_pod(pod));
+        self.insert(info, Some(Arc::new(pod.clone())), State::Active);
+    }
+
+    /// As [`Queue::add_pod`], but a pod the queue does not hold yet comes in assumed: the
+    /// table accounts a placement under its name whose Bind is in flight (an earlier pod of
+    /// that name, deleted while it was placed). It is served once that Bind's outcome is known
+    /// ([`Queue::unassume`]).
+    pub fn hold_pod(&self, pod: &Pod) {
+        let info = Arc::new(PodInfo::from_pod(pod));
+        self.insert(info, Some(Arc::new(pod.clone())), State::Assumed);
+    }
+
+    fn insert(&self, pod: Arc<PodInfo>, object: Option<Arc<Pod>>, new: State) {
         let key = pod.key();
         let signature = pod.signature();
         let mut q = self.inner.lock();
@@ -108,6 +172,7 @@ impl Queue {
             Some(e) => {
                 let moved = e.signature != signature || e.pod.priority != pod.priority;
                 e.pod = pod;
+                e.object = object;
                 e.signature = signature;
                 match e.state {
                     State::InFlight => e.updated = true,
@@ -123,6 +188,8 @@ impl Queue {
                     // A status or metadata change (our own FailedScheduling condition,
                     // say) does not change where it fits.
                     State::Unschedulable { .. } => {}
+                    // Its Bind is in flight: kept for a retry, not placed a second time.
+                    State::Assumed => {}
                 }
             }
             None => {
@@ -130,22 +197,71 @@ impl Queue {
                     key.clone(),
                     Entry {
                         pod,
+                        object,
                         signature,
-                        state: State::Active,
+                        state: new,
                         attempts: 0,
                         updated: false,
                     },
                 );
-                q.activate(&key);
+                if new == State::Active {
+                    q.activate(&key);
+                }
             }
         }
         drop(q);
         self.ready.notify_one();
     }
 
-    /// Forgets a pod (deleted, or bound by someone else).
+    /// Forgets a pod: deleted, bound (by us, confirmed, or by someone else), or no longer
+    /// ours.
     pub fn remove(&self, key: &str) {
         self.inner.lock().entries.remove(key);
+    }
+
+    /// Whether the pod is pending: queued, in flight, backing off, or assumed with its Bind in
+    /// flight.
+    pub fn contains(&self, key: &str) -> bool {
+        self.inner.lock().entries.contains_key(key)
+    }
+
+    /// Whether the pod is assumed: placed, its Bind in flight.
+    pub fn is_assumed(&self, key: &str) -> bool {
+        self.inner
+            .lock()
+            .entries
+            .get(key)
+            .is_some_and(|e| e.state == State::Assumed)
+    }
+
+    /// The newest object of a pending pod, if it was added with one ([`Queue::add_pod`]).
+    pub fn object(&self, key: &str) -> Option<Arc<Pod>> {
+        self.inner.lock().entries.get(key)?.object.clone()
+    }
+
+    /// The Bind of an assumed pod was refused or failed. With `requeue` the pod goes back to
+    /// active with the newest version held, its attempts counted afresh; without (it is gone,
+    /// bound elsewhere, or terminating) it is forgotten until an event shows it pending again.
+    /// A pod of the same name created since (another uid, held behind this placement by
+    /// [`Queue::hold_pod`]) goes back to active either way.
+    pub fn unassume(&self, placed: &PodInfo, requeue: bool) {
+        let key = placed.key();
+        let mut q = self.inner.lock();
+        let Some(e) = q.entries.get_mut(&key) else {
+            return;
+        };
+        if e.state != State::Assumed {
+            return;
+        }
+        if !requeue && e.pod.uid == placed.uid {
+            q.entries.remove(&key);
+            return;
+        }
+        e.attempts = 0;
+        e.updated = false;
+        q.activate(&key);
+        drop(q);
+        self.ready.notify_one();
     }
 
     /// Up to `max` active pods of one signature, highest priority first; waits up to
@@ -204,8 +320,9 @@ impl Queue {
         let updated = std::mem::take(&mut e.updated);
         match how {
             Done::Placed => {
-                // Bound now: a version that arrived meanwhile is for a bound pod.
-                q.entries.remove(key);
+                // Assumed until the store confirms the binding; a version that arrived in
+                // flight is held for a retry should the Bind be refused.
+                e.state = State::Assumed;
             }
             Done::Retry => {
                 q.activate(key);
@@ -282,7 +399,7 @@ impl Queue {
         }
     }
 
-    /// (active, in flight, unschedulable) counts.
+    /// (active, in flight, unschedulable) counts; assumed pods are in none.
     pub fn depth(&self) -> (usize, usize, usize) {
         let q = self.inner.lock();
         let mut d = (0, 0, 0);
@@ -291,6 +408,7 @@ impl Queue {
                 State::Active => d.0 += 1,
                 State::InFlight => d.1 += 1,
                 State::Unschedulable { .. } => d.2 += 1,
+                State::Assumed => {}
             }
         }
         d
@@ -379,7 +497,7 @@ mod tests {
     }
 
     #[test]
-    fn conflicts_retry_at_once_and_placed_pods_are_forgotten() {
+    fn conflicts_retry_at_once_and_placed_pods_stay_assumed_until_removed() {
         let q = Queue::new();
         q.add(pod("a", 0, 100));
         let b = q.pop_batch(1, Duration::ZERO);
@@ -387,7 +505,53 @@ mod tests {
         let b = q.pop_batch(1, Duration::ZERO);
         assert_eq!(b.len(), 1);
         q.done(&b[0].key(), Done::Placed);
+        assert!(q.is_assumed("default/a"));
+        assert_eq!(q.depth(), (0, 0, 0));
+        q.remove("default/a");
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn an_assumed_pod_takes_updates_but_is_served_again_only_when_its_bind_is_refused() {
+        let q = Queue::new();
+        q.add(pod("a", 0, 100));
+        let b = q.pop_batch(1, Duration::ZERO);
+        q.done(&b[0].key(), Done::Placed);
+        // An update while the Bind is in flight: held, not served (no second placement).
+        q.add(pod("a", 0, 300));
+        q.cluster_changed();
+        q.tick();
+        assert!(q.pop_batch(1, Duration::ZERO).is_empty());
+        assert!(q.contains("default/a"));
+        // Refused: back to active with the newest version.
+        q.unassume(&b[0], true);
+        let again = q.pop_batch(1, Duration::ZERO);
+        assert_eq!(again[0].requests.milli_cpu, 300);
+        // Refused for good (pod gone): forgotten until an event shows it pending again.
+        q.done(&again[0].key(), Done::Placed);
+        q.unassume(&again[0], false);
+        assert!(!q.contains("default/a"));
+        q.add(pod("a", 0, 300));
+        assert_eq!(q.pop_batch(1, Duration::ZERO).len(), 1);
+    }
+
+    #[test]
+    fn a_pod_held_behind_an_earlier_placement_of_its_name_is_served_after_that_bind() {
+        let q = Queue::new();
+        let mut earlier = (*pod("a", 0, 100)).clone();
+        earlier.uid = "earlier".into();
+        let mut p = Pod::default();
+        p.metadata.namespace = "default".into();
+        p.metadata.name = "a".into();
+        p.metadata.uid = "later".into();
+        q.hold_pod(&p);
+        assert!(q.is_assumed("default/a"));
+        assert!(q.pop_batch(1, Duration::ZERO).is_empty());
+        // The earlier pod's Bind is refused for good (it is gone): the later one is pending.
+        q.unassume(&earlier, false);
+        let b = q.pop_batch(1, Duration::ZERO);
+        assert_eq!(b[0].uid, "later");
+        assert!(q.object("default/a").is_some());
     }
 
     #[test]

@@ -1,321 +1,18 @@
-//! Validation of defaulted objects. Every rule reports the field path it concerns
-//! (`spec.containers[0].resources.requests.cpu`), and all violations are reported together, so a
-//! user fixes a manifest in one pass. The same rules run offline (`skiff validate`) and on every
-//! write to the store.
+//! The pod: its containers (names, images, env, ports, resources, probes, lifecycle hooks),
+//! restart policy, node selection and affinity, tolerations, topology spread, and status.
 
-use std::collections::{BTreeMap, HashSet};
-use std::fmt;
+use std::collections::HashSet;
 
-use super::event::Event;
-use super::meta::{IntOrString, LabelSelector, ObjectMeta, ResourceList};
-use super::namespace::{Binding, LimitRange, Namespace, ResourceQuota};
-use super::node::Node;
-use super::object::{Kind, Object};
-use super::pod::{Container, NodeSelectorTerm, Pod, PodAffinityTerm, Probe};
-use crate::quantity::Quantity;
+use super::names::{
+    dns1123_label_message, dns1123_subdomain_message, is_dns1123_label, is_dns1123_subdomain,
+    is_qualified_name, validate_labels, validate_selector,
+};
+use super::resources::validate_resource_list;
+use super::{Errors, Path};
+use crate::api::meta::IntOrString;
+use crate::api::pod::{Affinity, Container, NodeSelectorTerm, Pod, PodAffinityTerm, Probe};
 
-/// One violated rule at one field.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
-    pub path: String,
-    pub message: String,
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
-    }
-}
-
-/// Every rule an object violates; never empty.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct ValidationErrors(pub Vec<FieldError>);
-
-impl fmt::Display for ValidationErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, e) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str("; ")?;
-            }
-            write!(f, "{e}")?;
-        }
-        Ok(())
-    }
-}
-
-/// A JSON path under construction: `spec`, `.containers`, `[0]`, `.name`.
-#[derive(Debug, Clone)]
-struct Path(String);
-
-impl Path {
-    fn root(name: &str) -> Path {
-        Path(name.to_owned())
-    }
-    fn field(&self, name: &str) -> Path {
-        if self.0.is_empty() {
-            Path(name.to_owned())
-        } else {
-            Path(format!("{}.{name}", self.0))
-        }
-    }
-    fn index(&self, i: usize) -> Path {
-        Path(format!("{}[{i}]", self.0))
-    }
-    /// A map key; keys that are not plain words are bracketed: `labels["app.kubernetes.io/name"]`.
-    fn key(&self, k: &str) -> Path {
-        if !k.is_empty()
-            && k.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            self.field(k)
-        } else {
-            Path(format!("{}[{k:?}]", self.0))
-        }
-    }
-}
-
-#[derive(Default)]
-struct Errors(Vec<FieldError>);
-
-impl Errors {
-    fn add(&mut self, path: &Path, message: impl Into<String>) {
-        self.0.push(FieldError {
-            path: path.0.clone(),
-            message: message.into(),
-        });
-    }
-
-    fn one_of(&mut self, path: &Path, value: &str, allowed: &[&str]) {
-        if !allowed.contains(&value) {
-            let list = allowed
-                .iter()
-                .map(|a| format!("{a:?}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            self.add(
-                path,
-                format!("unsupported value {value:?}: supported values: {list}"),
-            );
-        }
-    }
-
-    fn finish(self) -> Result<(), ValidationErrors> {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            Err(ValidationErrors(self.0))
-        }
-    }
-}
-
-/// Validates a defaulted object of any kind.
-pub fn validate(object: &Object) -> Result<(), ValidationErrors> {
-    let mut errs = Errors::default();
-    validate_meta(&mut errs, object.kind(), object.metadata());
-    match object {
-        Object::Pod(p) => validate_pod(&mut errs, p),
-        Object::Node(n) => validate_node(&mut errs, n),
-        Object::Namespace(n) => validate_namespace(&mut errs, n),
-        Object::ResourceQuota(q) => validate_quota(&mut errs, q),
-        Object::LimitRange(l) => validate_limit_range(&mut errs, l),
-        Object::Binding(b) => validate_binding(&mut errs, b),
-        Object::Event(e) => validate_event(&mut errs, e),
-    }
-    errs.finish()
-}
-
-// ---- names and labels -------------------------------------------------------------------
-
-/// RFC 1123 label: at most 63 lowercase alphanumerics or '-', starting and ending alphanumeric.
-pub fn is_dns1123_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// RFC 1123 subdomain: dot-separated labels, at most 253 characters.
-pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
-}
-
-fn dns1123_label_message(s: &str) -> String {
-    format!(
-        "invalid value {s:?}: must be a lowercase RFC 1123 label (at most 63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit)"
-    )
-}
-
-fn dns1123_subdomain_message(s: &str) -> String {
-    format!(
-        "invalid value {s:?}: must be a lowercase RFC 1123 subdomain (at most 253 characters of a-z, 0-9, '-' and '.', each part starting and ending with a letter or digit)"
-    )
-}
-
-/// The name part of a label key, or a label value: at most 63 of [A-Za-z0-9_.-], starting and
-/// ending alphanumeric (values may be empty).
-fn is_label_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-        && s.as_bytes()[0].is_ascii_alphanumeric()
-        && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
-}
-
-/// A qualified name: `[prefix/]name`, prefix a DNS subdomain.
-pub fn is_qualified_name(s: &str) -> bool {
-    match s.split_once('/') {
-        Some((prefix, name)) => is_dns1123_subdomain(prefix) && is_label_name(name),
-        None => is_label_name(s),
-    }
-}
-
-pub fn is_label_value(s: &str) -> bool {
-    s.is_empty() || is_label_name(s)
-}
-
-fn validate_labels(errs: &mut Errors, path: &Path, labels: &BTreeMap<String, String>) {
-    for (k, v) in labels {
-        if !is_qualified_name(k) {
-            errs.add(&path.key(k), format!("invalid label key {k:?}: must be a qualified name ([prefix/]name, name at most 63 characters of [A-Za-z0-9_.-] starting and ending alphanumeric)"));
-        }
-        if !is_label_value(v) {
-            errs.add(&path.key(k), format!("invalid label value {v:?}: must be empty or at most 63 characters of [A-Za-z0-9_.-] starting and ending alphanumeric"));
-        }
-    }
-}
-
-fn validate_meta(errs: &mut Errors, kind: Kind, m: &ObjectMeta) {
-    let path = Path::root("metadata");
-    if m.name.is_empty() {
-        errs.add(
-            &path.field("name"),
-            "required value: every object needs a name",
-        );
-    } else if matches!(kind, Kind::Namespace) {
-        if !is_dns1123_label(&m.name) {
-            errs.add(&path.field("name"), dns1123_label_message(&m.name));
-        }
-    } else if !is_dns1123_subdomain(&m.name) {
-        errs.add(&path.field("name"), dns1123_subdomain_message(&m.name));
-    }
-    if kind.is_namespaced() {
-        if !is_dns1123_label(&m.namespace) {
-            errs.add(
-                &path.field("namespace"),
-                dns1123_label_message(&m.namespace),
-            );
-        }
-    } else if !m.namespace.is_empty() {
-        errs.add(
-            &path.field("namespace"),
-            format!(
-                "not allowed: {} objects are cluster-scoped and have no namespace",
-                kind.name()
-            ),
-        );
-    }
-    validate_labels(errs, &path.field("labels"), &m.labels);
-    for k in m.annotations.keys() {
-        if !is_qualified_name(k) {
-            errs.add(
-                &path.field("annotations").key(k),
-                format!("invalid annotation key {k:?}: must be a qualified name"),
-            );
-        }
-    }
-    let annotation_bytes: usize = m.annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
-    if annotation_bytes > 256 * 1024 {
-        errs.add(
-            &path.field("annotations"),
-            format!("too long: {annotation_bytes} bytes, the limit is 262144"),
-        );
-    }
-    if let Some(g) = m.deletion_grace_period_seconds
-        && g < 0
-    {
-        errs.add(
-            &path.field("deletionGracePeriodSeconds"),
-            format!("invalid value {g}: must be at least 0"),
-        );
-    }
-}
-
-fn validate_selector(errs: &mut Errors, path: &Path, sel: &LabelSelector) {
-    validate_labels(errs, &path.field("matchLabels"), &sel.match_labels);
-    for (i, r) in sel.match_expressions.iter().enumerate() {
-        let p = path.field("matchExpressions").index(i);
-        if !is_qualified_name(&r.key) {
-            errs.add(
-                &p.field("key"),
-                format!("invalid label key {:?}: must be a qualified name", r.key),
-            );
-        }
-        match r.operator.as_str() {
-            "In" | "NotIn" if r.values.is_empty() => errs.add(
-                &p.field("values"),
-                format!(
-                    "required value: operator {} needs at least one value",
-                    r.operator
-                ),
-            ),
-            "Exists" | "DoesNotExist" if !r.values.is_empty() => errs.add(
-                &p.field("values"),
-                format!("must be empty for operator {}", r.operator),
-            ),
-            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            op => errs.one_of(
-                &p.field("operator"),
-                op,
-                &["In", "NotIn", "Exists", "DoesNotExist"],
-            ),
-        }
-    }
-}
-
-// ---- quantities ---------------------------------------------------------------------------
-
-/// Standard resource names, plus extended resources named `<domain>/<name>` and hugepages.
-fn is_resource_name(name: &str) -> bool {
-    matches!(name, "cpu" | "memory" | "ephemeral-storage" | "pods")
-        || name.starts_with("hugepages-") && Quantity::parse(&name["hugepages-".len()..]).is_ok()
-        || name.contains('/') && is_qualified_name(name)
-}
-
-fn validate_resource_list(errs: &mut Errors, path: &Path, list: &ResourceList, container: bool) {
-    for (name, q) in list {
-        let p = path.key(name);
-        let known = if container {
-            is_resource_name(name) && name != "pods"
-        } else {
-            is_resource_name(name)
-        };
-        if !known {
-            errs.add(&p, format!("unsupported resource name {name:?}: use cpu, memory, ephemeral-storage, hugepages-<size> or an extended resource <domain>/<name>"));
-        }
-        if q.is_negative() {
-            errs.add(
-                &p,
-                format!("invalid value {q}: must be greater than or equal to 0"),
-            );
-        }
-        if name.contains('/')
-            && !name.starts_with("hugepages-")
-            && q.nano_value() % 1_000_000_000 != 0
-        {
-            errs.add(
-                &p,
-                format!("invalid value {q}: extended resources must be whole numbers"),
-            );
-        }
-    }
-}
-
-// ---- Pod ----------------------------------------------------------------------------------
-
-fn validate_pod(errs: &mut Errors, pod: &Pod) {
+pub(super) fn validate_pod(errs: &mut Errors, pod: &Pod) {
     let spec = Path::root("spec");
     let s = &pod.spec;
     if s.containers.is_empty() {
@@ -396,50 +93,7 @@ fn validate_pod(errs: &mut Errors, pod: &Pod) {
         );
     }
     if let Some(a) = &s.affinity {
-        let p = spec.field("affinity");
-        if let Some(na) = &a.node_affinity {
-            let p = p.field("nodeAffinity");
-            if let Some(req) = &na.required {
-                let p = p
-                    .field("requiredDuringSchedulingIgnoredDuringExecution")
-                    .field("nodeSelectorTerms");
-                if req.node_selector_terms.is_empty() {
-                    errs.add(&p, "required value: at least one term (terms are ORed)");
-                }
-                for (i, t) in req.node_selector_terms.iter().enumerate() {
-                    validate_node_selector_term(errs, &p.index(i), t);
-                }
-            }
-            for (i, t) in na.preferred.iter().enumerate() {
-                let p = p
-                    .field("preferredDuringSchedulingIgnoredDuringExecution")
-                    .index(i);
-                validate_weight(errs, &p.field("weight"), t.weight);
-                validate_node_selector_term(errs, &p.field("preference"), &t.preference);
-            }
-        }
-        for (field, pa) in [
-            ("podAffinity", &a.pod_affinity),
-            ("podAntiAffinity", &a.pod_anti_affinity),
-        ] {
-            let Some(pa) = pa else { continue };
-            let p = p.field(field);
-            for (i, t) in pa.required.iter().enumerate() {
-                validate_pod_affinity_term(
-                    errs,
-                    &p.field("requiredDuringSchedulingIgnoredDuringExecution")
-                        .index(i),
-                    t,
-                );
-            }
-            for (i, t) in pa.preferred.iter().enumerate() {
-                let p = p
-                    .field("preferredDuringSchedulingIgnoredDuringExecution")
-                    .index(i);
-                validate_weight(errs, &p.field("weight"), t.weight);
-                validate_pod_affinity_term(errs, &p.field("podAffinityTerm"), &t.pod_affinity_term);
-            }
-        }
+        validate_affinity(errs, &spec.field("affinity"), a);
     }
     for (i, t) in s.tolerations.iter().enumerate() {
         let p = spec.field("tolerations").index(i);
@@ -540,6 +194,53 @@ fn validate_pod(errs: &mut Errors, pod: &Pod) {
                 &c.status,
                 &["True", "False", "Unknown"],
             );
+        }
+    }
+}
+
+/// Node affinity (required terms ORed, preferred terms weighted) and pod (anti-)affinity.
+fn validate_affinity(errs: &mut Errors, p: &Path, a: &Affinity) {
+    if let Some(na) = &a.node_affinity {
+        let p = p.field("nodeAffinity");
+        if let Some(req) = &na.required {
+            let p = p
+                .field("requiredDuringSchedulingIgnoredDuringExecution")
+                .field("nodeSelectorTerms");
+            if req.node_selector_terms.is_empty() {
+                errs.add(&p, "required value: at least one term (terms are ORed)");
+            }
+            for (i, t) in req.node_selector_terms.iter().enumerate() {
+                validate_node_selector_term(errs, &p.index(i), t);
+            }
+        }
+        for (i, t) in na.preferred.iter().enumerate() {
+            let p = p
+                .field("preferredDuringSchedulingIgnoredDuringExecution")
+                .index(i);
+            validate_weight(errs, &p.field("weight"), t.weight);
+            validate_node_selector_term(errs, &p.field("preference"), &t.preference);
+        }
+    }
+    for (field, pa) in [
+        ("podAffinity", &a.pod_affinity),
+        ("podAntiAffinity", &a.pod_anti_affinity),
+    ] {
+        let Some(pa) = pa else { continue };
+        let p = p.field(field);
+        for (i, t) in pa.required.iter().enumerate() {
+            validate_pod_affinity_term(
+                errs,
+                &p.field("requiredDuringSchedulingIgnoredDuringExecution")
+                    .index(i),
+                t,
+            );
+        }
+        for (i, t) in pa.preferred.iter().enumerate() {
+            let p = p
+                .field("preferredDuringSchedulingIgnoredDuringExecution")
+                .index(i);
+            validate_weight(errs, &p.field("weight"), t.weight);
+            validate_pod_affinity_term(errs, &p.field("podAffinityTerm"), &t.pod_affinity_term);
         }
     }
 }
@@ -851,236 +552,15 @@ fn validate_probe(
     }
 }
 
-// ---- other kinds --------------------------------------------------------------------------
-
-fn validate_node(errs: &mut Errors, node: &Node) {
-    let spec = Path::root("spec");
-    let mut seen = HashSet::new();
-    for (i, t) in node.spec.taints.iter().enumerate() {
-        let p = spec.field("taints").index(i);
-        if !is_qualified_name(&t.key) {
-            errs.add(
-                &p.field("key"),
-                format!("invalid value {:?}: must be a qualified name", t.key),
-            );
-        }
-        if !is_label_value(&t.value) {
-            errs.add(
-                &p.field("value"),
-                format!("invalid value {:?}: must be a valid label value", t.value),
-            );
-        }
-        errs.one_of(
-            &p.field("effect"),
-            &t.effect,
-            &["NoSchedule", "PreferNoSchedule", "NoExecute"],
-        );
-        if !seen.insert((t.key.as_str(), t.effect.as_str())) {
-            errs.add(&p, format!("duplicate taint {}:{}", t.key, t.effect));
-        }
-    }
-    if let Some(status) = &node.status {
-        let p = Path::root("status");
-        validate_resource_list(errs, &p.field("capacity"), &status.capacity, false);
-        validate_resource_list(errs, &p.field("allocatable"), &status.allocatable, false);
-        for (i, c) in status.conditions.iter().enumerate() {
-            errs.one_of(
-                &p.field("conditions").index(i).field("status"),
-                &c.status,
-                &["True", "False", "Unknown"],
-            );
-        }
-    }
-}
-
-fn validate_namespace(errs: &mut Errors, ns: &Namespace) {
-    if let Some(status) = &ns.status
-        && !status.phase.is_empty()
-    {
-        errs.one_of(
-            &Path::root("status").field("phase"),
-            &status.phase,
-            &["Active", "Terminating"],
-        );
-    }
-}
-
-/// Names a quota may cap: object counts and request/limit totals.
-fn is_quota_resource(name: &str) -> bool {
-    matches!(
-        name,
-        "pods"
-            | "cpu"
-            | "memory"
-            | "ephemeral-storage"
-            | "requests.cpu"
-            | "requests.memory"
-            | "requests.ephemeral-storage"
-            | "limits.cpu"
-            | "limits.memory"
-            | "limits.ephemeral-storage"
-            | "count/pods"
-    )
-}
-
-fn validate_quota(errs: &mut Errors, q: &ResourceQuota) {
-    let p = Path::root("spec").field("hard");
-    for (name, v) in &q.spec.hard {
-        if !is_quota_resource(name) {
-            errs.add(&p.key(name), format!("unsupported resource name {name:?}: use pods, cpu, memory, requests.cpu, requests.memory, limits.cpu or limits.memory"));
-        }
-        if v.is_negative() {
-            errs.add(
-                &p.key(name),
-                format!("invalid value {v}: must be greater than or equal to 0"),
-            );
-        }
-    }
-}
-
-fn validate_limit_range(errs: &mut Errors, l: &LimitRange) {
-    for (i, item) in l.spec.limits.iter().enumerate() {
-        let p = Path::root("spec").field("limits").index(i);
-        errs.one_of(&p.field("type"), &item.type_, &["Container", "Pod"]);
-        for (field, list) in [
-            ("max", &item.max),
-            ("min", &item.min),
-            ("default", &item.default),
-            ("defaultRequest", &item.default_request),
-            ("maxLimitRequestRatio", &item.max_limit_request_ratio),
-        ] {
-            validate_resource_list(errs, &p.field(field), list, false);
-        }
-        if item.type_ == "Pod" && !(item.default.is_empty() && item.default_request.is_empty()) {
-            errs.add(
-                &p,
-                "default and defaultRequest apply to containers only (type Container)",
-            );
-        }
-        // min <= defaultRequest <= default <= max, per resource.
-        let chain = [
-            ("min", &item.min),
-            ("defaultRequest", &item.default_request),
-            ("default", &item.default),
-            ("max", &item.max),
-        ];
-        for (a, (a_name, a_list)) in chain.iter().enumerate() {
-            for (b_name, b_list) in &chain[a + 1..] {
-                for (res, lo) in a_list.iter() {
-                    if let Some(hi) = b_list.get(res)
-                        && lo > hi
-                    {
-                        errs.add(&p.field(a_name).key(res), format!("{a_name} value {lo} must be less than or equal to {b_name} value {hi}"));
-                    }
-                }
-            }
-        }
-    }
-}
-
-fn validate_binding(errs: &mut Errors, b: &Binding) {
-    let p = Path::root("target");
-    if b.target.name.is_empty() {
-        errs.add(&p.field("name"), "required value: the node to bind to");
-    } else if !is_dns1123_subdomain(&b.target.name) {
-        errs.add(&p.field("name"), dns1123_subdomain_message(&b.target.name));
-    }
-    if !b.target.kind.is_empty() && b.target.kind != "Node" {
-        errs.one_of(&p.field("kind"), &b.target.kind, &["Node"]);
-    }
-}
-
-/// The longest event message stored (the Kubernetes API server's limit for `note`).
-pub const MAX_EVENT_MESSAGE: usize = 1024;
-
-fn validate_event(errs: &mut Errors, e: &Event) {
-    let p = Path::root("involvedObject");
-    if e.involved_object.name.is_empty() {
-        errs.add(
-            &p.field("name"),
-            "required value: the object the event is about",
-        );
-    }
-    if e.involved_object.kind.is_empty() {
-        errs.add(&p.field("kind"), "required value");
-    }
-    // An event lives in the namespace of its object; events about cluster-scoped objects
-    // (nodes) go to `default`, as the kubelet puts them.
-    let ns = &e.metadata.namespace;
-    if !e.involved_object.namespace.is_empty() && &e.involved_object.namespace != ns {
-        errs.add(
-            &p.field("namespace"),
-            format!(
-                "does not match event.namespace: {:?} is not {ns:?}",
-                e.involved_object.namespace
-            ),
-        );
-    }
-    if e.reason.is_empty() {
-        errs.add(&Path::root("reason"), "required value");
-    } else if e.reason.len() > 128 {
-        errs.add(&Path::root("reason"), "must be no more than 128 characters");
-    }
-    if e.message.len() > MAX_EVENT_MESSAGE {
-        errs.add(
-            &Path::root("message"),
-            format!("must be no more than {MAX_EVENT_MESSAGE} bytes"),
-        );
-    }
-    if !e.type_.is_empty() && e.type_ != "Normal" && e.type_ != "Warning" {
-        errs.one_of(&Path::root("type"), &e.type_, &["Normal", "Warning"]);
-    }
-    if e.count.is_some_and(|c| c < 0) {
-        errs.add(&Path::root("count"), "must be greater than or equal to 0");
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::api::defaults;
-
-    fn check(yaml: &str) -> Result<(), ValidationErrors> {
-        let pod: Pod = serde_yaml_ng::from_str(yaml).unwrap();
-        let mut obj = Object::Pod(pod);
-        defaults::apply(&mut obj);
-        validate(&obj)
-    }
-
-    fn errors(yaml: &str) -> Vec<String> {
-        check(yaml)
-            .expect_err("should be invalid")
-            .0
-            .iter()
-            .map(ToString::to_string)
-            .collect()
-    }
+    use crate::api::validation::testing::{check, errors};
 
     const OK: &str = "metadata: {name: web}\nspec:\n  containers:\n  - {name: c, image: localhost/skiff/busybox:1}\n";
 
     #[test]
     fn a_minimal_pod_is_valid() {
         check(OK).unwrap();
-    }
-
-    #[test]
-    fn names() {
-        assert!(is_dns1123_label("web-1"));
-        assert!(!is_dns1123_label("Web"));
-        assert!(!is_dns1123_label("-web"));
-        assert!(!is_dns1123_label(&"a".repeat(64)));
-        assert!(is_dns1123_subdomain("a.b-c.d"));
-        assert!(!is_dns1123_subdomain("a..b"));
-        assert!(is_qualified_name("app.kubernetes.io/name"));
-        assert!(is_qualified_name("Tier_1"));
-        assert!(!is_qualified_name("a/b/c"));
-        assert!(!is_qualified_name("-x"));
-        let e = errors("metadata: {name: Web_1}\nspec: {containers: [{name: c, image: i}]}\n");
-        assert_eq!(e.len(), 1);
-        assert!(
-            e[0].starts_with("metadata.name: invalid value \"Web_1\""),
-            "{e:?}"
-        );
     }
 
     #[test]
@@ -1185,33 +665,5 @@ mod tests {
             );
         }
         assert_eq!(e.len(), want.len(), "{e:#?}");
-    }
-
-    #[test]
-    fn cluster_scoped_kinds_have_no_namespace() {
-        let mut obj = Object::Node(serde_yaml_ng::from_str("metadata: {name: n1, namespace: default}\nspec: {taints: [{key: a, effect: Sometimes}]}\n").unwrap());
-        defaults::apply(&mut obj);
-        let e: Vec<String> = validate(&obj)
-            .unwrap_err()
-            .0
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        assert!(
-            e[0].starts_with("metadata.namespace: not allowed: Node objects are cluster-scoped"),
-            "{e:?}"
-        );
-        assert!(
-            e[1].starts_with("spec.taints[0].effect: unsupported value \"Sometimes\""),
-            "{e:?}"
-        );
-    }
-
-    #[test]
-    fn limit_range_order() {
-        let mut obj = Object::LimitRange(serde_yaml_ng::from_str("metadata: {name: l}\nspec: {limits: [{type: Container, min: {cpu: 200m}, default: {cpu: 100m}}]}\n").unwrap());
-        defaults::apply(&mut obj);
-        let e = validate(&obj).unwrap_err().to_string();
-        assert!(e.contains("spec.limits[0].min.cpu: min value 200m must be less than or equal to defaultRequest value 100m"), "{e}");
     }
 }

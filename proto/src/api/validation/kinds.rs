@@ -1,0 +1,210 @@
+//! The kinds other than Pod: Node (taints, capacity, conditions), Namespace, ResourceQuota,
+//! LimitRange, Binding and Event.
+
+use std::collections::HashSet;
+
+use super::names::{
+    dns1123_subdomain_message, is_dns1123_subdomain, is_label_value, is_qualified_name,
+};
+use super::resources::validate_resource_list;
+use super::{Errors, Path};
+use crate::api::event::Event;
+use crate::api::namespace::{Binding, LimitRange, Namespace, ResourceQuota};
+use crate::api::node::Node;
+
+pub(super) fn validate_node(errs: &mut Errors, node: &Node) {
+    let spec = Path::root("spec");
+    let mut seen = HashSet::new();
+    for (i, t) in node.spec.taints.iter().enumerate() {
+        let p = spec.field("taints").index(i);
+        if !is_qualified_name(&t.key) {
+            errs.add(
+                &p.field("key"),
+                format!("invalid value {:?}: must be a qualified name", t.key),
+            );
+        }
+        if !is_label_value(&t.value) {
+            errs.add(
+                &p.field("value"),
+                format!("invalid value {:?}: must be a valid label value", t.value),
+            );
+        }
+        errs.one_of(
+            &p.field("effect"),
+            &t.effect,
+            &["NoSchedule", "PreferNoSchedule", "NoExecute"],
+        );
+        if !seen.insert((t.key.as_str(), t.effect.as_str())) {
+            errs.add(&p, format!("duplicate taint {}:{}", t.key, t.effect));
+        }
+    }
+    if let Some(status) = &node.status {
+        let p = Path::root("status");
+        validate_resource_list(errs, &p.field("capacity"), &status.capacity, false);
+        validate_resource_list(errs, &p.field("allocatable"), &status.allocatable, false);
+        for (i, c) in status.conditions.iter().enumerate() {
+            errs.one_of(
+                &p.field("conditions").index(i).field("status"),
+                &c.status,
+                &["True", "False", "Unknown"],
+            );
+        }
+    }
+}
+
+pub(super) fn validate_namespace(errs: &mut Errors, ns: &Namespace) {
+    if let Some(status) = &ns.status
+        && !status.phase.is_empty()
+    {
+        errs.one_of(
+            &Path::root("status").field("phase"),
+            &status.phase,
+            &["Active", "Terminating"],
+        );
+    }
+}
+
+/// Names a quota may cap: object counts and request/limit totals.
+fn is_quota_resource(name: &str) -> bool {
+    matches!(
+        name,
+        "pods"
+            | "cpu"
+            | "memory"
+            | "ephemeral-storage"
+            | "requests.cpu"
+            | "requests.memory"
+            | "requests.ephemeral-storage"
+            | "limits.cpu"
+            | "limits.memory"
+            | "limits.ephemeral-storage"
+            | "count/pods"
+    )
+}
+
+pub(super) fn validate_quota(errs: &mut Errors, q: &ResourceQuota) {
+    let p = Path::root("spec").field("hard");
+    for (name, v) in &q.spec.hard {
+        if !is_quota_resource(name) {
+            errs.add(&p.key(name), format!("unsupported resource name {name:?}: use pods, cpu, memory, requests.cpu, requests.memory, limits.cpu or limits.memory"));
+        }
+        if v.is_negative() {
+            errs.add(
+                &p.key(name),
+                format!("invalid value {v}: must be greater than or equal to 0"),
+            );
+        }
+    }
+}
+
+pub(super) fn validate_limit_range(errs: &mut Errors, l: &LimitRange) {
+    for (i, item) in l.spec.limits.iter().enumerate() {
+        let p = Path::root("spec").field("limits").index(i);
+        errs.one_of(&p.field("type"), &item.type_, &["Container", "Pod"]);
+        for (field, list) in [
+            ("max", &item.max),
+            ("min", &item.min),
+            ("default", &item.default),
+            ("defaultRequest", &item.default_request),
+            ("maxLimitRequestRatio", &item.max_limit_request_ratio),
+        ] {
+            validate_resource_list(errs, &p.field(field), list, false);
+        }
+        if item.type_ == "Pod" && !(item.default.is_empty() && item.default_request.is_empty()) {
+            errs.add(
+                &p,
+                "default and defaultRequest apply to containers only (type Container)",
+            );
+        }
+        // min <= defaultRequest <= default <= max, per resource.
+        let chain = [
+            ("min", &item.min),
+            ("defaultRequest", &item.default_request),
+            ("default", &item.default),
+            ("max", &item.max),
+        ];
+        for (a, (a_name, a_list)) in chain.iter().enumerate() {
+            for (b_name, b_list) in &chain[a + 1..] {
+                for (res, lo) in a_list.iter() {
+                    if let Some(hi) = b_list.get(res)
+                        && lo > hi
+                    {
+                        errs.add(&p.field(a_name).key(res), format!("{a_name} value {lo} must be less than or equal to {b_name} value {hi}"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn validate_binding(errs: &mut Errors, b: &Binding) {
+    let p = Path::root("target");
+    if b.target.name.is_empty() {
+        errs.add(&p.field("name"), "required value: the node to bind to");
+    } else if !is_dns1123_subdomain(&b.target.name) {
+        errs.add(&p.field("name"), dns1123_subdomain_message(&b.target.name));
+    }
+    if !b.target.kind.is_empty() && b.target.kind != "Node" {
+        errs.one_of(&p.field("kind"), &b.target.kind, &["Node"]);
+    }
+}
+
+/// The longest event message stored (the Kubernetes API server's limit for `note`).
+pub const MAX_EVENT_MESSAGE: usize = 1024;
+
+pub(super) fn validate_event(errs: &mut Errors, e: &Event) {
+    let p = Path::root("involvedObject");
+    if e.involved_object.name.is_empty() {
+        errs.add(
+            &p.field("name"),
+            "required value: the object the event is about",
+        );
+    }
+    if e.involved_object.kind.is_empty() {
+        errs.add(&p.field("kind"), "required value");
+    }
+    // An event lives in the namespace of its object; events about cluster-scoped objects
+    // (nodes) go to `default`, as the kubelet puts them.
+    let ns = &e.metadata.namespace;
+    if !e.involved_object.namespace.is_empty() && &e.involved_object.namespace != ns {
+        errs.add(
+            &p.field("namespace"),
+            format!(
+                "does not match event.namespace: {:?} is not {ns:?}",
+                e.involved_object.namespace
+            ),
+        );
+    }
+    if e.reason.is_empty() {
+        errs.add(&Path::root("reason"), "required value");
+    } else if e.reason.len() > 128 {
+        errs.add(&Path::root("reason"), "must be no more than 128 characters");
+    }
+    if e.message.len() > MAX_EVENT_MESSAGE {
+        errs.add(
+            &Path::root("message"),
+            format!("must be no more than {MAX_EVENT_MESSAGE} bytes"),
+        );
+    }
+    if !e.type_.is_empty() && e.type_ != "Normal" && e.type_ != "Warning" {
+        errs.one_of(&Path::root("type"), &e.type_, &["Normal", "Warning"]);
+    }
+    if e.count.is_some_and(|c| c < 0) {
+        errs.add(&Path::root("count"), "must be greater than or equal to 0");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::api::defaults;
+    use crate::api::object::Object;
+    use crate::api::validation::validate;
+
+    #[test]
+    fn limit_range_order() {
+        let mut obj = Object::LimitRange(serde_yaml_ng::from_str("metadata: {name: l}\nspec: {limits: [{type: Container, min: {cpu: 200m}, default: {cpu: 100m}}]}\n").unwrap());
+        defaults::apply(&mut obj);
+        let e = validate(&obj).unwrap_err().to_string();
+        assert!(e.contains("spec.limits[0].min.cpu: min value 200m must be less than or equal to defaultRequest value 100m"), "{e}");
+    }
+}

@@ -1,0 +1,54 @@
+//! The status writer: a pod that fits nowhere gets `PodScheduled=False, reason
+//! Unschedulable` with the diagnosis, and a `FailedScheduling` event.
+
+use std::sync::atomic::Ordering;
+
+use skiff_proto::api::pod::PodCondition;
+use skiff_proto::api::{Kind, Object, Time};
+use skiff_proto::recorder;
+
+use super::Shared;
+
+/// Sets `PodScheduled=False, reason Unschedulable` with the diagnosis on the newest version
+/// the queue holds, unless the pod already says exactly that.
+pub(super) async fn write_unschedulable(s: &Shared, key: &str, message: &str) {
+    let Some(pod) = s.core.queue.object(key) else {
+        return;
+    };
+    let mut pod = (*pod).clone();
+    if let Some(events) = &s.events {
+        // Every attempt is recorded; repeats fold into one event with a count.
+        events.warning(
+            recorder::reference_to(Kind::Pod, &pod.metadata),
+            "FailedScheduling",
+            message.to_string(),
+        );
+    }
+    let status = pod.status.get_or_insert_with(Default::default);
+    if status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.message == message)
+    {
+        return;
+    }
+    status.conditions.retain(|c| c.type_ != "PodScheduled");
+    status.conditions.push(PodCondition {
+        type_: "PodScheduled".into(),
+        status: "False".into(),
+        last_probe_time: None,
+        last_transition_time: Some(Time::now()),
+        reason: "Unschedulable".into(),
+        message: message.to_string(),
+    });
+    if status.phase.is_empty() {
+        status.phase = "Pending".into();
+    }
+    match s.client.update_status(&Object::Pod(pod)).await {
+        Ok(_) => {
+            s.counters.status_writes.fetch_add(1, Ordering::Relaxed);
+        }
+        // A newer version exists: the next attempt writes on top of it.
+        Err(e) => tracing::debug!(pod = key, error = %e, "unschedulable status not written"),
+    }
+}

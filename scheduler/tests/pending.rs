@@ -1,0 +1,176 @@
+//! The queue is the one owner of pending pods: it holds a pod from the first event that shows
+//! it pending until the informer sees it bound. These tests drive the informer handlers, the
+//! workers and the binder's refusals without a store, and prove that an update arriving while
+//! a pod's Bind is in flight neither places it a second time (no double bind) nor is lost (a
+//! refused Bind is retried with the newest resourceVersion), and that the node's accounting
+//! counts the pod once throughout.
+
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use skiff_proto::api::{Node, Object, Pod};
+use skiff_proto::client::Event;
+use skiff_scheduler::kernels::Kernels;
+use skiff_scheduler::model::PodInfo;
+use skiff_scheduler::parallel::{Core, Pool, PoolConfig, Verdict};
+use skiff_scheduler::service::Handlers;
+use skiff_scheduler::synth::{self, Profile};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+struct Cluster {
+    core: Arc<Core>,
+    handlers: Handlers,
+    node: Node,
+    pod: Pod,
+}
+
+fn cluster() -> Cluster {
+    let core = Arc::new(Core::new(Kernels::auto()));
+    let handlers = Handlers::new(core.clone(), "");
+    let (mut nodes, mut pods) = synth::workload(1, 1, Profile::Basic, 7);
+    let node = nodes.remove(0);
+    handlers.on_node(&Event::Added(Object::Node(node.clone())));
+    Cluster {
+        core,
+        handlers,
+        node,
+        pod: pods.remove(0),
+    }
+}
+
+fn version(pod: &Pod, rv: i64) -> Pod {
+    let mut p = pod.clone();
+    p.metadata.resource_version = rv.to_string();
+    p
+}
+
+fn start(core: &Arc<Core>) -> (Pool, mpsc::Receiver<Verdict>) {
+    let (tx, rx) = mpsc::channel();
+    let pool = Pool::start(
+        core.clone(),
+        PoolConfig {
+            workers: 1,
+            batch: 8,
+            seed: 1,
+        },
+        move |vs| {
+            for v in vs {
+                let _ = tx.send(v);
+            }
+        },
+    );
+    (pool, rx)
+}
+
+/// The next placement the workers commit (waits up to the deadline).
+fn placed(rx: &mpsc::Receiver<Verdict>) -> (Arc<PodInfo>, String) {
+    match rx.recv_timeout(DEADLINE) {
+        Ok(Verdict::Placed { pod, node, .. }) => (pod, node),
+        other => panic!("expected a placement, got {other:?}"),
+    }
+}
+
+/// The node's CPU column equals the pod's request: it is accounted exactly once.
+fn accounted_once(c: &Cluster, info: &PodInfo) {
+    let table = c.core.table.read();
+    let row = table
+        .row(&c.node.metadata.name)
+        .expect("the node has a row");
+    assert_eq!(table.req_cpu[row], info.requests.milli_cpu);
+    assert_eq!(table.req_pods[row], 1);
+}
+
+#[test]
+fn an_update_during_a_bind_is_held_not_placed_twice_and_a_refused_bind_retries_it() {
+    let c = cluster();
+    let key = format!("{}/{}", c.pod.metadata.namespace, c.pod.metadata.name);
+    c.handlers
+        .on_pod(&Event::Added(Object::Pod(version(&c.pod, 1))));
+    assert!(c.core.queue.contains(&key));
+    let (pool, rx) = start(&c.core);
+
+    let (first, node) = placed(&rx);
+    assert_eq!(first.resource_version, 1);
+    assert_eq!(node, c.node.metadata.name);
+    assert!(c.core.queue.is_assumed(&key));
+    accounted_once(&c, &first);
+
+    // A newer version arrives while the Bind is in flight: the queue holds it, serves nothing.
+    let mut newer = version(&c.pod, 2);
+    newer.metadata.labels.insert("touched".into(), "yes".into());
+    c.handlers
+        .on_pod(&Event::Modified(Object::Pod(newer.clone())));
+    assert_eq!(c.core.queue.depth(), (0, 0, 0), "placed a second time");
+    assert!(c.core.queue.is_assumed(&key));
+    let held = c
+        .core
+        .queue
+        .object(&key)
+        .expect("the queue holds the object");
+    assert_eq!(held.metadata.resource_version, "2");
+    accounted_once(&c, &first);
+
+    // The store refuses the Bind (the resourceVersion changed): retried with the newest.
+    c.core.unassume(&first, true);
+    let (second, _) = placed(&rx);
+    assert_eq!(second.resource_version, 2);
+    accounted_once(&c, &second);
+
+    // The store confirms the binding: the pod is pending nowhere, counted once, bound.
+    let mut bound = version(&newer, 3);
+    bound.spec.node_name = node.clone();
+    c.handlers.on_pod(&Event::Modified(Object::Pod(bound)));
+    assert!(!c.core.queue.contains(&key));
+    {
+        let table = c.core.table.read();
+        let entry = table
+            .pods
+            .get(&key)
+            .expect("the table accounts the bound pod");
+        assert!(!entry.assumed);
+        assert_eq!(entry.node, node);
+    }
+    accounted_once(&c, &second);
+
+    c.core.queue.close();
+    pool.join();
+    assert!(rx.try_recv().is_err(), "no other verdict");
+}
+
+#[test]
+fn a_pod_recreated_while_an_earlier_placement_of_its_name_binds_waits_for_that_bind() {
+    let c = cluster();
+    let key = format!("{}/{}", c.pod.metadata.namespace, c.pod.metadata.name);
+    // The earlier pod was deleted after its placement was committed: the table still
+    // accounts that placement, whose Bind is in flight.
+    let mut earlier = version(&c.pod, 1);
+    earlier.metadata.uid = "earlier".into();
+    let earlier = Arc::new(PodInfo::from_pod(&earlier));
+    c.core
+        .table
+        .write()
+        .add_pod(earlier.clone(), &c.node.metadata.name, true)
+        .expect("the node has room");
+
+    let mut later = version(&c.pod, 5);
+    later.metadata.uid = "later".into();
+    c.handlers.on_pod(&Event::Added(Object::Pod(later)));
+    assert!(
+        c.core.queue.is_assumed(&key),
+        "placed behind a Bind in flight"
+    );
+    let (pool, rx) = start(&c.core);
+    accounted_once(&c, &earlier);
+
+    // The earlier Bind is refused for good (that pod is gone): the later pod is placed.
+    c.core.unassume(&earlier, false);
+    let (pod, _) = placed(&rx);
+    assert_eq!(pod.uid, "later");
+    assert_eq!(pod.resource_version, 5);
+    accounted_once(&c, &pod);
+
+    c.core.queue.close();
+    pool.join();
+}
