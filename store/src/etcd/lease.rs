@@ -94,7 +94,14 @@ impl PbLeaseService for LeaseService {
         let member = self.member.clone();
         tokio::spawn(async move {
             while let Some(msg) = input.next().await {
-                let Ok(msg) = msg else { break };
+                // A request that does not decode ends the call with its status, as etcd's.
+                let msg = match msg {
+                    Ok(msg) => msg,
+                    Err(status) => {
+                        let _ = tx.send(Err(status)).await;
+                        break;
+                    }
+                };
                 // etcd answers a keep-alive of an unknown lease with TTL 0, not an error.
                 let reply = match member.keep_alive(msg.id).await {
                     Ok(ttl) => Ok(ttl),
