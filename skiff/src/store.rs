@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use skiff_store::compaction::CompactorConfig;
 use skiff_store::member::MemberConfig;
 use skiff_store::server::{self, Listen};
 
@@ -72,6 +73,24 @@ pub struct Args {
     /// Backend size that raises the NOSPACE alarm, in bytes.
     #[arg(long, default_value_t = 2 << 30)]
     quota_backend_bytes: u64,
+    /// Versions a compaction deletes from the backend per batch, in the background after the
+    /// compaction itself (which only updates the index) has answered.
+    #[arg(
+        long,
+        alias = "experimental-compaction-batch-limit",
+        default_value_t = 1000,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    compaction_batch_limit: u64,
+    /// Pause between two batches of a compaction's deletions (e.g. 10ms), so writes and the
+    /// apply path get the keyspace in between.
+    #[arg(
+        long,
+        alias = "experimental-compaction-sleep-interval",
+        default_value = "10ms",
+        value_parser = parse_duration
+    )]
+    compaction_sleep_interval: Duration,
     /// Interval of progress notifications to watchers that asked for them (e.g. 10m, 5s).
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     experimental_watch_progress_notify_interval: Duration,
@@ -154,6 +173,10 @@ impl Args {
             max_txn_ops: self.max_txn_ops,
             quota_backend_bytes: self.quota_backend_bytes,
             event_ttl: self.event_ttl,
+            compactor: CompactorConfig {
+                batch_limit: self.compaction_batch_limit as usize,
+                pause: self.compaction_sleep_interval,
+            },
         };
         let listen = Listen {
             client_urls: self.listen_client_urls,

@@ -29,6 +29,7 @@ mod tonic_code {
         NotFound = 5,
         ResourceExhausted = 8,
         OutOfRange = 11,
+        Unavailable = 14,
     }
 }
 use tonic_code::Code;
@@ -45,6 +46,25 @@ async fn bad_requests_are_refused_with_etcds_errors_and_write_nothing() {
         "etcdserver: request is too large",
     );
     assert_eq!(c.get("/big", None).await.expect("get").count(), 0);
+    // Over the limit plus gRPC's allowance, the server refuses to read it, as grpc-go does.
+    let huge = vec![b'x'; 700 * 1024];
+    assert_err(
+        c.put("/big", huge, None).await,
+        Code::ResourceExhausted,
+        "grpc: received message larger than max",
+    );
+    // A compare needs a key.
+    assert_err(
+        c.txn(
+            Txn::new()
+                .when([Compare::version("", CompareOp::Equal, 0)])
+                .and_then([TxnOp::put("/cmp", "v", None)]),
+        )
+        .await,
+        Code::InvalidArgument,
+        "etcdserver: key is not provided",
+    );
+    assert_eq!(c.get("/cmp", None).await.expect("get").count(), 0);
     // A transaction over the op limit: none of its puts land.
     let ops: Vec<TxnOp> = (0..17)
         .map(|i| TxnOp::put(format!("/txn/{i}"), "v", None))
@@ -128,6 +148,115 @@ async fn bad_requests_are_refused_with_etcds_errors_and_write_nothing() {
         Code::InvalidArgument,
         "etcdserver: key is not provided",
     );
+    // Ranges whose end sorts before their key are empty, for reads, deletes and compares
+    // alike, and the member goes on serving.
+    let reversed = || GetOptions::new().with_range("/a");
+    assert_eq!(c.get("/z", Some(reversed())).await.expect("get").count(), 0);
+    let deleted = c
+        .delete(
+            "/z",
+            Some(etcd_client::DeleteOptions::new().with_range("/a")),
+        )
+        .await
+        .expect("delete");
+    assert_eq!(deleted.deleted(), 0);
+    let t = c
+        .txn(
+            Txn::new()
+                .when([Compare::version("/z", CompareOp::Equal, 0).with_range("/a")])
+                .and_then([TxnOp::delete(
+                    "/z",
+                    Some(etcd_client::DeleteOptions::new().with_range("/a")),
+                )]),
+        )
+        .await
+        .expect("txn over a reversed range");
+    assert!(t.succeeded());
+    assert_eq!(c.get("/h", None).await.expect("get").count(), 1);
+}
+
+/// Membership changes are checked as etcd checks them: peer URLs that are not
+/// `http://host:port` are refused and change nothing, and a change that would leave fewer
+/// reachable voters than a quorum is refused (strict reconfiguration), except removing the
+/// member that is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_changes_are_checked_as_etcd_checks_them() {
+    let mut cluster = Cluster::start(3, &[]).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut c = cluster.client(leader).await;
+    for urls in [
+        vec!["not a url"],
+        vec![],
+        vec!["http://127.0.0.1"],
+        vec!["http://127.0.0.1:2380/path"],
+    ] {
+        let urls: Vec<String> = urls.into_iter().map(String::from).collect();
+        assert_err(
+            c.member_add(urls, None).await,
+            Code::InvalidArgument,
+            "etcdserver: given member URLs are invalid",
+        );
+    }
+    // Every member has started (recorded its client URLs).
+    let list = eventually(Duration::from_secs(10), "every client URL recorded", || {
+        let mut c = c.clone();
+        async move {
+            let l = c.member_list().await.ok()?;
+            l.members()
+                .iter()
+                .all(|m| !m.client_urls().is_empty())
+                .then_some(l)
+        }
+    })
+    .await;
+    assert_eq!(list.members().len(), 3);
+    let id_of = |i: usize| {
+        list.members()
+            .iter()
+            .find(|m| m.peer_urls().contains(&cluster.members[i].peer_url))
+            .map(|m| m.id())
+            .expect("listed")
+    };
+    let (down, up) = match leader {
+        0 => (1, 2),
+        1 => (0, 2),
+        _ => (0, 1),
+    };
+    let (down_id, up_id) = (id_of(down), id_of(up));
+    assert_err(
+        c.member_update(up_id, vec!["nope".into()]).await,
+        Code::InvalidArgument,
+        "etcdserver: given member URLs are invalid",
+    );
+    cluster.kill(down);
+    eventually(
+        Duration::from_secs(10),
+        "the leader to count the killed member out",
+        || {
+            let active = cluster.metric(leader, "skiff_store_active_voters");
+            async move { (active == Some(2.0)).then_some(()) }
+        },
+    )
+    .await;
+    let new_peer = format!("http://127.0.0.1:{}", common::free_port());
+    assert_err(
+        c.member_add([new_peer], None).await,
+        Code::Unavailable,
+        "etcdserver: unhealthy cluster",
+    );
+    assert_err(
+        c.member_remove(up_id).await,
+        Code::Unavailable,
+        "etcdserver: unhealthy cluster",
+    );
+    assert_eq!(c.member_list().await.expect("list").members().len(), 3);
+    c.member_remove(down_id)
+        .await
+        .expect("removing the member that is down");
+    assert_eq!(c.member_list().await.expect("list").members().len(), 2);
+    c.put("/after", "v", None)
+        .await
+        .expect("writes go on with two");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

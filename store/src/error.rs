@@ -55,6 +55,12 @@ pub enum StoreError {
     Invalid(String),
     #[error("etcdserver: {0}")]
     Internal(String),
+    /// A MemberAdd or MemberUpdate whose peer URLs are missing or not `http://host:port`.
+    #[error("etcdserver: given member URLs are invalid")]
+    MemberBadUrls,
+    /// A membership change refused because too few members are reachable for it to be safe.
+    #[error("etcdserver: unhealthy cluster")]
+    Unhealthy,
 }
 
 impl StoreError {
@@ -63,7 +69,7 @@ impl StoreError {
         match self {
             Compacted { .. } | FutureRevision | LeaseTtlTooLarge => Code::OutOfRange,
             EmptyKey | KeyNotFound | ValueProvided | LeaseProvided | TooManyOps | DuplicateKey
-            | RequestTooLarge | Invalid(_) => Code::InvalidArgument,
+            | RequestTooLarge | MemberBadUrls | Invalid(_) => Code::InvalidArgument,
             NoSpace => Code::ResourceExhausted,
             LeaseNotFound | MemberNotFound => Code::NotFound,
             LeaseExists
@@ -71,7 +77,7 @@ impl StoreError {
             | PeerUrlExists
             | MemberNotLearner
             | NotEnoughStartedMembers => Code::FailedPrecondition,
-            NoLeader | Timeout | LeaderChanged | Stopped => Code::Unavailable,
+            NoLeader | Timeout | LeaderChanged | Stopped | Unhealthy => Code::Unavailable,
             Internal(_) => Code::Internal,
         }
     }

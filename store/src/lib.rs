@@ -12,6 +12,7 @@
 //! | [`backend`]   | the RocksDB database: column families, record encoding              |
 //! | [`command`]   | what goes through the Raft log, and what applying it returns        |
 //! | [`mvcc`]      | the keyspace: transactions, ranges, compaction, leases, snapshots   |
+//! | [`compaction`]| deleting compacted versions from the backend in the background      |
 //! | [`error`]     | store errors with etcd's gRPC codes and messages                    |
 //! | [`watch`]     | watch fan-out: synced and parked watchers, catch-up from disk       |
 //! | [`raft`]      | openraft type config, RocksDB log and state machine, peer transport |
@@ -21,10 +22,12 @@
 //! | [`member`]    | a running member: proposals, ReadIndex reads, leases, membership    |
 //! | [`proposer`]  | group commit: transactions arriving together become one log entry  |
 //! | [`read_index`]| shared ReadIndex rounds for linearizable reads and keep-alives      |
+//! | [`reconfig`]  | checks on membership changes: peer URLs, strict reconfiguration     |
 
 pub mod backend;
 pub mod cluster;
 pub mod command;
+pub mod compaction;
 pub mod error;
 pub mod etcd;
 pub mod key_index;
@@ -33,6 +36,7 @@ pub mod mvcc;
 pub mod proposer;
 pub mod raft;
 pub mod read_index;
+pub mod reconfig;
 pub mod revision;
 pub mod server;
 pub mod watch;

@@ -11,17 +11,21 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, Config, ServerState};
 use serde::{Deserialize, Serialize};
 use skiff_proto::raft::v1::{HelloRequest, RaftMessage};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::backend;
 use crate::command::{Command, Response};
+use crate::compaction::{self, Backlog, CompactorConfig};
 use crate::error::StoreError;
 use crate::mvcc::Mvcc;
 use crate::proposer::{Proposals, Proposer};
 use crate::raft::log_store::LogStore;
-use crate::raft::network::{Channels, Network};
+use crate::raft::network::{Channels, Network, PeerActivity};
 use crate::raft::state_machine::{Shared, StateMachine};
 use crate::raft::{Member, Raft, cluster_id, member_id};
 use crate::read_index::Rounds;
+use crate::reconfig::{self, Voter};
 
 /// How a member starts, in etcd's terms.
 #[derive(Debug, Clone)]
@@ -46,6 +50,8 @@ pub struct MemberConfig {
     pub quota_backend_bytes: u64,
     /// How long an Event object lives after its last write (under a lease).
     pub event_ttl: Duration,
+    /// How compacted versions are deleted from the backend.
+    pub compactor: CompactorConfig,
 }
 
 impl Default for MemberConfig {
@@ -66,6 +72,7 @@ impl Default for MemberConfig {
             max_txn_ops: 128,
             quota_backend_bytes: 2 << 30,
             event_ttl: Duration::from_secs(3600),
+            compactor: CompactorConfig::default(),
         }
     }
 }
@@ -143,6 +150,14 @@ pub struct StoreMember {
     /// Shared leadership confirmations while this member leads: ReadIndex requests from every
     /// member, and lease keep-alives.
     leader_rounds: Arc<Rounds>,
+    /// When each peer last answered this member's Raft messages (while it leads).
+    activity: PeerActivity,
+    /// The compaction backlog, also held by the keyspace (for `/metrics` and `/health`
+    /// without the keyspace lock).
+    backlog: Arc<Backlog>,
+    /// Stops the member's background tasks, tracked by `tasks`.
+    cancel: CancellationToken,
+    tasks: TaskTracker,
 }
 
 impl std::fmt::Debug for StoreMember {
@@ -172,6 +187,7 @@ impl StoreMember {
         let token = config.initial_cluster_token.clone();
         let id = member_id(&config.initial_advertise_peer_urls, &token);
         let channels = Channels::default();
+        let activity = PeerActivity::default();
         let meta = backend::cf(&db, backend::CF_META);
         let cluster = match db.get_cf(meta, META_CLUSTER_ID)? {
             Some(b) => backend::decode::<u64>(&b)?,
@@ -191,6 +207,7 @@ impl StoreMember {
             }
         };
         let mvcc = Mvcc::open(db.clone()).map_err(anyhow::Error::new)?;
+        let backlog = mvcc.backlog().clone();
         let shared = Shared::new(mvcc);
         shared.spawn_watch_catch_up();
         let proposals = Proposals::new(id);
@@ -225,6 +242,7 @@ impl StoreMember {
             Arc::new(raft_config),
             Network {
                 channels: channels.clone(),
+                activity: activity.clone(),
             },
             log,
             sm,
@@ -257,6 +275,15 @@ impl StoreMember {
             }
         }
         let proposer = Proposer::start(raft.clone(), proposals, PROPOSAL_TIMEOUT);
+        let cancel = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        compaction::spawn(
+            shared.clone(),
+            backlog.clone(),
+            config.compactor,
+            cancel.clone(),
+            &tasks,
+        );
         let member = Arc::new(StoreMember {
             id,
             cluster_id: cluster,
@@ -268,6 +295,10 @@ impl StoreMember {
             proposer,
             read_rounds: Rounds::new(),
             leader_rounds: Rounds::new(),
+            activity,
+            backlog,
+            cancel,
+            tasks,
         });
         member.clone().spawn_background();
         Ok(member)
@@ -291,6 +322,15 @@ impl StoreMember {
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
+        self.cancel.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+
+    /// The compaction backlog: versions left to delete, how long the last one took, and
+    /// whether deleting them is failing.
+    pub fn compaction_backlog(&self) -> &Backlog {
+        &self.backlog
     }
 
     // ---- status ----
@@ -432,8 +472,7 @@ impl StoreMember {
             Forwarded::RemoveMember(id) => self.remove_member_local(*id).await,
             Forwarded::PromoteMember(id) => self.promote_member_local(*id).await,
             Forwarded::UpdatePeerUrls(id, peer_urls) => {
-                self.update_member_local(*id, |m| m.peer_urls.clone_from(peer_urls))
-                    .await
+                self.update_peer_urls_local(*id, peer_urls).await
             }
             Forwarded::Introduce {
                 id,
@@ -769,6 +808,62 @@ impl StoreMember {
             .map(|_| ())
     }
 
+    /// etcd's MemberUpdate: replaces a member's peer URLs.
+    pub async fn update_member(
+        self: &Arc<Self>,
+        id: u64,
+        peer_urls: Vec<String>,
+    ) -> Result<(), StoreError> {
+        self.on_leader(Forwarded::UpdatePeerUrls(id, peer_urls))
+            .await
+            .map(|_| ())
+    }
+
+    /// What the leader knows of each voter for the strict reconfiguration check (see
+    /// [`reconfig`]): started (it recorded its client URLs) and active (it answered within an
+    /// election timeout). The leader counts itself as both: it is running, even if its own
+    /// record is not committed yet.
+    fn voters(&self) -> Vec<Voter> {
+        let window = self.config.election_timeout;
+        self.members()
+            .into_iter()
+            .filter(|m| !m.is_learner)
+            .map(|m| {
+                let me = m.id == self.id;
+                Voter {
+                    id: m.id,
+                    started: me || !m.client_urls.is_empty(),
+                    active: me || self.activity.answered_within(m.id, window),
+                }
+            })
+            .collect()
+    }
+
+    /// Voters the strict reconfiguration check counts as active, on the leader (0 elsewhere:
+    /// only the leader hears from every member).
+    pub fn active_voters(&self) -> usize {
+        if !self.is_leader() {
+            return 0;
+        }
+        self.voters().iter().filter(|v| v.active).count()
+    }
+
+    /// etcd refuses peer URLs another member already has (the member's own are fine).
+    fn check_peer_urls_free(
+        members: &[MemberInfo],
+        except: Option<u64>,
+        peer_urls: &[String],
+    ) -> Result<(), StoreError> {
+        if members
+            .iter()
+            .filter(|m| Some(m.id) != except)
+            .any(|m| m.peer_urls.iter().any(|u| peer_urls.contains(u)))
+        {
+            return Err(StoreError::PeerUrlExists);
+        }
+        Ok(())
+    }
+
     async fn add_member_local(
         &self,
         peer_urls: Vec<String>,
@@ -777,21 +872,17 @@ impl StoreMember {
         if !self.is_leader() {
             return Err(StoreError::NoLeader);
         }
-        if peer_urls.is_empty() {
-            return Err(StoreError::Invalid(
-                "member peer URLs are not provided".into(),
-            ));
-        }
+        // Checked here, where every MemberAdd arrives (from this member or forwarded), so that
+        // no face can skip it.
+        reconfig::check_peer_urls(&peer_urls)?;
         let id = member_id(&peer_urls, &self.config.initial_cluster_token);
         let members = self.members();
         if members.iter().any(|m| m.id == id) {
             return Err(StoreError::MemberExists);
         }
-        if members
-            .iter()
-            .any(|m| m.peer_urls.iter().any(|u| peer_urls.contains(u)))
-        {
-            return Err(StoreError::PeerUrlExists);
+        Self::check_peer_urls_free(&members, None, &peer_urls)?;
+        if !learner {
+            reconfig::may_add_voter(&self.voters())?;
         }
         let node = Member {
             name: String::new(),
@@ -829,6 +920,7 @@ impl StoreMember {
         let change = if m.is_learner {
             ChangeMembers::RemoveNodes([id].into())
         } else {
+            reconfig::may_remove_voter(&self.voters(), id, self.id)?;
             ChangeMembers::RemoveVoters([id].into())
         };
         self.change_membership(change).await?;
@@ -846,13 +938,24 @@ impl StoreMember {
         if !m.is_learner {
             return Err(StoreError::MemberNotLearner);
         }
+        reconfig::may_promote(&self.voters())?;
         self.change_membership(ChangeMembers::AddVoterIds([id].into()))
             .await?;
         Ok(ForwardedReply::Done)
     }
 
-    /// A membership change, retried for a while when another one (such as a member recording
-    /// its client URLs) is still in progress: openraft runs one change at a time.
+    /// MemberUpdate on the leader: the new peer URLs must parse and belong to no other member.
+    async fn update_peer_urls_local(
+        &self,
+        id: u64,
+        peer_urls: &[String],
+    ) -> Result<ForwardedReply, StoreError> {
+        reconfig::check_peer_urls(peer_urls)?;
+        Self::check_peer_urls_free(&self.members(), Some(id), peer_urls)?;
+        self.update_member_local(id, |m| m.peer_urls = peer_urls.to_vec())
+            .await
+    }
+
     /// Changes one member's record as the leader has it now (so that updates decided on
     /// different views do not undo each other).
     async fn update_member_local(
@@ -883,6 +986,8 @@ impl StoreMember {
         Ok(ForwardedReply::Done)
     }
 
+    /// A membership change, retried for a while when another one (such as a member recording
+    /// its client URLs) is still in progress: openraft runs one change at a time.
     async fn change_membership(
         &self,
         change: ChangeMembers<u64, Member>,

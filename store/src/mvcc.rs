@@ -11,6 +11,10 @@
 //! evaluated against the state before the transaction, the chosen branches are checked
 //! (leases exist, `ignore_value` keys exist, read revisions valid) before anything is written,
 //! and reads inside a transaction see its earlier writes.
+//!
+//! Compaction forgets history in the index when it is applied; the backend keeps the dropped
+//! versions until the background deletes them (see [`crate::compaction`]), so every read goes
+//! through the index, and rebuilding it compacts again.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -24,6 +28,7 @@ use crate::command::{
     Event, EventKind, KeyValue, Outcome, PutRequest, PutResponse, RangeRequest, RangeResponse,
     RequestOp, Response, ResponseOp, SortOrder, SortTarget, TxnRequest, TxnResponse,
 };
+use crate::compaction::Backlog;
 use crate::error::StoreError;
 use crate::key_index::{KeyState, TreeIndex};
 use crate::revision::{Revision, split_versioned_key, versioned_key};
@@ -48,6 +53,9 @@ pub struct Mvcc {
     compacted: i64,
     leases: BTreeMap<i64, Lease>,
     alarms: BTreeSet<(u64, Alarm)>,
+    /// Versions compaction dropped from the index that the backend still holds (see
+    /// [`crate::compaction`]).
+    backlog: Arc<Backlog>,
 }
 
 /// The result of applying one command.
@@ -100,6 +108,7 @@ impl Mvcc {
             compacted: 0,
             leases: BTreeMap::new(),
             alarms: BTreeSet::new(),
+            backlog: Arc::new(Backlog::default()),
         };
         m.load()?;
         Ok(m)
@@ -148,20 +157,7 @@ impl Mvcc {
                 .ok_or_else(|| StoreError::internal("malformed versioned key in backend"))?;
             let record = Record::decode(&v)
                 .ok_or_else(|| StoreError::internal("malformed record in backend"))?;
-            match &record {
-                Record::Put {
-                    create_main,
-                    create_sub,
-                    version,
-                    ..
-                } => self.index.restore(
-                    &key,
-                    rev,
-                    Revision::new(*create_main, *create_sub),
-                    *version,
-                ),
-                Record::Tombstone => self.index.restore_tombstone(&key, rev),
-            }
+            restore(&mut self.index, &key, rev, &record);
             if let Some((k, r)) = last.take().filter(|(k, _)| *k != key) {
                 self.attach_restored(k, &r);
             }
@@ -170,6 +166,12 @@ impl Mvcc {
         if let Some((k, r)) = last {
             self.attach_restored(k, &r);
         }
+        // The backend may still hold versions the last compaction dropped (their deletion runs
+        // in the background): compacting the restored history again drops exactly those, and
+        // they are what is left to delete.
+        let stale = self.index.compact(self.compacted);
+        self.backlog
+            .reset(stale.into_iter().map(|(k, rev)| versioned_key(&k, rev)));
         Ok(())
     }
 
@@ -206,6 +208,30 @@ impl Mvcc {
         &self.db
     }
 
+    /// The versions compaction dropped that the backend still holds.
+    pub fn backlog(&self) -> &Arc<Backlog> {
+        &self.backlog
+    }
+
+    /// Deletes up to `limit` versions of the compaction backlog from the backend; returns how
+    /// many are left. Needs only shared access: nothing reads the versions it deletes.
+    pub fn delete_compacted(&self, limit: usize) -> Result<usize, StoreError> {
+        let versions = self.backlog.take(limit);
+        if versions.is_empty() {
+            return Ok(self.backlog.deleted());
+        }
+        let kv = backend::cf(&self.db, CF_KV);
+        let mut batch = WriteBatch::default();
+        for vk in &versions {
+            batch.delete_cf(kv, vk);
+        }
+        if let Err(e) = self.db.write(batch) {
+            self.backlog.give_back(versions);
+            return Err(io(e));
+        }
+        Ok(self.backlog.deleted())
+    }
+
     /// Applies one command. Writes are not fsynced: durability comes from the Raft log, whose
     /// synced appends share this database's WAL. `meta` entries are written into the same batch (the Raft applied
     /// log id and membership), so they commit atomically with the change.
@@ -227,6 +253,10 @@ impl Mvcc {
             self.revision = w.main;
         }
         self.commit(std::mem::take(&mut w.batch), meta)?;
+        // Only once the compaction revision is written may the background delete anything.
+        if !w.compacted.is_empty() {
+            self.backlog.schedule(std::mem::take(&mut w.compacted));
+        }
         Ok(Applied {
             response: Response {
                 revision: self.revision,
@@ -405,10 +435,14 @@ impl Mvcc {
         if revision > self.revision {
             return Err(StoreError::FutureRevision);
         }
-        let kv = backend::cf(&self.db, CF_KV);
-        for (key, rev) in self.index.compact(revision) {
-            w.batch.delete_cf(kv, versioned_key(&key, rev));
-        }
+        // Only the index is compacted here: deleting the dropped versions from RocksDB can take
+        // long for a large backlog, and happens in the background (see `compaction`).
+        w.compacted = self
+            .index
+            .compact(revision)
+            .into_iter()
+            .map(|(key, rev)| versioned_key(&key, rev))
+            .collect();
         self.compacted = revision;
         w.batch.put_cf(
             backend::cf(&self.db, CF_META),
@@ -534,11 +568,7 @@ impl Mvcc {
         }
         let mut kvs = Vec::with_capacity(items.len());
         for (key, state) in items {
-            let mut kv = self.key_value(&key, state, w)?;
-            if req.keys_only {
-                kv.value = Vec::new();
-            }
-            kvs.push(kv);
+            kvs.push(self.key_value(&key, state, w)?);
         }
         if order != SortOrder::None {
             sort_kvs(&mut kvs, req.sort_target, order == SortOrder::Descend);
@@ -547,6 +577,13 @@ impl Mvcc {
         if req.limit > 0 && kvs.len() > req.limit as usize {
             kvs.truncate(req.limit as usize);
             more = true;
+        }
+        // Values are blanked only now: a sort by value, and the limit after it, must see them
+        // (etcd sorts and truncates first too).
+        if req.keys_only {
+            for kv in &mut kvs {
+                kv.value = Vec::new();
+            }
         }
         Ok(RangeResponse { kvs, more, count })
     }
@@ -774,7 +811,8 @@ impl Mvcc {
     /// The keyspace as a snapshot payload, read entirely from one RocksDB snapshot of `db`
     /// (no lock needed: every applied entry is one write batch, so the snapshot sits between
     /// two entries), together with the raw values of `extra_meta` keys from the same snapshot
-    /// (the Raft applied id and membership), so data and metadata always agree.
+    /// (the Raft applied id and membership), so data and metadata always agree. Versions that
+    /// compaction dropped but the background has not deleted yet are left out.
     pub fn snapshot_from(
         db: &DB,
         extra_meta: &[&[u8]],
@@ -798,10 +836,24 @@ impl Mvcc {
             let ttl = i64::from_be_bytes(v.as_ref().try_into().map_err(StoreError::internal)?);
             leases.push((id, ttl));
         }
+        let compacted = read_i64(META_COMPACTED)?;
         let mut kv = Vec::new();
+        // One key's versions at a time: which of them compaction dropped depends on its
+        // whole history.
+        let mut key_versions: Vec<(Revision, StoredVersion)> = Vec::new();
+        let mut current: Option<Vec<u8>> = None;
         for item in snap.iterator_cf(backend::cf(db, CF_KV), IteratorMode::Start) {
             let (k, v) = item.map_err(io)?;
-            kv.push(StoredVersion(k.to_vec(), v.to_vec()));
+            let (key, rev) = split_versioned_key(&k)
+                .ok_or_else(|| StoreError::internal("malformed versioned key in backend"))?;
+            if let Some(done) = current.as_ref().filter(|c| **c != key) {
+                keep_compacted(done, &mut key_versions, compacted, &mut kv)?;
+            }
+            current = Some(key);
+            key_versions.push((rev, StoredVersion(k.to_vec(), v.to_vec())));
+        }
+        if let Some(last) = &current {
+            keep_compacted(last, &mut key_versions, compacted, &mut kv)?;
         }
         let extra = extra_meta
             .iter()
@@ -810,7 +862,7 @@ impl Mvcc {
         Ok((
             SnapshotPayload {
                 revision: read_i64(META_REVISION)?,
-                compacted: read_i64(META_COMPACTED)?,
+                compacted,
                 leases,
                 alarms,
                 kv,
@@ -861,6 +913,9 @@ struct TxnWrite {
     /// Versions written by this transaction, for reads before the batch commits.
     overlay: HashMap<Vec<u8>, Record>,
     events: Vec<Event>,
+    /// Versioned keys a compaction dropped from the index, for the background to delete once
+    /// the entry is committed.
+    compacted: Vec<Vec<u8>>,
 }
 
 impl TxnWrite {
@@ -871,6 +926,7 @@ impl TxnWrite {
             batch: WriteBatch::default(),
             overlay: HashMap::new(),
             events: Vec::new(),
+            compacted: Vec::new(),
         }
     }
 
@@ -879,6 +935,51 @@ impl TxnWrite {
         self.sub += 1;
         r
     }
+}
+
+/// Records one stored version in `index` (start-up, or sorting a snapshot's versions).
+fn restore(index: &mut TreeIndex, key: &[u8], rev: Revision, record: &Record) {
+    match record {
+        Record::Put {
+            create_main,
+            create_sub,
+            version,
+            ..
+        } => index.restore(key, rev, Revision::new(*create_main, *create_sub), *version),
+        Record::Tombstone => index.restore_tombstone(key, rev),
+    }
+}
+
+/// Moves the stored versions of `key` (`versions`, oldest first) into `out`, leaving out
+/// those a compaction at `compacted` drops: the same rule as rebuilding the index on start-up.
+fn keep_compacted(
+    key: &[u8],
+    versions: &mut Vec<(Revision, StoredVersion)>,
+    compacted: i64,
+    out: &mut Vec<StoredVersion>,
+) -> Result<(), StoreError> {
+    if compacted <= 0 {
+        out.extend(versions.drain(..).map(|(_, v)| v));
+        return Ok(());
+    }
+    let mut index = TreeIndex::default();
+    for (rev, StoredVersion(_, v)) in versions.iter() {
+        let record =
+            Record::decode(v).ok_or_else(|| StoreError::internal("malformed record in backend"))?;
+        restore(&mut index, key, *rev, &record);
+    }
+    let dropped: BTreeSet<Revision> = index
+        .compact(compacted)
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
+    out.extend(
+        versions
+            .drain(..)
+            .filter(|(rev, _)| !dropped.contains(rev))
+            .map(|(_, v)| v),
+    );
+    Ok(())
 }
 
 fn txn_has_put(t: &TxnRequest) -> bool {

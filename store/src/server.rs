@@ -117,6 +117,9 @@ pub async fn run(
             tonic::transport::Server::builder()
                 // Watch streams are long-lived; etcd allows practically unlimited ones too.
                 .max_concurrent_streams(Some(1 << 20))
+                .layer(tower::util::MapResponseLayer::new(
+                    oversized_as_grpc_go::<tonic::body::Body>,
+                ))
                 .add_service(
                     PbKvServer::new(KvService::new(m.clone())).max_decoding_message_size(limit),
                 )
@@ -186,6 +189,45 @@ pub async fn run(
     result
 }
 
+/// The start of tonic's answer to a message over `max_decoding_message_size`.
+const TONIC_TOO_LARGE: &str = "Error, decoded message length too large: found ";
+
+/// Rewrites tonic's answer to a request over the receive limit (OUT_OF_RANGE) as grpc-go's,
+/// which etcd clients see from etcd: RESOURCE_EXHAUSTED, "grpc: received message larger than
+/// max (N vs. M)". A request over `--max-request-bytes` but within the limit plus
+/// [`GRPC_OVERHEAD`] reaches the service and gets etcd's own "request is too large"
+/// (INVALID_ARGUMENT). Covers answers whose status is in the headers: every unary call (the
+/// request is decoded before the service runs); a streaming call that fails later ends with
+/// the status in its trailers, untouched here.
+fn oversized_as_grpc_go<B>(
+    mut resp: tonic::codegen::http::Response<B>,
+) -> tonic::codegen::http::Response<B> {
+    let headers = resp.headers_mut();
+    // The message travels percent-encoded: read it (and write ours) through tonic's `Status`.
+    let Some(status) = tonic::Status::from_header_map(headers).filter(|s| {
+        s.code() == tonic::Code::OutOfRange && s.message().starts_with(TONIC_TOO_LARGE)
+    }) else {
+        return resp;
+    };
+    // "… found {len} bytes, the limit is: {limit} bytes"
+    let numbers: Vec<&str> = status
+        .message()
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|n| !n.is_empty())
+        .collect();
+    let text = match numbers.as_slice() {
+        [len, limit] => format!("grpc: received message larger than max ({len} vs. {limit})"),
+        _ => "grpc: received message larger than max".to_string(),
+    };
+    if tonic::Status::resource_exhausted(text)
+        .add_header(headers)
+        .is_err()
+    {
+        tracing::debug!("could not rewrite an oversized request's status");
+    }
+    resp
+}
+
 /// Accepted connections with Nagle off. (The server builder's `tcp_nodelay` only applies to
 /// listeners tonic binds itself; without this, small Raft replies and responses waited out a
 /// 40 ms delayed-ACK round.)
@@ -222,7 +264,9 @@ fn http_routes(member: Arc<StoreMember>) -> axum::Router {
 }
 
 /// etcd's `/health`: healthy when a leader is known and no alarm is raised; and, Skiff's own,
-/// when the watch catch-up task runs (without it, watches from a past revision stay silent).
+/// when the watch catch-up task runs (without it, watches from a past revision stay silent) and
+/// while deleting compacted versions does not fail (a member whose backend cannot be written
+/// is not healthy, whatever Raft says).
 fn health(m: &StoreMember) -> (axum::http::StatusCode, String) {
     let alarms = m.shared.read().alarms();
     let (ok, reason) = if m.leader().is_none() {
@@ -231,6 +275,8 @@ fn health(m: &StoreMember) -> (axum::http::StatusCode, String) {
         (false, "ALARM NOSPACE")
     } else if !m.shared.hub.catch_up_running() {
         (false, "WATCH CATCH-UP STOPPED")
+    } else if m.compaction_backlog().failing() {
+        (false, "COMPACTION FAILING")
     } else {
         (true, "")
     };
@@ -257,7 +303,8 @@ fn metrics(m: &StoreMember) -> String {
         )
     };
     let hub = &m.shared.hub;
-    let gauges: [(&str, &str, f64); 14] = [
+    let backlog = m.compaction_backlog();
+    let gauges: [(&str, &str, f64); 17] = [
         (
             "skiff_store_has_leader",
             "Whether a leader is known (1) or not (0).",
@@ -267,6 +314,12 @@ fn metrics(m: &StoreMember) -> String {
             "skiff_store_is_leader",
             "Whether this member is the leader.",
             f64::from(u8::from(m.is_leader())),
+        ),
+        (
+            "skiff_store_active_voters",
+            "On the leader: voters that answered within an election timeout, itself included \
+             (what a membership change needs a quorum of); 0 on other members.",
+            m.active_voters() as f64,
         ),
         (
             "skiff_store_raft_term",
@@ -292,6 +345,16 @@ fn metrics(m: &StoreMember) -> String {
             "skiff_store_mvcc_compact_revision",
             "Revision of the last compaction.",
             compacted as f64,
+        ),
+        (
+            "skiff_store_mvcc_compaction_pending_versions",
+            "Versions compacted from the index and not yet deleted from the backend.",
+            backlog.pending() as f64,
+        ),
+        (
+            "skiff_store_mvcc_compaction_last_duration_seconds",
+            "How long the last compaction took to delete its versions from the backend.",
+            backlog.last_duration().as_secs_f64(),
         ),
         (
             "skiff_store_mvcc_keys",
@@ -406,6 +469,39 @@ fn resident_memory_bytes() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// tonic's OUT_OF_RANGE for an oversized request becomes grpc-go's RESOURCE_EXHAUSTED
+    /// with grpc-go's text; every other answer passes unchanged.
+    #[test]
+    fn oversized_requests_are_answered_as_grpc_go_does() {
+        // Headers as tonic writes them (the message percent-encoded), read back as a client
+        // reads them.
+        let answer = |status: &str, message: &str| {
+            let mut r = tonic::codegen::http::Response::new(());
+            let code = tonic::Code::from_i32(status.parse().expect("code"));
+            tonic::Status::new(code, message)
+                .add_header(r.headers_mut())
+                .expect("header");
+            let r = oversized_as_grpc_go(r);
+            let s = tonic::Status::from_header_map(r.headers()).expect("status");
+            ((s.code() as i32).to_string(), s.message().to_string())
+        };
+        assert_eq!(
+            answer(
+                "11",
+                "Error, decoded message length too large: found 2097160 bytes, the limit is: 2097152 bytes"
+            ),
+            (
+                "8".to_string(),
+                "grpc: received message larger than max (2097160 vs. 2097152)".to_string()
+            )
+        );
+        let compacted = "etcdserver: mvcc: required revision has been compacted";
+        assert_eq!(
+            answer("11", compacted),
+            ("11".to_string(), compacted.to_string())
+        );
+    }
 
     #[test]
     fn listen_urls() {

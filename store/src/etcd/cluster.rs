@@ -11,7 +11,7 @@ use skiff_proto::etcd::{
 use tonic::{Request, Response, Status};
 
 use super::header;
-use crate::member::{Forwarded, MemberInfo, StoreMember};
+use crate::member::{MemberInfo, StoreMember};
 
 #[derive(Debug, Clone)]
 pub struct ClusterService {
@@ -94,9 +94,7 @@ impl PbClusterService for ClusterService {
         req: Request<PbMemberUpdateRequest>,
     ) -> Result<Response<PbMemberUpdateResponse>, Status> {
         let req = req.into_inner();
-        self.member
-            .on_leader(Forwarded::UpdatePeerUrls(req.id, req.peer_ur_ls))
-            .await?;
+        self.member.update_member(req.id, req.peer_ur_ls).await?;
         Ok(Response::new(PbMemberUpdateResponse {
             header: header(&self.member, self.revision()),
             members: self.list(),

@@ -105,6 +105,10 @@ pub fn delete_request(d: PbDeleteRequest) -> Result<DeleteRangeRequest, StoreErr
 }
 
 fn compare(c: PbCompare) -> Result<Compare, StoreError> {
+    // etcd's checkRequestOps: a compare names a key like any other request.
+    if c.key.is_empty() {
+        return Err(StoreError::EmptyKey);
+    }
     let result = match c.result {
         0 => CompareResult::Equal,
         1 => CompareResult::Greater,
@@ -331,6 +335,31 @@ mod tests {
             check_intervals(&[del("a", "z"), either]).err(),
             Some(StoreError::DuplicateKey)
         );
+    }
+
+    /// A compare with an empty key is refused before anything is proposed, at any depth.
+    #[test]
+    fn a_compare_needs_a_key() {
+        let cmp = |key: &str| PbCompare {
+            key: key.into(),
+            ..PbCompare::default()
+        };
+        let txn = |c: PbCompare| PbTxnRequest {
+            compare: vec![c],
+            ..PbTxnRequest::default()
+        };
+        assert!(txn_request(txn(cmp("k")), 8).is_ok());
+        assert_eq!(
+            txn_request(txn(cmp("")), 8).err(),
+            Some(StoreError::EmptyKey)
+        );
+        let nested = PbTxnRequest {
+            success: vec![PbTxnRequestOp {
+                request: Some(PbTxnOpRequest::RequestTxn(txn(cmp("")))),
+            }],
+            ..PbTxnRequest::default()
+        };
+        assert_eq!(txn_request(nested, 8).err(), Some(StoreError::EmptyKey));
     }
 
     #[test]

@@ -49,6 +49,10 @@ enum Op {
     Compact {
         back: i64,
     },
+    /// One batch of the background deletion of compacted versions.
+    Purge {
+        batch: usize,
+    },
     Grant,
     Revoke {
         pick: usize,
@@ -69,6 +73,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (key.clone(), proptest::option::of(0u8..7)).prop_map(|(key, end)| Op::Delete { key, end }),
         2 => (key.clone(), 0i64..4, any::<u8>()).prop_map(|(key, version, value)| Op::CasPut { key, version, value }),
         1 => (0i64..6).prop_map(|back| Op::Compact { back }),
+        2 => (1usize..4).prop_map(|batch| Op::Purge { batch }),
         1 => Just(Op::Grant),
         1 => (0usize..4).prop_map(|pick| Op::Revoke { pick }),
         1 => Just(Op::Reopen),
@@ -242,6 +247,11 @@ fn run(ops: Vec<Op>) {
                     model.compacted = at;
                 }
             }
+            Op::Purge { batch } => {
+                let before = m.backlog().pending();
+                let left = m.delete_compacted(batch).expect("delete compacted");
+                assert_eq!(left, before.saturating_sub(batch));
+            }
             Op::Grant => {
                 next_lease += 1;
                 let a = m
@@ -336,16 +346,60 @@ fn run(ops: Vec<Op>) {
             assert_eq!(lease.keys, live, "keys of lease {id}");
         }
     }
-    // Everything at and after the compaction point reads back, also after a reopen.
+    // The backend holds exactly the versions the index has, plus the backlog.
+    assert_eq!(
+        stored_versions(&m),
+        indexed_versions(&m) + m.backlog().pending()
+    );
+    // A snapshot taken with part of the backlog left carries only what the index has.
+    let (payload, _) = Mvcc::snapshot_from(m.db(), &[]).expect("snapshot");
+    assert_eq!(payload.kv.len(), indexed_versions(&m));
+    let (_fresh_dir, mut fresh) = open_temp();
+    fresh.install(&payload, &[]).expect("install");
+    assert_eq!(fresh.backlog().pending(), 0);
+    // Everything at and after the compaction point reads back, also after a reopen (with
+    // whatever backlog was left) and from the snapshot.
     let db = m.db().clone();
     drop(m);
     let m = Mvcc::open(db).expect("reopen");
     for at in model.compacted.max(1)..=model.revision() {
-        let got = m.range(&range_all(at)).expect("range");
         let want: Vec<KeyValue> = model.states[at as usize].values().cloned().collect();
+        let got = m.range(&range_all(at)).expect("range");
         assert_eq!(got.kvs, want, "at revision {at}");
+        let got = fresh.range(&range_all(at)).expect("range");
+        assert_eq!(got.kvs, want, "from the snapshot, at revision {at}");
     }
+    assert_eq!(
+        history(&fresh, model.compacted),
+        history(&m, model.compacted)
+    );
+    // Draining the backlog leaves exactly the indexed versions.
+    while m.delete_compacted(2).expect("delete compacted") > 0 {}
+    assert_eq!(stored_versions(&m), indexed_versions(&m));
     drop(dir);
+}
+
+/// Rows in the backend's `kv` column family.
+fn stored_versions(m: &Mvcc) -> usize {
+    m.db()
+        .iterator_cf(backend::cf(m.db(), CF_KV), IteratorMode::Start)
+        .count()
+}
+
+/// Versions the index knows, over every key.
+fn indexed_versions(m: &Mvcc) -> usize {
+    m.index
+        .changes(&[0], &[0], 0, m.revision(), usize::MAX)
+        .changes
+        .len()
+}
+
+/// Every change from revision `from` on, with previous versions: what a watcher from there
+/// reads.
+fn history(m: &Mvcc, from: i64) -> Vec<(i64, Vec<Event>)> {
+    m.read_history(&[0], &[0], from, usize::MAX, true, usize::MAX)
+        .expect("history")
+        .revisions
 }
 
 proptest! {
@@ -550,6 +604,139 @@ fn sorted_and_filtered_ranges() {
         .expect("range");
     assert!(r.kvs.is_empty());
     assert_eq!(r.count, 3);
+}
+
+/// Compaction answers at once and leaves the deletions to batches; whether a restart comes
+/// before, between or after them, every read at or after the compaction revision (ranges and
+/// watch catch-up) sees the same as before the compaction, and the backlog is what is left.
+#[test]
+fn compaction_deletes_in_batches_and_a_restart_mid_way_changes_nothing_visible() {
+    let (_dir, mut m) = open_temp();
+    for i in 0..60 {
+        m.apply(&put(&format!("k{}", i % 7), &i.to_string()), &[])
+            .expect("apply");
+        if i % 11 == 0 {
+            let del = Command::Txn(TxnRequest::single(RequestOp::DeleteRange(
+                DeleteRangeRequest {
+                    key: format!("k{}", i % 5).into(),
+                    range_end: Vec::new(),
+                    prev_kv: false,
+                },
+            )));
+            m.apply(&del, &[]).expect("apply");
+        }
+    }
+    let at = 40;
+    let top = m.revision();
+    let visible = |m: &Mvcc| {
+        let ranges: Vec<RangeResponse> = (at..=top)
+            .map(|r| m.range(&range_all(r)).expect("range"))
+            .collect();
+        // From just after the compaction revision: the previous versions of changes at the
+        // compaction revision itself are what compaction drops.
+        (ranges, history(m, at + 1))
+    };
+    let before = visible(&m);
+    let stored = stored_versions(&m);
+    let a = m
+        .apply(&Command::Compact { revision: at }, &[])
+        .expect("apply");
+    assert_eq!(a.response.result, Ok(Outcome::Compacted));
+    // Nothing deleted yet: the backend still has every version.
+    let backlog = m.backlog().pending();
+    assert!(backlog > 6, "backlog of {backlog}");
+    assert_eq!(stored_versions(&m), stored);
+    assert_eq!(visible(&m), before);
+    // One batch, then a restart.
+    assert_eq!(m.delete_compacted(4).expect("batch"), backlog - 4);
+    let db = m.db().clone();
+    drop(m);
+    let m = Mvcc::open(db).expect("reopen");
+    assert_eq!(m.compacted(), at);
+    assert_eq!(m.backlog().pending(), backlog - 4);
+    assert_eq!(visible(&m), before);
+    // The rest, and a restart after it.
+    while m.delete_compacted(4).expect("batch") > 0 {}
+    assert_eq!(stored_versions(&m), stored - backlog);
+    assert_eq!(visible(&m), before);
+    let db = m.db().clone();
+    drop(m);
+    let m = Mvcc::open(db).expect("reopen");
+    assert_eq!(m.backlog().pending(), 0);
+    assert_eq!(visible(&m), before);
+    assert!(matches!(
+        m.range(&range_all(at - 1)),
+        Err(StoreError::Compacted { .. })
+    ));
+}
+
+/// A range whose end sorts before its key (or equals it) is empty: a Range, a DeleteRange
+/// and a compare over it read nothing, delete nothing and never panic.
+#[test]
+fn reversed_ranges_are_empty() {
+    let (_dir, mut m) = open_temp();
+    for key in ["a", "b", "c"] {
+        m.apply(&put(key, "v"), &[]).expect("apply");
+    }
+    for (key, end) in [("c", "a"), ("b", "b")] {
+        let r = m
+            .range(&RangeRequest {
+                key: key.into(),
+                range_end: end.into(),
+                ..RangeRequest::default()
+            })
+            .expect("range");
+        assert_eq!((r.kvs.len(), r.count), (0, 0));
+        let del = Command::Txn(TxnRequest {
+            compare: vec![Compare {
+                key: key.into(),
+                range_end: end.into(),
+                result: CompareResult::Equal,
+                target: CompareTarget::Version(0),
+            }],
+            success: vec![RequestOp::DeleteRange(DeleteRangeRequest {
+                key: key.into(),
+                range_end: end.into(),
+                prev_kv: true,
+            })],
+            failure: Vec::new(),
+        });
+        let a = m.apply(&del, &[]).expect("apply");
+        let Ok(Outcome::Txn(t)) = a.response.result else {
+            panic!("txn failed: {:?}", a.response.result)
+        };
+        assert!(t.succeeded, "an empty range compares as zero values");
+        assert_eq!(
+            t.responses,
+            [ResponseOp::DeleteRange(DeleteRangeResponse::default())]
+        );
+        assert!(a.events.is_empty());
+    }
+    assert_eq!(m.range(&range_all(0)).expect("range").count, 3);
+}
+
+/// `keys_only` blanks values after sorting and limiting: a sort by value with a limit picks
+/// the same keys with or without it.
+#[test]
+fn keys_only_sorts_by_the_real_values() {
+    let (_dir, mut m) = open_temp();
+    for (key, value) in [("a", "1"), ("b", "3"), ("c", "2")] {
+        m.apply(&put(key, value), &[]).expect("apply");
+    }
+    let by_value = |keys_only| RangeRequest {
+        sort_target: SortTarget::Value,
+        sort_order: SortOrder::Descend,
+        limit: 2,
+        keys_only,
+        ..range_all(0)
+    };
+    let full = m.range(&by_value(false)).expect("range");
+    let keys = m.range(&by_value(true)).expect("range");
+    let names = |r: &RangeResponse| r.kvs.iter().map(|kv| kv.key.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&full), [b"b".to_vec(), b"c".to_vec()]);
+    assert_eq!(names(&keys), names(&full));
+    assert!(keys.more);
+    assert!(keys.kvs.iter().all(|kv| kv.value.is_empty()));
 }
 
 #[test]

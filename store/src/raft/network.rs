@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::Future;
 use openraft::error::{
@@ -72,10 +72,38 @@ impl Channels {
     }
 }
 
+/// When each peer last answered a Raft RPC of this member's replication streams (heartbeats
+/// included), which run only while it leads: how the leader tells which members are up, for
+/// the strict reconfiguration check (see [`crate::reconfig`]). openraft's own metrics give the
+/// matched log index per follower but no time, and an idle cluster matches as well with a
+/// follower that died after the last write.
+#[derive(Debug, Clone, Default)]
+pub struct PeerActivity {
+    last_answer: Arc<Mutex<HashMap<u64, Instant>>>,
+}
+
+impl PeerActivity {
+    fn answered(&self, peer: u64) {
+        self.lock().insert(peer, Instant::now());
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Instant>> {
+        self.last_answer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether `peer` answered within the last `window`.
+    pub fn answered_within(&self, peer: u64, window: Duration) -> bool {
+        self.lock()
+            .get(&peer)
+            .is_some_and(|t| t.elapsed() <= window)
+    }
+}
+
 /// The network factory handed to openraft.
 #[derive(Debug, Clone, Default)]
 pub struct Network {
     pub channels: Channels,
+    pub activity: PeerActivity,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -86,6 +114,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             url: node.peer_urls.first().cloned().unwrap_or_default(),
             channels: self.channels.clone(),
+            activity: self.activity.clone(),
         }
     }
 }
@@ -95,6 +124,7 @@ pub struct PeerConnection {
     target: u64,
     url: String,
     channels: Channels,
+    activity: PeerActivity,
 }
 
 type RpcErr<E = openraft::error::Infallible> = RPCError<u64, Member, RaftError<u64, E>>;
@@ -148,6 +178,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
             .append_entries(self.request(msg, &option))
             .await
             .map_err(status_err)?;
+        self.activity.answered(self.target);
         decode_reply(reply.into_inner(), self.target)
     }
 

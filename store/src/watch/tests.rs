@@ -515,9 +515,10 @@ mod model {
     /// One stream's client.
     struct Client {
         rx: WatchReceiver,
-        /// Watchers that existed at the earliest progress request not answered yet: a
-        /// progress response answers it, so they all existed when it was queued.
-        earliest: Option<usize>,
+        /// Watchers that existed at each progress request, oldest first. The k-th response
+        /// answers the k-th request or a later one (each answers at least one, in order), so
+        /// it was queued after the k-th request: its watchers all existed then.
+        requests: std::collections::VecDeque<usize>,
         last: usize,
     }
 
@@ -550,7 +551,7 @@ mod model {
                         watch_id: -1,
                         revision,
                     } => {
-                        let n = self.earliest.take().unwrap_or(self.last);
+                        let n = self.requests.pop_front().unwrap_or(self.last);
                         self.last = n;
                         for w in watches[..n]
                             .iter()
@@ -602,7 +603,7 @@ mod model {
                 let (sid, tx, rx) = hub.open_stream(3);
                 sids.push(sid);
                 txs.push(tx);
-                clients.push(Client { rx, earliest: None, last: 0 });
+                clients.push(Client { rx, requests: Default::default(), last: 0 });
             }
             let mut log: Log = Vec::new();
             let mut live: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
@@ -654,7 +655,7 @@ mod model {
                         }
                     }
                     Op::Progress(s) => {
-                        clients[s].earliest.get_or_insert(watches.len());
+                        clients[s].requests.push_back(watches.len());
                         hub.request_progress(&ks.read().expect("lock"), sids[s]);
                     }
                     Op::Read(s, max) => clients[s].read(s, usize::from(max), &watches, &mut seen, &log)?,
