@@ -10,6 +10,7 @@
 //! | `txn-put`         | a transaction of `--txn-ops` puts                                   |
 //! | `watch`           | fan-out: `--watchers` watch one prefix over `--streams` streams; puts at `--put-rate`; latency from put sent to each delivery |
 //! | `lease-keepalive` | one keep-alive of a client's lease                                  |
+//! | `stuck-watch`     | a put, while `--stuck` watch streams on the whole keyspace from revision 1 never read; one report per count |
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -51,6 +52,8 @@ enum Test {
     Watch(WatchArgs),
     /// Lease keep-alives.
     LeaseKeepalive(LeaseArgs),
+    /// Puts while watch streams that never read are open: one run per count in `--stuck`.
+    StuckWatch(StuckWatchArgs),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -125,6 +128,17 @@ struct WatchArgs {
     /// (Skiff's `skiff_heap_allocated_bytes`, etcd's `go_memstats_heap_alloc_bytes`).
     #[arg(long, value_delimiter = ',')]
     metrics_urls: Vec<String>,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct StuckWatchArgs {
+    #[command(flatten)]
+    put: PutArgs,
+    /// Watch streams that never read, one run per count (comma-separated). Each watches the
+    /// whole keyspace from revision 1 on a connection of its own (an unread stream on a shared
+    /// connection would exhaust the connection's HTTP/2 window and stall the puts client-side).
+    #[arg(long, value_delimiter = ',', default_value = "0,4,64")]
+    stuck: Vec<usize>,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -288,15 +302,18 @@ where
 }
 
 pub async fn run(a: Args) -> Result<std::process::ExitCode> {
-    let report = match a.test.clone() {
-        Test::Put(p) => put(&a, p).await?,
-        Test::Range(r) => range(&a, r).await?,
-        Test::TxnPut(t) => txn_put(&a, t).await?,
-        Test::Watch(w) => watch(&a, w).await?,
-        Test::LeaseKeepalive(l) => lease_keepalive(&a, l).await?,
+    let reports = match a.test.clone() {
+        Test::Put(p) => vec![put(&a, p).await?],
+        Test::Range(r) => vec![range(&a, r).await?],
+        Test::TxnPut(t) => vec![txn_put(&a, t).await?],
+        Test::Watch(w) => vec![watch(&a, w).await?],
+        Test::LeaseKeepalive(l) => vec![lease_keepalive(&a, l).await?],
+        Test::StuckWatch(s) => stuck_watch(&a, s).await?,
     };
-    report.print(a.json)?;
-    Ok(if report.errors == 0 {
+    for r in &reports {
+        r.print(a.json)?;
+    }
+    Ok(if reports.iter().all(|r| r.errors == 0) {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::FAILURE
@@ -333,6 +350,36 @@ async fn put(a: &Args, p: PutArgs) -> Result<Report> {
     .await?;
     r.extra.extend(sizes);
     Ok(r)
+}
+
+/// One put run per count of stuck watch streams, the streams opened before and closed after.
+async fn stuck_watch(a: &Args, s: StuckWatchArgs) -> Result<Vec<Report>> {
+    let mut reports = Vec::new();
+    for &n in &s.stuck {
+        let mut stuck = Vec::new();
+        for i in 0..n {
+            let ep = &a.endpoints[i % a.endpoints.len()];
+            let mut c = Client::connect([ep.as_str()], None)
+                .await
+                .with_context(|| format!("connecting to {ep}"))?;
+            let opts = WatchOptions::new()
+                .with_range(b"\0".to_vec())
+                .with_start_revision(1);
+            let mut w = c.watch(b"\0".to_vec(), Some(opts)).await?;
+            // The created response, then never another read.
+            match w.message().await? {
+                Some(r) if r.created() && !r.canceled() => {}
+                other => bail!("a stuck watcher was not created: {other:?}"),
+            }
+            stuck.push((c, w));
+        }
+        let mut r = put(a, s.put.clone()).await?;
+        r.test = format!("put, {n} stuck watch streams");
+        r.extra.push(("stuck watch streams".into(), n as f64));
+        reports.push(r);
+        drop(stuck);
+    }
+    Ok(reports)
 }
 
 async fn range(a: &Args, r: RangeArgs) -> Result<Report> {
