@@ -116,7 +116,13 @@ async fn hostile_run(size: Size) {
                 }
                 let case = fuzz::case(seed, i, kind);
                 let outcome = methods::ask_all(&mut raw, case.method, &case.bodies).await;
-                if outcome.server_fault {
+                // etcd proposes a MemberRemove or MemberUpdate of an unknown ID to Raft as a
+                // configuration change; Raft holds one pending change at a time and drops the
+                // rest, so under concurrent ones etcd answers only at its request timeout.
+                let etcd_conf_change = kind == Kind::Etcd
+                    && outcome.answer.timed_out
+                    && matches!(case.method, methods::MEMBER_REMOVE | methods::MEMBER_UPDATE);
+                if outcome.server_fault && !etcd_conf_change {
                     fault_count.fetch_add(1, Ordering::Relaxed);
                     faults.push(format!(
                         "case {i} ({}{}, {} B) on {endpoint}: {} / {}",
@@ -277,6 +283,9 @@ async fn etcd_beside_skiff() {
         } else {
             match shape.skiff {
                 shapes::Skiff::Differs { .. } => "differs (documented)",
+                shapes::Skiff::AsEtcdOnceFixed(fix) if fix.starts_with("not claimed") => {
+                    "differs (bug, not claimed)"
+                }
                 shapes::Skiff::AsEtcdOnceFixed(_) => "differs (fix under way)",
                 shapes::Skiff::AsEtcd => "DIFFERS",
             }

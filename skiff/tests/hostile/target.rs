@@ -181,5 +181,25 @@ impl Drop for EtcdCluster {
                 let _ = child.wait();
             }
         }
+        if std::thread::panicking() {
+            for m in &self.members {
+                let log = std::fs::read_to_string(self.dir.path().join(format!("{}.log", m.name)))
+                    .unwrap_or_default();
+                // A Go panic's message comes before its (long) stack.
+                let lines: Vec<&str> = log.lines().collect();
+                let from = lines
+                    .iter()
+                    .position(|l| l.starts_with("panic:"))
+                    .unwrap_or(lines.len());
+                for l in lines.iter().skip(from).take(8) {
+                    eprintln!("{}: {l}", m.name);
+                }
+                let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                eprintln!("--- last lines of etcd member {} ---", m.name);
+                for l in tail.into_iter().rev() {
+                    eprintln!("{l}");
+                }
+            }
+        }
     }
 }
