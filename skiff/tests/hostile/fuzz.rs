@@ -98,7 +98,7 @@ const WEIGHTS: &[(Method, u64)] = &[
     (methods::DELETE_RANGE, 6),
     (methods::TXN, 10),
     (methods::COMPACT, 2),
-    (methods::WATCH, 8),
+    (methods::WATCH, 12),
     (methods::LEASE_GRANT, 3),
     (methods::LEASE_REVOKE, 3),
     (methods::LEASE_KEEP_ALIVE, 3),
@@ -134,12 +134,26 @@ const WEIGHTS: &[(Method, u64)] = &[
     (methods::ROLE_REVOKE_PERMISSION, 1),
 ];
 
+/// `SKIFF_FUZZ_SKIP`: methods (`MemberAdd` or `Cluster.MemberAdd`, comma-separated) the
+/// fuzzer leaves out, to look past a known bug while it is being fixed.
+fn skipped(m: &Method) -> bool {
+    std::env::var("SKIFF_FUZZ_SKIP")
+        .unwrap_or_default()
+        .split(',')
+        .any(|s| s.trim() == m.name || s.trim() == m.label())
+}
+
 pub fn case(seed: u64, index: u64, target: Kind) -> Case {
     let mut r = Rng::for_case(seed, index);
-    let total: u64 = WEIGHTS.iter().map(|(_, w)| w).sum();
+    let weights: Vec<(Method, u64)> = WEIGHTS
+        .iter()
+        .filter(|(m, _)| !skipped(m))
+        .copied()
+        .collect();
+    let total: u64 = weights.iter().map(|(_, w)| w).sum();
     let mut at = r.below(total);
-    let mut method = WEIGHTS[0].0;
-    for (m, w) in WEIGHTS {
+    let mut method = weights[0].0;
+    for (m, w) in &weights {
         if at < *w {
             method = *m;
             break;
@@ -159,7 +173,10 @@ pub fn case(seed: u64, index: u64, target: Kind) -> Case {
     let mutated = r.chance(25);
     if mutated {
         let i = r.below(bodies.len() as u64) as usize;
-        bodies[i] = mutate(&mut r, &bodies[i]);
+        // A flipped, inserted or appended byte can turn a write's key into one below `/fuzz/`
+        // that still decodes: a valid delete of the seeded keys. Writes are only cut short.
+        let writes = matches!(method, methods::PUT | methods::DELETE_RANGE | methods::TXN);
+        bodies[i] = mutate(&mut r, &bodies[i], writes);
     }
     if r.chance(5) {
         // Unknown fields are skipped by every decoder.
@@ -389,8 +406,14 @@ fn watch_request(r: &mut Rng) -> Pb {
             if r.chance(70) {
                 c = c.bytes(2, &any_end(r, &key));
             }
+            // Half start in the past (a catch-up from history), mostly within the writes so far.
             if r.chance(50) {
-                c = c.int(3, int(r));
+                let from = if r.chance(60) {
+                    1 + r.below(20) as i64
+                } else {
+                    int(r)
+                };
+                c = c.int(3, from);
             }
             for f in [4, 6, 8] {
                 if r.chance(20) {
@@ -505,9 +528,14 @@ fn request(r: &mut Rng, m: Method, target: Kind) -> Pb {
     }
 }
 
-/// Byte-level damage: a flipped byte, a cut, a bad tag, or garbage appended.
-fn mutate(r: &mut Rng, b: &[u8]) -> Bytes {
+/// Byte-level damage: a flipped byte, a cut, a bad tag, or garbage appended (only a cut when
+/// `cut_only`).
+fn mutate(r: &mut Rng, b: &[u8], cut_only: bool) -> Bytes {
     let mut v = b.to_vec();
+    if cut_only {
+        v.truncate(r.below(v.len() as u64) as usize);
+        return Bytes::from(v);
+    }
     match r.below(4) {
         0 if !v.is_empty() => {
             let i = r.below(v.len() as u64) as usize;

@@ -41,13 +41,20 @@ pub async fn check(target: &mut Target, before: &Members, tag: &str) -> Vec<Stri
         }
     }
     let mut c = target.client(0).await;
-    let seeds = c
-        .get(
-            SEED_PREFIX,
-            Some(etcd_client::GetOptions::new().with_prefix()),
+    // The seeded keys and the sort keys, in one read.
+    let mut want: Vec<(String, String)> = (0..SEEDS)
+        .map(|i| (format!("{SEED_PREFIX}{i}"), format!("v{i}")))
+        .chain(
+            SORT_KEYS
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string())),
         )
-        .await;
-    match seeds {
+        .collect();
+    want.sort();
+    match c
+        .get("/a-", Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+    {
         Ok(r) => {
             let got: Vec<(String, String)> = r
                 .kvs()
@@ -59,21 +66,11 @@ pub async fn check(target: &mut Target, before: &Members, tag: &str) -> Vec<Stri
                     )
                 })
                 .collect();
-            let mut want: Vec<(String, String)> = (0..SEEDS)
-                .map(|i| (format!("{SEED_PREFIX}{i}"), format!("v{i}")))
-                .collect();
-            want.sort();
             if got != want {
                 broken.push(format!("seeded keys changed: {got:?}"));
             }
         }
         Err(e) => broken.push(format!("reading the seeded keys failed: {e}")),
-    }
-    for (k, v) in SORT_KEYS {
-        match c.get(k, None).await {
-            Ok(r) if r.kvs().len() == 1 && r.kvs()[0].value() == v.as_bytes() => {}
-            other => broken.push(format!("seeded key {k} changed: {other:?}")),
-        }
     }
     let after = members(&mut c).await;
     if &after != before {
