@@ -4,6 +4,9 @@
 # `skiff bench kv` runs in turn (etcd, Skiff, etcd, Skiff), then the figures side by side and
 # the ratios, and a plot of puts/s against clients for both (puts-vs-clients.svg).
 # Usage: bash scripts/race.sh [quick]   (quick: fewer operations per run)
+#        bash scripts/race.sh compaction [quick]
+#          the longest pause of puts and of watch delivery while each compacts a million stale
+#          revisions (`bench kv compaction`), etcd beside Skiff.
 #        bash scripts/race.sh stuck-watchers [quick]
 #          puts/s and p50/p99 through each leader with 0, 4 and 64 watch streams that never
 #          read (`bench kv stuck-watch`), etcd beside Skiff, instead of the whole race.
@@ -13,8 +16,8 @@ cd "$(dirname "$0")/.."
 source scripts/common.sh
 
 mode=race
-if [ "${1:-}" = stuck-watchers ]; then
-  mode=stuck-watchers
+if [ "${1:-}" = stuck-watchers ] || [ "${1:-}" = compaction ]; then
+  mode=$1
   shift
 fi
 scale=1
@@ -84,6 +87,32 @@ for e in json.load(sys.stdin):
     if e["Status"]["leader"] == e["Status"]["header"]["member_id"]:
         print(e["Endpoint"]); break'
 }
+
+if [ "$mode" = compaction ]; then
+  results="$work/compaction.jsonl"
+  for system in etcd skiff; do
+    eps=$etcd_eps
+    [ "$system" = skiff ] && eps=$skiff_eps
+    leader=$(leader_of "$eps")
+    echo "==> $system: $((1000000 / scale)) stale revisions, then a compaction under a probe put and its watch, through the leader $leader"
+    line=$("$SKIFF" bench kv --endpoints "$leader" --conns 16 --clients 64 --json compaction \
+      --revisions $((1000000 / scale)) --keys 1000 --val-size 64 || true)
+    echo "$line"
+    [ -n "$line" ] && echo "{\"system\": \"$system\", \"report\": $line}" >>"$results"
+  done
+  python3 - "$results" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print()
+print(f"{'system':<8}{'revisions':>10}{'compact s':>10}{'put pause ms':>13}{'watch pause ms':>15}{'before: put':>12}{'watch':>7}{'p99 ms':>8}")
+for r in rows:
+    rep = r["report"]; x = dict(rep["extra"])
+    print(f"{r['system']:<8}{x['stale revisions']:>10.0f}{x['compaction request s']:>10.2f}"
+          f"{x['longest put pause ms']:>13.0f}{x['longest watch pause ms']:>15.0f}"
+          f"{x['longest put pause before ms']:>12.0f}{x['longest watch pause before ms']:>7.0f}{rep['latency_ms']['p99']:>8.1f}")
+PY
+  exit 0
+fi
 
 if [ "$mode" = stuck-watchers ]; then
   results="$work/stuck-watchers.jsonl"
