@@ -4,18 +4,35 @@
 # `skiff bench kv` runs in turn (etcd, Skiff, etcd, Skiff), then the figures side by side and
 # the ratios, and a plot of puts/s against clients for both (puts-vs-clients.svg).
 # Usage: bash scripts/race.sh [quick]   (quick: fewer operations per run)
+#        bash scripts/race.sh compaction [quick]
+#          the longest pause of puts and of watch delivery while each compacts a million stale
+#          revisions (`bench kv compaction`), etcd beside Skiff.
+#        bash scripts/race.sh stuck-watchers [quick]
+#          puts/s and p50/p99 through each leader with 0, 4 and 64 watch streams that never
+#          read (`bench kv stuck-watch`), etcd beside Skiff, instead of the whole race.
+# SKIFF_BIN=path uses that skiff binary instead of building the release one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
 
-ensure_packages "${BUILD_PACKAGES[@]}" etcd-server etcd-client
-require_cargo
-cargo build --release --locked -p skiff
-SKIFF="$CARGO_TARGET_DIR/release/skiff"
-ETCD="$(command -v etcd || echo /usr/bin/etcd)"
-
+mode=race
+if [ "${1:-}" = stuck-watchers ] || [ "${1:-}" = compaction ]; then
+  mode=$1
+  shift
+fi
 scale=1
 [ "${1:-}" = quick ] && scale=10
+
+if [ -n "${SKIFF_BIN:-}" ]; then
+  SKIFF="$SKIFF_BIN"
+  ensure_packages etcd-server etcd-client
+else
+  ensure_packages "${BUILD_PACKAGES[@]}" etcd-server etcd-client
+  require_cargo
+  cargo build --release --locked -p skiff
+  SKIFF="$CARGO_TARGET_DIR/release/skiff"
+fi
+ETCD="$(command -v etcd || echo /usr/bin/etcd)"
 
 work="$(mktemp -d /tmp/skiff-race.XXXXXX)"
 pids=()
@@ -61,6 +78,73 @@ for eps in "$etcd_eps" "$skiff_eps"; do
 done
 "$ETCD" --version | head -1
 "$SKIFF" version | head -1
+
+# The client endpoint of the member that leads (from `etcdctl endpoint status`).
+leader_of() {
+  ETCDCTL_API=3 etcdctl --endpoints="$1" endpoint status -w json | python3 -c '
+import json, sys
+for e in json.load(sys.stdin):
+    if e["Status"]["leader"] == e["Status"]["header"]["member_id"]:
+        print(e["Endpoint"]); break'
+}
+
+if [ "$mode" = compaction ]; then
+  results="$work/compaction.jsonl"
+  for system in etcd skiff; do
+    eps=$etcd_eps
+    [ "$system" = skiff ] && eps=$skiff_eps
+    leader=$(leader_of "$eps")
+    echo "==> $system: $((1000000 / scale)) stale revisions, then a compaction under a probe put and its watch, through the leader $leader"
+    line=$("$SKIFF" bench kv --endpoints "$leader" --conns 16 --clients 64 --json compaction \
+      --revisions $((1000000 / scale)) --keys 1000 --val-size 64 || true)
+    echo "$line"
+    [ -n "$line" ] && echo "{\"system\": \"$system\", \"report\": $line}" >>"$results"
+  done
+  python3 - "$results" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print()
+print(f"{'system':<8}{'revisions':>10}{'compact s':>10}{'put pause ms':>13}{'watch pause ms':>15}{'before: put':>12}{'watch':>7}{'p99 ms':>8}")
+for r in rows:
+    rep = r["report"]; x = dict(rep["extra"])
+    print(f"{r['system']:<8}{x['stale revisions']:>10.0f}{x['compaction request s']:>10.2f}"
+          f"{x['longest put pause ms']:>13.0f}{x['longest watch pause ms']:>15.0f}"
+          f"{x['longest put pause before ms']:>12.0f}{x['longest watch pause before ms']:>7.0f}{rep['latency_ms']['p99']:>8.1f}")
+PY
+  exit 0
+fi
+
+if [ "$mode" = stuck-watchers ]; then
+  results="$work/stuck-watchers.jsonl"
+  for round in 1 2; do
+    for system in etcd skiff; do
+      eps=$etcd_eps
+      [ "$system" = skiff ] && eps=$skiff_eps
+      leader=$(leader_of "$eps")
+      echo "==> round $round, $system: puts through the leader $leader with 0, 4, 64 stuck watch streams"
+      "$SKIFF" bench kv --endpoints "$leader" --conns 16 --clients 64 --json stuck-watch \
+        --stuck 0,4,64 --total $((40000 / scale)) --key-size 8 --val-size 256 | tee -a "$work/$system.jsonl" |
+        while read -r line; do echo "{\"round\": $round, \"system\": \"$system\", \"report\": $line}" >>"$results"; echo "$line"; done || true
+    done
+  done
+  python3 - "$results" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print()
+print(f"{'system':<8}{'stuck':>6}{'round':>6}{'puts/s':>10}{'vs 0':>7}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
+base = {}
+for r in rows:
+    rep = r["report"]
+    n = int(dict(rep["extra"])["stuck watch streams"])
+    if n == 0:
+        base[(r["system"], r["round"])] = rep["per_second"]
+    b = base.get((r["system"], r["round"]))
+    ratio = f"{rep['per_second'] / b:.2f}" if b else "-"
+    print(f"{r['system']:<8}{n:>6}{r['round']:>6}{rep['per_second']:>10.0f}{ratio:>7}"
+          f"{rep['latency_ms']['p50']:>9.2f}{rep['latency_ms']['p99']:>9.2f}{rep['errors']:>8}")
+PY
+  exit 0
+fi
 
 # name | global flags | test and its flags (the same for both systems). Memory per watcher
 # first, while the members' heaps hold nothing the earlier tests left to free.

@@ -10,6 +10,8 @@
 //! | `txn-put`         | a transaction of `--txn-ops` puts                                   |
 //! | `watch`           | fan-out: `--watchers` watch one prefix over `--streams` streams; puts at `--put-rate`; latency from put sent to each delivery |
 //! | `lease-keepalive` | one keep-alive of a client's lease                                  |
+//! | `compaction`      | a put and its watch delivery, one at a time, while the store compacts `--revisions` stale revisions; the longest pauses |
+//! | `stuck-watch`     | a put, while `--stuck` watch streams on the whole keyspace from revision 1 never read; one report per count |
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -51,6 +53,10 @@ enum Test {
     Watch(WatchArgs),
     /// Lease keep-alives.
     LeaseKeepalive(LeaseArgs),
+    /// Puts while watch streams that never read are open: one run per count in `--stuck`.
+    StuckWatch(StuckWatchArgs),
+    /// Puts and watch delivery while the store compacts a backlog of stale revisions.
+    Compaction(CompactionArgs),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -125,6 +131,32 @@ struct WatchArgs {
     /// (Skiff's `skiff_heap_allocated_bytes`, etcd's `go_memstats_heap_alloc_bytes`).
     #[arg(long, value_delimiter = ',')]
     metrics_urls: Vec<String>,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct CompactionArgs {
+    /// Stale revisions written before compacting them all (puts over `--keys` keys, with the
+    /// global clients and connections).
+    #[arg(long, default_value_t = 1_000_000)]
+    revisions: usize,
+    #[arg(long, default_value_t = 1000)]
+    keys: usize,
+    #[arg(long, default_value_t = 64)]
+    val_size: usize,
+    /// How long to measure before the compaction, and after its request returns.
+    #[arg(long, default_value = "5s", value_parser = crate::node::parse_duration)]
+    window: Duration,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct StuckWatchArgs {
+    #[command(flatten)]
+    put: PutArgs,
+    /// Watch streams that never read, one run per count (comma-separated). Each watches the
+    /// whole keyspace from revision 1 on a connection of its own (an unread stream on a shared
+    /// connection would exhaust the connection's HTTP/2 window and stall the puts client-side).
+    #[arg(long, value_delimiter = ',', default_value = "0,4,64")]
+    stuck: Vec<usize>,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -288,15 +320,19 @@ where
 }
 
 pub async fn run(a: Args) -> Result<std::process::ExitCode> {
-    let report = match a.test.clone() {
-        Test::Put(p) => put(&a, p).await?,
-        Test::Range(r) => range(&a, r).await?,
-        Test::TxnPut(t) => txn_put(&a, t).await?,
-        Test::Watch(w) => watch(&a, w).await?,
-        Test::LeaseKeepalive(l) => lease_keepalive(&a, l).await?,
+    let reports = match a.test.clone() {
+        Test::Put(p) => vec![put(&a, p).await?],
+        Test::Range(r) => vec![range(&a, r).await?],
+        Test::TxnPut(t) => vec![txn_put(&a, t).await?],
+        Test::Watch(w) => vec![watch(&a, w).await?],
+        Test::LeaseKeepalive(l) => vec![lease_keepalive(&a, l).await?],
+        Test::StuckWatch(s) => stuck_watch(&a, s).await?,
+        Test::Compaction(c) => vec![compaction(&a, c).await?],
     };
-    report.print(a.json)?;
-    Ok(if report.errors == 0 {
+    for r in &reports {
+        r.print(a.json)?;
+    }
+    Ok(if reports.iter().all(|r| r.errors == 0) {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::FAILURE
@@ -333,6 +369,177 @@ async fn put(a: &Args, p: PutArgs) -> Result<Report> {
     .await?;
     r.extra.extend(sizes);
     Ok(r)
+}
+
+/// One put run per count of stuck watch streams, the streams opened before and closed after.
+async fn stuck_watch(a: &Args, s: StuckWatchArgs) -> Result<Vec<Report>> {
+    let mut reports = Vec::new();
+    for &n in &s.stuck {
+        let mut stuck = Vec::new();
+        for i in 0..n {
+            let ep = &a.endpoints[i % a.endpoints.len()];
+            let mut c = Client::connect([ep.as_str()], None)
+                .await
+                .with_context(|| format!("connecting to {ep}"))?;
+            let opts = WatchOptions::new()
+                .with_range(b"\0".to_vec())
+                .with_start_revision(1);
+            let mut w = c.watch(b"\0".to_vec(), Some(opts)).await?;
+            // The created response, then never another read.
+            match w.message().await? {
+                Some(r) if r.created() && !r.canceled() => {}
+                other => bail!("a stuck watcher was not created: {other:?}"),
+            }
+            stuck.push((c, w));
+        }
+        let mut r = put(a, s.put.clone()).await?;
+        r.test = format!("put, {n} stuck watch streams");
+        r.extra.push(("stuck watch streams".into(), n as f64));
+        reports.push(r);
+        drop(stuck);
+    }
+    Ok(reports)
+}
+
+/// The longest time between two successive instants in `t` (sorted), within `[from, to]`.
+fn longest_gap(t: &[Instant], from: Instant, to: Instant) -> Duration {
+    let inside: Vec<Instant> = t
+        .iter()
+        .copied()
+        .filter(|x| *x >= from && *x <= to)
+        .collect();
+    let mut points = vec![from];
+    points.extend(inside);
+    points.push(to);
+    points
+        .windows(2)
+        .map(|w| w[1].saturating_duration_since(w[0]))
+        .max()
+        .unwrap_or_default()
+}
+
+/// Fills the store with `--revisions` stale revisions, then, while one client puts a probe
+/// key one put at a time and a watcher receives those puts, compacts everything at the
+/// newest revision (etcd's `physical`, so the request returns when the backend is done).
+/// Reports the probe's latency during the compaction and the longest pause of puts and of
+/// watch delivery, beside the same pauses in an equal window before it.
+async fn compaction(a: &Args, c: CompactionArgs) -> Result<Report> {
+    let value = Arc::new(vec![b'v'; c.val_size]);
+    let keys = c.keys.max(1);
+    let fill = drive(a, "compaction fill", c.revisions, move |mut cl, n| {
+        let v = value.clone();
+        async move {
+            cl.put(format!("/compact/k{}", n % keys), v.as_slice(), None)
+                .await
+                .map(|_| ())
+        }
+    })
+    .await?;
+    let ep = a.endpoints[0].as_str();
+    let mut prober = Client::connect([ep], None).await?;
+    let mut watcher = Client::connect([ep], None).await?;
+    let mut stream = watcher
+        .watch("/compact/probe", Some(WatchOptions::new().with_prefix()))
+        .await?;
+    match stream.message().await? {
+        Some(r) if r.created() && !r.canceled() => {}
+        other => bail!("the probe's watcher was not created: {other:?}"),
+    }
+    let delivered = Arc::new(std::sync::Mutex::new(Vec::<Instant>::new()));
+    let watch_task = {
+        let delivered = delivered.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(r)) = stream.message().await {
+                let now = Instant::now();
+                let mut d = delivered.lock().unwrap_or_else(|p| p.into_inner());
+                d.extend(std::iter::repeat_n(now, r.events().len()));
+            }
+        })
+    };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let probe_task = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut done = Vec::new();
+            let mut errors = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                match prober.put("/compact/probe", "p", None).await {
+                    Ok(_) => done.push((t, Instant::now())),
+                    Err(_) => errors += 1,
+                }
+            }
+            (done, errors)
+        })
+    };
+    tokio::time::sleep(c.window).await;
+    let mut admin = Client::connect([ep], None).await?;
+    let rev = admin
+        .get("/compact/k0", None)
+        .await?
+        .header()
+        .map_or(0, |h| h.revision());
+    let start = Instant::now();
+    admin
+        .compact(
+            rev,
+            Some(etcd_client::CompactionOptions::new().with_physical()),
+        )
+        .await
+        .context("compaction")?;
+    let compacted = Instant::now();
+    tokio::time::sleep(c.window).await;
+    let end = Instant::now();
+    stop.store(true, Ordering::Relaxed);
+    let (done, errors) = probe_task.await?;
+    // Give the last probe put's event a moment to arrive.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    watch_task.abort();
+    let delivered = delivered.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let before = start - c.window;
+    let completions: Vec<Instant> = done.iter().map(|(_, d)| *d).collect();
+    let during: Vec<Duration> = done
+        .iter()
+        .filter(|(t, _)| *t >= start)
+        .map(|(t, d)| d.saturating_duration_since(*t))
+        .collect();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let seconds = end.duration_since(start).as_secs_f64();
+    Ok(Report {
+        test: format!("compaction of {} revisions", c.revisions),
+        endpoints: vec![ep.to_string()],
+        conns: 1,
+        clients: 1,
+        ok: during.len(),
+        errors,
+        seconds,
+        per_second: during.len() as f64 / seconds,
+        latency_ms: percentiles(&during),
+        extra: vec![
+            ("stale revisions".into(), c.revisions as f64),
+            ("fill puts/s".into(), fill.per_second),
+            (
+                "compaction request s".into(),
+                compacted.duration_since(start).as_secs_f64(),
+            ),
+            (
+                "longest put pause ms".into(),
+                ms(longest_gap(&completions, start, end)),
+            ),
+            (
+                "longest watch pause ms".into(),
+                ms(longest_gap(&delivered, start, end)),
+            ),
+            (
+                "longest put pause before ms".into(),
+                ms(longest_gap(&completions, before, start)),
+            ),
+            (
+                "longest watch pause before ms".into(),
+                ms(longest_gap(&delivered, before, start)),
+            ),
+        ],
+    })
 }
 
 async fn range(a: &Args, r: RangeArgs) -> Result<Report> {
