@@ -950,8 +950,13 @@ impl StoreMember {
         id: u64,
         peer_urls: &[String],
     ) -> Result<ForwardedReply, StoreError> {
+        // etcd answers an unknown member before it looks at the URLs.
+        let members = self.members();
+        if !members.iter().any(|m| m.id == id) {
+            return Err(StoreError::MemberNotFound);
+        }
         reconfig::check_peer_urls(peer_urls)?;
-        Self::check_peer_urls_free(&self.members(), Some(id), peer_urls)?;
+        Self::check_peer_urls_free(&members, Some(id), peer_urls)?;
         self.update_member_local(id, |m| m.peer_urls = peer_urls.to_vec())
             .await
     }

@@ -192,6 +192,26 @@ pub async fn run(
 /// The start of tonic's answer to a message over `max_decoding_message_size`.
 const TONIC_TOO_LARGE: &str = "Error, decoded message length too large: found ";
 
+/// grpc-go's answer where tonic refused a message over the receive limit (OUT_OF_RANGE):
+/// RESOURCE_EXHAUSTED, "grpc: received message larger than max (N vs. M)"; `None` for any
+/// other status. Streams (Watch, LeaseKeepAlive) end with it too.
+pub(crate) fn as_grpc_go(status: &tonic::Status) -> Option<tonic::Status> {
+    if status.code() != tonic::Code::OutOfRange || !status.message().starts_with(TONIC_TOO_LARGE) {
+        return None;
+    }
+    // "… found {len} bytes, the limit is: {limit} bytes"
+    let numbers: Vec<&str> = status
+        .message()
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|n| !n.is_empty())
+        .collect();
+    let text = match numbers.as_slice() {
+        [len, limit] => format!("grpc: received message larger than max ({len} vs. {limit})"),
+        _ => "grpc: received message larger than max".to_string(),
+    };
+    Some(tonic::Status::resource_exhausted(text))
+}
+
 /// Rewrites tonic's answer to a request over the receive limit (OUT_OF_RANGE) as grpc-go's,
 /// which etcd clients see from etcd: RESOURCE_EXHAUSTED, "grpc: received message larger than
 /// max (N vs. M)". A request over `--max-request-bytes` but within the limit plus
@@ -204,25 +224,10 @@ fn oversized_as_grpc_go<B>(
 ) -> tonic::codegen::http::Response<B> {
     let headers = resp.headers_mut();
     // The message travels percent-encoded: read it (and write ours) through tonic's `Status`.
-    let Some(status) = tonic::Status::from_header_map(headers).filter(|s| {
-        s.code() == tonic::Code::OutOfRange && s.message().starts_with(TONIC_TOO_LARGE)
-    }) else {
+    let Some(status) = tonic::Status::from_header_map(headers).and_then(|s| as_grpc_go(&s)) else {
         return resp;
     };
-    // "… found {len} bytes, the limit is: {limit} bytes"
-    let numbers: Vec<&str> = status
-        .message()
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|n| !n.is_empty())
-        .collect();
-    let text = match numbers.as_slice() {
-        [len, limit] => format!("grpc: received message larger than max ({len} vs. {limit})"),
-        _ => "grpc: received message larger than max".to_string(),
-    };
-    if tonic::Status::resource_exhausted(text)
-        .add_header(headers)
-        .is_err()
-    {
+    if status.add_header(headers).is_err() {
         tracing::debug!("could not rewrite an oversized request's status");
     }
     resp

@@ -509,8 +509,9 @@ pub fn catalogue() -> Vec<Shape> {
     );
     add(
         WATCH,
-        "create: seed prefix from revision 2 (10 past writes)",
-        Pb::new().msg(1, range(SEED_PREFIX.as_bytes(), b"/a-seed0").int(3, 2)),
+        // From revision 1: etcd's first write is revision 2, Skiff's revision 1.
+        "create: seed prefix from revision 1 (10 past writes)",
+        Pb::new().msg(1, range(SEED_PREFIX.as_bytes(), b"/a-seed0").int(3, 1)),
         "created | 10 events",
         AsEtcdOnceFixed("watch catch-up: the backlog is sent in as few responses as fit"),
     );

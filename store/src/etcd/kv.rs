@@ -166,6 +166,14 @@ impl PbKvService for KvService {
             })
             .await?;
         resp.result?;
+        if req.physical {
+            // etcd's `physical`: answer once the compacted versions are gone from this
+            // member's backend, not only from its index (the deletion runs in the background).
+            let backlog = self.member.compaction_backlog();
+            while backlog.pending() > 0 && !backlog.failing() {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
         Ok(Response::new(PbCompactionResponse {
             header: header(&self.member, resp.revision),
         }))
