@@ -76,8 +76,8 @@ for eps in "$etcd_eps" "$skiff_eps"; do
   done
   ETCDCTL_API=3 etcdctl --endpoints="$eps" endpoint status -w table
 done
-"$ETCD" --version | head -1
-"$SKIFF" version | head -1
+"$ETCD" --version | sed -n 1p
+"$SKIFF" version | sed -n 1p
 
 # The client endpoint of the member that leads (from `etcdctl endpoint status`).
 leader_of() {
