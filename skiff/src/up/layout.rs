@@ -1,0 +1,138 @@
+//! Where a cluster lives and which ports it takes: `<data-dir>/cluster.json` holds the base
+//! port it was created with, `<data-dir>/up.lock` keeps a second `up` away.
+//!
+//! ```text
+//!  member i:  client base+10i   peer base+10i+1   metrics base+10i+2   (i = 0, 1, 2)
+//!  scheduler metrics base+30    node agents' log service base+31
+//! ```
+
+use std::fs::File;
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use super::MEMBERS;
+
+/// What a directory's cluster was created with, so a second `up` resumes it as it was.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Layout {
+    base_port: u16,
+}
+
+impl Layout {
+    pub(super) fn client(&self, i: usize) -> u16 {
+        self.base_port + 10 * i as u16
+    }
+    pub(super) fn peer(&self, i: usize) -> u16 {
+        self.client(i) + 1
+    }
+    pub(super) fn metrics(&self, i: usize) -> u16 {
+        self.client(i) + 2
+    }
+    pub(super) fn scheduler_metrics(&self) -> u16 {
+        self.base_port + 30
+    }
+    pub(super) fn node_logs(&self) -> u16 {
+        self.base_port + 31
+    }
+    pub(super) fn ports(&self) -> Vec<u16> {
+        let mut p: Vec<u16> = (0..MEMBERS.len())
+            .flat_map(|i| [self.client(i), self.peer(i), self.metrics(i)])
+            .collect();
+        p.extend([self.scheduler_metrics(), self.node_logs()]);
+        p
+    }
+    pub(super) fn endpoints(&self) -> Vec<String> {
+        (0..MEMBERS.len())
+            .map(|i| format!("127.0.0.1:{}", self.client(i)))
+            .collect()
+    }
+    pub(super) fn initial_cluster(&self) -> String {
+        MEMBERS
+            .iter()
+            .enumerate()
+            .map(|(i, m)| format!("{m}=http://127.0.0.1:{}", self.peer(i)))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+pub(super) fn default_dir() -> PathBuf {
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
+    home.join(".skiff").join("up")
+}
+
+/// Holds an exclusive lock on `<dir>/up.lock` while the cluster runs.
+pub(super) fn lock(dir: &Path) -> Result<File> {
+    let path = dir.join("up.lock");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: flock on a file descriptor we own.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    if !locked {
+        let holder = std::fs::read_to_string(&path).unwrap_or_default();
+        bail!(
+            "another `skiff up` runs from {} (pid {}); stop it first, or pass another --data-dir",
+            dir.display(),
+            holder.trim()
+        );
+    }
+    file.set_len(0).context("lock file")?;
+    write!(file, "{}", std::process::id()).context("lock file")?;
+    Ok(file)
+}
+
+pub(super) fn free(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+pub(super) fn load_layout(dir: &Path, base_port: Option<u16>) -> Result<(Layout, bool)> {
+    let path = dir.join("cluster.json");
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            let layout: Layout = serde_json::from_slice(&bytes)
+                .with_context(|| format!("{}: not a cluster layout", path.display()))?;
+            if let Some(p) = base_port
+                && p != layout.base_port
+            {
+                bail!(
+                    "{} holds a cluster on base port {}; it keeps its ports (drop --base-port, or use another --data-dir)",
+                    dir.display(),
+                    layout.base_port
+                );
+            }
+            Ok((layout, true))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // A new cluster without --base-port takes etcd's ports, or the next free range
+            // (a running etcd or another cluster may hold 2379).
+            let base_port = base_port.unwrap_or_else(|| {
+                (0..50)
+                    .map(|i| 2379 + 100 * i)
+                    .find(|b| Layout { base_port: *b }.ports().into_iter().all(free))
+                    .unwrap_or(2379)
+            });
+            let layout = Layout { base_port };
+            if u32::from(layout.base_port) + 40 > u32::from(u16::MAX) {
+                bail!(
+                    "--base-port {} leaves no room for the cluster's ports",
+                    layout.base_port
+                );
+            }
+            std::fs::write(&path, serde_json::to_vec_pretty(&layout)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+            Ok((layout, false))
+        }
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}

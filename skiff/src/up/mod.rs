@@ -1,0 +1,379 @@
+//! `skiff up`: a whole local cluster from one command. Three store members, the scheduler and
+//! the node agents (simulated, or one node on a containerd of its own) run as child
+//! processes of this one, with their logs in `<data-dir>/logs`; the client configuration the
+//! CLI reads is written to `~/.skiff/config` (or `$SKIFF_CONFIG`).
+//!
+//! ```text
+//!  skiff up ─┬─ store a ─┐
+//!            ├─ store b ─┼─ quorum (etcd v3 API + cluster API on every member)
+//!            ├─ store c ─┘
+//!            ├─ scheduler
+//!            ├─ node agents (sim: one process, N nodes | cri: containerd + one agent)
+//!            └─ supervises: a member that dies is started again on its data directory
+//! ```
+//!
+//! Ctrl-C (or SIGTERM) stops the agents, then the scheduler, then the members, each with
+//! SIGTERM and SIGKILL after a deadline. Children die with this process even when it is
+//! killed (`PR_SET_PDEATHSIG`), so nothing is left behind. A second `up` on the same
+//! directory resumes the same cluster (same ports, same data); a lock on the directory keeps
+//! two from running at once.
+//!
+//! | module | what lives there |
+//! |---|---|
+//! | [`layout`] | the data directory, its lock, the ports, `cluster.json` |
+//! | [`supervisor`] | the children: start, restart of members, ordered shutdown |
+//! | [`containerd`] | the cluster's own containerd for `--runtime cri`, with its images |
+
+mod containerd;
+mod layout;
+mod supervisor;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use skiff_proto::api::{Kind, Object};
+use skiff_proto::client::ClusterClient;
+
+use crate::config::{self, ClientConfig};
+use containerd::Containerd;
+use layout::Layout;
+use supervisor::Proc;
+pub use supervisor::{Cluster, wait_for};
+
+const MEMBERS: [&str; 3] = ["a", "b", "c"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeKind {
+    /// Simulated nodes (kubemark-style): thousands in one process, no containers.
+    Sim,
+    /// One node running real containers through containerd's CRI (root needed).
+    Cri,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Where data, logs and the cluster's settings live [default: ~/.skiff/up].
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Node agents to run (simulated runtime; `--runtime cri` runs one).
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// The container runtime of the nodes.
+    #[arg(long, value_enum, default_value = "sim")]
+    runtime: RuntimeKind,
+    /// First port: member i listens on base+10i (clients), +1 (peers), +2 (metrics); the
+    /// scheduler's metrics are on base+30, the agents' log service on base+31. A resumed
+    /// cluster keeps the ports it was created with [default: 2379, or the next free range
+    /// 100 ports up].
+    #[arg(long)]
+    base_port: Option<u16>,
+    /// Allocatable CPU of each simulated node.
+    #[arg(long, default_value = "4")]
+    node_cpu: String,
+    /// Allocatable memory of each simulated node.
+    #[arg(long, default_value = "8Gi")]
+    node_memory: String,
+    /// Most pods per node.
+    #[arg(long, default_value_t = 110)]
+    max_pods: i64,
+    /// Run the demo workload (examples/), show it, then stop the cluster and exit.
+    #[arg(long)]
+    demo: bool,
+    /// The manifests the demo applies.
+    #[arg(long, default_value = "examples")]
+    demo_dir: PathBuf,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let started = Instant::now();
+    check(&args)?;
+    let (dir, _lock) = open_dir(&args)?;
+    let (layout, resumed) = layout::load_layout(&dir, args.base_port)?;
+    let busy: Vec<u16> = layout
+        .ports()
+        .into_iter()
+        .filter(|p| !layout::free(*p))
+        .collect();
+    if !busy.is_empty() {
+        bail!(
+            "port(s) {busy:?} on 127.0.0.1 are in use; is another cluster running? (a new cluster can take --base-port)"
+        );
+    }
+    let exe = std::env::current_exe().context("finding the skiff binary")?;
+    let exe = exe.to_string_lossy().to_string();
+    let mut cluster = Cluster::new(dir.clone(), layout.clone());
+
+    println!(
+        "{} a three-member store quorum in {}",
+        if resumed { "resuming" } else { "starting" },
+        dir.display()
+    );
+    start_members(&mut cluster, &exe)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    // Clients spawn their connection tasks on the runtime they are made in.
+    let _guard = rt.enter();
+    let endpoints = cluster.endpoints();
+    let api = ClusterClient::connect(&endpoints)?;
+    rt.block_on(wait_for(
+        &mut cluster,
+        Duration::from_secs(60),
+        "the store quorum",
+        || async { api.list(Kind::Namespace, "", "", "").await.is_ok() },
+    ))?;
+    let quorum_at = started.elapsed();
+
+    start_scheduler(&mut cluster, &exe)?;
+    let names = start_nodes(&mut cluster, &exe, &args)?;
+    rt.block_on(wait_for(
+        &mut cluster,
+        Duration::from_secs(60),
+        "the nodes to be Ready",
+        || nodes_ready(&api, &names),
+    ))?;
+    let ready_at = started.elapsed();
+
+    let config_path = config::path();
+    let previous = ClientConfig::load(&config_path).ok().flatten();
+    let client_config = ClientConfig {
+        endpoints: endpoints.clone(),
+        data_dir: Some(dir.clone()),
+    };
+    client_config.save(&config_path)?;
+    println!(
+        "ready in {:.1} s (quorum in {:.1} s): 3 store members, the scheduler, {} {} node(s)",
+        ready_at.as_secs_f64(),
+        quorum_at.as_secs_f64(),
+        names.len(),
+        match args.runtime {
+            RuntimeKind::Sim => "simulated",
+            RuntimeKind::Cri => "containerd",
+        }
+    );
+    print_endpoints(
+        &layout,
+        &dir,
+        &config_path,
+        previous.is_some_and(|p| p != client_config),
+    );
+
+    if args.demo {
+        let result = crate::demo::run(&rt, &mut cluster, &exe, &args.demo_dir);
+        println!("==> stopping the cluster");
+        cluster.stop();
+        return result.map(|()| ExitCode::SUCCESS);
+    }
+    println!(
+        "Ctrl-C stops the cluster; `skiff up` on {} resumes it.",
+        dir.display()
+    );
+    let stop = rt.block_on(supervise_until_signal(&mut cluster))?;
+    println!("stopping the cluster");
+    cluster.stop();
+    println!("stopped; data and logs kept in {}", dir.display());
+    Ok(if stop {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Flags that cannot go together.
+fn check(args: &Args) -> Result<()> {
+    if args.runtime == RuntimeKind::Cri && args.nodes != 1 {
+        bail!("--runtime cri runs one node (one containerd); pass --nodes 1");
+    }
+    if args.nodes == 0 {
+        bail!("--nodes must be at least 1");
+    }
+    Ok(())
+}
+
+/// Creates the data directory (and its `logs`), resolves it and takes its lock.
+fn open_dir(args: &Args) -> Result<(PathBuf, std::fs::File)> {
+    let dir = args.data_dir.clone().unwrap_or_else(layout::default_dir);
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", dir.display()))?;
+    let lock = layout::lock(&dir)?;
+    Ok((dir, lock))
+}
+
+/// The three store members, restarted by the supervisor when they exit.
+fn start_members(cluster: &mut Cluster, exe: &str) -> Result<()> {
+    let layout = cluster.layout.clone();
+    let initial = layout.initial_cluster();
+    for (i, m) in MEMBERS.iter().enumerate() {
+        let command = vec![
+            exe.to_string(),
+            "store".into(),
+            "--name".into(),
+            (*m).into(),
+            "--data-dir".into(),
+            cluster.dir.join("store").join(m).to_string_lossy().into(),
+            "--listen-client-urls".into(),
+            format!("http://127.0.0.1:{}", layout.client(i)),
+            "--listen-peer-urls".into(),
+            format!("http://127.0.0.1:{}", layout.peer(i)),
+            "--listen-metrics-urls".into(),
+            format!("http://127.0.0.1:{}", layout.metrics(i)),
+            "--initial-cluster".into(),
+            initial.clone(),
+        ];
+        let log = cluster.logs().join(format!("store-{m}.log"));
+        cluster.start(Proc::new(&format!("store-{m}"), log, command, true))?;
+    }
+    Ok(())
+}
+
+fn start_scheduler(cluster: &mut Cluster, exe: &str) -> Result<()> {
+    let command = vec![
+        exe.to_string(),
+        "scheduler".into(),
+        "--endpoints".into(),
+        cluster.endpoints().join(","),
+        "--metrics-addr".into(),
+        format!("127.0.0.1:{}", cluster.layout.scheduler_metrics()),
+    ];
+    let log = cluster.logs().join("scheduler.log");
+    cluster.start(Proc::new("scheduler", log, command, false))
+}
+
+/// The node agents (and, for `--runtime cri`, the containerd they run on); returns the
+/// names of the nodes they register.
+fn start_nodes(cluster: &mut Cluster, exe: &str, args: &Args) -> Result<Vec<String>> {
+    let mut node = vec![
+        exe.to_string(),
+        "node".into(),
+        "--endpoints".into(),
+        cluster.endpoints().join(","),
+        "--logs-address".into(),
+        format!("127.0.0.1:{}", cluster.layout.node_logs()),
+        "--max-pods".into(),
+        args.max_pods.to_string(),
+        "--heartbeat-interval".into(),
+        "5s".into(),
+    ];
+    let names: Vec<String> = match args.runtime {
+        RuntimeKind::Sim => {
+            let names: Vec<String> = (0..args.nodes).map(|i| format!("node-{i}")).collect();
+            node.extend([
+                "--runtime".into(),
+                "sim".into(),
+                "--cpu".into(),
+                args.node_cpu.clone(),
+                "--memory".into(),
+                args.node_memory.clone(),
+                "--labels".into(),
+                format!(
+                    "kubernetes.io/os=linux,node.skiff.dev/cpus={}",
+                    args.node_cpu
+                ),
+            ]);
+            if args.nodes == 1 {
+                node.extend(["--name".into(), names[0].clone()]);
+            } else {
+                node.extend([
+                    "--count".into(),
+                    args.nodes.to_string(),
+                    "--name-prefix".into(),
+                    "node-".into(),
+                ]);
+            }
+            names
+        }
+        RuntimeKind::Cri => {
+            let c = Containerd::start(&cluster.dir, exe)?;
+            let (cpus, _) = skiff_node::agent::host_capacity();
+            node.extend([
+                "--runtime".into(),
+                "cri".into(),
+                "--name".into(),
+                "node-0".into(),
+                "--containerd-socket".into(),
+                c.socket.to_string_lossy().into(),
+                "--pod-log-dir".into(),
+                cluster.dir.join("pods").to_string_lossy().into(),
+                "--labels".into(),
+                format!("kubernetes.io/os=linux,node.skiff.dev/cpus={cpus}"),
+            ]);
+            cluster.containerd = Some(c);
+            vec!["node-0".into()]
+        }
+    };
+    let log = cluster.logs().join("nodes.log");
+    cluster.start(Proc::new("node agents", log, node, false))?;
+    Ok(names)
+}
+
+/// Whether every node in `names` is registered and Ready.
+async fn nodes_ready(api: &ClusterClient, names: &[String]) -> bool {
+    match api.list(Kind::Node, "", "", "").await {
+        Ok((nodes, _)) => names.iter().all(|n| {
+            nodes.iter().any(
+                |o| matches!(o, Object::Node(node) if &node.metadata.name == n && node.is_ready()),
+            )
+        }),
+        Err(_) => false,
+    }
+}
+
+/// Where to reach the cluster, and what to try first.
+fn print_endpoints(layout: &Layout, dir: &Path, config_path: &Path, replaced: bool) {
+    let endpoints = layout.endpoints();
+    println!();
+    println!("  etcd v3 + cluster API   {}", endpoints.join(","));
+    println!(
+        "  store metrics           {}",
+        (0..MEMBERS.len())
+            .map(|i| format!("http://127.0.0.1:{}/metrics", layout.metrics(i)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "  scheduler metrics       http://127.0.0.1:{}/metrics",
+        layout.scheduler_metrics()
+    );
+    println!("  logs                    {}", dir.join("logs").display());
+    println!(
+        "  client configuration    {}{}",
+        config_path.display(),
+        if replaced { " (replaced)" } else { "" }
+    );
+    println!();
+    println!("  skiff apply -f examples/pod.yaml");
+    println!("  skiff get pods -o wide");
+    println!("  skiff describe pod hello");
+    println!(
+        "  ETCDCTL_API=3 etcdctl --endpoints={} endpoint status -w table",
+        endpoints.join(",")
+    );
+    println!();
+}
+
+/// Supervises the children until Ctrl-C or SIGTERM (true) or until a child that is not
+/// restarted exits (false).
+async fn supervise_until_signal(cluster: &mut Cluster) -> Result<bool> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("SIGTERM handler")?;
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(true),
+            _ = term.recv() => return Ok(true),
+            _ = tick.tick() => {
+                if !cluster.supervise() {
+                    return Ok(false);
+                }
+            }
+        }
+    }
+}
