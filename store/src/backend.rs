@@ -8,6 +8,10 @@
 //! | `kv`          | versioned key (see [`revision`]) | [`Record`]                          |
 //! | `lease`       | lease id (i64 BE)                | granted TTL (i64 BE)                |
 //! | `meta`        | `applied`, `membership`, `revision`, `compacted`, `alarms` | bincode   |
+//! | `meta`        | `format`                         | [`FORMAT_VERSION`] (u32 BE)         |
+//!
+//! The `format` key versions everything in this table: a member refuses a data directory
+//! written in another format rather than misread it.
 //!
 //! Because every column family shares the WAL, a synced write (log appends, votes) also makes
 //! every earlier state-machine write durable; state-machine writes themselves are not synced,
@@ -15,7 +19,7 @@
 //!
 //! [`revision`]: crate::revision
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rocksdb::{ColumnFamilyDescriptor, DB, Options};
@@ -30,8 +34,39 @@ pub const CF_META: &str = "meta";
 
 const FAMILIES: [&str; 5] = [CF_LOG, CF_RAFT, CF_KV, CF_LEASE, CF_META];
 
-/// Opens (creating if needed) the member database under `dir`.
-pub fn open(dir: &Path) -> Result<Arc<DB>, rocksdb::Error> {
+/// The on-disk format this build reads and writes: the column families, keys and encodings
+/// in the table above. Raised whenever any of them changes meaning.
+pub const FORMAT_VERSION: u32 = 1;
+
+const META_FORMAT: &[u8] = b"format";
+
+/// Why a member database could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("opening the database in {}: {source}", dir.display())]
+    Rocks {
+        dir: PathBuf,
+        #[source]
+        source: rocksdb::Error,
+    },
+    #[error(
+        "{} holds data in format version {found}, and this build of skiff reads format version \
+         {FORMAT_VERSION} only: run the skiff release that wrote it, or start this member in an \
+         empty --data-dir and let it catch up from the cluster",
+        dir.display()
+    )]
+    Format { dir: PathBuf, found: u32 },
+    #[error("{}: unreadable format marker {found:?}", dir.display())]
+    Marker { dir: PathBuf, found: Vec<u8> },
+}
+
+/// Opens (creating if needed) the member database under `dir`. A new database is stamped with
+/// [`FORMAT_VERSION`]; one stamped with another version is refused.
+pub fn open(dir: &Path) -> Result<Arc<DB>, OpenError> {
+    let rocks = |source| OpenError::Rocks {
+        dir: dir.to_path_buf(),
+        source,
+    };
     let mut opts = Options::default();
     opts.create_if_missing(true);
     opts.create_missing_column_families(true);
@@ -45,7 +80,33 @@ pub fn open(dir: &Path) -> Result<Arc<DB>, rocksdb::Error> {
         }
         ColumnFamilyDescriptor::new(*name, o)
     });
-    Ok(Arc::new(DB::open_cf_descriptors(&opts, dir, cfs)?))
+    let db = DB::open_cf_descriptors(&opts, dir, cfs).map_err(rocks)?;
+    let meta = cf(&db, CF_META);
+    match db.get_cf(meta, META_FORMAT).map_err(rocks)? {
+        // New, or written before the marker existed (format 1 is the first format).
+        None => {
+            let mut sync = rocksdb::WriteOptions::default();
+            sync.set_sync(true);
+            db.put_cf_opt(meta, META_FORMAT, FORMAT_VERSION.to_be_bytes(), &sync)
+                .map_err(rocks)?;
+        }
+        Some(found) => match <[u8; 4]>::try_from(found.as_slice()) {
+            Ok(b) if u32::from_be_bytes(b) == FORMAT_VERSION => {}
+            Ok(b) => {
+                return Err(OpenError::Format {
+                    dir: dir.to_path_buf(),
+                    found: u32::from_be_bytes(b),
+                });
+            }
+            Err(_) => {
+                return Err(OpenError::Marker {
+                    dir: dir.to_path_buf(),
+                    found,
+                });
+            }
+        },
+    }
+    Ok(Arc::new(db))
 }
 
 /// The handle of a column family that [`open`] always creates.
@@ -161,5 +222,33 @@ mod tests {
         );
         assert_eq!(Record::decode(&[0, 1, 2]), None);
         assert_eq!(Record::decode(&[]), None);
+    }
+
+    #[test]
+    fn a_database_of_another_format_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let db = open(dir.path()).expect("new database");
+            // As a later release would have left it.
+            db.put_cf(cf(&db, CF_META), META_FORMAT, 7u32.to_be_bytes())
+                .expect("stamp another version");
+        }
+        let e = open(dir.path()).expect_err("format 7 must be refused");
+        let text = e.to_string();
+        assert!(matches!(e, OpenError::Format { found: 7, .. }), "{text}");
+        assert!(text.contains("format version 7"), "{text}");
+        assert!(
+            text.contains(&format!("format version {FORMAT_VERSION} only")),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_new_database_is_stamped_and_reopens() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(open(dir.path()).expect("new database"));
+        let db = open(dir.path()).expect("reopen");
+        let stamp = db.get_cf(cf(&db, CF_META), META_FORMAT).expect("read");
+        assert_eq!(stamp, Some(FORMAT_VERSION.to_be_bytes().to_vec()));
     }
 }

@@ -96,6 +96,7 @@ pub async fn run(
                 }
             };
             tonic::transport::Server::builder()
+                .trace_fn(|req| tracing::trace_span!("store.peer", method = %req.uri().path()))
                 .add_service(
                     RaftPeerServer::new(PeerService::new(member))
                         .max_decoding_message_size(usize::MAX)
@@ -106,7 +107,7 @@ pub async fn run(
                 .context("peer server")
         });
     }
-    let member = StoreMember::start(config).await?;
+    let member = StoreMember::start(config, Some(crate::cluster::watch::tagger())).await?;
     let _ = member_tx.send(Some(member.clone()));
     let limit = member.config.max_request_bytes + GRPC_OVERHEAD;
     for l in client {
@@ -115,6 +116,8 @@ pub async fn run(
         let progress = listen.watch_progress_notify_interval;
         tasks.spawn(async move {
             tonic::transport::Server::builder()
+                // One span per request (and per stream), named by its gRPC method.
+                .trace_fn(|req| tracing::debug_span!("store.request", method = %req.uri().path()))
                 // Watch streams are long-lived; etcd allows practically unlimited ones too.
                 .max_concurrent_streams(Some(1 << 20))
                 .layer(tower::util::MapResponseLayer::new(

@@ -15,7 +15,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for RocksBuilder 
     async fn build(&self) -> Result<(TempDir, LogStore, StateMachine), StorageError> {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = backend::open(&dir.path().join("db")).expect("open backend");
-        let shared = Shared::new(Mvcc::open(db.clone()).expect("open keyspace"));
+        let shared = Shared::new(Mvcc::open(db.clone()).expect("open keyspace"), None);
         let proposals = Proposals::new(1);
         let sm = StateMachine::open(shared, proposals.clone(), &dir.path().join("snap"))?;
         Ok((dir, LogStore::new(db, proposals), sm))
@@ -39,7 +39,7 @@ async fn a_saved_snapshot_newer_than_the_keyspace_is_installed_on_open() {
 
     let leader_dir = tempfile::tempdir().expect("tempdir");
     let db = backend::open(&leader_dir.path().join("db")).expect("open backend");
-    let shared = Shared::new(Mvcc::open(db).expect("keyspace"));
+    let shared = Shared::new(Mvcc::open(db).expect("keyspace"), None);
     let mut sm = StateMachine::open(
         shared.clone(),
         Proposals::new(1),
@@ -73,7 +73,7 @@ async fn a_saved_snapshot_newer_than_the_keyspace_is_installed_on_open() {
     )
     .expect("copy snapshot file");
     let db = backend::open(&follower_dir.path().join("db")).expect("open backend");
-    let shared = Shared::new(Mvcc::open(db).expect("keyspace"));
+    let shared = Shared::new(Mvcc::open(db).expect("keyspace"), None);
     let mut follower = StateMachine::open(
         shared.clone(),
         Proposals::new(2),

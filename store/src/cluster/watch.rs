@@ -24,8 +24,6 @@ use crate::watch::{Tagger, WatchMessage, WatchSpec};
 /// Queue of one watch stream before it is parked and caught up from disk.
 const QUEUE: usize = 1024;
 
-const PODS_PREFIX: &[u8] = b"/registry/pods/";
-
 #[derive(Deserialize)]
 struct NodeNameOnly {
     #[serde(default)]
@@ -47,10 +45,13 @@ fn node_tag(node: &str) -> String {
     format!("spec.nodeName={node}")
 }
 
-/// Tags pod events with the node of the pod's new and previous state.
+/// Tags pod events with the node of the pod's new and previous state, for watches of the
+/// pods bound to one node (`spec.nodeName=N`). The server registers it with the member's watch
+/// hub; the apply path knows nothing of pods.
 pub fn tagger() -> Tagger {
-    std::sync::Arc::new(|e: &Event| {
-        if !e.kv.key.starts_with(PODS_PREFIX) {
+    let pods = Kind::Pod.prefix(None).into_bytes();
+    std::sync::Arc::new(move |e: &Event| {
+        if !e.kv.key.starts_with(&pods) {
             return Vec::new();
         }
         let mut tags = Vec::with_capacity(2);

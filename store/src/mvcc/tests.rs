@@ -5,6 +5,10 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
+use crate::command::{
+    Compare, CompareResult, CompareTarget, DeleteRangeResponse, KeyValue, PutRequest, RangeRequest,
+    RangeResponse, RequestOp, ResponseOp, SortOrder, SortTarget,
+};
 
 fn open_temp() -> (tempfile::TempDir, Mvcc) {
     let dir = tempfile::tempdir().expect("tempdir");

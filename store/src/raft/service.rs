@@ -92,7 +92,9 @@ impl RaftPeer for PeerService {
 
     async fn forward(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let fwd: Forwarded = decode(req.get_ref())?;
-        reply(&self.member.local(&fwd).await)
+        Ok(Response::new(RaftMessage {
+            payload: self.member.serve_forwarded(fwd).await,
+        }))
     }
 
     async fn hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloResponse>, Status> {

@@ -23,7 +23,7 @@ use crate::backend::{self, CF_META};
 use crate::command::Response;
 use crate::mvcc::{Mvcc, SnapshotPayload};
 use crate::proposer::Proposals;
-use crate::watch::WatchHub;
+use crate::watch::{Tagger, WatchHub};
 
 const META_APPLIED: &[u8] = b"applied";
 const META_MEMBERSHIP: &[u8] = b"membership";
@@ -38,10 +38,12 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(mvcc: Mvcc) -> Arc<Shared> {
+    /// The shared state over `mvcc`; `tagger` tags events for filtered watches (see
+    /// [`WatchHub::new`]).
+    pub fn new(mvcc: Mvcc, tagger: Option<Tagger>) -> Arc<Shared> {
         Arc::new(Shared {
             mvcc: RwLock::new(mvcc),
-            hub: Arc::new(WatchHub::new(Some(crate::cluster::watch::tagger()))),
+            hub: Arc::new(WatchHub::new(tagger)),
             snapshots_installed: AtomicU64::new(0),
         })
     }

@@ -1,0 +1,246 @@
+//! Lease deadlines and their clock, as etcd's `lease/lessor.go` keeps them.
+//!
+//! Leases themselves (id, TTL, attached keys) are replicated state in the keyspace; their
+//! deadlines are not. Only the leader keeps them: a new leader gives every lease a full TTL from
+//! the moment it takes over (as etcd does), so a leader change can only lengthen a lease, never
+//! cut one short. Expired leases are revoked through the log ([`Command::LeaseExpire`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::StoreMember;
+use super::forward::{KeepAlive, TimeToLive, Ttl};
+use crate::command::Command;
+use crate::error::StoreError;
+
+/// The leader's lease deadlines.
+#[derive(Debug, Default)]
+pub(super) struct Lessor {
+    deadlines: HashMap<i64, Instant>,
+    /// The term whose leadership set these deadlines. A member that loses and wins again
+    /// between two ticks must not carry the old term's deadlines over.
+    term: Option<u64>,
+}
+
+impl Lessor {
+    /// Forgets every deadline: this member no longer leads.
+    pub(super) fn step_down(&mut self) {
+        self.deadlines.clear();
+        self.term = None;
+    }
+
+    /// Renews lease `id` (of `ttl` seconds) from `now`. A lease whose deadline has passed is
+    /// being revoked (or about to be): renewing it would tell the client it lives while the
+    /// revocation is already on its way. etcd answers such a keep-alive as if the lease were
+    /// gone, and so does Skiff.
+    pub(super) fn renew(&mut self, id: i64, ttl: i64, now: Instant) -> Result<(), StoreError> {
+        if self.deadlines.get(&id).is_some_and(|d| *d <= now) {
+            return Err(StoreError::LeaseNotFound);
+        }
+        self.deadlines
+            .insert(id, now + Duration::from_secs(ttl.max(0) as u64));
+        Ok(())
+    }
+
+    /// Seconds left of lease `id` (granted `granted` seconds), rounded up; a lease this leader
+    /// has not started the clock of yet has its full TTL.
+    pub(super) fn remaining(&self, id: i64, granted: i64, now: Instant) -> i64 {
+        self.deadlines.get(&id).map_or(granted, |d| {
+            d.saturating_duration_since(now).as_secs_f64().ceil() as i64
+        })
+    }
+
+    /// One tick of the clock in `term` over the current leases (`(id, ttl)`, sorted by id):
+    /// starts a full TTL for leases not seen yet (new grants, or every lease right after this
+    /// member became leader), drops deadlines of leases that are gone, and returns the expired.
+    pub(super) fn tick(&mut self, term: u64, leases: &[(i64, i64)], now: Instant) -> Vec<i64> {
+        if self.term != Some(term) {
+            // Logged so that a lease outliving its TTL can be matched to the takeovers that
+            // restarted it (each one gives every lease a full TTL).
+            tracing::info!(
+                term,
+                leases = leases.len(),
+                "leading: every lease gets a full TTL"
+            );
+            self.deadlines.clear();
+            self.term = Some(term);
+        }
+        self.deadlines
+            .retain(|id, _| leases.binary_search_by_key(id, |(i, _)| *i).is_ok());
+        for (id, ttl) in leases {
+            self.deadlines
+                .entry(*id)
+                .or_insert_with(|| now + Duration::from_secs((*ttl).max(1) as u64));
+        }
+        let mut expired: Vec<i64> = self
+            .deadlines
+            .iter()
+            .filter(|(_, d)| **d <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        expired.sort_unstable();
+        expired
+    }
+
+    /// Forgets the deadlines of leases whose revocation was committed.
+    pub(super) fn revoked(&mut self, ids: &[i64]) {
+        for id in ids {
+            self.deadlines.remove(id);
+        }
+    }
+}
+
+impl StoreMember {
+    /// A lease id for a grant that did not name one: time-based, unique in practice, positive.
+    pub fn new_lease_id(&self) -> i64 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        ((nanos ^ self.id.rotate_left(17)) >> 1) as i64 | 1
+    }
+
+    /// Renews a lease on the leader; the lease's remaining TTL in seconds.
+    pub async fn keep_alive(self: &Arc<Self>, id: i64) -> Result<i64, StoreError> {
+        Ok(self.on_leader(KeepAlive(id)).await?.remaining)
+    }
+
+    /// A lease's remaining and granted TTL in seconds, as the leader has them.
+    pub async fn time_to_live(self: &Arc<Self>, id: i64) -> Result<(i64, i64), StoreError> {
+        let ttl = self.on_leader(TimeToLive(id)).await?;
+        Ok((ttl.remaining, ttl.granted))
+    }
+
+    fn lessor(&self) -> std::sync::MutexGuard<'_, Lessor> {
+        self.lessor.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The granted TTL of lease `id`, from the keyspace.
+    fn granted_ttl(&self, id: i64) -> Result<i64, StoreError> {
+        self.shared
+            .read()
+            .leases()
+            .get(&id)
+            .map(|l| l.ttl)
+            .ok_or(StoreError::LeaseNotFound)
+    }
+
+    pub(super) async fn keep_alive_local(&self, id: i64) -> Result<Ttl, StoreError> {
+        if !self.is_leader() {
+            return Err(StoreError::NoLeader);
+        }
+        self.confirm_leadership().await?;
+        let ttl = self.granted_ttl(id)?;
+        self.lessor().renew(id, ttl, Instant::now())?;
+        Ok(Ttl {
+            remaining: ttl,
+            granted: ttl,
+        })
+    }
+
+    pub(super) async fn ttl_local(&self, id: i64) -> Result<Ttl, StoreError> {
+        if !self.is_leader() {
+            return Err(StoreError::NoLeader);
+        }
+        self.confirm_leadership().await?;
+        let granted = self.granted_ttl(id)?;
+        let remaining = self.lessor().remaining(id, granted, Instant::now());
+        Ok(Ttl { remaining, granted })
+    }
+
+    /// The leader's lease clock: one [`Lessor::tick`], then the expired leases are revoked
+    /// through the log.
+    pub(super) async fn lease_tick(&self) {
+        if !self.is_leader() {
+            self.lessor().step_down();
+            return;
+        }
+        let term = self.term();
+        let leases: Vec<(i64, i64)> = self
+            .shared
+            .read()
+            .leases()
+            .iter()
+            .map(|(id, l)| (*id, l.ttl))
+            .collect();
+        let expired = self.lessor().tick(term, &leases, Instant::now());
+        if expired.is_empty() {
+            return;
+        }
+        match self
+            .write_local(Command::LeaseExpire {
+                ids: expired.clone(),
+            })
+            .await
+        {
+            Ok(_) => self.lessor().revoked(&expired),
+            Err(e) => tracing::warn!(error = %e, "lease expiry proposal failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_term_gives_every_lease_a_full_ttl() {
+        let t0 = Instant::now();
+        let mut lessor = Lessor::default();
+        assert!(lessor.tick(1, &[(7, 2)], t0).is_empty());
+        assert!(
+            lessor
+                .tick(1, &[(7, 2)], t0 + Duration::from_secs(1))
+                .is_empty()
+        );
+        // A takeover (or losing and winning again) restarts the clock.
+        assert!(
+            lessor
+                .tick(2, &[(7, 2)], t0 + Duration::from_secs(2))
+                .is_empty()
+        );
+        assert_eq!(lessor.remaining(7, 2, t0 + Duration::from_secs(2)), 2);
+        assert_eq!(lessor.tick(2, &[(7, 2)], t0 + Duration::from_secs(4)), [7]);
+    }
+
+    #[test]
+    fn expired_leases_come_back_until_revoked() {
+        let t0 = Instant::now();
+        let mut lessor = Lessor::default();
+        lessor.tick(1, &[(1, 1), (2, 5)], t0);
+        let later = t0 + Duration::from_secs(2);
+        assert_eq!(lessor.tick(1, &[(1, 1), (2, 5)], later), [1]);
+        // The revocation failed to commit: the next tick proposes it again.
+        assert_eq!(lessor.tick(1, &[(1, 1), (2, 5)], later), [1]);
+        lessor.revoked(&[1]);
+        assert!(lessor.tick(1, &[(2, 5)], later).is_empty());
+    }
+
+    #[test]
+    fn an_expired_lease_is_not_renewed() {
+        let t0 = Instant::now();
+        let mut lessor = Lessor::default();
+        lessor.tick(1, &[(1, 1)], t0);
+        assert!(lessor.renew(1, 1, t0).is_ok());
+        let late = t0 + Duration::from_secs(2);
+        assert!(matches!(
+            lessor.renew(1, 1, late),
+            Err(StoreError::LeaseNotFound)
+        ));
+    }
+
+    #[test]
+    fn remaining_rounds_up_and_gone_leases_are_dropped() {
+        let t0 = Instant::now();
+        let mut lessor = Lessor::default();
+        lessor.tick(1, &[(1, 10)], t0);
+        assert_eq!(lessor.remaining(1, 10, t0 + Duration::from_millis(500)), 10);
+        assert_eq!(lessor.remaining(1, 10, t0 + Duration::from_millis(9500)), 1);
+        lessor.tick(1, &[], t0);
+        // Not tracked any more: a full TTL until the clock starts again.
+        assert_eq!(lessor.remaining(1, 10, t0 + Duration::from_secs(9)), 10);
+        lessor.step_down();
+        assert!(lessor.tick(3, &[], t0).is_empty());
+    }
+}

@@ -1,0 +1,186 @@
+//! Starting a member: its data directory, its cluster id (bootstrapped or asked of the
+//! cluster it joins), the keyspace, Raft, and the tasks that run beside them.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::Config;
+use skiff_proto::raft::v1::HelloRequest;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::lessor::Lessor;
+use super::{MemberConfig, PROPOSAL_TIMEOUT, StoreMember};
+use crate::backend;
+use crate::compaction;
+use crate::mvcc::Mvcc;
+use crate::proposer::{Proposals, Proposer};
+use crate::raft::log_store::LogStore;
+use crate::raft::network::{Channels, Network, PeerActivity};
+use crate::raft::state_machine::{Shared, StateMachine};
+use crate::raft::{Member, Raft, cluster_id, member_id};
+use crate::read_index::Rounds;
+use crate::watch::Tagger;
+
+const META_CLUSTER_ID: &[u8] = b"cluster_id";
+
+impl StoreMember {
+    /// Opens the data directory and starts Raft. A new member of a new cluster bootstraps the
+    /// initial membership; a restarted member resumes from its log and snapshot.
+    pub async fn start(
+        config: MemberConfig,
+        tagger: Option<Tagger>,
+    ) -> anyhow::Result<Arc<StoreMember>> {
+        std::fs::create_dir_all(&config.data_dir)?;
+        let db = backend::open(&config.data_dir.join("db"))?;
+        let token = config.initial_cluster_token.clone();
+        let id = member_id(&config.initial_advertise_peer_urls, &token);
+        let channels = Channels::default();
+        let activity = PeerActivity::default();
+        let meta = backend::cf(&db, backend::CF_META);
+        let cluster = match db.get_cf(meta, META_CLUSTER_ID)? {
+            Some(b) => backend::decode::<u64>(&b)?,
+            None => {
+                let cid = if config.initial_cluster_state_new {
+                    let ids: Vec<u64> = config
+                        .initial_cluster
+                        .iter()
+                        .map(|(_, url)| member_id(std::slice::from_ref(url), &token))
+                        .collect();
+                    cluster_id(&ids)
+                } else {
+                    hello_any(&channels, &config, id).await?
+                };
+                db.put_cf(meta, META_CLUSTER_ID, backend::encode(&cid))?;
+                cid
+            }
+        };
+        let mvcc = Mvcc::open(db.clone()).map_err(anyhow::Error::new)?;
+        let backlog = mvcc.backlog().clone();
+        let shared = Shared::new(mvcc, tagger);
+        shared.spawn_watch_catch_up();
+        let proposals = Proposals::new(id);
+        let sm = StateMachine::open(
+            shared.clone(),
+            proposals.clone(),
+            &config.data_dir.join("snap"),
+        )?;
+        let log = LogStore::new(db.clone(), proposals.clone());
+        let hb = config.heartbeat_interval.as_millis() as u64;
+        let el = config.election_timeout.as_millis() as u64;
+        let raft_config = Config {
+            cluster_name: token.clone(),
+            heartbeat_interval: hb,
+            // openraft's follower campaigns after leader lease + a random timeout in
+            // [min, max) without hearing from a leader, and the lease is `max` (during it,
+            // followers also refuse to vote for anyone else). With min = E/3 and max = 2E/3
+            // that is [E, 4E/3) for `--election-timeout E`, inside etcd's [E, 2E). With
+            // min = E and max = 1.5E, a leader's death cost 2.5–3 s of writes at E = 1 s.
+            election_timeout_min: el / 3,
+            election_timeout_max: el * 2 / 3,
+            install_snapshot_timeout: el.max(1000) * 2,
+            max_payload_entries: 512,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_count),
+            max_in_snapshot_log_to_keep: config.snapshot_catchup_entries,
+            purge_batch_size: 256,
+            ..Config::default()
+        }
+        .validate()?;
+        let raft = Raft::new(
+            id,
+            Arc::new(raft_config),
+            Network {
+                channels: channels.clone(),
+                activity: activity.clone(),
+            },
+            log,
+            sm,
+        )
+        .await?;
+        if config.initial_cluster_state_new && !raft.is_initialized().await? {
+            let mut members = BTreeMap::new();
+            for (name, url) in &config.initial_cluster {
+                // Identical on every member: initialize writes it as log entry 0 everywhere,
+                // so it must not depend on who writes it. Client URLs are added later.
+                members.insert(
+                    member_id(std::slice::from_ref(url), &token),
+                    Member {
+                        name: name.clone(),
+                        peer_urls: vec![url.clone()],
+                        client_urls: Vec::new(),
+                    },
+                );
+            }
+            if !members.contains_key(&id) {
+                anyhow::bail!(
+                    "--initial-cluster does not list this member's --initial-advertise-peer-urls ({})",
+                    config.initial_advertise_peer_urls.join(",")
+                );
+            }
+            // Every initial member proposes the same membership; whichever wins the first
+            // election commits it, and the others' attempts are harmless.
+            if let Err(e) = raft.initialize(members).await {
+                tracing::debug!(error = %e, "initialize");
+            }
+        }
+        let proposer = Proposer::start(raft.clone(), proposals, PROPOSAL_TIMEOUT);
+        let cancel = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        compaction::spawn(
+            shared.clone(),
+            backlog.clone(),
+            config.compactor,
+            cancel.clone(),
+            &tasks,
+        );
+        let member = Arc::new(StoreMember {
+            id,
+            cluster_id: cluster,
+            config,
+            raft,
+            shared,
+            channels,
+            lessor: Mutex::new(Lessor::default()),
+            proposer,
+            read_rounds: Rounds::new(),
+            leader_rounds: Rounds::new(),
+            activity,
+            backlog,
+            cancel,
+            tasks,
+        });
+        member.spawn_housekeeping();
+        Ok(member)
+    }
+}
+
+/// Asks the initial cluster's members for the cluster id (a member joining an existing
+/// cluster).
+async fn hello_any(channels: &Channels, config: &MemberConfig, me: u64) -> anyhow::Result<u64> {
+    let mut last_err = None;
+    for _ in 0..50 {
+        for (_, url) in &config.initial_cluster {
+            if member_id(std::slice::from_ref(url), &config.initial_cluster_token) == me {
+                continue;
+            }
+            let mut client = channels.peer_client(url)?;
+            match client
+                .hello(HelloRequest {
+                    cluster_token: config.initial_cluster_token.clone(),
+                })
+                .await
+            {
+                Ok(r) => return Ok(r.into_inner().cluster_id),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    anyhow::bail!(
+        "no member of --initial-cluster answered (joining an existing cluster): {}",
+        last_err
+            .map(|e| e.message().to_string())
+            .unwrap_or_default()
+    )
+}

@@ -1,0 +1,165 @@
+//! Snapshots: the whole keyspace read from a RocksDB snapshot, and installed in place of the
+//! current one.
+
+use std::collections::BTreeSet;
+
+use rocksdb::{DB, IteratorMode, WriteBatch};
+use serde::{Deserialize, Serialize};
+
+use super::{META_ALARMS, META_COMPACTED, META_REVISION, Mvcc, io, restore};
+use crate::backend::{self, CF_KV, CF_LEASE, CF_META, Record};
+use crate::command::Alarm;
+use crate::error::StoreError;
+use crate::key_index::TreeIndex;
+use crate::revision::{Revision, split_versioned_key};
+
+/// The whole keyspace as a snapshot carries it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SnapshotPayload {
+    pub revision: i64,
+    pub compacted: i64,
+    pub leases: Vec<(i64, i64)>,
+    pub alarms: Vec<(u64, Alarm)>,
+    /// (versioned key, encoded record) in key order.
+    pub kv: Vec<StoredVersion>,
+}
+
+/// Raw values of metadata keys read alongside a snapshot (absent keys are `None`).
+pub type RawMeta = Vec<Option<Vec<u8>>>;
+
+/// One stored version in a snapshot: versioned key and encoded record.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StoredVersion(
+    #[serde(with = "serde_bytes")] pub Vec<u8>,
+    #[serde(with = "serde_bytes")] pub Vec<u8>,
+);
+
+impl Mvcc {
+    /// The keyspace as a snapshot payload, read entirely from one RocksDB snapshot of `db`
+    /// (no lock needed: every applied entry is one write batch, so the snapshot sits between
+    /// two entries), together with the raw values of `extra_meta` keys from the same snapshot
+    /// (the Raft applied id and membership), so data and metadata always agree. Versions that
+    /// compaction dropped but the background has not deleted yet are left out.
+    pub fn snapshot_from(
+        db: &DB,
+        extra_meta: &[&[u8]],
+    ) -> Result<(SnapshotPayload, RawMeta), StoreError> {
+        let snap = db.snapshot();
+        let meta_cf = backend::cf(db, CF_META);
+        let read_i64 = |k: &[u8]| -> Result<i64, StoreError> {
+            match snap.get_cf(meta_cf, k).map_err(io)? {
+                Some(b) => backend::decode(&b).map_err(StoreError::internal),
+                None => Ok(0),
+            }
+        };
+        let alarms = match snap.get_cf(meta_cf, META_ALARMS).map_err(io)? {
+            Some(b) => backend::decode(&b).map_err(StoreError::internal)?,
+            None => Vec::new(),
+        };
+        let mut leases = Vec::new();
+        for item in snap.iterator_cf(backend::cf(db, CF_LEASE), IteratorMode::Start) {
+            let (k, v) = item.map_err(io)?;
+            let id = i64::from_be_bytes(k.as_ref().try_into().map_err(StoreError::internal)?);
+            let ttl = i64::from_be_bytes(v.as_ref().try_into().map_err(StoreError::internal)?);
+            leases.push((id, ttl));
+        }
+        let compacted = read_i64(META_COMPACTED)?;
+        let mut kv = Vec::new();
+        // One key's versions at a time: which of them compaction dropped depends on its
+        // whole history.
+        let mut key_versions: Vec<(Revision, StoredVersion)> = Vec::new();
+        let mut current: Option<Vec<u8>> = None;
+        for item in snap.iterator_cf(backend::cf(db, CF_KV), IteratorMode::Start) {
+            let (k, v) = item.map_err(io)?;
+            let (key, rev) = split_versioned_key(&k)
+                .ok_or_else(|| StoreError::internal("malformed versioned key in backend"))?;
+            if let Some(done) = current.as_ref().filter(|c| **c != key) {
+                keep_compacted(done, &mut key_versions, compacted, &mut kv)?;
+            }
+            current = Some(key);
+            key_versions.push((rev, StoredVersion(k.to_vec(), v.to_vec())));
+        }
+        if let Some(last) = &current {
+            keep_compacted(last, &mut key_versions, compacted, &mut kv)?;
+        }
+        let extra = extra_meta
+            .iter()
+            .map(|k| snap.get_cf(meta_cf, k).map_err(io))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((
+            SnapshotPayload {
+                revision: read_i64(META_REVISION)?,
+                compacted,
+                leases,
+                alarms,
+                kv,
+            },
+            extra,
+        ))
+    }
+
+    /// Replaces the whole keyspace with a snapshot's; `meta` as in [`apply`](Self::apply).
+    pub fn install(
+        &mut self,
+        payload: &SnapshotPayload,
+        meta: &[(&[u8], Vec<u8>)],
+    ) -> Result<(), StoreError> {
+        let mut batch = WriteBatch::default();
+        for name in [CF_KV, CF_LEASE] {
+            let cf = backend::cf(&self.db, name);
+            for item in self.db.iterator_cf(cf, IteratorMode::Start) {
+                let (k, _) = item.map_err(io)?;
+                batch.delete_cf(cf, k);
+            }
+        }
+        let kv = backend::cf(&self.db, CF_KV);
+        for StoredVersion(k, v) in &payload.kv {
+            batch.put_cf(kv, k, v);
+        }
+        let lease = backend::cf(&self.db, CF_LEASE);
+        for (id, ttl) in &payload.leases {
+            batch.put_cf(lease, id.to_be_bytes(), ttl.to_be_bytes());
+        }
+        let meta_cf = backend::cf(&self.db, CF_META);
+        batch.put_cf(meta_cf, META_REVISION, backend::encode(&payload.revision));
+        batch.put_cf(meta_cf, META_COMPACTED, backend::encode(&payload.compacted));
+        batch.put_cf(meta_cf, META_ALARMS, backend::encode(&payload.alarms));
+        for (k, v) in meta {
+            batch.put_cf(meta_cf, k, v);
+        }
+        self.db.write(batch).map_err(io)?;
+        self.load()
+    }
+}
+
+/// Moves the stored versions of `key` (`versions`, oldest first) into `out`, leaving out
+/// those a compaction at `compacted` drops: the same rule as rebuilding the index on start-up.
+fn keep_compacted(
+    key: &[u8],
+    versions: &mut Vec<(Revision, StoredVersion)>,
+    compacted: i64,
+    out: &mut Vec<StoredVersion>,
+) -> Result<(), StoreError> {
+    if compacted <= 0 {
+        out.extend(versions.drain(..).map(|(_, v)| v));
+        return Ok(());
+    }
+    let mut index = TreeIndex::default();
+    for (rev, StoredVersion(_, v)) in versions.iter() {
+        let record =
+            Record::decode(v).ok_or_else(|| StoreError::internal("malformed record in backend"))?;
+        restore(&mut index, key, *rev, &record);
+    }
+    let dropped: BTreeSet<Revision> = index
+        .compact(compacted)
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
+    out.extend(
+        versions
+            .drain(..)
+            .filter(|(rev, _)| !dropped.contains(rev))
+            .map(|(_, v)| v),
+    );
+    Ok(())
+}
