@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use skiff_proto::api::node::{NodeAddress, NodeSystemInfo};
 use skiff_proto::api::{Kind, Node, NodeCondition, NodeStatus, Object, Pod, Taint, Time};
+use skiff_proto::backoff::Backoff;
 use skiff_proto::client::{ClientError, ClusterClient, Code, Event, Informer};
 use skiff_proto::quantity::Quantity;
 use skiff_proto::recorder::{self, EventRecorder};
@@ -305,7 +306,7 @@ impl NodeAgent {
     /// added; capacity and conditions are ours to write).
     async fn register(&self) -> Result<Node> {
         let c = &self.config;
-        let mut delay = Duration::from_millis(100);
+        let mut backoff = Backoff::for_store();
         loop {
             let attempt = async {
                 match self.client.get(Kind::Node, "", &c.name).await? {
@@ -372,9 +373,8 @@ impl NodeAgent {
             }
             tokio::select! {
                 _ = self.cancel.cancelled() => return Err(self.api(ClientError::NoEndpoints)),
-                _ = tokio::time::sleep(delay) => {}
+                _ = backoff.wait() => {}
             }
-            delay = (delay * 2).min(Duration::from_secs(5));
         }
     }
 
@@ -432,7 +432,7 @@ impl NodeAgent {
         };
         let fields = format!("spec.nodeName={}", self.config.name);
         let mut informer = Informer::new(self.client.clone(), Kind::Pod, "", "", &fields);
-        let mut delay = Duration::from_millis(100);
+        let mut backoff = Backoff::for_store();
         let initial = loop {
             tokio::select! {
                 _ = self.cancel.cancelled() => return Ok(()),
@@ -440,12 +440,12 @@ impl NodeAgent {
                     Ok(events) => break events,
                     Err(e) => {
                         tracing::warn!(node = %self.config.name, error = %e, "listing pods failed; retrying");
-                        tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(Duration::from_secs(5));
+                        backoff.wait().await;
                     }
                 },
             }
         };
+        backoff.reset();
         for e in &initial {
             pods.dispatch(e);
         }
@@ -463,7 +463,7 @@ impl NodeAgent {
                 tracing::warn!(node = %self.config.name, error = %e, "pod watch failed; resuming");
                 tokio::select! {
                     _ = self.cancel.cancelled() => return Ok(()),
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = backoff.wait() => {}
                 }
             }
         }

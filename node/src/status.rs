@@ -11,10 +11,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use skiff_proto::api::{Kind, Object, PodStatus};
+use skiff_proto::backoff::Backoff;
 use skiff_proto::client::{ClientError, ClusterClient, Code};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -112,9 +112,6 @@ struct Inner {
 pub struct StatusWriter {
     inner: Arc<Inner>,
 }
-
-const RETRY_FIRST: Duration = Duration::from_millis(100);
-const RETRY_MAX: Duration = Duration::from_secs(5);
 
 impl StatusWriter {
     /// Starts `concurrency` writer tasks that stop when `cancel` fires.
@@ -279,14 +276,14 @@ impl StatusWriter {
             };
             // Another task may be waiting on the same wake-up while more is queued.
             self.inner.work.notify_one();
-            let mut delay = RETRY_FIRST;
+            let mut backoff = Backoff::for_store();
             let outcome = loop {
                 match self.inner.sink.write(&key, &uid, &status).await {
                     Ok(w) => break w,
                     Err(e) => {
+                        let delay = backoff.next_delay();
                         tracing::warn!(pod = %key, error = %e, retry_in = ?delay, "status write failed");
                         tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(RETRY_MAX);
                         self.newer(&key, &mut seq, &mut status);
                     }
                 }

@@ -12,6 +12,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use skiff_proto::api::{Kind, Object, Pod, PodStatus, Time};
+use skiff_proto::backoff::Backoff;
 use skiff_proto::client::{ClusterClient, Code};
 use skiff_proto::recorder::{self, EventRecorder, EventType};
 use tokio::sync::watch;
@@ -362,7 +363,7 @@ fn perform(
 /// Deletes the pod object with grace 0, pinned to the version read, so a new pod that
 /// reuses the name is never deleted. Retries until the pod is gone.
 async fn delete_pod(client: &ClusterClient, key: &PodKey, uid: &str) {
-    let mut delay = Duration::from_millis(100);
+    let mut backoff = Backoff::for_store();
     loop {
         let result = match client.get(Kind::Pod, &key.namespace, &key.name).await {
             Ok(Some(Object::Pod(p))) if p.metadata.uid == uid => {
@@ -381,8 +382,7 @@ async fn delete_pod(client: &ClusterClient, key: &PodKey, uid: &str) {
             Err(e) if e.code() == Some(Code::Aborted) => continue,
             Err(e) => {
                 tracing::warn!(pod = %key, error = %e, "deleting the pod failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
+                backoff.wait().await;
             }
         }
     }

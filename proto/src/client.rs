@@ -11,6 +11,7 @@ use tonic::Status;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::api::{Kind, Object};
+use crate::backoff::Backoff;
 use crate::cluster::v1 as pb;
 use crate::cluster::v1::cluster_client::ClusterClient as Raw;
 use crate::cluster::v1::watch_event::Type;
@@ -379,6 +380,9 @@ impl Informer {
         F: FnMut(&Event, &BTreeMap<String, Object>),
     {
         let mut need_list = true;
+        // Reconnects wait a little longer each time the store stays away, so a thousand
+        // informers do not hammer a member that is starting or a cluster without a leader.
+        let mut backoff = Backoff::for_store();
         loop {
             if need_list {
                 for e in self.relist().await? {
@@ -404,7 +408,7 @@ impl Informer {
                     continue;
                 }
                 Err(e) if e.code() == Some(Code::Unavailable) => {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    backoff.wait().await;
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -418,9 +422,11 @@ impl Informer {
                     }
                     Err(e) => {
                         tracing::debug!(error = %e, "watch broke; resuming");
+                        backoff.wait().await;
                         break;
                     }
                 };
+                backoff.reset();
                 match &event {
                     Event::Added(o) | Event::Modified(o) => {
                         self.revision = self.revision.max(o.metadata().revision().unwrap_or(0));

@@ -9,6 +9,8 @@
 //! | [`cluster`]  | the typed cluster API service (generated from `proto/skiff/cluster`)    |
 //! | [`client`]   | the cluster API client and informer the scheduler, agents and CLI share |
 //! | [`recorder`] | the event recorder: `Event` objects written in the background, repeats folded |
+//! | [`backoff`]  | the back-off with jitter every retry loop uses                          |
+//! | [`duration`] | the parser of every duration flag (`500ms`, `1h30m`)                    |
 //! | [`raft`]     | the peer service between store members (generated, peer port only)     |
 //! | [`etcd`]     | the etcd v3 messages and server traits, wire-exact from `etcd-client`   |
 //!
@@ -16,7 +18,9 @@
 //! they meet the store only over the wire.
 
 pub mod api;
+pub mod backoff;
 pub mod client;
+pub mod duration;
 pub mod manifest;
 pub mod quantity;
 pub mod recorder;

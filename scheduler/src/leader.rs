@@ -17,6 +17,7 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, PutOptions, Txn, TxnOp, TxnOpResponse,
     WatchOptions,
 };
+use skiff_proto::backoff::Backoff;
 use tokio::sync::watch;
 
 /// The key scheduler processes elect their leader on.
@@ -143,6 +144,12 @@ pub async fn acquire(
 async fn keep_alive(mut client: Client, lease: i64, ttl: Duration, lost: watch::Sender<bool>) {
     let mut last_ok = Instant::now();
     let period = ttl / 3;
+    // A broken keep-alive stream is reopened quickly (the lease must be renewed within its
+    // TTL), but not in a tight loop while no member answers.
+    let mut backoff = Backoff::new(
+        Duration::from_millis(100),
+        period.min(Duration::from_secs(1)),
+    );
     loop {
         let renewed = async {
             let (mut keeper, mut stream) = client.lease_keep_alive(lease).await?;
@@ -151,6 +158,7 @@ async fn keep_alive(mut client: Client, lease: i64, ttl: Duration, lost: watch::
                 match stream.message().await? {
                     Some(r) if r.ttl() > 0 => {
                         last_ok = Instant::now();
+                        backoff.reset();
                     }
                     // The store no longer knows the lease: the key is gone.
                     Some(_) => return Ok::<bool, etcd_client::Error>(false),
@@ -167,13 +175,13 @@ async fn keep_alive(mut client: Client, lease: i64, ttl: Duration, lost: watch::
         match renewed {
             Ok(false) => break,
             Ok(true) if last_ok.elapsed() >= ttl => break,
-            Ok(true) => tokio::time::sleep(period.min(Duration::from_secs(1))).await,
+            Ok(true) => backoff.wait().await,
             Err(e) => {
                 tracing::warn!(error = %e, "lease keep-alive failed");
                 if last_ok.elapsed() >= ttl {
                     break;
                 }
-                tokio::time::sleep(period.min(Duration::from_secs(1))).await;
+                backoff.wait().await;
             }
         }
     }

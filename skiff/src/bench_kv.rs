@@ -21,7 +21,7 @@ use anyhow::{Context, Result, bail};
 use etcd_client::{Client, GetOptions, PutOptions, Txn, TxnOp, WatchOptions};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
-pub use skiff_scheduler::bench::Percentiles;
+pub use skiff_scheduler::bench::{Latencies, Percentiles};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -144,7 +144,7 @@ struct CompactionArgs {
     #[arg(long, default_value_t = 64)]
     val_size: usize,
     /// How long to measure before the compaction, and after its request returns.
-    #[arg(long, default_value = "5s", value_parser = crate::node::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = skiff_proto::duration::parse)]
     window: Duration,
 }
 
@@ -180,12 +180,6 @@ pub struct Report {
     /// Test-specific figures.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub extra: Vec<(String, f64)>,
-}
-
-/// Latency percentiles in milliseconds of `d` (the scheduler benchmark's type, so every
-/// benchmark reports them alike).
-pub fn percentiles(d: &[Duration]) -> Percentiles {
-    Percentiles::of(d.iter().map(|x| x.as_micros() as u64).collect())
 }
 
 impl Report {
@@ -279,7 +273,7 @@ where
         let client = conns[c % conns.len()].clone();
         let (op, next, pb) = (op.clone(), next.clone(), pb.clone());
         tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
+            let mut lat = Latencies::new();
             let mut errors = 0usize;
             loop {
                 let n = next.fetch_add(1, Ordering::Relaxed);
@@ -288,7 +282,7 @@ where
                 }
                 let t = Instant::now();
                 match op(client.clone(), n).await {
-                    Ok(()) => lat.push(t.elapsed()),
+                    Ok(()) => lat.record(t.elapsed()),
                     Err(_) => errors += 1,
                 }
                 pb.inc(1);
@@ -296,11 +290,11 @@ where
             (lat, errors)
         }));
     }
-    let mut lat = Vec::new();
+    let mut lat = Latencies::new();
     let mut errors = 0;
     for t in tasks {
         let (l, e) = t.await?;
-        lat.extend(l);
+        lat.merge(&l);
         errors += e;
     }
     pb.finish_and_clear();
@@ -310,11 +304,11 @@ where
         endpoints: a.endpoints.clone(),
         conns: a.conns,
         clients: a.clients,
-        ok: lat.len(),
+        ok: lat.len() as usize,
         errors,
         seconds,
         per_second: lat.len() as f64 / seconds,
-        latency_ms: percentiles(&lat),
+        latency_ms: lat.percentiles(),
         extra: Vec::new(),
     })
 }
@@ -514,7 +508,7 @@ async fn compaction(a: &Args, c: CompactionArgs) -> Result<Report> {
         errors,
         seconds,
         per_second: during.len() as f64 / seconds,
-        latency_ms: percentiles(&during),
+        latency_ms: during.iter().collect::<Latencies>().percentiles(),
         extra: vec![
             ("stale revisions".into(), c.revisions as f64),
             ("fill puts/s".into(), fill.per_second),
@@ -718,7 +712,7 @@ async fn watch(a: &Args, w: WatchArgs) -> Result<Report> {
         let stop = stop.clone();
         readers.push(tokio::spawn(async move {
             let _keep = watcher;
-            let mut lat = Vec::new();
+            let mut lat = Latencies::new();
             loop {
                 let resp = tokio::select! {
                     () = stop.cancelled() => break,
@@ -735,7 +729,7 @@ async fn watch(a: &Args, w: WatchArgs) -> Result<Report> {
                         .and_then(|b| b.try_into().ok())
                         .map_or(0, u64::from_le_bytes);
                     let now = epoch.elapsed().as_nanos() as u64;
-                    lat.push(Duration::from_nanos(now.saturating_sub(sent)));
+                    lat.record(Duration::from_nanos(now.saturating_sub(sent)));
                     delivered.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -792,9 +786,9 @@ async fn watch(a: &Args, w: WatchArgs) -> Result<Report> {
     let seconds = start.elapsed().as_secs_f64();
     let got = delivered.load(Ordering::Relaxed);
     stop.cancel();
-    let mut lat = Vec::new();
+    let mut lat = Latencies::new();
     for r in readers {
-        lat.extend(r.await?);
+        lat.merge(&r.await?);
     }
     let mut report = Report {
         test: "watch".into(),
@@ -805,7 +799,7 @@ async fn watch(a: &Args, w: WatchArgs) -> Result<Report> {
         errors: (want.saturating_sub(got)) as usize + put_errors,
         seconds,
         per_second: got as f64 / seconds,
-        latency_ms: percentiles(&lat),
+        latency_ms: lat.percentiles(),
         extra: vec![
             ("watchers".into(), w.watchers as f64),
             ("puts/s achieved".into(), w.puts as f64 / put_seconds),

@@ -15,8 +15,8 @@ use parking_lot::Mutex;
 use skiff_proto::api::{Kind, Object};
 use skiff_proto::client::{ClusterClient, Event};
 
-use crate::bench_kv::percentiles;
 use crate::config::Endpoints;
+use skiff_scheduler::bench::Latencies;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -32,9 +32,9 @@ pub struct Args {
     /// CPU request of each pod.
     #[arg(long, default_value = "10m")]
     cpu: String,
-    /// Give up on pods not Running after this many seconds.
-    #[arg(long, default_value_t = 600)]
-    timeout: u64,
+    /// Give up on pods not Running after this long.
+    #[arg(long, default_value = "10m", value_parser = skiff_proto::duration::parse)]
+    timeout: Duration,
     /// Leave the pods (and their namespace) in place.
     #[arg(long)]
     keep: bool,
@@ -63,7 +63,7 @@ fn pod(ns: &str, name: &str, cpu: &str) -> Result<Object> {
 }
 
 fn line(what: &str, d: Vec<Duration>) -> String {
-    let p = percentiles(&d);
+    let p = d.iter().collect::<Latencies>().percentiles();
     format!(
         "  {what:<28} p50 {:>7.0} ms   p90 {:>7.0} ms   p99 {:>7.0} ms   max {:>7.0} ms",
         p.p50, p.p90, p.p99, p.max
@@ -166,7 +166,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         created_in.as_secs_f64(),
         want as f64 / created_in.as_secs_f64()
     );
-    let deadline = Instant::now() + Duration::from_secs(a.timeout);
+    let deadline = Instant::now() + a.timeout;
     let mut last_report = Instant::now();
     loop {
         let n = *done_rx.borrow_and_update();

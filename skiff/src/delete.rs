@@ -35,9 +35,9 @@ pub struct Args {
     /// Wait until the objects are gone (`--wait=false` returns once deletion has begun).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     wait: bool,
-    /// Give up waiting after this many seconds (0: the grace period plus a minute).
-    #[arg(long, default_value_t = 0)]
-    timeout: u64,
+    /// Give up waiting after this long (`90s`, `5m`; 0: the grace period plus a minute).
+    #[arg(long, default_value = "0s", value_parser = skiff_proto::duration::parse)]
+    timeout: Duration,
     #[command(flatten)]
     endpoints: Endpoints,
 }
@@ -79,8 +79,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         let singular = kind.name().to_ascii_lowercase();
         for (name, grace) in waiting {
             if args.wait {
-                let limit = if args.timeout > 0 {
-                    Duration::from_secs(args.timeout)
+                let limit = if !args.timeout.is_zero() {
+                    args.timeout
                 } else {
                     Duration::from_secs(u64::try_from(grace).unwrap_or(0) + 60)
                 };

@@ -23,9 +23,9 @@ pub struct Args {
     /// Faults (comma-separated): partition, loss, kill, pause, member, compact; or `none`.
     #[arg(long, value_delimiter = ',', default_value = "partition,kill")]
     nemesis: Vec<String>,
-    /// Seconds of traffic per run.
-    #[arg(long, default_value_t = 60)]
-    time_limit: u64,
+    /// Traffic per run (`60s`, `5m`; a bare number is seconds).
+    #[arg(long, default_value = "60s", value_parser = skiff_proto::duration::parse)]
+    time_limit: Duration,
     /// Seed of the first run; run k uses seed + k.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -81,7 +81,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         skiff: std::env::current_exe().context("finding the skiff binary")?,
         workloads: args.workload,
         nemeses,
-        time_limit: Duration::from_secs(args.time_limit),
+        time_limit: args.time_limit,
         seed: args.seed,
         runs: args.runs,
         nodes: args.nodes,

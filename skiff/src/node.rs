@@ -127,47 +127,23 @@ pub struct Args {
     #[arg(long, default_value = "0.0.0.0:10250")]
     logs_address: String,
     /// How often the Node's heartbeat is written (`10s`, `500ms`).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = skiff_proto::duration::parse)]
     heartbeat_interval: Duration,
     /// First CrashLoopBackOff delay (kubelet: 10s).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = skiff_proto::duration::parse)]
     backoff_initial: Duration,
     /// CrashLoopBackOff cap (kubelet: 5m).
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, default_value = "5m", value_parser = skiff_proto::duration::parse)]
     backoff_max: Duration,
     /// Simulated runtime: how long starting a sandbox takes.
-    #[arg(long, default_value = "5ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "5ms", value_parser = skiff_proto::duration::parse)]
     sim_sandbox_latency: Duration,
     /// Simulated runtime: how long starting a container takes.
-    #[arg(long, default_value = "5ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "5ms", value_parser = skiff_proto::duration::parse)]
     sim_start_latency: Duration,
     /// Do not record events (Pulled, Created, Started, Killing, BackOff, …).
     #[arg(long)]
     no_events: bool,
-}
-
-/// `500ms`, `10s`, `5m`, `1h` (a bare number is seconds).
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?}: expected e.g. 500ms, 10s, 5m"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => {
-            return Err(format!(
-                "invalid duration {text:?}: unit must be ms, s, m or h"
-            ));
-        }
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {text:?}: {e}"))
 }
 
 fn parse_labels(items: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
@@ -414,9 +390,6 @@ mod tests {
 
     #[test]
     fn flags_parse() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert!(parse_duration("soon").is_err());
         let t = parse_taints(&["dedicated=db:NoExecute".into(), "gpu:NoSchedule".into()])
             .expect("taints");
         assert_eq!(

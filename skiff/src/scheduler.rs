@@ -35,9 +35,10 @@ pub struct Args {
     /// Schedule without electing a leader (only safe when no other scheduler runs).
     #[arg(long)]
     no_leader_elect: bool,
-    /// Seconds the leadership lease lives without renewal; a standby takes over after it.
-    #[arg(long, default_value_t = 10)]
-    lease_ttl: u64,
+    /// How long the leadership lease lives without renewal (at least 2s); a standby takes
+    /// over after it.
+    #[arg(long, default_value = "10s", value_parser = skiff_proto::duration::parse)]
+    lease_ttl: std::time::Duration,
     /// Do not record Scheduled / FailedScheduling events.
     #[arg(long)]
     no_events: bool,
@@ -56,7 +57,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         metrics_addr: args.metrics_addr,
         leader_elect: !args.no_leader_elect,
         events: !args.no_events,
-        lease_ttl: std::time::Duration::from_secs(args.lease_ttl.max(2)),
+        lease_ttl: args.lease_ttl.max(std::time::Duration::from_secs(2)),
         identity: format!(
             "{}/{}",
             std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into()),

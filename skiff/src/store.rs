@@ -62,7 +62,7 @@ pub struct Args {
     snapshot_catchup_entries: u64,
     /// How long an Event object is kept after its last update (kube-apiserver's
     /// `--event-ttl`): `1h`, `30m`.
-    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    #[arg(long, default_value = "1h", value_parser = skiff_proto::duration::parse)]
     event_ttl: Duration,
     /// Largest request a client may send, in bytes.
     #[arg(long, default_value_t = 1536 * 1024)]
@@ -88,28 +88,12 @@ pub struct Args {
         long,
         alias = "experimental-compaction-sleep-interval",
         default_value = "10ms",
-        value_parser = parse_duration
+        value_parser = skiff_proto::duration::parse
     )]
     compaction_sleep_interval: Duration,
     /// Interval of progress notifications to watchers that asked for them (e.g. 10m, 5s).
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    #[arg(long, default_value = "10m", value_parser = skiff_proto::duration::parse)]
     experimental_watch_progress_notify_interval: Duration,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or((s, "s"), |i| s.split_at(i));
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?}: expected a duration like 500ms, 5s or 10m"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h)")),
-    }
 }
 
 fn parse_initial_cluster(s: &str) -> anyhow::Result<Vec<(String, String)>> {
@@ -214,10 +198,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_and_initial_cluster() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
-        assert!(parse_duration("ten").is_err());
+    fn initial_cluster() {
         let c = parse_initial_cluster("a=http://127.0.0.1:1,b=http://127.0.0.1:2").expect("valid");
         assert_eq!(c[1], ("b".to_string(), "http://127.0.0.1:2".to_string()));
         assert!(parse_initial_cluster("a").is_err());
