@@ -180,6 +180,14 @@ where
         }
         let popped = Instant::now();
         let first = pods[0].clone();
+        // One scheduling attempt: a batch of pods of one signature, filtered, scored and
+        // committed together.
+        let _attempt = tracing::debug_span!(
+            "scheduler.attempt",
+            pod = %first.key(),
+            pods = pods.len()
+        )
+        .entered();
         if first.has_pod_terms() {
             filter::register_terms(&mut core.table.write(), &first);
         }
