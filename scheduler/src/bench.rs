@@ -36,24 +36,77 @@ pub struct Percentiles {
     pub max: f64,
 }
 
-impl Percentiles {
-    /// From samples in microseconds.
-    pub fn of(mut us: Vec<u64>) -> Self {
-        if us.is_empty() {
-            return Self::default();
+/// Recorded latencies: an HDR histogram of microseconds with three significant figures, so
+/// every percentile is within 0.1 % and the recorder stays a few tens of kilobytes however
+/// many samples a benchmark takes (it runs on the machine it measures). Every benchmark
+/// records its latencies here and reports them as [`Percentiles`].
+#[derive(Debug, Clone)]
+pub struct Latencies(hdrhistogram::Histogram<u64>);
+
+impl Default for Latencies {
+    fn default() -> Self {
+        Latencies::new()
+    }
+}
+
+impl Latencies {
+    pub fn new() -> Self {
+        match hdrhistogram::Histogram::new(3) {
+            Ok(h) => Latencies(h),
+            // Three significant figures is within the histogram's range (0 to 5).
+            Err(e) => unreachable!("histogram precision: {e}"),
         }
-        us.sort_unstable();
-        let at = |q: f64| {
-            let i = ((us.len() as f64 * q).ceil() as usize).clamp(1, us.len()) - 1;
-            us[i] as f64 / 1000.0
-        };
+    }
+
+    /// Records one sample (microsecond resolution; an auto-resizing histogram takes any).
+    pub fn record(&mut self, d: Duration) {
+        self.0
+            .saturating_record(d.as_micros().min(u128::from(u64::MAX)) as u64);
+    }
+
+    /// Adds every sample of `other`.
+    pub fn merge(&mut self, other: &Latencies) {
+        // Both histograms auto-resize, so adding cannot run out of range.
+        let _ = self.0.add(&other.0);
+    }
+
+    pub fn len(&self) -> u64 {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The percentiles, in milliseconds (all zero without samples).
+    pub fn percentiles(&self) -> Percentiles {
+        if self.0.is_empty() {
+            return Percentiles::default();
+        }
+        let at = |q: f64| self.0.value_at_quantile(q) as f64 / 1000.0;
         Percentiles {
             p50: at(0.50),
             p90: at(0.90),
             p99: at(0.99),
             p999: at(0.999),
-            max: us[us.len() - 1] as f64 / 1000.0,
+            max: self.0.max() as f64 / 1000.0,
         }
+    }
+}
+
+impl FromIterator<Duration> for Latencies {
+    fn from_iter<I: IntoIterator<Item = Duration>>(iter: I) -> Self {
+        let mut l = Latencies::new();
+        for d in iter {
+            l.record(d);
+        }
+        l
+    }
+}
+
+impl<'a> FromIterator<&'a Duration> for Latencies {
+    fn from_iter<I: IntoIterator<Item = &'a Duration>>(iter: I) -> Self {
+        iter.into_iter().copied().collect()
     }
 }
 
@@ -97,7 +150,7 @@ pub fn run(config: &Config, progress: impl Fn(usize) + Send + Sync + 'static) ->
         }
     }
     let decided = Arc::new(AtomicUsize::new(0));
-    let latencies = Arc::new(Mutex::new(Vec::with_capacity(config.pods)));
+    let latencies = Arc::new(Mutex::new(Latencies::new()));
     let unschedulable = Arc::new(AtomicUsize::new(0));
     let seen = Arc::new(Mutex::new(std::collections::HashSet::new()));
     let done = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
@@ -125,7 +178,7 @@ pub fn run(config: &Config, progress: impl Fn(usize) + Send + Sync + 'static) ->
                     Verdict::Placed { pod, latency, .. } => (pod.key(), *latency, true),
                     Verdict::Unschedulable { pod, latency, .. } => (pod.key(), *latency, false),
                 };
-                lat.push(latency.as_micros() as u64);
+                lat.record(latency);
                 // A pod counts once: its first unschedulable verdict, or its placement.
                 if seen.insert(key) {
                     new += 1;
@@ -199,7 +252,7 @@ pub fn run(config: &Config, progress: impl Fn(usize) + Send + Sync + 'static) ->
         unschedulable: unsched,
         conflicts: stats.conflicts.load(Ordering::Relaxed),
         batches: stats.batches.load(Ordering::Relaxed),
-        attempt_ms: Percentiles::of(std::mem::take(&mut latencies.lock())),
+        attempt_ms: latencies.lock().percentiles(),
         cpu_utilisation: [
             if min.is_finite() { min } else { 0.0 },
             mean,

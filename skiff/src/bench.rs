@@ -10,6 +10,7 @@ use skiff_proto::api::{Kind, Object};
 use skiff_proto::client::ClusterClient;
 use skiff_proto::cluster::v1::Binding;
 use skiff_proto::cluster::v1::bind_result::Outcome;
+use skiff_scheduler::bench::Latencies;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -199,11 +200,11 @@ async fn bind(a: BindArgs) -> anyhow::Result<ExitCode> {
         .collect::<Vec<_>>()
         .await;
     let elapsed = start.elapsed();
-    let mut latencies = Vec::new();
+    let mut latencies = Latencies::new();
     let mut bound = 0usize;
     let mut refused = 0usize;
     for (lat, r) in results {
-        latencies.push(lat);
+        latencies.record(lat);
         for res in r? {
             if res.outcome == Outcome::Bound as i32 {
                 bound += 1;
@@ -212,7 +213,7 @@ async fn bind(a: BindArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let lat = crate::bench_kv::percentiles(&latencies);
+    let lat = latencies.percentiles();
     println!(
         "bind: {bound} pods bound ({refused} refused) in {:.2} s: {:.0} bindings/s; batch {}, concurrency {}; \
          Bind call latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",

@@ -13,7 +13,7 @@ use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use skiff_proto::api::{Kind, Object};
 use skiff_proto::client::{ClusterClient, Event};
-use skiff_scheduler::bench::{self, Percentiles, Report};
+use skiff_scheduler::bench::{self, Latencies, Report};
 use skiff_scheduler::service;
 use skiff_scheduler::synth::{self, Profile};
 
@@ -300,7 +300,7 @@ async fn e2e(a: &Args, workers: usize) -> anyhow::Result<ExitCode> {
         let _ = s.await;
     }
     let seconds = last.duration_since(start).as_secs_f64();
-    let latency = Percentiles::of(bound.values().map(|d| d.as_micros() as u64).collect());
+    let latency = bound.values().collect::<Latencies>().percentiles();
     println!(
         "scheduler e2e {} profile through the store: {} pods on {nodes} nodes, {workers} workers",
         a.profile.name(),
