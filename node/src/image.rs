@@ -29,37 +29,56 @@ const APPLETS: &[&str] = &[
     "date", "hostname", "grep", "seq", "ln", "cp", "mv", "wc", "free", "timeout",
 ];
 
-fn octal(field: &mut [u8], value: u64) {
-    let width = field.len() - 1;
-    let text = format!("{value:0width$o}");
-    field[..width].copy_from_slice(&text.as_bytes()[text.len() - width..]);
-    field[width] = 0;
-}
+/// A tar archive built in memory. Entries are owned by root, dated at the epoch (so the same
+/// input gives the same archive, and the same digests), and written in GNU format, which takes
+/// names and link targets of any length.
+struct Archive(tar::Builder<Vec<u8>>);
 
-/// Appends one ustar entry (`kind`: b'0' file, b'2' symlink, b'5' directory).
-fn tar_entry(out: &mut Vec<u8>, path: &str, kind: u8, mode: u64, data: &[u8], link: &str) {
-    let mut h = [0u8; 512];
-    h[..path.len().min(100)].copy_from_slice(&path.as_bytes()[..path.len().min(100)]);
-    octal(&mut h[100..108], mode);
-    octal(&mut h[108..116], 0);
-    octal(&mut h[116..124], 0);
-    octal(&mut h[124..136], data.len() as u64);
-    octal(&mut h[136..148], 0);
-    h[148..156].fill(b' ');
-    h[156] = kind;
-    h[157..157 + link.len().min(100)].copy_from_slice(&link.as_bytes()[..link.len().min(100)]);
-    h[257..263].copy_from_slice(b"ustar\0");
-    h[263..265].copy_from_slice(b"00");
-    let sum: u64 = h.iter().map(|b| u64::from(*b)).sum();
-    let text = format!("{sum:06o}\0 ");
-    h[148..156].copy_from_slice(text.as_bytes());
-    out.extend_from_slice(&h);
-    out.extend_from_slice(data);
-    out.resize(out.len().next_multiple_of(512), 0);
-}
+impl Archive {
+    fn new() -> Self {
+        Archive(tar::Builder::new(Vec::new()))
+    }
 
-fn tar_end(out: &mut Vec<u8>) {
-    out.resize(out.len() + 1024, 0);
+    fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        h.set_size(size);
+        h
+    }
+
+    fn file(&mut self, path: &str, mode: u32, data: &[u8]) {
+        let mut h = Self::header(tar::EntryType::Regular, mode, data.len() as u64);
+        self.push(|b| b.append_data(&mut h, path, data));
+    }
+
+    fn dir(&mut self, path: &str, mode: u32) {
+        let mut h = Self::header(tar::EntryType::Directory, mode, 0);
+        self.push(|b| b.append_data(&mut h, path, std::io::empty()));
+    }
+
+    fn symlink(&mut self, path: &str, target: &str) {
+        let mut h = Self::header(tar::EntryType::Symlink, 0o777, 0);
+        self.push(|b| b.append_link(&mut h, path, target));
+    }
+
+    /// Writing into a `Vec` cannot fail; a path the format cannot hold (absolute, or with
+    /// `..`) is a bug in the fixed layout above.
+    fn push(&mut self, add: impl FnOnce(&mut tar::Builder<Vec<u8>>) -> std::io::Result<()>) {
+        if let Err(e) = add(&mut self.0) {
+            panic!("image archive entry: {e}");
+        }
+    }
+
+    fn finish(self) -> Vec<u8> {
+        match self.0.into_inner() {
+            Ok(bytes) => bytes,
+            Err(e) => panic!("image archive: {e}"),
+        }
+    }
 }
 
 fn sha256(data: &[u8]) -> String {
@@ -69,16 +88,15 @@ fn sha256(data: &[u8]) -> String {
 
 /// The root filesystem layer: `busybox` and its applet links.
 fn layer(busybox: &[u8]) -> Vec<u8> {
-    let mut t = Vec::new();
-    tar_entry(&mut t, "bin/", b'5', 0o755, &[], "");
-    tar_entry(&mut t, "bin/busybox", b'0', 0o755, busybox, "");
+    let mut t = Archive::new();
+    t.dir("bin/", 0o755);
+    t.file("bin/busybox", 0o755, busybox);
     for a in APPLETS {
-        tar_entry(&mut t, &format!("bin/{a}"), b'2', 0o777, &[], "busybox");
+        t.symlink(&format!("bin/{a}"), "busybox");
     }
-    tar_entry(&mut t, "tmp/", b'5', 0o1777, &[], "");
-    tar_entry(&mut t, "etc/", b'5', 0o755, &[], "");
-    tar_end(&mut t);
-    t
+    t.dir("tmp/", 0o1777);
+    t.dir("etc/", 0o755);
+    t.finish()
 }
 
 /// An OCI image layout archive of one image named `name`.
@@ -126,34 +144,19 @@ pub fn archive(name: &str, busybox: &[u8], entrypoint: &[&str], cmd: &[&str]) ->
     })
     .to_string()
     .into_bytes();
-    let mut t = Vec::new();
-    tar_entry(
-        &mut t,
-        "oci-layout",
-        b'0',
-        0o644,
-        br#"{"imageLayoutVersion":"1.0.0"}"#,
-        "",
-    );
-    tar_entry(&mut t, "index.json", b'0', 0o644, &index, "");
-    tar_entry(&mut t, "blobs/", b'5', 0o755, &[], "");
-    tar_entry(&mut t, "blobs/sha256/", b'5', 0o755, &[], "");
+    let mut t = Archive::new();
+    t.file("oci-layout", 0o644, br#"{"imageLayoutVersion":"1.0.0"}"#);
+    t.file("index.json", 0o644, &index);
+    t.dir("blobs/", 0o755);
+    t.dir("blobs/sha256/", 0o755);
     for (digest, blob) in [
         (&layer_digest, &layer),
         (&config_digest, &config),
         (&manifest_digest, &manifest),
     ] {
-        tar_entry(
-            &mut t,
-            &format!("blobs/sha256/{digest}"),
-            b'0',
-            0o644,
-            blob,
-            "",
-        );
+        t.file(&format!("blobs/sha256/{digest}"), 0o644, blob);
     }
-    tar_end(&mut t);
-    t
+    t.finish()
 }
 
 fn oci_arch() -> &'static str {
@@ -188,19 +191,44 @@ pub fn pause_archive(busybox: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    /// Every entry reads back with its name, kind, mode and contents, whatever the length of
+    /// its name.
     #[test]
-    fn tar_headers_are_valid_ustar() {
-        let mut t = Vec::new();
-        tar_entry(&mut t, "bin/x", b'0', 0o755, b"hello", "");
-        assert_eq!(t.len(), 1024);
-        assert_eq!(&t[257..263], b"ustar\0");
-        // The checksum is the sum of the header with the checksum field read as spaces.
-        let mut h = t[..512].to_vec();
-        let stored = u64::from_str_radix(std::str::from_utf8(&h[148..154]).unwrap(), 8).unwrap();
-        h[148..156].fill(b' ');
-        assert_eq!(stored, h.iter().map(|b| u64::from(*b)).sum::<u64>());
-        assert_eq!(&t[124..135], b"00000000005");
-        assert_eq!(&t[512..517], b"hello");
+    fn entries_read_back() {
+        let long = format!("blobs/sha256/{}", "a".repeat(120));
+        let mut t = Archive::new();
+        t.dir("bin/", 0o755);
+        t.file("bin/x", 0o755, b"hello");
+        t.symlink("bin/sh", "x");
+        t.file(&long, 0o644, b"blob");
+        let bytes = t.finish();
+        let mut read = tar::Archive::new(bytes.as_slice());
+        let mut seen = Vec::new();
+        for entry in read.entries().expect("entries") {
+            let mut entry = entry.expect("entry");
+            let path = entry.path().expect("path").to_string_lossy().into_owned();
+            let kind = entry.header().entry_type();
+            let mode = entry.header().mode().expect("mode");
+            let link = entry
+                .link_name()
+                .expect("link")
+                .map(|l| l.to_string_lossy().into_owned());
+            let mut data = Vec::new();
+            std::io::Read::read_to_end(&mut entry, &mut data).expect("data");
+            seen.push((path, kind, mode, link, data));
+        }
+        assert_eq!(seen.len(), 4);
+        assert_eq!(seen[0].0, "bin/");
+        assert!(seen[0].1.is_dir());
+        assert_eq!((seen[1].2, seen[1].4.as_slice()), (0o755, &b"hello"[..]));
+        assert_eq!(seen[2].3.as_deref(), Some("x"));
+        assert_eq!(seen[3].0, long);
+        assert_eq!(seen[3].4, b"blob");
+    }
+
+    #[test]
+    fn archives_are_reproducible() {
+        assert_eq!(busybox_archive(b"bb"), busybox_archive(b"bb"));
     }
 
     #[test]

@@ -9,7 +9,6 @@
 use std::fs::File;
 use std::io::Write as _;
 use std::net::TcpListener;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -77,15 +76,19 @@ pub(super) fn lock(dir: &Path) -> Result<File> {
         .write(true)
         .open(&path)
         .with_context(|| format!("opening {}", path.display()))?;
-    // SAFETY: flock on a file descriptor we own.
-    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-    if !locked {
-        let holder = std::fs::read_to_string(&path).unwrap_or_default();
-        bail!(
-            "another `skiff up` runs from {} (pid {}); stop it first, or pass another --data-dir",
-            dir.display(),
-            holder.trim()
-        );
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            bail!(
+                "another `skiff up` runs from {} (pid {}); stop it first, or pass another --data-dir",
+                dir.display(),
+                holder.trim()
+            );
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("locking {}", path.display()));
+        }
     }
     file.set_len(0).context("lock file")?;
     write!(file, "{}", std::process::id()).context("lock file")?;
