@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
 
 mod apply;
 mod bench;
@@ -26,14 +27,14 @@ mod validate;
 #[derive(Debug, Parser)]
 #[command(name = "skiff", version = skiff_proto::VERSION, propagate_version = true)]
 struct Cli {
-    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `skiff_store=debug`.
-    #[arg(
-        long,
-        global = true,
-        env = "SKIFF_LOG",
-        default_value = "warn,openraft=error"
-    )]
-    log: String,
+    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `skiff_store=debug`; without it,
+    /// `RUST_LOG`, else `warn,openraft=error`. A filter that does not parse is an error.
+    #[arg(long, global = true, env = "SKIFF_LOG")]
+    log: Option<String>,
+
+    /// Log lines as text or as one JSON object per line (with the fields of every span).
+    #[arg(long, global = true, env = "SKIFF_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 
     #[command(subcommand)]
     command: Command,
@@ -87,15 +88,48 @@ fn heap_allocated_bytes() -> Option<u64> {
         .map(|b| b as u64)
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The log filter in force: `--log` (or `SKIFF_LOG`), else `RUST_LOG`, else the default.
+fn log_filter(flag: Option<&str>, rust_log: Option<&str>) -> anyhow::Result<EnvFilter> {
+    let (text, from) = match (flag, rust_log) {
+        (Some(f), _) => (f, "--log"),
+        (None, Some(r)) if !r.trim().is_empty() => (r, "RUST_LOG"),
+        _ => ("warn,openraft=error", "the default"),
+    };
+    EnvFilter::builder()
+        .parse(text)
+        .map_err(|e| anyhow::anyhow!("invalid log filter {text:?} (from {from}): {e}"))
+}
+
+fn init_logging(flag: Option<&str>, format: LogFormat) -> anyhow::Result<()> {
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let filter = log_filter(flag, rust_log.as_deref())?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     skiff_store::server::set_heap_probe(heap_allocated_bytes);
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    if let Err(e) = init_logging(cli.log.as_deref(), cli.log_format) {
+        eprintln!("error: {e:#}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Version => {
             println!("skiff {}", skiff_proto::VERSION);
@@ -123,5 +157,34 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flag_wins_over_rust_log_and_bad_filters_are_errors() {
+        assert_eq!(
+            log_filter(Some("debug"), Some("trace"))
+                .expect("valid")
+                .to_string(),
+            "debug"
+        );
+        assert_eq!(
+            log_filter(None, Some("skiff_store=debug"))
+                .expect("valid")
+                .to_string(),
+            "skiff_store=debug"
+        );
+        assert!(log_filter(None, None).is_ok());
+        let e = log_filter(Some("info,skiff=loud"), None).expect_err("bad level");
+        assert!(
+            e.to_string().contains("\"info,skiff=loud\" (from --log)"),
+            "{e}"
+        );
+        let e = log_filter(None, Some("=[")).expect_err("bad RUST_LOG");
+        assert!(e.to_string().contains("from RUST_LOG"), "{e}");
     }
 }
