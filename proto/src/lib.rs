@@ -9,6 +9,8 @@
 //! | [`cluster`]  | the typed cluster API service (generated from `proto/skiff/cluster`)    |
 //! | [`client`]   | the cluster API client and informer the scheduler, agents and CLI share |
 //! | [`recorder`] | the event recorder: `Event` objects written in the background, repeats folded |
+//! | [`metrics`]  | the Prometheus registry, process metrics and `/metrics` every process serves |
+//! | [`http`]     | the HTTP client of probes and metric scrapes                            |
 //! | [`raft`]     | the peer service between store members (generated, peer port only)     |
 //! | [`etcd`]     | the etcd v3 messages and server traits, wire-exact from `etcd-client`   |
 //!
@@ -17,7 +19,9 @@
 
 pub mod api;
 pub mod client;
+pub mod http;
 pub mod manifest;
+pub mod metrics;
 pub mod quantity;
 pub mod recorder;
 pub mod selector;
