@@ -31,6 +31,7 @@ use tokio_util::task::TaskTracker;
 use crate::admission;
 use crate::engine::{Adopted, EngineConfig};
 use crate::logs::{ENDPOINT_ANNOTATION, LogService};
+use crate::metrics::{self, AgentMetrics};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::status::StatusWriter;
 use crate::worker::{self, WorkerContext, WorkerHandle};
@@ -116,19 +117,32 @@ pub fn host_capacity() -> (i64, i64) {
     (cpus, memory)
 }
 
+/// Where an agent process serves, each optional: container logs (gRPC) and `/metrics` +
+/// `/healthz` (HTTP). One of each per process, however many nodes it hosts.
+#[derive(Debug, Default)]
+pub struct Listeners {
+    pub logs: Option<tokio::net::TcpListener>,
+    pub metrics: Option<tokio::net::TcpListener>,
+}
+
 /// Runs every node in `nodes` on one client connection and one runtime until `cancel` fires,
-/// serving their container logs on `logs` when given. Pods keep running in the runtime when
-/// the agent stops (the next agent adopts them).
+/// serving their container logs and the process's metrics on `listeners`. Pods keep running
+/// in the runtime when the agent stops (the next agent adopts them).
 pub async fn run(
     client: ClusterClient,
     runtime: Arc<dyn Runtime>,
     nodes: Vec<NodeConfig>,
-    logs: Option<tokio::net::TcpListener>,
+    listeners: Listeners,
     cancel: CancellationToken,
 ) -> Result<()> {
     for n in &nodes {
         n.validate()?;
     }
+    let counters = AgentMetrics::default();
+    if let Some(listener) = listeners.metrics {
+        metrics::serve(listener, counters.registry(), cancel.clone());
+    }
+    let logs = listeners.logs;
     if let Some(listener) = logs {
         let service = LogService::new(runtime.clone()).server();
         let stop = cancel.clone();
@@ -160,6 +174,7 @@ pub async fn run(
             runtime: runtime.clone(),
             status: status.clone(),
             cancel: cancel.clone(),
+            metrics: counters.clone(),
             events: recorder
                 .as_ref()
                 .filter(|_| n.events)
@@ -194,6 +209,7 @@ struct NodeAgent {
     cancel: CancellationToken,
     config: NodeConfig,
     events: Option<EventRecorder>,
+    metrics: AgentMetrics,
 }
 
 impl NodeAgent {
@@ -210,6 +226,7 @@ impl NodeAgent {
             _ = tokio::time::sleep(stagger) => {}
         }
         let node = self.register().await?;
+        self.metrics.nodes.inc();
         if let Some(events) = &self.events {
             events.normal(
                 recorder::reference_to(Kind::Node, &node.metadata),
@@ -221,10 +238,12 @@ impl NodeAgent {
             self.client.clone(),
             self.config.clone(),
             node.status.clone().unwrap_or_default(),
+            self.metrics.clone(),
             self.cancel.clone(),
         ));
         let result = self.follow_pods(node).await;
         heartbeat.abort();
+        self.metrics.nodes.dec();
         result
     }
 
@@ -422,6 +441,7 @@ impl NodeAgent {
             host_ip: self.config.host_ip.clone(),
             engine: self.config.engine,
             events: self.events.clone(),
+            metrics: self.metrics.clone(),
         });
         let mut pods = Pods {
             ctx,
@@ -560,6 +580,7 @@ async fn heartbeat(
     client: ClusterClient,
     config: NodeConfig,
     mut status: NodeStatus,
+    metrics: AgentMetrics,
     cancel: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(config.heartbeat);
@@ -578,8 +599,13 @@ async fn heartbeat(
         node.metadata.name = config.name.clone();
         node.status = Some(status.clone());
         match client.update_status(&Object::Node(node)).await {
-            Ok(_) => {}
-            Err(e) => tracing::warn!(node = %config.name, error = %e, "heartbeat failed"),
+            Ok(_) => {
+                metrics.heartbeats.inc();
+            }
+            Err(e) => {
+                metrics.heartbeat_failures.inc();
+                tracing::warn!(node = %config.name, error = %e, "heartbeat failed");
+            }
         }
     }
 }

@@ -15,6 +15,7 @@
 //! | [`status`]    | the coalescing, retrying pod status writer                             |
 //! | [`agent`]     | Node registration, heartbeat, the pod watch, reconcile on restart      |
 //! | [`logs`]      | the agent's gRPC log service (`skiff node logs`)                       |
+//! | [`metrics`]   | what the agent counts, and the process's `/metrics` and `/healthz`      |
 
 pub mod admission;
 pub mod agent;
@@ -23,6 +24,7 @@ pub mod engine;
 pub mod events;
 pub mod image;
 pub mod logs;
+pub mod metrics;
 pub mod runtime;
 pub mod sim;
 pub mod status;

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use skiff_proto::api::Time;
+use skiff_proto::http::HttpClient;
 
 /// Errors from a runtime call; the pod worker turns them into container waiting reasons.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -180,27 +181,22 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
 
     /// Whether `GET path` on `ip:port` answers 2xx or 3xx within `timeout`.
     async fn http_probe(&self, ip: &str, port: u16, path: &str, timeout: Duration) -> Result<bool> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let addr = format!("{ip}:{port}");
-        let attempt = async {
-            let mut s = tokio::net::TcpStream::connect(&addr).await?;
-            let request =
-                format!("GET {path} HTTP/1.0\r\nHost: {ip}\r\nUser-Agent: skiff-probe\r\n\r\n");
-            s.write_all(request.as_bytes()).await?;
-            let mut buf = [0u8; 64];
-            let n = s.read(&mut buf).await?;
-            let line = String::from_utf8_lossy(&buf[..n]);
-            let code = line
-                .split_whitespace()
-                .nth(1)
-                .and_then(|c| c.parse::<u16>().ok());
-            Ok::<bool, std::io::Error>(code.is_some_and(|c| (200..400).contains(&c)))
-        };
-        Ok(matches!(
-            tokio::time::timeout(timeout, attempt).await,
-            Ok(Ok(true))
-        ))
+        Ok(http_get_succeeds(ip, port, path, timeout).await)
     }
+}
+
+/// The kubelet's HTTP probe: `GET http://ip:port/path` on a connection of its own succeeds
+/// when it answers 200..400 within `timeout` (redirects are not followed).
+pub async fn http_get_succeeds(ip: &str, port: u16, path: &str, timeout: Duration) -> bool {
+    let host = if ip.contains(':') {
+        format!("[{ip}]")
+    } else {
+        ip.to_string()
+    };
+    let slash = if path.starts_with('/') { "" } else { "/" };
+    let url = format!("http://{host}:{port}{slash}{path}");
+    let answer = HttpClient::without_keep_alive().get(&url, timeout).await;
+    answer.is_ok_and(|r| (200..400).contains(&r.status))
 }
 
 /// Labels every runtime object carries, so an agent that restarts can tell its own objects
@@ -225,4 +221,66 @@ pub fn sandbox_labels(spec: &SandboxSpec) -> BTreeMap<String, String> {
         (labels::POD_NAME.to_string(), spec.pod_name.clone()),
         (labels::POD_NAMESPACE.to_string(), spec.namespace.clone()),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server that answers every request with `status`, after `delay`.
+    async fn server(status: &'static str, delay: Duration) -> u16 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    let _ = s.read(&mut buf).await;
+                    tokio::time::sleep(delay).await;
+                    let answer = format!(
+                        "HTTP/1.1 {status}\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+                    );
+                    let _ = s.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        port
+    }
+
+    /// 2xx and 3xx succeed, 4xx and 5xx fail, and so do an answer past the timeout and a
+    /// port where nothing listens.
+    #[tokio::test]
+    async fn http_probe_follows_the_kubelet() {
+        let second = Duration::from_secs(1);
+        for (status, ok) in [
+            ("200 OK", true),
+            ("301 Moved Permanently", true),
+            ("399 Whatever", true),
+            ("404 Not Found", false),
+            ("500 Internal Server Error", false),
+        ] {
+            let port = server(status, Duration::ZERO).await;
+            assert_eq!(
+                http_get_succeeds("127.0.0.1", port, "/healthz", second).await,
+                ok,
+                "{status}"
+            );
+            // A path without its leading slash is the same path.
+            assert_eq!(
+                http_get_succeeds("127.0.0.1", port, "healthz", second).await,
+                ok,
+                "{status}"
+            );
+        }
+        let slow = server("200 OK", Duration::from_millis(500)).await;
+        assert!(!http_get_succeeds("127.0.0.1", slow, "/", Duration::from_millis(100)).await);
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            l.local_addr().expect("addr").port()
+        };
+        assert!(!http_get_succeeds("127.0.0.1", closed, "/", second).await);
+    }
 }

@@ -24,6 +24,7 @@ use crate::engine::{
     Action, Adopted, Clock, EngineConfig, Handler, Input, PodEngine, Rejection, container_spec,
 };
 use crate::events::{self, PodEvent};
+use crate::metrics::AgentMetrics;
 use crate::runtime::{Exit, Runtime, RuntimeError, SandboxSpec};
 use crate::status::{PodKey, StatusWriter};
 
@@ -39,10 +40,15 @@ pub struct WorkerContext {
     pub engine: EngineConfig,
     /// Where the pod's events go (`None`: not recorded).
     pub events: Option<EventRecorder>,
+    pub metrics: AgentMetrics,
 }
 
 impl WorkerContext {
     fn report(&self, pod: &Pod, events: Vec<PodEvent>) {
+        // The `BackOff` event is emitted once per entry into a back-off.
+        if events.iter().any(|e| e.reason == "BackOff") {
+            self.metrics.back_offs.inc();
+        }
         let Some(recorder) = &self.events else {
             return;
         };
@@ -134,6 +140,7 @@ pub async fn run(
     let mut last_seq = 0;
     let mut rx_open = true;
     let mut deleting = false;
+    let mut active = ActivePod::new(&ctx.metrics);
     let mut actions = engine.step(clock(), Input::Start { adopted });
     // A pod that is already being deleted when the worker starts.
     if let Some(grace) = deletion_grace(&current) {
@@ -153,6 +160,7 @@ pub async fn run(
             }
         }
         terminal.store(engine.is_terminal(), Ordering::Release);
+        active.set(!engine.is_terminal());
         for a in actions.drain(..) {
             ctx.report(&current, events::on_action(&current, &a));
             if let Some(f) = perform(&ctx, &engine, &current, &key, &uid, last_seq, a) {
@@ -189,9 +197,70 @@ pub async fn run(
             _ = sleep_until(deadline), if deadline.is_some() => Input::Tick,
         };
         ctx.report(&current, events::on_input(&current, &input));
+        count(&ctx.metrics, &input);
         actions = engine.step(clock(), input);
     }
     ctx.status.forget(&key);
+}
+
+/// Counts what an input tells: a container started or exited, a probe failed, a runtime
+/// call that failed.
+fn count(m: &AgentMetrics, input: &Input) {
+    match input {
+        Input::Started { .. } => {
+            m.container_starts.inc();
+        }
+        Input::Exited { .. } => {
+            m.container_exits.inc();
+        }
+        Input::ProbeDone { success: false, .. } => {
+            m.probe_failures.inc();
+        }
+        Input::SandboxFailed { .. } => m.runtime_error("RunPodSandbox"),
+        Input::StartFailed { error, .. } => m.runtime_error(call_of(error)),
+        _ => {}
+    }
+}
+
+fn call_of(e: &RuntimeError) -> &'static str {
+    match e {
+        RuntimeError::Call { call, .. } | RuntimeError::Timeout { call, .. } => call,
+        RuntimeError::ImageNotFound { .. } => "PullImage",
+        RuntimeError::NotFound { .. } => "CreateContainer",
+    }
+}
+
+/// Holds one count in `skiff_node_pods_active` while the pod has not finished, and gives it
+/// back when the worker ends, however it ends.
+struct ActivePod<'a> {
+    metrics: &'a AgentMetrics,
+    counted: bool,
+}
+
+impl<'a> ActivePod<'a> {
+    fn new(metrics: &'a AgentMetrics) -> Self {
+        ActivePod {
+            metrics,
+            counted: false,
+        }
+    }
+
+    fn set(&mut self, active: bool) {
+        if active != self.counted {
+            if active {
+                self.metrics.pods_active.inc();
+            } else {
+                self.metrics.pods_active.dec();
+            }
+            self.counted = active;
+        }
+    }
+}
+
+impl Drop for ActivePod<'_> {
+    fn drop(&mut self) {
+        self.set(false);
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -317,30 +386,38 @@ fn perform(
             grace,
             pre_stop,
             ..
-        } => Box::pin(async move {
-            let begun = Instant::now();
-            if let Some(cmd) = pre_stop {
-                // preStop counts against the grace period, as in Kubernetes.
-                let _ = tokio::time::timeout(grace, rt.exec(&id, &cmd, grace)).await;
-            }
-            let left = grace.saturating_sub(begun.elapsed());
-            if let Err(e) = rt.stop_container(&id, left).await {
-                tracing::warn!(container = %id, error = %e, "stop failed");
-            }
-            None
-        }),
+        } => {
+            let m = ctx.metrics.clone();
+            Box::pin(async move {
+                let begun = Instant::now();
+                if let Some(cmd) = pre_stop {
+                    // preStop counts against the grace period, as in Kubernetes.
+                    let _ = tokio::time::timeout(grace, rt.exec(&id, &cmd, grace)).await;
+                }
+                let left = grace.saturating_sub(begun.elapsed());
+                if let Err(e) = rt.stop_container(&id, left).await {
+                    m.runtime_error("StopContainer");
+                    tracing::warn!(container = %id, error = %e, "stop failed");
+                }
+                None
+            })
+        }
         Action::RemoveContainer { id } => Box::pin(async move {
             if let Err(e) = rt.remove_container(&id).await {
                 tracing::debug!(container = %id, error = %e, "remove failed");
             }
             None
         }),
-        Action::StopSandbox { id } => Box::pin(async move {
-            if let Err(e) = rt.stop_sandbox(&id).await {
-                tracing::warn!(sandbox = %id, error = %e, "stop sandbox failed");
-            }
-            Some(Input::SandboxStopped)
-        }),
+        Action::StopSandbox { id } => {
+            let m = ctx.metrics.clone();
+            Box::pin(async move {
+                if let Err(e) = rt.stop_sandbox(&id).await {
+                    m.runtime_error("StopPodSandbox");
+                    tracing::warn!(sandbox = %id, error = %e, "stop sandbox failed");
+                }
+                Some(Input::SandboxStopped)
+            })
+        }
         Action::RemoveSandbox { id } => Box::pin(async move {
             if let Err(e) = rt.remove_sandbox(&id).await {
                 tracing::debug!(sandbox = %id, error = %e, "remove sandbox failed");

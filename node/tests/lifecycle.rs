@@ -8,6 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::json;
 use skiff_node::engine::{Adopted, EngineConfig, Rejection};
+use skiff_node::metrics::AgentMetrics;
 use skiff_node::runtime::{ContainerState, Runtime};
 use skiff_node::sim::{SimConfig, SimRuntime};
 use skiff_node::status::{PodKey, StatusSink, StatusWriter, Written};
@@ -63,6 +64,7 @@ fn harness() -> Harness {
         host_ip: "192.0.2.10".into(),
         engine: EngineConfig::default(),
         events: None,
+        metrics: AgentMetrics::default(),
     });
     Harness {
         rt,
@@ -323,6 +325,16 @@ async fn crash_loop_back_off_doubles_to_the_cap() {
     assert_eq!((last.exit_code, last.reason.as_str()), (1, "Error"));
     // Only the newest dead container is kept (for `logs --previous`).
     assert!(h.rt.containers_of("uid-crash").len() <= 2);
+    // What `/metrics` counts: every start and exit, the back-offs, the pod still active.
+    let m = &h.ctx.metrics;
+    assert!(
+        m.container_starts.get() >= 9,
+        "{}",
+        m.container_starts.get()
+    );
+    assert!(m.container_exits.get() >= 8, "{}", m.container_exits.get());
+    assert!(m.back_offs.get() >= 1);
+    assert_eq!(m.pods_active.get(), 1);
 }
 
 /// A container that ran for the reset period (10 min) before crashing restarts without
@@ -384,6 +396,13 @@ async fn missing_image_backs_off() {
         .await;
     assert!(t >= Duration::from_secs(10));
     assert_eq!(s.phase, "Pending");
+    let text = skiff_proto::metrics::encode(&h.ctx.metrics.registry());
+    let failed_pulls = skiff_proto::metrics::sample(&text, "skiff_node_back_offs_total");
+    assert!(failed_pulls >= Some(1.0), "{text}");
+    assert!(
+        text.contains("skiff_node_runtime_errors_total{call=\"PullImage\"}"),
+        "{text}"
+    );
 }
 
 /// A failing postStart hook kills the container; the restart policy restarts it.

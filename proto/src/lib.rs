@@ -11,6 +11,8 @@
 //! | [`recorder`] | the event recorder: `Event` objects written in the background, repeats folded |
 //! | [`backoff`]  | the back-off with jitter every retry loop uses                          |
 //! | [`duration`] | the parser of every duration flag (`500ms`, `1h30m`)                    |
+//! | [`metrics`]  | the Prometheus registry, process metrics and `/metrics` every process serves |
+//! | [`http`]     | the HTTP client of probes and metric scrapes                            |
 //! | [`raft`]     | the peer service between store members (generated, peer port only)     |
 //! | [`etcd`]     | the etcd v3 messages and server traits, wire-exact from `etcd-client`   |
 //!
@@ -21,7 +23,9 @@ pub mod api;
 pub mod backoff;
 pub mod client;
 pub mod duration;
+pub mod http;
 pub mod manifest;
+pub mod metrics;
 pub mod quantity;
 pub mod recorder;
 pub mod selector;

@@ -21,6 +21,8 @@ use anyhow::{Context, Result, bail};
 use etcd_client::{Client, GetOptions, PutOptions, Txn, TxnOp, WatchOptions};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+use skiff_proto::http::HttpClient;
+use skiff_proto::metrics;
 pub use skiff_scheduler::bench::{Latencies, Percentiles};
 
 #[derive(Debug, clap::Args)]
@@ -616,8 +618,6 @@ async fn lease_keepalive(a: &Args, l: LeaseArgs) -> Result<Report> {
     Ok(r)
 }
 
-/// Reads `process_resident_memory_bytes` from each metrics URL (HTTP/1.1 GET over a plain
-/// TCP connection: the members are on loopback or the local network).
 /// A member's memory as its metrics report it.
 #[derive(Debug, Clone, Copy)]
 struct Memory {
@@ -628,29 +628,26 @@ struct Memory {
     heap: Option<f64>,
 }
 
-/// Reads each member's memory from its metrics URL.
+/// Reads each member's memory from its metrics URL (`http://host:port`, `/metrics` unless
+/// the URL names another path).
 async fn memory(urls: &[String]) -> Result<Vec<Memory>> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let client = HttpClient::new();
     let mut out = Vec::new();
     for url in urls {
         let rest = url
             .strip_prefix("http://")
             .with_context(|| format!("{url}: only http:// metrics URLs"))?;
-        let (host, path) = rest.split_once('/').unwrap_or((rest, "metrics"));
-        let mut s = tokio::net::TcpStream::connect(host)
-            .await
-            .with_context(|| format!("connecting to {host}"))?;
-        s.write_all(
-            format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await?;
-        let mut body = String::new();
-        s.read_to_string(&mut body).await?;
-        let gauge = |name: &str| {
-            body.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-                .and_then(|v| v.trim().parse::<f64>().ok())
+        let url = if rest.contains('/') {
+            url.clone()
+        } else {
+            format!("{url}/metrics")
         };
+        let answer = client.get(&url, Duration::from_secs(10)).await?;
+        if answer.status != 200 {
+            bail!("GET {url}: status {}", answer.status);
+        }
+        let body = answer.text();
+        let gauge = |name: &str| metrics::sample(&body, name);
         let resident = gauge("process_resident_memory_bytes")
             .with_context(|| format!("{url} exports no process_resident_memory_bytes"))?;
         let heap =

@@ -126,6 +126,10 @@ pub struct Args {
     /// Where the agent serves container logs (`skiff node logs`); port 0 picks a free one.
     #[arg(long, default_value = "0.0.0.0:10250")]
     logs_address: String,
+    /// Serve Prometheus metrics at http://ADDR/metrics and a health check at
+    /// http://ADDR/healthz; one endpoint for all the nodes of the process. Off by default.
+    #[arg(long)]
+    metrics_addr: Option<std::net::SocketAddr>,
     /// How often the Node's heartbeat is written (`10s`, `500ms`).
     #[arg(long, default_value = "10s", value_parser = skiff_proto::duration::parse)]
     heartbeat_interval: Duration,
@@ -358,6 +362,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         for n in &mut nodes {
             n.logs_endpoint = Some(advertised.clone());
         }
+        let metrics = match args.metrics_addr {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("--metrics-addr {addr}"))?,
+            ),
+            None => None,
+        };
         let client = ClusterClient::connect(&args.endpoints).context("cluster API endpoints")?;
         let cancel = CancellationToken::new();
         let stop = cancel.clone();
@@ -377,7 +389,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             stop.cancel();
         });
         tracing::info!(nodes = nodes.len(), "node agent starting");
-        agent::run(client, runtime, nodes, Some(listener), cancel)
+        let listeners = agent::Listeners {
+            logs: Some(listener),
+            metrics,
+        };
+        agent::run(client, runtime, nodes, listeners, cancel)
             .await
             .context("node agent")
     })?;

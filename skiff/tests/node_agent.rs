@@ -117,11 +117,21 @@ fn condition<'a>(p: &'a Pod, t: &str) -> Option<&'a str> {
 async fn pods_run_finish_and_are_removed() {
     let cluster = Cluster::start(3, &[]).await;
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let metrics = format!("127.0.0.1:{}", common::free_port());
     let _agent = Agent::start(
         cluster.dir.path(),
         &cluster.endpoints(),
         &[
-            "--name", "n1", "--cpu", "4", "--memory", "8Gi", "--labels", "zone=a",
+            "--name",
+            "n1",
+            "--cpu",
+            "4",
+            "--memory",
+            "8Gi",
+            "--labels",
+            "zone=a",
+            "--metrics-addr",
+            &metrics,
         ],
     );
     let long = Duration::from_secs(30);
@@ -211,6 +221,24 @@ async fn pods_run_finish_and_are_removed() {
         .expect("terminated");
     assert_eq!((t.exit_code, t.reason.as_str()), (0, "Completed"));
     assert_eq!(s.init_container_statuses[0].name, "setup");
+    // The agent process's /healthz and /metrics count what it did.
+    let http = skiff_proto::http::HttpClient::new();
+    let healthz = http
+        .get(&format!("http://{metrics}/healthz"), long)
+        .await
+        .expect("healthz");
+    assert_eq!((healthz.status, healthz.text().as_str()), (200, "ok"));
+    let text = http
+        .get(&format!("http://{metrics}/metrics"), long)
+        .await
+        .expect("metrics")
+        .text();
+    let sample = |name| skiff_proto::metrics::sample(&text, name).unwrap_or(0.0);
+    assert_eq!(sample("skiff_node_nodes"), 1.0, "{text}");
+    // setup, main of the job, web of the server, main of broken
+    assert!(sample("skiff_node_container_starts_total") >= 3.0, "{text}");
+    assert!(sample("skiff_node_heartbeats_total") >= 1.0, "{text}");
+    assert!(sample("process_resident_memory_bytes") > 0.0, "{text}");
     let out = Command::new(skiff_bin())
         .args([
             "node",

@@ -227,18 +227,13 @@ async fn schedulers_bind_pending_pods_without_overcommit_and_fail_over() {
     );
     // The metrics endpoint reports what the new leader did.
     let body = eventually(Duration::from_secs(10), "metrics", || async {
-        let addr = standby.metrics.clone();
-        tokio::task::spawn_blocking(move || {
-            use std::io::{Read, Write};
-            let mut s = std::net::TcpStream::connect(&addr).ok()?;
-            s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
-            let mut out = String::new();
-            s.read_to_string(&mut out).ok()?;
-            out.contains("skiff_scheduler_binds_total").then_some(out)
-        })
-        .await
-        .ok()
-        .flatten()
+        let url = format!("http://{}/metrics", standby.metrics);
+        let answer = skiff_proto::http::HttpClient::new()
+            .get(&url, Duration::from_secs(5))
+            .await
+            .ok()?;
+        let out = answer.text();
+        out.contains("skiff_scheduler_binds_total").then_some(out)
     })
     .await;
     assert!(

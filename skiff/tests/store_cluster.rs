@@ -217,6 +217,7 @@ async fn killing_the_leader_loses_no_acknowledged_write_and_it_catches_up_from_a
     assert_eq!(r.kvs().len(), stored.len());
     let installed = cluster
         .metric(leader, "skiff_store_snapshots_installed_total")
+        .await
         .expect("metric");
     assert!(
         installed >= 1.0,
@@ -312,6 +313,7 @@ async fn a_write_whose_entry_a_snapshot_replaced_is_answered_as_ambiguous_at_onc
     );
     let installed = cluster
         .metric(old, "skiff_store_snapshots_installed_total")
+        .await
         .expect("metric");
     assert!(installed >= 1.0, "the member caught up without a snapshot");
     // It was in fact never applied (only its own old term had it), and the member takes

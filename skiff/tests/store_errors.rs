@@ -229,12 +229,13 @@ async fn membership_changes_are_checked_as_etcd_checks_them() {
         "etcdserver: given member URLs are invalid",
     );
     cluster.kill(down);
+    let members = &cluster;
     eventually(
         Duration::from_secs(10),
         "the leader to count the killed member out",
-        || {
-            let active = cluster.metric(leader, "skiff_store_active_voters");
-            async move { (active == Some(2.0)).then_some(()) }
+        || async move {
+            let active = members.metric(leader, "skiff_store_active_voters").await;
+            (active == Some(2.0)).then_some(())
         },
     )
     .await;

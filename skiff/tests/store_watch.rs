@@ -241,7 +241,9 @@ async fn an_empty_range_watch_is_refused_and_history_stays_watchable() {
     }
     assert_eq!(n, 40);
     assert_eq!(
-        cluster.metric(0, "skiff_store_watch_catch_up_failures_total"),
+        cluster
+            .metric(0, "skiff_store_watch_catch_up_failures_total")
+            .await,
         Some(0.0)
     );
 }

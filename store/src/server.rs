@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 
 use skiff_proto::cluster::v1::cluster_server::ClusterServer;
+use skiff_proto::metrics::{self, Registry, Scrape, Sink};
 
 use crate::cluster::ClusterApi;
 use crate::etcd::cluster::ClusterService;
@@ -251,24 +252,16 @@ async fn wait(mut stop: tokio::sync::watch::Receiver<bool>) {
     }
 }
 
+/// `/metrics` and `/health` of one member.
 fn http_routes(member: Arc<StoreMember>) -> axum::Router {
-    use axum::routing::get;
     let health_member = member.clone();
-    axum::Router::new()
-        .route(
-            "/health",
-            get(move || {
-                let m = health_member.clone();
-                async move { health(&m) }
-            }),
-        )
-        .route(
-            "/metrics",
-            get(move || {
-                let m = member.clone();
-                async move { metrics(&m) }
-            }),
-        )
+    metrics::router(Arc::new(registry(member))).route(
+        "/health",
+        axum::routing::get(move || {
+            let m = health_member.clone();
+            async move { health(&m) }
+        }),
+    )
 }
 
 /// etcd's `/health`: healthy when a leader is known and no alarm is raised; and, Skiff's own,
@@ -299,8 +292,14 @@ fn health(m: &StoreMember) -> (axum::http::StatusCode, String) {
     )
 }
 
-/// Prometheus text exposition of the member's state.
-fn metrics(m: &StoreMember) -> String {
+/// The member's metrics: its state, read at each scrape, and the process's.
+fn registry(member: Arc<StoreMember>) -> Registry {
+    let mut r = metrics::registry();
+    r.register_collector(Box::new(Scrape(move |s: &mut Sink<'_>| scrape(s, &member))));
+    r
+}
+
+fn scrape(s: &mut Sink<'_>, m: &StoreMember) -> std::fmt::Result {
     let (revision, compacted, keys, leases) = {
         let mvcc = m.shared.read();
         (
@@ -312,144 +311,116 @@ fn metrics(m: &StoreMember) -> String {
     };
     let hub = &m.shared.hub;
     let backlog = m.compaction_backlog();
-    let gauges: [(&str, &str, f64); 17] = [
-        (
-            "skiff_store_has_leader",
-            "Whether a leader is known (1) or not (0).",
-            f64::from(u8::from(m.leader().is_some())),
-        ),
-        (
-            "skiff_store_is_leader",
-            "Whether this member is the leader.",
-            f64::from(u8::from(m.is_leader())),
-        ),
-        (
-            "skiff_store_active_voters",
-            "On the leader: voters that answered within an election timeout, itself included \
-             (what a membership change needs a quorum of); 0 on other members.",
-            m.active_voters() as f64,
-        ),
-        (
-            "skiff_store_raft_term",
-            "Current Raft term.",
-            m.term() as f64,
-        ),
-        (
-            "skiff_store_raft_index",
-            "Last Raft log index.",
-            m.raft_index() as f64,
-        ),
-        (
-            "skiff_store_raft_applied_index",
-            "Last applied Raft log index.",
-            m.applied_index() as f64,
-        ),
-        (
-            "skiff_store_mvcc_revision",
-            "Current store revision.",
-            revision as f64,
-        ),
-        (
-            "skiff_store_mvcc_compact_revision",
-            "Revision of the last compaction.",
-            compacted as f64,
-        ),
-        (
-            "skiff_store_mvcc_compaction_pending_versions",
-            "Versions compacted from the index and not yet deleted from the backend.",
-            backlog.pending() as f64,
-        ),
-        (
-            "skiff_store_mvcc_compaction_last_duration_seconds",
-            "How long the last compaction took to delete its versions from the backend.",
-            backlog.last_duration().as_secs_f64(),
-        ),
-        (
-            "skiff_store_mvcc_keys",
-            "Keys with history in the index.",
-            keys as f64,
-        ),
-        ("skiff_store_leases", "Live leases.", leases as f64),
-        (
-            "skiff_store_watchers",
-            "Registered watchers.",
-            hub.watcher_count() as f64,
-        ),
-        (
-            "skiff_store_watchers_unsynced",
-            "Watchers behind the current revision, caught up from history.",
-            hub.unsynced_count() as f64,
-        ),
-        (
-            "skiff_store_watch_catch_up_running",
-            "Whether the watch catch-up task runs (0: watchers that fall behind get nothing).",
-            f64::from(u8::from(hub.catch_up_running())),
-        ),
-        (
-            "skiff_store_db_size_bytes",
-            "Backend size on disk and in memtables.",
-            m.db_size() as f64,
-        ),
-        // The standard process metric (as etcd's Go client exports it), so one benchmark can
-        // read the memory of Skiff and etcd members alike.
-        (
-            "process_resident_memory_bytes",
-            "Resident memory size in bytes.",
-            resident_memory_bytes() as f64,
-        ),
-    ];
-    let mut out = String::new();
-    for (name, help, value) in gauges {
-        out.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"
-        ));
-    }
-    let installed = m
-        .shared
-        .snapshots_installed
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let flag = |b: bool| u64::from(b);
+    s.gauge(
+        "skiff_store_has_leader",
+        "Whether a leader is known (1) or not (0).",
+        flag(m.leader().is_some()),
+    )?;
+    s.gauge(
+        "skiff_store_is_leader",
+        "Whether this member is the leader.",
+        flag(m.is_leader()),
+    )?;
+    s.gauge(
+        "skiff_store_active_voters",
+        "On the leader: voters that answered within an election timeout, itself included \
+         (what a membership change needs a quorum of); 0 on other members.",
+        m.active_voters() as u64,
+    )?;
+    s.gauge("skiff_store_raft_term", "Current Raft term.", m.term())?;
+    s.gauge(
+        "skiff_store_raft_index",
+        "Last Raft log index.",
+        m.raft_index(),
+    )?;
+    s.gauge(
+        "skiff_store_raft_applied_index",
+        "Last applied Raft log index.",
+        m.applied_index(),
+    )?;
+    s.gauge(
+        "skiff_store_mvcc_revision",
+        "Current store revision.",
+        revision,
+    )?;
+    s.gauge(
+        "skiff_store_mvcc_compact_revision",
+        "Revision of the last compaction.",
+        compacted,
+    )?;
+    s.gauge(
+        "skiff_store_mvcc_compaction_pending_versions",
+        "Versions compacted from the index and not yet deleted from the backend.",
+        backlog.pending() as u64,
+    )?;
+    s.gauge(
+        "skiff_store_mvcc_compaction_last_duration_seconds",
+        "How long the last compaction took to delete its versions from the backend.",
+        backlog.last_duration().as_secs_f64(),
+    )?;
+    s.gauge(
+        "skiff_store_mvcc_keys",
+        "Keys with history in the index.",
+        keys as u64,
+    )?;
+    s.gauge("skiff_store_leases", "Live leases.", leases as u64)?;
+    s.gauge(
+        "skiff_store_watchers",
+        "Registered watchers.",
+        hub.watcher_count() as u64,
+    )?;
+    s.gauge(
+        "skiff_store_watchers_unsynced",
+        "Watchers behind the current revision, caught up from history.",
+        hub.unsynced_count() as u64,
+    )?;
+    s.gauge(
+        "skiff_store_watch_catch_up_running",
+        "Whether the watch catch-up task runs (0: watchers that fall behind get nothing).",
+        flag(hub.catch_up_running()),
+    )?;
+    s.gauge(
+        "skiff_store_db_size_bytes",
+        "Backend size on disk and in memtables.",
+        m.db_size(),
+    )?;
     if let Some(bytes) = HEAP_PROBE.get().and_then(|probe| probe()) {
         // Exact, unlike the resident set: what a benchmark divides by watchers or keys.
-        let name = "skiff_heap_allocated_bytes";
-        out.push_str(&format!(
-            "# HELP {name} Bytes allocated on the heap and not yet freed.\n\
-             # TYPE {name} gauge\n{name} {bytes}\n"
-        ));
+        s.gauge(
+            "skiff_heap_allocated_bytes",
+            "Bytes allocated on the heap and not yet freed.",
+            bytes,
+        )?;
     }
+    s.counter(
+        "skiff_store_snapshots_installed",
+        "Snapshots received from a leader and installed.",
+        m.shared
+            .snapshots_installed
+            .load(std::sync::atomic::Ordering::Relaxed),
+    )?;
     let stats = hub.catch_up_stats();
-    let counters = [
-        (
-            "skiff_store_snapshots_installed_total",
-            "Snapshots received from a leader and installed.",
-            installed,
-        ),
-        (
-            "skiff_store_watch_catch_up_passes_total",
-            "Passes of the watch catch-up task.",
-            stats.passes(),
-        ),
-        (
-            "skiff_store_watch_catch_up_responses_total",
-            "Responses sent to watchers that were behind.",
-            stats.responses(),
-        ),
-        (
-            "skiff_store_watch_catch_up_events_total",
-            "Events sent to watchers that were behind.",
-            stats.events(),
-        ),
-        (
-            "skiff_store_watch_catch_up_failures_total",
-            "Catch-up reads that failed or panicked (their watchers were cancelled).",
-            stats.failures(),
-        ),
-    ];
-    for (name, help, value) in counters {
-        out.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
-        ));
-    }
-    out
+    s.counter(
+        "skiff_store_watch_catch_up_passes",
+        "Passes of the watch catch-up task.",
+        stats.passes(),
+    )?;
+    s.counter(
+        "skiff_store_watch_catch_up_responses",
+        "Responses sent to watchers that were behind.",
+        stats.responses(),
+    )?;
+    s.counter(
+        "skiff_store_watch_catch_up_events",
+        "Events sent to watchers that were behind.",
+        stats.events(),
+    )?;
+    s.counter(
+        "skiff_store_watch_catch_up_failures",
+        "Catch-up reads that failed or panicked (their watchers were cancelled).",
+        stats.failures(),
+    )
 }
 
 /// Reads the bytes this process has allocated on its heap, where the program's allocator can
@@ -461,17 +432,6 @@ static HEAP_PROBE: std::sync::OnceLock<HeapProbe> = std::sync::OnceLock::new();
 /// Lets `/metrics` export `skiff_heap_allocated_bytes`; call once, before serving.
 pub fn set_heap_probe(probe: HeapProbe) {
     let _ = HEAP_PROBE.set(probe);
-}
-
-/// This process's resident set, from `VmRSS` in `/proc/self/status` (0 where there is none).
-fn resident_memory_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let kib = s.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
-            kib.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
-        })
-        .map_or(0, |kib| kib * 1024)
 }
 
 #[cfg(test)]

@@ -3,7 +3,6 @@
 //! Unschedulable verdicts go to the status writer.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use skiff_proto::cluster::v1::Binding;
 use skiff_proto::cluster::v1::bind_result::Outcome;
@@ -76,7 +75,7 @@ async fn bind_chunk(s: &Shared, chunk: Vec<(Arc<PodInfo>, String)>) {
             for ((pod, node), r) in chunk.iter().zip(results) {
                 let outcome = Outcome::try_from(r.outcome).unwrap_or(Outcome::Invalid);
                 if outcome == Outcome::Bound {
-                    s.counters.bound.fetch_add(1, Ordering::Relaxed);
+                    s.counters.bound.inc();
                     if let Some(events) = &s.events {
                         events.normal(
                             pod.reference(),
@@ -89,7 +88,7 @@ async fn bind_chunk(s: &Shared, chunk: Vec<(Arc<PodInfo>, String)>) {
                     }
                     continue;
                 }
-                s.counters.refused.fetch_add(1, Ordering::Relaxed);
+                s.counters.refused.inc();
                 tracing::debug!(pod = %pod.key(), node, ?outcome, message = r.message, "bind refused");
                 let requeue = !matches!(
                     outcome,
@@ -99,7 +98,7 @@ async fn bind_chunk(s: &Shared, chunk: Vec<(Arc<PodInfo>, String)>) {
             }
         }
         Err(e) => {
-            s.counters.failed_calls.fetch_add(1, Ordering::Relaxed);
+            s.counters.failed_calls.inc();
             tracing::warn!(error = %e, bindings = chunk.len(), "bind call failed; re-queueing");
             for (pod, _) in &chunk {
                 s.core.unassume(pod, true);

@@ -175,7 +175,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         loop {
             t.tick().await;
             s.core.queue.tick();
-            s.counters.sample();
         }
     });
     let metrics = match config.metrics_addr {

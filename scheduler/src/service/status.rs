@@ -1,8 +1,6 @@
 //! The status writer: a pod that fits nowhere gets `PodScheduled=False, reason
 //! Unschedulable` with the diagnosis, and a `FailedScheduling` event.
 
-use std::sync::atomic::Ordering;
-
 use skiff_proto::api::pod::PodCondition;
 use skiff_proto::api::{Kind, Object, Time};
 use skiff_proto::recorder;
@@ -46,7 +44,7 @@ pub(super) async fn write_unschedulable(s: &Shared, key: &str, message: &str) {
     }
     match s.client.update_status(&Object::Pod(pod)).await {
         Ok(_) => {
-            s.counters.status_writes.fetch_add(1, Ordering::Relaxed);
+            s.counters.status_writes.inc();
         }
         // A newer version exists: the next attempt writes on top of it.
         Err(e) => tracing::debug!(pod = key, error = %e, "unschedulable status not written"),

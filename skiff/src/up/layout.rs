@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  member i:  client base+10i   peer base+10i+1   metrics base+10i+2   (i = 0, 1, 2)
-//!  scheduler metrics base+30    node agents' log service base+31
+//!  scheduler metrics base+30    node agents' log service base+31    their metrics base+32
 //! ```
 
 use std::fs::File;
@@ -39,11 +39,18 @@ impl Layout {
     pub(super) fn node_logs(&self) -> u16 {
         self.base_port + 31
     }
+    pub(super) fn node_metrics(&self) -> u16 {
+        self.base_port + 32
+    }
     pub(super) fn ports(&self) -> Vec<u16> {
         let mut p: Vec<u16> = (0..MEMBERS.len())
             .flat_map(|i| [self.client(i), self.peer(i), self.metrics(i)])
             .collect();
-        p.extend([self.scheduler_metrics(), self.node_logs()]);
+        p.extend([
+            self.scheduler_metrics(),
+            self.node_logs(),
+            self.node_metrics(),
+        ]);
         p
     }
     pub(super) fn endpoints(&self) -> Vec<String> {

@@ -66,9 +66,9 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "sim")]
     runtime: RuntimeKind,
     /// First port: member i listens on base+10i (clients), +1 (peers), +2 (metrics); the
-    /// scheduler's metrics are on base+30, the agents' log service on base+31. A resumed
-    /// cluster keeps the ports it was created with [default: 2379, or the next free range
-    /// 100 ports up].
+    /// scheduler's metrics are on base+30, the agents' log service on base+31 and their
+    /// metrics on base+32. A resumed cluster keeps the ports it was created with [default:
+    /// 2379, or the next free range 100 ports up].
     #[arg(long)]
     base_port: Option<u16>,
     /// Allocatable CPU of each simulated node.
@@ -257,6 +257,8 @@ fn start_nodes(cluster: &mut Cluster, exe: &str, args: &Args) -> Result<Vec<Stri
         cluster.endpoints().join(","),
         "--logs-address".into(),
         format!("127.0.0.1:{}", cluster.layout.node_logs()),
+        "--metrics-addr".into(),
+        format!("127.0.0.1:{}", cluster.layout.node_metrics()),
         "--max-pods".into(),
         args.max_pods.to_string(),
         "--heartbeat-interval".into(),
@@ -341,6 +343,10 @@ fn print_endpoints(layout: &Layout, dir: &Path, config_path: &Path, replaced: bo
     println!(
         "  scheduler metrics       http://127.0.0.1:{}/metrics",
         layout.scheduler_metrics()
+    );
+    println!(
+        "  node agents' metrics    http://127.0.0.1:{}/metrics",
+        layout.node_metrics()
     );
     println!("  logs                    {}", dir.join("logs").display());
     println!(

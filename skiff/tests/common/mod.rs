@@ -4,13 +4,13 @@
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use etcd_client::Client;
+use skiff_proto::http::HttpClient;
 
 /// A port that is free now, below Linux's ephemeral range (32768+): ports the kernel hands
 /// to outgoing connections could be taken again before a member binds them.
@@ -252,22 +252,13 @@ impl Cluster {
     }
 
     /// Scrapes one value from member `i`'s /metrics.
-    pub fn metric(&self, i: usize, name: &str) -> Option<f64> {
-        let addr = self.members[i]
-            .metrics_url
-            .trim_start_matches("http://")
-            .to_string();
-        let mut s = TcpStream::connect(addr).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut body = String::new();
-        s.read_to_string(&mut body).ok()?;
-        body.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    pub async fn metric(&self, i: usize, name: &str) -> Option<f64> {
+        let url = format!("{}/metrics", self.members[i].metrics_url);
+        let answer = HttpClient::new()
+            .get(&url, Duration::from_secs(5))
+            .await
+            .ok()?;
+        skiff_proto::metrics::sample(&answer.text(), name)
     }
 
     pub fn log_of(&self, i: usize) -> String {
