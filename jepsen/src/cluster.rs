@@ -1,14 +1,16 @@
 //! The cluster under test: real `skiff store` processes, member `i` in network namespace
 //! `n{i+1}` at `10.77.0.{11+i}`, client port 2379, peer port 2380. Processes are started
 //! through `ip netns exec`, which execs the store in place, so the PID we hold is the
-//! store's own and kill -9 / SIGSTOP reach it directly.
+//! store's own and kill -9 / SIGSTOP reach it directly. They are started through
+//! `skiff-launch`: logs appended to `<dir>/n{i+1}.log`, killed by PID when the cluster is
+//! dropped, dead with the harness if it dies.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use etcd_client::{Client, ConnectOptions};
+use skiff_launch::{Child, ClusterState, Launch, StoreCommand};
 
 use crate::network;
 
@@ -89,7 +91,10 @@ impl Cluster {
     }
 
     pub fn is_running(&self, i: usize) -> bool {
-        self.members[i].child.is_some()
+        self.members[i]
+            .child
+            .as_ref()
+            .is_some_and(Child::is_running)
     }
 
     pub fn is_paused(&self, i: usize) -> bool {
@@ -100,46 +105,38 @@ impl Cluster {
         self.members[i].removed
     }
 
-    fn initial_cluster(&self) -> String {
+    /// The members in the membership: name and peer URL.
+    fn initial_cluster(&self) -> Vec<(String, String)> {
         (0..self.len())
             .filter(|&i| !self.members[i].removed)
-            .map(|i| format!("{}={}", self.members[i].name, Self::peer_url(i)))
-            .collect::<Vec<_>>()
-            .join(",")
+            .map(|i| (self.members[i].name.clone(), Self::peer_url(i)))
+            .collect()
     }
 
-    /// Starts member `i` on its data directory (`state`: `new` or `existing`).
-    fn spawn(&mut self, i: usize, state: &str) -> anyhow::Result<()> {
+    /// Starts member `i` on its data directory.
+    fn spawn(&mut self, i: usize, state: ClusterState) -> anyhow::Result<()> {
         let ip = network::member_ip(i);
-        let initial = self.initial_cluster();
+        let initial_cluster = self.initial_cluster();
         let m = &mut self.members[i];
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&m.log)
-            .with_context(|| format!("opening {}", m.log.display()))?;
-        let child = Command::new("ip")
+        let store = StoreCommand {
+            name: m.name.clone(),
+            data_dir: m.data_dir.clone(),
+            listen_client_url: format!("http://{ip}:2379"),
+            listen_peer_url: format!("http://{ip}:2380"),
+            listen_metrics_url: Some(format!("http://{ip}:2381")),
+            initial_cluster,
+            initial_cluster_state: state,
+            heartbeat_interval: Some(HEARTBEAT_MS),
+            election_timeout: Some(ELECTION_TIMEOUT_MS),
+            snapshot_count: Some(SNAPSHOT_COUNT),
+            snapshot_catchup_entries: Some(SNAPSHOT_CATCHUP_ENTRIES),
+            log: Some("info,openraft=warn".into()),
+            ..StoreCommand::default()
+        };
+        let child = Launch::new(&m.name, "ip", &m.log)
             .args(["netns", "exec", &network::netns(i)])
             .arg(&self.skiff)
-            .args(["store", "--name", &m.name])
-            .arg("--data-dir")
-            .arg(&m.data_dir)
-            .args(["--listen-client-urls", &format!("http://{ip}:2379")])
-            .args(["--listen-peer-urls", &format!("http://{ip}:2380")])
-            .args(["--listen-metrics-urls", &format!("http://{ip}:2381")])
-            .args(["--initial-cluster", &initial])
-            .args(["--initial-cluster-state", state])
-            .args(["--heartbeat-interval", &HEARTBEAT_MS.to_string()])
-            .args(["--election-timeout", &ELECTION_TIMEOUT_MS.to_string()])
-            .args(["--snapshot-count", &SNAPSHOT_COUNT.to_string()])
-            .args([
-                "--snapshot-catchup-entries",
-                &SNAPSHOT_CATCHUP_ENTRIES.to_string(),
-            ])
-            .env("SKIFF_LOG", "info,openraft=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
+            .args(store.args())
             .spawn()
             .context("spawning skiff store")?;
         m.child = Some(child);
@@ -150,17 +147,15 @@ impl Cluster {
     /// Starts every member and waits until they agree on a leader.
     pub async fn start(&mut self, timeout: Duration) -> anyhow::Result<()> {
         for i in 0..self.len() {
-            self.spawn(i, "new")?;
+            self.spawn(i, ClusterState::New)?;
         }
         self.wait_healthy(timeout).await
     }
 
     /// kill -9 member `i`.
     pub fn kill(&mut self, i: usize) {
-        if let Some(mut child) = self.members[i].child.take() {
-            // The process may already be gone; either way it is dead afterwards.
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.members[i].child.as_mut() {
+            child.kill();
         }
         self.members[i].paused = false;
     }
@@ -170,27 +165,30 @@ impl Cluster {
         if self.is_running(i) {
             return Ok(());
         }
-        self.spawn(i, "new")
+        self.spawn(i, ClusterState::New)
     }
 
-    async fn signal(&mut self, i: usize, stop: bool) -> anyhow::Result<()> {
-        let Some(pid) = self.members[i].child.as_ref().map(Child::id) else {
+    fn signal(&mut self, i: usize, stop: bool) -> anyhow::Result<()> {
+        let Some(child) = self.members[i].child.as_ref().filter(|c| c.is_running()) else {
             return Ok(());
         };
-        let sig = if stop { "-STOP" } else { "-CONT" };
-        network::run("kill", &[sig, &pid.to_string()]).await?;
+        if stop {
+            child.pause()?;
+        } else {
+            child.resume()?;
+        }
         self.members[i].paused = stop;
         Ok(())
     }
 
     /// SIGSTOP member `i`.
     pub async fn pause(&mut self, i: usize) -> anyhow::Result<()> {
-        self.signal(i, true).await
+        self.signal(i, true)
     }
 
     /// SIGCONT member `i`.
     pub async fn resume(&mut self, i: usize) -> anyhow::Result<()> {
-        self.signal(i, false).await
+        self.signal(i, false)
     }
 
     /// The member that says it is leader, if one answers within `timeout`.
@@ -221,9 +219,8 @@ impl Cluster {
         while !pending.is_empty() {
             for i in 0..self.len() {
                 if let Some(child) = self.members[i].child.as_mut()
-                    && let Ok(Some(status)) = child.try_wait()
+                    && let Some(status) = child.exited()
                 {
-                    self.members[i].child = None;
                     bail!(
                         "{} exited with {status}; log: {}",
                         self.members[i].name,
@@ -346,7 +343,7 @@ impl Cluster {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         self.members[i].removed = false;
-        self.spawn(i, "existing")?;
+        self.spawn(i, ClusterState::Existing)?;
         let left = deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(1);
         match tokio::time::timeout(left, add).await {
             Ok(Ok(Ok(()))) => Ok(()),
@@ -356,23 +353,20 @@ impl Cluster {
         }
     }
 
-    /// Stops every member (SIGCONT first so a paused one can die).
+    /// Stops every member (kill -9, which a paused one dies of too).
     pub fn stop_all(&mut self) {
         for i in 0..self.len() {
-            if let Some(child) = self.members[i].child.as_ref() {
-                let _ = Command::new("kill")
-                    .args(["-CONT", &child.id().to_string()])
-                    .status();
-            }
             self.kill(i);
         }
     }
 
     /// The last lines of member `i`'s log, for failure reports.
     pub fn log_tail(&self, i: usize, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.members[i].log).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        self.members[i]
+            .child
+            .as_ref()
+            .map(|c| c.log_tail(lines))
+            .unwrap_or_default()
     }
 }
 

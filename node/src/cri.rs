@@ -35,33 +35,6 @@ use crate::runtime::{
     Sandbox, SandboxSpec, labels, sandbox_labels,
 };
 
-/// A containerd configuration for a containerd of one's own, everything under `home`
-/// (root, state, the socket `home/containerd.sock`, CNI configs in `home/cni`), with the CRI
-/// plugin set up as this kind of machine needs: the sandbox image fully named (no registry is
-/// reached) and `restrict_oom_score_adj` (VMs without CAP_SYS_RESOURCE).
-pub fn containerd_config(home: &Path) -> String {
-    format!(
-        r#"version = 2
-root = "{d}/root"
-state = "{d}/state"
-[grpc]
-  address = "{d}/containerd.sock"
-[ttrpc]
-  address = "{d}/containerd.sock.ttrpc"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{d}/opt"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{pause}"
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "{d}/cni"
-"#,
-        d = home.display(),
-        pause = crate::image::PAUSE,
-    )
-}
-
 /// Where containerd is and how the agent uses it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CriConfig {

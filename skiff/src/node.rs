@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use skiff_launch::RuntimeKind;
 use skiff_node::agent::{self, NodeConfig};
 use skiff_node::cri::{CriConfig, CriRuntime};
 use skiff_node::engine::EngineConfig;
@@ -18,14 +19,6 @@ use skiff_proto::api::Taint;
 use skiff_proto::client::ClusterClient;
 use skiff_proto::quantity::Quantity;
 use tokio_util::sync::CancellationToken;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum RuntimeKind {
-    /// containerd's CRI plugin.
-    Cri,
-    /// In-memory simulated containers (kubemark-style).
-    Sim,
-}
 
 #[derive(Debug, clap::Subcommand)]
 enum NodeCommand {
@@ -419,5 +412,64 @@ mod tests {
         assert!(parse_taints(&["x:Sometimes".into()]).is_err());
         let l = parse_labels(&["zone=a".into()]).expect("labels");
         assert_eq!(l["zone"], "a");
+    }
+
+    /// What `skiff-launch` starts is what this command reads: every field it sets parses
+    /// back to the same value.
+    #[test]
+    fn the_launch_crates_command_line_parses_as_set() {
+        use clap::Parser as _;
+        use skiff_launch::NodeCommand;
+
+        let parse = |cmd: &NodeCommand| {
+            let cli = crate::Cli::try_parse_from(std::iter::once("skiff".into()).chain(cmd.args()))
+                .expect("the launch crate's argv parses");
+            match cli.command {
+                crate::Command::Node(a) => (cli.log, *a),
+                other => panic!("not `skiff node`: {other:?}"),
+            }
+        };
+        let sim = NodeCommand {
+            name: Some("solo".into()),
+            count: Some(3),
+            name_prefix: Some("sim-".into()),
+            cpu: Some("4".into()),
+            memory: Some("8Gi".into()),
+            max_pods: Some(200),
+            labels: vec!["kubernetes.io/os=linux".into(), "zone=a".into()],
+            logs_address: Some("127.0.0.1:0".into()),
+            metrics_addr: Some(([127, 0, 0, 1], 9100).into()),
+            heartbeat_interval: Some(Duration::from_millis(1500)),
+            backoff_initial: Some(Duration::from_secs(1)),
+            log: Some("info".into()),
+            ..NodeCommand::new(RuntimeKind::Sim, vec!["127.0.0.1:1".into()])
+        };
+        let (log, a) = parse(&sim);
+        assert_eq!(log.as_deref(), Some("info"));
+        assert!(a.command.is_none());
+        assert_eq!(a.endpoints, sim.endpoints);
+        assert_eq!(a.runtime, RuntimeKind::Sim);
+        assert_eq!(Some(a.name), sim.name);
+        assert_eq!(Some(a.count), sim.count);
+        assert_eq!(Some(a.name_prefix), sim.name_prefix);
+        assert_eq!(a.cpu, sim.cpu);
+        assert_eq!(a.memory, sim.memory);
+        assert_eq!(Some(a.max_pods), sim.max_pods);
+        assert_eq!(a.labels, sim.labels);
+        assert_eq!(Some(a.logs_address), sim.logs_address);
+        assert_eq!(a.metrics_addr, sim.metrics_addr);
+        assert_eq!(Some(a.heartbeat_interval), sim.heartbeat_interval);
+        assert_eq!(Some(a.backoff_initial), sim.backoff_initial);
+
+        let cri = NodeCommand {
+            name: Some("c1".into()),
+            containerd_socket: Some("/tmp/c/containerd.sock".into()),
+            pod_log_dir: Some("/tmp/c/pods".into()),
+            ..NodeCommand::new(RuntimeKind::Cri, vec!["127.0.0.1:1".into()])
+        };
+        let (_, a) = parse(&cri);
+        assert_eq!(a.runtime, RuntimeKind::Cri);
+        assert_eq!(Some(a.containerd_socket), cri.containerd_socket);
+        assert_eq!(Some(a.pod_log_dir), cri.pod_log_dir);
     }
 }

@@ -83,3 +83,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })?;
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    /// What `skiff-launch` starts is what this command reads.
+    #[test]
+    fn the_launch_crates_command_line_parses_as_set() {
+        use clap::Parser as _;
+        use skiff_launch::SchedulerCommand;
+
+        let cmd = SchedulerCommand {
+            endpoints: vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()],
+            metrics_addr: Some("127.0.0.1:3".parse().expect("address")),
+            lease_ttl: Some(std::time::Duration::from_secs(2)),
+            log: Some("info".into()),
+        };
+        let cli = crate::Cli::try_parse_from(std::iter::once("skiff".into()).chain(cmd.args()))
+            .expect("the launch crate's argv parses");
+        assert_eq!(cli.log.as_deref(), Some("info"));
+        let a = match cli.command {
+            crate::Command::Scheduler(a) => a,
+            other => panic!("not `skiff scheduler`: {other:?}"),
+        };
+        assert_eq!(a.endpoints, cmd.endpoints);
+        assert_eq!(a.metrics_addr, cmd.metrics_addr);
+        assert_eq!(Some(a.lease_ttl), cmd.lease_ttl);
+    }
+}

@@ -203,4 +203,88 @@ mod tests {
         assert_eq!(c[1], ("b".to_string(), "http://127.0.0.1:2".to_string()));
         assert!(parse_initial_cluster("a").is_err());
     }
+
+    /// What `skiff-launch` starts is what this command reads: every field it sets parses
+    /// back to the same value, and a command with only the required fields parses too.
+    #[test]
+    fn the_launch_crates_command_line_parses_as_set() {
+        use clap::Parser as _;
+        use skiff_launch::{ClusterState, StoreCommand};
+
+        let cmd = StoreCommand {
+            name: "m0".into(),
+            data_dir: "/tmp/m0".into(),
+            listen_client_url: "http://127.0.0.1:1".into(),
+            listen_peer_url: "http://127.0.0.1:2".into(),
+            listen_metrics_url: Some("http://127.0.0.1:3".into()),
+            initial_cluster: vec![
+                ("m0".into(), "http://127.0.0.1:2".into()),
+                ("m1".into(), "http://127.0.0.1:4".into()),
+            ],
+            initial_cluster_state: ClusterState::Existing,
+            heartbeat_interval: Some(50),
+            election_timeout: Some(500),
+            snapshot_count: Some(50),
+            snapshot_catchup_entries: Some(10),
+            max_request_bytes: Some(65_536),
+            max_txn_ops: Some(16),
+            quota_backend_bytes: Some(4_000_000),
+            event_ttl: Some(Duration::from_secs(3)),
+            log: Some("info,openraft=warn".into()),
+        };
+        let cli = crate::Cli::try_parse_from(std::iter::once("skiff".into()).chain(cmd.args()))
+            .expect("the launch crate's argv parses");
+        assert_eq!(cli.log.as_deref(), Some("info,openraft=warn"));
+        let a = match cli.command {
+            crate::Command::Store(a) => a,
+            other => panic!("not `skiff store`: {other:?}"),
+        };
+        assert_eq!(a.name, cmd.name);
+        assert_eq!(a.data_dir, Some(cmd.data_dir.clone()));
+        assert_eq!(
+            a.listen_client_urls,
+            std::slice::from_ref(&cmd.listen_client_url)
+        );
+        assert_eq!(
+            a.listen_peer_urls,
+            std::slice::from_ref(&cmd.listen_peer_url)
+        );
+        assert_eq!(
+            a.listen_metrics_urls,
+            cmd.listen_metrics_url.iter().cloned().collect::<Vec<_>>()
+        );
+        let initial = parse_initial_cluster(a.initial_cluster.as_deref().unwrap_or_default())
+            .expect("initial cluster");
+        assert_eq!(initial, cmd.initial_cluster);
+        assert_eq!(a.initial_cluster_state, "existing");
+        assert_eq!(Some(a.heartbeat_interval), cmd.heartbeat_interval);
+        assert_eq!(Some(a.election_timeout), cmd.election_timeout);
+        assert_eq!(Some(a.snapshot_count), cmd.snapshot_count);
+        assert_eq!(
+            Some(a.snapshot_catchup_entries),
+            cmd.snapshot_catchup_entries
+        );
+        assert_eq!(Some(a.max_request_bytes), cmd.max_request_bytes);
+        assert_eq!(Some(a.max_txn_ops), cmd.max_txn_ops);
+        assert_eq!(Some(a.quota_backend_bytes), cmd.quota_backend_bytes);
+        assert_eq!(Some(a.event_ttl), cmd.event_ttl);
+
+        // Unset options stay at the command's defaults.
+        let least = StoreCommand {
+            name: "m0".into(),
+            data_dir: "/tmp/m0".into(),
+            listen_client_url: "http://127.0.0.1:1".into(),
+            listen_peer_url: "http://127.0.0.1:2".into(),
+            ..StoreCommand::default()
+        };
+        let cli = crate::Cli::try_parse_from(std::iter::once("skiff".into()).chain(least.args()))
+            .expect("the least argv parses");
+        let crate::Command::Store(a) = cli.command else {
+            panic!("not `skiff store`");
+        };
+        assert_eq!(a.initial_cluster_state, "new");
+        assert_eq!(a.heartbeat_interval, 100);
+        assert!(a.listen_metrics_urls.is_empty());
+        assert_eq!(a.initial_cluster, None);
+    }
 }

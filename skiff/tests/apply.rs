@@ -27,7 +27,7 @@ fn text(o: &Output) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_creates_updates_and_refuses_bad_manifests_whole() {
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let dir = tempfile::tempdir().expect("tempdir");
 
     let out = skiff(&cluster, &["apply", "-f", "../examples/pod.yaml"]);

@@ -82,7 +82,7 @@ async fn client(c: &Cluster) -> ClusterClient {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn validation_and_admission_refuse_with_reasons_and_write_nothing() {
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let api = client(&cluster).await;
     expect_err(
         api.create(&pod("nope", "p", None)).await,
@@ -209,7 +209,7 @@ async fn validation_and_admission_refuse_with_reasons_and_write_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compare_and_swap_status_path_and_graceful_deletion() {
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let api = client(&cluster).await;
     api.create(&node("n1")).await.expect("node");
     let created = api
@@ -322,7 +322,7 @@ async fn compare_and_swap_status_path_and_graceful_deletion() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_bind_commits_the_good_bindings_and_reports_the_bad_ones() {
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let api = client(&cluster).await;
     api.create(&node("n1")).await.expect("node");
     let mut rvs = BTreeMap::new();
@@ -394,7 +394,7 @@ async fn batch_bind_commits_the_good_bindings_and_reports_the_bad_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_filtered_watches_see_pods_arrive_and_leave() {
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let api = client(&cluster).await;
     for n in ["n1", "n2"] {
         api.create(&node(n)).await.expect("node");
@@ -472,7 +472,7 @@ async fn node_filtered_watches_see_pods_arrive_and_leave() {
 async fn a_thousand_agents_each_get_exactly_their_pods() {
     const NODES: usize = 1000;
     const PODS: usize = 10_000;
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let api = client(&cluster).await;
     // Nodes, in parallel batches.
     let names: Vec<String> = (0..NODES).map(|i| format!("sim-{i:04}")).collect();
@@ -555,7 +555,7 @@ async fn a_thousand_agents_each_get_exactly_their_pods() {
 async fn lists_page_at_one_revision_with_selectors() {
     use skiff_proto::cluster::v1::cluster_client::ClusterClient as Raw;
     use skiff_proto::cluster::v1::{ListRequest, Selectors};
-    let cluster = Cluster::start(1, &[]).await;
+    let cluster = Cluster::start(1).await;
     let api = client(&cluster).await;
     for i in 0..7 {
         let mut p = pod("default", &format!("p{i}"), Some("10m"));
@@ -634,7 +634,7 @@ async fn lists_page_at_one_revision_with_selectors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_informer_lists_then_follows_changes() {
     use skiff_proto::client::Informer;
-    let cluster = Cluster::start(1, &[]).await;
+    let cluster = Cluster::start(1).await;
     let api = client(&cluster).await;
     api.create(&pod("default", "before", Some("10m")))
         .await
@@ -682,7 +682,7 @@ async fn the_informer_lists_then_follows_changes() {
 /// involved object find them; a malformed event is refused with its field path.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_are_kept_for_their_ttl_and_found_by_object() {
-    let cluster = Cluster::start(1, &["--event-ttl", "3s"]).await;
+    let cluster = Cluster::start_with(1, |s| s.event_ttl = Some(Duration::from_secs(3))).await;
     let api = client(&cluster).await;
     let event = |name: &str, reason: &str, count: i32| {
         let about = name.split('.').next().unwrap_or(name);

@@ -8,64 +8,59 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{Cluster, eventually, skiff_bin};
 use futures::StreamExt;
 use serde_json::json;
+use skiff_launch::{Child, Launch, NodeCommand, RuntimeKind};
 use skiff_proto::api::{Kind, Object, Pod};
 use skiff_proto::client::{ClusterClient, Event};
 use skiff_proto::cluster::v1::Binding;
 use skiff_proto::cluster::v1::bind_result::Outcome;
 
-/// A `skiff node` process, killed by PID when dropped.
+/// A `skiff node --runtime sim` process (killed by PID when dropped).
 struct Agent {
     child: Child,
-    log: std::path::PathBuf,
 }
 
 impl Agent {
-    fn start(dir: &Path, endpoints: &[String], extra: &[&str]) -> Agent {
-        Agent::start_beating(dir, endpoints, "1s", extra)
+    /// An agent of the nodes `tune` describes, heartbeat every second.
+    fn start(dir: &Path, endpoints: &[String], tune: impl FnOnce(&mut NodeCommand)) -> Agent {
+        Agent::start_beating(dir, endpoints, Duration::from_secs(1), tune)
     }
 
-    /// An agent whose nodes heartbeat every `heartbeat`.
-    fn start_beating(dir: &Path, endpoints: &[String], heartbeat: &str, extra: &[&str]) -> Agent {
-        let log = dir.join(format!("agent-{}.log", extra.join("_").replace('/', "_")));
-        let file = std::fs::File::create(&log).expect("agent log");
-        let child = Command::new(skiff_bin())
-            .args([
-                "node",
-                "--runtime",
-                "sim",
-                "--endpoints",
-                &endpoints.join(","),
-            ])
-            .args(["--heartbeat-interval", heartbeat, "--backoff-initial", "1s"])
-            .args(["--logs-address", "127.0.0.1:0"])
-            .args(extra)
-            .env("SKIFF_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(file)
+    /// An agent whose nodes heartbeat every `heartbeat`; its log is `agent-<name>.log`.
+    fn start_beating(
+        dir: &Path,
+        endpoints: &[String],
+        heartbeat: Duration,
+        tune: impl FnOnce(&mut NodeCommand),
+    ) -> Agent {
+        let mut node = NodeCommand {
+            heartbeat_interval: Some(heartbeat),
+            backoff_initial: Some(Duration::from_secs(1)),
+            logs_address: Some("127.0.0.1:0".into()),
+            log: Some("info".into()),
+            ..NodeCommand::new(RuntimeKind::Sim, endpoints.to_vec())
+        };
+        tune(&mut node);
+        let name = node
+            .name
+            .clone()
+            .or_else(|| node.name_prefix.clone())
+            .unwrap_or_default();
+        let log = dir.join(format!("agent-{name}.log"));
+        let child = Launch::new(format!("agent {name}"), skiff_bin(), log)
+            .args(node.args())
             .spawn()
             .expect("spawn skiff node");
-        Agent { child, log }
+        Agent { child }
     }
-}
 
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            eprintln!("--- last lines of the agent ---");
-            for l in tail.into_iter().rev() {
-                eprintln!("{l}");
-            }
-        }
+    fn pid(&self) -> u32 {
+        self.child.pid().expect("the agent runs")
     }
 }
 
@@ -115,25 +110,16 @@ fn condition<'a>(p: &'a Pod, t: &str) -> Option<&'a str> {
 /// reports; the Node registers with its capacity and keeps its heartbeat fresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_run_finish_and_are_removed() {
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
-    let metrics = format!("127.0.0.1:{}", common::free_port());
-    let _agent = Agent::start(
-        cluster.dir.path(),
-        &cluster.endpoints(),
-        &[
-            "--name",
-            "n1",
-            "--cpu",
-            "4",
-            "--memory",
-            "8Gi",
-            "--labels",
-            "zone=a",
-            "--metrics-addr",
-            &metrics,
-        ],
-    );
+    let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+    let _agent = Agent::start(cluster.dir.path(), &cluster.endpoints(), |n| {
+        n.name = Some("n1".into());
+        n.cpu = Some("4".into());
+        n.memory = Some("8Gi".into());
+        n.labels = vec!["zone=a".into()];
+        n.metrics_addr = Some(metrics);
+    });
     let long = Duration::from_secs(30);
     let node = eventually(long, "node n1 registered and Ready", || async {
         match api.get(Kind::Node, "", "n1").await.ok()? {
@@ -288,13 +274,12 @@ async fn pods_run_finish_and_are_removed() {
 /// (the figure in the closing note); every pod gets there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bound_to_running_latency_over_100_pods() {
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
-    let _agent = Agent::start(
-        cluster.dir.path(),
-        &cluster.endpoints(),
-        &["--name", "lat", "--max-pods", "200"],
-    );
+    let _agent = Agent::start(cluster.dir.path(), &cluster.endpoints(), |n| {
+        n.name = Some("lat".into());
+        n.max_pods = Some(200);
+    });
     eventually(Duration::from_secs(30), "node registered", || async {
         api.get(Kind::Node, "", "lat").await.ok().flatten()
     })
@@ -373,7 +358,7 @@ fn rss_kib(pid: u32) -> u64 {
 /// --nocapture`): one process hosting `SKIFF_SIM_NODES` (1000) simulated nodes registers them
 /// all, runs `SKIFF_SIM_PODS_PER_NODE` (5) pods on each, and prints its memory per node (idle
 /// and with pods) and the bound→Running latency of batch-bound pods. `SKIFF_SIM_HEARTBEAT`
-/// (10s) sets the heartbeat: every beat is a replicated Node write.
+/// (a duration, `10s` by default) sets the heartbeat: every beat is a replicated Node write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: prints figures, takes minutes"]
 async fn sim_nodes_at_scale() {
@@ -387,23 +372,19 @@ async fn sim_nodes_at_scale() {
         env("SKIFF_SIM_NODES", 1000),
         env("SKIFF_SIM_PODS_PER_NODE", 5),
     );
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
     // The kubelet's 10 s heartbeat is 100 Node writes/s for 1000 nodes.
-    let beat = std::env::var("SKIFF_SIM_HEARTBEAT").unwrap_or_else(|_| "10s".into());
-    let one = Agent::start_beating(
-        cluster.dir.path(),
-        &cluster.endpoints(),
-        &beat,
-        &["--name", "solo"],
-    );
-    let count = nodes.to_string();
-    let many = Agent::start_beating(
-        cluster.dir.path(),
-        &cluster.endpoints(),
-        &beat,
-        &["--count", &count, "--name-prefix", "sim-"],
-    );
+    let beat = std::env::var("SKIFF_SIM_HEARTBEAT").map_or(Duration::from_secs(10), |v| {
+        skiff_proto::duration::parse(&v).expect("SKIFF_SIM_HEARTBEAT")
+    });
+    let one = Agent::start_beating(cluster.dir.path(), &cluster.endpoints(), beat, |n| {
+        n.name = Some("solo".into());
+    });
+    let many = Agent::start_beating(cluster.dir.path(), &cluster.endpoints(), beat, |n| {
+        n.count = Some(nodes);
+        n.name_prefix = Some("sim-".into());
+    });
     let begun = Instant::now();
     eventually(
         Duration::from_secs(300),
@@ -417,7 +398,7 @@ async fn sim_nodes_at_scale() {
     eprintln!("{nodes} nodes registered in {:?}", begun.elapsed());
     // Let the registrations settle (and heartbeats start) before measuring.
     tokio::time::sleep(Duration::from_secs(12)).await;
-    let (base, idle) = (rss_kib(one.child.id()), rss_kib(many.child.id()));
+    let (base, idle) = (rss_kib(one.pid()), rss_kib(many.pid()));
     eprintln!(
         "RSS: 1 node {base} KiB, {nodes} nodes {idle} KiB → {:.1} KiB per idle node",
         (idle.saturating_sub(base)) as f64 / (nodes - 1) as f64
@@ -474,7 +455,7 @@ async fn sim_nodes_at_scale() {
     binder.await.expect("binder");
     latencies.sort();
     let q = |f: f64| latencies[((latencies.len() as f64 * f) as usize).min(latencies.len() - 1)];
-    let busy = rss_kib(many.child.id());
+    let busy = rss_kib(many.pid());
     eprintln!(
         "{total} pods on {nodes} nodes, bound (batches of 500) → Running: p50 {:?}, p99 {:?}; \
          RSS {busy} KiB → {:.1} KiB per node with {per_node} pods",

@@ -6,153 +6,82 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{Cluster, eventually, skiff_bin};
 use serde_json::json;
+use skiff_launch::{Child, Launch, NodeCommand, RuntimeKind};
 use skiff_proto::api::pod::ContainerStateTerminated;
 use skiff_proto::api::{Kind, Object, Pod};
 use skiff_proto::client::ClusterClient;
 use skiff_proto::cluster::v1::Binding;
 
-/// A containerd of the test's own, killed by PID (with its shims) when dropped.
+/// A containerd of the test's own (`skiff-launch`'s, images imported), stopped with its
+/// shims when dropped; the mounts it leaves go with it.
 struct Containerd {
-    child: Child,
-    dir: PathBuf,
-    socket: PathBuf,
+    containerd: Option<skiff_launch::Containerd>,
+    home: PathBuf,
 }
 
 impl Containerd {
     fn start(dir: &Path) -> Containerd {
-        let dir = dir.join("containerd");
-        std::fs::create_dir_all(dir.join("cni")).expect("containerd dir");
-        let socket = dir.join("containerd.sock");
-        let config = skiff_node::cri::containerd_config(&dir);
-        std::fs::write(dir.join("config.toml"), config).expect("containerd config");
-        let log = std::fs::File::create(dir.join("containerd.log")).expect("containerd log");
-        let child = Command::new("containerd")
-            .arg("--config")
-            .arg(dir.join("config.toml"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("containerd (Debian package containerd; scripts/common.sh installs it)");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !socket.exists() {
-            assert!(Instant::now() < deadline, "containerd did not listen");
-            std::thread::sleep(Duration::from_millis(50));
+        let home = dir.join("containerd");
+        let containerd = skiff_launch::Containerd::start(
+            &home,
+            &home.join("containerd.log"),
+            Path::new(skiff_bin()),
+            skiff_node::image::PAUSE,
+        )
+        .expect("containerd (Debian package containerd; scripts/common.sh installs it)");
+        Containerd {
+            containerd: Some(containerd),
+            home,
         }
-        Containerd { child, dir, socket }
     }
 
-    fn import_images(&self) {
-        let img = self.dir.join("images");
-        let out = Command::new(skiff_bin())
-            .args(["node", "image", "build", "--out"])
-            .arg(&img)
-            .output()
-            .expect("skiff node image build");
-        assert!(out.status.success(), "{out:?}");
-        let out = Command::new(skiff_bin())
-            .args(["node", "image", "import", "--containerd-socket"])
-            .arg(&self.socket)
-            .arg(img.join("busybox.tar"))
-            .arg(img.join("pause.tar"))
-            .output()
-            .expect("skiff node image import");
-        assert!(out.status.success(), "{out:?}");
+    fn socket(&self) -> &Path {
+        self.containerd
+            .as_ref()
+            .expect("invariant: taken only when dropped")
+            .socket()
     }
 }
 
 impl Drop for Containerd {
     fn drop(&mut self) {
-        // Shims outlive containerd by design: stop what they run first, then containerd.
-        let _ = Command::new("ctr")
-            .arg("--address")
-            .arg(&self.socket)
-            .args(["-n", "k8s.io", "tasks", "ls", "-q"])
-            .output()
-            .map(|o| {
-                for id in String::from_utf8_lossy(&o.stdout).lines() {
-                    let _ = Command::new("ctr")
-                        .arg("--address")
-                        .arg(&self.socket)
-                        .args(["-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id])
-                        .output();
-                }
-            });
-        let shims = Command::new("pgrep")
-            .args([
-                "-f",
-                &format!("containerd-shim.*-address {}", self.socket.display()),
-            ])
-            .output();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Ok(o) = shims {
-            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                let _ = Command::new("kill").args(["-9", pid]).status();
-            }
-        }
+        drop(self.containerd.take());
         // Mounts of the overlay snapshotter and the shims' state go with the directory.
-        common::unmount_under(&self.dir);
+        common::unmount_under(&self.home);
     }
 }
 
-/// A `skiff node --runtime cri` process, killed by PID when dropped.
+/// A `skiff node --runtime cri` process (killed by PID when dropped).
 struct Agent {
-    child: Option<Child>,
-    log: PathBuf,
+    child: Child,
 }
 
 impl Agent {
     fn start(dir: &Path, endpoints: &[String], ctr: &Containerd) -> Agent {
-        let log = dir.join("agent-cri.log");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("agent log");
-        let child = Command::new(skiff_bin())
-            .args(["node", "--runtime", "cri", "--name", "c1"])
-            .args(["--endpoints", &endpoints.join(",")])
-            .arg("--containerd-socket")
-            .arg(&ctr.socket)
-            .arg("--pod-log-dir")
-            .arg(dir.join("pods"))
-            .args(["--heartbeat-interval", "2s", "--backoff-initial", "1s"])
-            .args(["--logs-address", "127.0.0.1:0"])
-            .env("SKIFF_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(file)
+        let node = NodeCommand {
+            name: Some("c1".into()),
+            containerd_socket: Some(ctr.socket().to_path_buf()),
+            pod_log_dir: Some(dir.join("pods")),
+            heartbeat_interval: Some(Duration::from_secs(2)),
+            backoff_initial: Some(Duration::from_secs(1)),
+            logs_address: Some("127.0.0.1:0".into()),
+            log: Some("info".into()),
+            ..NodeCommand::new(RuntimeKind::Cri, endpoints.to_vec())
+        };
+        let child = Launch::new("the agent", skiff_bin(), dir.join("agent-cri.log"))
+            .args(node.args())
             .spawn()
             .expect("spawn skiff node");
-        Agent {
-            child: Some(child),
-            log,
-        }
+        Agent { child }
     }
 
     fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            eprintln!("--- last lines of the agent ---");
-            for l in tail.into_iter().rev() {
-                eprintln!("{l}");
-            }
-        }
+        self.child.kill();
     }
 }
 
@@ -213,9 +142,8 @@ async fn create_and_bind(api: &ClusterClient, name: &str, spec: serde_json::Valu
 /// agent that restarts adopts the running pod without restarting it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_run_in_containerd() {
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let ctr = Containerd::start(cluster.dir.path());
-    ctr.import_images();
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
     let mut agent = Agent::start(cluster.dir.path(), &cluster.endpoints(), &ctr);
     let long = Duration::from_secs(60);
@@ -394,9 +322,8 @@ async fn bound_to_running_latency_with_containerd() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
     );
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let ctr = Containerd::start(cluster.dir.path());
-    ctr.import_images();
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
     let _agent = Agent::start(cluster.dir.path(), &cluster.endpoints(), &ctr);
     eventually(Duration::from_secs(60), "node c1", || async {

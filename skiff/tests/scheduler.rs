@@ -7,11 +7,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{Cluster, eventually, free_port, skiff_bin};
 use serde_json::json;
+use skiff_launch::{Child, Launch, SchedulerCommand};
 use skiff_proto::api::{Kind, Object, Pod};
 use skiff_proto::client::ClusterClient;
 
@@ -38,57 +39,39 @@ fn pod(name: &str) -> Object {
     )
 }
 
-/// A `skiff scheduler` child process, killed by PID when dropped.
+/// A `skiff scheduler` child process (killed by PID when dropped).
 struct Scheduler {
     child: Child,
     metrics: String,
-    log: std::path::PathBuf,
 }
 
 impl Scheduler {
     fn start(cluster: &Cluster, name: &str) -> Scheduler {
-        let metrics = format!("127.0.0.1:{}", free_port());
+        let metrics = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let scheduler = SchedulerCommand {
+            endpoints: cluster.endpoints(),
+            metrics_addr: Some(metrics),
+            lease_ttl: Some(Duration::from_secs(2)),
+            log: Some("info".into()),
+        };
         let log = cluster.dir.path().join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(skiff_bin())
-            .args([
-                "scheduler",
-                "--endpoints",
-                &cluster.endpoints().join(","),
-                "--metrics-addr",
-                &metrics,
-                "--lease-ttl",
-                "2",
-                "--log",
-                "info",
-            ])
-            .stdout(Stdio::null())
-            .stderr(out)
+        let child = Launch::new(name, skiff_bin(), log)
+            .args(scheduler.args())
             .spawn()
-            .expect("spawn skiff scheduler");
+            .expect("spawn skiff scheduler")
+            .tail_on_panic(usize::MAX);
         Scheduler {
             child,
-            metrics,
-            log,
+            metrics: metrics.to_string(),
         }
     }
 
     fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.kill();
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Scheduler {
-    fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() {
-            eprintln!("--- {} ---\n{}", self.log.display(), self.log());
-        }
+        std::fs::read_to_string(self.child.log()).unwrap_or_default()
     }
 }
 
@@ -126,7 +109,7 @@ fn bound(pods: &[Pod]) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedulers_bind_pending_pods_without_overcommit_and_fail_over() {
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
     for n in ["n1", "n2", "n3"] {
         api.create(&node(n)).await.expect("create node");

@@ -21,7 +21,7 @@ async fn get_serializable(c: &mut Client, key: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_through_any_member_are_read_through_any_other() {
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let mut clients = Vec::new();
     for i in 0..3 {
         clients.push(cluster.client(i).await);
@@ -70,7 +70,7 @@ async fn writes_through_any_member_are_read_through_any_other() {
 /// while one is under way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_read_rounds_never_serve_a_read_from_before_an_acknowledged_write() {
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut background = Vec::new();
     for i in 0..3 {
@@ -115,10 +115,10 @@ async fn shared_read_rounds_never_serve_a_read_from_before_an_acknowledged_write
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leader_loses_no_acknowledged_write_and_it_catches_up_from_a_snapshot() {
-    let mut cluster = Cluster::start(
-        3,
-        &["--snapshot-count", "50", "--snapshot-catchup-entries", "10"],
-    )
+    let mut cluster = Cluster::start_with(3, |s| {
+        s.snapshot_count = Some(50);
+        s.snapshot_catchup_entries = Some(10);
+    })
     .await;
     let acked: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -298,10 +298,10 @@ async fn put_to_a_leader_back_in_its_old_term(
 /// member led again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_whose_entry_a_snapshot_replaced_is_answered_as_ambiguous_at_once() {
-    let mut cluster = Cluster::start(
-        3,
-        &["--snapshot-count", "50", "--snapshot-catchup-entries", "10"],
-    )
+    let mut cluster = Cluster::start_with(3, |s| {
+        s.snapshot_count = Some(50);
+        s.snapshot_catchup_entries = Some(10);
+    })
     .await;
     // Past openraft's purge batch (256 entries), so the log behind the snapshot is gone.
     let (old, answer) = put_to_a_leader_back_in_its_old_term(&mut cluster, 600).await;
@@ -332,7 +332,7 @@ async fn a_write_whose_entry_a_snapshot_replaced_is_answered_as_ambiguous_at_onc
 /// success, and the write is applied exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_whose_entry_was_overwritten_is_sent_on_to_the_new_leader_once() {
-    let mut cluster = Cluster::start(3, &[]).await;
+    let mut cluster = Cluster::start(3).await;
     let (old, answer) = put_to_a_leader_back_in_its_old_term(&mut cluster, 200).await;
     let put = answer
         .unwrap_or_else(|e| panic!("the put failed with {e}; logs in {}", cluster.log_of(old)));
@@ -352,7 +352,7 @@ async fn a_write_whose_entry_was_overwritten_is_sent_on_to_the_new_leader_once()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_are_added_as_learners_promoted_and_removed() {
-    let mut cluster = Cluster::start(3, &[]).await;
+    let mut cluster = Cluster::start(3).await;
     let mut c = cluster.client(0).await;
     c.put("/before", "join", None).await.expect("put");
     let d = cluster.add_spec();
@@ -425,7 +425,7 @@ async fn members_are_added_as_learners_promoted_and_removed() {
 /// up (Jepsen, member nemesis, seed 5311). An update that changes nothing is not proposed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_update_that_changes_nothing_is_not_proposed() {
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let leader = cluster.wait_leader(Duration::from_secs(10)).await;
     let mut c = cluster.client(leader).await;
     // Every member's start-up update has landed.
@@ -469,7 +469,7 @@ async fn a_member_update_that_changes_nothing_is_not_proposed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_from_the_rust_client() {
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let mut c = cluster.client(1).await;
     let lease = c.lease_grant(30, None).await.expect("grant");
     let id = lease.id();

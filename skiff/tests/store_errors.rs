@@ -36,7 +36,11 @@ use tonic_code::Code;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_are_refused_with_etcds_errors_and_write_nothing() {
-    let cluster = Cluster::start(3, &["--max-request-bytes", "65536", "--max-txn-ops", "16"]).await;
+    let cluster = Cluster::start_with(3, |s| {
+        s.max_request_bytes = Some(65_536);
+        s.max_txn_ops = Some(16);
+    })
+    .await;
     let mut c = cluster.client(1).await;
     // Oversized put.
     let big = vec![b'x'; 100 * 1024];
@@ -181,7 +185,7 @@ async fn bad_requests_are_refused_with_etcds_errors_and_write_nothing() {
 /// member that is down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn membership_changes_are_checked_as_etcd_checks_them() {
-    let mut cluster = Cluster::start(3, &[]).await;
+    let mut cluster = Cluster::start(3).await;
     let leader = cluster.wait_leader(Duration::from_secs(10)).await;
     let mut c = cluster.client(leader).await;
     for urls in [
@@ -262,7 +266,7 @@ async fn membership_changes_are_checked_as_etcd_checks_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_quota_the_cluster_refuses_writes_but_serves_reads_and_deletes() {
-    let cluster = Cluster::start(3, &["--quota-backend-bytes", "4000000"]).await;
+    let cluster = Cluster::start_with(3, |s| s.quota_backend_bytes = Some(4_000_000)).await;
     let mut c = cluster.client(2).await;
     c.put("/kept", "v", None)
         .await

@@ -56,7 +56,7 @@ impl Etcdctl {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcdctl_works_unmodified() {
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let all = Etcdctl {
         endpoints: cluster.endpoints().join(","),
     };

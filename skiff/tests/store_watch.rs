@@ -37,7 +37,7 @@ async fn events(stream: &mut WatchStream, n: usize) -> Vec<(i64, String, EventTy
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resuming_from_a_revision_gets_exactly_the_missed_events() {
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let mut c0 = cluster.client(0).await;
     let mut c1 = cluster.client(1).await;
     let mut w = c0
@@ -103,7 +103,7 @@ async fn resuming_from_a_revision_gets_exactly_the_missed_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compacted_start_revision_reports_compact_revision() {
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let mut c = cluster.client(0).await;
     let mut rev = 0;
     for i in 0..5 {
@@ -147,7 +147,7 @@ async fn a_thousand_watchers_on_one_prefix_see_the_same_ordered_stream() {
     const STREAMS: usize = 10;
     const PER_STREAM: usize = 100;
     const PUTS: usize = 40;
-    let cluster = Cluster::start(3, &[]).await;
+    let cluster = Cluster::start(3).await;
     let mut streams = Vec::new();
     for s in 0..STREAMS {
         let mut c = cluster.client(s % 3).await;
@@ -209,7 +209,7 @@ async fn a_thousand_watchers_on_one_prefix_see_the_same_ordered_stream() {
 /// before and after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_range_watch_is_refused_and_history_stays_watchable() {
-    let cluster = Cluster::start(1, &[]).await;
+    let cluster = Cluster::start(1).await;
     let mut c = cluster.client(0).await;
     let mut first = 0;
     for i in 0..20 {
@@ -253,7 +253,7 @@ async fn an_empty_range_watch_is_refused_and_history_stays_watchable() {
 /// An empty key with range end `\0` watches every key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_half_closed_watch_stream_keeps_delivering() {
-    let cluster = Cluster::start(1, &[]).await;
+    let cluster = Cluster::start(1).await;
     let mut c = cluster.client(0).await;
     let opts = WatchOptions::new().with_range(vec![0u8]);
     let w = c.watch(vec![], Some(opts)).await.expect("watch");

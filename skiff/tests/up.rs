@@ -5,10 +5,12 @@ mod common;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{eventually, skiff_bin};
+use nix::sys::signal::Signal;
+use skiff_launch::{Child, Launch};
 use skiff_proto::api::{Kind, Object};
 use skiff_proto::client::ClusterClient;
 
@@ -32,10 +34,10 @@ fn free_base() -> u16 {
     panic!("no free range of 32 ports");
 }
 
-/// A `skiff up` process. Dropped: Ctrl-C (SIGINT) and a wait, then SIGKILL.
+/// A `skiff up` process. Dropped: Ctrl-C (SIGINT) and a wait, then SIGKILL; its whole
+/// output is printed if the test failed.
 struct Up {
-    child: Option<Child>,
-    out: PathBuf,
+    child: Child,
     config: PathBuf,
     dir: PathBuf,
 }
@@ -47,8 +49,7 @@ impl Up {
         let out = work.join(format!("up-{n}.out"));
         let dir = work.join("cluster");
         let config = work.join("config");
-        let file = std::fs::File::create(&out).expect("up output");
-        let child = Command::new(skiff_bin())
+        let child = Launch::new("skiff up", skiff_bin(), out)
             .arg("up")
             .arg("--data-dir")
             .arg(&dir)
@@ -56,23 +57,16 @@ impl Up {
             .args(extra)
             .env("SKIFF_CONFIG", &config)
             .env_remove("SKIFF_ENDPOINTS")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().expect("output"))
-            .stderr(file)
             .spawn()
-            .expect("spawn skiff up");
-        let up = Up {
-            child: Some(child),
-            out,
-            config,
-            dir,
-        };
+            .expect("spawn skiff up")
+            .tail_on_panic(usize::MAX);
+        let up = Up { child, config, dir };
         up.wait_output("ready in", Duration::from_secs(120));
         up
     }
 
     fn output(&self) -> String {
-        std::fs::read_to_string(&self.out).unwrap_or_default()
+        std::fs::read_to_string(self.child.log()).unwrap_or_default()
     }
 
     fn wait_output(&self, what: &str, limit: Duration) {
@@ -88,7 +82,7 @@ impl Up {
     }
 
     fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
+        self.child.pid().expect("running")
     }
 
     /// The processes `up` started.
@@ -105,25 +99,13 @@ impl Up {
 
     /// Ctrl-C, and its exit status once it has stopped everything.
     fn interrupt(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("running");
-        // SAFETY: kill(2) of our own child.
-        unsafe {
-            libc::kill(child.id() as i32, libc::SIGINT);
-        }
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                return status;
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "`skiff up` did not stop within {limit:?}:\n{}",
-                    self.output()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        assert!(self.child.is_running(), "`skiff up` is not running");
+        match self.child.stop(Signal::SIGINT, limit) {
+            Some(status) => status,
+            None => panic!(
+                "`skiff up` did not stop within {limit:?}:\n{}",
+                self.output()
+            ),
         }
     }
 
@@ -148,10 +130,7 @@ impl Up {
 
 impl Drop for Up {
     fn drop(&mut self) {
-        if self.child.is_some() {
-            if std::thread::panicking() {
-                eprintln!("--- skiff up ---\n{}", self.output());
-            }
+        if self.child.is_running() {
             self.interrupt(Duration::from_secs(30));
         }
         // Mounts a containerd of the cluster may have left (overlay snapshots, shims' state).

@@ -58,13 +58,18 @@ impl Layout {
             .map(|i| format!("127.0.0.1:{}", self.client(i)))
             .collect()
     }
-    pub(super) fn initial_cluster(&self) -> String {
+    /// Every member's name and peer URL.
+    pub(super) fn initial_cluster(&self) -> Vec<(String, String)> {
         MEMBERS
             .iter()
             .enumerate()
-            .map(|(i, m)| format!("{m}=http://127.0.0.1:{}", self.peer(i)))
-            .collect::<Vec<_>>()
-            .join(",")
+            .map(|(i, m)| {
+                (
+                    (*m).to_string(),
+                    format!("http://127.0.0.1:{}", self.peer(i)),
+                )
+            })
+            .collect()
     }
 }
 

@@ -22,37 +22,28 @@
 //! |---|---|
 //! | [`layout`] | the data directory, its lock, the ports, `cluster.json` |
 //! | [`supervisor`] | the children: start, restart of members, ordered shutdown |
-//! | [`containerd`] | the cluster's own containerd for `--runtime cri`, with its images |
+//!
+//! The children are started through `skiff-launch` (typed command lines, one child handle),
+//! as is the cluster's own containerd for `--runtime cri`.
 
-mod containerd;
 mod layout;
 mod supervisor;
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use serde::{Deserialize, Serialize};
+use skiff_launch::{Containerd, Launch, NodeCommand, RuntimeKind, SchedulerCommand, StoreCommand};
 use skiff_proto::api::{Kind, Object};
 use skiff_proto::client::ClusterClient;
 
 use crate::config::{self, ClientConfig};
-use containerd::Containerd;
 use layout::Layout;
-use supervisor::Proc;
 pub use supervisor::{Cluster, wait_for};
 
 const MEMBERS: [&str; 3] = ["a", "b", "c"];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum RuntimeKind {
-    /// Simulated nodes (kubemark-style): thousands in one process, no containers.
-    Sim,
-    /// One node running real containers through containerd's CRI (root needed).
-    Cri,
-}
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -210,109 +201,96 @@ fn open_dir(args: &Args) -> Result<(PathBuf, std::fs::File)> {
 /// The three store members, restarted by the supervisor when they exit.
 fn start_members(cluster: &mut Cluster, exe: &str) -> Result<()> {
     let layout = cluster.layout.clone();
-    let initial = layout.initial_cluster();
     for (i, m) in MEMBERS.iter().enumerate() {
-        let command = vec![
-            exe.to_string(),
-            "store".into(),
-            "--name".into(),
-            (*m).into(),
-            "--data-dir".into(),
-            cluster.dir.join("store").join(m).to_string_lossy().into(),
-            "--listen-client-urls".into(),
-            format!("http://127.0.0.1:{}", layout.client(i)),
-            "--listen-peer-urls".into(),
-            format!("http://127.0.0.1:{}", layout.peer(i)),
-            "--listen-metrics-urls".into(),
-            format!("http://127.0.0.1:{}", layout.metrics(i)),
-            "--initial-cluster".into(),
-            initial.clone(),
-        ];
+        let store = StoreCommand {
+            name: (*m).into(),
+            data_dir: cluster.dir.join("store").join(m),
+            listen_client_url: format!("http://127.0.0.1:{}", layout.client(i)),
+            listen_peer_url: format!("http://127.0.0.1:{}", layout.peer(i)),
+            listen_metrics_url: Some(format!("http://127.0.0.1:{}", layout.metrics(i))),
+            initial_cluster: layout.initial_cluster(),
+            ..StoreCommand::default()
+        };
         let log = cluster.logs().join(format!("store-{m}.log"));
-        cluster.start(Proc::new(&format!("store-{m}"), log, command, true))?;
+        cluster.start(
+            Launch::new(format!("store-{m}"), exe, log).args(store.args()),
+            true,
+        )?;
     }
     Ok(())
 }
 
 fn start_scheduler(cluster: &mut Cluster, exe: &str) -> Result<()> {
-    let command = vec![
-        exe.to_string(),
-        "scheduler".into(),
-        "--endpoints".into(),
-        cluster.endpoints().join(","),
-        "--metrics-addr".into(),
-        format!("127.0.0.1:{}", cluster.layout.scheduler_metrics()),
-    ];
+    let scheduler = SchedulerCommand {
+        endpoints: cluster.endpoints(),
+        metrics_addr: Some(SocketAddr::from((
+            Ipv4Addr::LOCALHOST,
+            cluster.layout.scheduler_metrics(),
+        ))),
+        ..SchedulerCommand::default()
+    };
     let log = cluster.logs().join("scheduler.log");
-    cluster.start(Proc::new("scheduler", log, command, false))
+    cluster.start(
+        Launch::new("scheduler", exe, log).args(scheduler.args()),
+        false,
+    )
 }
 
 /// The node agents (and, for `--runtime cri`, the containerd they run on); returns the
 /// names of the nodes they register.
 fn start_nodes(cluster: &mut Cluster, exe: &str, args: &Args) -> Result<Vec<String>> {
-    let mut node = vec![
-        exe.to_string(),
-        "node".into(),
-        "--endpoints".into(),
-        cluster.endpoints().join(","),
-        "--logs-address".into(),
-        format!("127.0.0.1:{}", cluster.layout.node_logs()),
-        "--metrics-addr".into(),
-        format!("127.0.0.1:{}", cluster.layout.node_metrics()),
-        "--max-pods".into(),
-        args.max_pods.to_string(),
-        "--heartbeat-interval".into(),
-        "5s".into(),
-    ];
+    let mut node = NodeCommand {
+        logs_address: Some(format!("127.0.0.1:{}", cluster.layout.node_logs())),
+        metrics_addr: Some(SocketAddr::from((
+            [127, 0, 0, 1],
+            cluster.layout.node_metrics(),
+        ))),
+        max_pods: Some(args.max_pods),
+        heartbeat_interval: Some(Duration::from_secs(5)),
+        ..NodeCommand::new(args.runtime, cluster.endpoints())
+    };
     let names: Vec<String> = match args.runtime {
         RuntimeKind::Sim => {
             let names: Vec<String> = (0..args.nodes).map(|i| format!("node-{i}")).collect();
-            node.extend([
-                "--runtime".into(),
-                "sim".into(),
-                "--cpu".into(),
-                args.node_cpu.clone(),
-                "--memory".into(),
-                args.node_memory.clone(),
-                "--labels".into(),
-                format!(
-                    "kubernetes.io/os=linux,node.skiff.dev/cpus={}",
-                    args.node_cpu
-                ),
-            ]);
+            node.cpu = Some(args.node_cpu.clone());
+            node.memory = Some(args.node_memory.clone());
+            node.labels = vec![
+                "kubernetes.io/os=linux".into(),
+                format!("node.skiff.dev/cpus={}", args.node_cpu),
+            ];
             if args.nodes == 1 {
-                node.extend(["--name".into(), names[0].clone()]);
+                node.name = Some(names[0].clone());
             } else {
-                node.extend([
-                    "--count".into(),
-                    args.nodes.to_string(),
-                    "--name-prefix".into(),
-                    "node-".into(),
-                ]);
+                node.count = Some(args.nodes);
+                node.name_prefix = Some("node-".into());
             }
             names
         }
         RuntimeKind::Cri => {
-            let c = Containerd::start(&cluster.dir, exe)?;
+            let c = Containerd::start(
+                &cluster.dir.join("containerd"),
+                &cluster.logs().join("containerd.log"),
+                Path::new(exe),
+                skiff_node::image::PAUSE,
+            )
+            .context("containerd (Debian: apt-get install containerd runc)")?;
             let (cpus, _) = skiff_node::agent::host_capacity();
-            node.extend([
-                "--runtime".into(),
-                "cri".into(),
-                "--name".into(),
-                "node-0".into(),
-                "--containerd-socket".into(),
-                c.socket.to_string_lossy().into(),
-                "--pod-log-dir".into(),
-                cluster.dir.join("pods").to_string_lossy().into(),
-                "--labels".into(),
-                format!("kubernetes.io/os=linux,node.skiff.dev/cpus={cpus}"),
-            ]);
+            node.name = Some("node-0".into());
+            node.containerd_socket = Some(c.socket().to_path_buf());
+            node.pod_log_dir = Some(cluster.dir.join("pods"));
+            node.labels = vec![
+                "kubernetes.io/os=linux".into(),
+                format!("node.skiff.dev/cpus={cpus}"),
+            ];
             cluster.containerd = Some(c);
             vec!["node-0".into()]
         }
     };
     let log = cluster.logs().join("nodes.log");
-    cluster.start(Proc::new("node agents", log, node, false))?;
+    cluster.start(
+        Launch::new("node agents", exe, log).args(node.args()),
+        false,
+    )?;
     Ok(names)
 }
 

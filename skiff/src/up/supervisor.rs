@@ -2,114 +2,22 @@
 //! dies with `up`; store members are started again when they exit; shutdown goes in order
 //! (agents, scheduler, then the members together).
 
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
+use nix::sys::signal::Signal;
+use skiff_launch::{Child, Containerd, Launch};
 
 use super::MEMBERS;
-use super::containerd::Containerd;
 use super::layout::Layout;
 
 /// One supervised child process.
 pub(super) struct Proc {
-    name: String,
-    log: PathBuf,
-    command: Vec<String>,
-    child: Option<Child>,
+    child: Child,
     /// Started again when it exits (store members).
     restart: bool,
     restarts: u32,
-}
-
-impl Proc {
-    pub(super) fn new(name: &str, log: PathBuf, command: Vec<String>, restart: bool) -> Proc {
-        Proc {
-            name: name.to_string(),
-            log,
-            command,
-            child: None,
-            restart,
-            restarts: 0,
-        }
-    }
-
-    pub(super) fn start(&mut self) -> Result<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .with_context(|| format!("opening {}", self.log.display()))?;
-        let mut cmd = Command::new(&self.command[0]);
-        cmd.args(&self.command[1..])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().context("log file")?)
-            .stderr(log)
-            // Its own process group: Ctrl-C reaches only `up`, which stops the children in
-            // order.
-            .process_group(0);
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            cmd.pre_exec(|| {
-                // Die with `up`, even when it is killed with SIGKILL.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("starting {}: {}", self.name, self.command.join(" ")))?;
-        self.child = Some(child);
-        Ok(())
-    }
-
-    fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// The exit status, if it has exited since the last look.
-    pub(super) fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        let status = self.child.as_mut()?.try_wait().ok()??;
-        self.child = None;
-        Some(status)
-    }
-
-    fn signal(&self, sig: i32) {
-        if let Some(pid) = self.pid() {
-            // SAFETY: kill(2) on a child we spawned and have not reaped.
-            unsafe {
-                libc::kill(pid as i32, sig);
-            }
-        }
-    }
-
-    /// SIGTERM, then SIGKILL once `grace` has passed.
-    pub(super) fn stop(&mut self, grace: Duration) {
-        self.signal(libc::SIGTERM);
-        self.reap(Instant::now() + grace);
-    }
-
-    /// Waits for the child to exit, SIGKILL at `deadline`.
-    fn reap(&mut self, deadline: Instant) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) | Err(_) => return,
-                Ok(None) if Instant::now() >= deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return;
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-    }
 }
 
 /// The running cluster: every child, in start order.
@@ -136,10 +44,15 @@ impl Cluster {
         self.dir.join("logs")
     }
 
-    /// Starts `p` and keeps it (children stop in the reverse order of their start).
-    pub(super) fn start(&mut self, mut p: Proc) -> Result<()> {
-        p.start()?;
-        self.procs.push(p);
+    /// Starts `launch` and keeps it (children stop in the reverse order of their start);
+    /// `restart`: started again when it exits.
+    pub(super) fn start(&mut self, launch: Launch, restart: bool) -> Result<()> {
+        let child = launch.spawn()?;
+        self.procs.push(Proc {
+            child,
+            restart,
+            restarts: 0,
+        });
         Ok(())
     }
 
@@ -150,8 +63,8 @@ impl Cluster {
     /// kill -9 of store member `i` (the supervisor starts it again).
     pub fn kill_member(&mut self, i: usize) {
         let name = format!("store-{}", MEMBERS[i]);
-        if let Some(p) = self.procs.iter().find(|p| p.name == name) {
-            p.signal(libc::SIGKILL);
+        if let Some(p) = self.procs.iter().find(|p| p.child.name() == name) {
+            let _ = p.child.signal(Signal::SIGKILL);
         }
     }
 
@@ -160,22 +73,22 @@ impl Cluster {
     pub fn supervise(&mut self) -> bool {
         let mut healthy = true;
         for p in &mut self.procs {
-            if let Some(status) = p.exited() {
+            if let Some(status) = p.child.exited() {
                 if p.restart {
                     p.restarts += 1;
                     eprintln!(
                         "skiff up: {} exited ({status}); starting it again on its data directory",
-                        p.name
+                        p.child.name()
                     );
-                    if let Err(e) = p.start() {
+                    if let Err(e) = p.child.restart() {
                         eprintln!("skiff up: {e:#}");
                         healthy = false;
                     }
                 } else {
                     eprintln!(
                         "skiff up: {} exited ({status}); its log: {}",
-                        p.name,
-                        p.log.display()
+                        p.child.name(),
+                        p.child.log().display()
                     );
                     healthy = false;
                 }
@@ -189,18 +102,17 @@ impl Cluster {
     pub(super) fn stop(&mut self) {
         let grace = Duration::from_secs(10);
         for p in self.procs.iter_mut().rev().filter(|p| !p.restart) {
-            p.stop(grace);
+            p.child.stop(Signal::SIGTERM, grace);
         }
         for p in self.procs.iter().filter(|p| p.restart) {
-            p.signal(libc::SIGTERM);
+            let _ = p.child.signal(Signal::SIGTERM);
         }
         let deadline = Instant::now() + grace;
         for p in self.procs.iter_mut().filter(|p| p.restart) {
-            p.reap(deadline);
+            p.child.wait_until(deadline);
         }
-        if let Some(c) = self.containerd.take() {
-            c.stop();
-        }
+        // Stops what containerd runs, then containerd.
+        drop(self.containerd.take());
     }
 }
 

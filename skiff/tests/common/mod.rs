@@ -1,15 +1,17 @@
 //! A real store cluster for tests: `skiff store` processes on loopback with ephemeral ports
-//! and temporary data directories, killed by PID when the test ends.
+//! and temporary data directories, started through `skiff-launch` (killed by PID when the
+//! test ends, their logs' tails printed when it fails).
 
 #![allow(dead_code)]
 
 use std::future::Future;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use etcd_client::Client;
+use skiff_launch::{Child, ClusterState, Launch, StoreCommand};
 use skiff_proto::http::HttpClient;
 
 /// A port that is free now, below Linux's ephemeral range (32768+): ports the kernel hands
@@ -50,11 +52,11 @@ impl Member {
     }
 
     pub fn is_running(&self) -> bool {
-        self.child.is_some()
+        self.child.as_ref().is_some_and(Child::is_running)
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.child.as_ref().and_then(Child::pid)
     }
 }
 
@@ -62,7 +64,8 @@ impl Member {
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub members: Vec<Member>,
-    pub extra: Vec<String>,
+    /// What every member's command line has besides its own name, URLs and directory.
+    pub store: StoreCommand,
 }
 
 pub fn skiff_bin() -> &'static str {
@@ -70,10 +73,25 @@ pub fn skiff_bin() -> &'static str {
 }
 
 impl Cluster {
-    /// Starts `n` members with extra `skiff store` flags and waits for a leader.
-    /// A port chosen for a member can still be taken by someone else before the member binds
-    /// it; such a member exits at once, and the whole cluster is started again on new ports.
-    pub async fn start(n: usize, extra: &[&str]) -> Cluster {
+    /// Starts `n` members and waits for a leader.
+    pub async fn start(n: usize) -> Cluster {
+        Cluster::start_with(n, |_| {}).await
+    }
+
+    /// Starts `n` members with `tune` applied to their `skiff store` command line and waits
+    /// for a leader. A port chosen for a member can still be taken by someone else before the
+    /// member binds it; such a member exits at once, and the whole cluster is started again on
+    /// new ports.
+    pub async fn start_with(n: usize, tune: impl Fn(&mut StoreCommand)) -> Cluster {
+        // openraft bounds each AppendEntries by the heartbeat interval: keep etcd's default,
+        // so a debug build replicating large batches on a busy machine keeps up.
+        let mut store = StoreCommand {
+            heartbeat_interval: Some(100),
+            election_timeout: Some(1000),
+            log: Some("info,openraft=warn".into()),
+            ..StoreCommand::default()
+        };
+        tune(&mut store);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -84,11 +102,10 @@ impl Cluster {
             let mut c = Cluster {
                 dir,
                 members,
-                extra: extra.iter().map(|s| s.to_string()).collect(),
+                store: store.clone(),
             };
-            let initial = c.initial_cluster();
             for i in 0..n {
-                c.spawn(i, &initial, "new");
+                c.spawn(i, ClusterState::New);
             }
             match c.wait_listening(Duration::from_secs(20)).await {
                 Ok(()) => {
@@ -109,14 +126,12 @@ impl Cluster {
         let deadline = Instant::now() + timeout;
         for m in &mut self.members {
             let endpoint = m.endpoint();
-            let Some(child) = m.child.as_mut() else {
+            let Some(child) = m.child.as_mut().filter(|c| c.is_running()) else {
                 continue;
             };
             loop {
-                if let Ok(Some(status)) = child.try_wait() {
-                    let log = std::fs::read_to_string(&m.log).unwrap_or_default();
-                    let last = log.lines().last().unwrap_or_default().to_string();
-                    m.child = None;
+                if let Some(status) = child.exited() {
+                    let last = child.log_tail(1);
                     return Err(format!("{} exited with {status}: {last}", m.name));
                 }
                 if TcpStream::connect(&endpoint).is_ok() {
@@ -131,42 +146,29 @@ impl Cluster {
         Ok(())
     }
 
-    pub fn initial_cluster(&self) -> String {
+    /// Every member's name and peer URL.
+    pub fn initial_cluster(&self) -> Vec<(String, String)> {
         self.members
             .iter()
-            .map(|m| format!("{}={}", m.name, m.peer_url))
-            .collect::<Vec<_>>()
-            .join(",")
+            .map(|m| (m.name.clone(), m.peer_url.clone()))
+            .collect()
     }
 
-    fn spawn(&mut self, i: usize, initial: &str, state: &str) {
-        let timing: Vec<&str> = if self.extra.iter().any(|a| a == "--heartbeat-interval") {
-            Vec::new()
-        } else {
-            // openraft bounds each AppendEntries by the heartbeat interval: keep etcd's
-            // default, so a debug build replicating large batches on a busy machine keeps up.
-            vec!["--heartbeat-interval", "100", "--election-timeout", "1000"]
-        };
+    fn spawn(&mut self, i: usize, state: ClusterState) {
+        let initial_cluster = self.initial_cluster();
         let m = &mut self.members[i];
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&m.log)
-            .expect("log file");
-        let child = Command::new(skiff_bin())
-            .args(["store", "--name", &m.name])
-            .arg("--data-dir")
-            .arg(&m.data_dir)
-            .args(["--listen-client-urls", &m.client_url])
-            .args(["--listen-peer-urls", &m.peer_url])
-            .args(["--listen-metrics-urls", &m.metrics_url])
-            .args(["--initial-cluster", initial])
-            .args(["--initial-cluster-state", state])
-            .args(&timing)
-            .args(&self.extra)
-            .env("SKIFF_LOG", "info,openraft=warn")
-            .stdout(Stdio::null())
-            .stderr(log)
+        let store = StoreCommand {
+            name: m.name.clone(),
+            data_dir: m.data_dir.clone(),
+            listen_client_url: m.client_url.clone(),
+            listen_peer_url: m.peer_url.clone(),
+            listen_metrics_url: Some(m.metrics_url.clone()),
+            initial_cluster,
+            initial_cluster_state: state,
+            ..self.store.clone()
+        };
+        let child = Launch::new(&m.name, skiff_bin(), &m.log)
+            .args(store.args())
             .spawn()
             .expect("spawn skiff store");
         m.child = Some(child);
@@ -182,30 +184,27 @@ impl Cluster {
 
     /// Starts member `i` to join the running cluster.
     pub fn start_joining(&mut self, i: usize) {
-        let initial = self.initial_cluster();
-        self.spawn(i, &initial, "existing");
+        self.spawn(i, ClusterState::Existing);
     }
 
     /// kill -9.
     pub fn kill(&mut self, i: usize) {
-        if let Some(mut child) = self.members[i].child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.members[i].child.as_mut() {
+            child.kill();
         }
     }
 
+    /// SIGSTOP (`stop`) or SIGCONT.
     pub fn pause(&self, i: usize, stop: bool) {
-        if let Some(pid) = self.members[i].pid() {
-            let sig = if stop { "-STOP" } else { "-CONT" };
-            let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+        if let Some(child) = self.members[i].child.as_ref() {
+            let _ = if stop { child.pause() } else { child.resume() };
         }
     }
 
     /// Restarts a killed member on its data directory.
     pub fn restart(&mut self, i: usize) {
         assert!(!self.members[i].is_running(), "member {i} is running");
-        let initial = self.initial_cluster();
-        self.spawn(i, &initial, "new");
+        self.spawn(i, ClusterState::New);
     }
 
     pub fn endpoints(&self) -> Vec<String> {
@@ -267,21 +266,10 @@ impl Cluster {
 }
 
 impl Drop for Cluster {
+    /// The members go first (killed, their logs' tails printed if the test failed): their
+    /// logs live in `dir`.
     fn drop(&mut self) {
-        for i in 0..self.members.len() {
-            self.pause(i, false);
-            self.kill(i);
-        }
-        if std::thread::panicking() {
-            for m in &self.members {
-                let log = std::fs::read_to_string(&m.log).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                eprintln!("--- last lines of {} ---", m.name);
-                for l in tail.into_iter().rev() {
-                    eprintln!("{l}");
-                }
-            }
-        }
+        self.members.clear();
     }
 }
 

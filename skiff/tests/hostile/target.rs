@@ -3,8 +3,9 @@
 //! checked against etcd itself.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use skiff_launch::{Child, Launch};
 
 use crate::common::{self, Cluster};
 
@@ -35,14 +36,14 @@ impl Kind {
 /// A running cluster of either kind, stopped (by PID) when dropped.
 #[derive(Debug)]
 pub enum Target {
-    Skiff(Cluster),
+    Skiff(Box<Cluster>),
     Etcd(EtcdCluster),
 }
 
 impl Target {
     pub async fn start(kind: Kind, members: usize) -> Target {
         match kind {
-            Kind::Skiff => Target::Skiff(Cluster::start(members, &[]).await),
+            Kind::Skiff => Target::Skiff(Box::new(Cluster::start(members).await)),
             Kind::Etcd => Target::Etcd(EtcdCluster::start(members).await),
         }
     }
@@ -75,16 +76,18 @@ impl Target {
     pub fn all_running(&mut self) -> bool {
         match self {
             Target::Skiff(c) => c.members.iter().all(common::Member::is_running),
-            Target::Etcd(e) => e
-                .members
-                .iter_mut()
-                .all(|m| matches!(m.child.as_mut().map(Child::try_wait), Some(Ok(None)))),
+            Target::Etcd(e) => e.members.iter_mut().all(|m| {
+                m.child
+                    .as_mut()
+                    .is_some_and(|c| c.exited().is_none() && c.is_running())
+            }),
         }
     }
 }
 
 /// Debian's etcd (`/usr/bin/etcd`, 3.4) on loopback with ephemeral ports and a temporary data
-/// directory, one process per member.
+/// directory, one process per member (killed by PID when dropped; a failing test shows the
+/// first panic in each log and its tail).
 #[derive(Debug)]
 pub struct EtcdCluster {
     pub dir: tempfile::TempDir,
@@ -120,9 +123,8 @@ impl EtcdCluster {
             .collect::<Vec<_>>()
             .join(",");
         for m in &mut members {
-            let log = std::fs::File::create(dir.path().join(format!("{}.log", m.name)))
-                .expect("etcd log file");
-            let child = Command::new(etcd_bin())
+            let log = dir.path().join(format!("{}.log", m.name));
+            let child = Launch::new(format!("etcd member {}", m.name), etcd_bin(), log)
                 .args(["--name", &m.name])
                 .arg("--data-dir")
                 .arg(dir.path().join(&m.name))
@@ -133,12 +135,9 @@ impl EtcdCluster {
                 .arg(format!("--initial-cluster={initial}"))
                 .args(["--initial-cluster-state", "new"])
                 .args(["--initial-cluster-token", "hostile"])
-                .stdout(Stdio::null())
-                .stderr(log)
                 .spawn()
-                .expect(
-                    "etcd is installed (Debian package etcd-server) or SKIFF_ETCD_BIN names it",
-                );
+                .expect("etcd is installed (Debian package etcd-server) or SKIFF_ETCD_BIN names it")
+                .tail_on_panic(30);
             m.child = Some(child);
         }
         let cluster = EtcdCluster { dir, members };
@@ -174,32 +173,9 @@ impl EtcdCluster {
 }
 
 impl Drop for EtcdCluster {
+    /// The members go first (killed, their logs reported if the test failed): their logs
+    /// live in `dir`.
     fn drop(&mut self) {
-        for m in &mut self.members {
-            if let Some(mut child) = m.child.take() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-        if std::thread::panicking() {
-            for m in &self.members {
-                let log = std::fs::read_to_string(self.dir.path().join(format!("{}.log", m.name)))
-                    .unwrap_or_default();
-                // A Go panic's message comes before its (long) stack.
-                let lines: Vec<&str> = log.lines().collect();
-                let from = lines
-                    .iter()
-                    .position(|l| l.starts_with("panic:"))
-                    .unwrap_or(lines.len());
-                for l in lines.iter().skip(from).take(8) {
-                    eprintln!("{}: {l}", m.name);
-                }
-                let tail: Vec<&str> = log.lines().rev().take(30).collect();
-                eprintln!("--- last lines of etcd member {} ---", m.name);
-                for l in tail.into_iter().rev() {
-                    eprintln!("{l}");
-                }
-            }
-        }
+        self.members.clear();
     }
 }

@@ -1,0 +1,253 @@
+//! The command lines of `skiff store`, `skiff scheduler` and `skiff node` as launchers set
+//! them. Each `args()` is the argv after the program name; the skiff crate's tests parse it
+//! with the real clap definitions and compare every field, so the two cannot drift apart.
+//! Unset (`None`) fields are left to the command's defaults.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The container runtime a node agent runs its pods on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeKind {
+    /// Simulated containers (kubemark-style): thousands of nodes in one process.
+    Sim,
+    /// Real containers through containerd's CRI plugin (root needed).
+    Cri,
+}
+
+impl RuntimeKind {
+    /// The flag value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeKind::Sim => "sim",
+            RuntimeKind::Cri => "cri",
+        }
+    }
+}
+
+/// `--initial-cluster-state`: bootstrap a cluster, or join one after `member add`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ClusterState {
+    #[default]
+    New,
+    Existing,
+}
+
+impl ClusterState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClusterState::New => "new",
+            ClusterState::Existing => "existing",
+        }
+    }
+}
+
+/// Durations as the skiff flags read them (`1500ms`).
+fn duration(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+/// Builds an argv of `--flag value` pairs.
+#[derive(Default)]
+struct Argv(Vec<OsString>);
+
+impl Argv {
+    fn flag(&mut self, name: &str, value: impl Into<OsString>) -> &mut Argv {
+        self.0.push(format!("--{name}").into());
+        self.0.push(value.into());
+        self
+    }
+
+    fn opt<T: ToString>(&mut self, name: &str, value: Option<T>) -> &mut Argv {
+        if let Some(v) = value {
+            self.flag(name, v.to_string());
+        }
+        self
+    }
+
+    fn list(&mut self, name: &str, values: &[String]) -> &mut Argv {
+        if !values.is_empty() {
+            self.flag(name, values.join(","));
+        }
+        self
+    }
+}
+
+/// `skiff store`: one member of the replicated store.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreCommand {
+    pub name: String,
+    pub data_dir: PathBuf,
+    /// `http://host:port`.
+    pub listen_client_url: String,
+    pub listen_peer_url: String,
+    pub listen_metrics_url: Option<String>,
+    /// Every member of the initial cluster: (name, peer URL); empty: this member alone.
+    pub initial_cluster: Vec<(String, String)>,
+    pub initial_cluster_state: ClusterState,
+    /// Milliseconds.
+    pub heartbeat_interval: Option<u64>,
+    /// Milliseconds.
+    pub election_timeout: Option<u64>,
+    pub snapshot_count: Option<u64>,
+    pub snapshot_catchup_entries: Option<u64>,
+    pub max_request_bytes: Option<usize>,
+    pub max_txn_ops: Option<usize>,
+    /// Bytes.
+    pub quota_backend_bytes: Option<u64>,
+    pub event_ttl: Option<Duration>,
+    /// The log filter (`--log`, tracing's EnvFilter syntax).
+    pub log: Option<String>,
+}
+
+impl StoreCommand {
+    pub fn args(&self) -> Vec<OsString> {
+        let initial: Vec<String> = self
+            .initial_cluster
+            .iter()
+            .map(|(name, url)| format!("{name}={url}"))
+            .collect();
+        let mut a = Argv(vec!["store".into()]);
+        a.flag("name", &self.name)
+            .flag("data-dir", &self.data_dir)
+            .flag("listen-client-urls", &self.listen_client_url)
+            .flag("listen-peer-urls", &self.listen_peer_url)
+            .opt("listen-metrics-urls", self.listen_metrics_url.as_ref())
+            .list("initial-cluster", &initial)
+            .flag("initial-cluster-state", self.initial_cluster_state.as_str())
+            .opt("heartbeat-interval", self.heartbeat_interval)
+            .opt("election-timeout", self.election_timeout)
+            .opt("snapshot-count", self.snapshot_count)
+            .opt("snapshot-catchup-entries", self.snapshot_catchup_entries)
+            .opt("max-request-bytes", self.max_request_bytes)
+            .opt("max-txn-ops", self.max_txn_ops)
+            .opt("quota-backend-bytes", self.quota_backend_bytes)
+            .opt("event-ttl", self.event_ttl.map(duration))
+            .opt("log", self.log.as_ref());
+        a.0
+    }
+}
+
+/// `skiff scheduler`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SchedulerCommand {
+    /// Store members' client endpoints (`host:port`).
+    pub endpoints: Vec<String>,
+    pub metrics_addr: Option<SocketAddr>,
+    /// Seconds.
+    pub lease_ttl: Option<Duration>,
+    pub log: Option<String>,
+}
+
+impl SchedulerCommand {
+    pub fn args(&self) -> Vec<OsString> {
+        let mut a = Argv(vec!["scheduler".into()]);
+        a.list("endpoints", &self.endpoints)
+            .opt("metrics-addr", self.metrics_addr)
+            .opt("lease-ttl", self.lease_ttl.map(duration))
+            .opt("log", self.log.as_ref());
+        a.0
+    }
+}
+
+/// `skiff node`: the node agent of one node, or of `count` simulated ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeCommand {
+    /// Store members' client endpoints (`host:port`).
+    pub endpoints: Vec<String>,
+    pub runtime: RuntimeKind,
+    pub name: Option<String>,
+    /// Nodes in this process (simulated runtime), named `<name_prefix><i>`.
+    pub count: Option<usize>,
+    pub name_prefix: Option<String>,
+    /// A quantity: `4`, `3500m`.
+    pub cpu: Option<String>,
+    /// A quantity: `8Gi`.
+    pub memory: Option<String>,
+    pub max_pods: Option<i64>,
+    /// `key=value`.
+    pub labels: Vec<String>,
+    pub containerd_socket: Option<PathBuf>,
+    pub pod_log_dir: Option<PathBuf>,
+    /// Where the agent serves container logs (`host:port`, port 0 for any).
+    pub logs_address: Option<String>,
+    /// Where the process serves `/metrics` and `/healthz` (`host:port`).
+    pub metrics_addr: Option<SocketAddr>,
+    pub heartbeat_interval: Option<Duration>,
+    pub backoff_initial: Option<Duration>,
+    pub log: Option<String>,
+}
+
+impl NodeCommand {
+    /// A node agent of `runtime` against `endpoints`; everything else at its default.
+    pub fn new(runtime: RuntimeKind, endpoints: Vec<String>) -> NodeCommand {
+        NodeCommand {
+            endpoints,
+            runtime,
+            name: None,
+            count: None,
+            name_prefix: None,
+            cpu: None,
+            memory: None,
+            max_pods: None,
+            labels: Vec::new(),
+            containerd_socket: None,
+            pod_log_dir: None,
+            logs_address: None,
+            metrics_addr: None,
+            heartbeat_interval: None,
+            backoff_initial: None,
+            log: None,
+        }
+    }
+
+    pub fn args(&self) -> Vec<OsString> {
+        let mut a = Argv(vec!["node".into()]);
+        a.list("endpoints", &self.endpoints)
+            .flag("runtime", self.runtime.as_str())
+            .opt("name", self.name.as_ref())
+            .opt("count", self.count)
+            .opt("name-prefix", self.name_prefix.as_ref())
+            .opt("cpu", self.cpu.as_ref())
+            .opt("memory", self.memory.as_ref())
+            .opt("max-pods", self.max_pods)
+            .list("labels", &self.labels);
+        if let Some(s) = &self.containerd_socket {
+            a.flag("containerd-socket", s);
+        }
+        if let Some(d) = &self.pod_log_dir {
+            a.flag("pod-log-dir", d);
+        }
+        a.opt("logs-address", self.logs_address.as_ref())
+            .opt("metrics-addr", self.metrics_addr)
+            .opt("heartbeat-interval", self.heartbeat_interval.map(duration))
+            .opt("backoff-initial", self.backoff_initial.map(duration))
+            .opt("log", self.log.as_ref());
+        a.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unset_fields_stay_off_the_command_line() {
+        let n = NodeCommand::new(RuntimeKind::Sim, vec!["a:1".into(), "b:2".into()]);
+        assert_eq!(
+            n.args(),
+            ["node", "--endpoints", "a:1,b:2", "--runtime", "sim"].map(OsString::from)
+        );
+        let s = SchedulerCommand {
+            lease_ttl: Some(Duration::from_secs(2)),
+            ..SchedulerCommand::default()
+        };
+        assert_eq!(
+            s.args(),
+            ["scheduler", "--lease-ttl", "2"].map(OsString::from)
+        );
+        assert_eq!(duration(Duration::from_secs(3)), "3000ms");
+    }
+}

@@ -1,0 +1,185 @@
+//! A containerd of one's own, for `skiff up --runtime cri` and the CRI tests: its config,
+//! root, state and socket under one directory, the CRI plugin set up for this kind of
+//! machine, and the busybox and pause images (built from busybox-static) imported.
+//!
+//! ```text
+//!  home/config.toml   home/containerd.sock   home/root   home/state   home/cni   home/images
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::{Child, Error, Launch, Result};
+
+/// How long containerd may take to create its socket.
+const LISTEN_LIMIT: Duration = Duration::from_secs(20);
+/// How long containerd may take to stop after SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// A containerd configuration with everything under `home` (root, state, the socket
+/// `home/containerd.sock`, CNI configs in `home/cni`), with the CRI plugin set up as this kind
+/// of machine needs: the sandbox image fully named (no registry is reached) and
+/// `restrict_oom_score_adj` (VMs without CAP_SYS_RESOURCE).
+pub fn config(home: &Path, sandbox_image: &str) -> String {
+    format!(
+        r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+[grpc]
+  address = "{d}/containerd.sock"
+[ttrpc]
+  address = "{d}/containerd.sock.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d}/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{sandbox_image}"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{d}/cni"
+"#,
+        d = home.display(),
+    )
+}
+
+/// A running containerd (see the module's documentation). Dropped, it stops what it runs
+/// (its shims outlive it by design), then itself: SIGTERM, SIGKILL after 10 s.
+#[derive(Debug)]
+pub struct Containerd {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Containerd {
+    /// Starts containerd on `home` with its output in `log`, waits for its socket, and
+    /// imports the images `skiff image build` makes (`skiff` is the binary), the sandbox
+    /// image among them under the name `sandbox_image`.
+    pub fn start(home: &Path, log: &Path, skiff: &Path, sandbox_image: &str) -> Result<Containerd> {
+        let cni = home.join("cni");
+        std::fs::create_dir_all(&cni).map_err(|source| Error::Write { path: cni, source })?;
+        let socket = home.join("containerd.sock");
+        let config_path = home.join("config.toml");
+        std::fs::write(&config_path, config(home, sandbox_image)).map_err(|source| {
+            Error::Write {
+                path: config_path.clone(),
+                source,
+            }
+        })?;
+        let mut child = Launch::new("containerd", "containerd", log)
+            .arg("--config")
+            .arg(&config_path)
+            .spawn()?;
+        let deadline = Instant::now() + LISTEN_LIMIT;
+        while !socket.exists() {
+            if let Some(status) = child.exited() {
+                return Err(Error::Exited {
+                    name: "containerd".into(),
+                    status,
+                    log: log.to_path_buf(),
+                });
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::NotListening {
+                    name: "containerd".into(),
+                    socket,
+                    limit: LISTEN_LIMIT,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let containerd = Containerd { child, socket };
+        let images = home.join("images");
+        run(
+            skiff,
+            &[
+                "image".as_ref(),
+                "build".as_ref(),
+                "--out".as_ref(),
+                images.as_os_str(),
+            ],
+        )?;
+        run(
+            skiff,
+            &[
+                "image".as_ref(),
+                "import".as_ref(),
+                "--containerd-socket".as_ref(),
+                containerd.socket.as_os_str(),
+                images.join("busybox.tar").as_os_str(),
+                images.join("pause.tar").as_os_str(),
+            ],
+        )?;
+        Ok(containerd)
+    }
+
+    /// Its socket (`home/containerd.sock`).
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    pub fn log(&self) -> &Path {
+        self.child.log()
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let ctr = |args: &[&str]| {
+            Command::new("ctr")
+                .arg("--address")
+                .arg(&self.socket)
+                .args(["-n", "k8s.io"])
+                .args(args)
+                .output()
+        };
+        if let Ok(o) = ctr(&["tasks", "ls", "-q"]) {
+            for id in String::from_utf8_lossy(&o.stdout).lines() {
+                let _ = ctr(&["tasks", "kill", "-s", "SIGKILL", id]);
+            }
+        }
+        let shims = Command::new("pgrep")
+            .args([
+                "-f",
+                &format!("containerd-shim.*-address {}", self.socket.display()),
+            ])
+            .output();
+        self.child.stop(Signal::SIGTERM, STOP_GRACE);
+        if let Ok(o) = shims {
+            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                if let Ok(pid) = pid.parse::<i32>() {
+                    // A shim of this containerd (matched by its socket).
+                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+/// Runs `skiff ARGS` to completion.
+fn run(skiff: &Path, args: &[&std::ffi::OsStr]) -> Result<()> {
+    let command = format!(
+        "skiff {}",
+        args.iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let out = Command::new(skiff)
+        .args(args)
+        .output()
+        .map_err(|e| Error::Setup {
+            command: command.clone(),
+            reason: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(Error::Setup {
+            command,
+            reason: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(())
+}
