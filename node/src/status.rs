@@ -337,7 +337,7 @@ mod tests {
             self.writes
                 .lock()
                 .unwrap()
-                .push((key.clone(), status.phase.clone()));
+                .push((key.clone(), status.message.clone()));
             Ok(Written::Stored)
         }
     }
@@ -349,9 +349,10 @@ mod tests {
         }
     }
 
+    /// A status told apart from others by its message.
     fn phase(p: &str) -> PodStatus {
         PodStatus {
-            phase: p.into(),
+            message: p.into(),
             ..PodStatus::default()
         }
     }

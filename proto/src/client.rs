@@ -10,6 +10,7 @@ pub use tonic::Code;
 use tonic::Status;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::api::object::DecodeError;
 use crate::api::{Kind, Object};
 use crate::cluster::v1 as pb;
 use crate::cluster::v1::cluster_client::ClusterClient as Raw;
@@ -28,10 +29,7 @@ pub enum ClientError {
     #[error("no endpoints given")]
     NoEndpoints,
     #[error("server sent a {kind} that does not decode: {source}")]
-    Decode {
-        kind: String,
-        source: serde_json::Error,
-    },
+    Decode { kind: String, source: DecodeError },
 }
 
 impl ClientError {
@@ -74,7 +72,7 @@ fn to_pb(object: &Object) -> pb::Object {
 fn from_pb(o: &pb::Object) -> Result<Object> {
     let kind = Kind::from_name(&o.kind).ok_or_else(|| ClientError::Decode {
         kind: o.kind.clone(),
-        source: serde::de::Error::custom("unknown kind"),
+        source: DecodeError::whole("unknown kind"),
     })?;
     Object::from_json(kind, &o.json).map_err(|source| ClientError::Decode {
         kind: o.kind.clone(),

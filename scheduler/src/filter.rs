@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use skiff_proto::api::TaintEffect;
 use skiff_proto::api::pod::NodeSelectorRequirement;
 
 use crate::kernels::{self, Kernels};
@@ -342,13 +343,13 @@ impl PodCtx {
             let taint = skiff_proto::api::Taint {
                 key: key.clone(),
                 value: value.clone(),
-                effect: effect.clone(),
+                effect: *effect,
                 time_added: None,
             };
             if pod.tolerates(&taint) {
                 continue;
             }
-            let mask = if effect == "PreferNoSchedule" {
+            let mask = if *effect == TaintEffect::PreferNoSchedule {
                 &mut taint_soft
             } else {
                 &mut taint_hard
@@ -364,7 +365,7 @@ impl PodCtx {
         let tolerates_unschedulable = pod.tolerates(&skiff_proto::api::Taint {
             key: TAINT_UNSCHEDULABLE.into(),
             value: String::new(),
-            effect: "NoSchedule".into(),
+            effect: TaintEffect::NoSchedule,
             time_added: None,
         });
         PodCtx {
@@ -607,7 +608,7 @@ pub fn check_row(
     if let Some(t) = info
         .taints
         .iter()
-        .find(|t| t.effect != "PreferNoSchedule" && !pod.tolerates(t))
+        .find(|t| t.effect != TaintEffect::PreferNoSchedule && !pod.tolerates(t))
     {
         return vec![Reason::Taint(format!("{}: {}", t.key, t.value))];
     }

@@ -20,16 +20,26 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use skiff_proto::api::LabelSelector;
 use skiff_proto::api::pod::PodAffinityTerm;
+use skiff_proto::api::{LabelSelector, TaintEffect};
 
 use crate::model::{NodeInfo, PodInfo, Resources, term_namespaces, term_selects};
 
 /// Interns strings (or keys) to dense ids.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct Interner<K: std::hash::Hash + Eq + Clone> {
     ids: HashMap<K, u32>,
     keys: Vec<K>,
+}
+
+// By hand: the derive would ask `K: Default`, which a key need not be.
+impl<K: std::hash::Hash + Eq + Clone> Default for Interner<K> {
+    fn default() -> Self {
+        Interner {
+            ids: HashMap::new(),
+            keys: Vec::new(),
+        }
+    }
 }
 
 impl<K: std::hash::Hash + Eq + Clone> Interner<K> {
@@ -243,7 +253,7 @@ pub struct NodeTable {
 
     pub label_keys: Interner<String>,
     pub labels: Vec<LabelColumn>,
-    pub taint_ids: Interner<(String, String, String)>,
+    pub taint_ids: Interner<(String, String, TaintEffect)>,
     pub taints: BitRows,
     pub port_ids: Interner<(String, i32)>,
     pub ports: BitRows,
@@ -417,7 +427,7 @@ impl NodeTable {
         for t in &info.taints {
             let id = self
                 .taint_ids
-                .intern(&(t.key.clone(), t.value.clone(), t.effect.clone()));
+                .intern(&(t.key.clone(), t.value.clone(), t.effect));
             self.taints.widen(self.names.len(), self.taint_ids.len());
             self.taints.set(row, id, true);
         }

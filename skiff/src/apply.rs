@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use futures::StreamExt;
-use skiff_proto::api::{Kind, Object, Pod, Time};
+use skiff_proto::api::{Kind, Object, Pod, PodPhase, Time};
 use skiff_proto::client::{ClusterClient, Code, Event};
 use skiff_proto::manifest;
 
@@ -423,9 +423,7 @@ pub fn pod_status(p: &Pod) -> String {
         t
     } else if let Some(w) = waiting {
         w
-    } else if status.phase.is_empty() {
-        "Pending".to_string()
     } else {
-        status.phase.clone()
+        status.phase.unwrap_or(PodPhase::Pending).to_string()
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use parking_lot::Mutex;
-use skiff_proto::api::{Kind, Object};
+use skiff_proto::api::{Kind, Object, PodPhase};
 use skiff_proto::client::{ClusterClient, Event};
 
 use crate::bench_kv::percentiles;
@@ -125,7 +125,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                     s.bound
                         .insert(name.clone(), (now, p.spec.node_name.clone()));
                 }
-                let running = p.status.as_ref().is_some_and(|st| st.phase == "Running");
+                let running = p.phase() == Some(PodPhase::Running);
                 if running && !s.running.contains_key(&name) {
                     s.running.insert(name, now);
                     let n = s.running.len();

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use skiff_proto::api::{Kind, Object};
+use skiff_proto::api::{Kind, Object, PodPhase};
 use skiff_proto::client::ClusterClient;
 
 use crate::up::{Cluster, wait_for};
@@ -66,8 +66,7 @@ pub fn run(
             match api.list(Kind::Pod, "", "", "").await {
                 Ok((pods, _)) => pods.iter().all(|o| match o {
                     Object::Pod(p) => {
-                        let phase = p.status.as_ref().map(|s| s.phase.as_str());
-                        matches!(phase, Some("Running" | "Succeeded"))
+                        matches!(p.phase(), Some(PodPhase::Running | PodPhase::Succeeded))
                             && p.status.as_ref().is_some_and(|s| {
                                 s.container_statuses.iter().all(|c| {
                                     c.ready

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use skiff_proto::api::pod::{ContainerState, ContainerStatus};
-use skiff_proto::api::{Container, Event, Kind, Node, Object, Pod, Time};
+use skiff_proto::api::{ConditionStatus, Container, Event, Kind, Node, Object, Pod, Time};
 use skiff_proto::client::ClusterClient;
 use skiff_proto::quantity::Quantity;
 
@@ -168,11 +168,7 @@ fn container_section(out: &mut String, c: &Container, status: Option<&ContainerS
         status.and_then(|s| s.last_state.as_ref()),
     );
     let ready = status.is_some_and(|s| s.ready);
-    let _ = writeln!(
-        out,
-        "    Ready:          {}",
-        if ready { "True" } else { "False" }
-    );
+    let _ = writeln!(out, "    Ready:          {}", ConditionStatus::from(ready));
     let _ = writeln!(
         out,
         "    Restart Count:  {}",
@@ -372,8 +368,8 @@ pub fn describe_pod(p: &Pod, events: &[Event]) -> String {
         } else if !t.value.is_empty() {
             let _ = write!(s, "={}", t.value);
         }
-        if !t.effect.is_empty() {
-            let _ = write!(s, ":{}", t.effect);
+        if let Some(effect) = t.effect {
+            let _ = write!(s, ":{effect}");
         }
         if let Some(secs) = t.toleration_seconds {
             let _ = write!(s, " for {secs}s");

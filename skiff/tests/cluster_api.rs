@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::Cluster;
 use futures::StreamExt;
 use serde_json::json;
-use skiff_proto::api::{Kind, Object};
+use skiff_proto::api::{ConditionStatus, Kind, Object, PodConditionType, PodPhase};
 use skiff_proto::client::Code;
 use skiff_proto::client::{ClusterClient, Event};
 use skiff_proto::cluster::v1::Binding;
@@ -158,15 +158,30 @@ async fn validation_and_admission_refuse_with_reasons_and_write_nothing() {
     api.create(&pod("capped", "fits", Some("500m")))
         .await
         .expect("within the range");
-    // Enumerations are checked too.
-    let mut bad_policy = pod("capped", "policy", Some("500m"));
-    if let Object::Pod(p) = &mut bad_policy {
-        p.spec.restart_policy = "Sometimes".into();
-    }
+    // Enumerations are refused as the body decodes, at their path (a typed client cannot
+    // even send one, so the request is written by hand).
+    let mut bad_policy = pod("capped", "policy", Some("500m")).to_json_value();
+    bad_policy["spec"]["restartPolicy"] = json!("Sometimes");
+    let mut raw = skiff_proto::cluster::v1::cluster_client::ClusterClient::connect(
+        cluster.members[0].client_url.clone(),
+    )
+    .await
+    .expect("connect");
+    let refused = raw
+        .create(skiff_proto::cluster::v1::CreateRequest {
+            object: Some(skiff_proto::cluster::v1::Object {
+                kind: "Pod".into(),
+                json: bad_policy.to_string().into_bytes(),
+            }),
+            dry_run: false,
+        })
+        .await
+        .map(|_| Object::Pod(Default::default()))
+        .map_err(Into::into);
     expect_err(
-        api.create(&bad_policy).await,
+        refused,
         Code::InvalidArgument,
-        "spec.restartPolicy",
+        "spec.restartPolicy: unsupported value \"Sometimes\"",
     );
     // ResourceQuota: count and request totals.
     api.create(&namespace("quota")).await.expect("namespace");
@@ -224,15 +239,12 @@ async fn compare_and_swap_status_path_and_graceful_deletion() {
         .labels
         .insert("tier".into(), "front".into());
     if let Object::Pod(p) = &mut changed {
-        p.status.get_or_insert_with(Default::default).phase = "Running".into();
+        p.status.get_or_insert_with(Default::default).phase = Some(PodPhase::Running);
     }
     let updated = api.update(&changed).await.expect("update");
     assert_eq!(updated.metadata().labels["tier"], "front");
     let Object::Pod(up) = &updated else { panic!() };
-    assert_eq!(
-        up.status.as_ref().map(|s| s.phase.as_str()),
-        Some("Pending")
-    );
+    assert_eq!(up.phase(), Some(PodPhase::Pending));
     // The old resourceVersion now conflicts.
     let mut stale = changed.clone();
     stale.metadata_mut().resource_version = rv.clone();
@@ -254,15 +266,12 @@ async fn compare_and_swap_status_path_and_graceful_deletion() {
     // UpdateStatus: status changes, spec does not.
     let mut st = updated.clone();
     if let Object::Pod(p) = &mut st {
-        p.status.get_or_insert_with(Default::default).phase = "Running".into();
+        p.status.get_or_insert_with(Default::default).phase = Some(PodPhase::Running);
         p.spec.containers[0].image = "ignored".into();
     }
     let after = api.update_status(&st).await.expect("status");
     let Object::Pod(ap) = &after else { panic!() };
-    assert_eq!(
-        ap.status.as_ref().map(|s| s.phase.as_str()),
-        Some("Running")
-    );
+    assert_eq!(ap.phase(), Some(PodPhase::Running));
     assert_eq!(ap.spec.containers[0].image, "localhost/skiff/busybox:1");
     // Delete with a stale resourceVersion conflicts.
     let r = api
@@ -383,11 +392,8 @@ async fn batch_bind_commits_the_good_bindings_and_reports_the_bad_ones() {
         };
         assert_eq!(!p.spec.node_name.is_empty(), bound, "pod {name}");
         if bound {
-            let cond = p
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "PodScheduled"));
-            assert_eq!(cond.map(|c| c.status.as_str()), Some("True"));
+            let cond = p.condition(&PodConditionType::PodScheduled);
+            assert_eq!(cond.map(|c| c.status), Some(ConditionStatus::True));
         }
     }
 }

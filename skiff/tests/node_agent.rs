@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use common::{Cluster, eventually, skiff_bin};
 use futures::StreamExt;
 use serde_json::json;
-use skiff_proto::api::{Kind, Object, Pod};
+use skiff_proto::api::{
+    ConditionStatus, Kind, NodeConditionType, Object, Pod, PodConditionType, PodPhase,
+};
 use skiff_proto::client::{ClusterClient, Event};
 use skiff_proto::cluster::v1::Binding;
 use skiff_proto::cluster::v1::bind_result::Outcome;
@@ -96,19 +98,14 @@ async fn get_pod(api: &ClusterClient, name: &str) -> Option<Pod> {
     }
 }
 
-async fn phase_is(api: &ClusterClient, name: &str, phase: &str) -> Option<Pod> {
+async fn phase_is(api: &ClusterClient, name: &str, phase: PodPhase) -> Option<Pod> {
     get_pod(api, name)
         .await
-        .filter(|p| p.status.as_ref().is_some_and(|s| s.phase == phase))
+        .filter(|p| p.phase() == Some(phase))
 }
 
-fn condition<'a>(p: &'a Pod, t: &str) -> Option<&'a str> {
-    p.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == t)
-        .map(|c| c.status.as_str())
+fn condition(p: &Pod, t: PodConditionType) -> Option<ConditionStatus> {
+    p.condition(&t).map(|c| c.status)
 }
 
 /// Pods bound to a simulated node run, finish and are deleted with the statuses the kubelet
@@ -137,7 +134,7 @@ async fn pods_run_finish_and_are_removed() {
     assert_eq!(status.allocatable["memory"].to_string(), "8Gi");
     assert_eq!(node.metadata.labels["zone"], "a");
     let beat = |n: &skiff_proto::api::Node| {
-        n.condition("Ready")
+        n.condition(&NodeConditionType::Ready)
             .and_then(|c| c.last_heartbeat_time)
             .expect("heartbeat time")
     };
@@ -186,23 +183,32 @@ async fn pods_run_finish_and_are_removed() {
     assert!(results.iter().all(|r| r.outcome == Outcome::Bound as i32));
 
     let server = eventually(long, "server Running and Ready", || async {
-        phase_is(&api, "server", "Running")
+        phase_is(&api, "server", PodPhase::Running)
             .await
-            .filter(|p| condition(p, "Ready") == Some("True"))
+            .filter(|p| condition(p, PodConditionType::Ready) == Some(ConditionStatus::True))
     })
     .await;
     let s = server.status.as_ref().expect("status");
     assert_eq!(s.host_ip, "127.0.0.1");
     assert!(!s.pod_ip.is_empty());
     assert!(s.start_time.is_some());
-    assert_eq!(condition(&server, "PodScheduled"), Some("True"));
-    assert_eq!(condition(&server, "Initialized"), Some("True"));
+    assert_eq!(
+        condition(&server, PodConditionType::PodScheduled),
+        Some(ConditionStatus::True)
+    );
+    assert_eq!(
+        condition(&server, PodConditionType::Initialized),
+        Some(ConditionStatus::True)
+    );
     let c = &s.container_statuses[0];
     assert!(c.ready && c.restart_count == 0);
     assert!(c.state.as_ref().is_some_and(|st| st.running.is_some()));
     assert!(c.container_id.starts_with("sim://"));
 
-    let job = eventually(long, "job Succeeded", || phase_is(&api, "job", "Succeeded")).await;
+    let job = eventually(long, "job Succeeded", || {
+        phase_is(&api, "job", PodPhase::Succeeded)
+    })
+    .await;
     let s = job.status.as_ref().expect("status");
     let t = s.container_statuses[0]
         .state
@@ -224,7 +230,10 @@ async fn pods_run_finish_and_are_removed() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
 
-    let broken = eventually(long, "broken Failed", || phase_is(&api, "broken", "Failed")).await;
+    let broken = eventually(long, "broken Failed", || {
+        phase_is(&api, "broken", PodPhase::Failed)
+    })
+    .await;
     let t = broken.status.as_ref().expect("status").container_statuses[0]
         .state
         .as_ref()
@@ -233,7 +242,10 @@ async fn pods_run_finish_and_are_removed() {
         .expect("terminated");
     assert_eq!((t.exit_code, t.reason.as_str()), (3, "Error"));
 
-    let picky = eventually(long, "picky rejected", || phase_is(&api, "picky", "Failed")).await;
+    let picky = eventually(long, "picky rejected", || {
+        phase_is(&api, "picky", PodPhase::Failed)
+    })
+    .await;
     assert_eq!(
         picky.status.as_ref().expect("status").reason,
         "NodeAffinity"
@@ -313,7 +325,7 @@ async fn bound_to_running_latency_over_100_pods() {
             .expect("watch open")
             .expect("event");
         if let Event::Modified(Object::Pod(p)) = e
-            && p.status.as_ref().is_some_and(|s| s.phase == "Running")
+            && p.phase() == Some(PodPhase::Running)
             && let Some(t) = bound_at.lock().expect("lock").remove(&p.metadata.name)
         {
             latencies.push(t.elapsed());
@@ -437,7 +449,7 @@ async fn sim_nodes_at_scale() {
             .expect("watch open")
             .expect("event");
         if let Event::Modified(Object::Pod(p)) = e
-            && p.status.as_ref().is_some_and(|s| s.phase == "Running")
+            && p.phase() == Some(PodPhase::Running)
             && let Some(t) = bound_at.lock().expect("lock").remove(&p.metadata.name)
         {
             latencies.push(t.elapsed());

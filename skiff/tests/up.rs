@@ -9,7 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{eventually, skiff_bin};
-use skiff_proto::api::{Kind, Object};
+use skiff_proto::api::{Kind, Object, PodPhase};
 use skiff_proto::client::ClusterClient;
 
 /// A base port whose 32 successors are free now (below the ephemeral range). Calls in one
@@ -208,7 +208,7 @@ async fn up_apply_run_delete_stop_resume() {
         let p = pods(&api).await;
         let running = p
             .iter()
-            .filter(|p| p.status.as_ref().is_some_and(|s| s.phase == "Running"))
+            .filter(|p| p.phase() == Some(PodPhase::Running))
             .count();
         (running == 100).then_some(p)
     })
@@ -362,10 +362,7 @@ spec:
         pods(&api)
             .await
             .iter()
-            .any(|p| {
-                p.metadata.name == "hello-cri"
-                    && p.status.as_ref().is_some_and(|s| s.phase == "Running")
-            })
+            .any(|p| p.metadata.name == "hello-cri" && p.phase() == Some(PodPhase::Running))
             .then_some(())
     })
     .await;

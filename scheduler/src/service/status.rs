@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use skiff_proto::api::pod::PodCondition;
-use skiff_proto::api::{Kind, Object, Time};
+use skiff_proto::api::{ConditionStatus, Kind, Object, PodConditionType, PodPhase, Time};
 use skiff_proto::recorder;
 
 use super::Shared;
@@ -25,25 +25,25 @@ pub(super) async fn write_unschedulable(s: &Shared, key: &str, message: &str) {
         );
     }
     let status = pod.status.get_or_insert_with(Default::default);
-    if status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.message == message)
-    {
+    if status.conditions.iter().any(|c| {
+        c.type_ == PodConditionType::PodScheduled
+            && c.status == ConditionStatus::False
+            && c.message == message
+    }) {
         return;
     }
-    status.conditions.retain(|c| c.type_ != "PodScheduled");
+    status
+        .conditions
+        .retain(|c| c.type_ != PodConditionType::PodScheduled);
     status.conditions.push(PodCondition {
-        type_: "PodScheduled".into(),
-        status: "False".into(),
+        type_: PodConditionType::PodScheduled,
+        status: ConditionStatus::False,
         last_probe_time: None,
         last_transition_time: Some(Time::now()),
         reason: "Unschedulable".into(),
         message: message.to_string(),
     });
-    if status.phase.is_empty() {
-        status.phase = "Pending".into();
-    }
+    status.phase.get_or_insert(PodPhase::Pending);
     match s.client.update_status(&Object::Pod(pod)).await {
         Ok(_) => {
             s.counters.status_writes.fetch_add(1, Ordering::Relaxed);

@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 
 use skiff_proto::api::pod::PodCondition;
-use skiff_proto::api::{Kind, Object, Time};
+use skiff_proto::api::{ConditionStatus, Kind, Object, PodConditionType, Time};
 use skiff_proto::cluster::v1::bind_result::Outcome;
 use skiff_proto::cluster::v1::{BindResult, Binding};
 use tonic::Status;
@@ -34,12 +34,12 @@ fn bound(object: &Object, node: &str) -> Object {
     if let Object::Pod(p) = &mut next {
         p.spec.node_name = node.to_string();
         let status = p.status.get_or_insert_with(Default::default);
-        status.conditions.retain(|c| c.type_ != "PodScheduled");
+        status
+            .conditions
+            .retain(|c| c.type_ != PodConditionType::PodScheduled);
         status.conditions.push(PodCondition {
-            type_: "PodScheduled".into(),
-            status: "True".into(),
             last_transition_time: Some(Time::now()),
-            ..PodCondition::default()
+            ..PodCondition::new(PodConditionType::PodScheduled, ConditionStatus::True)
         });
     }
     next

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use skiff_proto::api::{Kind, Object, Time, defaults, validation};
+use skiff_proto::api::{Kind, Object, PodPhase, Time, defaults, validation};
 use skiff_proto::cluster::v1 as pb;
 use tonic::Status;
 
@@ -310,9 +310,7 @@ impl ClusterApi {
         }
         if let Object::Pod(p) = &mut object {
             let status = p.status.get_or_insert_with(Default::default);
-            if status.phase.is_empty() {
-                status.phase = "Pending".into();
-            }
+            status.phase.get_or_insert(PodPhase::Pending);
         }
         defaults::apply(&mut object);
         if object.kind().is_namespaced() && object.metadata().namespace == "default" {
