@@ -53,7 +53,7 @@
 
 use std::time::Duration;
 
-use skiff_proto::api::{Pod, PodConditionType, PodPhase, RestartPolicy, Time};
+use skiff_proto::api::{Pod, PodCondition, PodConditionType, PodPhase, RestartPolicy, Time};
 use tokio::time::Instant;
 
 use crate::runtime::{self, Exit, RuntimeError, Sandbox};
@@ -302,7 +302,8 @@ pub struct PodEngine {
     terminal: Option<PodPhase>,
     failure_reason: String,
     conditions: Vec<(Cond, bool, Time)>,
-    scheduled_at: Option<Time>,
+    /// The pod's `PodScheduled` condition as the binding wrote it, reported unchanged.
+    scheduled: Option<PodCondition>,
     qos: &'static str,
     out: Vec<Action>,
 }
@@ -321,11 +322,7 @@ fn slot_of<'a>(
 impl PodEngine {
     /// An engine for `pod`; `admission` is the node-side admission verdict.
     pub fn new(cfg: EngineConfig, pod: &Pod, admission: Result<(), Rejection>) -> PodEngine {
-        let scheduled_at = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.condition(&PodConditionType::PodScheduled))
-            .and_then(|c| c.last_transition_time);
+        let scheduled = pod.condition(&PodConditionType::PodScheduled).cloned();
         PodEngine {
             cfg,
             name: pod.metadata.name.clone(),
@@ -354,7 +351,7 @@ impl PodEngine {
             terminal: None,
             failure_reason: String::new(),
             conditions: Vec::new(),
-            scheduled_at,
+            scheduled,
             qos: qos_class(pod),
             out: Vec::new(),
         }

@@ -4,9 +4,7 @@ use skiff_proto::api::pod::{
     ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, PodCondition,
 };
-use skiff_proto::api::{
-    ConditionStatus, PodConditionType, PodPhase, PodStatus, RestartPolicy, Time,
-};
+use skiff_proto::api::{PodConditionType, PodPhase, PodStatus, RestartPolicy, Time};
 
 use super::{PodEngine, Run, SlotState, Stage};
 use crate::runtime::Exit;
@@ -194,10 +192,11 @@ impl PodEngine {
             qos_class: self.qos.into(),
             ..PodStatus::default()
         };
-        status.conditions.push(PodCondition {
-            last_transition_time: self.scheduled_at.or(self.start_time),
-            ..PodCondition::new(PodConditionType::PodScheduled, ConditionStatus::True)
-        });
+        // Not the agent's to write (the binding owns it): reported as the pod carried it, as
+        // an UpdateStatus replaces the whole status.
+        if let Some(scheduled) = &self.scheduled {
+            status.set_condition(scheduled.clone());
+        }
         if let Some(r) = &self.rejection {
             status.reason = r.reason.clone();
             status.message = r.message.clone();
@@ -216,7 +215,7 @@ impl PodEngine {
             } else {
                 reason.into()
             };
-            status.conditions.push(PodCondition {
+            status.set_condition(PodCondition {
                 last_transition_time: Some(*since),
                 reason,
                 ..PodCondition::new(type_, (*v).into())

@@ -567,6 +567,30 @@ impl PodStatus {
     pub fn condition(&self, type_: &PodConditionType) -> Option<&PodCondition> {
         self.conditions.iter().find(|c| c.type_ == *type_)
     }
+
+    /// Sets `condition` in place of the one of its type, or appends it; the one way
+    /// conditions are written. As Kubernetes' `UpdatePodCondition`: `lastTransitionTime` is
+    /// kept when the status stays the same, and otherwise is the condition's own (now when it
+    /// has none). Returns whether the status changed in any way.
+    pub fn set_condition(&mut self, mut condition: PodCondition) -> bool {
+        let Some(old) = self
+            .conditions
+            .iter_mut()
+            .find(|c| c.type_ == condition.type_)
+        else {
+            condition.last_transition_time.get_or_insert_with(Time::now);
+            self.conditions.push(condition);
+            return true;
+        };
+        if old.status == condition.status {
+            condition.last_transition_time = old.last_transition_time;
+        } else {
+            condition.last_transition_time.get_or_insert_with(Time::now);
+        }
+        let changed = *old != condition;
+        *old = condition;
+        changed
+    }
 }
 
 impl Pod {
@@ -601,5 +625,47 @@ impl Pod {
     /// The condition of `type_`, if reported.
     pub fn condition(&self, type_: &PodConditionType) -> Option<&PodCondition> {
         self.status.as_ref()?.condition(type_)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scheduled(status: ConditionStatus, at: i64, message: &str) -> PodCondition {
+        PodCondition {
+            last_transition_time: Time::from_unix(at),
+            message: message.into(),
+            ..PodCondition::new(PodConditionType::PodScheduled, status)
+        }
+    }
+
+    /// Replace-or-append by type; the transition time moves only when the status does.
+    #[test]
+    fn set_condition_keeps_the_transition_time_while_the_status_holds() {
+        let mut s = PodStatus::default();
+        assert!(s.set_condition(scheduled(ConditionStatus::False, 10, "0/3 nodes")));
+        assert!(!s.set_condition(scheduled(ConditionStatus::False, 20, "0/3 nodes")));
+        assert!(s.set_condition(scheduled(ConditionStatus::False, 30, "0/4 nodes")));
+        let c = s.condition(&PodConditionType::PodScheduled).unwrap();
+        assert_eq!(
+            (c.last_transition_time, c.message.as_str()),
+            (Time::from_unix(10), "0/4 nodes")
+        );
+        assert!(s.set_condition(scheduled(ConditionStatus::True, 40, "")));
+        let c = s.condition(&PodConditionType::PodScheduled).unwrap();
+        assert_eq!(
+            (c.status, c.last_transition_time),
+            (ConditionStatus::True, Time::from_unix(40))
+        );
+        assert!(s.set_condition(PodCondition::new(
+            PodConditionType::Ready,
+            ConditionStatus::False
+        )));
+        assert_eq!(s.conditions.len(), 2);
+        assert!(
+            s.conditions[1].last_transition_time.is_some(),
+            "a new condition gets now"
+        );
     }
 }

@@ -311,6 +311,11 @@ impl ClusterApi {
         if let Object::Pod(p) = &mut object {
             let status = p.status.get_or_insert_with(Default::default);
             status.phase.get_or_insert(PodPhase::Pending);
+            if !p.spec.node_name.is_empty() {
+                // Bound at birth, without a scheduler.
+                let node = p.spec.node_name.clone();
+                bind::assign(p, &node);
+            }
         }
         defaults::apply(&mut object);
         if object.kind().is_namespaced() && object.metadata().namespace == "default" {
