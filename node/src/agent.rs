@@ -24,7 +24,7 @@ use skiff_proto::api::{
     ConditionStatus, Kind, Node, NodeCondition, NodeConditionType, NodeStatus, Object, Pod, Taint,
     Time,
 };
-use skiff_proto::client::{ClientError, ClusterClient, Code, Event, Informer};
+use skiff_proto::client::{ClientError, ClusterClient, Code, Event, Informer, ListParams};
 use skiff_proto::quantity::Quantity;
 use skiff_proto::recorder::{self, EventRecorder};
 use tokio_util::sync::CancellationToken;
@@ -435,7 +435,11 @@ impl NodeAgent {
             cancel: self.cancel.child_token(),
         };
         let fields = format!("spec.nodeName={}", self.config.name);
-        let mut informer = Informer::new(self.client.clone(), Kind::Pod, "", "", &fields);
+        let mut informer = Informer::new(
+            self.client.clone(),
+            Kind::Pod,
+            ListParams::default().fields(fields),
+        );
         let mut delay = Duration::from_millis(100);
         let initial = loop {
             tokio::select! {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use skiff_proto::api::{Kind, Object, PodPhase};
-use skiff_proto::client::ClusterClient;
+use skiff_proto::client::{ClusterClient, ListParams};
 
 use crate::up::{Cluster, wait_for};
 
@@ -63,7 +63,7 @@ pub fn run(
         Duration::from_secs(90),
         "the example pods to run",
         || async {
-            match api.list(Kind::Pod, "", "", "").await {
+            match api.list(Kind::Pod, &ListParams::default()).await {
                 Ok((pods, _)) => pods.iter().all(|o| match o {
                     Object::Pod(p) => {
                         matches!(p.phase(), Some(PodPhase::Running | PodPhase::Succeeded))

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use skiff_proto::api::pod::{ContainerState, ContainerStatus};
 use skiff_proto::api::{ConditionStatus, Container, Event, Kind, Node, Object, Pod, Time};
-use skiff_proto::client::ClusterClient;
+use skiff_proto::client::{ClusterClient, ListParams};
 use skiff_proto::quantity::Quantity;
 
 use crate::apply::{pod_status, runtime, since};
@@ -51,7 +51,12 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             kind.name(),
             args.name
         );
-        let (events, _) = api.list(Kind::Event, events_ns, "", &fields).await?;
+        let (events, _) = api
+            .list(
+                Kind::Event,
+                &ListParams::default().namespace(events_ns).fields(&fields),
+            )
+            .await?;
         let uid = &object.metadata().uid;
         // Events of an earlier object of the same name are not this one's.
         let mut events: Vec<Event> = events
@@ -70,7 +75,9 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             Object::Pod(p) => describe_pod(p, &events),
             Object::Node(n) => {
                 let fields = format!("spec.nodeName={}", args.name);
-                let (pods, _) = api.list(Kind::Pod, "", "", &fields).await?;
+                let (pods, _) = api
+                    .list(Kind::Pod, &ListParams::default().fields(&fields))
+                    .await?;
                 let pods: Vec<Pod> = pods
                     .into_iter()
                     .filter_map(|o| match o {

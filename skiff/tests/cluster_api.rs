@@ -12,7 +12,7 @@ use futures::StreamExt;
 use serde_json::json;
 use skiff_proto::api::{ConditionStatus, Kind, Object, PodConditionType, PodPhase};
 use skiff_proto::client::Code;
-use skiff_proto::client::{ClusterClient, Event};
+use skiff_proto::client::{ClusterClient, Event, ListParams, WatchParams};
 use skiff_proto::cluster::v1::Binding;
 use skiff_proto::cluster::v1::bind_result::Outcome;
 
@@ -212,7 +212,10 @@ async fn validation_and_admission_refuse_with_reasons_and_write_nothing() {
         Code::FailedPrecondition,
         "exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2",
     );
-    let (pods, _) = api.list(Kind::Pod, "quota", "", "").await.expect("list");
+    let (pods, _) = api
+        .list(Kind::Pod, &ListParams::default().namespace("quota"))
+        .await
+        .expect("list");
     assert_eq!(pods.len(), 2, "refused pods were not written");
     // Duplicates.
     expect_err(
@@ -406,14 +409,22 @@ async fn node_filtered_watches_see_pods_arrive_and_leave() {
         api.create(&node(n)).await.expect("node");
     }
     let mut n1 = Box::pin(
-        api.watch(Kind::Pod, "", "", "spec.nodeName=n1", 0, false)
-            .await
-            .expect("watch"),
+        api.watch(
+            Kind::Pod,
+            &WatchParams::default().fields("spec.nodeName=n1"),
+        )
+        .await
+        .expect("watch"),
     );
     let mut labelled = Box::pin(
-        api.watch(Kind::Pod, "default", "app=web", "", 0, false)
-            .await
-            .expect("watch"),
+        api.watch(
+            Kind::Pod,
+            &WatchParams::default()
+                .namespace("default")
+                .labels("app=web"),
+        )
+        .await
+        .expect("watch"),
     );
     api.create(&pod("default", "p1", Some("100m")))
         .await
@@ -495,7 +506,10 @@ async fn a_thousand_agents_each_get_exactly_their_pods() {
     for (i, n) in names.iter().enumerate() {
         let c = ClusterClient::connect(&[cluster.members[i % 3].endpoint()]).expect("client");
         let w = c
-            .watch(Kind::Pod, "", "", &format!("spec.nodeName={n}"), 0, false)
+            .watch(
+                Kind::Pod,
+                &WatchParams::default().fields(format!("spec.nodeName={n}")),
+            )
             .await
             .expect("watch");
         agents.push((c, Box::pin(w)));
@@ -646,7 +660,11 @@ async fn the_informer_lists_then_follows_changes() {
         .await
         .expect("pod");
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut informer = Informer::new(api.clone(), Kind::Pod, "default", "", "");
+    let mut informer = Informer::new(
+        api.clone(),
+        Kind::Pod,
+        ListParams::default().namespace("default"),
+    );
     let task = tokio::spawn(async move {
         informer
             .run(|e, cache| {
@@ -712,9 +730,9 @@ async fn events_are_kept_for_their_ttl_and_found_by_object() {
     let (found, _) = api
         .list(
             Kind::Event,
-            "default",
-            "",
-            "involvedObject.kind=Pod,involvedObject.name=web",
+            &ListParams::default()
+                .namespace("default")
+                .fields("involvedObject.kind=Pod,involvedObject.name=web"),
         )
         .await
         .expect("list");
@@ -752,7 +770,10 @@ async fn events_are_kept_for_their_ttl_and_found_by_object() {
         .await
         .expect("update");
     common::eventually(Duration::from_secs(30), "the events to expire", || async {
-        let (left, _) = api.list(Kind::Event, "default", "", "").await.ok()?;
+        let (left, _) = api
+            .list(Kind::Event, &ListParams::default().namespace("default"))
+            .await
+            .ok()?;
         left.is_empty().then_some(())
     })
     .await;

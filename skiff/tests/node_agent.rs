@@ -17,7 +17,7 @@ use serde_json::json;
 use skiff_proto::api::{
     ConditionStatus, Kind, NodeConditionType, Object, Pod, PodConditionType, PodPhase,
 };
-use skiff_proto::client::{ClusterClient, Event};
+use skiff_proto::client::{ClusterClient, Event, ListParams, WatchParams};
 use skiff_proto::cluster::v1::Binding;
 use skiff_proto::cluster::v1::bind_result::Outcome;
 
@@ -292,11 +292,20 @@ async fn bound_to_running_latency_over_100_pods() {
         .await
         .expect("create");
     }
-    let (_, rev) = api.list(Kind::Pod, "default", "", "").await.expect("list");
+    let (_, rev) = api
+        .list(Kind::Pod, &ListParams::default().namespace("default"))
+        .await
+        .expect("list");
     let mut watch = Box::pin(
-        api.watch(Kind::Pod, "default", "", "spec.nodeName=lat", rev, false)
-            .await
-            .expect("watch"),
+        api.watch(
+            Kind::Pod,
+            &WatchParams::default()
+                .namespace("default")
+                .fields("spec.nodeName=lat")
+                .resource_version(rev),
+        )
+        .await
+        .expect("watch"),
     );
     // Bind in the background while the watch is read, so each latency is measured when the
     // Running status arrives (from just before the pod's Bind call).
@@ -393,7 +402,7 @@ async fn sim_nodes_at_scale() {
         Duration::from_secs(300),
         "every node registered",
         || async {
-            let (all, _) = api.list(Kind::Node, "", "", "").await.ok()?;
+            let (all, _) = api.list(Kind::Node, &ListParams::default()).await.ok()?;
             (all.len() > nodes).then_some(())
         },
     )
@@ -415,11 +424,19 @@ async fn sim_nodes_at_scale() {
         .await
         .expect("create");
     }
-    let (_, rev) = api.list(Kind::Pod, "default", "", "").await.expect("list");
+    let (_, rev) = api
+        .list(Kind::Pod, &ListParams::default().namespace("default"))
+        .await
+        .expect("list");
     let mut watch = Box::pin(
-        api.watch(Kind::Pod, "default", "", "", rev, false)
-            .await
-            .expect("watch"),
+        api.watch(
+            Kind::Pod,
+            &WatchParams::default()
+                .namespace("default")
+                .resource_version(rev),
+        )
+        .await
+        .expect("watch"),
     );
     let bound_at = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
     let binder = {

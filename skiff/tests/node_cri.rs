@@ -13,7 +13,7 @@ use common::{Cluster, eventually, skiff_bin};
 use serde_json::json;
 use skiff_proto::api::pod::ContainerStateTerminated;
 use skiff_proto::api::{Kind, Object, Pod, PodPhase};
-use skiff_proto::client::ClusterClient;
+use skiff_proto::client::{ClusterClient, ListParams, WatchParams};
 use skiff_proto::cluster::v1::Binding;
 
 /// A containerd of the test's own, killed by PID (with its shims) when dropped.
@@ -413,11 +413,20 @@ async fn bound_to_running_latency_with_containerd() {
         .await
         .expect("create");
     }
-    let (_, rev) = api.list(Kind::Pod, "default", "", "").await.expect("list");
+    let (_, rev) = api
+        .list(Kind::Pod, &ListParams::default().namespace("default"))
+        .await
+        .expect("list");
     let mut watch = Box::pin(
-        api.watch(Kind::Pod, "default", "", "spec.nodeName=c1", rev, false)
-            .await
-            .expect("watch"),
+        api.watch(
+            Kind::Pod,
+            &WatchParams::default()
+                .namespace("default")
+                .fields("spec.nodeName=c1")
+                .resource_version(rev),
+        )
+        .await
+        .expect("watch"),
     );
     let bound_at = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
     let binder = {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::{Cluster, eventually, free_port, skiff_bin};
 use serde_json::json;
 use skiff_proto::api::{ConditionStatus, Kind, Object, Pod, PodConditionType};
-use skiff_proto::client::ClusterClient;
+use skiff_proto::client::{ClusterClient, ListParams};
 
 fn obj(kind: Kind, v: serde_json::Value) -> Object {
     Object::from_json(kind, v.to_string().as_bytes()).expect("test object decodes")
@@ -93,7 +93,7 @@ impl Drop for Scheduler {
 }
 
 async fn pods(api: &ClusterClient) -> Vec<Pod> {
-    api.list(Kind::Pod, "default", "", "")
+    api.list(Kind::Pod, &ListParams::default().namespace("default"))
         .await
         .expect("list pods")
         .0

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{eventually, skiff_bin};
 use skiff_proto::api::{Kind, Object, PodPhase};
-use skiff_proto::client::ClusterClient;
+use skiff_proto::client::{ClusterClient, ListParams};
 
 /// A base port whose 32 successors are free now (below the ephemeral range). Calls in one
 /// test process walk distinct ranges, so tests running side by side never pick the same one.
@@ -170,7 +170,7 @@ fn ok(o: &Output) -> String {
 }
 
 async fn pods(api: &ClusterClient) -> Vec<skiff_proto::api::Pod> {
-    match api.list(Kind::Pod, "", "", "").await {
+    match api.list(Kind::Pod, &ListParams::default()).await {
         Ok((items, _)) => items
             .into_iter()
             .filter_map(|o| match o {
