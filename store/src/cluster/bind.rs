@@ -12,7 +12,6 @@ use skiff_proto::api::pod::PodCondition;
 use skiff_proto::api::{ConditionStatus, Kind, Object, Pod, PodConditionType};
 use skiff_proto::cluster::v1::bind_result::Outcome;
 use skiff_proto::cluster::v1::{BindResult, Binding};
-use tonic::Status;
 
 use super::{ClusterApi, encode};
 use crate::command::{
@@ -61,7 +60,7 @@ impl ClusterApi {
         &self,
         bindings: &[Binding],
         fence: Option<(&str, i64)>,
-    ) -> Result<(i64, Vec<BindResult>), Status> {
+    ) -> super::Result<(i64, Vec<BindResult>)> {
         self.barrier(false).await?;
         let mut results: Vec<Option<BindResult>> = vec![None; bindings.len()];
         let mut ops = Vec::new();
