@@ -7,7 +7,7 @@
 //! scheduler away but lets a pod bound directly to the node run.
 
 use skiff_proto::api::pod::NodeSelectorTerm;
-use skiff_proto::api::{Node, Pod};
+use skiff_proto::api::{Node, Pod, TaintEffect};
 
 use crate::engine::Rejection;
 
@@ -73,7 +73,7 @@ pub fn admit<'a>(
         .spec
         .taints
         .iter()
-        .filter(|t| t.effect == "NoExecute")
+        .filter(|t| t.effect == TaintEffect::NoExecute)
         .find(|t| !pod.spec.tolerations.iter().any(|tol| tol.tolerates(t)))
     {
         return Err(Rejection {

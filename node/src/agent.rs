@@ -20,9 +20,12 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use skiff_proto::api::node::{NodeAddress, NodeSystemInfo};
-use skiff_proto::api::{Kind, Node, NodeCondition, NodeStatus, Object, Pod, Taint, Time};
+use skiff_proto::api::{
+    ConditionStatus, Kind, Node, NodeCondition, NodeConditionType, NodeStatus, Object, Pod, Taint,
+    Time,
+};
 use skiff_proto::backoff::Backoff;
-use skiff_proto::client::{ClientError, ClusterClient, Code, Event, Informer};
+use skiff_proto::client::{ClientError, ClusterClient, Code, Event, Informer, ListParams};
 use skiff_proto::quantity::Quantity;
 use skiff_proto::recorder::{self, EventRecorder};
 use tokio_util::sync::CancellationToken;
@@ -255,47 +258,48 @@ impl NodeAgent {
             ("memory".to_string(), c.memory),
             ("pods".to_string(), Quantity::from_units(c.max_pods)),
         ]);
-        let cond = |type_: &str, status: &str, reason: &str, message: &str| {
-            // Keep the transition time when the condition did not change.
-            let since = previous
-                .and_then(|p| p.conditions.iter().find(|x| x.type_ == type_))
-                .filter(|x| x.status == status)
-                .and_then(|x| x.last_transition_time)
-                .unwrap_or(now);
-            NodeCondition {
-                type_: type_.into(),
-                status: status.into(),
-                last_heartbeat_time: Some(now),
-                last_transition_time: Some(since),
-                reason: reason.into(),
-                message: message.into(),
-            }
-        };
+        let cond =
+            |type_: NodeConditionType, status: ConditionStatus, reason: &str, message: &str| {
+                // Keep the transition time when the condition did not change.
+                let since = previous
+                    .and_then(|p| p.conditions.iter().find(|x| x.type_ == type_))
+                    .filter(|x| x.status == status)
+                    .and_then(|x| x.last_transition_time)
+                    .unwrap_or(now);
+                NodeCondition {
+                    type_,
+                    status,
+                    last_heartbeat_time: Some(now),
+                    last_transition_time: Some(since),
+                    reason: reason.into(),
+                    message: message.into(),
+                }
+            };
         NodeStatus {
             capacity: resources.clone(),
             allocatable: resources,
             conditions: vec![
                 cond(
-                    "MemoryPressure",
-                    "False",
+                    NodeConditionType::MemoryPressure,
+                    ConditionStatus::False,
                     "KubeletHasSufficientMemory",
                     "agent has sufficient memory available",
                 ),
                 cond(
-                    "DiskPressure",
-                    "False",
+                    NodeConditionType::DiskPressure,
+                    ConditionStatus::False,
                     "KubeletHasNoDiskPressure",
                     "agent has no disk pressure",
                 ),
                 cond(
-                    "PIDPressure",
-                    "False",
+                    NodeConditionType::PIDPressure,
+                    ConditionStatus::False,
                     "KubeletHasSufficientPID",
                     "agent has sufficient PID available",
                 ),
                 cond(
-                    "Ready",
-                    "True",
+                    NodeConditionType::Ready,
+                    ConditionStatus::True,
                     "KubeletReady",
                     "skiff agent is posting ready status",
                 ),
@@ -451,7 +455,11 @@ impl NodeAgent {
             cancel: self.cancel.child_token(),
         };
         let fields = format!("spec.nodeName={}", self.config.name);
-        let mut informer = Informer::new(self.client.clone(), Kind::Pod, "", "", &fields);
+        let mut informer = Informer::new(
+            self.client.clone(),
+            Kind::Pod,
+            ListParams::default().fields(fields),
+        );
         let mut backoff = Backoff::for_store();
         let initial = loop {
             tokio::select! {

@@ -334,7 +334,7 @@ mod tests {
             self.writes
                 .lock()
                 .unwrap()
-                .push((key.clone(), status.phase.clone()));
+                .push((key.clone(), status.message.clone()));
             Ok(Written::Stored)
         }
     }
@@ -346,9 +346,10 @@ mod tests {
         }
     }
 
+    /// A status told apart from others by its message.
     fn phase(p: &str) -> PodStatus {
         PodStatus {
-            phase: p.into(),
+            message: p.into(),
             ..PodStatus::default()
         }
     }

@@ -14,7 +14,9 @@ use skiff_node::sim::{SimConfig, SimRuntime};
 use skiff_node::status::{PodKey, StatusSink, StatusWriter, Written};
 use skiff_node::worker::{self, WorkerContext, WorkerHandle};
 use skiff_proto::api::pod::ContainerStatus;
-use skiff_proto::api::{Kind, Object, Pod, PodStatus, Time};
+use skiff_proto::api::{
+    ConditionStatus, Kind, Object, Pod, PodConditionType, PodPhase, PodStatus, Time,
+};
 use skiff_proto::client::ClientError;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -107,11 +109,8 @@ fn app(c: &ContainerStatus) -> (&str, Option<&str>, Option<i32>) {
     (what, waiting, exit)
 }
 
-fn cond<'a>(s: &'a PodStatus, t: &str) -> Option<&'a str> {
-    s.conditions
-        .iter()
-        .find(|c| c.type_ == t)
-        .map(|c| c.status.as_str())
+fn cond(s: &PodStatus, t: PodConditionType) -> Option<ConditionStatus> {
+    s.condition(&t).map(|c| c.status)
 }
 
 impl Harness {
@@ -190,17 +189,28 @@ async fn init_then_app_then_succeeded() {
     let w = h.start(p);
     let (_, pending) = h
         .until("Pending while initialising", LONG, |s| {
-            s.phase == "Pending"
+            s.phase == Some(PodPhase::Pending)
                 && s.container_statuses
                     .first()
                     .is_some_and(|c| app(c).1 == Some("PodInitializing"))
         })
         .await;
-    assert_eq!(cond(&pending, "Initialized"), Some("False"));
-    let (t_run, running) = h.until("Running", LONG, |s| s.phase == "Running").await;
+    assert_eq!(
+        cond(&pending, PodConditionType::Initialized),
+        Some(ConditionStatus::False)
+    );
+    let (t_run, running) = h
+        .until("Running", LONG, |s| s.phase == Some(PodPhase::Running))
+        .await;
     assert!(t_run >= Duration::from_secs(1), "init took its second");
-    assert_eq!(cond(&running, "Initialized"), Some("True"));
-    assert_eq!(cond(&running, "Ready"), Some("True"));
+    assert_eq!(
+        cond(&running, PodConditionType::Initialized),
+        Some(ConditionStatus::True)
+    );
+    assert_eq!(
+        cond(&running, PodConditionType::Ready),
+        Some(ConditionStatus::True)
+    );
     assert_eq!(running.host_ip, "192.0.2.10");
     assert!(running.pod_ip.starts_with("10."), "{}", running.pod_ip);
     assert!(running.start_time.is_some());
@@ -210,14 +220,19 @@ async fn init_then_app_then_succeeded() {
             .iter()
             .all(|c| app(c) == ("terminated", None, Some(0)))
     );
-    let (t_done, done) = h.until("Succeeded", LONG, |s| s.phase == "Succeeded").await;
+    let (t_done, done) = h
+        .until("Succeeded", LONG, |s| s.phase == Some(PodPhase::Succeeded))
+        .await;
     assert!(t_done >= Duration::from_secs(6));
     let c = &done.container_statuses[0];
     assert_eq!(app(c), ("terminated", None, Some(0)));
     let t = c.state.as_ref().unwrap().terminated.as_ref().unwrap();
     assert_eq!(t.reason, "Completed");
     assert!(t.container_id.starts_with("sim://"));
-    assert_eq!(cond(&done, "Ready"), Some("False"));
+    assert_eq!(
+        cond(&done, PodConditionType::Ready),
+        Some(ConditionStatus::False)
+    );
     // The sandbox is stopped; the containers stay until the pod is deleted.
     w.pod.send_replace(Some(deleting(pod("ok", json!({})), 0)));
     h.done(&w, LONG).await;
@@ -235,7 +250,9 @@ async fn init_failure_fails_the_pod_with_never() {
                "initContainers": [{"name": "i", "image": "b:1", "command": ["sh", "-c", "exit 3"]}],
                "containers": [{"name": "a", "image": "b:1"}]}),
     ));
-    let (_, s) = h.until("Failed", LONG, |s| s.phase == "Failed").await;
+    let (_, s) = h
+        .until("Failed", LONG, |s| s.phase == Some(PodPhase::Failed))
+        .await;
     assert_eq!(
         app(&s.init_container_statuses[0]),
         ("terminated", None, Some(3))
@@ -273,7 +290,7 @@ async fn init_failure_restarts_with_on_failure() {
                 .is_some_and(|c| c.restart_count >= 2)
         })
         .await;
-    assert_eq!(s.phase, "Pending");
+    assert_eq!(s.phase, Some(PodPhase::Pending));
     assert!(t >= Duration::from_secs(10), "second restart waited: {t:?}");
     let (_, s) = h
         .until("init back-off", LONG, |s| {
@@ -282,7 +299,7 @@ async fn init_failure_restarts_with_on_failure() {
                 .is_some_and(|c| app(c).1 == Some("CrashLoopBackOff"))
         })
         .await;
-    assert_eq!(s.phase, "Pending");
+    assert_eq!(s.phase, Some(PodPhase::Pending));
 }
 
 /// CrashLoopBackOff: the first restart is immediate, then 10 s doubling to the 5 min cap;
@@ -320,7 +337,7 @@ async fn crash_loop_back_off_doubles_to_the_cap() {
         .await;
     let c = &s.container_statuses[0];
     assert_eq!(app(c).1, Some("CrashLoopBackOff"));
-    assert_eq!(s.phase, "Running");
+    assert_eq!(s.phase, Some(PodPhase::Running));
     let last = c.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
     assert_eq!((last.exit_code, last.reason.as_str()), (1, "Error"));
     // Only the newest dead container is kept (for `logs --previous`).
@@ -363,14 +380,17 @@ async fn restart_policies_on_failure_and_never() {
         json!({"restartPolicy": "OnFailure",
                "containers": [{"name": "a", "image": "b:1", "command": ["sh", "-c", "sleep 2; exit 0"]}]}),
     ));
-    h.until("Succeeded", LONG, |s| s.phase == "Succeeded").await;
+    h.until("Succeeded", LONG, |s| s.phase == Some(PodPhase::Succeeded))
+        .await;
     let h = harness();
     let _b = h.start(pod(
         "never",
         json!({"restartPolicy": "Never",
                "containers": [{"name": "a", "image": "b:1", "command": ["sh", "-c", "sleep 2; exit 2"]}]}),
     ));
-    let (_, s) = h.until("Failed", LONG, |s| s.phase == "Failed").await;
+    let (_, s) = h
+        .until("Failed", LONG, |s| s.phase == Some(PodPhase::Failed))
+        .await;
     assert_eq!(app(&s.container_statuses[0]), ("terminated", None, Some(2)));
     assert_eq!(s.container_statuses[0].restart_count, 0);
 }
@@ -388,14 +408,14 @@ async fn missing_image_backs_off() {
             app(&s.container_statuses[0]).1 == Some("ErrImagePull")
         })
         .await;
-    assert_eq!(s.phase, "Pending");
+    assert_eq!(s.phase, Some(PodPhase::Pending));
     let (t, s) = h
         .until("ImagePullBackOff", LONG, |s| {
             app(&s.container_statuses[0]).1 == Some("ImagePullBackOff")
         })
         .await;
     assert!(t >= Duration::from_secs(10));
-    assert_eq!(s.phase, "Pending");
+    assert_eq!(s.phase, Some(PodPhase::Pending));
     let text = skiff_proto::metrics::encode(&h.ctx.metrics.registry());
     let failed_pulls = skiff_proto::metrics::sample(&text, "skiff_node_back_offs_total");
     assert!(failed_pulls >= Some(1.0), "{text}");
@@ -454,20 +474,27 @@ async fn readiness_follows_the_probe() {
                 "readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]},
                                    "periodSeconds": 1, "failureThreshold": 2}}]}),
     ));
-    let (_, s) = h.until("Running", LONG, |s| s.phase == "Running").await;
-    assert_eq!(cond(&s, "Ready"), Some("False"));
+    let (_, s) = h
+        .until("Running", LONG, |s| s.phase == Some(PodPhase::Running))
+        .await;
+    assert_eq!(
+        cond(&s, PodConditionType::Ready),
+        Some(ConditionStatus::False)
+    );
     let id = h.running_container("uid-ready");
     assert!(h.rt.touch(&id, "/tmp/ready"));
     let before = h.rec.log.lock().unwrap().len();
-    h.until("Ready", LONG, |s| cond(s, "Ready") == Some("True"))
-        .await;
+    h.until("Ready", LONG, |s| {
+        cond(s, PodConditionType::Ready) == Some(ConditionStatus::True)
+    })
+    .await;
     assert!(h.rt.remove_file(&id, "/tmp/ready"));
     let deadline = Instant::now() + LONG;
     loop {
         let flipped = h.rec.log.lock().unwrap()[before..]
             .iter()
-            .skip_while(|(_, s)| cond(s, "Ready") != Some("True"))
-            .any(|(_, s)| cond(s, "Ready") == Some("False"));
+            .skip_while(|(_, s)| cond(s, PodConditionType::Ready) != Some(ConditionStatus::True))
+            .any(|(_, s)| cond(s, PodConditionType::Ready) == Some(ConditionStatus::False));
         if flipped {
             break;
         }
@@ -478,8 +505,8 @@ async fn readiness_follows_the_probe() {
     let after: Vec<&PodStatus> = log[before..].iter().map(|(_, s)| s).collect();
     let flipped = after
         .iter()
-        .skip_while(|s| cond(s, "Ready") != Some("True"))
-        .any(|s| cond(s, "Ready") == Some("False"));
+        .skip_while(|s| cond(s, PodConditionType::Ready) != Some(ConditionStatus::True))
+        .any(|s| cond(s, PodConditionType::Ready) == Some(ConditionStatus::False));
     assert!(flipped, "Ready went back to False");
     assert!(
         after
@@ -498,8 +525,10 @@ async fn tcp_and_startup_probes() {
         json!({"containers": [{"name": "a", "image": "b:1", "ports": [{"name": "web", "containerPort": 8080}],
                 "readinessProbe": {"tcpSocket": {"port": "web"}, "periodSeconds": 1}}]}),
     ));
-    h.until("Ready", LONG, |s| cond(s, "Ready") == Some("True"))
-        .await;
+    h.until("Ready", LONG, |s| {
+        cond(s, PodConditionType::Ready) == Some(ConditionStatus::True)
+    })
+    .await;
     let h = harness();
     let _bad = h.start(pod(
         "startup",
@@ -519,7 +548,7 @@ async fn tcp_and_startup_probes() {
             .lock()
             .unwrap()
             .iter()
-            .all(|(_, s)| cond(s, "Ready") != Some("True")),
+            .all(|(_, s)| cond(s, PodConditionType::Ready) != Some(ConditionStatus::True)),
         "readiness never ran before startup passed"
     );
 }
@@ -535,10 +564,13 @@ async fn graceful_stop_runs_pre_stop_and_sigterm() {
                 "lifecycle": {"preStop": {"exec": {"command": ["touch", "/tmp/stopping"]}}}}]}),
     );
     let w = h.start(p.clone());
-    h.until("Running", LONG, |s| s.phase == "Running").await;
+    h.until("Running", LONG, |s| s.phase == Some(PodPhase::Running))
+        .await;
     let t = Instant::now();
     w.pod.send_replace(Some(deleting(p, 30)));
-    let (_, s) = h.until("final status", LONG, |s| s.phase == "Failed").await;
+    let (_, s) = h
+        .until("final status", LONG, |s| s.phase == Some(PodPhase::Failed))
+        .await;
     assert_eq!(
         app(&s.container_statuses[0]),
         ("terminated", None, Some(143))
@@ -558,7 +590,9 @@ async fn sigkill_after_the_grace_period() {
                 "command": ["sh", "-c", "trap '' TERM; sleep 100000"]}]}),
     );
     let w = h.start(p.clone());
-    let (t_run, _) = h.until("Running", LONG, |s| s.phase == "Running").await;
+    let (t_run, _) = h
+        .until("Running", LONG, |s| s.phase == Some(PodPhase::Running))
+        .await;
     w.pod.send_replace(Some(deleting(p, 5)));
     let (t, s) = h
         .until("killed", LONG, |s| {
@@ -570,7 +604,7 @@ async fn sigkill_after_the_grace_period() {
         (Duration::from_secs(4)..=Duration::from_secs(6)).contains(&took),
         "{took:?}"
     );
-    assert_eq!(s.phase, "Failed");
+    assert_eq!(s.phase, Some(PodPhase::Failed));
     h.done(&w, LONG).await;
 }
 
@@ -591,7 +625,9 @@ async fn rejected_pod_fails_with_the_reason() {
         None,
         h.cancel.clone(),
     );
-    let (_, s) = h.until("Failed", LONG, |s| s.phase == "Failed").await;
+    let (_, s) = h
+        .until("Failed", LONG, |s| s.phase == Some(PodPhase::Failed))
+        .await;
     assert_eq!(s.reason, "OutOfcpu");
     assert_eq!(h.rt.counts(), (0, 0));
 }
@@ -606,7 +642,9 @@ async fn adoption_keeps_the_running_container() {
     );
     let first = CancellationToken::new();
     let _w = worker::spawn(h.ctx.clone(), p.clone(), Ok(()), None, first.clone());
-    let (_, running) = h.until("Running", LONG, |s| s.phase == "Running").await;
+    let (_, running) = h
+        .until("Running", LONG, |s| s.phase == Some(PodPhase::Running))
+        .await;
     first.cancel();
     let id = h.running_container("uid-adopt");
     let sandbox = h.rt.list_sandboxes("n1").await.unwrap().remove(0);
@@ -628,7 +666,7 @@ async fn adoption_keeps_the_running_container() {
     assert_eq!(h.running_container("uid-adopt"), id);
     assert_eq!(h.rt.containers_of("uid-adopt").len(), 1);
     for (_, s) in h.rec.log.lock().unwrap().iter() {
-        assert_eq!(s.phase, "Running");
+        assert_eq!(s.phase, Some(PodPhase::Running));
         assert_eq!(s.container_statuses[0].restart_count, 0);
     }
 }
@@ -642,7 +680,8 @@ async fn removal_cleans_up_without_status() {
         "gone",
         json!({"containers": [{"name": "a", "image": "b:1"}]}),
     ));
-    h.until("Running", LONG, |s| s.phase == "Running").await;
+    h.until("Running", LONG, |s| s.phase == Some(PodPhase::Running))
+        .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let writes = h.rec.log.lock().unwrap().len();
     w.pod.send_replace(None);

@@ -10,6 +10,7 @@ pub use tonic::Code;
 use tonic::Status;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::api::object::DecodeError;
 use crate::api::{Kind, Object};
 use crate::backoff::Backoff;
 use crate::cluster::v1 as pb;
@@ -29,10 +30,7 @@ pub enum ClientError {
     #[error("no endpoints given")]
     NoEndpoints,
     #[error("server sent a {kind} that does not decode: {source}")]
-    Decode {
-        kind: String,
-        source: serde_json::Error,
-    },
+    Decode { kind: String, source: DecodeError },
 }
 
 impl ClientError {
@@ -75,7 +73,7 @@ fn to_pb(object: &Object) -> pb::Object {
 fn from_pb(o: &pb::Object) -> Result<Object> {
     let kind = Kind::from_name(&o.kind).ok_or_else(|| ClientError::Decode {
         kind: o.kind.clone(),
-        source: serde::de::Error::custom("unknown kind"),
+        source: DecodeError::whole("unknown kind"),
     })?;
     Object::from_json(kind, &o.json).map_err(|source| ClientError::Decode {
         kind: o.kind.clone(),
@@ -91,11 +89,90 @@ fn key(kind: Kind, namespace: &str, name: &str) -> pb::ObjectKey {
     }
 }
 
-fn selectors(labels: &str, fields: &str) -> Option<pb::Selectors> {
-    Some(pb::Selectors {
-        label_selector: labels.to_string(),
-        field_selector: fields.to_string(),
-    })
+/// Which objects of a kind a list covers: one namespace (every namespace when unset), and
+/// label and field selectors in Kubernetes' syntax (`app=web,tier!=db`, `spec.nodeName=n1`).
+///
+/// ```
+/// # use skiff_proto::client::ListParams;
+/// let p = ListParams::default().namespace("team").labels("app=web");
+/// assert_eq!(p.fields, "");
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListParams {
+    pub namespace: String,
+    pub labels: String,
+    pub fields: String,
+}
+
+impl ListParams {
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    pub fn labels(mut self, selector: impl Into<String>) -> Self {
+        self.labels = selector.into();
+        self
+    }
+
+    pub fn fields(mut self, selector: impl Into<String>) -> Self {
+        self.fields = selector.into();
+        self
+    }
+
+    /// A watch of the same objects, for changes after `resource_version` (0: from now).
+    pub fn watch_after(&self, resource_version: i64) -> WatchParams {
+        WatchParams {
+            list: self.clone(),
+            resource_version,
+            bookmarks: false,
+        }
+    }
+
+    fn selectors(&self) -> Option<pb::Selectors> {
+        Some(pb::Selectors {
+            label_selector: self.labels.clone(),
+            field_selector: self.fields.clone(),
+        })
+    }
+}
+
+/// A watch: the objects ([`ListParams`]), the revision it starts after (0: from now), and
+/// whether the server sends bookmarks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchParams {
+    pub list: ListParams,
+    pub resource_version: i64,
+    pub bookmarks: bool,
+}
+
+impl WatchParams {
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.list = self.list.namespace(namespace);
+        self
+    }
+
+    pub fn labels(mut self, selector: impl Into<String>) -> Self {
+        self.list = self.list.labels(selector);
+        self
+    }
+
+    pub fn fields(mut self, selector: impl Into<String>) -> Self {
+        self.list = self.list.fields(selector);
+        self
+    }
+
+    /// Changes after this revision (a list's `resourceVersion`).
+    pub fn resource_version(mut self, resource_version: i64) -> Self {
+        self.resource_version = resource_version;
+        self
+    }
+
+    /// Asks for bookmarks: progress events that carry only a revision.
+    pub fn bookmarks(mut self) -> Self {
+        self.bookmarks = true;
+        self
+    }
 }
 
 impl ClusterClient {
@@ -158,15 +235,9 @@ impl ClusterClient {
         }
     }
 
-    /// Every object of a kind matching the selectors (all pages), and the collection's
+    /// Every object of a kind that `params` selects (all pages), and the collection's
     /// revision to watch from.
-    pub async fn list(
-        &self,
-        kind: Kind,
-        namespace: &str,
-        labels: &str,
-        fields: &str,
-    ) -> Result<(Vec<Object>, i64)> {
+    pub async fn list(&self, kind: Kind, params: &ListParams) -> Result<(Vec<Object>, i64)> {
         let mut items = Vec::new();
         let mut token = String::new();
         loop {
@@ -175,8 +246,8 @@ impl ClusterClient {
                 .clone()
                 .list(pb::ListRequest {
                     kind: kind.name().to_string(),
-                    namespace: namespace.to_string(),
-                    selectors: selectors(labels, fields),
+                    namespace: params.namespace.clone(),
+                    selectors: params.selectors(),
                     limit: 0,
                     continue_token: token,
                     serializable: false,
@@ -193,25 +264,21 @@ impl ClusterClient {
         }
     }
 
-    /// Changes after `resource_version` (0: from now).
+    /// Changes to the objects `params` selects, after its resource version.
     pub async fn watch(
         &self,
         kind: Kind,
-        namespace: &str,
-        labels: &str,
-        fields: &str,
-        resource_version: i64,
-        bookmarks: bool,
+        params: &WatchParams,
     ) -> Result<impl Stream<Item = Result<Event>> + Send + 'static> {
         let stream = self
             .raw
             .clone()
             .watch(pb::WatchRequest {
                 kind: kind.name().to_string(),
-                namespace: namespace.to_string(),
-                selectors: selectors(labels, fields),
-                resource_version,
-                allow_bookmarks: bookmarks,
+                namespace: params.list.namespace.clone(),
+                selectors: params.list.selectors(),
+                resource_version: params.resource_version,
+                allow_bookmarks: params.bookmarks,
             })
             .await?
             .into_inner();
@@ -313,27 +380,18 @@ impl ClusterClient {
 pub struct Informer {
     client: ClusterClient,
     kind: Kind,
-    namespace: String,
-    labels: String,
-    fields: String,
+    params: ListParams,
     cache: BTreeMap<String, Object>,
     revision: i64,
 }
 
 impl Informer {
-    pub fn new(
-        client: ClusterClient,
-        kind: Kind,
-        namespace: &str,
-        labels: &str,
-        fields: &str,
-    ) -> Self {
+    /// An informer of the objects of `kind` that `params` selects.
+    pub fn new(client: ClusterClient, kind: Kind, params: ListParams) -> Self {
         Informer {
             client,
             kind,
-            namespace: namespace.to_string(),
-            labels: labels.to_string(),
-            fields: fields.to_string(),
+            params,
             cache: BTreeMap::new(),
             revision: 0,
         }
@@ -349,10 +407,7 @@ impl Informer {
 
     /// Lists and replaces the cache; returns the events that turn the old cache into the new.
     pub async fn relist(&mut self) -> Result<Vec<Event>> {
-        let (items, rev) = self
-            .client
-            .list(self.kind, &self.namespace, &self.labels, &self.fields)
-            .await?;
+        let (items, rev) = self.client.list(self.kind, &self.params).await?;
         let mut fresh: BTreeMap<String, Object> = items.into_iter().map(|o| (o.key(), o)).collect();
         let mut events = Vec::new();
         for (k, old) in &self.cache {
@@ -394,11 +449,7 @@ impl Informer {
                 .client
                 .watch(
                     self.kind,
-                    &self.namespace,
-                    &self.labels,
-                    &self.fields,
-                    self.revision,
-                    true,
+                    &self.params.watch_after(self.revision).bookmarks(),
                 )
                 .await
             {

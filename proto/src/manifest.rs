@@ -459,6 +459,29 @@ mod tests {
         assert!(e.starts_with("m.yaml: document 1: spec.containers[0].resources.limits.cpu: invalid quantity \"abc\""), "{e}");
     }
 
+    /// A value outside Kubernetes' fixed set is refused as the document decodes, at its path.
+    #[test]
+    fn unsupported_values_are_named() {
+        let e = one_error(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  restartPolicy: Sometimes\n  containers: [{name: c, image: i}]\n",
+        );
+        assert!(
+            e.starts_with(
+                "m.yaml: document 1: spec.restartPolicy: unsupported value \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\""
+            ),
+            "{e}"
+        );
+        let e = one_error(
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec:\n  taints: [{key: k, effect: NoSchedul}]\n",
+        );
+        assert!(
+            e.starts_with(
+                "m.yaml: document 1: spec.taints[0].effect: unsupported value \"NoSchedul\""
+            ),
+            "{e}"
+        );
+    }
+
     #[test]
     fn unknown_fields_are_named() {
         let e = one_error(

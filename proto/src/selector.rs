@@ -176,11 +176,15 @@ fn field_value(object: &Object, field: &str) -> Option<String> {
         Object::Pod(p) => match field {
             "spec.nodeName" => Some(p.spec.node_name.clone()),
             "spec.schedulerName" => Some(p.spec.scheduler_name.clone()),
-            "spec.restartPolicy" => Some(p.spec.restart_policy.clone()),
+            "spec.restartPolicy" => Some(
+                p.spec
+                    .restart_policy
+                    .map(|r| r.as_str().to_owned())
+                    .unwrap_or_default(),
+            ),
             "status.phase" => Some(
-                p.status
-                    .as_ref()
-                    .map(|s| s.phase.clone())
+                p.phase()
+                    .map(|ph| ph.as_str().to_owned())
                     .unwrap_or_default(),
             ),
             "status.podIP" => Some(

@@ -12,7 +12,10 @@ use skiff_proto::api::node::ContainerImage;
 use skiff_proto::api::pod::{
     NodeSelector, PodAffinityTerm, PreferredSchedulingTerm, TopologySpreadConstraint,
 };
-use skiff_proto::api::{LabelSelector, Node, ObjectReference, Pod, Taint, Toleration};
+use skiff_proto::api::{
+    ConditionStatus, LabelSelector, Node, NodeConditionType, ObjectReference, Pod, Taint,
+    TaintEffect, Toleration,
+};
 
 /// The CPU kube-scheduler assumes for a container without a CPU request when it scores
 /// (not when it filters): 0.1 core.
@@ -340,7 +343,7 @@ fn condition_taint(key: &str) -> Taint {
     Taint {
         key: key.to_string(),
         value: String::new(),
-        effect: "NoSchedule".to_string(),
+        effect: TaintEffect::NoSchedule,
         time_added: None,
     }
 }
@@ -368,26 +371,38 @@ impl NodeInfo {
         let mut add = |key: &str| {
             if !taints
                 .iter()
-                .any(|t| t.key == key && t.effect == "NoSchedule")
+                .any(|t| t.key == key && t.effect == TaintEffect::NoSchedule)
             {
                 taints.push(condition_taint(key));
             }
         };
-        match node.condition("Ready").map(|c| c.status.as_str()) {
-            Some("True") => {}
-            Some("Unknown") => add(TAINT_UNREACHABLE),
+        match node.condition(&NodeConditionType::Ready).map(|c| c.status) {
+            Some(ConditionStatus::True) => {}
+            Some(ConditionStatus::Unknown) => add(TAINT_UNREACHABLE),
             _ => add(TAINT_NOT_READY),
         }
         for (cond, key) in [
-            ("MemoryPressure", "node.kubernetes.io/memory-pressure"),
-            ("DiskPressure", "node.kubernetes.io/disk-pressure"),
-            ("PIDPressure", "node.kubernetes.io/pid-pressure"),
             (
-                "NetworkUnavailable",
+                NodeConditionType::MemoryPressure,
+                "node.kubernetes.io/memory-pressure",
+            ),
+            (
+                NodeConditionType::DiskPressure,
+                "node.kubernetes.io/disk-pressure",
+            ),
+            (
+                NodeConditionType::PIDPressure,
+                "node.kubernetes.io/pid-pressure",
+            ),
+            (
+                NodeConditionType::NetworkUnavailable,
                 "node.kubernetes.io/network-unavailable",
             ),
         ] {
-            if node.condition(cond).is_some_and(|c| c.status == "True") {
+            if node
+                .condition(&cond)
+                .is_some_and(|c| c.status == ConditionStatus::True)
+            {
                 add(key);
             }
         }
@@ -480,26 +495,27 @@ mod tests {
         let taint = Taint {
             key: "k".into(),
             value: "v".into(),
-            effect: "NoSchedule".into(),
+            effect: TaintEffect::NoSchedule,
             time_added: None,
         };
-        let tol = |key: &str, op: &str, value: &str, effect: &str| Toleration {
+        let tol = |key: &str, op: &str, value: &str, effect: Option<TaintEffect>| Toleration {
             key: key.into(),
             operator: op.into(),
             value: value.into(),
-            effect: effect.into(),
+            effect,
             toleration_seconds: None,
         };
-        assert!(toleration_matches(&tol("k", "Equal", "v", ""), &taint));
-        assert!(toleration_matches(&tol("k", "", "v", "NoSchedule"), &taint));
-        assert!(!toleration_matches(&tol("k", "Equal", "w", ""), &taint));
-        assert!(toleration_matches(&tol("", "Exists", "", ""), &taint));
+        let no_schedule = Some(TaintEffect::NoSchedule);
+        assert!(toleration_matches(&tol("k", "Equal", "v", None), &taint));
+        assert!(toleration_matches(&tol("k", "", "v", no_schedule), &taint));
+        assert!(!toleration_matches(&tol("k", "Equal", "w", None), &taint));
+        assert!(toleration_matches(&tol("", "Exists", "", None), &taint));
         assert!(toleration_matches(
-            &tol("k", "Exists", "", "NoSchedule"),
+            &tol("k", "Exists", "", no_schedule),
             &taint
         ));
         assert!(!toleration_matches(
-            &tol("k", "Exists", "", "NoExecute"),
+            &tol("k", "Exists", "", Some(TaintEffect::NoExecute)),
             &taint
         ));
     }

@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+use skiff_proto::api::TaintEffect;
+
 use crate::engine::Rng;
 use crate::filter::requirement_holds;
 use crate::kernels::{self, weight};
@@ -101,7 +103,7 @@ impl Cluster {
         let unsched = skiff_proto::api::Taint {
             key: TAINT_UNSCHEDULABLE.into(),
             value: String::new(),
-            effect: "NoSchedule".into(),
+            effect: TaintEffect::NoSchedule,
             time_added: None,
         };
         if node.unschedulable && !pod.tolerates(&unsched) {
@@ -113,7 +115,7 @@ impl Cluster {
         if node
             .taints
             .iter()
-            .any(|t| t.effect != "PreferNoSchedule" && !pod.tolerates(t))
+            .any(|t| t.effect != TaintEffect::PreferNoSchedule && !pod.tolerates(t))
         {
             return false;
         }
@@ -220,10 +222,13 @@ impl Cluster {
             .nodes
             .iter()
             .map(|node| {
-                let mut seen: Vec<(&str, &str, &str)> = Vec::new();
+                let mut seen: Vec<(&str, &str, TaintEffect)> = Vec::new();
                 for t in &node.taints {
-                    let k = (t.key.as_str(), t.value.as_str(), t.effect.as_str());
-                    if t.effect == "PreferNoSchedule" && !pod.tolerates(t) && !seen.contains(&k) {
+                    let k = (t.key.as_str(), t.value.as_str(), t.effect);
+                    if t.effect == TaintEffect::PreferNoSchedule
+                        && !pod.tolerates(t)
+                        && !seen.contains(&k)
+                    {
                         seen.push(k);
                     }
                 }

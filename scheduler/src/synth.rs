@@ -14,7 +14,8 @@ use skiff_proto::api::pod::{
     WeightedPodAffinityTerm,
 };
 use skiff_proto::api::{
-    LabelSelector, Node, NodeSpec, ObjectMeta, Pod, PodSpec, Taint, Toleration,
+    ConditionStatus, LabelSelector, Node, NodeConditionType, NodeSpec, ObjectMeta, Pod, PodSpec,
+    RestartPolicy, Taint, TaintEffect, Toleration,
 };
 
 use crate::engine::Rng;
@@ -92,13 +93,13 @@ pub fn node(i: usize, profile: Profile) -> Node {
             0 => taints.push(Taint {
                 key: "dedicated".into(),
                 value: "batch".into(),
-                effect: "NoSchedule".into(),
+                effect: TaintEffect::NoSchedule,
                 time_added: None,
             }),
             1 => taints.push(Taint {
                 key: "spot".into(),
                 value: "true".into(),
-                effect: "PreferNoSchedule".into(),
+                effect: TaintEffect::PreferNoSchedule,
                 time_added: None,
             }),
             _ => {}
@@ -133,11 +134,10 @@ pub fn node(i: usize, profile: Profile) -> Node {
         status: Some(NodeStatus {
             capacity: resources.clone(),
             allocatable: resources,
-            conditions: vec![NodeCondition {
-                type_: "Ready".into(),
-                status: "True".into(),
-                ..NodeCondition::default()
-            }],
+            conditions: vec![NodeCondition::new(
+                NodeConditionType::Ready,
+                ConditionStatus::True,
+            )],
             ..NodeStatus::default()
         }),
     }
@@ -183,7 +183,7 @@ pub fn pod(i: usize, pods: usize, nodes: usize, profile: Profile, rng: &mut Rng)
             },
             ..Container::default()
         }],
-        restart_policy: "Always".into(),
+        restart_policy: Some(RestartPolicy::Always),
         ..PodSpec::default()
     };
     match profile {
@@ -268,7 +268,7 @@ pub fn pod(i: usize, pods: usize, nodes: usize, profile: Profile, rng: &mut Rng)
                     key: "dedicated".into(),
                     operator: "Equal".into(),
                     value: "batch".into(),
-                    effect: "NoSchedule".into(),
+                    effect: Some(TaintEffect::NoSchedule),
                     toleration_seconds: None,
                 });
             }

@@ -16,7 +16,8 @@ use skiff_proto::api::pod::{
     TopologySpreadConstraint, WeightedPodAffinityTerm,
 };
 use skiff_proto::api::{
-    LabelSelector, Node, NodeSpec, ObjectMeta, Pod, PodSpec, Taint, Toleration,
+    LabelSelector, Node, NodeConditionType, NodeSpec, ObjectMeta, Pod, PodSpec, Taint, TaintEffect,
+    Toleration,
 };
 use skiff_scheduler::engine::{self, Outcome, Rng};
 use skiff_scheduler::filter;
@@ -47,7 +48,7 @@ fn taint(key: &str, value: &str, effect: &str) -> Taint {
     Taint {
         key: key.into(),
         value: value.into(),
-        effect: effect.into(),
+        effect: effect.parse().expect("a taint effect"),
         time_added: None,
     }
 }
@@ -97,11 +98,7 @@ prop_compose! {
             status: Some(NodeStatus {
                 capacity: resources.clone(),
                 allocatable: resources,
-                conditions: vec![NodeCondition {
-                    type_: "Ready".into(),
-                    status: if ready { "True" } else { "False" }.into(),
-                    ..Default::default()
-                }],
+                conditions: vec![NodeCondition::new(NodeConditionType::Ready, ready.into())],
                 images: images.iter().map(|i| ContainerImage { names: vec![imgs[*i].0.into()], size_bytes: imgs[*i].1 }).collect(),
                 ..Default::default()
             }),
@@ -133,10 +130,10 @@ prop_compose! {
         if !mem.is_empty() { requests.insert("memory".to_string(), q(mem)); }
         if gpu { requests.insert("example.com/gpu".to_string(), q("1")); }
         let tols = [
-            Toleration { key: "dedicated".into(), operator: "Equal".into(), value: "batch".into(), effect: "NoSchedule".into(), toleration_seconds: None },
+            Toleration { key: "dedicated".into(), operator: "Equal".into(), value: "batch".into(), effect: Some(TaintEffect::NoSchedule), toleration_seconds: None },
             Toleration { key: "spot".into(), operator: "Exists".into(), ..Default::default() },
             Toleration { key: "node.kubernetes.io/not-ready".into(), operator: "Exists".into(), ..Default::default() },
-            Toleration { key: "node.kubernetes.io/unschedulable".into(), operator: "Exists".into(), effect: "NoSchedule".into(), ..Default::default() },
+            Toleration { key: "node.kubernetes.io/unschedulable".into(), operator: "Exists".into(), effect: Some(TaintEffect::NoSchedule), ..Default::default() },
         ];
         let required = required.map(|r| NodeSelector { node_selector_terms: match r {
             0 => vec![NodeSelectorTerm { match_expressions: vec![req("rack", "Gt", &["2"])], match_fields: vec![] }],

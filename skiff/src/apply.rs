@@ -11,8 +11,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use futures::StreamExt;
-use skiff_proto::api::{Kind, Object, Pod, Time};
-use skiff_proto::client::{ClusterClient, Code, Event};
+use skiff_proto::api::{Kind, Object, Pod, PodPhase, Time};
+use skiff_proto::client::{ClusterClient, Code, Event, ListParams, WatchParams};
 use skiff_proto::manifest;
 
 use crate::config::Endpoints;
@@ -165,7 +165,16 @@ pub fn get(args: &GetArgs) -> Result<ExitCode> {
                     return Ok(ExitCode::FAILURE);
                 }
             },
-            _ => api.list(kind, ns, &args.selector, &fields).await?,
+            _ => {
+                api.list(
+                    kind,
+                    &ListParams::default()
+                        .namespace(ns)
+                        .labels(&args.selector)
+                        .fields(&fields),
+                )
+                .await?
+            }
         };
         let mut items = items;
         if kind == Kind::Event {
@@ -206,8 +215,15 @@ pub fn get(args: &GetArgs) -> Result<ExitCode> {
         }
         drop(out);
         let mut stream = std::pin::pin!(
-            api.watch(kind, ns, &args.selector, &fields, revision, false)
-                .await?
+            api.watch(
+                kind,
+                &WatchParams::default()
+                    .namespace(ns)
+                    .labels(&args.selector)
+                    .fields(&fields)
+                    .resource_version(revision)
+            )
+            .await?
         );
         while let Some(event) = stream.next().await {
             let object = match event? {
@@ -423,9 +439,7 @@ pub fn pod_status(p: &Pod) -> String {
         t
     } else if let Some(w) = waiting {
         w
-    } else if status.phase.is_empty() {
-        "Pending".to_string()
     } else {
-        status.phase.clone()
+        status.phase.unwrap_or(PodPhase::Pending).to_string()
     }
 }

@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use skiff_proto::api::{Kind, Object};
-use skiff_proto::client::{ClusterClient, Event};
+use skiff_proto::client::{ClusterClient, Event, ListParams, WatchParams};
 use skiff_scheduler::bench::{self, Latencies, Report};
 use skiff_scheduler::service;
 use skiff_scheduler::synth::{self, Profile};
@@ -226,8 +226,16 @@ async fn e2e(a: &Args, workers: usize) -> anyhow::Result<ExitCode> {
         scheduler = pending_start.take().map(|f| f());
     }
     // Watch the namespace's pods for their bindings, from now.
-    let (_, rev) = api.list(Kind::Pod, &ns, "", "").await?;
-    let mut watch = Box::pin(api.watch(Kind::Pod, &ns, "", "", rev, false).await?);
+    let (_, rev) = api
+        .list(Kind::Pod, &ListParams::default().namespace(&ns))
+        .await?;
+    let mut watch = Box::pin(
+        api.watch(
+            Kind::Pod,
+            &WatchParams::default().namespace(&ns).resource_version(rev),
+        )
+        .await?,
+    );
     let created_at: Arc<parking_lot::Mutex<HashMap<String, Instant>>> = Arc::default();
     let total = a.pods;
     let pb = progress_bar(total, "bound");

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use parking_lot::Mutex;
-use skiff_proto::api::{Kind, Object};
-use skiff_proto::client::{ClusterClient, Event};
+use skiff_proto::api::{Kind, Object, PodPhase};
+use skiff_proto::client::{ClusterClient, Event, ListParams, WatchParams};
 
 use crate::config::Endpoints;
 use skiff_scheduler::bench::Latencies;
@@ -75,7 +75,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         bail!("--pods and --concurrency must be at least 1");
     }
     let api = ClusterClient::connect(&a.endpoints.resolve()?)?;
-    let (nodes, _) = api.list(Kind::Node, "", "", "").await?;
+    let (nodes, _) = api.list(Kind::Node, &ListParams::default()).await?;
     let ready = nodes
         .iter()
         .filter(|o| matches!(o, Object::Node(n) if n.is_ready()))
@@ -89,7 +89,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             .duration_since(std::time::UNIX_EPOCH)?
             .as_secs()
     );
-    let (_, revision) = api.list(Kind::Pod, "", "", "").await?;
+    let (_, revision) = api.list(Kind::Pod, &ListParams::default()).await?;
     api.create(&Object::from_json(
         Kind::Namespace,
         serde_json::json!({"metadata": {"name": ns}})
@@ -109,7 +109,14 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     );
 
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let mut events = api.watch(Kind::Pod, &ns, "", "", revision, false).await?;
+    let mut events = api
+        .watch(
+            Kind::Pod,
+            &WatchParams::default()
+                .namespace(&ns)
+                .resource_version(revision),
+        )
+        .await?;
     let (done_tx, mut done_rx) = tokio::sync::watch::channel(0usize);
     let watcher = {
         let seen = seen.clone();
@@ -125,7 +132,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                     s.bound
                         .insert(name.clone(), (now, p.spec.node_name.clone()));
                 }
-                let running = p.status.as_ref().is_some_and(|st| st.phase == "Running");
+                let running = p.phase() == Some(PodPhase::Running);
                 if running && !s.running.contains_key(&name) {
                     s.running.insert(name, now);
                     let n = s.running.len();
@@ -228,7 +235,9 @@ pub async fn run(a: Args) -> Result<ExitCode> {
 
     if !a.keep {
         eprintln!("deleting the benchmark's pods …");
-        let (pods, _) = api.list(Kind::Pod, &ns, "", "").await?;
+        let (pods, _) = api
+            .list(Kind::Pod, &ListParams::default().namespace(&ns))
+            .await?;
         futures::stream::iter(pods)
             .map(|p| {
                 let api = api.clone();

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use skiff_proto::api::Kind;
-use skiff_proto::client::{ClusterClient, Code, Event};
+use skiff_proto::client::{ClusterClient, Code, Event, ListParams, WatchParams};
 
 use crate::apply::runtime;
 use crate::config::Endpoints;
@@ -116,11 +116,22 @@ pub fn run(args: &Args) -> Result<ExitCode> {
 async fn gone(api: &ClusterClient, kind: Kind, ns: &str, name: &str) -> Result<()> {
     let fields = format!("metadata.name={name}");
     loop {
-        let (items, revision) = api.list(kind, ns, "", &fields).await?;
+        let (items, revision) = api
+            .list(kind, &ListParams::default().namespace(ns).fields(&fields))
+            .await?;
         if items.is_empty() {
             return Ok(());
         }
-        let mut events = pin!(api.watch(kind, ns, "", &fields, revision, false).await?);
+        let mut events = pin!(
+            api.watch(
+                kind,
+                &WatchParams::default()
+                    .namespace(ns)
+                    .fields(&fields)
+                    .resource_version(revision)
+            )
+            .await?
+        );
         while let Some(e) = events.next().await {
             if let Event::Deleted(_) = e? {
                 return Ok(());

@@ -8,8 +8,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use skiff_proto::api::{Kind, Object};
-use skiff_proto::client::ClusterClient;
+use skiff_proto::api::{Kind, Object, PodPhase};
+use skiff_proto::client::{ClusterClient, ListParams};
 
 use crate::up::{Cluster, wait_for};
 
@@ -63,11 +63,10 @@ pub fn run(
         Duration::from_secs(90),
         "the example pods to run",
         || async {
-            match api.list(Kind::Pod, "", "", "").await {
+            match api.list(Kind::Pod, &ListParams::default()).await {
                 Ok((pods, _)) => pods.iter().all(|o| match o {
                     Object::Pod(p) => {
-                        let phase = p.status.as_ref().map(|s| s.phase.as_str());
-                        matches!(phase, Some("Running" | "Succeeded"))
+                        matches!(p.phase(), Some(PodPhase::Running | PodPhase::Succeeded))
                             && p.status.as_ref().is_some_and(|s| {
                                 s.container_statuses.iter().all(|c| {
                                     c.ready

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use skiff_proto::api::pod::{ContainerState, ContainerStatus};
-use skiff_proto::api::{Container, Event, Kind, Node, Object, Pod, Time};
-use skiff_proto::client::ClusterClient;
+use skiff_proto::api::{ConditionStatus, Container, Event, Kind, Node, Object, Pod, Time};
+use skiff_proto::client::{ClusterClient, ListParams};
 use skiff_proto::quantity::Quantity;
 
 use crate::apply::{pod_status, runtime, since};
@@ -51,7 +51,12 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             kind.name(),
             args.name
         );
-        let (events, _) = api.list(Kind::Event, events_ns, "", &fields).await?;
+        let (events, _) = api
+            .list(
+                Kind::Event,
+                &ListParams::default().namespace(events_ns).fields(&fields),
+            )
+            .await?;
         let uid = &object.metadata().uid;
         // Events of an earlier object of the same name are not this one's.
         let mut events: Vec<Event> = events
@@ -70,7 +75,9 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             Object::Pod(p) => describe_pod(p, &events),
             Object::Node(n) => {
                 let fields = format!("spec.nodeName={}", args.name);
-                let (pods, _) = api.list(Kind::Pod, "", "", &fields).await?;
+                let (pods, _) = api
+                    .list(Kind::Pod, &ListParams::default().fields(&fields))
+                    .await?;
                 let pods: Vec<Pod> = pods
                     .into_iter()
                     .filter_map(|o| match o {
@@ -168,11 +175,7 @@ fn container_section(out: &mut String, c: &Container, status: Option<&ContainerS
         status.and_then(|s| s.last_state.as_ref()),
     );
     let ready = status.is_some_and(|s| s.ready);
-    let _ = writeln!(
-        out,
-        "    Ready:          {}",
-        if ready { "True" } else { "False" }
-    );
+    let _ = writeln!(out, "    Ready:          {}", ConditionStatus::from(ready));
     let _ = writeln!(
         out,
         "    Restart Count:  {}",
@@ -372,8 +375,8 @@ pub fn describe_pod(p: &Pod, events: &[Event]) -> String {
         } else if !t.value.is_empty() {
             let _ = write!(s, "={}", t.value);
         }
-        if !t.effect.is_empty() {
-            let _ = write!(s, ":{}", t.effect);
+        if let Some(effect) = t.effect {
+            let _ = write!(s, ":{effect}");
         }
         if let Some(secs) = t.toleration_seconds {
             let _ = write!(s, " for {secs}s");

@@ -15,7 +15,7 @@ use skiff_node::engine::EngineConfig;
 use skiff_node::image;
 use skiff_node::runtime::Runtime;
 use skiff_node::sim::{SimConfig, SimRuntime};
-use skiff_proto::api::Taint;
+use skiff_proto::api::{Taint, TaintEffect};
 use skiff_proto::client::ClusterClient;
 use skiff_proto::quantity::Quantity;
 use tokio_util::sync::CancellationToken;
@@ -164,14 +164,14 @@ fn parse_taints(items: &[String]) -> anyhow::Result<Vec<Taint>> {
             let (kv, effect) = s
                 .rsplit_once(':')
                 .with_context(|| format!("taint {s:?}: expected key=value:Effect"))?;
-            if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
-                bail!("taint {s:?}: effect must be NoSchedule, PreferNoSchedule or NoExecute");
-            }
+            let effect = effect
+                .parse::<TaintEffect>()
+                .map_err(|e| anyhow::anyhow!("taint {s:?}: effect: {e}"))?;
             let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
             Ok(Taint {
                 key: key.to_string(),
                 value: value.to_string(),
-                effect: effect.to_string(),
+                effect,
                 time_added: None,
             })
         })
@@ -406,8 +406,8 @@ mod tests {
             ("dedicated", "db")
         );
         assert_eq!(
-            (t[1].key.as_str(), t[1].effect.as_str()),
-            ("gpu", "NoSchedule")
+            (t[1].key.as_str(), t[1].effect),
+            ("gpu", TaintEffect::NoSchedule)
         );
         assert!(parse_taints(&["x:Sometimes".into()]).is_err());
         let l = parse_labels(&["zone=a".into()]).expect("labels");

@@ -137,7 +137,9 @@ fn summary(o: &Object) -> String {
             if !p.spec.tolerations.is_empty() {
                 parts.push(format!("{} toleration(s)", p.spec.tolerations.len()));
             }
-            parts.push(format!("restart {}", p.spec.restart_policy));
+            if let Some(policy) = p.spec.restart_policy {
+                parts.push(format!("restart {policy}"));
+            }
             parts.join(", ")
         }
         Object::Node(n) => {

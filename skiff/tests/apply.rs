@@ -77,4 +77,20 @@ async fn apply_creates_updates_and_refuses_bad_manifests_whole() {
     let out = skiff(&cluster, &["get", "pods", "fine"]);
     assert!(!out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("\"fine\" not found"), "{}", text(&out));
+
+    // A value outside Kubernetes' fixed set is refused as the manifest decodes, at its path.
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: sometimes}\nspec:\n  restartPolicy: Sometimes\n  containers: [{name: c, image: localhost/skiff/busybox:1}]\n",
+    )
+    .expect("write");
+    let out = skiff(&cluster, &["apply", "-f", policy.to_str().expect("utf-8")]);
+    assert!(!out.status.success());
+    let msg = text(&out);
+    assert!(
+        msg.contains("document 1: spec.restartPolicy: unsupported value \"Sometimes\""),
+        "{msg}"
+    );
+    assert!(msg.contains("nothing was created"), "{msg}");
 }

@@ -10,9 +10,9 @@ use std::time::Duration;
 use common::Cluster;
 use futures::StreamExt;
 use serde_json::json;
-use skiff_proto::api::{Kind, Object};
+use skiff_proto::api::{ConditionStatus, Kind, Object, PodConditionType, PodPhase};
 use skiff_proto::client::Code;
-use skiff_proto::client::{ClusterClient, Event};
+use skiff_proto::client::{ClusterClient, Event, ListParams, WatchParams};
 use skiff_proto::cluster::v1::Binding;
 use skiff_proto::cluster::v1::bind_result::Outcome;
 
@@ -158,15 +158,30 @@ async fn validation_and_admission_refuse_with_reasons_and_write_nothing() {
     api.create(&pod("capped", "fits", Some("500m")))
         .await
         .expect("within the range");
-    // Enumerations are checked too.
-    let mut bad_policy = pod("capped", "policy", Some("500m"));
-    if let Object::Pod(p) = &mut bad_policy {
-        p.spec.restart_policy = "Sometimes".into();
-    }
+    // Enumerations are refused as the body decodes, at their path (a typed client cannot
+    // even send one, so the request is written by hand).
+    let mut bad_policy = pod("capped", "policy", Some("500m")).to_json_value();
+    bad_policy["spec"]["restartPolicy"] = json!("Sometimes");
+    let mut raw = skiff_proto::cluster::v1::cluster_client::ClusterClient::connect(
+        cluster.members[0].client_url.clone(),
+    )
+    .await
+    .expect("connect");
+    let refused = raw
+        .create(skiff_proto::cluster::v1::CreateRequest {
+            object: Some(skiff_proto::cluster::v1::Object {
+                kind: "Pod".into(),
+                json: bad_policy.to_string().into_bytes(),
+            }),
+            dry_run: false,
+        })
+        .await
+        .map(|_| Object::Pod(Default::default()))
+        .map_err(Into::into);
     expect_err(
-        api.create(&bad_policy).await,
+        refused,
         Code::InvalidArgument,
-        "spec.restartPolicy",
+        "spec.restartPolicy: unsupported value \"Sometimes\"",
     );
     // ResourceQuota: count and request totals.
     api.create(&namespace("quota")).await.expect("namespace");
@@ -197,7 +212,10 @@ async fn validation_and_admission_refuse_with_reasons_and_write_nothing() {
         Code::FailedPrecondition,
         "exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2",
     );
-    let (pods, _) = api.list(Kind::Pod, "quota", "", "").await.expect("list");
+    let (pods, _) = api
+        .list(Kind::Pod, &ListParams::default().namespace("quota"))
+        .await
+        .expect("list");
     assert_eq!(pods.len(), 2, "refused pods were not written");
     // Duplicates.
     expect_err(
@@ -224,15 +242,12 @@ async fn compare_and_swap_status_path_and_graceful_deletion() {
         .labels
         .insert("tier".into(), "front".into());
     if let Object::Pod(p) = &mut changed {
-        p.status.get_or_insert_with(Default::default).phase = "Running".into();
+        p.status.get_or_insert_with(Default::default).phase = Some(PodPhase::Running);
     }
     let updated = api.update(&changed).await.expect("update");
     assert_eq!(updated.metadata().labels["tier"], "front");
     let Object::Pod(up) = &updated else { panic!() };
-    assert_eq!(
-        up.status.as_ref().map(|s| s.phase.as_str()),
-        Some("Pending")
-    );
+    assert_eq!(up.phase(), Some(PodPhase::Pending));
     // The old resourceVersion now conflicts.
     let mut stale = changed.clone();
     stale.metadata_mut().resource_version = rv.clone();
@@ -254,15 +269,12 @@ async fn compare_and_swap_status_path_and_graceful_deletion() {
     // UpdateStatus: status changes, spec does not.
     let mut st = updated.clone();
     if let Object::Pod(p) = &mut st {
-        p.status.get_or_insert_with(Default::default).phase = "Running".into();
+        p.status.get_or_insert_with(Default::default).phase = Some(PodPhase::Running);
         p.spec.containers[0].image = "ignored".into();
     }
     let after = api.update_status(&st).await.expect("status");
     let Object::Pod(ap) = &after else { panic!() };
-    assert_eq!(
-        ap.status.as_ref().map(|s| s.phase.as_str()),
-        Some("Running")
-    );
+    assert_eq!(ap.phase(), Some(PodPhase::Running));
     assert_eq!(ap.spec.containers[0].image, "localhost/skiff/busybox:1");
     // Delete with a stale resourceVersion conflicts.
     let r = api
@@ -383,11 +395,8 @@ async fn batch_bind_commits_the_good_bindings_and_reports_the_bad_ones() {
         };
         assert_eq!(!p.spec.node_name.is_empty(), bound, "pod {name}");
         if bound {
-            let cond = p
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "PodScheduled"));
-            assert_eq!(cond.map(|c| c.status.as_str()), Some("True"));
+            let cond = p.condition(&PodConditionType::PodScheduled);
+            assert_eq!(cond.map(|c| c.status), Some(ConditionStatus::True));
         }
     }
 }
@@ -400,14 +409,22 @@ async fn node_filtered_watches_see_pods_arrive_and_leave() {
         api.create(&node(n)).await.expect("node");
     }
     let mut n1 = Box::pin(
-        api.watch(Kind::Pod, "", "", "spec.nodeName=n1", 0, false)
-            .await
-            .expect("watch"),
+        api.watch(
+            Kind::Pod,
+            &WatchParams::default().fields("spec.nodeName=n1"),
+        )
+        .await
+        .expect("watch"),
     );
     let mut labelled = Box::pin(
-        api.watch(Kind::Pod, "default", "app=web", "", 0, false)
-            .await
-            .expect("watch"),
+        api.watch(
+            Kind::Pod,
+            &WatchParams::default()
+                .namespace("default")
+                .labels("app=web"),
+        )
+        .await
+        .expect("watch"),
     );
     api.create(&pod("default", "p1", Some("100m")))
         .await
@@ -489,7 +506,10 @@ async fn a_thousand_agents_each_get_exactly_their_pods() {
     for (i, n) in names.iter().enumerate() {
         let c = ClusterClient::connect(&[cluster.members[i % 3].endpoint()]).expect("client");
         let w = c
-            .watch(Kind::Pod, "", "", &format!("spec.nodeName={n}"), 0, false)
+            .watch(
+                Kind::Pod,
+                &WatchParams::default().fields(format!("spec.nodeName={n}")),
+            )
             .await
             .expect("watch");
         agents.push((c, Box::pin(w)));
@@ -640,7 +660,11 @@ async fn the_informer_lists_then_follows_changes() {
         .await
         .expect("pod");
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut informer = Informer::new(api.clone(), Kind::Pod, "default", "", "");
+    let mut informer = Informer::new(
+        api.clone(),
+        Kind::Pod,
+        ListParams::default().namespace("default"),
+    );
     let task = tokio::spawn(async move {
         informer
             .run(|e, cache| {
@@ -706,9 +730,9 @@ async fn events_are_kept_for_their_ttl_and_found_by_object() {
     let (found, _) = api
         .list(
             Kind::Event,
-            "default",
-            "",
-            "involvedObject.kind=Pod,involvedObject.name=web",
+            &ListParams::default()
+                .namespace("default")
+                .fields("involvedObject.kind=Pod,involvedObject.name=web"),
         )
         .await
         .expect("list");
@@ -746,7 +770,10 @@ async fn events_are_kept_for_their_ttl_and_found_by_object() {
         .await
         .expect("update");
     common::eventually(Duration::from_secs(30), "the events to expire", || async {
-        let (left, _) = api.list(Kind::Event, "default", "", "").await.ok()?;
+        let (left, _) = api
+            .list(Kind::Event, &ListParams::default().namespace("default"))
+            .await
+            .ok()?;
         left.is_empty().then_some(())
     })
     .await;

@@ -15,8 +15,10 @@ use common::{Cluster, eventually, skiff_bin};
 use futures::StreamExt;
 use serde_json::json;
 use skiff_launch::{Child, Launch, NodeCommand, RuntimeKind};
-use skiff_proto::api::{Kind, Object, Pod};
-use skiff_proto::client::{ClusterClient, Event};
+use skiff_proto::api::{
+    ConditionStatus, Kind, NodeConditionType, Object, Pod, PodConditionType, PodPhase,
+};
+use skiff_proto::client::{ClusterClient, Event, ListParams, WatchParams};
 use skiff_proto::cluster::v1::Binding;
 use skiff_proto::cluster::v1::bind_result::Outcome;
 
@@ -91,19 +93,14 @@ async fn get_pod(api: &ClusterClient, name: &str) -> Option<Pod> {
     }
 }
 
-async fn phase_is(api: &ClusterClient, name: &str, phase: &str) -> Option<Pod> {
+async fn phase_is(api: &ClusterClient, name: &str, phase: PodPhase) -> Option<Pod> {
     get_pod(api, name)
         .await
-        .filter(|p| p.status.as_ref().is_some_and(|s| s.phase == phase))
+        .filter(|p| p.phase() == Some(phase))
 }
 
-fn condition<'a>(p: &'a Pod, t: &str) -> Option<&'a str> {
-    p.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == t)
-        .map(|c| c.status.as_str())
+fn condition(p: &Pod, t: PodConditionType) -> Option<ConditionStatus> {
+    p.condition(&t).map(|c| c.status)
 }
 
 /// Pods bound to a simulated node run, finish and are deleted with the statuses the kubelet
@@ -133,7 +130,7 @@ async fn pods_run_finish_and_are_removed() {
     assert_eq!(status.allocatable["memory"].to_string(), "8Gi");
     assert_eq!(node.metadata.labels["zone"], "a");
     let beat = |n: &skiff_proto::api::Node| {
-        n.condition("Ready")
+        n.condition(&NodeConditionType::Ready)
             .and_then(|c| c.last_heartbeat_time)
             .expect("heartbeat time")
     };
@@ -182,23 +179,32 @@ async fn pods_run_finish_and_are_removed() {
     assert!(results.iter().all(|r| r.outcome == Outcome::Bound as i32));
 
     let server = eventually(long, "server Running and Ready", || async {
-        phase_is(&api, "server", "Running")
+        phase_is(&api, "server", PodPhase::Running)
             .await
-            .filter(|p| condition(p, "Ready") == Some("True"))
+            .filter(|p| condition(p, PodConditionType::Ready) == Some(ConditionStatus::True))
     })
     .await;
     let s = server.status.as_ref().expect("status");
     assert_eq!(s.host_ip, "127.0.0.1");
     assert!(!s.pod_ip.is_empty());
     assert!(s.start_time.is_some());
-    assert_eq!(condition(&server, "PodScheduled"), Some("True"));
-    assert_eq!(condition(&server, "Initialized"), Some("True"));
+    assert_eq!(
+        condition(&server, PodConditionType::PodScheduled),
+        Some(ConditionStatus::True)
+    );
+    assert_eq!(
+        condition(&server, PodConditionType::Initialized),
+        Some(ConditionStatus::True)
+    );
     let c = &s.container_statuses[0];
     assert!(c.ready && c.restart_count == 0);
     assert!(c.state.as_ref().is_some_and(|st| st.running.is_some()));
     assert!(c.container_id.starts_with("sim://"));
 
-    let job = eventually(long, "job Succeeded", || phase_is(&api, "job", "Succeeded")).await;
+    let job = eventually(long, "job Succeeded", || {
+        phase_is(&api, "job", PodPhase::Succeeded)
+    })
+    .await;
     let s = job.status.as_ref().expect("status");
     let t = s.container_statuses[0]
         .state
@@ -238,7 +244,10 @@ async fn pods_run_finish_and_are_removed() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
 
-    let broken = eventually(long, "broken Failed", || phase_is(&api, "broken", "Failed")).await;
+    let broken = eventually(long, "broken Failed", || {
+        phase_is(&api, "broken", PodPhase::Failed)
+    })
+    .await;
     let t = broken.status.as_ref().expect("status").container_statuses[0]
         .state
         .as_ref()
@@ -247,7 +256,10 @@ async fn pods_run_finish_and_are_removed() {
         .expect("terminated");
     assert_eq!((t.exit_code, t.reason.as_str()), (3, "Error"));
 
-    let picky = eventually(long, "picky rejected", || phase_is(&api, "picky", "Failed")).await;
+    let picky = eventually(long, "picky rejected", || {
+        phase_is(&api, "picky", PodPhase::Failed)
+    })
+    .await;
     assert_eq!(
         picky.status.as_ref().expect("status").reason,
         "NodeAffinity"
@@ -293,11 +305,20 @@ async fn bound_to_running_latency_over_100_pods() {
         .await
         .expect("create");
     }
-    let (_, rev) = api.list(Kind::Pod, "default", "", "").await.expect("list");
+    let (_, rev) = api
+        .list(Kind::Pod, &ListParams::default().namespace("default"))
+        .await
+        .expect("list");
     let mut watch = Box::pin(
-        api.watch(Kind::Pod, "default", "", "spec.nodeName=lat", rev, false)
-            .await
-            .expect("watch"),
+        api.watch(
+            Kind::Pod,
+            &WatchParams::default()
+                .namespace("default")
+                .fields("spec.nodeName=lat")
+                .resource_version(rev),
+        )
+        .await
+        .expect("watch"),
     );
     // Bind in the background while the watch is read, so each latency is measured when the
     // Running status arrives (from just before the pod's Bind call).
@@ -326,7 +347,7 @@ async fn bound_to_running_latency_over_100_pods() {
             .expect("watch open")
             .expect("event");
         if let Event::Modified(Object::Pod(p)) = e
-            && p.status.as_ref().is_some_and(|s| s.phase == "Running")
+            && p.phase() == Some(PodPhase::Running)
             && let Some(t) = bound_at.lock().expect("lock").remove(&p.metadata.name)
         {
             latencies.push(t.elapsed());
@@ -390,7 +411,7 @@ async fn sim_nodes_at_scale() {
         Duration::from_secs(300),
         "every node registered",
         || async {
-            let (all, _) = api.list(Kind::Node, "", "", "").await.ok()?;
+            let (all, _) = api.list(Kind::Node, &ListParams::default()).await.ok()?;
             (all.len() > nodes).then_some(())
         },
     )
@@ -412,11 +433,19 @@ async fn sim_nodes_at_scale() {
         .await
         .expect("create");
     }
-    let (_, rev) = api.list(Kind::Pod, "default", "", "").await.expect("list");
+    let (_, rev) = api
+        .list(Kind::Pod, &ListParams::default().namespace("default"))
+        .await
+        .expect("list");
     let mut watch = Box::pin(
-        api.watch(Kind::Pod, "default", "", "", rev, false)
-            .await
-            .expect("watch"),
+        api.watch(
+            Kind::Pod,
+            &WatchParams::default()
+                .namespace("default")
+                .resource_version(rev),
+        )
+        .await
+        .expect("watch"),
     );
     let bound_at = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
     let binder = {
@@ -446,7 +475,7 @@ async fn sim_nodes_at_scale() {
             .expect("watch open")
             .expect("event");
         if let Event::Modified(Object::Pod(p)) = e
-            && p.status.as_ref().is_some_and(|s| s.phase == "Running")
+            && p.phase() == Some(PodPhase::Running)
             && let Some(t) = bound_at.lock().expect("lock").remove(&p.metadata.name)
         {
             latencies.push(t.elapsed());

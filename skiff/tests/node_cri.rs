@@ -13,8 +13,8 @@ use common::{Cluster, eventually, skiff_bin};
 use serde_json::json;
 use skiff_launch::{Child, Launch, NodeCommand, RuntimeKind};
 use skiff_proto::api::pod::ContainerStateTerminated;
-use skiff_proto::api::{Kind, Object, Pod};
-use skiff_proto::client::ClusterClient;
+use skiff_proto::api::{Kind, Object, Pod, PodPhase};
+use skiff_proto::client::{ClusterClient, ListParams, WatchParams};
 use skiff_proto::cluster::v1::Binding;
 
 /// A containerd of the test's own (`skiff-launch`'s, images imported), stopped with its
@@ -120,8 +120,8 @@ fn terminated(p: &Pod) -> Option<ContainerStateTerminated> {
         .clone()
 }
 
-fn phase(p: &Pod) -> &str {
-    p.status.as_ref().map_or("", |s| s.phase.as_str())
+fn phase(p: &Pod) -> Option<PodPhase> {
+    p.phase()
 }
 
 async fn create_and_bind(api: &ClusterClient, name: &str, spec: serde_json::Value) {
@@ -192,7 +192,7 @@ async fn pods_run_in_containerd() {
     let hello = eventually(long, "hello Succeeded", || async {
         get_pod(&api, "hello")
             .await
-            .filter(|p| phase(p) == "Succeeded")
+            .filter(|p| phase(p) == Some(PodPhase::Succeeded))
     })
     .await;
     let t = terminated(&hello).expect("terminated");
@@ -234,7 +234,7 @@ async fn pods_run_in_containerd() {
         })
     })
     .await;
-    assert_eq!(phase(&crash), "Running");
+    assert_eq!(phase(&crash), Some(PodPhase::Running));
     let last = crash.status.as_ref().expect("status").container_statuses[0]
         .last_state
         .as_ref()
@@ -250,7 +250,9 @@ async fn pods_run_in_containerd() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "crashing\n");
 
     let oomed = eventually(long, "oom Failed", || async {
-        get_pod(&api, "oom").await.filter(|p| phase(p) == "Failed")
+        get_pod(&api, "oom")
+            .await
+            .filter(|p| phase(p) == Some(PodPhase::Failed))
     })
     .await;
     let t = terminated(&oomed).expect("terminated");
@@ -264,7 +266,7 @@ async fn pods_run_in_containerd() {
     let steady = eventually(long, "steady Running", || async {
         get_pod(&api, "steady")
             .await
-            .filter(|p| phase(p) == "Running")
+            .filter(|p| phase(p) == Some(PodPhase::Running))
     })
     .await;
     let id = steady.status.as_ref().expect("status").container_statuses[0]
@@ -275,7 +277,7 @@ async fn pods_run_in_containerd() {
     eventually(long, "stubborn Running", || async {
         get_pod(&api, "stubborn")
             .await
-            .filter(|p| phase(p) == "Running")
+            .filter(|p| phase(p) == Some(PodPhase::Running))
     })
     .await;
     // Give the new agent time to (wrongly) restart it, then check it did not.
@@ -338,11 +340,20 @@ async fn bound_to_running_latency_with_containerd() {
         .await
         .expect("create");
     }
-    let (_, rev) = api.list(Kind::Pod, "default", "", "").await.expect("list");
+    let (_, rev) = api
+        .list(Kind::Pod, &ListParams::default().namespace("default"))
+        .await
+        .expect("list");
     let mut watch = Box::pin(
-        api.watch(Kind::Pod, "default", "", "spec.nodeName=c1", rev, false)
-            .await
-            .expect("watch"),
+        api.watch(
+            Kind::Pod,
+            &WatchParams::default()
+                .namespace("default")
+                .fields("spec.nodeName=c1")
+                .resource_version(rev),
+        )
+        .await
+        .expect("watch"),
     );
     let bound_at = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
     let binder = {
@@ -376,7 +387,7 @@ async fn bound_to_running_latency_with_containerd() {
             .expect("watch open")
             .expect("event");
         if let Event::Modified(Object::Pod(p)) = e
-            && phase(&p) == "Running"
+            && phase(&p) == Some(PodPhase::Running)
             && let Some(t) = bound_at.lock().expect("lock").remove(&p.metadata.name)
         {
             latencies.push(t.elapsed());

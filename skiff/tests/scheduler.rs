@@ -13,8 +13,8 @@ use std::time::Duration;
 use common::{Cluster, eventually, free_port, skiff_bin};
 use serde_json::json;
 use skiff_launch::{Child, Launch, SchedulerCommand};
-use skiff_proto::api::{Kind, Object, Pod};
-use skiff_proto::client::ClusterClient;
+use skiff_proto::api::{ConditionStatus, Kind, Object, Pod, PodConditionType};
+use skiff_proto::client::{ClusterClient, ListParams};
 
 fn obj(kind: Kind, v: serde_json::Value) -> Object {
     Object::from_json(kind, v.to_string().as_bytes()).expect("test object decodes")
@@ -76,7 +76,7 @@ impl Scheduler {
 }
 
 async fn pods(api: &ClusterClient) -> Vec<Pod> {
-    api.list(Kind::Pod, "default", "", "")
+    api.list(Kind::Pod, &ListParams::default().namespace("default"))
         .await
         .expect("list pods")
         .0
@@ -137,14 +137,9 @@ async fn schedulers_bind_pending_pods_without_overcommit_and_fail_over() {
                 .iter()
                 .filter(|p| p.spec.node_name.is_empty())
                 .filter_map(|p| {
-                    p.status
-                        .as_ref()?
-                        .conditions
-                        .iter()
-                        .find(|c| {
-                            c.type_ == "PodScheduled"
-                                && c.status == "False"
-                                && c.reason == "Unschedulable"
+                    p.condition(&PodConditionType::PodScheduled)
+                        .filter(|c| {
+                            c.status == ConditionStatus::False && c.reason == "Unschedulable"
                         })
                         .map(|c| c.message.clone())
                 })

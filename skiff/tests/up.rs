@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use common::{eventually, skiff_bin};
 use nix::sys::signal::Signal;
 use skiff_launch::{Child, Launch};
-use skiff_proto::api::{Kind, Object};
-use skiff_proto::client::ClusterClient;
+use skiff_proto::api::{Kind, Object, PodPhase};
+use skiff_proto::client::{ClusterClient, ListParams};
 
 /// A base port whose 32 successors are free now (below the ephemeral range). Calls in one
 /// test process walk distinct ranges, so tests running side by side never pick the same one.
@@ -149,7 +149,7 @@ fn ok(o: &Output) -> String {
 }
 
 async fn pods(api: &ClusterClient) -> Vec<skiff_proto::api::Pod> {
-    match api.list(Kind::Pod, "", "", "").await {
+    match api.list(Kind::Pod, &ListParams::default()).await {
         Ok((items, _)) => items
             .into_iter()
             .filter_map(|o| match o {
@@ -187,7 +187,7 @@ async fn up_apply_run_delete_stop_resume() {
         let p = pods(&api).await;
         let running = p
             .iter()
-            .filter(|p| p.status.as_ref().is_some_and(|s| s.phase == "Running"))
+            .filter(|p| p.phase() == Some(PodPhase::Running))
             .count();
         (running == 100).then_some(p)
     })
@@ -341,10 +341,7 @@ spec:
         pods(&api)
             .await
             .iter()
-            .any(|p| {
-                p.metadata.name == "hello-cri"
-                    && p.status.as_ref().is_some_and(|s| s.phase == "Running")
-            })
+            .any(|p| p.metadata.name == "hello-cri" && p.phase() == Some(PodPhase::Running))
             .then_some(())
     })
     .await;

@@ -116,7 +116,13 @@ fn bad_manifests_are_refused_precisely() {
             "second-document.yaml",
             &[
                 "second-document.yaml: document 2: metadata.name: invalid value \"Bad_Name\"",
-                "second-document.yaml: document 2: spec.restartPolicy: unsupported value \"Sometimes\"",
+                "second-document.yaml: document 2: spec.terminationGracePeriodSeconds: invalid value -1",
+            ],
+        ),
+        (
+            "bad-restart-policy.yaml",
+            &[
+                "bad-restart-policy.yaml: document 1: spec.restartPolicy: unsupported value \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\"",
             ],
         ),
         (
@@ -168,7 +174,7 @@ fn one_bad_file_fails_the_whole_run() {
     assert!(out.stdout.is_empty());
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("9 errors: nothing would be created"),
+        stderr.contains("10 errors: nothing would be created"),
         "{stderr}"
     );
 }

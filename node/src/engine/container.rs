@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
+use skiff_proto::api::RestartPolicy;
 use tokio::time::Instant;
 
 use super::{
-    Action, Adopted, Clock, EngineConfig, PodEngine, Policy, ProbeKind, Run, SandboxState, Slot,
-    SlotState, Stage, slot_of,
+    Action, Adopted, Clock, EngineConfig, PodEngine, ProbeKind, Run, SandboxState, Slot, SlotState,
+    Stage, slot_of,
 };
 use crate::runtime::{ContainerState, Exit, RuntimeError};
 
@@ -214,9 +215,9 @@ impl PodEngine {
 
     fn should_restart(&self, slot: Slot, exit_code: i32) -> bool {
         match (self.policy, slot) {
-            (Policy::Never, _) => false,
-            (Policy::OnFailure, _) | (_, Slot::Init(_)) => exit_code != 0,
-            (Policy::Always, Slot::App(_)) => true,
+            (RestartPolicy::Never, _) => false,
+            (RestartPolicy::OnFailure, _) | (_, Slot::Init(_)) => exit_code != 0,
+            (RestartPolicy::Always, Slot::App(_)) => true,
         }
     }
 
@@ -428,6 +429,7 @@ fn human(d: Duration) -> String {
 mod tests {
     use std::time::Duration;
 
+    use skiff_proto::api::{ConditionStatus, PodConditionType};
     use tokio::time::Instant;
 
     use crate::engine::fixtures::{at, one_container, pod, sandbox};
@@ -502,9 +504,9 @@ mod tests {
             e.status("h", "sim")
                 .conditions
                 .iter()
-                .find(|c| c.type_ == "Ready")
-                .map(|c| c.status.as_str()),
-            Some("False")
+                .find(|c| c.type_ == PodConditionType::Ready)
+                .map(|c| c.status),
+            Some(ConditionStatus::False)
         );
         e.step(
             at(t0, 5),
@@ -520,9 +522,9 @@ mod tests {
         assert_eq!(
             s.conditions
                 .iter()
-                .find(|c| c.type_ == "Ready")
-                .map(|c| c.status.as_str()),
-            Some("True")
+                .find(|c| c.type_ == PodConditionType::Ready)
+                .map(|c| c.status),
+            Some(ConditionStatus::True)
         );
         assert_eq!(s.pod_ip, "10.0.0.2");
     }

@@ -53,7 +53,7 @@
 
 use std::time::Duration;
 
-use skiff_proto::api::{Pod, Time};
+use skiff_proto::api::{Pod, PodCondition, PodConditionType, PodPhase, RestartPolicy, Time};
 use tokio::time::Instant;
 
 use crate::runtime::{self, Exit, RuntimeError, Sandbox};
@@ -64,7 +64,7 @@ mod status;
 mod stop;
 
 pub use spec::{Handler, ProbeKind, container_spec, qos_class};
-use spec::{Policy, Run, SlotState, grace_of, slot_state};
+use spec::{Run, SlotState, grace_of, policy_of, slot_state};
 use status::Cond;
 
 /// Timing of restarts, shared by every pod of a node.
@@ -288,7 +288,7 @@ pub struct PodEngine {
     name: String,
     namespace: String,
     uid: String,
-    policy: Policy,
+    policy: RestartPolicy,
     grace: Duration,
     stage: Stage,
     rejection: Option<Rejection>,
@@ -299,10 +299,11 @@ pub struct PodEngine {
     deleting: bool,
     removed: bool,
     /// Set when the pod reached Succeeded or Failed.
-    terminal: Option<&'static str>,
+    terminal: Option<PodPhase>,
     failure_reason: String,
     conditions: Vec<(Cond, bool, Time)>,
-    scheduled_at: Option<Time>,
+    /// The pod's `PodScheduled` condition as the binding wrote it, reported unchanged.
+    scheduled: Option<PodCondition>,
     qos: &'static str,
     out: Vec<Action>,
 }
@@ -321,17 +322,13 @@ fn slot_of<'a>(
 impl PodEngine {
     /// An engine for `pod`; `admission` is the node-side admission verdict.
     pub fn new(cfg: EngineConfig, pod: &Pod, admission: Result<(), Rejection>) -> PodEngine {
-        let scheduled_at = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "PodScheduled"))
-            .and_then(|c| c.last_transition_time);
+        let scheduled = pod.condition(&PodConditionType::PodScheduled).cloned();
         PodEngine {
             cfg,
             name: pod.metadata.name.clone(),
             namespace: pod.metadata.namespace.clone(),
             uid: pod.metadata.uid.clone(),
-            policy: Policy::of(pod),
+            policy: policy_of(pod),
             grace: grace_of(pod),
             stage: Stage::New,
             rejection: admission.err(),
@@ -354,7 +351,7 @@ impl PodEngine {
             terminal: None,
             failure_reason: String::new(),
             conditions: Vec::new(),
-            scheduled_at,
+            scheduled,
             qos: qos_class(pod),
             out: Vec::new(),
         }
@@ -451,7 +448,7 @@ impl PodEngine {
         }
         if self.rejection.is_some() {
             self.stage = Stage::Rejected;
-            self.terminal = Some("Failed");
+            self.terminal = Some(PodPhase::Failed);
             return;
         }
         self.start_time.get_or_insert(clock.wall);

@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use skiff_proto::api::pod::Probe;
-use skiff_proto::api::{Container, IntOrString, Pod, Time};
+use skiff_proto::api::{Container, IntOrString, Pod, RestartPolicy, Time};
 use tokio::time::Instant;
 
 use super::Slot;
@@ -43,22 +43,9 @@ pub enum Handler {
     Invalid(String),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Policy {
-    Always,
-    OnFailure,
-    Never,
-}
-
-impl Policy {
-    /// The pod's `restartPolicy` (`Always` when unset or unknown).
-    pub(super) fn of(pod: &Pod) -> Policy {
-        match pod.spec.restart_policy.as_str() {
-            "OnFailure" => Policy::OnFailure,
-            "Never" => Policy::Never,
-            _ => Policy::Always,
-        }
-    }
+/// The pod's `restartPolicy` (`Always` when unset, as defaulting sets it).
+pub(super) fn policy_of(pod: &Pod) -> RestartPolicy {
+    pod.spec.restart_policy.unwrap_or(RestartPolicy::Always)
 }
 
 /// The pod's `terminationGracePeriodSeconds` (30 s when unset).

@@ -4,9 +4,9 @@ use skiff_proto::api::pod::{
     ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, PodCondition,
 };
-use skiff_proto::api::{PodStatus, Time};
+use skiff_proto::api::{PodConditionType, PodPhase, PodStatus, RestartPolicy, Time};
 
-use super::{PodEngine, Policy, Run, SlotState, Stage};
+use super::{PodEngine, Run, SlotState, Stage};
 use crate::runtime::Exit;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,7 +18,7 @@ pub(super) enum Cond {
 
 impl PodEngine {
     /// The phase of a pod whose containers have all stopped.
-    pub(super) fn final_phase(&self) -> &'static str {
+    pub(super) fn final_phase(&self) -> PodPhase {
         let exits_ok = self.app.iter().all(|s| match &s.run {
             Run::Exited { exit, .. } => exit.exit_code == 0,
             Run::Waiting { .. } => s.last.as_ref().is_some_and(|(_, e)| e.exit_code == 0),
@@ -26,22 +26,22 @@ impl PodEngine {
         });
         let init_ok = self.failure_reason.is_empty();
         if exits_ok && init_ok && !self.app.is_empty() {
-            "Succeeded"
+            PodPhase::Succeeded
         } else {
-            "Failed"
+            PodPhase::Failed
         }
     }
 
     /// The phase as the kubelet computes it from the containers' states.
-    fn phase(&self) -> &'static str {
+    fn phase(&self) -> PodPhase {
         if self.rejection.is_some() {
-            return "Failed";
+            return PodPhase::Failed;
         }
         if let Some(p) = self.terminal {
             return p;
         }
         if matches!(self.stage, Stage::New | Stage::Sandbox | Stage::Init) {
-            return "Pending";
+            return PodPhase::Pending;
         }
         let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
         for s in &self.app {
@@ -58,16 +58,16 @@ impl PodEngine {
             }
         }
         if waiting > 0 {
-            "Pending"
-        } else if running > 0 || (stopped > 0 && self.policy == Policy::Always) {
+            PodPhase::Pending
+        } else if running > 0 || (stopped > 0 && self.policy == RestartPolicy::Always) {
             // Restarting under Always still counts as Running (CrashLoopBackOff shows there).
-            "Running"
+            PodPhase::Running
         } else if stopped == succeeded && stopped > 0 {
-            "Succeeded"
-        } else if self.policy == Policy::Never {
-            "Failed"
+            PodPhase::Succeeded
+        } else if self.policy == RestartPolicy::Never {
+            PodPhase::Failed
         } else {
-            "Running"
+            PodPhase::Running
         }
     }
 
@@ -186,18 +186,17 @@ impl PodEngine {
     /// The pod status to report, from the engine's view. `scheme` prefixes container IDs.
     pub fn status(&self, host_ip: &str, scheme: &str) -> PodStatus {
         let mut status = PodStatus {
-            phase: self.phase().into(),
+            phase: Some(self.phase()),
             host_ip: host_ip.into(),
             start_time: self.start_time,
             qos_class: self.qos.into(),
             ..PodStatus::default()
         };
-        status.conditions.push(PodCondition {
-            type_: "PodScheduled".into(),
-            status: "True".into(),
-            last_transition_time: self.scheduled_at.or(self.start_time),
-            ..PodCondition::default()
-        });
+        // Not the agent's to write (the binding owns it): reported as the pod carried it, as
+        // an UpdateStatus replaces the whole status.
+        if let Some(scheduled) = &self.scheduled {
+            status.set_condition(scheduled.clone());
+        }
         if let Some(r) = &self.rejection {
             status.reason = r.reason.clone();
             status.message = r.message.clone();
@@ -205,9 +204,9 @@ impl PodEngine {
         }
         for (c, v, since) in &self.conditions {
             let (type_, reason) = match c {
-                Cond::Initialized => ("Initialized", "ContainersNotInitialized"),
-                Cond::ContainersReady => ("ContainersReady", "ContainersNotReady"),
-                Cond::Ready => ("Ready", "ContainersNotReady"),
+                Cond::Initialized => (PodConditionType::Initialized, "ContainersNotInitialized"),
+                Cond::ContainersReady => (PodConditionType::ContainersReady, "ContainersNotReady"),
+                Cond::Ready => (PodConditionType::Ready, "ContainersNotReady"),
             };
             let reason = if *v {
                 String::new()
@@ -216,12 +215,10 @@ impl PodEngine {
             } else {
                 reason.into()
             };
-            status.conditions.push(PodCondition {
-                type_: type_.into(),
-                status: if *v { "True" } else { "False" }.into(),
+            status.set_condition(PodCondition {
                 last_transition_time: Some(*since),
                 reason,
-                ..PodCondition::default()
+                ..PodCondition::new(type_, (*v).into())
             });
         }
         if let Some(error) = self.sandbox.error() {

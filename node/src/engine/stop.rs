@@ -167,6 +167,7 @@ impl PodEngine {
 mod tests {
     use std::time::Duration;
 
+    use skiff_proto::api::PodPhase;
     use tokio::time::Instant;
 
     use crate::engine::fixtures::{at, one_container, sandbox};
@@ -197,6 +198,6 @@ mod tests {
             vec![Action::RemoveSandbox { id: "sb".into() }, Action::DeletePod]
         );
         assert!(e.is_done());
-        assert_eq!(e.status("h", "sim").phase, "Failed");
+        assert_eq!(e.status("h", "sim").phase, Some(PodPhase::Failed));
     }
 }

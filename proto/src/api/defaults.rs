@@ -5,6 +5,7 @@ use super::event::Event;
 use super::namespace::LimitRange;
 use super::object::Object;
 use super::pod::{Container, Pod, Probe};
+use super::vocabulary::RestartPolicy;
 
 /// The namespace objects land in when none is given.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -48,9 +49,7 @@ fn event_defaults(e: &mut Event) {
 
 fn pod_defaults(pod: &mut Pod) {
     let spec = &mut pod.spec;
-    if spec.restart_policy.is_empty() {
-        spec.restart_policy = "Always".to_owned();
-    }
+    spec.restart_policy.get_or_insert(RestartPolicy::Always);
     if spec.termination_grace_period_seconds.is_none() {
         spec.termination_grace_period_seconds = Some(DEFAULT_GRACE_PERIOD_SECONDS);
     }
@@ -168,7 +167,7 @@ mod tests {
         assert_eq!(pod.api_version, "v1");
         assert_eq!(pod.kind, "Pod");
         assert_eq!(pod.metadata.namespace, "default");
-        assert_eq!(pod.spec.restart_policy, "Always");
+        assert_eq!(pod.spec.restart_policy, Some(RestartPolicy::Always));
         assert_eq!(pod.spec.termination_grace_period_seconds, Some(30));
         assert_eq!(pod.spec.scheduler_name, "default-scheduler");
         let c = &pod.spec.containers[0];

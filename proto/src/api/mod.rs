@@ -11,6 +11,7 @@
 //! | `event`      | `Event`: what happened to an object, for `describe`     |
 //! | `namespace`  | `Namespace`, `ResourceQuota`, `LimitRange`, `Binding`       |
 //! | `object`     | [`Object`], [`Kind`]: one enum over every kind, storage keys |
+//! | `vocabulary` | Kubernetes' fixed values as enums: phase, restart policy, conditions, taint effects |
 //! | `defaults`   | defaulting applied before validation                        |
 //! | `validation` | field-path errors for every rule                            |
 
@@ -24,6 +25,7 @@ pub mod pod;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod validation;
+pub mod vocabulary;
 
 pub use event::{Event, EventSource};
 pub use meta::{
@@ -34,5 +36,8 @@ pub use namespace::{
 };
 pub use node::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
 pub use object::{Kind, Object};
-pub use pod::{Container, Pod, PodSpec, PodStatus, Toleration};
+pub use pod::{Container, Pod, PodCondition, PodSpec, PodStatus, Toleration};
 pub use validation::{FieldError, ValidationErrors};
+pub use vocabulary::{
+    ConditionStatus, NodeConditionType, PodConditionType, PodPhase, RestartPolicy, TaintEffect,
+};

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::meta::{ObjectMeta, ResourceList, Time};
 #[cfg(test)]
 use super::testing::{small_map, small_vec};
+use super::vocabulary::{ConditionStatus, NodeConditionType, TaintEffect};
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
@@ -38,15 +39,14 @@ pub struct NodeSpec {
     pub pod_cidr: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Taint {
     pub key: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub value: String,
-    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
-    pub effect: String,
+    pub effect: TaintEffect,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_added: Option<Time>,
 }
@@ -75,15 +75,13 @@ pub struct NodeStatus {
     pub images: Vec<ContainerImage>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeCondition {
-    /// `Ready`, `MemoryPressure`, `DiskPressure`, `PIDPressure` or `NetworkUnavailable`.
     #[serde(rename = "type")]
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
+    pub type_: NodeConditionType,
+    pub status: ConditionStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_heartbeat_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -141,18 +139,33 @@ pub struct ContainerImage {
     pub size_bytes: i64,
 }
 
+impl NodeCondition {
+    /// A condition with no reason, message or times.
+    pub fn new(type_: NodeConditionType, status: ConditionStatus) -> NodeCondition {
+        NodeCondition {
+            type_,
+            status,
+            last_heartbeat_time: None,
+            last_transition_time: None,
+            reason: String::new(),
+            message: String::new(),
+        }
+    }
+}
+
 impl Node {
     /// The condition of `type_`, if reported.
-    pub fn condition(&self, type_: &str) -> Option<&NodeCondition> {
+    pub fn condition(&self, type_: &NodeConditionType) -> Option<&NodeCondition> {
         self.status
             .as_ref()?
             .conditions
             .iter()
-            .find(|c| c.type_ == type_)
+            .find(|c| c.type_ == *type_)
     }
 
     /// Whether the node reports `Ready=True`.
     pub fn is_ready(&self) -> bool {
-        self.condition("Ready").is_some_and(|c| c.status == "True")
+        self.condition(&NodeConditionType::Ready)
+            .is_some_and(|c| c.status == ConditionStatus::True)
     }
 }

@@ -145,6 +145,56 @@ macro_rules! each_kind {
     };
 }
 
+/// JSON that does not decode as its kind: the path of the field at fault
+/// (`spec.restartPolicy`; empty when the JSON itself is malformed) and serde's error.
+#[derive(Debug, thiserror::Error)]
+pub struct DecodeError {
+    pub path: String,
+    pub source: serde_json::Error,
+}
+
+impl DecodeError {
+    /// An error about the body as a whole.
+    pub fn whole(message: impl fmt::Display) -> DecodeError {
+        DecodeError {
+            path: String::new(),
+            source: serde::de::Error::custom(message),
+        }
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.path.is_empty() {
+            write!(f, "{}: ", self.path)?;
+        }
+        write!(f, "{}", self.source)
+    }
+}
+
+/// Decodes at full speed; only a failure is decoded again, tracking the path to the field at
+/// fault (objects are decoded on every watch event, so the tracking is not paid there).
+fn decode<T: serde::de::DeserializeOwned>(json: &[u8]) -> Result<T, DecodeError> {
+    let first = match serde_json::from_slice(json) {
+        Ok(v) => return Ok(v),
+        Err(e) => e,
+    };
+    let mut de = serde_json::Deserializer::from_slice(json);
+    match serde_path_to_error::deserialize::<_, T>(&mut de) {
+        Err(e) => Err(DecodeError {
+            path: Some(e.path().to_string())
+                .filter(|p| p != ".")
+                .unwrap_or_default(),
+            source: e.into_inner(),
+        }),
+        // Only what follows the object was wrong.
+        Ok(_) => Err(DecodeError {
+            path: String::new(),
+            source: first,
+        }),
+    }
+}
+
 impl Object {
     pub fn kind(&self) -> Kind {
         match self {
@@ -196,16 +246,16 @@ impl Object {
         encoded.expect("invariant: the object model always serialises to JSON")
     }
 
-    /// Decodes the JSON of an object of `kind`.
-    pub fn from_json(kind: Kind, json: &[u8]) -> Result<Object, serde_json::Error> {
+    /// Decodes the JSON of an object of `kind`; an error names the field at fault.
+    pub fn from_json(kind: Kind, json: &[u8]) -> Result<Object, DecodeError> {
         Ok(match kind {
-            Kind::Pod => Object::Pod(serde_json::from_slice(json)?),
-            Kind::Node => Object::Node(serde_json::from_slice(json)?),
-            Kind::Namespace => Object::Namespace(serde_json::from_slice(json)?),
-            Kind::ResourceQuota => Object::ResourceQuota(serde_json::from_slice(json)?),
-            Kind::LimitRange => Object::LimitRange(serde_json::from_slice(json)?),
-            Kind::Binding => Object::Binding(serde_json::from_slice(json)?),
-            Kind::Event => Object::Event(serde_json::from_slice(json)?),
+            Kind::Pod => Object::Pod(decode(json)?),
+            Kind::Node => Object::Node(decode(json)?),
+            Kind::Namespace => Object::Namespace(decode(json)?),
+            Kind::ResourceQuota => Object::ResourceQuota(decode(json)?),
+            Kind::LimitRange => Object::LimitRange(decode(json)?),
+            Kind::Binding => Object::Binding(decode(json)?),
+            Kind::Event => Object::Event(decode(json)?),
         })
     }
 

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::meta::{IntOrString, LabelSelector, ObjectMeta, ResourceList, Time};
 #[cfg(test)]
 use super::testing::{small_map, small_vec};
+use super::vocabulary::{ConditionStatus, PodConditionType, PodPhase, RestartPolicy, TaintEffect};
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
@@ -36,9 +37,9 @@ pub struct PodSpec {
     #[serde(default)]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub containers: Vec<Container>,
-    /// `Always` (default), `OnFailure` or `Never`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub restart_policy: String,
+    /// `Always` when defaulted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_policy: Option<RestartPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub termination_grace_period_seconds: Option<i64>,
     /// The node the pod is bound to; set by the scheduler through Bind.
@@ -354,9 +355,9 @@ pub struct Toleration {
     pub operator: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub value: String,
-    /// Empty matches every effect.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub effect: String,
+    /// `None` matches every effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<TaintEffect>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub toleration_seconds: Option<i64>,
 }
@@ -379,9 +380,8 @@ pub struct TopologySpreadConstraint {
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PodStatus {
-    /// `Pending`, `Running`, `Succeeded`, `Failed` or `Unknown`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub phase: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<PodPhase>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub conditions: Vec<PodCondition>,
@@ -406,15 +406,13 @@ pub struct PodStatus {
     pub qos_class: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PodCondition {
-    /// `PodScheduled`, `Initialized`, `ContainersReady` or `Ready`.
     #[serde(rename = "type")]
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
+    pub type_: PodConditionType,
+    pub status: ConditionStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_probe_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -540,13 +538,58 @@ impl Toleration {
     /// Kubernetes' rule: the effect matches (empty matches every effect), and either the
     /// operator is `Exists` (with an empty key: every key) or key and value are equal.
     pub fn tolerates(&self, taint: &super::node::Taint) -> bool {
-        if !self.effect.is_empty() && self.effect != taint.effect {
+        if self.effect.is_some_and(|e| e != taint.effect) {
             return false;
         }
         match self.operator.as_str() {
             "Exists" => self.key.is_empty() || self.key == taint.key,
             _ => self.key == taint.key && self.value == taint.value,
         }
+    }
+}
+
+impl PodCondition {
+    /// A condition with no reason, message or times.
+    pub fn new(type_: PodConditionType, status: ConditionStatus) -> PodCondition {
+        PodCondition {
+            type_,
+            status,
+            last_probe_time: None,
+            last_transition_time: None,
+            reason: String::new(),
+            message: String::new(),
+        }
+    }
+}
+
+impl PodStatus {
+    /// The condition of `type_`, if reported.
+    pub fn condition(&self, type_: &PodConditionType) -> Option<&PodCondition> {
+        self.conditions.iter().find(|c| c.type_ == *type_)
+    }
+
+    /// Sets `condition` in place of the one of its type, or appends it; the one way
+    /// conditions are written. As Kubernetes' `UpdatePodCondition`: `lastTransitionTime` is
+    /// kept when the status stays the same, and otherwise is the condition's own (now when it
+    /// has none). Returns whether the status changed in any way.
+    pub fn set_condition(&mut self, mut condition: PodCondition) -> bool {
+        let Some(old) = self
+            .conditions
+            .iter_mut()
+            .find(|c| c.type_ == condition.type_)
+        else {
+            condition.last_transition_time.get_or_insert_with(Time::now);
+            self.conditions.push(condition);
+            return true;
+        };
+        if old.status == condition.status {
+            condition.last_transition_time = old.last_transition_time;
+        } else {
+            condition.last_transition_time.get_or_insert_with(Time::now);
+        }
+        let changed = *old != condition;
+        *old = condition;
+        changed
     }
 }
 
@@ -571,9 +614,58 @@ impl Pod {
 
     /// Whether the pod has reached a phase it never leaves.
     pub fn is_terminal(&self) -> bool {
-        matches!(
-            self.status.as_ref().map(|s| s.phase.as_str()),
-            Some("Succeeded" | "Failed")
-        )
+        self.phase().is_some_and(PodPhase::is_terminal)
+    }
+
+    /// The pod's phase, when its status has one.
+    pub fn phase(&self) -> Option<PodPhase> {
+        self.status.as_ref()?.phase
+    }
+
+    /// The condition of `type_`, if reported.
+    pub fn condition(&self, type_: &PodConditionType) -> Option<&PodCondition> {
+        self.status.as_ref()?.condition(type_)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scheduled(status: ConditionStatus, at: i64, message: &str) -> PodCondition {
+        PodCondition {
+            last_transition_time: Time::from_unix(at),
+            message: message.into(),
+            ..PodCondition::new(PodConditionType::PodScheduled, status)
+        }
+    }
+
+    /// Replace-or-append by type; the transition time moves only when the status does.
+    #[test]
+    fn set_condition_keeps_the_transition_time_while_the_status_holds() {
+        let mut s = PodStatus::default();
+        assert!(s.set_condition(scheduled(ConditionStatus::False, 10, "0/3 nodes")));
+        assert!(!s.set_condition(scheduled(ConditionStatus::False, 20, "0/3 nodes")));
+        assert!(s.set_condition(scheduled(ConditionStatus::False, 30, "0/4 nodes")));
+        let c = s.condition(&PodConditionType::PodScheduled).unwrap();
+        assert_eq!(
+            (c.last_transition_time, c.message.as_str()),
+            (Time::from_unix(10), "0/4 nodes")
+        );
+        assert!(s.set_condition(scheduled(ConditionStatus::True, 40, "")));
+        let c = s.condition(&PodConditionType::PodScheduled).unwrap();
+        assert_eq!(
+            (c.status, c.last_transition_time),
+            (ConditionStatus::True, Time::from_unix(40))
+        );
+        assert!(s.set_condition(PodCondition::new(
+            PodConditionType::Ready,
+            ConditionStatus::False
+        )));
+        assert_eq!(s.conditions.len(), 2);
+        assert!(
+            s.conditions[1].last_transition_time.is_some(),
+            "a new condition gets now"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! What filters and scores know of one pod signature beyond the table: its terms resolved
 //! against the table with batch-local counts, its node-affinity bitmap, its requirement tables.
 
+use skiff_proto::api::TaintEffect;
 use skiff_proto::api::pod::{NodeSelectorRequirement, PodAffinityTerm};
 
 use super::{node_affinity_mask, requirement_holds};
@@ -262,13 +263,13 @@ impl PodCtx {
             let taint = skiff_proto::api::Taint {
                 key: key.clone(),
                 value: value.clone(),
-                effect: effect.clone(),
+                effect: *effect,
                 time_added: None,
             };
             if pod.tolerates(&taint) {
                 continue;
             }
-            let mask = if effect == "PreferNoSchedule" {
+            let mask = if *effect == TaintEffect::PreferNoSchedule {
                 &mut taint_soft
             } else {
                 &mut taint_hard
@@ -284,7 +285,7 @@ impl PodCtx {
         let tolerates_unschedulable = pod.tolerates(&skiff_proto::api::Taint {
             key: TAINT_UNSCHEDULABLE.into(),
             value: String::new(),
-            effect: "NoSchedule".into(),
+            effect: TaintEffect::NoSchedule,
             time_added: None,
         });
         PodCtx {

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use skiff_proto::api::TaintEffect;
 use skiff_proto::api::pod::NodeSelectorRequirement;
 
 use crate::kernels::{self, Kernels};
@@ -266,7 +267,7 @@ pub fn check_row(
     if let Some(t) = info
         .taints
         .iter()
-        .find(|t| t.effect != "PreferNoSchedule" && !pod.tolerates(t))
+        .find(|t| t.effect != TaintEffect::PreferNoSchedule && !pod.tolerates(t))
     {
         return vec![Reason::Taint(format!("{}: {}", t.key, t.value))];
     }

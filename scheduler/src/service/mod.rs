@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use skiff_proto::api::Kind;
-use skiff_proto::client::{ClusterClient, Informer};
+use skiff_proto::client::{ClusterClient, Informer, ListParams};
 use skiff_proto::recorder::EventRecorder;
 use tokio::sync::mpsc;
 
@@ -138,11 +138,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     });
 
     // Caches first: nodes, then pods, listed before any pod is placed.
-    let mut nodes = Informer::new(client.clone(), Kind::Node, "", "", "");
+    let mut nodes = Informer::new(client.clone(), Kind::Node, ListParams::default());
     for e in nodes.relist().await? {
         handlers.on_node(&e);
     }
-    let mut pods = Informer::new(client.clone(), Kind::Pod, "", "", "");
+    let mut pods = Informer::new(client.clone(), Kind::Pod, ListParams::default());
     for e in pods.relist().await? {
         handlers.on_pod(&e);
     }

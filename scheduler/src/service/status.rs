@@ -2,10 +2,22 @@
 //! Unschedulable` with the diagnosis, and a `FailedScheduling` event.
 
 use skiff_proto::api::pod::PodCondition;
-use skiff_proto::api::{Kind, Object, Time};
+use skiff_proto::api::{ConditionStatus, Kind, Object, PodConditionType, PodPhase};
 use skiff_proto::recorder;
 
 use super::Shared;
+
+/// `PodScheduled=False, reason Unschedulable` with the diagnosis.
+///
+/// The scheduler owns this case, as kube-scheduler does, and this is its only writer; the
+/// `True` case belongs to the binding (`assign` in the store's `cluster::bind`).
+fn unschedulable(message: &str) -> PodCondition {
+    PodCondition {
+        reason: "Unschedulable".into(),
+        message: message.to_string(),
+        ..PodCondition::new(PodConditionType::PodScheduled, ConditionStatus::False)
+    }
+}
 
 /// Sets `PodScheduled=False, reason Unschedulable` with the diagnosis on the newest version
 /// the queue holds, unless the pod already says exactly that.
@@ -23,25 +35,10 @@ pub(super) async fn write_unschedulable(s: &Shared, key: &str, message: &str) {
         );
     }
     let status = pod.status.get_or_insert_with(Default::default);
-    if status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.message == message)
-    {
+    if !status.set_condition(unschedulable(message)) {
         return;
     }
-    status.conditions.retain(|c| c.type_ != "PodScheduled");
-    status.conditions.push(PodCondition {
-        type_: "PodScheduled".into(),
-        status: "False".into(),
-        last_probe_time: None,
-        last_transition_time: Some(Time::now()),
-        reason: "Unschedulable".into(),
-        message: message.to_string(),
-    });
-    if status.phase.is_empty() {
-        status.phase = "Pending".into();
-    }
+    status.phase.get_or_insert(PodPhase::Pending);
     match s.client.update_status(&Object::Pod(pod)).await {
         Ok(_) => {
             s.counters.status_writes.inc();

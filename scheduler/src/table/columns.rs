@@ -3,10 +3,20 @@
 use std::collections::HashMap;
 
 /// Interns strings (or keys) to dense ids.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct Interner<K: std::hash::Hash + Eq + Clone> {
     ids: HashMap<K, u32>,
     keys: Vec<K>,
+}
+
+// By hand: the derive would ask `K: Default`, which a key need not be.
+impl<K: std::hash::Hash + Eq + Clone> Default for Interner<K> {
+    fn default() -> Self {
+        Interner {
+            ids: HashMap::new(),
+            keys: Vec::new(),
+        }
+    }
 }
 
 impl<K: std::hash::Hash + Eq + Clone> Interner<K> {

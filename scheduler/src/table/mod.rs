@@ -20,8 +20,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use skiff_proto::api::LabelSelector;
 use skiff_proto::api::pod::PodAffinityTerm;
+use skiff_proto::api::{LabelSelector, TaintEffect};
 
 use crate::model::{NodeInfo, PodInfo, Resources, term_namespaces, term_selects};
 
@@ -74,7 +74,7 @@ pub struct NodeTable {
 
     pub label_keys: Interner<String>,
     pub labels: Vec<LabelColumn>,
-    pub taint_ids: Interner<(String, String, String)>,
+    pub taint_ids: Interner<(String, String, TaintEffect)>,
     pub taints: BitRows,
     pub port_ids: Interner<(String, i32)>,
     pub ports: BitRows,
@@ -248,7 +248,7 @@ impl NodeTable {
         for t in &info.taints {
             let id = self
                 .taint_ids
-                .intern(&(t.key.clone(), t.value.clone(), t.effect.clone()));
+                .intern(&(t.key.clone(), t.value.clone(), t.effect));
             self.taints.widen(self.names.len(), self.taint_ids.len());
             self.taints.set(row, id, true);
         }

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use skiff_launch::{Containerd, Launch, NodeCommand, RuntimeKind, SchedulerCommand, StoreCommand};
 use skiff_proto::api::{Kind, Object};
-use skiff_proto::client::ClusterClient;
+use skiff_proto::client::{ClusterClient, ListParams};
 
 use crate::config::{self, ClientConfig};
 use layout::Layout;
@@ -116,7 +116,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         &mut cluster,
         Duration::from_secs(60),
         "the store quorum",
-        || async { api.list(Kind::Namespace, "", "", "").await.is_ok() },
+        || async {
+            api.list(Kind::Namespace, &ListParams::default())
+                .await
+                .is_ok()
+        },
     ))?;
     let quorum_at = started.elapsed();
 
@@ -296,7 +300,7 @@ fn start_nodes(cluster: &mut Cluster, exe: &str, args: &Args) -> Result<Vec<Stri
 
 /// Whether every node in `names` is registered and Ready.
 async fn nodes_ready(api: &ClusterClient, names: &[String]) -> bool {
-    match api.list(Kind::Node, "", "", "").await {
+    match api.list(Kind::Node, &ListParams::default()).await {
         Ok((nodes, _)) => names.iter().all(|n| {
             nodes.iter().any(
                 |o| matches!(o, Object::Node(node) if &node.metadata.name == n && node.is_ready()),

@@ -8,21 +8,20 @@ use std::collections::BTreeMap;
 
 use skiff_proto::api::{Kind, Object, Pod, ResourceList};
 use skiff_proto::quantity::Quantity;
-use tonic::Status;
 
-use super::{ClusterApi, prefix_end};
+use super::{ClusterApi, ClusterError, Result, not_found, prefix_end};
 use crate::command::{Compare, CompareResult, CompareTarget};
 
-fn forbidden(object: &Object, why: String) -> Status {
-    Status::failed_precondition(format!(
-        "{} \"{}\" is forbidden: {why}",
-        object.kind().plural(),
-        object.metadata().name
-    ))
+fn forbidden(object: &Object, why: String) -> ClusterError {
+    ClusterError::Forbidden {
+        kind: object.kind(),
+        name: object.metadata().name.clone(),
+        why,
+    }
 }
 
 /// Runs admission for a create; returns the guards the write must carry.
-pub fn admit_create(api: &ClusterApi, object: &mut Object) -> Result<Vec<Compare>, Status> {
+pub fn admit_create(api: &ClusterApi, object: &mut Object) -> Result<Vec<Compare>> {
     let kind = object.kind();
     let mut guards = Vec::new();
     if !kind.is_namespaced() {
@@ -32,7 +31,7 @@ pub fn admit_create(api: &ClusterApi, object: &mut Object) -> Result<Vec<Compare
     let (_, found) = api.get_local(Kind::Namespace, "", &ns)?;
     match found {
         None => {
-            return Err(Status::not_found(format!("namespaces \"{ns}\" not found")));
+            return Err(not_found(Kind::Namespace, &ns));
         }
         Some(n) if n.object.metadata().deletion_timestamp.is_some() => {
             return Err(forbidden(
@@ -197,10 +196,12 @@ fn pod_total(pod: &Pod, resource: &str, limits: bool) -> Option<Quantity> {
     any.then_some(sum)
 }
 
-fn apply_limit_range(pod: &mut Pod, lr: &skiff_proto::api::LimitRange) -> Result<(), Status> {
+fn apply_limit_range(pod: &mut Pod, lr: &skiff_proto::api::LimitRange) -> Result<()> {
     let pod_name = pod.metadata.name.clone();
-    let deny = |why: String| {
-        Status::failed_precondition(format!("pods \"{pod_name}\" is forbidden: {why}"))
+    let deny = |why: String| ClusterError::Forbidden {
+        kind: Kind::Pod,
+        name: pod_name.clone(),
+        why,
     };
     for item in lr.spec.limits.iter().filter(|i| i.type_ == "Container") {
         for c in pod
@@ -285,17 +286,19 @@ fn check_range(
 
 /// The object an Update writes: the request's metadata (labels, annotations, …) and spec over
 /// the stored object, status kept; identity fields and immutable spec fields stay as stored.
-pub fn with_spec(current: &Object, request: &Object) -> Result<Object, Status> {
+pub fn with_spec(current: &Object, request: &Object) -> Result<Object> {
     let mut next = request.clone();
     keep_identity(current, &mut next);
     match (current, &mut next) {
         (Object::Pod(cur), Object::Pod(new)) => {
             new.status = cur.status.clone();
             if cur.spec.node_name != new.spec.node_name {
-                return Err(Status::invalid_argument(format!(
-                    "Pod \"{}\" is invalid: spec.nodeName: Forbidden: a pod is bound through Bind, not by update",
-                    cur.metadata.name
-                )));
+                return Err(ClusterError::Immutable {
+                    kind: Kind::Pod,
+                    name: cur.metadata.name.clone(),
+                    field: "spec.nodeName",
+                    why: "a pod is bound through Bind, not by update",
+                });
             }
             // Kubernetes lets an update change container images and add tolerations;
             // everything else in a pod's spec is immutable.
@@ -317,12 +320,14 @@ pub fn with_spec(current: &Object, request: &Object) -> Result<Object, Status> {
                 a.tolerations = b.tolerations.clone();
             }
             if a != b {
-                return Err(Status::invalid_argument(format!(
-                    "Pod \"{}\" is invalid: spec: Forbidden: pod updates may not change fields other than \
-                     `spec.containers[*].image`, `spec.initContainers[*].image` or \
-                     `spec.tolerations` (only additions to existing tolerations)",
-                    cur.metadata.name
-                )));
+                return Err(ClusterError::Immutable {
+                    kind: Kind::Pod,
+                    name: cur.metadata.name.clone(),
+                    field: "spec",
+                    why: "pod updates may not change fields other than \
+                          `spec.containers[*].image`, `spec.initContainers[*].image` or \
+                          `spec.tolerations` (only additions to existing tolerations)",
+                });
             }
         }
         (Object::Node(cur), Object::Node(new)) => new.status = cur.status.clone(),
@@ -346,7 +351,7 @@ fn spec_changed(a: &Object, b: &Object) -> bool {
 }
 
 /// The object an UpdateStatus writes: the stored object with the request's status.
-pub fn with_status(current: &Object, request: &Object) -> Result<Object, Status> {
+pub fn with_status(current: &Object, request: &Object) -> Result<Object> {
     let mut next = current.clone();
     match (&mut next, request) {
         (Object::Pod(n), Object::Pod(r)) => n.status = r.status.clone(),
@@ -354,10 +359,7 @@ pub fn with_status(current: &Object, request: &Object) -> Result<Object, Status>
         (Object::Namespace(n), Object::Namespace(r)) => n.status = r.status.clone(),
         (Object::ResourceQuota(n), Object::ResourceQuota(r)) => n.status = r.status.clone(),
         (n, _) => {
-            return Err(Status::invalid_argument(format!(
-                "{} has no status to update",
-                n.kind().plural()
-            )));
+            return Err(ClusterError::NoStatus { kind: n.kind() });
         }
     }
     Ok(next)

@@ -9,10 +9,9 @@
 use std::collections::HashSet;
 
 use skiff_proto::api::pod::PodCondition;
-use skiff_proto::api::{Kind, Object, Time};
+use skiff_proto::api::{ConditionStatus, Kind, Object, Pod, PodConditionType};
 use skiff_proto::cluster::v1::bind_result::Outcome;
 use skiff_proto::cluster::v1::{BindResult, Binding};
-use tonic::Status;
 
 use super::{ClusterApi, encode};
 use crate::command::{
@@ -28,19 +27,27 @@ fn result(outcome: Outcome, message: String) -> BindResult {
     }
 }
 
-/// Sets `spec.nodeName` and the PodScheduled condition.
+/// Assigns `pod` to `node`: `spec.nodeName` and `PodScheduled=True`.
+///
+/// The only writer of `PodScheduled=True`. In Kubernetes the API server's binding
+/// subresource sets it as it assigns the node; here Bind does, and create does for a pod that
+/// names its node itself. The other case has one writer too: the scheduler's status writer
+/// (`skiff_scheduler::service::status`) sets `PodScheduled=False, Unschedulable`; the node
+/// agent reports the condition as it found it on the pod, and never writes its own.
+pub fn assign(pod: &mut Pod, node: &str) {
+    pod.spec.node_name = node.to_string();
+    pod.status
+        .get_or_insert_with(Default::default)
+        .set_condition(PodCondition::new(
+            PodConditionType::PodScheduled,
+            ConditionStatus::True,
+        ));
+}
+
 fn bound(object: &Object, node: &str) -> Object {
     let mut next = object.clone();
     if let Object::Pod(p) = &mut next {
-        p.spec.node_name = node.to_string();
-        let status = p.status.get_or_insert_with(Default::default);
-        status.conditions.retain(|c| c.type_ != "PodScheduled");
-        status.conditions.push(PodCondition {
-            type_: "PodScheduled".into(),
-            status: "True".into(),
-            last_transition_time: Some(Time::now()),
-            ..PodCondition::default()
-        });
+        assign(p, node);
     }
     next
 }
@@ -53,7 +60,7 @@ impl ClusterApi {
         &self,
         bindings: &[Binding],
         fence: Option<(&str, i64)>,
-    ) -> Result<(i64, Vec<BindResult>), Status> {
+    ) -> super::Result<(i64, Vec<BindResult>)> {
         self.barrier(false).await?;
         let mut results: Vec<Option<BindResult>> = vec![None; bindings.len()];
         let mut ops = Vec::new();

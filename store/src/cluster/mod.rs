@@ -13,9 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use skiff_proto::api::{Kind, Object, Time, defaults, validation};
+use skiff_proto::api::{Kind, Object, PodPhase, Time, defaults, validation};
 use skiff_proto::cluster::v1 as pb;
-use tonic::Status;
 
 use crate::command::{
     Command, Compare, CompareResult, CompareTarget, DeleteRangeRequest, KeyValue, Outcome,
@@ -23,9 +22,11 @@ use crate::command::{
 };
 use crate::error::StoreError;
 use crate::member::StoreMember;
+pub use error::{ClusterError, Result};
 
 pub mod admission;
 pub mod bind;
+pub mod error;
 pub mod service;
 pub mod watch;
 
@@ -63,25 +64,25 @@ pub fn header(member: &StoreMember, revision: i64) -> Option<pb::ResponseHeader>
 }
 
 /// `pods "web-1" not found`, as Kubernetes words it.
-pub fn not_found(kind: Kind, name: &str) -> Status {
-    Status::not_found(format!("{} \"{name}\" not found", kind.plural()))
+pub fn not_found(kind: Kind, name: &str) -> ClusterError {
+    ClusterError::NotFound {
+        kind,
+        name: name.to_string(),
+    }
 }
 
-pub fn conflict(kind: Kind, name: &str) -> Status {
-    Status::aborted(format!(
-        "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; \
-         please apply your changes to the latest version and try again",
-        kind.plural()
-    ))
+pub fn conflict(kind: Kind, name: &str) -> ClusterError {
+    ClusterError::Conflict {
+        kind,
+        name: name.to_string(),
+    }
 }
 
-pub fn parse_kind(kind: &str) -> Result<Kind, Status> {
+pub fn parse_kind(kind: &str) -> Result<Kind> {
     Kind::from_name(kind)
         .filter(|k| *k != Kind::Binding)
-        .ok_or_else(|| {
-            Status::invalid_argument(format!(
-                "unknown kind {kind:?}: expected Pod, Node, Namespace, ResourceQuota or LimitRange"
-            ))
+        .ok_or_else(|| ClusterError::UnknownKind {
+            kind: kind.to_string(),
         })
 }
 
@@ -94,13 +95,11 @@ pub fn encode(object: &Object) -> Vec<u8> {
     o.to_json()
 }
 
-pub fn decode(kind: Kind, kv: &KeyValue) -> Result<Stored, Status> {
-    let mut object = Object::from_json(kind, &kv.value).map_err(|e| {
-        Status::internal(format!(
-            "stored {} at {} does not decode: {e}",
-            kind.name(),
-            String::from_utf8_lossy(&kv.key)
-        ))
+pub fn decode(kind: Kind, kv: &KeyValue) -> Result<Stored> {
+    let mut object = Object::from_json(kind, &kv.value).map_err(|source| ClusterError::Stored {
+        kind,
+        key: String::from_utf8_lossy(&kv.key).into_owned(),
+        source,
     })?;
     object.metadata_mut().resource_version = kv.mod_revision.to_string();
     Ok(Stored {
@@ -119,19 +118,18 @@ pub fn to_pb(object: &Object) -> pb::Object {
 }
 
 /// Decodes a request object: known kind, valid JSON of that kind (unknown fields refused).
-pub fn from_pb(o: Option<pb::Object>) -> Result<Object, Status> {
-    let o = o.ok_or_else(|| Status::invalid_argument("object: required"))?;
+pub fn from_pb(o: Option<pb::Object>) -> Result<Object> {
+    let o = o.ok_or(ClusterError::Missing { field: "object" })?;
     let kind = parse_kind(&o.kind)?;
-    Object::from_json(kind, &o.json)
-        .map_err(|e| Status::invalid_argument(format!("{} body: {e}", kind.name())))
+    Object::from_json(kind, &o.json).map_err(|source| ClusterError::Decode { kind, source })
 }
 
-fn validation_error(object: &Object, e: validation::ValidationErrors) -> Status {
-    Status::invalid_argument(format!(
-        "{} \"{}\" is invalid: {e}",
-        object.kind().name(),
-        object.metadata().name
-    ))
+fn validation_error(object: &Object, source: validation::ValidationErrors) -> ClusterError {
+    ClusterError::Invalid {
+        kind: object.kind(),
+        name: object.metadata().name.clone(),
+        source,
+    }
 }
 
 /// `range_end` that covers every key starting with `prefix`.
@@ -166,7 +164,7 @@ impl ClusterApi {
 
     /// The lease an object is written under: events expire (`event_ttl` after their last
     /// write); every other kind lives until deleted.
-    async fn lease_for(&self, kind: Kind) -> Result<i64, Status> {
+    async fn lease_for(&self, kind: Kind) -> Result<i64> {
         if kind != Kind::Event {
             return Ok(0);
         }
@@ -208,7 +206,7 @@ impl ClusterApi {
     }
 
     /// `txn` for a write of `kind`, which drops the cached event lease when it fails.
-    async fn write_txn(&self, kind: Kind, txn: TxnRequest) -> Result<(i64, TxnResponse), Status> {
+    async fn write_txn(&self, kind: Kind, txn: TxnRequest) -> Result<(i64, TxnResponse)> {
         let r = self.txn(txn).await;
         if r.is_err() {
             self.forget_lease(kind);
@@ -217,7 +215,7 @@ impl ClusterApi {
     }
 
     /// Reads are linearizable unless the caller accepts a possibly stale local view.
-    pub async fn barrier(&self, serializable: bool) -> Result<(), Status> {
+    pub async fn barrier(&self, serializable: bool) -> Result<()> {
         if !serializable {
             self.member.linearizable_barrier().await?;
         }
@@ -231,7 +229,7 @@ impl ClusterApi {
         key: &[u8],
         range_end: &[u8],
         revision: i64,
-    ) -> Result<(i64, Vec<Stored>), Status> {
+    ) -> Result<(i64, Vec<Stored>)> {
         let mvcc = self.member.shared.read();
         let resp = mvcc.range(&RangeRequest {
             key: key.to_vec(),
@@ -258,14 +256,14 @@ impl ClusterApi {
         kind: Kind,
         namespace: &str,
         name: &str,
-    ) -> Result<(i64, Option<Stored>), Status> {
+    ) -> Result<(i64, Option<Stored>)> {
         let key = kind.key(namespace, name);
         let (rev, mut items) = self.range(kind, key.as_bytes(), &[], 0)?;
         Ok((rev, items.pop()))
     }
 
     /// Proposes a transaction; returns the revision after it and its response.
-    pub async fn txn(&self, txn: TxnRequest) -> Result<(i64, TxnResponse), Status> {
+    pub async fn txn(&self, txn: TxnRequest) -> Result<(i64, TxnResponse)> {
         let resp = self.member.propose(Command::Txn(txn)).await?;
         match resp.result? {
             Outcome::Txn(t) => Ok((resp.revision, t)),
@@ -292,12 +290,10 @@ impl ClusterApi {
     }
 
     /// Create: defaults, validation, admission, then a put guarded by "key absent".
-    pub async fn create(&self, mut object: Object, dry_run: bool) -> Result<(i64, Object), Status> {
+    pub async fn create(&self, mut object: Object, dry_run: bool) -> Result<(i64, Object)> {
         let kind = object.kind();
         if kind == Kind::Binding {
-            return Err(Status::invalid_argument(
-                "Binding objects are created through Bind",
-            ));
+            return Err(ClusterError::CreateBinding);
         }
         {
             let m = object.metadata_mut();
@@ -310,8 +306,11 @@ impl ClusterApi {
         }
         if let Object::Pod(p) = &mut object {
             let status = p.status.get_or_insert_with(Default::default);
-            if status.phase.is_empty() {
-                status.phase = "Pending".into();
+            status.phase.get_or_insert(PodPhase::Pending);
+            if !p.spec.node_name.is_empty() {
+                // Bound at birth, without a scheduler.
+                let node = p.spec.node_name.clone();
+                bind::assign(p, &node);
             }
         }
         defaults::apply(&mut object);
@@ -354,24 +353,22 @@ impl ClusterApi {
             if let Some(ResponseOp::Range(r)) = resp.responses.first()
                 && !r.kvs.is_empty()
             {
-                return Err(Status::already_exists(format!(
-                    "{} \"{}\" already exists",
-                    kind.plural(),
-                    candidate.metadata().name
-                )));
+                return Err(ClusterError::AlreadyExists {
+                    kind,
+                    name: candidate.metadata().name.clone(),
+                });
             }
             // A quota guard lost a race: count again.
         }
-        Err(Status::unavailable(format!(
-            "{} \"{}\": too many concurrent changes in its namespace, try again",
-            kind.plural(),
-            object.metadata().name
-        )))
+        Err(ClusterError::Contended {
+            kind,
+            name: object.metadata().name.clone(),
+        })
     }
 
     /// The `default` namespace exists from the first write into it on, as in Kubernetes,
     /// where the API server creates it at start-up.
-    async fn ensure_default_namespace(&self) -> Result<(), Status> {
+    async fn ensure_default_namespace(&self) -> Result<()> {
         let (_, found) = self.get_local(Kind::Namespace, "", "default")?;
         if found.is_some() {
             return Ok(());
@@ -403,11 +400,7 @@ impl ClusterApi {
     }
 
     /// Writes `next` over `current` if the key still has `current`'s mod revision.
-    pub async fn replace(
-        &self,
-        current: &Stored,
-        next: &Object,
-    ) -> Result<Option<(i64, Object)>, Status> {
+    pub async fn replace(&self, current: &Stored, next: &Object) -> Result<Option<(i64, Object)>> {
         let key = next.key();
         let kind = next.kind();
         let txn = TxnRequest {
@@ -440,15 +433,18 @@ impl ClusterApi {
         object: Object,
         status: bool,
         dry_run: bool,
-    ) -> Result<(i64, Object), Status> {
+    ) -> Result<(i64, Object)> {
         let kind = object.kind();
         let name = object.metadata().name.clone();
         let namespace = object.metadata().namespace.clone();
         let pinned = match object.metadata().resource_version.as_str() {
             "" => None,
-            rv => Some(rv.parse::<i64>().map_err(|_| {
-                Status::invalid_argument(format!("metadata.resourceVersion: invalid value {rv:?}"))
-            })?),
+            rv => Some(
+                rv.parse::<i64>()
+                    .map_err(|_| ClusterError::BadResourceVersion {
+                        value: rv.to_string(),
+                    })?,
+            ),
         };
         for _ in 0..WRITE_ATTEMPTS {
             self.barrier(false).await?;
@@ -487,7 +483,7 @@ impl ClusterApi {
         name: &str,
         pinned: i64,
         grace: Option<i64>,
-    ) -> Result<(i64, Object), Status> {
+    ) -> Result<(i64, Object)> {
         for _ in 0..WRITE_ATTEMPTS {
             self.barrier(false).await?;
             let (_, current) = self.get_local(kind, namespace, name)?;
@@ -504,10 +500,10 @@ impl ClusterApi {
                     0,
                 )?;
                 if !pods.is_empty() {
-                    return Err(Status::failed_precondition(format!(
-                        "namespaces \"{name}\" still has {} pod(s); delete them first",
-                        pods.len()
-                    )));
+                    return Err(ClusterError::NamespaceNotEmpty {
+                        name: name.to_string(),
+                        pods: pods.len(),
+                    });
                 }
             }
             if let Object::Pod(pod) = &current.object {

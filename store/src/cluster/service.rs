@@ -10,7 +10,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::watch::{Filter, key_range};
-use super::{ClusterApi, from_pb, header, not_found, parse_kind, to_pb};
+use super::{ClusterApi, ClusterError, from_pb, header, not_found, parse_kind, to_pb};
 
 /// Most objects one List page returns when the client sets no limit.
 const MAX_PAGE: i64 = 10_000;
@@ -28,17 +28,14 @@ fn object_response(
     })
 }
 
-fn key_parts(key: Option<pb::ObjectKey>) -> Result<(Kind, String, String), Status> {
-    let key = key.ok_or_else(|| Status::invalid_argument("key: required"))?;
+fn key_parts(key: Option<pb::ObjectKey>) -> super::Result<(Kind, String, String)> {
+    let key = key.ok_or(ClusterError::Missing { field: "key" })?;
     let kind = parse_kind(&key.kind)?;
     if key.name.is_empty() {
-        return Err(Status::invalid_argument("key.name: required"));
+        return Err(ClusterError::Missing { field: "key.name" });
     }
     if kind.is_namespaced() && key.namespace.is_empty() {
-        return Err(Status::invalid_argument(format!(
-            "key.namespace: required for {}",
-            kind.plural()
-        )));
+        return Err(ClusterError::NamespaceRequired { kind });
     }
     let ns = if kind.is_namespaced() {
         key.namespace
@@ -49,14 +46,12 @@ fn key_parts(key: Option<pb::ObjectKey>) -> Result<(Kind, String, String), Statu
 }
 
 /// A continue token: the revision of the first page and the key to resume after.
-fn parse_continue(token: &str) -> Result<Option<(i64, Vec<u8>)>, Status> {
+fn parse_continue(token: &str) -> super::Result<Option<(i64, Vec<u8>)>> {
     if token.is_empty() {
         return Ok(None);
     }
-    let bad = || {
-        Status::invalid_argument(format!(
-            "continue token {token:?} is not one this server issued"
-        ))
+    let bad = || ClusterError::BadContinue {
+        token: token.to_string(),
     };
     let (rev, hex) = token.split_once(':').ok_or_else(bad)?;
     let rev: i64 = rev.parse().map_err(|_| bad())?;
@@ -185,9 +180,7 @@ impl Cluster for ClusterApi {
         let req = req.into_inner();
         let (kind, ns, name) = key_parts(req.key)?;
         if req.grace_period_seconds.is_some_and(|g| g < 0) {
-            return Err(Status::invalid_argument(
-                "grace_period_seconds: must not be negative",
-            ));
+            return Err(ClusterError::NegativeGrace.into());
         }
         let (rev, o) = ClusterApi::delete(
             self,

@@ -17,6 +17,8 @@ use skiff_proto::selector::{FieldQuery, LabelQuery};
 use tokio::sync::mpsc;
 use tonic::Status;
 
+use super::error::{ClusterError, Result};
+
 use super::{ClusterApi, decode, prefix_end, to_pb};
 use crate::command::{Event, EventKind};
 use crate::watch::{Tagger, WatchMessage, WatchSpec};
@@ -80,15 +82,13 @@ pub struct Filter {
 }
 
 impl Filter {
-    pub fn parse(kind: Kind, selectors: Option<&pb::Selectors>) -> Result<Filter, Status> {
+    pub fn parse(kind: Kind, selectors: Option<&pb::Selectors>) -> Result<Filter> {
         let Some(s) = selectors else {
             return Ok(Filter::default());
         };
         Ok(Filter {
-            labels: LabelQuery::parse(&s.label_selector)
-                .map_err(|e| Status::invalid_argument(e.to_string()))?,
-            fields: FieldQuery::parse(kind, &s.field_selector)
-                .map_err(|e| Status::invalid_argument(e.to_string()))?,
+            labels: LabelQuery::parse(&s.label_selector)?,
+            fields: FieldQuery::parse(kind, &s.field_selector)?,
         })
     }
 
@@ -110,7 +110,7 @@ impl ClusterApi {
     pub fn watch(
         &self,
         req: pb::WatchRequest,
-    ) -> Result<mpsc::Receiver<Result<pb::WatchEvent, Status>>, Status> {
+    ) -> Result<mpsc::Receiver<Result<pb::WatchEvent, Status>>> {
         let kind = super::parse_kind(&req.kind)?;
         let filter = Filter::parse(kind, req.selectors.as_ref())?;
         let (key, range_end) = key_range(kind, &req.namespace);
@@ -142,7 +142,9 @@ impl ClusterApi {
             }
             if let Err(why) = hub.add(&mvcc, stream, 0, spec, None) {
                 hub.close_stream(stream);
-                return Err(Status::internal(format!("watch refused: {why}")));
+                return Err(ClusterError::WatchRefused {
+                    reason: why.to_string(),
+                });
             }
         }
         let (tx, out) = mpsc::channel(QUEUE);
@@ -172,8 +174,8 @@ impl ClusterApi {
                                     }
                                 }
                                 Ok(None) => {}
-                                Err(s) => {
-                                    let _ = tx.send(Err(s)).await;
+                                Err(e) => {
+                                    let _ = tx.send(Err(e.into())).await;
                                     ok = false;
                                     break;
                                 }
@@ -185,7 +187,7 @@ impl ClusterApi {
                         compact_revision, ..
                     } => {
                         let _ = tx
-                            .send(Err(too_old(req.resource_version, compact_revision)))
+                            .send(Err(too_old(req.resource_version, compact_revision).into()))
                             .await;
                         false
                     }
@@ -200,7 +202,9 @@ impl ClusterApi {
                     // A watcher the hub could not serve (its catch-up read failed): the client
                     // relists and watches again.
                     WatchMessage::Canceled { reason, .. } => {
-                        let _ = tx.send(Err(Status::unavailable(reason))).await;
+                        let _ = tx
+                            .send(Err(ClusterError::WatchCanceled { reason }.into()))
+                            .await;
                         false
                     }
                     WatchMessage::Created { .. } | WatchMessage::Refused { .. } => true,
@@ -215,15 +219,16 @@ impl ClusterApi {
     }
 }
 
-fn too_old(rv: i64, compacted: i64) -> Status {
-    Status::failed_precondition(format!(
-        "too old resource version: {rv} (compacted at {compacted}); relist and watch from the list's resourceVersion"
-    ))
+fn too_old(resource_version: i64, compacted: i64) -> ClusterError {
+    ClusterError::TooOld {
+        resource_version,
+        compacted,
+    }
 }
 
 /// One keyspace event as the watcher sees it, or nothing when the object is outside its view
 /// before and after.
-fn convert(kind: Kind, filter: &Filter, e: &Event) -> Result<Option<pb::WatchEvent>, Status> {
+fn convert(kind: Kind, filter: &Filter, e: &Event) -> Result<Option<pb::WatchEvent>> {
     let revision = e.kv.mod_revision;
     let prev = match &e.prev_kv {
         Some(kv) => Some(decode(kind, kv)?.object),
@@ -244,10 +249,10 @@ fn convert(kind: Kind, filter: &Filter, e: &Event) -> Result<Option<pb::WatchEve
             // Every delete carries the object's last state: the hub refuses this watcher a
             // position whose previous versions compaction dropped.
             if prev.is_none() {
-                return Err(Status::internal(format!(
-                    "delete of {} at revision {revision} without its previous state",
-                    String::from_utf8_lossy(&e.kv.key)
-                )));
+                return Err(ClusterError::DeleteWithoutPrevious {
+                    key: String::from_utf8_lossy(&e.kv.key).into_owned(),
+                    revision,
+                });
             }
             let Some(mut last) = prev.filter(|_| was) else {
                 return Ok(None);

@@ -1,7 +1,9 @@
 //! Validation of defaulted objects. Every rule reports the field path it concerns
 //! (`spec.containers[0].resources.requests.cpu`), and all violations are reported together, so a
 //! user fixes a manifest in one pass. The same rules run offline (`skiff validate`) and on every
-//! write to the store.
+//! write to the store. Fields with a fixed set of values (`restartPolicy`, `status.phase`,
+//! condition statuses, taint effects) are typed ([`super::vocabulary`]): a bad value is
+//! refused earlier, when the object decodes, with its field path.
 //!
 //! | module      | what                                                                   |
 //! |-------------|------------------------------------------------------------------------|

@@ -186,7 +186,7 @@ mod tests {
 
     #[test]
     fn cluster_scoped_kinds_have_no_namespace() {
-        let mut obj = Object::Node(serde_yaml_ng::from_str("metadata: {name: n1, namespace: default}\nspec: {taints: [{key: a, effect: Sometimes}]}\n").unwrap());
+        let mut obj = Object::Node(serde_yaml_ng::from_str("metadata: {name: n1, namespace: default}\nspec: {taints: [{key: 'a b', effect: NoSchedule}]}\n").unwrap());
         defaults::apply(&mut obj);
         let e: Vec<String> = validate(&obj)
             .unwrap_err()
@@ -199,7 +199,7 @@ mod tests {
             "{e:?}"
         );
         assert!(
-            e[1].starts_with("spec.taints[0].effect: unsupported value \"Sometimes\""),
+            e[1].starts_with("spec.taints[0].key: invalid value \"a b\""),
             "{e:?}"
         );
     }

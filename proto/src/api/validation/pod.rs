@@ -11,6 +11,7 @@ use super::resources::validate_resource_list;
 use super::{Errors, Path};
 use crate::api::meta::IntOrString;
 use crate::api::pod::{Affinity, Container, NodeSelectorTerm, Pod, PodAffinityTerm, Probe};
+use crate::api::vocabulary::TaintEffect;
 
 pub(super) fn validate_pod(errs: &mut Errors, pod: &Pod) {
     let spec = Path::root("spec");
@@ -54,11 +55,6 @@ pub(super) fn validate_pod(errs: &mut Errors, pod: &Pod) {
             }
         }
     }
-    errs.one_of(
-        &spec.field("restartPolicy"),
-        &s.restart_policy,
-        &["Always", "OnFailure", "Never"],
-    );
     if let Some(g) = s.termination_grace_period_seconds
         && g < 0
     {
@@ -114,14 +110,7 @@ pub(super) fn validate_pod(errs: &mut Errors, pod: &Pod) {
             "Exists" | "Equal" => {}
             op => errs.one_of(&p.field("operator"), op, &["Equal", "Exists"]),
         }
-        if !t.effect.is_empty() {
-            errs.one_of(
-                &p.field("effect"),
-                &t.effect,
-                &["NoSchedule", "PreferNoSchedule", "NoExecute"],
-            );
-        }
-        if t.toleration_seconds.is_some() && t.effect != "NoExecute" {
+        if t.toleration_seconds.is_some() && t.effect != Some(TaintEffect::NoExecute) {
             errs.add(
                 &p.field("tolerationSeconds"),
                 "must be empty unless effect is NoExecute",
@@ -176,23 +165,6 @@ pub(super) fn validate_pod(errs: &mut Errors, pod: &Pod) {
                     "duplicate constraint for {{{}, {}}}",
                     c.topology_key, c.when_unsatisfiable
                 ),
-            );
-        }
-    }
-    if let Some(status) = &pod.status {
-        let p = Path::root("status");
-        if !status.phase.is_empty() {
-            errs.one_of(
-                &p.field("phase"),
-                &status.phase,
-                &["Pending", "Running", "Succeeded", "Failed", "Unknown"],
-            );
-        }
-        for (i, c) in status.conditions.iter().enumerate() {
-            errs.one_of(
-                &p.field("conditions").index(i).field("status"),
-                &c.status,
-                &["True", "False", "Unknown"],
             );
         }
     }
@@ -581,7 +553,6 @@ mod tests {
         let e = errors(concat!(
             "metadata: {name: p, labels: {'bad key!': v}}\n",
             "spec:\n",
-            "  restartPolicy: Sometimes\n",
             "  containers:\n",
             "  - name: c\n    image: i\n    ports: [{containerPort: 70000}]\n",
             "  - name: c\n    image: ''\n    resources: {requests: {memory: -1Gi}}\n",
@@ -596,7 +567,6 @@ mod tests {
             "spec.containers[1].image: required value",
             "spec.containers[1].resources.requests.memory: invalid value -1Gi",
             "spec.containers[1].livenessProbe: must have exactly one handler",
-            "spec.restartPolicy: unsupported value \"Sometimes\"",
             "spec.tolerations[0].value: must be empty when operator is Exists",
             "spec.topologySpreadConstraints[0].maxSkew: invalid value 0",
             "spec.topologySpreadConstraints[0].whenUnsatisfiable: unsupported value \"Maybe\"",

@@ -1,0 +1,177 @@
+//! The cluster API's errors, mapped to gRPC status in one place (`From<ClusterError> for
+//! Status`). Codes and messages are part of the wire API: they follow kube-apiserver's
+//! wording (`pods "web-1" not found`, `... is forbidden: ...`), and clients match on the
+//! codes (the informer relists on `FailedPrecondition`, the agent retries on `Aborted`).
+
+use skiff_proto::api::object::DecodeError;
+use skiff_proto::api::{Kind, ValidationErrors};
+use skiff_proto::selector::SelectorError;
+use tonic::{Code, Status};
+
+use crate::error::StoreError;
+
+pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// A request field that must be set is not.
+    #[error("{field}: required")]
+    Missing { field: &'static str },
+    #[error("key.namespace: required for {}", kind.plural())]
+    NamespaceRequired { kind: Kind },
+    #[error("unknown kind {kind:?}: expected Pod, Node, Namespace, ResourceQuota or LimitRange")]
+    UnknownKind { kind: String },
+    /// A request body that does not decode as its kind (a bad enumerated value included).
+    #[error("{} body: {source}", kind.name())]
+    Decode {
+        kind: Kind,
+        #[source]
+        source: DecodeError,
+    },
+    #[error("{} \"{name}\" is invalid: {source}", kind.name())]
+    Invalid {
+        kind: Kind,
+        name: String,
+        #[source]
+        source: ValidationErrors,
+    },
+    #[error(transparent)]
+    Selector(#[from] SelectorError),
+    #[error("continue token {token:?} is not one this server issued")]
+    BadContinue { token: String },
+    #[error("metadata.resourceVersion: invalid value {value:?}")]
+    BadResourceVersion { value: String },
+    #[error("grace_period_seconds: must not be negative")]
+    NegativeGrace,
+    #[error("Binding objects are created through Bind")]
+    CreateBinding,
+    /// An update that changes what may not change.
+    #[error("{} \"{name}\" is invalid: {field}: Forbidden: {why}", kind.name())]
+    Immutable {
+        kind: Kind,
+        name: String,
+        field: &'static str,
+        why: &'static str,
+    },
+    #[error("{} has no status to update", kind.plural())]
+    NoStatus { kind: Kind },
+    #[error("{} \"{name}\" not found", kind.plural())]
+    NotFound { kind: Kind, name: String },
+    #[error("{} \"{name}\" already exists", kind.plural())]
+    AlreadyExists { kind: Kind, name: String },
+    #[error(
+        "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; \
+         please apply your changes to the latest version and try again",
+        kind.plural()
+    )]
+    Conflict { kind: Kind, name: String },
+    /// Refused by admission (a terminating namespace, a LimitRange, a ResourceQuota).
+    #[error("{} \"{name}\" is forbidden: {why}", kind.plural())]
+    Forbidden {
+        kind: Kind,
+        name: String,
+        why: String,
+    },
+    #[error("namespaces \"{name}\" still has {pods} pod(s); delete them first")]
+    NamespaceNotEmpty { name: String, pods: usize },
+    /// Quota guards kept losing races with other writers.
+    #[error(
+        "{} \"{name}\": too many concurrent changes in its namespace, try again",
+        kind.plural()
+    )]
+    Contended { kind: Kind, name: String },
+    #[error(
+        "too old resource version: {resource_version} (compacted at {compacted}); relist and \
+         watch from the list's resourceVersion"
+    )]
+    TooOld {
+        resource_version: i64,
+        compacted: i64,
+    },
+    /// The watch hub could not serve a watcher (its catch-up read failed): relist and watch
+    /// again.
+    #[error("{reason}")]
+    WatchCanceled { reason: String },
+    #[error("watch refused: {reason}")]
+    WatchRefused { reason: String },
+    #[error("delete of {key} at revision {revision} without its previous state")]
+    DeleteWithoutPrevious { key: String, revision: i64 },
+    #[error("stored {} at {key} does not decode: {source}", kind.name())]
+    Stored {
+        kind: Kind,
+        key: String,
+        #[source]
+        source: DecodeError,
+    },
+    /// The keyspace, Raft or leases below: etcd's codes and messages.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ClusterError {
+    pub fn code(&self) -> Code {
+        use ClusterError::*;
+        match self {
+            Missing { .. }
+            | NamespaceRequired { .. }
+            | UnknownKind { .. }
+            | Decode { .. }
+            | Invalid { .. }
+            | Selector(_)
+            | BadContinue { .. }
+            | BadResourceVersion { .. }
+            | NegativeGrace
+            | CreateBinding
+            | Immutable { .. }
+            | NoStatus { .. } => Code::InvalidArgument,
+            NotFound { .. } => Code::NotFound,
+            AlreadyExists { .. } => Code::AlreadyExists,
+            Conflict { .. } => Code::Aborted,
+            Forbidden { .. } | NamespaceNotEmpty { .. } | TooOld { .. } => Code::FailedPrecondition,
+            Contended { .. } | WatchCanceled { .. } => Code::Unavailable,
+            WatchRefused { .. } | DeleteWithoutPrevious { .. } | Stored { .. } => Code::Internal,
+            Store(e) => e.code(),
+        }
+    }
+}
+
+impl From<ClusterError> for Status {
+    fn from(e: ClusterError) -> Status {
+        match e {
+            ClusterError::Store(e) => e.into(),
+            e => Status::new(e.code(), e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Clients see the codes and words they saw when these were built inline.
+    #[test]
+    fn codes_and_messages() {
+        let s = Status::from(ClusterError::NotFound {
+            kind: Kind::Pod,
+            name: "web-1".into(),
+        });
+        assert_eq!(
+            (s.code(), s.message()),
+            (Code::NotFound, "pods \"web-1\" not found")
+        );
+        let s = Status::from(ClusterError::TooOld {
+            resource_version: 3,
+            compacted: 9,
+        });
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert_eq!(
+            s.message(),
+            "too old resource version: 3 (compacted at 9); relist and watch from the list's resourceVersion"
+        );
+        let s = Status::from(ClusterError::Store(StoreError::NoLeader));
+        assert_eq!(
+            (s.code(), s.message()),
+            (Code::Unavailable, "etcdserver: no leader")
+        );
+    }
+}
