@@ -246,7 +246,7 @@ mod tests {
         };
         assert_eq!(
             s.args(),
-            ["scheduler", "--lease-ttl", "2"].map(OsString::from)
+            ["scheduler", "--lease-ttl", "2000ms"].map(OsString::from)
         );
         assert_eq!(duration(Duration::from_secs(3)), "3000ms");
     }
