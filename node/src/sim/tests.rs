@@ -1,0 +1,128 @@
+//! The simulated runtime against its command table.
+
+use super::*;
+
+fn words(s: &str) -> Vec<String> {
+    s.split_whitespace().map(String::from).collect()
+}
+
+fn sh(script: &str) -> Vec<String> {
+    vec!["sh".into(), "-c".into(), script.into()]
+}
+
+#[test]
+fn servers_run_and_utilities_finish() {
+    let server = Plan::parse(&words("httpd -f -p 8080 -h /tmp"), false);
+    assert_eq!(server.run_for, None);
+    let init = Plan::parse(
+        &sh("mkdir -p /tmp/www && echo ok > /tmp/www/index.html"),
+        false,
+    );
+    assert_eq!(init.run_for, Some(Duration::ZERO));
+    assert_eq!(init.exit_code, 0);
+}
+
+#[test]
+fn plans_read_like_the_shell() {
+    assert_eq!(Plan::parse(&[], false).run_for, None);
+    assert_eq!(Plan::parse(&words("sleep infinity"), false).run_for, None);
+    let p = Plan::parse(&sh("echo hi; sleep 2; sleep 0.5; exit 3"), false);
+    assert_eq!(p.run_for, Some(Duration::from_millis(2500)));
+    assert_eq!(p.exit_code, 3);
+    assert_eq!(p.lines, vec!["hi".to_string()]);
+    assert_eq!(Plan::parse(&words("false"), false).exit_code, 1);
+    assert!(Plan::parse(&sh("trap '' TERM; sleep 100"), false).ignore_term);
+    assert!(Plan::parse(&words("tail /dev/zero"), true).oom);
+    assert_eq!(Plan::parse(&words("tail /dev/zero"), false).run_for, None);
+}
+
+#[test]
+fn exec_sees_files() {
+    let mut files = BTreeSet::new();
+    assert_eq!(exec_in(&mut files, &words("cat /tmp/ready")), 1);
+    assert_eq!(exec_in(&mut files, &sh("touch /tmp/ready")), 0);
+    assert_eq!(exec_in(&mut files, &words("test -e /tmp/ready")), 0);
+    assert_eq!(exec_in(&mut files, &words("rm -f /tmp/ready")), 0);
+    assert_eq!(exec_in(&mut files, &words("ls /tmp/ready")), 1);
+    assert_eq!(exec_in(&mut files, &words("exit 4")), 4);
+}
+
+async fn running(rt: &SimRuntime, command: Vec<String>) -> (Sandbox, String) {
+    let sb = rt
+        .run_sandbox(&SandboxSpec {
+            node: "n".into(),
+            pod_uid: "u".into(),
+            ..SandboxSpec::default()
+        })
+        .await
+        .unwrap();
+    let spec = ContainerSpec {
+        pod_uid: "u".into(),
+        name: "c".into(),
+        image: "img:1".into(),
+        command,
+        ports: vec![80],
+        ..ContainerSpec::default()
+    };
+    let id = rt.create_container(&sb, &spec).await.unwrap();
+    rt.start_container(&id).await.unwrap();
+    (sb, id)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_container_exits_on_its_planned_clock() {
+    let rt = SimRuntime::new(SimConfig::default());
+    let (_, id) = running(&rt, sh("sleep 30; exit 2")).await;
+    let t0 = Instant::now();
+    let exit = rt.wait_container(&id).await.unwrap();
+    assert_eq!(exit.exit_code, 2);
+    assert_eq!(exit.reason, "Error");
+    assert_eq!(Instant::now() - t0, Duration::from_secs(30));
+}
+
+#[tokio::test(start_paused = true)]
+async fn stop_honours_sigterm_or_kills_after_the_grace() {
+    let rt = SimRuntime::new(SimConfig::default());
+    let (sb, id) = running(&rt, vec![]).await;
+    assert!(
+        rt.tcp_probe(&sb.ip, 80, Duration::from_secs(1))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !rt.tcp_probe(&sb.ip, 81, Duration::from_secs(1))
+            .await
+            .unwrap()
+    );
+    rt.stop_container(&id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(rt.wait_container(&id).await.unwrap().exit_code, 143);
+
+    let (_, stubborn) = running(&rt, sh("trap '' TERM; sleep 1000")).await;
+    let t0 = Instant::now();
+    rt.stop_container(&stubborn, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(Instant::now() - t0, Duration::from_secs(5));
+    assert_eq!(rt.wait_container(&stubborn).await.unwrap().exit_code, 137);
+}
+
+#[tokio::test(start_paused = true)]
+async fn absent_images_fail_and_logs_are_cri_formatted() {
+    let rt = SimRuntime::new(SimConfig::default());
+    let (sb, id) = running(&rt, sh("echo hello world")).await;
+    let log = String::from_utf8(rt.logs(&id, None).await.unwrap()).unwrap();
+    assert!(log.ends_with(" stdout F hello world\n"), "{log}");
+    let err = rt
+        .create_container(
+            &sb,
+            &ContainerSpec {
+                image: "localhost/x:absent".into(),
+                ..ContainerSpec::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::ImageNotFound { .. }));
+}
