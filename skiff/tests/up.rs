@@ -307,8 +307,7 @@ async fn up_with_containerd_runs_logs_and_stops_a_busybox_pod() {
                 .is_ok_and(|s| s.success())
         })
         .collect();
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = nix::unistd::geteuid().is_root();
     if !missing.is_empty() || !root || !Path::new("/bin/busybox").exists() {
         eprintln!(
             "skipped: needs root, containerd, runc and busybox-static (missing: {missing:?}, root: {root}); scripts/test.sh installs them"
