@@ -78,6 +78,23 @@ struct State {
     containers: HashMap<String, SimContainer>,
 }
 
+impl State {
+    fn container(&self, id: &str) -> Result<&SimContainer> {
+        self.containers.get(id).ok_or_else(|| not_found(id))
+    }
+
+    fn container_mut(&mut self, id: &str) -> Result<&mut SimContainer> {
+        self.containers.get_mut(id).ok_or_else(|| not_found(id))
+    }
+}
+
+fn not_found(id: &str) -> RuntimeError {
+    RuntimeError::NotFound {
+        what: "container",
+        id: id.into(),
+    }
+}
+
 #[derive(Debug)]
 struct SimContainer {
     info: Container,
@@ -355,13 +372,7 @@ impl Runtime for SimRuntime {
     async fn start_container(&self, id: &str) -> Result<()> {
         tokio::time::sleep(self.inner.config.start_latency).await;
         let mut st = self.state();
-        let c = st
-            .containers
-            .get_mut(id)
-            .ok_or_else(|| RuntimeError::NotFound {
-                what: "container",
-                id: id.into(),
-            })?;
+        let c = st.container_mut(id)?;
         if c.info.state != ContainerState::Created {
             return Err(RuntimeError::Call {
                 call: "StartContainer",
@@ -385,13 +396,7 @@ impl Runtime for SimRuntime {
     async fn container_state(&self, id: &str) -> Result<ContainerState> {
         let now = Instant::now();
         let mut st = self.state();
-        let c = st
-            .containers
-            .get_mut(id)
-            .ok_or_else(|| RuntimeError::NotFound {
-                what: "container",
-                id: id.into(),
-            })?;
+        let c = st.container_mut(id)?;
         c.settle(now);
         Ok(c.info.state.clone())
     }
@@ -401,13 +406,7 @@ impl Runtime for SimRuntime {
             let (changed, next) = {
                 let now = Instant::now();
                 let mut st = self.state();
-                let c = st
-                    .containers
-                    .get_mut(id)
-                    .ok_or_else(|| RuntimeError::NotFound {
-                        what: "container",
-                        id: id.into(),
-                    })?;
+                let c = st.container_mut(id)?;
                 c.settle(now);
                 if let ContainerState::Exited(e) = &c.info.state {
                     return Ok(e.clone());
@@ -449,13 +448,7 @@ impl Runtime for SimRuntime {
         let kill_at = {
             let now = Instant::now();
             let mut st = self.state();
-            let c = st
-                .containers
-                .get_mut(id)
-                .ok_or_else(|| RuntimeError::NotFound {
-                    what: "container",
-                    id: id.into(),
-                })?;
+            let c = st.container_mut(id)?;
             c.settle(now);
             match c.info.state {
                 ContainerState::Running { .. } if c.plan.ignore_term && !timeout.is_zero() => {
@@ -524,13 +517,7 @@ impl Runtime for SimRuntime {
 
     async fn logs(&self, id: &str, tail: Option<usize>) -> Result<Vec<u8>> {
         let st = self.state();
-        let c = st
-            .containers
-            .get(id)
-            .ok_or_else(|| RuntimeError::NotFound {
-                what: "container",
-                id: id.into(),
-            })?;
+        let c = st.container(id)?;
         Ok(match tail {
             None => c.log.clone(),
             Some(n) => {
@@ -543,13 +530,7 @@ impl Runtime for SimRuntime {
     async fn exec(&self, id: &str, command: &[String], _timeout: Duration) -> Result<ExecOutput> {
         let now = Instant::now();
         let mut st = self.state();
-        let c = st
-            .containers
-            .get_mut(id)
-            .ok_or_else(|| RuntimeError::NotFound {
-                what: "container",
-                id: id.into(),
-            })?;
+        let c = st.container_mut(id)?;
         c.settle(now);
         if !matches!(c.info.state, ContainerState::Running { .. }) {
             return Err(RuntimeError::Call {
