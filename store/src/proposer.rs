@@ -27,6 +27,8 @@ use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
 use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::command::{Command, Outcome, Proposal, ProposalId, RequestOp, Response, TxnRequest};
 use crate::error::StoreError;
@@ -73,14 +75,26 @@ struct Log {
 impl Proposer {
     /// Starts the batching task; it ends when the last clone is dropped. `proposals` must be
     /// the tracker the member's log store and state machine report to.
-    pub fn start(raft: Raft, proposals: Arc<Proposals>, timeout: Duration) -> Proposer {
+    pub fn start(
+        raft: Raft,
+        proposals: Arc<Proposals>,
+        timeout: Duration,
+        cancel: CancellationToken,
+        tasks: &TaskTracker,
+    ) -> Proposer {
         let (tx, rx) = mpsc::channel(QUEUE);
         let log = Log {
             raft,
             proposals,
             timeout,
         };
-        tokio::spawn(run(log.clone(), rx));
+        let batches = log.clone();
+        tasks.spawn(async move {
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                () = run(batches, rx) => {}
+            }
+        });
         Proposer { tx, log }
     }
 

@@ -59,7 +59,10 @@ impl StoreMember {
         let mvcc = Mvcc::open(db.clone()).map_err(anyhow::Error::new)?;
         let backlog = mvcc.backlog().clone();
         let shared = Shared::new(mvcc, tagger);
-        shared.spawn_watch_catch_up();
+        // Every task of the member runs on `tasks` and stops with `cancel` (see `shutdown`).
+        let cancel = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        shared.spawn_watch_catch_up(cancel.clone(), &tasks);
         let proposals = Proposals::new(id);
         let sm = StateMachine::open(
             shared.clone(),
@@ -124,9 +127,13 @@ impl StoreMember {
                 tracing::debug!(error = %e, "initialize");
             }
         }
-        let proposer = Proposer::start(raft.clone(), proposals, PROPOSAL_TIMEOUT);
-        let cancel = CancellationToken::new();
-        let tasks = TaskTracker::new();
+        let proposer = Proposer::start(
+            raft.clone(),
+            proposals,
+            PROPOSAL_TIMEOUT,
+            cancel.clone(),
+            &tasks,
+        );
         compaction::spawn(
             shared.clone(),
             backlog.clone(),

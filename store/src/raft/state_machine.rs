@@ -15,6 +15,8 @@ use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 use rocksdb::DB;
 use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::{
     Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig, io_error,
@@ -56,18 +58,22 @@ impl Shared {
         self.mvcc.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts the watch catch-up task; it ends when the member's shared state is dropped.
-    pub fn spawn_watch_catch_up(self: &Arc<Self>) {
+    /// Starts the watch catch-up task on `tasks`; it ends when `cancel` fires or the member's
+    /// shared state is dropped.
+    pub fn spawn_watch_catch_up(self: &Arc<Self>, cancel: CancellationToken, tasks: &TaskTracker) {
         let weak = Arc::downgrade(self);
         let hub = self.hub.clone();
-        tokio::spawn(async move {
-            hub.run_catch_up(move || {
+        tasks.spawn(async move {
+            let catch_up = hub.run_catch_up(move || {
                 let shared = weak.upgrade()?;
                 Some(tokio::task::spawn_blocking(move || {
                     shared.hub.catch_up(|| shared.read())
                 }))
-            })
-            .await;
+            });
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                () = catch_up => {}
+            }
         });
     }
 }
