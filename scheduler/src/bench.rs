@@ -58,10 +58,14 @@ impl Latencies {
         }
     }
 
-    /// Records one sample (microsecond resolution; an auto-resizing histogram takes any).
+    /// Records one sample, at microsecond resolution. The histogram grows to take any value
+    /// (`saturating_record` would clamp to its current range instead of growing it).
     pub fn record(&mut self, d: Duration) {
-        self.0
-            .saturating_record(d.as_micros().min(u128::from(u64::MAX)) as u64);
+        let us = d.as_micros().min(u128::from(u64::MAX)) as u64;
+        if self.0.record(us).is_err() {
+            // Only a value beyond what any histogram can hold: keep its largest.
+            self.0.saturating_record(us);
+        }
     }
 
     /// Adds every sample of `other`.
@@ -260,5 +264,29 @@ pub fn run(config: &Config, progress: impl Fn(usize) + Send + Sync + 'static) ->
             var.sqrt(),
         ],
         overcommitted_nodes: overcommitted,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latencies_grow_to_any_value_and_read_back_within_a_thousandth() {
+        let l: Latencies = (1..=1000u64).map(Duration::from_millis).collect();
+        assert_eq!(l.len(), 1000);
+        let p = l.percentiles();
+        let near = |got: f64, want: f64| (got - want).abs() <= want / 1000.0 + 0.001;
+        assert!(near(p.p50, 500.0), "{p:?}");
+        assert!(near(p.p99, 990.0), "{p:?}");
+        assert!(near(p.max, 1000.0), "{p:?}");
+        let mut merged = Latencies::new();
+        merged.merge(&l);
+        merged.record(Duration::from_secs(60));
+        assert!(
+            near(merged.percentiles().max, 60_000.0),
+            "{:?}",
+            merged.percentiles()
+        );
     }
 }
