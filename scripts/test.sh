@@ -12,6 +12,7 @@ echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+bash scripts/audit.sh --ci
 echo "==> cargo test"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
