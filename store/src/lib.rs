@@ -18,7 +18,8 @@
 //! | [`raft`]      | openraft type config, RocksDB log and state machine, peer transport |
 //! | [`cluster`]   | the typed cluster API: Pods, Nodes, admission, batch Bind, watches  |
 //! | [`etcd`]      | the etcd v3 services: KV, Watch, Lease, Cluster, Maintenance        |
-//! | [`server`]    | serving a member: client, peer and metrics listeners                |
+//! | [`rest`]      | the Kubernetes REST API: a second face of the cluster API           |
+//! | [`server`]    | serving a member: client, peer, API and metrics listeners           |
 //! | [`member`]    | a running member: proposals, ReadIndex reads, leases, membership    |
 //! | [`proposer`]  | group commit: transactions arriving together become one log entry  |
 //! | [`read_index`]| shared ReadIndex rounds for linearizable reads and keep-alives      |
@@ -37,6 +38,7 @@ pub mod proposer;
 pub mod raft;
 pub mod read_index;
 pub mod reconfig;
+pub mod rest;
 pub mod revision;
 pub mod server;
 pub mod watch;

@@ -72,23 +72,36 @@ impl Kind {
         Kind::ALL.into_iter().find(|k| k.name() == name)
     }
 
+    /// The singular resource name (`pod`), as discovery documents it.
+    pub fn singular(self) -> String {
+        self.name().to_ascii_lowercase()
+    }
+
+    /// Kubernetes' short names of the resource (`po`, `no`, `ns` ...), as discovery documents
+    /// them and kubectl accepts them.
+    pub fn short_names(self) -> &'static [&'static str] {
+        match self {
+            Kind::Pod => &["po"],
+            Kind::Node => &["no"],
+            Kind::Namespace => &["ns"],
+            Kind::ResourceQuota => &["quota"],
+            Kind::LimitRange => &["limits"],
+            Kind::Event => &["ev"],
+            Kind::Binding => &[],
+        }
+    }
+
     /// What a user types on the command line: `pod`, `pods`, `po`, `Pod`, `nodes`, `no`, `ns`, ...
     pub fn from_cli(word: &str) -> Option<Kind> {
         let w = word.to_ascii_lowercase();
         Kind::ALL.into_iter().find(|k| {
-            let singular = k.name().to_ascii_lowercase();
-            w == singular
-                || w == k.plural()
-                || match k {
-                    Kind::Pod => w == "po",
-                    Kind::Node => w == "no",
-                    Kind::Namespace => w == "ns",
-                    Kind::ResourceQuota => w == "quota",
-                    Kind::LimitRange => w == "limits",
-                    Kind::Event => w == "ev",
-                    Kind::Binding => false,
-                }
+            w == k.singular() || w == k.plural() || k.short_names().contains(&w.as_str())
         })
+    }
+
+    /// The resource of a REST path segment (`pods`), as the Kubernetes API names it.
+    pub fn from_plural(plural: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.plural() == plural)
     }
 
     /// Storage key of one object: `/registry/pods/<namespace>/<name>` or
