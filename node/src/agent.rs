@@ -273,6 +273,7 @@ impl NodeAgent {
                     last_transition_time: Some(since),
                     reason: reason.into(),
                     message: message.into(),
+                    other: Default::default(),
                 }
             };
         NodeStatus {
@@ -308,10 +309,12 @@ impl NodeAgent {
                 NodeAddress {
                     type_: "InternalIP".into(),
                     address: c.host_ip.clone(),
+                    other: Default::default(),
                 },
                 NodeAddress {
                     type_: "Hostname".into(),
                     address: c.name.clone(),
+                    other: Default::default(),
                 },
             ],
             node_info: Some(NodeSystemInfo {

@@ -206,6 +206,7 @@ mod tests {
                 waiting: Some(ContainerStateWaiting {
                     reason: reason.into(),
                     message: String::new(),
+                    other: Default::default(),
                 }),
                 ..ContainerState::default()
             }),

@@ -73,6 +73,7 @@ pub fn reference_to(kind: Kind, m: &ObjectMeta) -> ObjectReference {
         name: m.name.clone(),
         uid: m.uid.clone(),
         field_path: String::new(),
+        other: Default::default(),
     }
 }
 
@@ -86,6 +87,7 @@ impl EventRecorder {
             source: Arc::new(EventSource {
                 component: component.to_string(),
                 host: host.to_string(),
+                other: Default::default(),
             }),
             dropped: Arc::new(AtomicU64::new(0)),
         }
@@ -99,6 +101,7 @@ impl EventRecorder {
             source: Arc::new(EventSource {
                 component: self.source.component.clone(),
                 host: host.to_string(),
+                other: Default::default(),
             }),
             dropped: self.dropped.clone(),
         }
@@ -220,6 +223,7 @@ fn new_event(r: Record, seq: u64) -> Event {
         reporting_component: r.source.component.clone(),
         reporting_instance: r.source.host.clone(),
         source: (*r.source).clone(),
+        other: Default::default(),
     }
 }
 
@@ -272,6 +276,7 @@ mod tests {
             source: Arc::new(EventSource {
                 component: "kubelet".into(),
                 host: "n1".into(),
+                other: Default::default(),
             }),
             object: ObjectReference {
                 kind: "Node".into(),

@@ -111,6 +111,7 @@ impl PodInfo {
             name: self.name.clone(),
             uid: self.uid.clone(),
             field_path: String::new(),
+            other: Default::default(),
         }
     }
 
@@ -345,6 +346,7 @@ fn condition_taint(key: &str) -> Taint {
         value: String::new(),
         effect: TaintEffect::NoSchedule,
         time_added: None,
+        other: Default::default(),
     }
 }
 
@@ -409,9 +411,13 @@ impl NodeInfo {
         let images = status
             .images
             .iter()
-            .flat_map(|ContainerImage { names, size_bytes }| {
-                names.iter().map(move |n| (normalize_image(n), *size_bytes))
-            })
+            .flat_map(
+                |ContainerImage {
+                     names, size_bytes, ..
+                 }| {
+                    names.iter().map(move |n| (normalize_image(n), *size_bytes))
+                },
+            )
             .collect();
         NodeInfo {
             name: node.metadata.name.clone(),
@@ -497,6 +503,7 @@ mod tests {
             value: "v".into(),
             effect: TaintEffect::NoSchedule,
             time_added: None,
+            other: Default::default(),
         };
         let tol = |key: &str, op: &str, value: &str, effect: Option<TaintEffect>| Toleration {
             key: key.into(),
@@ -504,6 +511,7 @@ mod tests {
             value: value.into(),
             effect,
             toleration_seconds: None,
+            other: Default::default(),
         };
         let no_schedule = Some(TaintEffect::NoSchedule);
         assert!(toleration_matches(&tol("k", "Equal", "v", None), &taint));

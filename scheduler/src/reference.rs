@@ -105,6 +105,7 @@ impl Cluster {
             value: String::new(),
             effect: TaintEffect::NoSchedule,
             time_added: None,
+            other: Default::default(),
         };
         if node.unschedulable && !pod.tolerates(&unsched) {
             return false;

@@ -95,12 +95,14 @@ pub fn node(i: usize, profile: Profile) -> Node {
                 value: "batch".into(),
                 effect: TaintEffect::NoSchedule,
                 time_added: None,
+                other: Default::default(),
             }),
             1 => taints.push(Taint {
                 key: "spot".into(),
                 value: "true".into(),
                 effect: TaintEffect::PreferNoSchedule,
                 time_added: None,
+                other: Default::default(),
             }),
             _ => {}
         }
@@ -140,6 +142,7 @@ pub fn node(i: usize, profile: Profile) -> Node {
             )],
             ..NodeStatus::default()
         }),
+        other: Default::default(),
     }
 }
 
@@ -180,6 +183,7 @@ pub fn pod(i: usize, pods: usize, nodes: usize, profile: Profile, rng: &mut Rng)
                     .into_iter()
                     .collect(),
                 limits: BTreeMap::new(),
+                other: Default::default(),
             },
             ..Container::default()
         }],
@@ -198,8 +202,10 @@ pub fn pod(i: usize, pods: usize, nodes: usize, profile: Profile, rng: &mut Rng)
                         label_selector: Some(selector("group", &group)),
                         namespaces: Vec::new(),
                         topology_key: "topology.kubernetes.io/zone".into(),
+                        other: Default::default(),
                     }],
                     preferred: Vec::new(),
+                    other: Default::default(),
                 }),
                 node_affinity: Some(NodeAffinity {
                     required: None,
@@ -210,12 +216,17 @@ pub fn pod(i: usize, pods: usize, nodes: usize, profile: Profile, rng: &mut Rng)
                                 key: "disk".into(),
                                 operator: "In".into(),
                                 values: vec!["ssd".into()],
+                                other: Default::default(),
                             }],
                             match_fields: Vec::new(),
+                            other: Default::default(),
                         },
+                        other: Default::default(),
                     }],
+                    other: Default::default(),
                 }),
                 pod_anti_affinity: None,
+                other: Default::default(),
             });
         }
         Profile::AntiAffinity => {
@@ -229,6 +240,7 @@ pub fn pod(i: usize, pods: usize, nodes: usize, profile: Profile, rng: &mut Rng)
                         label_selector: Some(selector("anti", &group)),
                         namespaces: Vec::new(),
                         topology_key: "kubernetes.io/hostname".into(),
+                        other: Default::default(),
                     }],
                     preferred: vec![WeightedPodAffinityTerm {
                         weight: 1,
@@ -236,8 +248,11 @@ pub fn pod(i: usize, pods: usize, nodes: usize, profile: Profile, rng: &mut Rng)
                             label_selector: Some(selector("anti", &group)),
                             namespaces: Vec::new(),
                             topology_key: "topology.kubernetes.io/zone".into(),
+                            other: Default::default(),
                         },
+                        other: Default::default(),
                     }],
+                    other: Default::default(),
                 }),
                 ..Affinity::default()
             });
@@ -252,6 +267,7 @@ pub fn pod(i: usize, pods: usize, nodes: usize, profile: Profile, rng: &mut Rng)
                     when_unsatisfiable: "DoNotSchedule".into(),
                     label_selector: Some(selector("app", &app)),
                     min_domains: None,
+                    other: Default::default(),
                 },
                 TopologySpreadConstraint {
                     max_skew: 1,
@@ -259,6 +275,7 @@ pub fn pod(i: usize, pods: usize, nodes: usize, profile: Profile, rng: &mut Rng)
                     when_unsatisfiable: "ScheduleAnyway".into(),
                     label_selector: Some(selector("app", &app)),
                     min_domains: None,
+                    other: Default::default(),
                 },
             ];
         }
@@ -270,6 +287,7 @@ pub fn pod(i: usize, pods: usize, nodes: usize, profile: Profile, rng: &mut Rng)
                     value: "batch".into(),
                     effect: Some(TaintEffect::NoSchedule),
                     toleration_seconds: None,
+                    other: Default::default(),
                 });
             }
             spec.node_selector = if i.is_multiple_of(7) {
@@ -291,6 +309,7 @@ pub fn pod(i: usize, pods: usize, nodes: usize, profile: Profile, rng: &mut Rng)
         },
         spec,
         status: None,
+        other: Default::default(),
     }
 }
 

@@ -50,6 +50,7 @@ fn taint(key: &str, value: &str, effect: &str) -> Taint {
         value: value.into(),
         effect: effect.parse().expect("a taint effect"),
         time_added: None,
+        other: Default::default(),
     }
 }
 
@@ -58,6 +59,7 @@ fn req(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
         key: key.into(),
         operator: op.into(),
         values: values.iter().map(|v| v.to_string()).collect(),
+        other: Default::default(),
     }
 }
 
@@ -99,9 +101,10 @@ prop_compose! {
                 capacity: resources.clone(),
                 allocatable: resources,
                 conditions: vec![NodeCondition::new(NodeConditionType::Ready, ready.into())],
-                images: images.iter().map(|i| ContainerImage { names: vec![imgs[*i].0.into()], size_bytes: imgs[*i].1 }).collect(),
+                images: images.iter().map(|i| ContainerImage { names: vec![imgs[*i].0.into()], size_bytes: imgs[*i].1, other: Default::default() }).collect(),
                 ..Default::default()
             }),
+            other: Default::default(),
         }
     }
 }
@@ -130,32 +133,36 @@ prop_compose! {
         if !mem.is_empty() { requests.insert("memory".to_string(), q(mem)); }
         if gpu { requests.insert("example.com/gpu".to_string(), q("1")); }
         let tols = [
-            Toleration { key: "dedicated".into(), operator: "Equal".into(), value: "batch".into(), effect: Some(TaintEffect::NoSchedule), toleration_seconds: None },
+            Toleration { key: "dedicated".into(), operator: "Equal".into(), value: "batch".into(), effect: Some(TaintEffect::NoSchedule), toleration_seconds: None, other: Default::default() },
             Toleration { key: "spot".into(), operator: "Exists".into(), ..Default::default() },
             Toleration { key: "node.kubernetes.io/not-ready".into(), operator: "Exists".into(), ..Default::default() },
             Toleration { key: "node.kubernetes.io/unschedulable".into(), operator: "Exists".into(), effect: Some(TaintEffect::NoSchedule), ..Default::default() },
         ];
         let required = required.map(|r| NodeSelector { node_selector_terms: match r {
-            0 => vec![NodeSelectorTerm { match_expressions: vec![req("rack", "Gt", &["2"])], match_fields: vec![] }],
-            1 => vec![NodeSelectorTerm { match_expressions: vec![req("zone", "In", &["z0", "z1"])], match_fields: vec![] },
-                      NodeSelectorTerm { match_expressions: vec![req("disk", "Exists", &[])], match_fields: vec![] }],
-            2 => vec![NodeSelectorTerm { match_expressions: vec![req("disk", "DoesNotExist", &[]), req("rack", "Lt", &["4"])], match_fields: vec![] }],
-            _ => vec![NodeSelectorTerm { match_expressions: vec![req("zone", "NotIn", &["z2"])], match_fields: vec![req("metadata.name", "NotIn", &["n0"])] }],
-        }});
-        let term = |(t, same): (usize, bool)| PodAffinityTerm { label_selector: Some(sel(other(same))), namespaces: vec![], topology_key: topo(t) };
+            0 => vec![NodeSelectorTerm { match_expressions: vec![req("rack", "Gt", &["2"])], match_fields: vec![], other: Default::default() }],
+            1 => vec![NodeSelectorTerm { match_expressions: vec![req("zone", "In", &["z0", "z1"])], match_fields: vec![], other: Default::default() },
+                      NodeSelectorTerm { match_expressions: vec![req("disk", "Exists", &[])], match_fields: vec![], other: Default::default() }],
+            2 => vec![NodeSelectorTerm { match_expressions: vec![req("disk", "DoesNotExist", &[]), req("rack", "Lt", &["4"])], match_fields: vec![], other: Default::default() }],
+            _ => vec![NodeSelectorTerm { match_expressions: vec![req("zone", "NotIn", &["z2"])], match_fields: vec![req("metadata.name", "NotIn", &["n0"])], other: Default::default() }],
+        }, other: Default::default() });
+        let term = |(t, same): (usize, bool)| PodAffinityTerm { label_selector: Some(sel(other(same))), namespaces: vec![], topology_key: topo(t), other: Default::default() };
         let affinity = Affinity {
             node_affinity: Some(NodeAffinity {
                 required,
-                preferred: if preferred { vec![PreferredSchedulingTerm { weight: 7, preference: NodeSelectorTerm { match_expressions: vec![req("disk", "In", &["ssd"])], match_fields: vec![] } }] } else { vec![] },
+                preferred: if preferred { vec![PreferredSchedulingTerm { weight: 7, preference: NodeSelectorTerm { match_expressions: vec![req("disk", "In", &["ssd"])], match_fields: vec![], other: Default::default() }, other: Default::default() }] } else { vec![] },
+                other: Default::default(),
             }),
             pod_affinity: Some(PodAffinity {
                 required: pod_affinity.map(term).into_iter().collect(),
-                preferred: pref_terms.iter().filter(|p| p.0 > 0).map(|p| WeightedPodAffinityTerm { weight: p.0, pod_affinity_term: term((p.1, p.2)) }).collect(),
+                preferred: pref_terms.iter().filter(|p| p.0 > 0).map(|p| WeightedPodAffinityTerm { weight: p.0, pod_affinity_term: term((p.1, p.2)), other: Default::default() }).collect(),
+                other: Default::default(),
             }),
             pod_anti_affinity: Some(PodAffinity {
                 required: pod_anti.map(term).into_iter().collect(),
-                preferred: pref_terms.iter().filter(|p| p.0 < 0).map(|p| WeightedPodAffinityTerm { weight: -p.0, pod_affinity_term: term((p.1, p.2)) }).collect(),
+                preferred: pref_terms.iter().filter(|p| p.0 < 0).map(|p| WeightedPodAffinityTerm { weight: -p.0, pod_affinity_term: term((p.1, p.2)), other: Default::default() }).collect(),
+                other: Default::default(),
             }),
+            other: Default::default(),
         };
         Pod {
             api_version: "v1".into(),
@@ -166,7 +173,7 @@ prop_compose! {
                     name: "c".into(),
                     image: image.map_or("busybox".to_string(), |i| ["a:1", "b:1"][i].to_string()),
                     ports: if port { vec![ContainerPort { container_port: 80, host_port: Some(8080), ..Default::default() }] } else { vec![] },
-                    resources: ResourceRequirements { requests, limits: BTreeMap::new() },
+                    resources: ResourceRequirements { requests, limits: BTreeMap::new(), other: Default::default() },
                     ..Default::default()
                 }],
                 node_selector: if node_selector { map(&[("disk", "ssd")]) } else { BTreeMap::new() },
@@ -178,10 +185,12 @@ prop_compose! {
                     when_unsatisfiable: if hard { "DoNotSchedule" } else { "ScheduleAnyway" }.into(),
                     label_selector: Some(sel(other(same))),
                     min_domains: None,
+                    other: Default::default(),
                 }]).unwrap_or_default(),
                 ..Default::default()
             },
             status: None,
+            other: Default::default(),
         }
     }
 }

@@ -112,6 +112,7 @@ impl PodEngine {
             started_at: e.started_at,
             finished_at: e.finished_at,
             container_id: format!("{scheme}://{id}"),
+            other: Default::default(),
         };
         let initializing = !init
             && !self.init.is_empty()
@@ -129,6 +130,7 @@ impl PodEngine {
                             reason.clone()
                         },
                         message: message.clone(),
+                        other: Default::default(),
                     }),
                     ..ApiState::default()
                 },
@@ -143,6 +145,7 @@ impl PodEngine {
                             "ContainerCreating".into()
                         },
                         message: String::new(),
+                        other: Default::default(),
                     }),
                     ..ApiState::default()
                 },
@@ -154,6 +157,7 @@ impl PodEngine {
                 ApiState {
                     running: Some(ContainerStateRunning {
                         started_at: *started_wall,
+                        other: Default::default(),
                     }),
                     ..ApiState::default()
                 },
@@ -180,6 +184,7 @@ impl PodEngine {
             image_id: String::new(),
             container_id: container_id.map_or_else(String::new, |id| format!("{scheme}://{id}")),
             started: (!init).then_some(s.started && matches!(s.run, Run::Running { .. })),
+            other: Default::default(),
         }
     }
 

@@ -26,7 +26,14 @@ pub fn apply(object: &mut Object) {
         Object::Pod(pod) => pod_defaults(pod),
         Object::LimitRange(l) => limit_range_defaults(l),
         Object::Event(e) => event_defaults(e),
-        Object::Node(_) | Object::Namespace(_) | Object::ResourceQuota(_) | Object::Binding(_) => {}
+        Object::Namespace(ns) => {
+            // A namespace is Active until its deletion begins, as Kubernetes reports it.
+            let status = ns.status.get_or_insert_with(Default::default);
+            if status.phase.is_empty() {
+                status.phase = "Active".to_owned();
+            }
+        }
+        Object::Node(_) | Object::ResourceQuota(_) | Object::Binding(_) => {}
     }
 }
 

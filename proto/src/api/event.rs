@@ -5,12 +5,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::meta::{ObjectMeta, Time};
+use super::meta::{ObjectMeta, Time, Unmodelled};
 use super::namespace::ObjectReference;
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Event {
     #[serde(default)]
     #[cfg_attr(test, proptest(value = "\"v1\".to_string()"))]
@@ -44,16 +44,24 @@ pub struct Event {
     pub reporting_component: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reporting_instance: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct EventSource {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub component: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub host: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 impl EventSource {

@@ -9,13 +9,36 @@ use serde::{Deserialize, Serialize};
 #[cfg(test)]
 use super::testing::{small_map, small_vec};
 
+/// Fields of Kubernetes' schema that Skiff's types do not model (volumes, `dnsPolicy`,
+/// `securityContext`, `finalizers`, `managedFields` ...). Every type keeps them beside its own
+/// fields (`#[serde(flatten)]`), so an object read, changed and written back by any Skiff
+/// component (an agent writing status, the store binding a pod) returns them unchanged.
+/// Whether a name is a Kubernetes field at all is checked against Kubernetes' schema when a
+/// client writes an object (the store's `cluster::schema`), not by these types.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Unmodelled(pub serde_json::Map<String, serde_json::Value>);
+
+impl Unmodelled {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn get(&self, field: &str) -> Option<&serde_json::Value> {
+        self.0.get(field)
+    }
+}
+
 /// `metadata` of every object, with Kubernetes' field names and meaning.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ObjectMeta {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
+    /// A prefix the server completes into a unique `name` when the client gives none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub generate_name: String,
     /// Empty for cluster-scoped kinds; defaulted to `default` for namespaced ones.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub namespace: String,
@@ -45,6 +68,16 @@ pub struct ObjectMeta {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub owner_references: Vec<OwnerReference>,
+    /// What must happen before a deleted object goes: a delete only sets
+    /// `deletionTimestamp` while any remain, and the update that removes the last one removes
+    /// the object.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_vec()"))]
+    pub finalizers: Vec<String>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 impl ObjectMeta {
@@ -56,7 +89,7 @@ impl ObjectMeta {
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct OwnerReference {
     pub api_version: String,
     pub kind: String,
@@ -66,6 +99,10 @@ pub struct OwnerReference {
     pub controller: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_owner_deletion: Option<bool>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 /// A timestamp with one-second resolution, written as RFC 3339 in UTC (`2026-01-02T15:04:05Z`),
@@ -132,7 +169,7 @@ impl proptest::arbitrary::Arbitrary for Time {
 /// An empty selector matches everything.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct LabelSelector {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_map()"))]
@@ -140,11 +177,15 @@ pub struct LabelSelector {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub match_expressions: Vec<LabelSelectorRequirement>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct LabelSelectorRequirement {
     pub key: String,
     /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
@@ -152,6 +193,10 @@ pub struct LabelSelectorRequirement {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub values: Vec<String>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 impl LabelSelector {

@@ -1,7 +1,8 @@
 //! The object model: Kubernetes core/v1 types, for the subset Skiff stores, schedules and runs.
 //!
 //! Field names, JSON shape and meaning follow core/v1, so manifests written for Kubernetes
-//! decode unchanged; fields Skiff does not model are refused by name rather than ignored.
+//! decode unchanged. Fields Skiff does not act on are kept verbatim beside the modelled ones
+//! ([`Unmodelled`]); which fields exist at all is Kubernetes' schema ([`schema`]).
 //!
 //! | module       | what                                                        |
 //! |--------------|-------------------------------------------------------------|
@@ -14,6 +15,7 @@
 //! | `vocabulary` | Kubernetes' fixed values as enums: phase, restart policy, conditions, taint effects |
 //! | `defaults`   | defaulting applied before validation                        |
 //! | `validation` | field-path errors for every rule                            |
+//! | `schema`     | Kubernetes' schema: which fields exist (`fieldValidation`)  |
 
 pub mod defaults;
 pub mod event;
@@ -22,6 +24,7 @@ pub mod namespace;
 pub mod node;
 pub mod object;
 pub mod pod;
+pub mod schema;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod validation;
@@ -30,6 +33,7 @@ pub mod vocabulary;
 pub use event::{Event, EventSource};
 pub use meta::{
     IntOrString, LabelSelector, LabelSelectorRequirement, ObjectMeta, ResourceList, Time,
+    Unmodelled,
 };
 pub use namespace::{
     Binding, LimitRange, LimitRangeItem, Namespace, ObjectReference, ResourceQuota,
@@ -37,6 +41,7 @@ pub use namespace::{
 pub use node::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
 pub use object::{Kind, Object};
 pub use pod::{Container, Pod, PodCondition, PodSpec, PodStatus, Toleration};
+pub use schema::{FieldValidation, SchemaError};
 pub use validation::{FieldError, ValidationErrors};
 pub use vocabulary::{
     ConditionStatus, NodeConditionType, PodConditionType, PodPhase, RestartPolicy, TaintEffect,

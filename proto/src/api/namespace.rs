@@ -3,13 +3,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::meta::{ObjectMeta, ResourceList};
+use super::meta::{ObjectMeta, ResourceList, Unmodelled};
 #[cfg(test)]
 use super::testing::{small_map, small_vec};
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Namespace {
     #[serde(default)]
     #[cfg_attr(test, proptest(value = "\"v1\".to_string()"))]
@@ -21,22 +21,30 @@ pub struct Namespace {
     pub metadata: ObjectMeta,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<NamespaceStatus>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct NamespaceStatus {
     /// `Active` or `Terminating`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub phase: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 /// Caps per namespace: object counts (`pods`) and request/limit totals (`requests.cpu`,
 /// `limits.memory`, or the short forms `cpu`, `memory` meaning requests).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ResourceQuota {
     #[serde(default)]
     #[cfg_attr(test, proptest(value = "\"v1\".to_string()"))]
@@ -50,20 +58,28 @@ pub struct ResourceQuota {
     pub spec: ResourceQuotaSpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ResourceQuotaStatus>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ResourceQuotaSpec {
     #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_map()"))]
     pub hard: ResourceList,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ResourceQuotaStatus {
     #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_map()"))]
@@ -71,12 +87,16 @@ pub struct ResourceQuotaStatus {
     #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_map()"))]
     pub used: ResourceList,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 /// Defaults and bounds for the containers (or whole pods) of a namespace.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct LimitRange {
     #[serde(default)]
     #[cfg_attr(test, proptest(value = "\"v1\".to_string()"))]
@@ -88,20 +108,28 @@ pub struct LimitRange {
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: LimitRangeSpec,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct LimitRangeSpec {
     #[serde(default)]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub limits: Vec<LimitRangeItem>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct LimitRangeItem {
     /// `Container` or `Pod`.
     #[serde(rename = "type")]
@@ -123,12 +151,16 @@ pub struct LimitRangeItem {
     #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_map()"))]
     pub max_limit_request_ratio: ResourceList,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 /// Binds a pod (named by `metadata`) to a node (`target`), as posted by a scheduler.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Binding {
     #[serde(default)]
     #[cfg_attr(test, proptest(value = "\"v1\".to_string()"))]
@@ -139,11 +171,15 @@ pub struct Binding {
     #[serde(default)]
     pub metadata: ObjectMeta,
     pub target: ObjectReference,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ObjectReference {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub api_version: String,
@@ -157,4 +193,8 @@ pub struct ObjectReference {
     /// Which part of the object, e.g. `spec.containers{web}` for one container of a pod.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub field_path: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }

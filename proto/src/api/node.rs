@@ -2,14 +2,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::meta::{ObjectMeta, ResourceList, Time};
+use super::meta::{ObjectMeta, ResourceList, Time, Unmodelled};
 #[cfg(test)]
 use super::testing::{small_map, small_vec};
 use super::vocabulary::{ConditionStatus, NodeConditionType, TaintEffect};
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Node {
     #[serde(default)]
     #[cfg_attr(test, proptest(value = "\"v1\".to_string()"))]
@@ -23,11 +23,15 @@ pub struct Node {
     pub spec: NodeSpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<NodeStatus>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeSpec {
     /// Cordoned: no new pods are scheduled here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -37,11 +41,15 @@ pub struct NodeSpec {
     pub taints: Vec<Taint>,
     #[serde(default, rename = "podCIDR", skip_serializing_if = "String::is_empty")]
     pub pod_cidr: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Taint {
     pub key: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -49,11 +57,15 @@ pub struct Taint {
     pub effect: TaintEffect,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_added: Option<Time>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeStatus {
     #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_map()"))]
@@ -73,11 +85,15 @@ pub struct NodeStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub images: Vec<ContainerImage>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeCondition {
     #[serde(rename = "type")]
     pub type_: NodeConditionType,
@@ -90,21 +106,29 @@ pub struct NodeCondition {
     pub reason: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeAddress {
     /// `InternalIP`, `ExternalIP` or `Hostname`.
     #[serde(rename = "type")]
     pub type_: String,
     pub address: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeSystemInfo {
     #[serde(
         default,
@@ -126,17 +150,25 @@ pub struct NodeSystemInfo {
     pub operating_system: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub architecture: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ContainerImage {
     #[serde(default)]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub names: Vec<String>,
     #[serde(default)]
     pub size_bytes: i64,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 impl NodeCondition {
@@ -149,6 +181,7 @@ impl NodeCondition {
             last_transition_time: None,
             reason: String::new(),
             message: String::new(),
+            other: Default::default(),
         }
     }
 }

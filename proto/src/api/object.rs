@@ -94,9 +94,9 @@ impl Kind {
     /// What a user types on the command line: `pod`, `pods`, `po`, `Pod`, `nodes`, `no`, `ns`, ...
     pub fn from_cli(word: &str) -> Option<Kind> {
         let w = word.to_ascii_lowercase();
-        Kind::ALL.into_iter().find(|k| {
-            w == k.singular() || w == k.plural() || k.short_names().contains(&w.as_str())
-        })
+        Kind::ALL
+            .into_iter()
+            .find(|k| w == k.singular() || w == k.plural() || k.short_names().contains(&w.as_str()))
     }
 
     /// The resource of a REST path segment (`pods`), as the Kubernetes API names it.
@@ -269,6 +269,30 @@ impl Object {
             Kind::LimitRange => Object::LimitRange(decode(json)?),
             Kind::Binding => Object::Binding(decode(json)?),
             Kind::Event => Object::Event(decode(json)?),
+        })
+    }
+
+    /// Decodes an object of `kind` from a JSON value (a request body already parsed, patched or
+    /// checked against the schema); an error names the field at fault.
+    pub fn from_value(kind: Kind, value: serde_json::Value) -> Result<Object, DecodeError> {
+        fn typed<T: serde::de::DeserializeOwned>(
+            value: serde_json::Value,
+        ) -> Result<T, DecodeError> {
+            serde_path_to_error::deserialize(value).map_err(|e| DecodeError {
+                path: Some(e.path().to_string())
+                    .filter(|p| p != ".")
+                    .unwrap_or_default(),
+                source: e.into_inner(),
+            })
+        }
+        Ok(match kind {
+            Kind::Pod => Object::Pod(typed(value)?),
+            Kind::Node => Object::Node(typed(value)?),
+            Kind::Namespace => Object::Namespace(typed(value)?),
+            Kind::ResourceQuota => Object::ResourceQuota(typed(value)?),
+            Kind::LimitRange => Object::LimitRange(typed(value)?),
+            Kind::Binding => Object::Binding(typed(value)?),
+            Kind::Event => Object::Event(typed(value)?),
         })
     }
 

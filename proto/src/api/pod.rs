@@ -4,14 +4,14 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::meta::{IntOrString, LabelSelector, ObjectMeta, ResourceList, Time};
+use super::meta::{IntOrString, LabelSelector, ObjectMeta, ResourceList, Time, Unmodelled};
 #[cfg(test)]
 use super::testing::{small_map, small_vec};
 use super::vocabulary::{ConditionStatus, PodConditionType, PodPhase, RestartPolicy, TaintEffect};
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Pod {
     #[serde(default)]
     #[cfg_attr(test, proptest(value = "\"v1\".to_string()"))]
@@ -25,11 +25,15 @@ pub struct Pod {
     pub spec: PodSpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<PodStatus>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct PodSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
@@ -65,11 +69,15 @@ pub struct PodSpec {
     pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_network: Option<bool>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Container {
     pub name: String,
     #[serde(default)]
@@ -101,20 +109,28 @@ pub struct Container {
     pub startup_probe: Option<Probe>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<Lifecycle>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct EnvVar {
     pub name: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub value: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ContainerPort {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
@@ -127,11 +143,15 @@ pub struct ContainerPort {
     pub protocol: String,
     #[serde(default, rename = "hostIP", skip_serializing_if = "String::is_empty")]
     pub host_ip: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ResourceRequirements {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_map()"))]
@@ -139,6 +159,10 @@ pub struct ResourceRequirements {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_map()"))]
     pub limits: ResourceList,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 impl ResourceRequirements {
@@ -150,7 +174,7 @@ impl ResourceRequirements {
 /// A health check. Exactly one handler (`exec`, `tcpSocket`, `httpGet`) is set.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Probe {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<ExecAction>,
@@ -172,29 +196,41 @@ pub struct Probe {
     /// Default 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_threshold: Option<i32>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ExecAction {
     #[serde(default)]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub command: Vec<String>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct TcpSocketAction {
     pub port: IntOrString,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub host: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct HttpGetAction {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub path: String,
@@ -204,29 +240,41 @@ pub struct HttpGetAction {
     /// Only `HTTP` is served.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub scheme: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Lifecycle {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_start: Option<LifecycleHandler>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pre_stop: Option<LifecycleHandler>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct LifecycleHandler {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<ExecAction>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Affinity {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_affinity: Option<NodeAffinity>,
@@ -234,11 +282,15 @@ pub struct Affinity {
     pub pod_affinity: Option<PodAffinity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_anti_affinity: Option<PodAffinity>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeAffinity {
     #[serde(
         default,
@@ -253,21 +305,29 @@ pub struct NodeAffinity {
     )]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub preferred: Vec<PreferredSchedulingTerm>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 /// Terms are ORed; the requirements inside one term are ANDed.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeSelector {
     #[serde(default)]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub node_selector_terms: Vec<NodeSelectorTerm>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeSelectorTerm {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
@@ -276,11 +336,15 @@ pub struct NodeSelectorTerm {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub match_fields: Vec<NodeSelectorRequirement>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeSelectorRequirement {
     pub key: String,
     /// `In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt` or `Lt`.
@@ -288,21 +352,29 @@ pub struct NodeSelectorRequirement {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub values: Vec<String>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct PreferredSchedulingTerm {
     /// 1–100.
     pub weight: i32,
     pub preference: NodeSelectorTerm,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 /// Pod affinity or anti-affinity (the same shape serves both).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct PodAffinity {
     #[serde(
         default,
@@ -318,11 +390,15 @@ pub struct PodAffinity {
     )]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub preferred: Vec<WeightedPodAffinityTerm>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct PodAffinityTerm {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<LabelSelector>,
@@ -332,20 +408,28 @@ pub struct PodAffinityTerm {
     pub namespaces: Vec<String>,
     #[serde(default)]
     pub topology_key: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct WeightedPodAffinityTerm {
     /// 1–100.
     pub weight: i32,
     pub pod_affinity_term: PodAffinityTerm,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Toleration {
     /// Empty with operator `Exists` tolerates every taint.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -360,11 +444,15 @@ pub struct Toleration {
     pub effect: Option<TaintEffect>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub toleration_seconds: Option<i64>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct TopologySpreadConstraint {
     pub max_skew: i32,
     pub topology_key: String,
@@ -374,11 +462,15 @@ pub struct TopologySpreadConstraint {
     pub label_selector: Option<LabelSelector>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_domains: Option<i32>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct PodStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<PodPhase>,
@@ -404,11 +496,15 @@ pub struct PodStatus {
     /// `Guaranteed`, `Burstable` or `BestEffort`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub qos_class: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct PodCondition {
     #[serde(rename = "type")]
     pub type_: PodConditionType,
@@ -421,11 +517,15 @@ pub struct PodCondition {
     pub reason: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ContainerStatus {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -448,12 +548,16 @@ pub struct ContainerStatus {
     pub container_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<bool>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 /// At most one of the three is set.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ContainerState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<ContainerStateWaiting>,
@@ -461,30 +565,42 @@ pub struct ContainerState {
     pub running: Option<ContainerStateRunning>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminated: Option<ContainerStateTerminated>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ContainerStateWaiting {
     /// `ContainerCreating`, `ErrImagePull`, `ImagePullBackOff`, `CrashLoopBackOff`, ...
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ContainerStateRunning {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ContainerStateTerminated {
     pub exit_code: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -504,6 +620,10 @@ pub struct ContainerStateTerminated {
         skip_serializing_if = "String::is_empty"
     )]
     pub container_id: String,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    #[cfg_attr(test, proptest(value = "Default::default()"))]
+    pub other: Unmodelled,
 }
 
 impl NodeSelectorRequirement {
@@ -558,6 +678,7 @@ impl PodCondition {
             last_transition_time: None,
             reason: String::new(),
             message: String::new(),
+            other: Default::default(),
         }
     }
 }

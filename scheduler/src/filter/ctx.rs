@@ -265,6 +265,7 @@ impl PodCtx {
                 value: value.clone(),
                 effect: *effect,
                 time_added: None,
+                other: Default::default(),
             };
             if pod.tolerates(&taint) {
                 continue;
@@ -287,6 +288,7 @@ impl PodCtx {
             value: String::new(),
             effect: TaintEffect::NoSchedule,
             time_added: None,
+            other: Default::default(),
         });
         PodCtx {
             affinity,
