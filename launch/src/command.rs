@@ -84,6 +84,9 @@ pub struct StoreCommand {
     pub listen_client_url: String,
     pub listen_peer_url: String,
     pub listen_metrics_url: Option<String>,
+    /// Where to serve the Kubernetes REST API; `None` serves none (the command's own default,
+    /// port 6443, would collide between members and tests on one machine).
+    pub listen_api_url: Option<String>,
     /// Every member of the initial cluster: (name, peer URL); empty: this member alone.
     pub initial_cluster: Vec<(String, String)>,
     pub initial_cluster_state: ClusterState,
@@ -115,6 +118,10 @@ impl StoreCommand {
             .flag("listen-client-urls", &self.listen_client_url)
             .flag("listen-peer-urls", &self.listen_peer_url)
             .opt("listen-metrics-urls", self.listen_metrics_url.as_ref())
+            .flag(
+                "listen-api-urls",
+                self.listen_api_url.as_deref().unwrap_or_default(),
+            )
             .list("initial-cluster", &initial)
             .flag("initial-cluster-state", self.initial_cluster_state.as_str())
             .opt("heartbeat-interval", self.heartbeat_interval)

@@ -12,19 +12,10 @@ use tonic::{Request, Response, Status};
 
 use crate::runtime::{ContainerState, Runtime, RuntimeError};
 
-/// The generated service (`proto/skiff/node/v1/logs.proto`).
-pub mod pb {
-    #![allow(
-        unused_qualifications,
-        missing_debug_implementations,
-        clippy::all,
-        clippy::pedantic
-    )]
-    tonic::include_proto!("skiff.node.v1");
-}
+/// The generated service (`proto/skiff/node/v1/logs.proto` in skiff-proto).
+pub use skiff_proto::node::v1 as pb;
 
-/// The Node annotation that holds the agent's log service address (`host:port`).
-pub const ENDPOINT_ANNOTATION: &str = "skiff.io/logs-endpoint";
+pub use skiff_proto::logs::{ENDPOINT_ANNOTATION, text_of};
 
 /// Serves container logs from `runtime`.
 #[derive(Debug, Clone)]
@@ -123,40 +114,12 @@ impl pb::logs_server::Logs for LogService {
     }
 }
 
-/// The text of CRI-format log lines (`<time> <stream> <F|P> <text>`), partial lines joined,
-/// as `kubectl logs` prints them. Lines not in that format pass through.
-pub fn text_of(cri: &[u8]) -> String {
-    let mut out = String::new();
-    for line in String::from_utf8_lossy(cri).lines() {
-        let mut parts = line.splitn(4, ' ');
-        match (parts.next(), parts.next(), parts.next(), parts.next()) {
-            (Some(_), Some("stdout" | "stderr"), Some(tag @ ("F" | "P")), rest) => {
-                out.push_str(rest.unwrap_or(""));
-                if tag == "F" {
-                    out.push('\n');
-                }
-            }
-            _ => {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::pb::logs_server::Logs;
     use super::*;
     use crate::runtime::{ContainerSpec, SandboxSpec};
     use crate::sim::{SimConfig, SimRuntime};
-
-    #[test]
-    fn cri_lines_become_text() {
-        let log = b"2026-01-01T00:00:00Z stdout F hello\n2026-01-01T00:00:00Z stderr P par\n2026-01-01T00:00:01Z stderr F tial\nplain\n";
-        assert_eq!(text_of(log), "hello\npartial\nplain\n");
-    }
 
     #[tokio::test(start_paused = true)]
     async fn finds_current_and_previous_containers() {

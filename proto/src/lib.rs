@@ -24,6 +24,7 @@ pub mod backoff;
 pub mod client;
 pub mod duration;
 pub mod http;
+pub mod logs;
 pub mod manifest;
 pub mod metrics;
 pub mod quantity;
@@ -40,6 +41,20 @@ pub mod cluster {
     )]
     pub mod v1 {
         tonic::include_proto!("skiff.cluster.v1");
+    }
+}
+
+/// The node agent's log service: `skiff.node.v1`, served by every agent and called by the
+/// store's `pods/log` and `skiff logs`.
+pub mod node {
+    #[allow(
+        unused_qualifications,
+        missing_debug_implementations,
+        clippy::all,
+        clippy::pedantic
+    )]
+    pub mod v1 {
+        tonic::include_proto!("skiff.node.v1");
     }
 }
 

@@ -173,6 +173,7 @@ fn parse_taints(items: &[String]) -> anyhow::Result<Vec<Taint>> {
                 value: value.to_string(),
                 effect,
                 time_added: None,
+                other: Default::default(),
             })
         })
         .collect()
@@ -236,8 +237,9 @@ impl Args {
 }
 
 async fn logs(a: LogsArgs) -> anyhow::Result<()> {
-    use skiff_node::logs::{ENDPOINT_ANNOTATION, pb, text_of};
+    use skiff_node::logs::pb;
     use skiff_proto::api::{Kind, Object};
+    use skiff_proto::logs::{ENDPOINT_ANNOTATION, text_of};
     let api = ClusterClient::connect(&a.endpoints.resolve()?).context("cluster API endpoints")?;
     let Some(Object::Pod(pod)) = api.get(Kind::Pod, &a.namespace, &a.pod).await? else {
         bail!("pods \"{}\" not found in namespace {}", a.pod, a.namespace);

@@ -39,6 +39,10 @@ pub struct Args {
     /// Token that keeps clusters apart; member ids are derived from it.
     #[arg(long, default_value = "skiff-cluster")]
     initial_cluster_token: String,
+    /// URLs to serve the Kubernetes REST API on (kubectl, client libraries); empty to serve
+    /// none.
+    #[arg(long, default_value = "http://127.0.0.1:6443", value_delimiter = ',')]
+    listen_api_urls: Vec<String>,
     /// URLs to serve `/health` and `/metrics` on.
     #[arg(long, value_delimiter = ',')]
     listen_metrics_urls: Vec<String>,
@@ -166,6 +170,11 @@ impl Args {
             client_urls: self.listen_client_urls,
             peer_urls: self.listen_peer_urls,
             metrics_urls: self.listen_metrics_urls,
+            api_urls: self
+                .listen_api_urls
+                .into_iter()
+                .filter(|u| !u.is_empty())
+                .collect(),
             watch_progress_notify_interval: self.experimental_watch_progress_notify_interval,
         };
         Ok((config, listen))
@@ -217,6 +226,7 @@ mod tests {
             listen_client_url: "http://127.0.0.1:1".into(),
             listen_peer_url: "http://127.0.0.1:2".into(),
             listen_metrics_url: Some("http://127.0.0.1:3".into()),
+            listen_api_url: Some("http://127.0.0.1:5".into()),
             initial_cluster: vec![
                 ("m0".into(), "http://127.0.0.1:2".into()),
                 ("m1".into(), "http://127.0.0.1:4".into()),
@@ -253,6 +263,10 @@ mod tests {
             a.listen_metrics_urls,
             cmd.listen_metrics_url.iter().cloned().collect::<Vec<_>>()
         );
+        assert_eq!(
+            a.listen_api_urls,
+            cmd.listen_api_url.iter().cloned().collect::<Vec<_>>()
+        );
         let initial = parse_initial_cluster(a.initial_cluster.as_deref().unwrap_or_default())
             .expect("initial cluster");
         assert_eq!(initial, cmd.initial_cluster);
@@ -285,6 +299,8 @@ mod tests {
         assert_eq!(a.initial_cluster_state, "new");
         assert_eq!(a.heartbeat_interval, 100);
         assert!(a.listen_metrics_urls.is_empty());
+        // No API URL: none served (an empty value, not the 6443 default).
+        assert_eq!(a.listen_api_urls, [""]);
         assert_eq!(a.initial_cluster, None);
     }
 }

@@ -39,6 +39,8 @@ fn free_base() -> u16 {
 struct Up {
     child: Child,
     config: PathBuf,
+    /// The kubeconfig `up` merged its context into (never the user's own).
+    kubeconfig: PathBuf,
     dir: PathBuf,
 }
 
@@ -49,6 +51,7 @@ impl Up {
         let out = work.join(format!("up-{n}.out"));
         let dir = work.join("cluster");
         let config = work.join("config");
+        let kubeconfig = work.join("kubeconfig");
         let child = Launch::new("skiff up", skiff_bin(), out)
             .arg("up")
             .arg("--data-dir")
@@ -56,11 +59,17 @@ impl Up {
             .args(["--base-port", &base.to_string()])
             .args(extra)
             .env("SKIFF_CONFIG", &config)
+            .env("KUBECONFIG", &kubeconfig)
             .env_remove("SKIFF_ENDPOINTS")
             .spawn()
             .expect("spawn skiff up")
             .tail_on_panic(usize::MAX);
-        let up = Up { child, config, dir };
+        let up = Up {
+            child,
+            config,
+            kubeconfig,
+            dir,
+        };
         up.wait_output("ready in", Duration::from_secs(120));
         up
     }
@@ -117,6 +126,41 @@ impl Up {
             .env_remove("SKIFF_ENDPOINTS")
             .output()
             .expect("skiff")
+    }
+
+    /// Runs `kubectl ARGS` with only the kubeconfig `up` wrote (and `stdin`, when given).
+    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut child = Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl");
+        if let Some(text) = stdin {
+            use std::io::Write as _;
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(text.as_bytes())
+                .expect("kubectl stdin");
+        }
+        drop(child.stdin.take());
+        child.wait_with_output().expect("kubectl output")
+    }
+
+    /// `kubectl ARGS` that must succeed; its standard output.
+    fn kubectl_ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.kubectl(args, stdin);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     fn endpoints(&self) -> Vec<String> {
@@ -370,4 +414,163 @@ spec:
     for reason in ["Scheduled", "Pulled", "Created", "Started", "Killing"] {
         assert!(events.contains(reason), "no {reason} event:\n{events}");
     }
+}
+
+/// Runs `f` until its standard output contains `what` (60 s at most); that output.
+fn eventually_output(f: impl Fn() -> Output, what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = f();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains(what) || Instant::now() > deadline {
+            return format!("{text}{}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn kubectl_on_path() -> bool {
+    Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The real kubectl, with only the kubeconfig `skiff up` wrote and its default settings
+/// (client-side apply, Strict field validation, Tables from the server): discovery, apply
+/// twice, get and get -o wide, a watch seeing a pod go Pending → Running, describe with
+/// events, logs, a manifest kubectl generates, explain, a bad manifest refused with its field path,
+/// and delete --wait.
+#[test]
+fn kubectl_session() {
+    if !kubectl_on_path() {
+        eprintln!("skipped: kubectl is not on PATH");
+        return;
+    }
+    let work = tempfile::tempdir().expect("tempdir");
+    let up = Up::start(work.path(), free_base(), &["--nodes", "2"]);
+    assert!(
+        up.output().contains("kubectl: context \"skiff\""),
+        "{}",
+        up.output()
+    );
+
+    let version = up.kubectl_ok(&["version", "-o", "json"], None);
+    assert!(version.contains("skiff"), "{version}");
+    let nodes = up.kubectl_ok(&["get", "nodes"], None);
+    assert!(nodes.starts_with("NAME"), "{nodes}");
+    assert_eq!(nodes.matches(" Ready ").count(), 2, "{nodes}");
+
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/pod.yaml");
+    let examples = examples.to_str().expect("utf-8 path");
+    let applied = up.kubectl_ok(&["apply", "-f", examples], None);
+    assert_eq!(applied.trim(), "pod/hello created");
+    let again = up.kubectl_ok(&["apply", "-f", examples], None);
+    assert_eq!(again.trim(), "pod/hello unchanged");
+
+    // A watch started before the pod exists sees it created and then Running.
+    let mut watch = Command::new("kubectl")
+        .args(["get", "pods", "-w", "--request-timeout=60s"])
+        .env("KUBECONFIG", &up.kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl get -w");
+    let web = up.kubectl_ok(
+        &[
+            "run",
+            "web",
+            "--image=localhost/skiff/busybox:1",
+            "--dry-run=client",
+            "-o",
+            "yaml",
+            "--",
+            "sleep",
+            "3600",
+        ],
+        None,
+    );
+    assert!(web.contains("dnsPolicy"), "{web}");
+    assert_eq!(
+        up.kubectl_ok(&["apply", "-f", "-"], Some(&web)).trim(),
+        "pod/web created"
+    );
+    let stdout = watch.stdout.take().expect("watch stdout");
+    let seen = std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        let mut lines = Vec::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let running = line.starts_with("web ") && line.contains("Running");
+            lines.push(line);
+            if running {
+                break;
+            }
+        }
+        lines
+    });
+    let lines = seen.join().expect("watch reader");
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("web ") && l.contains("Running")),
+        "{lines:?}"
+    );
+
+    let wide = up.kubectl_ok(&["get", "pods", "-o", "wide"], None);
+    let header: Vec<&str> = wide
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "READY",
+            "STATUS",
+            "RESTARTS",
+            "AGE",
+            "IP",
+            "NODE",
+            "NOMINATED",
+            "NODE",
+            "READINESS",
+            "GATES"
+        ],
+        "{wide}"
+    );
+    let described = up.kubectl_ok(&["describe", "pod", "web"], None);
+    assert!(
+        described.contains("Events:") && described.contains("Scheduled"),
+        "{described}"
+    );
+
+    let logs = eventually_output(|| up.kubectl(&["logs", "hello"], None), "hello from skiff");
+    assert!(logs.contains("hello from skiff"), "{logs}");
+
+    let explained = up.kubectl_ok(&["explain", "pod.spec.containers"], None);
+    assert!(
+        explained.contains("FIELDS:") && explained.contains("image"),
+        "{explained}"
+    );
+
+    let bad = "apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec:\n  containers:\n  - name: c\n    image: i\n    imagee: j\n";
+    let out = up.kubectl(&["apply", "-f", "-"], Some(bad));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("unknown field \"spec.containers[0].imagee\""),
+        "{err}"
+    );
+    let missing = up.kubectl(&["get", "pod", "bad"], None);
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("pods \"bad\" not found"));
+
+    let deleted = up.kubectl_ok(&["delete", "pod", "web", "--wait", "--timeout=60s"], None);
+    assert_eq!(deleted.trim(), "pod \"web\" deleted");
+    let after = up.kubectl(&["get", "pod", "web"], None);
+    assert!(!after.status.success());
 }

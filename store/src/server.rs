@@ -1,5 +1,6 @@
-//! Serving a member: the etcd services on the client URLs, the peer service on the peer URLs,
-//! and `/health` and `/metrics` over HTTP on the metrics URLs.
+//! Serving a member: the etcd services and the cluster API on the client URLs, the peer service
+//! on the peer URLs, the Kubernetes REST API on the API URLs, and `/health` and `/metrics` over
+//! HTTP on the metrics URLs.
 
 use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -33,6 +34,8 @@ pub struct Listen {
     pub client_urls: Vec<String>,
     pub peer_urls: Vec<String>,
     pub metrics_urls: Vec<String>,
+    /// URLs to serve the Kubernetes REST API on (none: not served).
+    pub api_urls: Vec<String>,
     /// How often watchers that asked for progress notifications get one.
     pub watch_progress_notify_interval: Duration,
 }
@@ -80,6 +83,7 @@ pub async fn run(
     let client = bind_all(&listen.client_urls, "clients").await?;
     let peer = bind_all(&listen.peer_urls, "peers").await?;
     let metrics = bind_all(&listen.metrics_urls, "metrics").await?;
+    let kube_api = bind_all(&listen.api_urls, "the Kubernetes API").await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     // Peers must be reachable while the member starts (a joining member says hello first).
@@ -111,10 +115,27 @@ pub async fn run(
     let member = StoreMember::start(config, Some(crate::cluster::watch::tagger())).await?;
     let _ = member_tx.send(Some(member.clone()));
     let limit = member.config.max_request_bytes + GRPC_OVERHEAD;
+    // One cluster API behind both faces: they share its event lease and UID sequence.
+    let cluster_api = ClusterApi::new(member.clone());
+    for l in kube_api {
+        let address = l
+            .local_addr()
+            .context("the Kubernetes API listener")?
+            .to_string();
+        let router = crate::rest::router(cluster_api.clone(), address);
+        let stop = stop_rx.clone();
+        tasks.spawn(async move {
+            axum::serve(l, router)
+                .with_graceful_shutdown(wait(stop))
+                .await
+                .context("Kubernetes API server")
+        });
+    }
     for l in client {
         let m = member.clone();
         let stop = stop_rx.clone();
         let progress = listen.watch_progress_notify_interval;
+        let cluster_api = cluster_api.clone();
         tasks.spawn(async move {
             tonic::transport::Server::builder()
                 // One span per request (and per stream), named by its gRPC method.
@@ -144,7 +165,7 @@ pub async fn run(
                         .max_decoding_message_size(limit),
                 )
                 .add_service(
-                    ClusterServer::new(ClusterApi::new(m.clone()))
+                    ClusterServer::new(cluster_api.clone())
                         .max_decoding_message_size(limit)
                         .max_encoding_message_size(usize::MAX),
                 )

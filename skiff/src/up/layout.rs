@@ -2,7 +2,8 @@
 //! port it was created with, `<data-dir>/up.lock` keeps a second `up` away.
 //!
 //! ```text
-//!  member i:  client base+10i   peer base+10i+1   metrics base+10i+2   (i = 0, 1, 2)
+//!  member i:  client base+10i   peer base+10i+1   metrics base+10i+2   Kubernetes API base+10i+3
+//!             (i = 0, 1, 2)
 //!  scheduler metrics base+30    node agents' log service base+31    their metrics base+32
 //! ```
 
@@ -33,6 +34,10 @@ impl Layout {
     pub(super) fn metrics(&self, i: usize) -> u16 {
         self.client(i) + 2
     }
+    /// The member's Kubernetes REST API (kubectl, client libraries).
+    pub(super) fn api(&self, i: usize) -> u16 {
+        self.client(i) + 3
+    }
     pub(super) fn scheduler_metrics(&self) -> u16 {
         self.base_port + 30
     }
@@ -44,7 +49,7 @@ impl Layout {
     }
     pub(super) fn ports(&self) -> Vec<u16> {
         let mut p: Vec<u16> = (0..MEMBERS.len())
-            .flat_map(|i| [self.client(i), self.peer(i), self.metrics(i)])
+            .flat_map(|i| [self.client(i), self.peer(i), self.metrics(i), self.api(i)])
             .collect();
         p.extend([
             self.scheduler_metrics(),

@@ -1,7 +1,8 @@
 //! `skiff up`: a whole local cluster from one command. Three store members, the scheduler and
 //! the node agents (simulated, or one node on a containerd of its own) run as child
 //! processes of this one, with their logs in `<data-dir>/logs`; the client configuration the
-//! CLI reads is written to `~/.skiff/config` (or `$SKIFF_CONFIG`).
+//! CLI reads is written to `~/.skiff/config` (or `$SKIFF_CONFIG`), and a `skiff` context for kubectl
+//! is merged into `~/.kube/config` (or the first file of `$KUBECONFIG`).
 //!
 //! ```text
 //!  skiff up ─┬─ store a ─┐
@@ -20,12 +21,14 @@
 //!
 //! | module | what lives there |
 //! |---|---|
+//! | [`kubeconfig`] | the `skiff` context merged into kubectl's configuration |
 //! | [`layout`] | the data directory, its lock, the ports, `cluster.json` |
 //! | [`supervisor`] | the children: start, restart of members, ordered shutdown |
 //!
 //! The children are started through `skiff-launch` (typed command lines, one child handle),
 //! as is the cluster's own containerd for `--runtime cri`.
 
+mod kubeconfig;
 mod layout;
 mod supervisor;
 
@@ -56,7 +59,8 @@ pub struct Args {
     /// The container runtime of the nodes.
     #[arg(long, value_enum, default_value = "sim")]
     runtime: RuntimeKind,
-    /// First port: member i listens on base+10i (clients), +1 (peers), +2 (metrics); the
+    /// First port: member i listens on base+10i (clients), +1 (peers), +2 (metrics), +3 (the
+    /// Kubernetes API); the
     /// scheduler's metrics are on base+30, the agents' log service on base+31 and their
     /// metrics on base+32. A resumed cluster keeps the ports it was created with [default:
     /// 2379, or the next free range 100 ports up].
@@ -77,6 +81,10 @@ pub struct Args {
     /// The manifests the demo applies.
     #[arg(long, default_value = "examples")]
     demo_dir: PathBuf,
+    /// The kubeconfig to merge the `skiff` context into [default: the first file of
+    /// $KUBECONFIG, else ~/.kube/config].
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -141,6 +149,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         data_dir: Some(dir.clone()),
     };
     client_config.save(&config_path)?;
+    let kubeconfig_path = args.kubeconfig.clone().unwrap_or_else(kubeconfig::path);
+    let kube_server = format!("http://127.0.0.1:{}", layout.api(0));
+    let kube = kubeconfig::write(&kubeconfig_path, &kube_server)?;
     println!(
         "ready in {:.1} s (quorum in {:.1} s): 3 store members, the scheduler, {} {} node(s)",
         ready_at.as_secs_f64(),
@@ -157,6 +168,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
         &config_path,
         previous.is_some_and(|p| p != client_config),
     );
+    println!(
+        "  kubectl: context \"{}\" in {} is now current{}",
+        kubeconfig::NAME,
+        kubeconfig_path.display(),
+        kube.previous_context
+            .map(|c| format!(" (was \"{c}\": `kubectl config use-context {c}` switches back)"))
+            .unwrap_or_default()
+    );
+    println!("  kubectl get nodes; kubectl apply -f examples/pod.yaml; kubectl get pods -o wide");
+    println!();
 
     if args.demo {
         let result = crate::demo::run(&rt, &mut cluster, &exe, &args.demo_dir);
@@ -212,6 +233,7 @@ fn start_members(cluster: &mut Cluster, exe: &str) -> Result<()> {
             listen_client_url: format!("http://127.0.0.1:{}", layout.client(i)),
             listen_peer_url: format!("http://127.0.0.1:{}", layout.peer(i)),
             listen_metrics_url: Some(format!("http://127.0.0.1:{}", layout.metrics(i))),
+            listen_api_url: Some(format!("http://127.0.0.1:{}", layout.api(i))),
             initial_cluster: layout.initial_cluster(),
             ..StoreCommand::default()
         };
@@ -315,6 +337,13 @@ fn print_endpoints(layout: &Layout, dir: &Path, config_path: &Path, replaced: bo
     let endpoints = layout.endpoints();
     println!();
     println!("  etcd v3 + cluster API   {}", endpoints.join(","));
+    println!(
+        "  Kubernetes API          {}",
+        (0..MEMBERS.len())
+            .map(|i| format!("http://127.0.0.1:{}", layout.api(i)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     println!(
         "  store metrics           {}",
         (0..MEMBERS.len())

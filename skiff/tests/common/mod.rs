@@ -41,6 +41,8 @@ pub struct Member {
     pub client_url: String,
     pub peer_url: String,
     pub metrics_url: String,
+    /// The Kubernetes REST API.
+    pub api_url: String,
     pub data_dir: PathBuf,
     pub log: PathBuf,
     child: Option<Child>,
@@ -163,6 +165,7 @@ impl Cluster {
             listen_client_url: m.client_url.clone(),
             listen_peer_url: m.peer_url.clone(),
             listen_metrics_url: Some(m.metrics_url.clone()),
+            listen_api_url: Some(m.api_url.clone()),
             initial_cluster,
             initial_cluster_state: state,
             ..self.store.clone()
@@ -279,6 +282,7 @@ fn new_member(dir: &Path, name: &str) -> Member {
         client_url: format!("http://127.0.0.1:{}", free_port()),
         peer_url: format!("http://127.0.0.1:{}", free_port()),
         metrics_url: format!("http://127.0.0.1:{}", free_port()),
+        api_url: format!("http://127.0.0.1:{}", free_port()),
         data_dir: dir.join(name),
         log: dir.join(format!("{name}.log")),
         child: None,

@@ -4,7 +4,7 @@
 //! codes (the informer relists on `FailedPrecondition`, the agent retries on `Aborted`).
 
 use skiff_proto::api::object::DecodeError;
-use skiff_proto::api::{Kind, ValidationErrors};
+use skiff_proto::api::{Kind, SchemaError, ValidationErrors};
 use skiff_proto::selector::SelectorError;
 use tonic::{Code, Status};
 
@@ -27,6 +27,14 @@ pub enum ClusterError {
         kind: Kind,
         #[source]
         source: DecodeError,
+    },
+    /// A body that Kubernetes' schema refuses: a value of the wrong type, or (under `Strict`
+    /// field validation) fields Kubernetes does not have.
+    #[error("{} in version \"v1\" cannot be handled as a {}: {source}", kind.name(), kind.name())]
+    Schema {
+        kind: Kind,
+        #[source]
+        source: SchemaError,
     },
     #[error("{} \"{name}\" is invalid: {source}", kind.name())]
     Invalid {
@@ -88,6 +96,8 @@ pub enum ClusterError {
         resource_version: i64,
         compacted: i64,
     },
+    #[error("Too large resource version: {resource_version}, current: {current}")]
+    FutureRevision { resource_version: i64, current: i64 },
     /// The watch hub could not serve a watcher (its catch-up read failed): relist and watch
     /// again.
     #[error("{reason}")]
@@ -116,6 +126,7 @@ impl ClusterError {
             | NamespaceRequired { .. }
             | UnknownKind { .. }
             | Decode { .. }
+            | Schema { .. }
             | Invalid { .. }
             | Selector(_)
             | BadContinue { .. }
@@ -128,7 +139,7 @@ impl ClusterError {
             AlreadyExists { .. } => Code::AlreadyExists,
             Conflict { .. } => Code::Aborted,
             Forbidden { .. } | NamespaceNotEmpty { .. } | TooOld { .. } => Code::FailedPrecondition,
-            Contended { .. } | WatchCanceled { .. } => Code::Unavailable,
+            Contended { .. } | WatchCanceled { .. } | FutureRevision { .. } => Code::Unavailable,
             WatchRefused { .. } | DeleteWithoutPrevious { .. } | Stored { .. } => Code::Internal,
             Store(e) => e.code(),
         }

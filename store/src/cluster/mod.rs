@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use skiff_proto::api::object::DecodeError;
+use skiff_proto::api::schema::{self, FieldValidation};
 use skiff_proto::api::{Kind, Object, PodPhase, Time, defaults, validation};
 use skiff_proto::cluster::v1 as pb;
 
@@ -27,6 +29,7 @@ pub use error::{ClusterError, Result};
 pub mod admission;
 pub mod bind;
 pub mod error;
+pub mod list;
 pub mod service;
 pub mod watch;
 
@@ -117,11 +120,35 @@ pub fn to_pb(object: &Object) -> pb::Object {
     }
 }
 
-/// Decodes a request object: known kind, valid JSON of that kind (unknown fields refused).
+/// Decodes a cluster API request object: known kind, valid JSON of that kind, no field that
+/// Kubernetes' schema lacks (Skiff's components and CLI write only what they mean to).
 pub fn from_pb(o: Option<pb::Object>) -> Result<Object> {
     let o = o.ok_or(ClusterError::Missing { field: "object" })?;
     let kind = parse_kind(&o.kind)?;
-    Object::from_json(kind, &o.json).map_err(|source| ClusterError::Decode { kind, source })
+    let (object, _) = decode_request(kind, &o.json, FieldValidation::Strict)?;
+    Ok(object)
+}
+
+/// Decodes the JSON of an object a client writes, through either API: checked against
+/// Kubernetes' schema under `mode` (unknown fields refused, or dropped with warnings), then
+/// decoded as Skiff's type of `kind`. Returns the object and the warnings for the client.
+pub fn decode_request(
+    kind: Kind,
+    json: &[u8],
+    mode: FieldValidation,
+) -> Result<(Object, Vec<String>)> {
+    let decode_error = |source| ClusterError::Decode { kind, source };
+    let mut value: serde_json::Value =
+        serde_json::from_slice(json).map_err(|e| decode_error(DecodeError::whole(e)))?;
+    if !value.is_object() {
+        return Err(decode_error(DecodeError::whole(
+            "the body must be a JSON object",
+        )));
+    }
+    let warnings = schema::check(kind, &mut value, mode)
+        .map_err(|source| ClusterError::Schema { kind, source })?;
+    let object = Object::from_value(kind, value).map_err(decode_error)?;
+    Ok((object, warnings))
 }
 
 fn validation_error(object: &Object, source: validation::ValidationErrors) -> ClusterError {
@@ -130,6 +157,29 @@ fn validation_error(object: &Object, source: validation::ValidationErrors) -> Cl
         name: object.metadata().name.clone(),
         source,
     }
+}
+
+/// Whether an update of a deleted object removed its last finalizer (and nothing else holds
+/// it: a bound pod still stopping is removed by its agent). Adding a finalizer to a deleted
+/// object is refused, as in Kubernetes.
+fn finalizers_done(current: &Object, next: &Object) -> Result<bool> {
+    let (cur, new) = (current.metadata(), next.metadata());
+    if cur.deletion_timestamp.is_none() {
+        return Ok(false);
+    }
+    if new.finalizers.iter().any(|f| !cur.finalizers.contains(f)) {
+        return Err(ClusterError::Immutable {
+            kind: next.kind(),
+            name: new.name.clone(),
+            field: "metadata.finalizers",
+            why: "no new finalizers can be added if the object is being deleted",
+        });
+    }
+    let stopping = matches!(next, Object::Pod(p)
+        if !p.spec.node_name.is_empty()
+            && !p.is_terminal()
+            && new.deletion_grace_period_seconds.is_some_and(|g| g > 0));
+    Ok(!cur.finalizers.is_empty() && new.finalizers.is_empty() && !stopping)
 }
 
 /// `range_end` that covers every key starting with `prefix`.
@@ -426,6 +476,27 @@ impl ClusterApi {
         Ok(Some((rev, out)))
     }
 
+    /// Deletes the key of `current` if it still has `current`'s mod revision; the revision
+    /// of the delete, or `None` when another write came first.
+    async fn remove(&self, current: &Stored) -> Result<Option<i64>> {
+        let key = current.object.key();
+        let txn = TxnRequest {
+            compare: vec![compare(
+                &key,
+                CompareTarget::Mod(current.mod_revision),
+                CompareResult::Equal,
+            )],
+            success: vec![RequestOp::DeleteRange(DeleteRangeRequest {
+                key: key.into_bytes(),
+                range_end: Vec::new(),
+                prev_kv: false,
+            })],
+            failure: vec![],
+        };
+        let (rev, resp) = self.txn(txn).await?;
+        Ok(resp.succeeded.then_some(rev))
+    }
+
     /// Update (`status == false`: spec and metadata, status kept) or UpdateStatus (`status ==
     /// true`: status only). A `resourceVersion` in the request pins the write to that version.
     pub async fn update(
@@ -460,10 +531,18 @@ impl ClusterApi {
             };
             defaults::apply(&mut next);
             validation::validate(&next).map_err(|e| validation_error(&next, e))?;
+            let finalized = finalizers_done(&current.object, &next)?;
             if dry_run {
                 return Ok((current.mod_revision, next));
             }
-            if let Some(done) = self.replace(&current, &next).await? {
+            if finalized {
+                // The last finalizer of a deleted object is gone: so is the object.
+                if let Some(rev) = self.remove(&current).await? {
+                    let mut out = next;
+                    out.metadata_mut().resource_version = rev.to_string();
+                    return Ok((rev, out));
+                }
+            } else if let Some(done) = self.replace(&current, &next).await? {
                 return Ok(done);
             }
             if pinned.is_some() {
@@ -506,6 +585,35 @@ impl ClusterApi {
                     });
                 }
             }
+            if !current.object.metadata().finalizers.is_empty() {
+                // Finalizers hold the object: the delete only marks it (once); the update
+                // that removes the last finalizer removes it.
+                let grace = match &current.object {
+                    Object::Pod(p) if !p.spec.node_name.is_empty() && !p.is_terminal() => grace
+                        .or(p.spec.termination_grace_period_seconds)
+                        .unwrap_or(30),
+                    _ => 0,
+                };
+                let marked = current.object.metadata();
+                // A later delete may only shorten the grace period (an agent done stopping
+                // the pod deletes with 0).
+                if marked.deletion_timestamp.is_some()
+                    && marked
+                        .deletion_grace_period_seconds
+                        .is_none_or(|g| g <= grace)
+                {
+                    return Ok((current.mod_revision, current.object));
+                }
+                let mut next = current.object.clone();
+                let meta = next.metadata_mut();
+                meta.deletion_timestamp = Time::from_unix(Time::now().unix() + grace);
+                meta.deletion_grace_period_seconds = Some(grace);
+                match self.replace(&current, &next).await? {
+                    Some(done) => return Ok(done),
+                    None if pinned > 0 => return Err(conflict(kind, name)),
+                    None => continue,
+                }
+            }
             if let Object::Pod(pod) = &current.object {
                 let bound = !pod.spec.node_name.is_empty() && !pod.is_terminal();
                 let grace = grace
@@ -527,22 +635,7 @@ impl ClusterApi {
                     }
                 }
             }
-            let key = kind.key(namespace, name);
-            let txn = TxnRequest {
-                compare: vec![compare(
-                    &key,
-                    CompareTarget::Mod(current.mod_revision),
-                    CompareResult::Equal,
-                )],
-                success: vec![RequestOp::DeleteRange(DeleteRangeRequest {
-                    key: key.into_bytes(),
-                    range_end: Vec::new(),
-                    prev_kv: false,
-                })],
-                failure: vec![],
-            };
-            let (rev, resp) = self.txn(txn).await?;
-            if resp.succeeded {
+            if let Some(rev) = self.remove(&current).await? {
                 return Ok((rev, current.object));
             }
             if pinned > 0 {

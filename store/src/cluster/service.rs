@@ -2,18 +2,16 @@
 
 use std::pin::Pin;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use skiff_proto::api::Kind;
 use skiff_proto::cluster::v1 as pb;
 use skiff_proto::cluster::v1::cluster_server::Cluster;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::watch::{Filter, key_range};
+use super::list::ReadAt;
+use super::watch::Filter;
 use super::{ClusterApi, ClusterError, from_pb, header, not_found, parse_kind, to_pb};
-
-/// Most objects one List page returns when the client sets no limit.
-const MAX_PAGE: i64 = 10_000;
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
 
@@ -43,32 +41,6 @@ fn key_parts(key: Option<pb::ObjectKey>) -> super::Result<(Kind, String, String)
         String::new()
     };
     Ok((kind, ns, key.name))
-}
-
-/// A continue token: the revision of the first page and the key to resume after.
-fn parse_continue(token: &str) -> super::Result<Option<(i64, Vec<u8>)>> {
-    if token.is_empty() {
-        return Ok(None);
-    }
-    let bad = || ClusterError::BadContinue {
-        token: token.to_string(),
-    };
-    let (rev, hex) = token.split_once(':').ok_or_else(bad)?;
-    let rev: i64 = rev.parse().map_err(|_| bad())?;
-    if hex.len() % 2 != 0 {
-        return Err(bad());
-    }
-    let key = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
-        .collect::<Result<Vec<u8>, _>>()
-        .map_err(|_| bad())?;
-    Ok(Some((rev, key)))
-}
-
-fn make_continue(rev: i64, last_key: &[u8]) -> String {
-    let hex: String = last_key.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{rev}:{hex}")
 }
 
 #[tonic::async_trait]
@@ -102,44 +74,26 @@ impl Cluster for ClusterApi {
         let req = req.into_inner();
         let kind = parse_kind(&req.kind)?;
         let filter = Filter::parse(kind, req.selectors.as_ref())?;
-        let (prefix, end) = key_range(kind, &req.namespace);
-        let limit = if req.limit > 0 {
-            req.limit.min(MAX_PAGE)
+        let read = if req.serializable {
+            ReadAt::Any
         } else {
-            MAX_PAGE
-        } as usize;
-        let resume = parse_continue(&req.continue_token)?;
-        self.barrier(req.serializable || resume.is_some()).await?;
-        // Every page of one list reads at the first page's revision.
-        let (at, from) = match resume {
-            Some((rev, last)) => {
-                let mut next = last;
-                next.push(0);
-                (rev, next)
-            }
-            None => (0, prefix.clone()),
+            ReadAt::Latest
         };
-        let (at, page) = self.range(kind, &from, &end, at)?;
-        let mut items = Vec::new();
-        let mut last_key = String::new();
-        let mut next_token = String::new();
-        for s in page {
-            if !filter.matches(&s.object) {
-                continue;
-            }
-            if items.len() == limit {
-                // Resume after the last object returned.
-                next_token = make_continue(at, last_key.as_bytes());
-                break;
-            }
-            last_key = s.object.key();
-            items.push(to_pb(&s.object));
-        }
+        let page = ClusterApi::list(
+            self,
+            kind,
+            &req.namespace,
+            &filter,
+            req.limit,
+            &req.continue_token,
+            read,
+        )
+        .await?;
         Ok(Response::new(pb::ListResponse {
-            header: header(&self.member, at),
-            items,
-            resource_version: at,
-            continue_token: next_token,
+            header: header(&self.member, page.revision),
+            items: page.items.iter().map(|s| to_pb(&s.object)).collect(),
+            resource_version: page.revision,
+            continue_token: page.continue_token,
         }))
     }
 
@@ -150,7 +104,9 @@ impl Cluster for ClusterApi {
         req: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let rx = ClusterApi::watch(self, req.into_inner())?;
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(
+            ReceiverStream::new(rx).map(|r| r.map_err(Status::from)),
+        )))
     }
 
     async fn update(

@@ -15,7 +15,6 @@ use skiff_proto::cluster::v1 as pb;
 use skiff_proto::cluster::v1::watch_event::Type;
 use skiff_proto::selector::{FieldQuery, LabelQuery};
 use tokio::sync::mpsc;
-use tonic::Status;
 
 use super::error::{ClusterError, Result};
 
@@ -107,10 +106,7 @@ pub fn key_range(kind: Kind, namespace: &str) -> (Vec<u8>, Vec<u8>) {
 
 impl ClusterApi {
     /// Starts a watch; events arrive on the returned channel until the client goes away.
-    pub fn watch(
-        &self,
-        req: pb::WatchRequest,
-    ) -> Result<mpsc::Receiver<Result<pb::WatchEvent, Status>>> {
+    pub fn watch(&self, req: pb::WatchRequest) -> Result<mpsc::Receiver<Result<pb::WatchEvent>>> {
         let kind = super::parse_kind(&req.kind)?;
         let filter = Filter::parse(kind, req.selectors.as_ref())?;
         let (key, range_end) = key_range(kind, &req.namespace);
@@ -175,7 +171,7 @@ impl ClusterApi {
                                 }
                                 Ok(None) => {}
                                 Err(e) => {
-                                    let _ = tx.send(Err(e.into())).await;
+                                    let _ = tx.send(Err(e)).await;
                                     ok = false;
                                     break;
                                 }
@@ -187,7 +183,7 @@ impl ClusterApi {
                         compact_revision, ..
                     } => {
                         let _ = tx
-                            .send(Err(too_old(req.resource_version, compact_revision).into()))
+                            .send(Err(too_old(req.resource_version, compact_revision)))
                             .await;
                         false
                     }
@@ -202,9 +198,7 @@ impl ClusterApi {
                     // A watcher the hub could not serve (its catch-up read failed): the client
                     // relists and watches again.
                     WatchMessage::Canceled { reason, .. } => {
-                        let _ = tx
-                            .send(Err(ClusterError::WatchCanceled { reason }.into()))
-                            .await;
+                        let _ = tx.send(Err(ClusterError::WatchCanceled { reason })).await;
                         false
                     }
                     WatchMessage::Created { .. } | WatchMessage::Refused { .. } => true,

@@ -10,8 +10,251 @@
 //! | [`openapi`]   | `/openapi/v3` documents generated from Kubernetes' schema         |
 //! | [`patch`]     | JSON patch, JSON merge patch and strategic merge patch            |
 //! | [`table`]     | server-side printing: `meta.k8s.io/v1` Tables with kubectl's columns |
+//! | [`request`]   | a request's target, query parameters, accepted media type and body |
+//! | [`status`]    | errors as `metav1.Status` with kube-apiserver's codes and reasons  |
+//! | [`verbs`]     | get, list, create, update, patch, delete, bindings and evictions   |
+//! | [`watch`]     | watch streams: initial events, bookmarks, 410 Expired             |
+//! | [`logs`]      | `pods/log` through the agent of the pod's node                    |
 
 pub mod discovery;
+pub mod logs;
 pub mod openapi;
 pub mod patch;
+pub mod request;
+pub mod status;
 pub mod table;
+pub mod verbs;
+pub mod watch;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use serde_json::json;
+
+use crate::cluster::ClusterApi;
+use request::{Accept, Params, Target, read_body};
+use status::{ApiError, Reason};
+use verbs::json_response;
+
+/// The Kubernetes release whose API (and schema) Skiff serves.
+pub const KUBERNETES_VERSION: (&str, &str) = ("1", "33");
+
+#[derive(Debug, Clone)]
+struct Rest {
+    api: ClusterApi,
+    /// `host:port` clients reach this member's API at, for `/api`'s server addresses.
+    address: String,
+}
+
+/// The Kubernetes API of one member: discovery, OpenAPI, health, and every resource under
+/// `/api/v1`. `address` is where clients reach it (`127.0.0.1:6443`).
+pub fn router(api: ClusterApi, address: String) -> Router {
+    let state = Arc::new(Rest { api, address });
+    Router::new()
+        .route("/version", get(version))
+        .route("/healthz", get(health))
+        .route("/livez", get(health))
+        .route("/readyz", get(ready))
+        .route("/api", get(api_versions))
+        .route("/apis", get(api_groups))
+        .route("/api/v1", get(core_v1))
+        .route("/openapi/v3", get(openapi_index))
+        .route("/openapi/v3/{*path}", get(openapi_document))
+        .route("/api/v1/{*rest}", any(resource))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        Reason::NotFound,
+        format!(
+            "the server could not find the requested resource ({})",
+            uri.path()
+        ),
+    )
+}
+
+async fn version() -> Response {
+    let (major, minor) = KUBERNETES_VERSION;
+    let body = json!({
+        "major": major,
+        "minor": minor,
+        "gitVersion": format!("v{major}.{minor}.0-skiff.{}", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "",
+        "goVersion": "",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            other => other,
+        }),
+    });
+    json_response(StatusCode::OK, &body, &[])
+}
+
+async fn health() -> &'static str {
+    "ok"
+}
+
+/// Ready once this member knows a leader: it can then answer linearizable reads and writes.
+async fn ready(State(rest): State<Arc<Rest>>) -> Response {
+    match rest.api.barrier(false).await {
+        Ok(()) => "ok".into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("[-]store failed: {e}\nreadyz check failed\n"),
+        )
+            .into_response(),
+    }
+}
+
+/// Whether the client asked for aggregated discovery (kubectl 1.30 and later do, with the
+/// legacy documents as their fallback).
+fn wants_aggregated(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(discovery::accepts_aggregated)
+}
+
+fn aggregated_response(body: &serde_json::Value) -> Response {
+    let mut r = json_response(StatusCode::OK, body, &[]);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(discovery::AGGREGATED_V2),
+    );
+    r
+}
+
+async fn api_versions(State(rest): State<Arc<Rest>>, headers: HeaderMap) -> Response {
+    if wants_aggregated(&headers) {
+        return aggregated_response(&discovery::aggregated_core());
+    }
+    json_response(StatusCode::OK, &discovery::api_versions(&rest.address), &[])
+}
+
+async fn api_groups(headers: HeaderMap) -> Response {
+    if wants_aggregated(&headers) {
+        return aggregated_response(&discovery::aggregated_groups());
+    }
+    json_response(StatusCode::OK, &discovery::api_group_list(), &[])
+}
+
+async fn core_v1() -> Response {
+    json_response(StatusCode::OK, &discovery::core_v1_resources(), &[])
+}
+
+async fn openapi_index() -> Response {
+    json_response(StatusCode::OK, &openapi::index(), &[])
+}
+
+async fn openapi_document(Path(path): Path<String>) -> Result<Response, ApiError> {
+    let doc = openapi::document(&path).ok_or_else(|| {
+        ApiError::new(
+            Reason::NotFound,
+            format!("no OpenAPI document for {path:?}"),
+        )
+    })?;
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            // Addressed by content hash (`?hash=`), so it never changes under its URL.
+            (
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("public, immutable, max-age=31536000"),
+            ),
+        ],
+        doc,
+    )
+        .into_response())
+}
+
+/// Every request under `/api/v1/`: the path names the resource, the method and query the verb.
+async fn resource(
+    State(rest): State<Arc<Rest>>,
+    Path(path): Path<String>,
+    method: Method,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let target = Target::parse(&path)?;
+    let params = Params::parse(query.as_deref())?;
+    let accept = Accept::negotiate(&headers)?;
+    let api = &rest.api;
+    let collection = target.is_collection();
+    let sub = target.subresource.as_deref();
+    let allowed = discovery::resource(target.kind)
+        .map(|r| match sub {
+            None => r.verbs,
+            Some(s) => r
+                .subresources
+                .iter()
+                .find(|x| x.name == s)
+                .map(|x| x.verbs)
+                .unwrap_or(&[]),
+        })
+        .unwrap_or(&[]);
+    let verb = match (&method, collection, params.watch) {
+        (&Method::GET, true, true) | (&Method::GET, false, true) => "watch",
+        (&Method::GET, true, false) => "list",
+        (&Method::GET, false, false) => "get",
+        (&Method::POST, _, _) => "create",
+        (&Method::PUT, false, _) => "update",
+        (&Method::PATCH, false, _) => "patch",
+        (&Method::DELETE, false, _) => "delete",
+        (&Method::DELETE, true, _) => "deletecollection",
+        _ => "",
+    };
+    if verb.is_empty() || !allowed.contains(&verb) {
+        return Err(ApiError::new(
+            Reason::MethodNotAllowed,
+            format!(
+                "the server does not allow this method on the requested resource ({method} {}{})",
+                target.kind.plural(),
+                sub.map(|s| format!("/{s}")).unwrap_or_default()
+            ),
+        ));
+    }
+    match verb {
+        "watch" => watch::watch(api, &target, &params, accept).await,
+        "list" => verbs::list(api, &target, &params, accept).await,
+        "get" if sub == Some("log") => logs::logs(api, &target, &params).await,
+        "get" => verbs::get(api, &target, &params, accept).await,
+        "create" => {
+            let body = read_body(body).await?;
+            match sub {
+                Some("binding") => verbs::bind(api, &target, &headers, &body).await,
+                Some("eviction") => verbs::evict(api, &target, &params, &headers, &body).await,
+                _ => verbs::create(api, &target, &params, accept, &headers, &body).await,
+            }
+        }
+        "update" => {
+            let body = read_body(body).await?;
+            verbs::update(api, &target, &params, accept, &headers, &body).await
+        }
+        "patch" => {
+            let body = read_body(body).await?;
+            verbs::patch(api, &target, &params, accept, &headers, &body).await
+        }
+        "delete" => {
+            let body = read_body(body).await?;
+            verbs::delete(api, &target, &params, accept, &body).await
+        }
+        _ => {
+            let body = read_body(body).await?;
+            verbs::delete_collection(api, &target, &params, &body).await
+        }
+    }
+}

@@ -1,0 +1,508 @@
+//! The Kubernetes REST API through an unmodified Kubernetes client library (kube-rs with
+//! k8s-openapi's types), against a real three-member store: what a Go, Python or Rust client
+//! of any Kubernetes cluster does must work against Skiff.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::{Cluster, eventually};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, LimitRange, LimitRangeItem, LimitRangeSpec, Namespace, Node,
+    Pod, PodSpec, ResourceQuota, ResourceQuotaSpec, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
+use kube::core::{DynamicObject, Status as ErrorResponse};
+use kube::runtime::watcher;
+use kube::{Client, Config};
+use serde_json::json;
+
+async fn client(cluster: &Cluster, i: usize) -> Client {
+    let config = Config::new(cluster.members[i].api_url.parse().expect("API URL"));
+    Client::try_from(config).expect("kube client")
+}
+
+fn pod(name: &str) -> Pod {
+    Pod {
+        metadata: kube::core::ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(BTreeMap::from([("app".to_string(), "web".to_string())])),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "c".into(),
+                image: Some("busybox".into()),
+                volume_mounts: Some(vec![VolumeMount {
+                    name: "data".into(),
+                    mount_path: "/data".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }],
+            dns_policy: Some("ClusterFirst".into()),
+            service_account_name: Some("builder".into()),
+            volumes: Some(vec![Volume {
+                name: "data".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn api_error(e: kube::Error) -> ErrorResponse {
+    match e {
+        kube::Error::Api(r) => *r,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// Create, get, list, replace and delete of every kind, through the typed client; fields Skiff
+/// does not act on (volumes, dnsPolicy, serviceAccountName) come back as written, and the
+/// server fills in uid, creationTimestamp and resourceVersion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crud_on_every_kind() {
+    let cluster = Cluster::start(3).await;
+    let c = client(&cluster, 1).await;
+
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let created = pods
+        .create(&PostParams::default(), &pod("web"))
+        .await
+        .unwrap();
+    let meta = &created.metadata;
+    assert!(meta.uid.as_deref().is_some_and(|u| !u.is_empty()));
+    assert!(meta.creation_timestamp.is_some());
+    assert!(meta.resource_version.is_some());
+    let got = pods.get("web").await.unwrap();
+    let spec = got.spec.as_ref().unwrap();
+    assert_eq!(spec.dns_policy.as_deref(), Some("ClusterFirst"));
+    assert_eq!(spec.service_account_name.as_deref(), Some("builder"));
+    assert_eq!(spec.volumes.as_ref().unwrap()[0].name, "data");
+    assert!(spec.volumes.as_ref().unwrap()[0].empty_dir.is_some());
+    assert_eq!(
+        spec.containers[0].volume_mounts.as_ref().unwrap()[0].mount_path,
+        "/data"
+    );
+    assert_eq!(
+        got.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Pending")
+    );
+
+    // Errors carry kube-apiserver's reasons and codes.
+    let e = api_error(
+        pods.create(&PostParams::default(), &pod("web"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "AlreadyExists"));
+    let e = api_error(pods.get("nope").await.unwrap_err());
+    assert_eq!((e.code, e.reason.as_str()), (404, "NotFound"));
+    assert_eq!(e.message, "pods \"nope\" not found");
+
+    // Replace with a stale resourceVersion is a 409 Conflict; with the current one it lands.
+    let mut stale = got.clone();
+    stale.metadata.resource_version = Some("1".into());
+    let e = api_error(
+        pods.replace("web", &PostParams::default(), &stale)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+    let mut next = got.clone();
+    next.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert("note".into(), "hello".into());
+    let replaced = pods
+        .replace("web", &PostParams::default(), &next)
+        .await
+        .unwrap();
+    assert_eq!(
+        replaced.metadata.annotations.as_ref().unwrap()["note"],
+        "hello"
+    );
+
+    let nodes: Api<Node> = Api::all(c.clone());
+    let mut n = Node::default();
+    n.metadata.name = Some("n1".into());
+    nodes.create(&PostParams::default(), &n).await.unwrap();
+    assert_eq!(
+        nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+
+    let namespaces: Api<Namespace> = Api::all(c.clone());
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some("team".into());
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let names: Vec<String> = namespaces
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    assert!(names.contains(&"team".to_string()) && names.contains(&"default".to_string()));
+
+    let quotas: Api<ResourceQuota> = Api::namespaced(c.clone(), "team");
+    let mut q = ResourceQuota::default();
+    q.metadata.name = Some("q".into());
+    q.spec = Some(ResourceQuotaSpec {
+        hard: Some(BTreeMap::from([(
+            "pods".to_string(),
+            Quantity("10".into()),
+        )])),
+        ..Default::default()
+    });
+    quotas.create(&PostParams::default(), &q).await.unwrap();
+    let limits: Api<LimitRange> = Api::namespaced(c.clone(), "team");
+    let mut l = LimitRange::default();
+    l.metadata.name = Some("l".into());
+    l.spec = Some(LimitRangeSpec {
+        limits: vec![LimitRangeItem {
+            type_: "Container".into(),
+            default: Some(BTreeMap::from([(
+                "cpu".to_string(),
+                Quantity("100m".into()),
+            )])),
+            ..Default::default()
+        }],
+    });
+    limits.create(&PostParams::default(), &l).await.unwrap();
+    assert!(limits.get("l").await.is_ok() && quotas.get("q").await.is_ok());
+
+    // An unbound pod is deleted at once; a second delete is NotFound.
+    pods.delete("web", &DeleteParams::default()).await.unwrap();
+    let e = api_error(pods.get("web").await.unwrap_err());
+    assert_eq!(e.code, 404);
+    nodes.delete("n1", &DeleteParams::default()).await.unwrap();
+}
+
+/// Pages of one list all read at the first page's resourceVersion: an object created between
+/// pages is not in them, and every object present at the start is in exactly one page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pages_at_one_resource_version() {
+    let cluster = Cluster::start(1).await;
+    let c = client(&cluster, 0).await;
+    let pods: Api<Pod> = Api::namespaced(c, "default");
+    for i in 0..25 {
+        pods.create(&PostParams::default(), &pod(&format!("p{i:02}")))
+            .await
+            .unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut params = ListParams::default().limit(10);
+    let mut versions = Vec::new();
+    loop {
+        let page = pods.list(&params).await.unwrap();
+        versions.push(page.metadata.resource_version.clone().unwrap());
+        seen.extend(page.items.into_iter().filter_map(|p| p.metadata.name));
+        if seen.len() == 10 {
+            pods.create(&PostParams::default(), &pod("late"))
+                .await
+                .unwrap();
+        }
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => break,
+        }
+    }
+    assert_eq!(seen.len(), 25, "{seen:?}");
+    assert!(!seen.contains(&"late".to_string()));
+    assert!(versions.windows(2).all(|w| w[0] == w[1]), "{versions:?}");
+    // Label selectors filter server-side.
+    let none = pods
+        .list(&ListParams::default().labels("app=db"))
+        .await
+        .unwrap();
+    assert!(none.items.is_empty());
+}
+
+/// A watch from a resourceVersion sees every later change in order; kube-runtime's watcher
+/// (list, then watch) sees objects appear and go; a watch from a compacted version is answered
+/// with 410 Expired, on which clients relist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_resume_and_expired() {
+    let cluster = Cluster::start(1).await;
+    let c = client(&cluster, 0).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let first = pods
+        .create(&PostParams::default(), &pod("a"))
+        .await
+        .unwrap();
+    let from = first.metadata.resource_version.clone().unwrap();
+    pods.create(&PostParams::default(), &pod("b"))
+        .await
+        .unwrap();
+    pods.delete("a", &DeleteParams::default()).await.unwrap();
+
+    let mut stream = pods
+        .watch(&WatchParams::default().timeout(10), &from)
+        .await
+        .unwrap()
+        .boxed();
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        match stream.try_next().await.unwrap().expect("stream open") {
+            WatchEvent::Added(p) => got.push(format!("ADDED {}", p.metadata.name.unwrap())),
+            WatchEvent::Deleted(p) => got.push(format!("DELETED {}", p.metadata.name.unwrap())),
+            WatchEvent::Bookmark(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(got, ["ADDED b", "DELETED a"]);
+
+    // kube-runtime's watcher: the initial list, then live changes.
+    let mut events = watcher(pods.clone(), watcher::Config::default()).boxed();
+    let added = tokio::spawn({
+        let pods = pods.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            pods.create(&PostParams::default(), &pod("c"))
+                .await
+                .unwrap();
+        }
+    });
+    let mut saw_init_b = false;
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(20), events.try_next())
+            .await
+            .expect("watcher event in time")
+            .unwrap()
+            .unwrap();
+        match e {
+            watcher::Event::InitApply(p) if p.metadata.name.as_deref() == Some("b") => {
+                saw_init_b = true
+            }
+            watcher::Event::Apply(p) if p.metadata.name.as_deref() == Some("c") => break,
+            _ => {}
+        }
+    }
+    assert!(saw_init_b);
+    added.await.unwrap();
+
+    // Compact past `from`: a watch from there is 410 Expired.
+    let mut etcd = cluster.client(0).await;
+    let rev = etcd.status().await.unwrap().header().unwrap().revision();
+    etcd.compact(rev, None).await.unwrap();
+    let mut stream = pods
+        .watch(&WatchParams::default().timeout(10), &from)
+        .await
+        .unwrap()
+        .boxed();
+    match stream.try_next().await.unwrap() {
+        Some(WatchEvent::Error(e)) => assert_eq!((e.code, e.reason.as_str()), (410, "Expired")),
+        other => panic!("expected 410 Expired, got {other:?}"),
+    }
+}
+
+/// JSON merge patch, JSON patch and strategic merge patch each change what they say and keep
+/// the rest; dry run writes nothing; Strict field validation names the unknown field, Warn
+/// drops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patches_dry_run_and_field_validation() {
+    let cluster = Cluster::start(1).await;
+    let c = client(&cluster, 0).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    pods.create(&PostParams::default(), &pod("web"))
+        .await
+        .unwrap();
+
+    let pp = PatchParams::default();
+    let p = pods
+        .patch(
+            "web",
+            &pp,
+            &Patch::Merge(json!({"metadata": {"labels": {"tier": "front"}}})),
+        )
+        .await
+        .unwrap();
+    let labels = p.metadata.labels.clone().unwrap();
+    assert_eq!(
+        (labels["app"].as_str(), labels["tier"].as_str()),
+        ("web", "front")
+    );
+
+    let p = pods
+        .patch(
+            "web",
+            &pp,
+            &Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "test", "path": "/metadata/labels/tier", "value": "front"},
+                    {"op": "remove", "path": "/metadata/labels/tier"}
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert!(!p.metadata.labels.unwrap().contains_key("tier"));
+
+    // Strategic merge: containers merge by name, so the image changes and the mounts stay.
+    let p = pods
+        .patch(
+            "web",
+            &pp,
+            &Patch::Strategic(
+                json!({"spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let c0 = &p.spec.unwrap().containers[0];
+    assert_eq!(c0.image.as_deref(), Some("busybox:1.36"));
+    assert_eq!(c0.volume_mounts.as_ref().unwrap().len(), 1);
+
+    // A failed JSON patch test is refused and changes nothing.
+    let before = pods.get("web").await.unwrap().metadata.resource_version;
+    let failing = Patch::Json::<()>(
+        serde_json::from_value(json!([
+            {"op": "test", "path": "/metadata/name", "value": "other"}
+        ]))
+        .unwrap(),
+    );
+    let e = api_error(pods.patch("web", &pp, &failing).await.unwrap_err());
+    assert_eq!(e.code, 400);
+    assert_eq!(
+        pods.get("web").await.unwrap().metadata.resource_version,
+        before
+    );
+
+    // Dry run: answered as if created, nothing stored.
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    pods.create(&dry, &pod("ghost")).await.unwrap();
+    assert_eq!(api_error(pods.get("ghost").await.unwrap_err()).code, 404);
+
+    // Field validation: Strict names the misspelt field and writes nothing; Warn drops it
+    // and says so in a Warning header; a patch under Strict is checked the same way.
+    let typo = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "typo"},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "comand": ["sh"]}]}
+    });
+    let create = |mode: &str| {
+        http::Request::builder()
+            .method("POST")
+            .uri(format!(
+                "/api/v1/namespaces/default/pods?fieldValidation={mode}"
+            ))
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&typo).unwrap())
+            .unwrap()
+    };
+    let e = api_error(c.request::<Pod>(create("Strict")).await.unwrap_err());
+    assert_eq!(e.code, 400);
+    assert!(
+        e.message
+            .contains("unknown field \"spec.containers[0].comand\""),
+        "{}",
+        e.message
+    );
+    assert_eq!(api_error(pods.get("typo").await.unwrap_err()).code, 404);
+    let created: DynamicObject = c.request(create("Warn")).await.unwrap();
+    assert!(
+        created.data["spec"]["containers"][0]
+            .get("comand")
+            .is_none()
+    );
+    let strict = PatchParams::default().validation_strict();
+    let e = api_error(
+        pods.patch("web", &strict, &Patch::Merge(json!({"spec": {"bogus": 1}})))
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        e.message.contains("unknown field \"spec.bogus\""),
+        "{}",
+        e.message
+    );
+}
+
+/// What a client library cannot send by mistake, sent on purpose: malformed JSON, a wrong
+/// content type, a body over 3 MiB, an unknown resource. Each is a clear 4xx and nothing is
+/// written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_are_refused_and_write_nothing() {
+    let cluster = Cluster::start(1).await;
+    let c = client(&cluster, 0).await;
+    let base = "/api/v1/namespaces/default/pods";
+    let send = |method: &str, path: &str, ct: &str, body: Vec<u8>| {
+        http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", ct)
+            .body(body)
+            .unwrap()
+    };
+    let cases: Vec<(http::Request<Vec<u8>>, u16)> = vec![
+        (send("POST", base, "application/json", b"{\"metadata\":".to_vec()), 400),
+        (send("POST", base, "application/json", b"[1,2]".to_vec()), 400),
+        (send("POST", base, "text/plain", b"{}".to_vec()), 415),
+        (
+            send("POST", base, "application/json", vec![b' '; 4 * 1024 * 1024]),
+            413,
+        ),
+        (
+            send(
+                "POST",
+                base,
+                "application/json",
+                br#"{"metadata":{"name":"x"},"spec":{"containers":[{"name":"c","image":"i"}],"priority":"high"}}"#.to_vec(),
+            ),
+            400,
+        ),
+        (
+            send(
+                "POST",
+                base,
+                "application/json",
+                br#"{"metadata":{"name":"Bad_Name"},"spec":{"containers":[{"name":"c","image":"i"}]}}"#.to_vec(),
+            ),
+            422,
+        ),
+        (send("GET", "/api/v1/widgets", "application/json", vec![]), 404),
+        (send("PUT", base, "application/json", b"{}".to_vec()), 405),
+    ];
+    for (req, code) in cases {
+        let what = format!("{} {}", req.method(), req.uri());
+        let e = match c.request_text(req).await {
+            Err(kube::Error::Api(e)) => e,
+            other => panic!("{what}: expected {code}, got {other:?}"),
+        };
+        assert_eq!(e.code, code, "{what}: {}", e.message);
+        assert!(!e.message.is_empty(), "{what}");
+    }
+    let pods: Api<Pod> = Api::namespaced(c, "default");
+    eventually(Duration::from_secs(5), "an empty namespace", || {
+        let pods = pods.clone();
+        async move {
+            pods.list(&ListParams::default())
+                .await
+                .ok()
+                .filter(|l| l.items.is_empty())
+        }
+    })
+    .await;
+}

@@ -1,0 +1,726 @@
+//! The verbs on resources: get, list, create, update, patch, delete, deletecollection, and the
+//! pods/binding and pods/eviction subresources. Each decodes its request with kube-apiserver's
+//! rules and calls the cluster API's one implementation of the operation.
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+use rand::Rng;
+use serde_json::{Value, json};
+use skiff_proto::api::{FieldValidation, Kind, Object};
+use skiff_proto::cluster::v1 as pb;
+
+use super::patch::{self, PatchType};
+use super::request::{Accept, Params, Target, content_type, object_body};
+use super::status::{ApiError, Reason};
+use super::table::{self, IncludeObject};
+use crate::cluster::watch::Filter;
+use crate::cluster::{ClusterApi, ClusterError, decode_request, not_found};
+
+/// Attempts at a patch or a generated name that lost a race with another writer.
+const ATTEMPTS: usize = 8;
+
+/// The characters kube-apiserver appends to `generateName` (no vowels, no look-alikes).
+const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// An object as served: its JSON with `apiVersion` and `kind`.
+pub fn served(object: &Object) -> Value {
+    let mut o = object.clone();
+    o.set_type_meta();
+    o.to_json_value()
+}
+
+/// A JSON response with `code`, and kube-apiserver's `Warning` headers.
+pub fn json_response(code: StatusCode, body: &Value, warnings: &[String]) -> Response {
+    let bytes = serde_json::to_vec(body).expect("invariant: JSON values always encode");
+    let mut response = (
+        code,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        bytes,
+    )
+        .into_response();
+    for w in warnings {
+        // RFC 7234 warn-code 299 "miscellaneous persistent warning", as kube-apiserver sends.
+        let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, v);
+        }
+    }
+    response
+}
+
+/// One object in the representation the client accepts.
+fn object_response(
+    kind: Kind,
+    object: &Object,
+    accept: Accept,
+    params: &Params,
+    code: StatusCode,
+    warnings: &[String],
+) -> Result<Response, ApiError> {
+    let value = served(object);
+    let body = match accept {
+        Accept::Json => value,
+        Accept::Metadata => partial_metadata(&value),
+        Accept::Table => {
+            let rv = object.metadata().resource_version.clone();
+            table::table(
+                kind,
+                &[value],
+                json!({ "resourceVersion": rv }),
+                include_object(params)?,
+                true,
+                Utc::now(),
+            )
+        }
+    };
+    Ok(json_response(code, &body, warnings))
+}
+
+fn partial_metadata(object: &Value) -> Value {
+    json!({
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadata",
+        "metadata": object.get("metadata").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+pub fn include_object(params: &Params) -> Result<IncludeObject, ApiError> {
+    if params.include_object.is_empty() {
+        return Ok(IncludeObject::Metadata);
+    }
+    IncludeObject::parse(&params.include_object).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "includeObject: unsupported value {:?}: supported values: \"None\", \"Metadata\", \"Object\"",
+            params.include_object
+        ))
+    })
+}
+
+/// The selectors of a list, watch or deletecollection.
+pub fn filter(kind: Kind, params: &Params) -> Result<Filter, ApiError> {
+    let selectors = pb::Selectors {
+        label_selector: params.label_selector.clone(),
+        field_selector: params.field_selector.clone(),
+    };
+    Ok(Filter::parse(kind, Some(&selectors))?)
+}
+
+fn no_subresource(target: &Target, verb: &str) -> Result<(), ApiError> {
+    match &target.subresource {
+        None => Ok(()),
+        Some(sub) => Err(ApiError::new(
+            Reason::MethodNotAllowed,
+            format!(
+                "the server does not allow this method on the requested resource ({verb} {}/{sub})",
+                target.kind.plural()
+            ),
+        )),
+    }
+}
+
+/// Whether an update or patch writes the status (`/status`) or the rest of the object.
+fn status_write(target: &Target) -> Result<bool, ApiError> {
+    match target.subresource.as_deref() {
+        None => Ok(false),
+        Some("status")
+            if matches!(
+                target.kind,
+                Kind::Pod | Kind::Node | Kind::Namespace | Kind::ResourceQuota
+            ) =>
+        {
+            Ok(true)
+        }
+        Some(sub) => Err(ApiError::new(
+            Reason::NotFound,
+            format!(
+                "the server could not find the requested resource ({}/{sub})",
+                target.kind.plural()
+            ),
+        )),
+    }
+}
+
+/// GET of one object (or its status).
+pub async fn get(
+    api: &ClusterApi,
+    target: &Target,
+    params: &Params,
+    accept: Accept,
+) -> Result<Response, ApiError> {
+    status_write(target)?;
+    api.barrier(params.resource_version == "0").await?;
+    let (_, found) = api.get_local(target.kind, &target.namespace, &target.name)?;
+    let found = found.ok_or_else(|| not_found(target.kind, &target.name))?;
+    object_response(
+        target.kind,
+        &found.object,
+        accept,
+        params,
+        StatusCode::OK,
+        &[],
+    )
+}
+
+/// GET of a collection: one page, as a `<Kind>List`, a Table, or metadata only.
+pub async fn list(
+    api: &ClusterApi,
+    target: &Target,
+    params: &Params,
+    accept: Accept,
+) -> Result<Response, ApiError> {
+    no_subresource(target, "list")?;
+    let filter = filter(target.kind, params)?;
+    let page = api
+        .list(
+            target.kind,
+            &target.namespace,
+            &filter,
+            params.limit,
+            &params.continue_token,
+            params.read_at()?,
+        )
+        .await?;
+    let mut list_meta = json!({ "resourceVersion": page.revision.to_string() });
+    if !page.continue_token.is_empty() {
+        list_meta["continue"] = json!(page.continue_token);
+    }
+    let items: Vec<Value> = page.items.iter().map(|s| served(&s.object)).collect();
+    let body = match accept {
+        Accept::Json => json!({
+            "apiVersion": "v1",
+            "kind": format!("{}List", target.kind.name()),
+            "metadata": list_meta,
+            "items": items,
+        }),
+        Accept::Metadata => json!({
+            "apiVersion": "meta.k8s.io/v1",
+            "kind": "PartialObjectMetadataList",
+            "metadata": list_meta,
+            "items": items.iter().map(partial_metadata).collect::<Vec<_>>(),
+        }),
+        Accept::Table => table::table(
+            target.kind,
+            &items,
+            list_meta,
+            include_object(params)?,
+            true,
+            Utc::now(),
+        ),
+    };
+    Ok(json_response(StatusCode::OK, &body, &[]))
+}
+
+/// Checks the type, name and namespace of a body against the path, filling in what the body
+/// leaves out, as kube-apiserver does.
+fn match_path(target: &Target, body: &mut Value, kind: Kind) -> Result<(), ApiError> {
+    let api_version = body.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    if !api_version.is_empty() && api_version != kind.api_version() {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({api_version}) does not match the expected API version ({})",
+            kind.api_version()
+        )));
+    }
+    let body_kind = body.get("kind").and_then(Value::as_str).unwrap_or("");
+    if !body_kind.is_empty() && body_kind != kind.name() {
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({body_kind}) does not match the expected kind ({})",
+            kind.name()
+        )));
+    }
+    body["apiVersion"] = json!(kind.api_version());
+    body["kind"] = json!(kind.name());
+    if !body.get("metadata").is_some_and(Value::is_object) {
+        body["metadata"] = json!({});
+    }
+    let meta = &mut body["metadata"];
+    if kind.is_namespaced() {
+        let ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
+        if ns.is_empty() {
+            meta["namespace"] = json!(target.namespace);
+        } else if ns != target.namespace {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+    }
+    if !target.name.is_empty() {
+        let name = meta.get("name").and_then(Value::as_str).unwrap_or("");
+        if name.is_empty() {
+            meta["name"] = json!(target.name);
+        } else if name != target.name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({name}) does not match the name on the URL ({})",
+                target.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn encode(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).expect("invariant: JSON values always encode")
+}
+
+/// kube-apiserver's default when a request names no `fieldValidation`.
+fn validation(params: &Params) -> FieldValidation {
+    params.field_validation.unwrap_or_default()
+}
+
+/// POST to a collection: create (with `generateName`), or a Binding through `bindings`.
+pub async fn create(
+    api: &ClusterApi,
+    target: &Target,
+    params: &Params,
+    accept: Accept,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    no_subresource(target, "create")?;
+    if target.kind == Kind::Binding {
+        return bind(api, target, headers, body).await;
+    }
+    if target.kind.is_namespaced() && target.namespace.is_empty() {
+        return Err(ApiError::new(
+            Reason::MethodNotAllowed,
+            format!(
+                "{} are created in a namespace: POST /api/v1/namespaces/<namespace>/{}",
+                target.kind.plural(),
+                target.kind.plural()
+            ),
+        ));
+    }
+    let mut value = object_body(headers, body)?;
+    match_path(target, &mut value, target.kind)?;
+    let generate = value["metadata"]
+        .get("generateName")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let named = value["metadata"]
+        .get("name")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    for _ in 0..ATTEMPTS {
+        if !named && !generate.is_empty() {
+            let mut rng = rand::rng();
+            let suffix: String = (0..5)
+                .map(|_| NAME_ALPHABET[rng.random_range(0..NAME_ALPHABET.len())] as char)
+                .collect();
+            value["metadata"]["name"] = json!(format!("{generate}{suffix}"));
+        }
+        let (object, warnings) = decode_request(target.kind, &encode(&value), validation(params))?;
+        match api.create(object, params.dry_run).await {
+            Ok((_, created)) => {
+                return object_response(
+                    target.kind,
+                    &created,
+                    accept,
+                    params,
+                    StatusCode::CREATED,
+                    &warnings,
+                );
+            }
+            Err(ClusterError::AlreadyExists { .. }) if !named && !generate.is_empty() => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::new(
+        Reason::AlreadyExists,
+        format!("no free name found for generateName {generate:?}"),
+    ))
+}
+
+/// PUT of an object or its status. A `resourceVersion` in the body makes it compare-and-swap.
+pub async fn update(
+    api: &ClusterApi,
+    target: &Target,
+    params: &Params,
+    accept: Accept,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let status = status_write(target)?;
+    let mut value = object_body(headers, body)?;
+    match_path(target, &mut value, target.kind)?;
+    let (object, warnings) = decode_request(target.kind, &encode(&value), validation(params))?;
+    let (_, updated) = api.update(object, status, params.dry_run).await?;
+    object_response(
+        target.kind,
+        &updated,
+        accept,
+        params,
+        StatusCode::OK,
+        &warnings,
+    )
+}
+
+/// PATCH of an object or its status: the patch is applied to the stored object and the result
+/// written with compare-and-swap against the version patched, again on a lost race unless the
+/// patch itself pins a `resourceVersion`.
+pub async fn patch(
+    api: &ClusterApi,
+    target: &Target,
+    params: &Params,
+    accept: Accept,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let status = status_write(target)?;
+    let ct = content_type(headers);
+    let patch_type = PatchType::from_content_type(&ct).ok_or_else(|| {
+        ApiError::new(
+            Reason::UnsupportedMediaType,
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: \
+                 application/json-patch+json, application/merge-patch+json, \
+                 application/strategic-merge-patch+json (got {ct:?})"
+            ),
+        )
+    })?;
+    if patch_type == PatchType::Apply {
+        return Err(ApiError::new(
+            Reason::UnsupportedMediaType,
+            "server-side apply (application/apply-patch+yaml) is not served yet: use client-side \
+             `kubectl apply` (the default)",
+        ));
+    }
+    for _ in 0..ATTEMPTS {
+        api.barrier(false).await?;
+        let (_, current) = api.get_local(target.kind, &target.namespace, &target.name)?;
+        let current = current.ok_or_else(|| not_found(target.kind, &target.name))?;
+        let original = served(&current.object);
+        let mut patched = patch::apply(target.kind, patch_type, &original, body)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        if !patched.is_object() {
+            return Err(ApiError::bad_request(
+                "the patched object is not a JSON object",
+            ));
+        }
+        match_path(target, &mut patched, target.kind)?;
+        let pinned_by_patch = patched["metadata"]
+            .get("resourceVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|rv| rv != current.mod_revision.to_string());
+        if !pinned_by_patch {
+            patched["metadata"]["resourceVersion"] = json!(current.mod_revision.to_string());
+        }
+        let (object, warnings) =
+            decode_request(target.kind, &encode(&patched), validation(params))?;
+        match api.update(object, status, params.dry_run).await {
+            Ok((_, updated)) => {
+                return object_response(
+                    target.kind,
+                    &updated,
+                    accept,
+                    params,
+                    StatusCode::OK,
+                    &warnings,
+                );
+            }
+            Err(ClusterError::Conflict { .. }) if !pinned_by_patch => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ClusterError::Contended {
+        kind: target.kind,
+        name: target.name.clone(),
+    }
+    .into())
+}
+
+/// `DeleteOptions`, from the body (kubectl sends one) or the query.
+#[derive(Debug, Default)]
+struct DeleteOptions {
+    grace: Option<i64>,
+    resource_version: i64,
+    uid: String,
+    dry_run: bool,
+}
+
+fn delete_options(params: &Params, body: &[u8]) -> Result<DeleteOptions, ApiError> {
+    let mut o = DeleteOptions {
+        grace: params.grace_period_seconds,
+        dry_run: params.dry_run,
+        ..DeleteOptions::default()
+    };
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(o);
+    }
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("DeleteOptions: not valid JSON: {e}")))?;
+    if let Some(g) = v.get("gracePeriodSeconds").and_then(Value::as_i64) {
+        o.grace = Some(g);
+    }
+    if let Some(p) = v.get("preconditions") {
+        if let Some(rv) = p.get("resourceVersion").and_then(Value::as_str) {
+            o.resource_version = rv.parse().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "preconditions.resourceVersion: invalid value {rv:?}"
+                ))
+            })?;
+        }
+        if let Some(uid) = p.get("uid").and_then(Value::as_str) {
+            o.uid = uid.to_string();
+        }
+    }
+    if let Some(d) = v.get("dryRun").and_then(Value::as_array) {
+        o.dry_run |= d.iter().any(|x| x == "All");
+    }
+    if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str)
+        && !matches!(p, "Orphan" | "Background" | "Foreground")
+    {
+        return Err(ApiError::bad_request(format!(
+            "propagationPolicy: Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+        )));
+    }
+    Ok(o)
+}
+
+async fn delete_one(
+    api: &ClusterApi,
+    kind: Kind,
+    namespace: &str,
+    name: &str,
+    options: &DeleteOptions,
+) -> Result<Object, ApiError> {
+    if options.grace.is_some_and(|g| g < 0) {
+        return Err(ClusterError::NegativeGrace.into());
+    }
+    if !options.uid.is_empty() || options.dry_run {
+        api.barrier(false).await?;
+        let (_, current) = api.get_local(kind, namespace, name)?;
+        let current = current.ok_or_else(|| not_found(kind, name))?;
+        let uid = &current.object.metadata().uid;
+        if !options.uid.is_empty() && *uid != options.uid {
+            return Err(ApiError::new(
+                Reason::Conflict,
+                format!(
+                    "Precondition failed: UID in precondition: {}, UID in object meta: {uid}",
+                    options.uid
+                ),
+            ));
+        }
+        if options.dry_run {
+            return Ok(current.object);
+        }
+    }
+    let (_, deleted) = api
+        .delete(
+            kind,
+            namespace,
+            name,
+            options.resource_version,
+            options.grace,
+        )
+        .await?;
+    Ok(deleted)
+}
+
+/// DELETE of one object: graceful for a bound pod, at once otherwise.
+pub async fn delete(
+    api: &ClusterApi,
+    target: &Target,
+    params: &Params,
+    accept: Accept,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    no_subresource(target, "delete")?;
+    let options = delete_options(params, body)?;
+    let deleted = delete_one(api, target.kind, &target.namespace, &target.name, &options).await?;
+    object_response(target.kind, &deleted, accept, params, StatusCode::OK, &[])
+}
+
+/// DELETE of a collection: every object the selectors match, answered with the list of what
+/// was deleted (or began a graceful deletion).
+pub async fn delete_collection(
+    api: &ClusterApi,
+    target: &Target,
+    params: &Params,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    no_subresource(target, "deletecollection")?;
+    let options = delete_options(params, body)?;
+    let filter = filter(target.kind, params)?;
+    let mut deleted = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = api
+            .list(
+                target.kind,
+                &target.namespace,
+                &filter,
+                0,
+                &token,
+                crate::cluster::list::ReadAt::Latest,
+            )
+            .await?;
+        for s in &page.items {
+            let m = s.object.metadata();
+            match delete_one(api, target.kind, &m.namespace, &m.name, &options).await {
+                Ok(o) => deleted.push(served(&o)),
+                // Deleted by someone else in between: the collection is still emptied.
+                Err(e) if e.reason == Reason::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if page.continue_token.is_empty() {
+            break;
+        }
+        token = page.continue_token;
+    }
+    let body = json!({
+        "apiVersion": "v1",
+        "kind": format!("{}List", target.kind.name()),
+        "metadata": {},
+        "items": deleted,
+    });
+    Ok(json_response(StatusCode::OK, &body, &[]))
+}
+
+/// A Binding (POST `pods/<name>/binding`, or `bindings` with the pod's name): binds the pod
+/// through the same batch Bind the scheduler uses.
+pub async fn bind(
+    api: &ClusterApi,
+    target: &Target,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let mut value = object_body(headers, body)?;
+    let binding_target = Target {
+        kind: Kind::Binding,
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+        subresource: None,
+    };
+    match_path(&binding_target, &mut value, Kind::Binding)?;
+    let name = value["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let node = value
+        .get("target")
+        .and_then(|t| t.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if name.is_empty() {
+        return Err(ApiError::bad_request("metadata.name: Required value"));
+    }
+    if node.is_empty() {
+        return Err(ApiError::bad_request("target.name: Required value"));
+    }
+    // A Binding that names the pod's UID binds only that incarnation of the pod: pinned to the
+    // version whose UID was checked.
+    let uid = value["metadata"]
+        .get("uid")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let mut pod_resource_version = 0;
+    if !uid.is_empty() {
+        api.barrier(false).await?;
+        let (_, pod) = api.get_local(Kind::Pod, &target.namespace, &name)?;
+        let pod = pod.ok_or_else(|| not_found(Kind::Pod, &name))?;
+        if pod.object.metadata().uid != uid {
+            return Err(ApiError::new(
+                Reason::Conflict,
+                format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    pod.object.metadata().uid
+                ),
+            ));
+        }
+        pod_resource_version = pod.mod_revision;
+    }
+    let (_, results) = api
+        .bind(
+            &[pb::Binding {
+                namespace: target.namespace.clone(),
+                pod: name.clone(),
+                node,
+                pod_resource_version,
+            }],
+            None,
+        )
+        .await?;
+    let result = results.into_iter().next().unwrap_or_default();
+    use pb::bind_result::Outcome;
+    let reason = match Outcome::try_from(result.outcome) {
+        Ok(Outcome::Bound) => {
+            let status = json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201
+            });
+            return Ok(json_response(StatusCode::CREATED, &status, &[]));
+        }
+        Ok(Outcome::PodNotFound | Outcome::NodeNotFound) => Reason::NotFound,
+        Ok(Outcome::Invalid) => Reason::Invalid,
+        _ => Reason::Conflict,
+    };
+    Err(ApiError::new(reason, result.message))
+}
+
+/// POST `pods/<name>/eviction`: a delete that a PodDisruptionBudget could refuse (Skiff has
+/// none yet, so every eviction is allowed), with the Eviction's DeleteOptions.
+pub async fn evict(
+    api: &ClusterApi,
+    target: &Target,
+    params: &Params,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let value = object_body(headers, body)?;
+    let options_json = value.get("deleteOptions").map(encode).unwrap_or_default();
+    let options = delete_options(params, &options_json)?;
+    delete_one(api, Kind::Pod, &target.namespace, &target.name, &options).await?;
+    let status = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201
+    });
+    Ok(json_response(StatusCode::CREATED, &status, &[]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A body's type, namespace and name must agree with the path; what it leaves out is
+    /// filled in from the path.
+    #[test]
+    fn body_against_path() {
+        let t = Target {
+            kind: Kind::Pod,
+            namespace: "a".into(),
+            name: String::new(),
+            subresource: None,
+        };
+        let mut v = json!({"metadata": {"name": "web"}});
+        match_path(&t, &mut v, Kind::Pod).unwrap();
+        assert_eq!(v["metadata"]["namespace"], "a");
+        assert_eq!(v["kind"], "Pod");
+        let mut v = json!({"metadata": {"name": "web", "namespace": "b"}});
+        assert!(match_path(&t, &mut v, Kind::Pod).is_err());
+        let mut v = json!({"kind": "Node", "metadata": {"name": "web"}});
+        assert!(match_path(&t, &mut v, Kind::Pod).is_err());
+        let mut v = json!({"apiVersion": "apps/v1", "metadata": {"name": "web"}});
+        assert!(match_path(&t, &mut v, Kind::Pod).is_err());
+    }
+
+    #[test]
+    fn delete_options_from_body_and_query() {
+        let p = Params {
+            grace_period_seconds: Some(5),
+            ..Params::default()
+        };
+        let o = delete_options(&p, b"").unwrap();
+        assert_eq!(o.grace, Some(5));
+        let o = delete_options(
+            &p,
+            br#"{"kind":"DeleteOptions","apiVersion":"v1","gracePeriodSeconds":0,"preconditions":{"resourceVersion":"7","uid":"u"},"propagationPolicy":"Background"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (o.grace, o.resource_version, o.uid.as_str()),
+            (Some(0), 7, "u")
+        );
+        assert!(delete_options(&p, br#"{"propagationPolicy":"Sideways"}"#).is_err());
+    }
+}
