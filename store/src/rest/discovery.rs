@@ -1,1 +1,722 @@
-//! See the module table in [`super`].
+//! What the REST API serves, and the discovery documents that tell clients so.
+//!
+//! [`resources`] is the single source of truth: the router, the OpenAPI documents
+//! ([`super::openapi`]) and the discovery documents below are all derived from it, so a
+//! resource, verb or subresource exists for clients exactly when it is listed here.
+//!
+//! Clients learn the API in one of two ways:
+//!
+//! ```text
+//!  unaggregated (kube-rs, client-go with legacy discovery)
+//!    GET /api     → APIVersions        ["v1"]
+//!    GET /apis    → APIGroupList       one entry per non-core group
+//!    GET /api/v1  → APIResourceList    resources, then "pods/status"-style subresources
+//!
+//!  aggregated (kubectl ≥ 1.30; Accept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList)
+//!    GET /api     → APIGroupDiscoveryList   the core group with every resource
+//!    GET /apis    → APIGroupDiscoveryList   every other group with every resource
+//! ```
+//!
+//! The aggregated answer must carry [`AGGREGATED_V2`] as its `Content-Type`: client-go decides
+//! which document it received from that header alone (`ContentTypeIsGVK`), and reads any other
+//! body as the unaggregated document.
+//!
+//! Every served kind names its group and version through [`Kind::api_version`] (`v1`,
+//! `apps/v1`), so adding a group is adding its kinds to [`resources`]; the group lists, the
+//! per-group documents and the OpenAPI documents follow.
+
+use serde_json::{Map, Value, json};
+use skiff_proto::api::Kind;
+
+/// The verbs of the Kubernetes API, as discovery spells them.
+pub mod verb {
+    pub const CREATE: &str = "create";
+    pub const DELETE: &str = "delete";
+    pub const DELETE_COLLECTION: &str = "deletecollection";
+    pub const GET: &str = "get";
+    pub const LIST: &str = "list";
+    pub const PATCH: &str = "patch";
+    pub const UPDATE: &str = "update";
+    pub const WATCH: &str = "watch";
+}
+
+use verb::{CREATE, DELETE, DELETE_COLLECTION, GET, LIST, PATCH, UPDATE, WATCH};
+
+/// The media type of aggregated discovery (`apidiscovery.k8s.io/v2`): what kubectl puts first in
+/// its `Accept` for `/api` and `/apis`, and the `Content-Type` an aggregated answer must carry.
+pub const AGGREGATED_V2: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// A subresource of a served resource: `pods/status`, `pods/binding`.
+#[derive(Debug)]
+pub struct Subresource {
+    /// The path segment after the object's name (`status`).
+    pub name: &'static str,
+    /// The kind a request to it sends or returns (`Pod` for status, `Binding`, `Eviction`).
+    pub kind: &'static str,
+    /// The group/version of `kind` when it is not the parent's (`policy/v1` for `Eviction`);
+    /// client-go's `kubectl drain` finds the eviction API by these.
+    pub api_version: Option<&'static str>,
+    pub verbs: &'static [&'static str],
+}
+
+/// A served resource: a kind's collection and its objects.
+#[derive(Debug)]
+pub struct Resource {
+    pub kind: Kind,
+    pub verbs: &'static [&'static str],
+    pub subresources: &'static [Subresource],
+    /// Groupings such as `all` (what `kubectl get all` lists).
+    pub categories: &'static [&'static str],
+}
+
+/// An API group and version: `("", "v1")` is the core group, served under `/api/v1`; any
+/// other group is served under `/apis/<group>/<version>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupVersion {
+    pub group: &'static str,
+    pub version: &'static str,
+}
+
+impl GroupVersion {
+    pub const CORE_V1: GroupVersion = GroupVersion {
+        group: "",
+        version: "v1",
+    };
+
+    /// Splits an `apiVersion` (`v1`, `apps/v1`).
+    pub fn parse(api_version: &'static str) -> GroupVersion {
+        match api_version.split_once('/') {
+            Some((group, version)) => GroupVersion { group, version },
+            None => GroupVersion {
+                group: "",
+                version: api_version,
+            },
+        }
+    }
+
+    /// The group and version `kind` is served under.
+    pub fn of(kind: Kind) -> GroupVersion {
+        GroupVersion::parse(kind.api_version())
+    }
+
+    /// The `apiVersion` of objects in this group version (`v1`, `apps/v1`).
+    pub fn api_version(self) -> String {
+        if self.group.is_empty() {
+            self.version.to_owned()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The URL path of the group version without its leading slash (`api/v1`,
+    /// `apis/apps/v1`): the key of the OpenAPI v3 index and of kubectl's explain.
+    pub fn path(self) -> String {
+        if self.group.is_empty() {
+            format!("api/{}", self.version)
+        } else {
+            format!("apis/{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The `{group, version, kind}` object discovery and OpenAPI use to name a kind.
+    pub fn kind_json(self, kind: &str) -> Value {
+        json!({"group": self.group, "kind": kind, "version": self.version})
+    }
+}
+
+impl Resource {
+    /// The resource name: the path segment (`pods`).
+    pub fn plural(&self) -> &'static str {
+        self.kind.plural()
+    }
+
+    pub fn group_version(&self) -> GroupVersion {
+        GroupVersion::of(self.kind)
+    }
+
+    /// Whether the collection or its objects answer `verb`.
+    pub fn allows(&self, verb: &str) -> bool {
+        self.verbs.contains(&verb)
+    }
+
+    /// The subresource called `name` (`status`), if served.
+    pub fn subresource(&self, name: &str) -> Option<&'static Subresource> {
+        self.subresources.iter().find(|s| s.name == name)
+    }
+}
+
+impl Subresource {
+    /// The group and version of the subresource's kind, given its parent's.
+    pub fn group_version(&self, parent: GroupVersion) -> GroupVersion {
+        self.api_version.map_or(parent, GroupVersion::parse)
+    }
+
+    /// Whether the subresource answers `verb`.
+    pub fn allows(&self, verb: &str) -> bool {
+        self.verbs.contains(&verb)
+    }
+}
+
+const READ_WRITE: &[&str] = &[
+    CREATE,
+    DELETE,
+    DELETE_COLLECTION,
+    GET,
+    LIST,
+    PATCH,
+    UPDATE,
+    WATCH,
+];
+/// Namespaces are deleted one at a time (each deletion drains the namespace's contents), so
+/// Kubernetes serves no `deletecollection` for them.
+const NAMESPACE_VERBS: &[&str] = &[CREATE, DELETE, GET, LIST, PATCH, UPDATE, WATCH];
+const STATUS_VERBS: &[&str] = &[GET, PATCH, UPDATE];
+
+static RESOURCES: [Resource; 7] = [
+    Resource {
+        kind: Kind::Pod,
+        verbs: READ_WRITE,
+        subresources: &[
+            Subresource {
+                name: "binding",
+                kind: "Binding",
+                api_version: None,
+                verbs: &[CREATE],
+            },
+            Subresource {
+                name: "eviction",
+                kind: "Eviction",
+                api_version: Some("policy/v1"),
+                verbs: &[CREATE],
+            },
+            Subresource {
+                name: "log",
+                kind: "Pod",
+                api_version: None,
+                verbs: &[GET],
+            },
+            Subresource {
+                name: "status",
+                kind: "Pod",
+                api_version: None,
+                verbs: STATUS_VERBS,
+            },
+        ],
+        categories: &["all"],
+    },
+    Resource {
+        kind: Kind::Node,
+        verbs: READ_WRITE,
+        subresources: &[Subresource {
+            name: "status",
+            kind: "Node",
+            api_version: None,
+            verbs: STATUS_VERBS,
+        }],
+        categories: &[],
+    },
+    Resource {
+        kind: Kind::Namespace,
+        verbs: NAMESPACE_VERBS,
+        subresources: &[Subresource {
+            name: "status",
+            kind: "Namespace",
+            api_version: None,
+            verbs: STATUS_VERBS,
+        }],
+        categories: &[],
+    },
+    Resource {
+        kind: Kind::Event,
+        verbs: READ_WRITE,
+        subresources: &[],
+        categories: &[],
+    },
+    Resource {
+        kind: Kind::ResourceQuota,
+        verbs: READ_WRITE,
+        subresources: &[],
+        categories: &[],
+    },
+    Resource {
+        kind: Kind::LimitRange,
+        verbs: READ_WRITE,
+        subresources: &[],
+        categories: &[],
+    },
+    // Bindings are only ever created: the scheduler's assignment of a pod to a node.
+    Resource {
+        kind: Kind::Binding,
+        verbs: &[CREATE],
+        subresources: &[],
+        categories: &[],
+    },
+];
+
+/// Every served resource, in discovery order.
+pub fn resources() -> &'static [Resource] {
+    &RESOURCES
+}
+
+/// The served resource of `kind`, if any.
+pub fn resource(kind: Kind) -> Option<&'static Resource> {
+    RESOURCES.iter().find(|r| r.kind == kind)
+}
+
+/// Every served group version, in discovery order (the first resource of each decides).
+pub fn group_versions() -> Vec<GroupVersion> {
+    let mut out: Vec<GroupVersion> = Vec::new();
+    for gv in RESOURCES.iter().map(Resource::group_version) {
+        if !out.contains(&gv) {
+            out.push(gv);
+        }
+    }
+    out
+}
+
+/// `GET /api`: the core group's versions, and the address clients should use.
+pub fn api_versions(server_address: &str) -> Value {
+    let versions: Vec<&str> = group_versions()
+        .into_iter()
+        .filter(|gv| gv.group.is_empty())
+        .map(|gv| gv.version)
+        .collect();
+    json!({
+        "kind": "APIVersions",
+        "versions": versions,
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    })
+}
+
+/// `GET /apis`: every group but the core one, with its versions (the first preferred).
+pub fn api_group_list() -> Value {
+    let mut groups: Vec<(&str, Vec<Value>)> = Vec::new();
+    for gv in group_versions()
+        .into_iter()
+        .filter(|gv| !gv.group.is_empty())
+    {
+        let entry = json!({"groupVersion": gv.api_version(), "version": gv.version});
+        match groups.iter_mut().find(|(name, _)| *name == gv.group) {
+            Some((_, versions)) => versions.push(entry),
+            None => groups.push((gv.group, vec![entry])),
+        }
+    }
+    let groups: Vec<Value> = groups
+        .into_iter()
+        .map(|(name, versions)| {
+            json!({"name": name, "preferredVersion": versions[0].clone(), "versions": versions})
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// `GET /api/v1`: the core group's resources.
+pub fn core_v1_resources() -> Value {
+    resource_list(GroupVersion::CORE_V1)
+}
+
+/// `GET /api/v1` or `GET /apis/<group>/<version>`: the APIResourceList of one group version;
+/// each subresource follows as its own entry (`pods/status`) with an empty singular name, as
+/// Kubernetes lists them.
+pub fn resource_list(gv: GroupVersion) -> Value {
+    let mut entries = Vec::new();
+    for r in RESOURCES.iter().filter(|r| r.group_version() == gv) {
+        let mut entry = Map::new();
+        entry.insert("name".into(), r.plural().into());
+        entry.insert("singularName".into(), r.kind.singular().into());
+        entry.insert("namespaced".into(), r.kind.is_namespaced().into());
+        entry.insert("kind".into(), r.kind.name().into());
+        entry.insert("verbs".into(), json!(r.verbs));
+        if !r.kind.short_names().is_empty() {
+            entry.insert("shortNames".into(), json!(r.kind.short_names()));
+        }
+        if !r.categories.is_empty() {
+            entry.insert("categories".into(), json!(r.categories));
+        }
+        entries.push(Value::Object(entry));
+    }
+    for r in RESOURCES.iter().filter(|r| r.group_version() == gv) {
+        for s in r.subresources {
+            let mut entry = Map::new();
+            entry.insert("name".into(), format!("{}/{}", r.plural(), s.name).into());
+            entry.insert("singularName".into(), "".into());
+            entry.insert("namespaced".into(), r.kind.is_namespaced().into());
+            if s.api_version.is_some() {
+                let sgv = s.group_version(gv);
+                entry.insert("group".into(), sgv.group.into());
+                entry.insert("version".into(), sgv.version.into());
+            }
+            entry.insert("kind".into(), s.kind.into());
+            entry.insert("verbs".into(), json!(s.verbs));
+            entries.push(Value::Object(entry));
+        }
+    }
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": gv.api_version(),
+        "resources": entries,
+    })
+}
+
+/// `GET /api` asked with [`AGGREGATED_V2`]: the core group and all its resources.
+pub fn aggregated_core() -> Value {
+    aggregated(|gv| gv.group.is_empty())
+}
+
+/// `GET /apis` asked with [`AGGREGATED_V2`]: every other group and all its resources.
+pub fn aggregated_groups() -> Value {
+    aggregated(|gv| !gv.group.is_empty())
+}
+
+fn aggregated(include: impl Fn(GroupVersion) -> bool) -> Value {
+    // group name → its versions, in discovery order
+    let mut groups: Vec<(&str, Vec<Value>)> = Vec::new();
+    for gv in group_versions().into_iter().filter(|gv| include(*gv)) {
+        let resources: Vec<Value> = RESOURCES
+            .iter()
+            .filter(|r| r.group_version() == gv)
+            .map(|r| aggregated_resource(r, gv))
+            .collect();
+        let version =
+            json!({"version": gv.version, "resources": resources, "freshness": "Current"});
+        match groups.iter_mut().find(|(name, _)| *name == gv.group) {
+            Some((_, versions)) => versions.push(version),
+            None => groups.push((gv.group, vec![version])),
+        }
+    }
+    let items: Vec<Value> = groups
+        .into_iter()
+        .map(|(name, versions)| {
+            // The core group's name is empty, and an empty name is left out of metadata.
+            let metadata = if name.is_empty() {
+                json!({})
+            } else {
+                json!({"name": name})
+            };
+            json!({"metadata": metadata, "versions": versions})
+        })
+        .collect();
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": items,
+    })
+}
+
+fn aggregated_resource(r: &Resource, gv: GroupVersion) -> Value {
+    let mut entry = Map::new();
+    entry.insert("resource".into(), r.plural().into());
+    entry.insert("responseKind".into(), gv.kind_json(r.kind.name()));
+    let scope = if r.kind.is_namespaced() {
+        "Namespaced"
+    } else {
+        "Cluster"
+    };
+    entry.insert("scope".into(), scope.into());
+    entry.insert("singularResource".into(), r.kind.singular().into());
+    entry.insert("verbs".into(), json!(r.verbs));
+    if !r.kind.short_names().is_empty() {
+        entry.insert("shortNames".into(), json!(r.kind.short_names()));
+    }
+    if !r.categories.is_empty() {
+        entry.insert("categories".into(), json!(r.categories));
+    }
+    if !r.subresources.is_empty() {
+        let subs: Vec<Value> = r
+            .subresources
+            .iter()
+            .map(|s| {
+                json!({
+                    "subresource": s.name,
+                    "responseKind": s.group_version(gv).kind_json(s.kind),
+                    "verbs": s.verbs,
+                })
+            })
+            .collect();
+        entry.insert("subresources".into(), subs.into());
+    }
+    Value::Object(entry)
+}
+
+/// Whether a request with this `Accept` header should get the aggregated document: true when
+/// the first media range the server can answer is [`AGGREGATED_V2`]'s. Ranges are taken in the
+/// order given (clients list their preference first; kubectl sends no quality values), ranges
+/// asking for other representations (`v2beta1`, protobuf, `as=Table`) are skipped, and a plain
+/// JSON or wildcard range chooses the unaggregated document.
+pub fn accepts_aggregated(accept: &str) -> bool {
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or_default().to_ascii_lowercase();
+        let mut g = None;
+        let mut v = None;
+        let mut kind = None;
+        let mut refused = false;
+        for param in parts {
+            let Some((key, value)) = param.split_once('=') else {
+                continue;
+            };
+            let value = value.trim().trim_matches('"');
+            match key.trim() {
+                "g" => g = Some(value),
+                "v" => v = Some(value),
+                "as" => kind = Some(value),
+                "q" => refused = value.parse::<f32>().is_ok_and(|q| q == 0.0),
+                _ => {}
+            }
+        }
+        if refused || !matches!(media.as_str(), "application/json" | "application/*" | "*/*") {
+            continue;
+        }
+        match (g, v, kind) {
+            (Some("apidiscovery.k8s.io"), Some("v2"), Some("APIGroupDiscoveryList")) => {
+                return true;
+            }
+            (None, None, None) => return false,
+            _ => continue,
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn find<'a>(list: &'a Value, name: &str) -> &'a Value {
+        list["resources"]
+            .as_array()
+            .expect("resources")
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+    }
+
+    /// Every kind the cluster API stores is served, each once, and nothing else.
+    #[test]
+    fn every_kind_is_served_once() {
+        for kind in Kind::ALL {
+            assert_eq!(
+                resources().iter().filter(|r| r.kind == kind).count(),
+                1,
+                "{kind}"
+            );
+            assert_eq!(resource(kind).map(|r| r.kind), Some(kind));
+        }
+        assert_eq!(resources().len(), Kind::ALL.len());
+    }
+
+    /// The core resource list has kubectl's names, scopes and verbs, lists subresources as
+    /// `parent/sub` entries, names the eviction kind's group, and leaves out what is not served.
+    #[test]
+    fn core_resource_list() {
+        let list = core_v1_resources();
+        assert_eq!(list["kind"], "APIResourceList");
+        assert_eq!(list["groupVersion"], "v1");
+        let pods = find(&list, "pods");
+        assert_eq!(pods["singularName"], "pod");
+        assert_eq!(pods["namespaced"], true);
+        assert_eq!(pods["kind"], "Pod");
+        assert_eq!(
+            pods["verbs"],
+            json!([
+                "create",
+                "delete",
+                "deletecollection",
+                "get",
+                "list",
+                "patch",
+                "update",
+                "watch"
+            ])
+        );
+        assert_eq!(pods["shortNames"], json!(["po"]));
+        assert_eq!(pods["categories"], json!(["all"]));
+        let nodes = find(&list, "nodes");
+        assert_eq!(nodes["namespaced"], false);
+        assert!(nodes.get("categories").is_none());
+        assert!(
+            !find(&list, "namespaces")["verbs"]
+                .as_array()
+                .expect("verbs")
+                .contains(&json!("deletecollection"))
+        );
+        assert_eq!(find(&list, "bindings")["verbs"], json!(["create"]));
+        assert_eq!(find(&list, "events")["shortNames"], json!(["ev"]));
+        assert_eq!(
+            find(&list, "resourcequotas")["shortNames"],
+            json!(["quota"])
+        );
+        assert_eq!(find(&list, "limitranges")["shortNames"], json!(["limits"]));
+
+        let status = find(&list, "pods/status");
+        assert_eq!(status["singularName"], "");
+        assert_eq!(status["kind"], "Pod");
+        assert_eq!(status["verbs"], json!(["get", "patch", "update"]));
+        let eviction = find(&list, "pods/eviction");
+        assert_eq!(
+            (&eviction["group"], &eviction["version"], &eviction["kind"]),
+            (&json!("policy"), &json!("v1"), &json!("Eviction"))
+        );
+        assert_eq!(find(&list, "pods/binding")["kind"], "Binding");
+        assert!(find(&list, "pods/binding").get("group").is_none());
+        assert_eq!(find(&list, "pods/log")["verbs"], json!(["get"]));
+        assert_eq!(find(&list, "nodes/status")["namespaced"], false);
+        assert_eq!(find(&list, "namespaces/status")["kind"], "Namespace");
+        for absent in [
+            "pods/exec",
+            "pods/attach",
+            "pods/portforward",
+            "pods/proxy",
+            "nodes/proxy",
+        ] {
+            assert!(
+                list["resources"]
+                    .as_array()
+                    .expect("resources")
+                    .iter()
+                    .all(|r| r["name"] != absent),
+                "{absent} is advertised"
+            );
+        }
+    }
+
+    /// The aggregated core document has the apidiscovery v2 shape client-go decodes, and
+    /// carries the same resources, verbs and subresources as the unaggregated one.
+    #[test]
+    fn aggregated_core_matches_resource_list() {
+        let doc = aggregated_core();
+        assert_eq!(doc["kind"], "APIGroupDiscoveryList");
+        assert_eq!(doc["apiVersion"], "apidiscovery.k8s.io/v2");
+        let items = doc["items"].as_array().expect("items");
+        assert_eq!(items.len(), 1);
+        assert!(items[0]["metadata"].get("name").is_none());
+        let version = &items[0]["versions"][0];
+        assert_eq!(version["version"], "v1");
+        assert_eq!(version["freshness"], "Current");
+        let resources = version["resources"].as_array().expect("resources");
+        assert_eq!(resources.len(), RESOURCES.len());
+
+        let pods = resources
+            .iter()
+            .find(|r| r["resource"] == "pods")
+            .expect("pods");
+        assert_eq!(
+            pods["responseKind"],
+            json!({"group": "", "version": "v1", "kind": "Pod"})
+        );
+        assert_eq!(pods["scope"], "Namespaced");
+        assert_eq!(pods["singularResource"], "pod");
+        assert_eq!(pods["shortNames"], json!(["po"]));
+        let eviction = pods["subresources"]
+            .as_array()
+            .expect("subresources")
+            .iter()
+            .find(|s| s["subresource"] == "eviction")
+            .expect("eviction");
+        assert_eq!(
+            eviction["responseKind"],
+            json!({"group": "policy", "version": "v1", "kind": "Eviction"})
+        );
+        let nodes = resources
+            .iter()
+            .find(|r| r["resource"] == "nodes")
+            .expect("nodes");
+        assert_eq!(nodes["scope"], "Cluster");
+
+        // the same verbs as the unaggregated list, entry by entry
+        let list = core_v1_resources();
+        for r in resources {
+            let plural = r["resource"].as_str().expect("resource");
+            assert_eq!(r["verbs"], find(&list, plural)["verbs"], "{plural}");
+            for s in r["subresources"].as_array().into_iter().flatten() {
+                let name = format!("{plural}/{}", s["subresource"].as_str().expect("name"));
+                assert_eq!(s["verbs"], find(&list, &name)["verbs"], "{name}");
+            }
+        }
+    }
+
+    /// With only the core group served, `/apis` lists no groups in either form.
+    #[test]
+    fn no_other_groups_yet() {
+        assert_eq!(api_group_list()["groups"], json!([]));
+        assert_eq!(aggregated_groups()["items"], json!([]));
+        assert_eq!(aggregated_groups()["kind"], "APIGroupDiscoveryList");
+    }
+
+    /// `GET /api` names v1 and the address given.
+    #[test]
+    fn api_versions_document() {
+        assert_eq!(
+            api_versions("10.0.0.1:6443"),
+            json!({
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "10.0.0.1:6443"}],
+            })
+        );
+    }
+
+    /// The unaggregated documents decode as k8s-openapi's types, which kube-rs's discovery
+    /// reads them into (every field it requires is present, `singularName` included).
+    #[test]
+    fn unaggregated_documents_decode_as_kube_rs_reads_them() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+        let versions: meta::APIVersions =
+            serde_json::from_value(api_versions("127.0.0.1:6443")).expect("APIVersions");
+        assert_eq!(versions.versions, ["v1"]);
+        let groups: meta::APIGroupList =
+            serde_json::from_value(api_group_list()).expect("APIGroupList");
+        assert!(groups.groups.is_empty());
+        let list: meta::APIResourceList =
+            serde_json::from_value(core_v1_resources()).expect("APIResourceList");
+        let eviction = list
+            .resources
+            .iter()
+            .find(|r| r.name == "pods/eviction")
+            .expect("pods/eviction");
+        assert_eq!(eviction.group.as_deref(), Some("policy"));
+        assert_eq!(list.resources.len(), RESOURCES.len() + 6);
+    }
+
+    /// Group versions parse and print both ways, and give the paths kubectl looks up.
+    #[test]
+    fn group_version_forms() {
+        let apps = GroupVersion::parse("apps/v1");
+        assert_eq!((apps.group, apps.version), ("apps", "v1"));
+        assert_eq!(apps.api_version(), "apps/v1");
+        assert_eq!(apps.path(), "apis/apps/v1");
+        assert_eq!(GroupVersion::parse("v1"), GroupVersion::CORE_V1);
+        assert_eq!(GroupVersion::CORE_V1.path(), "api/v1");
+        assert_eq!(GroupVersion::of(Kind::Pod), GroupVersion::CORE_V1);
+        assert_eq!(group_versions(), vec![GroupVersion::CORE_V1]);
+    }
+
+    /// kubectl's and client-go's discovery `Accept` headers choose the aggregated document;
+    /// kube-rs's and plain JSON requests choose the unaggregated one.
+    #[test]
+    fn accept_negotiation() {
+        let kubectl = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,\
+                       application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,\
+                       application/json";
+        assert!(accepts_aggregated(kubectl));
+        assert!(accepts_aggregated(AGGREGATED_V2));
+        assert!(accepts_aggregated(
+            "application/json; as=APIGroupDiscoveryList; v=v2; g=apidiscovery.k8s.io"
+        ));
+        assert!(!accepts_aggregated("application/json"));
+        assert!(!accepts_aggregated("*/*"));
+        assert!(!accepts_aggregated(""));
+        assert!(!accepts_aggregated(
+            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
+        ));
+        assert!(!accepts_aggregated(
+            "application/json,application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+        ));
+        assert!(!accepts_aggregated(
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;q=0,application/json"
+        ));
+    }
+}
