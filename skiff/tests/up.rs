@@ -440,7 +440,7 @@ fn kubectl_on_path() -> bool {
 /// (client-side apply, Strict field validation, Tables from the server): discovery, apply
 /// twice, get and get -o wide, a watch seeing a pod go Pending → Running, describe with
 /// events, logs, a manifest kubectl generates, explain, a bad manifest refused with its field path,
-/// and delete --wait.
+/// create namespace and drain (protobuf bodies), and delete --wait.
 #[test]
 fn kubectl_session() {
     if !kubectl_on_path() {
@@ -568,6 +568,47 @@ fn kubectl_session() {
     );
     let missing = up.kubectl(&["get", "pod", "bad"], None);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("pods \"bad\" not found"));
+
+    // kubectl's generators send protobuf bodies; drain cordons (a strategic merge patch) and
+    // evicts (a protobuf Eviction).
+    assert_eq!(
+        up.kubectl_ok(&["create", "namespace", "team"], None).trim(),
+        "namespace/team created"
+    );
+    up.kubectl_ok(
+        &[
+            "run",
+            "t1",
+            "-n",
+            "team",
+            "--image=localhost/skiff/busybox:1",
+            "--",
+            "sleep",
+            "3600",
+        ],
+        None,
+    );
+    let node = eventually_output(
+        || {
+            up.kubectl(
+                &[
+                    "get",
+                    "pod",
+                    "t1",
+                    "-n",
+                    "team",
+                    "-o",
+                    "jsonpath={.spec.nodeName}",
+                ],
+                None,
+            )
+        },
+        "node-",
+    );
+    let drained = up.kubectl_ok(&["drain", node.trim(), "--force", "--grace-period=1"], None);
+    assert!(drained.contains("pod/t1 evicted"), "{drained}");
+    let nodes = up.kubectl_ok(&["get", "node", node.trim()], None);
+    assert!(nodes.contains("Ready,SchedulingDisabled"), "{nodes}");
 
     let deleted = up.kubectl_ok(&["delete", "pod", "web", "--wait", "--timeout=60s"], None);
     assert_eq!(deleted.trim(), "pod \"web\" deleted");

@@ -102,9 +102,7 @@ fn bad_manifests_are_refused_precisely() {
         ),
         (
             "unknown-field.yaml",
-            &[
-                "unknown-field.yaml: document 1: spec.containers[0].comand: unknown field",
-            ],
+            &["unknown-field.yaml: document 1: spec.containers[0].comand: unknown field"],
         ),
         (
             "request-over-limit.yaml",

@@ -9,6 +9,7 @@
 //! | [`discovery`] | the served resources, their verbs and subresources; `/api`, `/apis` |
 //! | [`openapi`]   | `/openapi/v3` documents generated from Kubernetes' schema         |
 //! | [`patch`]     | JSON patch, JSON merge patch and strategic merge patch            |
+//! | [`protobuf`]  | protobuf request bodies (client-go's typed clients) read as JSON   |
 //! | [`table`]     | server-side printing: `meta.k8s.io/v1` Tables with kubectl's columns |
 //! | [`request`]   | a request's target, query parameters, accepted media type and body |
 //! | [`status`]    | errors as `metav1.Status` with kube-apiserver's codes and reasons  |
@@ -20,6 +21,7 @@ pub mod discovery;
 pub mod logs;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod request;
 pub mod status;
 pub mod table;
@@ -250,11 +252,11 @@ async fn resource(
         }
         "delete" => {
             let body = read_body(body).await?;
-            verbs::delete(api, &target, &params, accept, &body).await
+            verbs::delete(api, &target, &params, accept, &headers, &body).await
         }
         _ => {
             let body = read_body(body).await?;
-            verbs::delete_collection(api, &target, &params, &body).await
+            verbs::delete_collection(api, &target, &params, &headers, &body).await
         }
     }
 }

@@ -317,12 +317,14 @@ pub fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or_default()
 }
 
-/// The body of a create or update as a JSON value: JSON, or YAML as kubectl may send it.
+/// The body of a create or update as a JSON value: JSON, YAML, or the protobuf client-go's
+/// typed clients send.
 pub fn object_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
     let value: Value = match content_type(headers).as_str() {
         "" | "application/json" => serde_json::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!("the request body is not valid JSON: {e}"))
         })?,
+        super::protobuf::MEDIA_TYPE => super::protobuf::to_json(body)?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml_ng::from_slice(body)
             .map_err(|e| {
                 ApiError::bad_request(format!("the request body is not valid YAML: {e}"))
@@ -332,7 +334,8 @@ pub fn object_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> 
                 Reason::UnsupportedMediaType,
                 format!(
                     "the body of the request was in an unknown format - accepted media types \
-                     include: application/json, application/yaml (got {other})"
+                     include: application/json, application/yaml, \
+                     application/vnd.kubernetes.protobuf (got {other})"
                 ),
             ));
         }

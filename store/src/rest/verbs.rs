@@ -480,6 +480,14 @@ fn delete_options(params: &Params, body: &[u8]) -> Result<DeleteOptions, ApiErro
     Ok(o)
 }
 
+/// The DeleteOptions of a delete as JSON bytes, whichever encoding the client used.
+fn delete_body(headers: &HeaderMap, body: &[u8]) -> Result<Vec<u8>, ApiError> {
+    if content_type(headers) == super::protobuf::MEDIA_TYPE && !body.is_empty() {
+        return Ok(encode(&super::protobuf::to_json(body)?));
+    }
+    Ok(body.to_vec())
+}
+
 async fn delete_one(
     api: &ClusterApi,
     kind: Kind,
@@ -526,10 +534,11 @@ pub async fn delete(
     target: &Target,
     params: &Params,
     accept: Accept,
+    headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, ApiError> {
     no_subresource(target, "delete")?;
-    let options = delete_options(params, body)?;
+    let options = delete_options(params, &delete_body(headers, body)?)?;
     let deleted = delete_one(api, target.kind, &target.namespace, &target.name, &options).await?;
     object_response(target.kind, &deleted, accept, params, StatusCode::OK, &[])
 }
@@ -540,10 +549,11 @@ pub async fn delete_collection(
     api: &ClusterApi,
     target: &Target,
     params: &Params,
+    headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, ApiError> {
     no_subresource(target, "deletecollection")?;
-    let options = delete_options(params, body)?;
+    let options = delete_options(params, &delete_body(headers, body)?)?;
     let filter = filter(target.kind, params)?;
     let mut deleted = Vec::new();
     let mut token = String::new();

@@ -1,0 +1,285 @@
+//! Request bodies in Kubernetes' protobuf encoding, as client-go's typed clients send them
+//! (kubectl's `create namespace` and `create quota` generators, `drain`'s evictions): the
+//! `k8s\0` envelope around a `runtime.Unknown`, whose `raw` bytes are the object as
+//! Kubernetes' generated messages (`k8s-pb`) encode it. Each is turned into the JSON the rest
+//! of the API speaks, so decoding, validation and storage stay the JSON path's; answers are
+//! JSON, which client-go accepts alongside protobuf.
+//!
+//! Only what a client can send here is read: Namespace, ResourceQuota, the policy/v1 Eviction
+//! and the DeleteOptions of a delete. Server-owned fields (timestamps, `managedFields`, `resourceVersion`)
+//! are not carried over, as the server sets them.
+
+use k8s_pb::api::core::v1 as core;
+use k8s_pb::api::policy::v1 as policy;
+use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
+use k8s_pb::apimachinery::pkg::runtime::Unknown;
+use prost::Message;
+use serde_json::{Map, Value, json};
+
+use super::status::{ApiError, Reason};
+
+/// The media type of Kubernetes' protobuf encoding.
+pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
+
+/// The 4 bytes every protobuf-encoded object starts with.
+const MAGIC: &[u8] = b"k8s\0";
+
+fn unsupported(message: String) -> ApiError {
+    ApiError::new(Reason::UnsupportedMediaType, message)
+}
+
+fn bad(what: &str, e: prost::DecodeError) -> ApiError {
+    ApiError::bad_request(format!(
+        "the {what} in the protobuf body does not decode: {e}"
+    ))
+}
+
+/// The JSON of a protobuf-encoded request body.
+pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
+    let rest = body.strip_prefix(MAGIC).ok_or_else(|| {
+        ApiError::bad_request("the protobuf body does not start with Kubernetes' k8s\\0 prefix")
+    })?;
+    let unknown = Unknown::decode(rest).map_err(|e| bad("envelope", e))?;
+    let type_meta = unknown.type_meta.unwrap_or_default();
+    let api_version = type_meta.api_version.unwrap_or_default();
+    let kind = type_meta.kind.unwrap_or_default();
+    let raw = unknown.raw.unwrap_or_default();
+    let mut object = match (api_version.as_str(), kind.as_str()) {
+        ("v1", "Namespace") => {
+            let ns = core::Namespace::decode(raw.as_slice()).map_err(|e| bad("Namespace", e))?;
+            let mut o = object(ns.metadata);
+            if let Some(spec) = ns.spec
+                && !spec.finalizers.is_empty()
+            {
+                o.insert("spec".into(), json!({ "finalizers": spec.finalizers }));
+            }
+            o
+        }
+        ("v1", "ResourceQuota") => {
+            let q =
+                core::ResourceQuota::decode(raw.as_slice()).map_err(|e| bad("ResourceQuota", e))?;
+            let mut o = object(q.metadata);
+            if let Some(spec) = q.spec {
+                let mut s = Map::new();
+                if !spec.hard.is_empty() {
+                    let hard: Map<String, Value> = spec
+                        .hard
+                        .into_iter()
+                        .map(|(k, v)| (k, json!(v.string.unwrap_or_default())))
+                        .collect();
+                    s.insert("hard".into(), Value::Object(hard));
+                }
+                if !spec.scopes.is_empty() {
+                    s.insert("scopes".into(), json!(spec.scopes));
+                }
+                if let Some(sel) = spec.scope_selector {
+                    let exprs: Vec<Value> = sel
+                        .match_expressions
+                        .into_iter()
+                        .map(|e| {
+                            json!({
+                                "scopeName": e.scope_name.unwrap_or_default(),
+                                "operator": e.operator.unwrap_or_default(),
+                                "values": e.values,
+                            })
+                        })
+                        .collect();
+                    s.insert("scopeSelector".into(), json!({ "matchExpressions": exprs }));
+                }
+                o.insert("spec".into(), Value::Object(s));
+            }
+            o
+        }
+        ("policy/v1", "Eviction") => {
+            let e = policy::Eviction::decode(raw.as_slice()).map_err(|e| bad("Eviction", e))?;
+            let mut o = object(e.metadata);
+            if let Some(d) = e.delete_options {
+                o.insert("deleteOptions".into(), delete_options(d));
+            }
+            o
+        }
+        ("v1" | "meta.k8s.io/v1", "DeleteOptions") => {
+            let d =
+                meta::DeleteOptions::decode(raw.as_slice()).map_err(|e| bad("DeleteOptions", e))?;
+            match delete_options(d) {
+                Value::Object(o) => o,
+                _ => Map::new(),
+            }
+        }
+        _ => {
+            return Err(unsupported(format!(
+                "{MEDIA_TYPE} bodies are read for Namespace, ResourceQuota, Eviction and \
+                 DeleteOptions; send \
+                 {kind} ({api_version}) as application/json"
+            )));
+        }
+    };
+    object.insert("apiVersion".into(), json!(api_version));
+    object.insert("kind".into(), json!(kind));
+    Ok(Value::Object(object))
+}
+
+/// A JSON object holding `metadata` as the client set it.
+fn object(m: Option<meta::ObjectMeta>) -> Map<String, Value> {
+    let m = m.unwrap_or_default();
+    let mut meta = Map::new();
+    let mut put = |k: &str, v: Option<String>| {
+        if let Some(v) = v.filter(|v| !v.is_empty()) {
+            meta.insert(k.into(), json!(v));
+        }
+    };
+    put("name", m.name);
+    put("generateName", m.generate_name);
+    put("namespace", m.namespace);
+    put("uid", m.uid);
+    if !m.labels.is_empty() {
+        meta.insert("labels".into(), json!(m.labels));
+    }
+    if !m.annotations.is_empty() {
+        meta.insert("annotations".into(), json!(m.annotations));
+    }
+    if !m.finalizers.is_empty() {
+        meta.insert("finalizers".into(), json!(m.finalizers));
+    }
+    if !m.owner_references.is_empty() {
+        let refs: Vec<Value> = m
+            .owner_references
+            .into_iter()
+            .map(|r| {
+                let mut o = json!({
+                    "apiVersion": r.api_version.unwrap_or_default(),
+                    "kind": r.kind.unwrap_or_default(),
+                    "name": r.name.unwrap_or_default(),
+                    "uid": r.uid.unwrap_or_default(),
+                });
+                if let Some(c) = r.controller {
+                    o["controller"] = json!(c);
+                }
+                if let Some(b) = r.block_owner_deletion {
+                    o["blockOwnerDeletion"] = json!(b);
+                }
+                o
+            })
+            .collect();
+        meta.insert("ownerReferences".into(), Value::Array(refs));
+    }
+    let mut o = Map::new();
+    o.insert("metadata".into(), Value::Object(meta));
+    o
+}
+
+fn delete_options(d: meta::DeleteOptions) -> Value {
+    let mut o = Map::new();
+    if let Some(g) = d.grace_period_seconds {
+        o.insert("gracePeriodSeconds".into(), json!(g));
+    }
+    if let Some(p) = d.preconditions {
+        let mut pre = Map::new();
+        if let Some(uid) = p.uid {
+            pre.insert("uid".into(), json!(uid));
+        }
+        if let Some(rv) = p.resource_version {
+            pre.insert("resourceVersion".into(), json!(rv));
+        }
+        o.insert("preconditions".into(), Value::Object(pre));
+    }
+    if let Some(p) = d.propagation_policy {
+        o.insert("propagationPolicy".into(), json!(p));
+    }
+    if !d.dry_run.is_empty() {
+        o.insert("dryRun".into(), json!(d.dry_run));
+    }
+    Value::Object(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_pb::apimachinery::pkg::runtime::TypeMeta;
+
+    fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
+        let u = Unknown {
+            type_meta: Some(TypeMeta {
+                api_version: Some(api_version.into()),
+                kind: Some(kind.into()),
+            }),
+            raw: Some(raw),
+            content_encoding: Some(String::new()),
+            content_type: Some(String::new()),
+        };
+        let mut out = MAGIC.to_vec();
+        out.extend(u.encode_to_vec());
+        out
+    }
+
+    /// What `kubectl create namespace team` sends becomes the JSON a client would have sent.
+    #[test]
+    fn namespace() {
+        let ns = core::Namespace {
+            metadata: Some(meta::ObjectMeta {
+                name: Some("team".into()),
+                labels: [("a".to_string(), "b".to_string())].into(),
+                ..Default::default()
+            }),
+            spec: Some(core::NamespaceSpec::default()),
+            status: Some(core::NamespaceStatus::default()),
+        };
+        let v = to_json(&envelope("v1", "Namespace", ns.encode_to_vec())).unwrap();
+        assert_eq!(
+            v,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team", "labels": {"a": "b"}}})
+        );
+    }
+
+    /// `kubectl create quota q --hard=pods=10` and `kubectl drain`'s eviction.
+    #[test]
+    fn quota_and_eviction() {
+        let q = core::ResourceQuota {
+            metadata: Some(meta::ObjectMeta {
+                name: Some("q".into()),
+                namespace: Some("team".into()),
+                ..Default::default()
+            }),
+            spec: Some(core::ResourceQuotaSpec {
+                hard: [(
+                    "pods".to_string(),
+                    k8s_pb::apimachinery::pkg::api::resource::Quantity {
+                        string: Some("10".into()),
+                    },
+                )]
+                .into(),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let v = to_json(&envelope("v1", "ResourceQuota", q.encode_to_vec())).unwrap();
+        assert_eq!(v["spec"]["hard"]["pods"], "10");
+        assert_eq!(v["metadata"]["namespace"], "team");
+        let e = policy::Eviction {
+            metadata: Some(meta::ObjectMeta {
+                name: Some("web".into()),
+                ..Default::default()
+            }),
+            delete_options: Some(meta::DeleteOptions {
+                grace_period_seconds: Some(5),
+                ..Default::default()
+            }),
+        };
+        let v = to_json(&envelope("policy/v1", "Eviction", e.encode_to_vec())).unwrap();
+        assert_eq!(v["deleteOptions"]["gracePeriodSeconds"], 5);
+    }
+
+    /// A body without the prefix, a kind not read, and bytes that do not decode are refused.
+    #[test]
+    fn refused() {
+        assert_eq!(to_json(b"{}").unwrap_err().reason, Reason::BadRequest);
+        let pod = envelope("v1", "Pod", Vec::new());
+        assert_eq!(
+            to_json(&pod).unwrap_err().reason,
+            Reason::UnsupportedMediaType
+        );
+        let mut garbage = MAGIC.to_vec();
+        garbage.extend([0xff, 0xff, 0xff]);
+        assert_eq!(to_json(&garbage).unwrap_err().reason, Reason::BadRequest);
+    }
+}
