@@ -506,3 +506,82 @@ async fn bad_requests_are_refused_and_write_nothing() {
     })
     .await;
 }
+
+/// Server-side apply: an apply creates the object and records its manager; a second manager
+/// changing the first's field is refused with a 409 naming the field, unless it forces; a
+/// manager's field left out of its next apply is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_conflicts_and_force() {
+    let cluster = Cluster::start(1).await;
+    let c = client(&cluster, 0).await;
+    let pods: Api<Pod> = Api::namespaced(c, "default");
+    let config = |image: &str, labels: serde_json::Value| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "ssa", "labels": labels},
+            "spec": {"containers": [{"name": "c", "image": image}]}
+        })
+    };
+    let alice = PatchParams::apply("alice");
+    let created = pods
+        .patch(
+            "ssa",
+            &alice,
+            &Patch::Apply(config("busybox", json!({"app": "web", "tier": "front"}))),
+        )
+        .await
+        .unwrap();
+    let managers: Vec<String> = created
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert_eq!(managers, ["alice"]);
+
+    let bob = PatchParams::apply("bob");
+    let e = api_error(
+        pods.patch("ssa", &bob, &Patch::Apply(config("busybox:2", json!({}))))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+    assert!(
+        e.message.contains("conflict with \"alice\""),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message.contains(".spec.containers[name=\"c\"].image"),
+        "{}",
+        e.message
+    );
+
+    let forced = pods
+        .patch(
+            "ssa",
+            &bob.clone().force(),
+            &Patch::Apply(config("busybox:2", json!({}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        forced.spec.unwrap().containers[0].image.as_deref(),
+        Some("busybox:2")
+    );
+
+    // alice drops `tier` from her configuration: it goes; `app` stays hers.
+    let image_now = "busybox:2";
+    let after = pods
+        .patch(
+            "ssa",
+            &alice,
+            &Patch::Apply(config(image_now, json!({"app": "web"}))),
+        )
+        .await
+        .unwrap();
+    let labels = after.metadata.labels.unwrap();
+    assert_eq!(labels.get("app").map(String::as_str), Some("web"));
+    assert!(!labels.contains_key("tier"), "{labels:?}");
+}

@@ -438,7 +438,7 @@ fn kubectl_on_path() -> bool {
 
 /// The real kubectl, with only the kubeconfig `skiff up` wrote and its default settings
 /// (client-side apply, Strict field validation, Tables from the server): discovery, apply
-/// twice, get and get -o wide, a watch seeing a pod go Pending → Running, describe with
+/// twice, server-side apply twice, get and get -o wide, a watch seeing a pod go Pending → Running, describe with
 /// events, logs, a manifest kubectl generates, explain, a bad manifest refused with its field path,
 /// create namespace and drain (protobuf bodies), and delete --wait.
 #[test]
@@ -551,6 +551,18 @@ fn kubectl_session() {
 
     let logs = eventually_output(|| up.kubectl(&["logs", "hello"], None), "hello from skiff");
     assert!(logs.contains("hello from skiff"), "{logs}");
+
+    let ssa = "apiVersion: v1\nkind: Pod\nmetadata: {name: ssa}\nspec:\n  containers:\n  - {name: c, image: localhost/skiff/busybox:1, command: [sleep, '3600']}\n";
+    assert_eq!(
+        up.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(ssa))
+            .trim(),
+        "pod/ssa serverside-applied"
+    );
+    assert_eq!(
+        up.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(ssa))
+            .trim(),
+        "pod/ssa serverside-applied"
+    );
 
     let explained = up.kubectl_ok(&["explain", "pod.spec.containers"], None);
     assert!(

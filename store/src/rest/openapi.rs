@@ -455,6 +455,7 @@ fn body(types: &[&str], schema: &Value) -> Value {
 /// The request bodies a PATCH accepts. Strategic merge patch is served but left out here; see
 /// the module documentation.
 const PATCH_TYPES: &[&str] = &[
+    "application/apply-patch+yaml",
     "application/json-patch+json",
     "application/merge-patch+json",
 ];
@@ -1010,6 +1011,7 @@ mod tests {
                 );
                 let body = op["requestBody"]["content"].as_object().expect("body");
                 assert!(body.contains_key("application/merge-patch+json"));
+                assert!(body.contains_key("application/apply-patch+yaml"));
                 assert!(!body.contains_key("application/strategic-merge-patch+json"));
             }
         }

@@ -1,19 +1,23 @@
 //! The patch types of a PATCH request, applied to the stored object as JSON: JSON patch
 //! (RFC 6902), JSON merge patch (RFC 7386) and Kubernetes' strategic merge patch, which kubectl
 //! sends by default (`kubectl patch`, and the client-side `kubectl apply`). Server-side apply,
-//! the fourth type, needs field ownership and is not a pure function of two documents; it is
-//! handled elsewhere and refused here.
+//! the fourth type, also takes the field manager and the recorded field ownership:
+//! [`server_side_apply`].
 //!
 //! | module        | what                                                               |
 //! |---------------|--------------------------------------------------------------------|
 //! | [`strategic`] | the strategic merge patch engine and its directives                |
 //! | [`schema`]    | which lists merge, by what key: Kubernetes' struct tags as a table |
+//! | [`apply`]     | server-side apply: field managers, conflicts, managedFields        |
 //!
 //! Every function is pure: the original is borrowed, the result is a new document, and nothing
 //! here decodes, defaults or validates the result, which the caller does as for any write.
 
+mod apply;
 mod schema;
 mod strategic;
+
+pub use apply::Conflicts;
 
 use serde_json::Value;
 use skiff_proto::api::Kind;
@@ -111,6 +115,20 @@ pub enum PatchError {
     ApplyPatch,
     #[error("the patched object is {found}, not a JSON object")]
     ResultNotObject { found: &'static str },
+}
+
+/// Server-side apply of `config` (the applied configuration, as JSON) by `manager` to
+/// `current` (`None`: the apply creates the object); refused with the conflicts when it would
+/// change fields other managers own, unless `force`.
+pub fn server_side_apply(
+    kind: Kind,
+    current: Option<&Value>,
+    config: &Value,
+    manager: &str,
+    force: bool,
+    now: &str,
+) -> Result<Value, Conflicts> {
+    apply::server_side_apply(schema::for_kind(kind), current, config, manager, force, now)
 }
 
 /// Applies `patch` (raw request body) of `patch_type` to `original` (the stored object as JSON)

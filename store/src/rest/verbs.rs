@@ -382,11 +382,7 @@ pub async fn patch(
         )
     })?;
     if patch_type == PatchType::Apply {
-        return Err(ApiError::new(
-            Reason::UnsupportedMediaType,
-            "server-side apply (application/apply-patch+yaml) is not served yet: use client-side \
-             `kubectl apply` (the default)",
-        ));
+        return server_side_apply(api, target, params, accept, body).await;
     }
     for _ in 0..ATTEMPTS {
         api.barrier(false).await?;
@@ -422,6 +418,108 @@ pub async fn patch(
                 );
             }
             Err(ClusterError::Conflict { .. }) if !pinned_by_patch => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ClusterError::Contended {
+        kind: target.kind,
+        name: target.name.clone(),
+    }
+    .into())
+}
+
+/// PATCH with `application/apply-patch+yaml`: the body is the configuration `fieldManager`
+/// wants (YAML or JSON); it creates the object when there is none.
+async fn server_side_apply(
+    api: &ClusterApi,
+    target: &Target,
+    params: &Params,
+    accept: Accept,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    if target.subresource.is_some() {
+        return Err(ApiError::bad_request(
+            "server-side apply is served on the object itself, not its subresources",
+        ));
+    }
+    if params.field_manager.is_empty() {
+        return Err(ApiError::bad_request(
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required \
+             for apply patch",
+        ));
+    }
+    let mut config: Value = serde_yaml_ng::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the apply configuration is not valid YAML or JSON: {e}"
+        ))
+    })?;
+    if !config.is_object() {
+        return Err(ApiError::bad_request(
+            "the apply configuration must be an object",
+        ));
+    }
+    match_path(target, &mut config, target.kind)?;
+    let now = skiff_proto::api::Time::now().to_string();
+    for _ in 0..ATTEMPTS {
+        api.barrier(false).await?;
+        let (_, current) = api.get_local(target.kind, &target.namespace, &target.name)?;
+        let current_json = current.as_ref().map(|c| served(&c.object));
+        let mut applied = patch::server_side_apply(
+            target.kind,
+            current_json.as_ref(),
+            &config,
+            &params.field_manager,
+            params.force,
+            &now,
+        )
+        .map_err(|c| {
+            let mut e = ApiError::new(Reason::Conflict, c.to_string());
+            e.kind = target.kind.plural().to_string();
+            e.name = target.name.clone();
+            e.causes =
+                c.0.iter()
+                    .map(|(manager, field)| super::status::Cause {
+                        reason: "FieldManagerConflict",
+                        message: format!("conflict with \"{manager}\""),
+                        field: field.clone(),
+                    })
+                    .collect();
+            e
+        })?;
+        let Some(current) = current else {
+            let (object, warnings) =
+                decode_request(target.kind, &encode(&applied), validation(params))?;
+            match api.create(object, params.dry_run).await {
+                Ok((_, created)) => {
+                    return object_response(
+                        target.kind,
+                        &created,
+                        accept,
+                        params,
+                        StatusCode::CREATED,
+                        &warnings,
+                    );
+                }
+                // Created by someone else meanwhile: apply to theirs.
+                Err(ClusterError::AlreadyExists { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        applied["metadata"]["resourceVersion"] = json!(current.mod_revision.to_string());
+        let (object, warnings) =
+            decode_request(target.kind, &encode(&applied), validation(params))?;
+        match api.update(object, false, params.dry_run).await {
+            Ok((_, updated)) => {
+                return object_response(
+                    target.kind,
+                    &updated,
+                    accept,
+                    params,
+                    StatusCode::OK,
+                    &warnings,
+                );
+            }
+            Err(ClusterError::Conflict { .. }) => continue,
             Err(e) => return Err(e.into()),
         }
     }

@@ -48,6 +48,9 @@ pub(super) struct Field {
 }
 
 impl Schema {
+    /// A struct none of whose fields merge: every list in it is atomic.
+    pub(super) const EMPTY: Schema = Schema { fields: &[] };
+
     /// The entry for the field `name`, if it has one.
     pub(super) fn field(&self, name: &str) -> Option<&'static Field> {
         self.fields.iter().find(|field| field.name == name)

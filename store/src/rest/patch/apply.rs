@@ -1,0 +1,616 @@
+//! Server-side apply (`kubectl apply --server-side`, `application/apply-patch+yaml`): the
+//! applied configuration is the set of fields its manager wants to own, with their values.
+//!
+//! Ownership is recorded per manager in `metadata.managedFields`, as Kubernetes records it
+//! (`fieldsType: FieldsV1`: a tree of `f:<field>`, `k:<merge key as JSON>` for an element of a
+//! keyed list, `v:<value>` for an element of a set, `.` for the element itself). An apply:
+//!
+//! 1. refuses (409, one cause per field) to change a field another manager owns to a value it
+//!    does not have now, unless `force` takes the field over;
+//! 2. merges the configuration into the object, lists merged by the same keys a strategic
+//!    merge patch uses ([`super::schema`]) and atomic lists replaced;
+//! 3. removes the fields the manager applied last time, left out now, and owned by no one else;
+//! 4. records the configuration's field set as the manager's `Apply` entry.
+//!
+//! Writes other than apply are not recorded as `Update` entries yet: they take no fields away
+//! from appliers, so only appliers conflict with each other.
+
+use serde_json::{Map, Value, json};
+
+use super::schema::{ListMerge, Schema};
+
+/// An apply that changes fields others own, each named with its owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflicts(pub Vec<(String, String)>);
+
+impl std::fmt::Display for Conflicts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Apply failed with {} conflict", self.0.len())?;
+        if self.0.len() != 1 {
+            f.write_str("s")?;
+        }
+        f.write_str(": ")?;
+        for (i, (manager, field)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "conflict with \"{manager}\": {field}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One step of a field path.
+#[derive(Debug, Clone, PartialEq)]
+enum Seg {
+    Field(String),
+    /// The element of a keyed list with these key fields.
+    Key(Map<String, Value>),
+    /// The element of a set with this value.
+    Value(Value),
+    /// The element itself (`.`).
+    Itself,
+}
+
+impl Seg {
+    fn tree_key(&self) -> String {
+        match self {
+            Seg::Field(n) => format!("f:{n}"),
+            Seg::Key(k) => format!("k:{}", Value::Object(k.clone())),
+            Seg::Value(v) => format!("v:{v}"),
+            Seg::Itself => ".".into(),
+        }
+    }
+
+    fn parse(key: &str) -> Option<Seg> {
+        if key == "." {
+            return Some(Seg::Itself);
+        }
+        let (kind, rest) = key.split_at_checked(2)?;
+        match kind {
+            "f:" => Some(Seg::Field(rest.to_string())),
+            "k:" => match serde_json::from_str(rest).ok()? {
+                Value::Object(m) => Some(Seg::Key(m)),
+                _ => None,
+            },
+            "v:" => serde_json::from_str(rest).ok().map(Seg::Value),
+            _ => None,
+        }
+    }
+}
+
+/// A path as kube-apiserver prints it in conflicts: `.spec.containers[name="c"].image`.
+fn display(path: &[Seg]) -> String {
+    let mut out = String::new();
+    for s in path {
+        match s {
+            Seg::Field(n) => {
+                out.push('.');
+                out.push_str(n);
+            }
+            Seg::Key(k) => {
+                let parts: Vec<String> = k.iter().map(|(n, v)| format!("{n}={v}")).collect();
+                out.push_str(&format!("[{}]", parts.join(",")));
+            }
+            Seg::Value(v) => out.push_str(&format!("[={v}]")),
+            Seg::Itself => {}
+        }
+    }
+    out
+}
+
+/// Metadata the server owns; never part of a field set.
+const SERVER_METADATA: &[&str] = &[
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+];
+
+/// The field set of an applied configuration, as a FieldsV1 tree.
+fn field_set(schema: &Schema, config: &Value) -> Value {
+    let mut tree = Map::new();
+    if let Value::Object(fields) = config {
+        for (name, value) in fields {
+            if matches!(name.as_str(), "apiVersion" | "kind" | "status") {
+                continue;
+            }
+            if name == "metadata" {
+                let mut meta = Map::new();
+                if let Value::Object(m) = value {
+                    for (n, v) in m {
+                        if SERVER_METADATA.contains(&n.as_str()) {
+                            continue;
+                        }
+                        meta.insert(
+                            Seg::Field(n.clone()).tree_key(),
+                            node(schema.field(n).map(|f| (f.list, f.schema)), v),
+                        );
+                    }
+                }
+                if !meta.is_empty() {
+                    tree.insert("f:metadata".into(), Value::Object(meta));
+                }
+                continue;
+            }
+            let field = schema.field(name).map(|f| (f.list, f.schema));
+            tree.insert(Seg::Field(name.clone()).tree_key(), node(field, value));
+        }
+    }
+    Value::Object(tree)
+}
+
+type FieldSchema = Option<(Option<ListMerge>, Option<&'static Schema>)>;
+
+/// The subtree of one field's value.
+fn node(field: FieldSchema, value: &Value) -> Value {
+    let (list, schema) = field.unwrap_or((None, None));
+    match (value, list) {
+        (Value::Array(items), Some(ListMerge::ByKey(key))) => {
+            let mut t = Map::new();
+            for item in items {
+                let Some(k) = item.get(key) else { continue };
+                let mut element = match schema {
+                    Some(s) => element_fields(s, item),
+                    None => element_fields(&EMPTY, item),
+                };
+                element.insert(".".into(), json!({}));
+                t.insert(
+                    Seg::Key(Map::from_iter([(key.to_string(), k.clone())])).tree_key(),
+                    Value::Object(element),
+                );
+            }
+            Value::Object(t)
+        }
+        (Value::Array(items), Some(ListMerge::Union)) => Value::Object(
+            items
+                .iter()
+                .map(|v| (Seg::Value(v.clone()).tree_key(), json!({})))
+                .collect(),
+        ),
+        (Value::Object(m), _) if !m.is_empty() => {
+            Value::Object(element_fields(schema.unwrap_or(&EMPTY), value))
+        }
+        _ => json!({}),
+    }
+}
+
+static EMPTY: Schema = Schema::EMPTY;
+
+fn element_fields(schema: &Schema, value: &Value) -> Map<String, Value> {
+    let mut t = Map::new();
+    if let Value::Object(m) = value {
+        for (n, v) in m {
+            t.insert(
+                Seg::Field(n.clone()).tree_key(),
+                node(schema.field(n).map(|f| (f.list, f.schema)), v),
+            );
+        }
+    }
+    t
+}
+
+/// Every leaf path of a field set.
+fn leaves(tree: &Value, prefix: &mut Vec<Seg>, out: &mut Vec<Vec<Seg>>) {
+    let Value::Object(m) = tree else { return };
+    for (k, child) in m {
+        let Some(seg) = Seg::parse(k) else { continue };
+        prefix.push(seg);
+        if child.as_object().is_none_or(Map::is_empty) {
+            out.push(prefix.clone());
+        } else {
+            leaves(child, prefix, out);
+        }
+        prefix.pop();
+    }
+}
+
+/// Whether a field set has `path` as a member. Membership is exact, as in Kubernetes' field
+/// sets: owning a map (`labels: {}`) is not owning its keys, and owning a key is not owning the
+/// map.
+fn contains(tree: &Value, path: &[Seg]) -> bool {
+    let mut node = tree;
+    for s in path {
+        match node.get(s.tree_key()) {
+            Some(n) => node = n,
+            None => return false,
+        }
+    }
+    node.as_object().is_none_or(Map::is_empty)
+}
+
+/// Removes `path` from a field set, and the subtrees it leaves empty.
+fn remove_path(tree: &mut Value, path: &[Seg]) {
+    let Some((first, rest)) = path.split_first() else {
+        return;
+    };
+    let Value::Object(m) = tree else { return };
+    let key = first.tree_key();
+    if rest.is_empty() {
+        m.remove(&key);
+        return;
+    }
+    if let Some(child) = m.get_mut(&key) {
+        remove_path(child, rest);
+        if child.as_object().is_some_and(Map::is_empty) {
+            m.remove(&key);
+        }
+    }
+}
+
+fn matches_key(item: &Value, key: &Map<String, Value>) -> bool {
+    key.iter().all(|(n, v)| item.get(n) == Some(v))
+}
+
+/// The value at `path` in an object.
+fn get<'v>(value: &'v Value, path: &[Seg]) -> Option<&'v Value> {
+    let mut v = value;
+    for s in path {
+        v = match s {
+            Seg::Field(n) => v.get(n)?,
+            Seg::Key(k) => v.as_array()?.iter().find(|i| matches_key(i, k))?,
+            Seg::Value(x) => v.as_array()?.iter().find(|i| *i == x)?,
+            Seg::Itself => v,
+        };
+    }
+    Some(v)
+}
+
+/// Removes the value at `path` from an object (a field, a list element).
+fn remove_value(value: &mut Value, path: &[Seg]) {
+    let path: Vec<&Seg> = path.iter().filter(|s| **s != Seg::Itself).collect();
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut v = value;
+    for s in parents {
+        let next = match s {
+            Seg::Field(n) => v.get_mut(n.as_str()),
+            Seg::Key(k) => v
+                .as_array_mut()
+                .and_then(|a| a.iter_mut().find(|i| matches_key(i, k))),
+            Seg::Value(x) => v
+                .as_array_mut()
+                .and_then(|a| a.iter_mut().find(|i| *i == x)),
+            Seg::Itself => Some(v),
+        };
+        match next {
+            Some(n) => v = n,
+            None => return,
+        }
+    }
+    match last {
+        Seg::Field(n) => {
+            if let Value::Object(m) = v {
+                m.remove(n);
+            }
+        }
+        Seg::Key(k) => {
+            if let Value::Array(a) = v {
+                a.retain(|i| !matches_key(i, k));
+            }
+        }
+        Seg::Value(x) => {
+            if let Value::Array(a) = v {
+                a.retain(|i| i != x);
+            }
+        }
+        Seg::Itself => {}
+    }
+}
+
+/// Merges `config` into `target`: maps by field, keyed lists by key, sets by union, the rest
+/// replaced.
+fn merge(schema: Option<&Schema>, target: &mut Value, config: &Value) {
+    let (Value::Object(t), Value::Object(c)) = (&mut *target, config) else {
+        *target = config.clone();
+        return;
+    };
+    for (name, value) in c {
+        let field = schema.and_then(|s| s.field(name));
+        let (list, sub) = field.map_or((None, None), |f| (f.list, f.schema));
+        let slot = t.entry(name.clone()).or_insert(Value::Null);
+        match (list, &mut *slot, value) {
+            (Some(ListMerge::ByKey(key)), Value::Array(existing), Value::Array(items)) => {
+                for item in items {
+                    let found = item
+                        .get(key)
+                        .and_then(|k| existing.iter_mut().find(|e| e.get(key) == Some(k)));
+                    match found {
+                        Some(e) => merge(sub.or(Some(&EMPTY)), e, item),
+                        None => existing.push(item.clone()),
+                    }
+                }
+            }
+            (Some(ListMerge::Union), Value::Array(existing), Value::Array(items)) => {
+                for item in items {
+                    if !existing.contains(item) {
+                        existing.push(item.clone());
+                    }
+                }
+            }
+            (_, Value::Object(_), Value::Object(_)) => {
+                let sub = if name == "metadata" { schema } else { sub };
+                merge(sub.or(Some(&EMPTY)), slot, value);
+            }
+            _ => *slot = value.clone(),
+        }
+    }
+}
+
+/// The managedFields entries of an object.
+fn managed_fields(object: &Value) -> Vec<Value> {
+    object["metadata"]
+        .get("managedFields")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn is_apply_of(entry: &Value, manager: &str) -> bool {
+    entry.get("manager").and_then(Value::as_str) == Some(manager)
+        && entry.get("operation").and_then(Value::as_str) == Some("Apply")
+}
+
+/// Applies `config` for `manager` to `current` (the stored object, or `None` when the apply
+/// creates it). `now` is the time recorded in the manager's entry.
+pub(super) fn server_side_apply(
+    schema: &Schema,
+    current: Option<&Value>,
+    config: &Value,
+    manager: &str,
+    force: bool,
+    now: &str,
+) -> Result<Value, Conflicts> {
+    let applied = field_set(schema, config);
+    let mut applied_leaves = Vec::new();
+    leaves(&applied, &mut Vec::new(), &mut applied_leaves);
+    let base = current.cloned().unwrap_or_else(|| json!({}));
+    let mut entries = managed_fields(&base);
+    let previous = entries
+        .iter()
+        .find(|e| is_apply_of(e, manager))
+        .and_then(|e| e.get("fieldsV1").cloned())
+        .unwrap_or_else(|| json!({}));
+
+    // 1. Conflicts: a field another manager owns, set to a value it does not have now.
+    let mut conflicts = Vec::new();
+    for path in &applied_leaves {
+        let differs = get(&base, path) != get(config, path);
+        for e in &mut entries {
+            let owner = e
+                .get("manager")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            if is_apply_of(e, manager) {
+                continue;
+            }
+            let Some(fields) = e.get_mut("fieldsV1") else {
+                continue;
+            };
+            if !contains(fields, path) {
+                continue;
+            }
+            if force {
+                remove_path(fields, path);
+            } else if differs && !matches!(path.last(), Some(Seg::Itself)) {
+                conflicts.push((owner, display(path)));
+            }
+        }
+    }
+    if !conflicts.is_empty() {
+        conflicts.sort();
+        conflicts.dedup();
+        return Err(Conflicts(conflicts));
+    }
+
+    // 2. Merge; 3. drop what this manager applied before, left out now, owned by no one else.
+    let mut result = base.clone();
+    let mut config_body = config.clone();
+    if let Value::Object(m) = &mut config_body {
+        m.remove("status");
+    }
+    merge(Some(schema), &mut result, &config_body);
+    let mut before = Vec::new();
+    leaves(&previous, &mut Vec::new(), &mut before);
+    for path in before {
+        if contains(&applied, &path) {
+            continue;
+        }
+        let owned_by_others = entries
+            .iter()
+            .filter(|e| !is_apply_of(e, manager))
+            .any(|e| e.get("fieldsV1").is_some_and(|f| contains(f, &path)));
+        if !owned_by_others {
+            remove_value(&mut result, &path);
+        }
+    }
+
+    // 4. Record the manager's field set.
+    entries.retain(|e| {
+        !is_apply_of(e, manager)
+            && e.get("fieldsV1")
+                .and_then(Value::as_object)
+                .is_some_and(|f| !f.is_empty())
+    });
+    entries.push(json!({
+        "manager": manager,
+        "operation": "Apply",
+        "apiVersion": config.get("apiVersion").cloned().unwrap_or(json!("v1")),
+        "time": now,
+        "fieldsType": "FieldsV1",
+        "fieldsV1": applied,
+    }));
+    if !result.get("metadata").is_some_and(Value::is_object) {
+        result["metadata"] = json!({});
+    }
+    result["metadata"]["managedFields"] = Value::Array(entries);
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::schema;
+    use super::*;
+    use skiff_proto::api::Kind;
+
+    fn pod(image: &str, labels: Value) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "labels": labels},
+            "spec": {"containers": [{"name": "c", "image": image}]}
+        })
+    }
+
+    fn apply(
+        current: Option<&Value>,
+        config: &Value,
+        manager: &str,
+        force: bool,
+    ) -> Result<Value, Conflicts> {
+        server_side_apply(
+            schema::for_kind(Kind::Pod),
+            current,
+            config,
+            manager,
+            force,
+            "2026-01-01T00:00:00Z",
+        )
+    }
+
+    /// The field set names keyed list elements by their merge key, as FieldsV1 does.
+    #[test]
+    fn field_sets_are_kubernetes_fields_v1() {
+        let set = field_set(
+            schema::for_kind(Kind::Pod),
+            &pod("nginx", json!({"app": "web"})),
+        );
+        assert_eq!(
+            set,
+            json!({
+                "f:metadata": {"f:labels": {"f:app": {}}},
+                "f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {
+                    ".": {}, "f:name": {}, "f:image": {}
+                }}}
+            })
+        );
+    }
+
+    /// A second manager changing a field the first applied conflicts, naming both; the same
+    /// value is shared without conflict; force takes the field over.
+    #[test]
+    fn conflicts_and_force() {
+        let first = apply(None, &pod("nginx", json!({"app": "web"})), "alice", false).unwrap();
+        let e = apply(
+            Some(&first),
+            &pod("nginx:2", json!({"app": "web"})),
+            "bob",
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Apply failed with 1 conflict: conflict with \"alice\": .spec.containers[name=\"c\"].image"
+        );
+        let shared = apply(
+            Some(&first),
+            &pod("nginx", json!({"app": "web"})),
+            "bob",
+            false,
+        )
+        .expect("same values share ownership");
+        assert_eq!(
+            shared["metadata"]["managedFields"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+        let forced = apply(
+            Some(&first),
+            &pod("nginx:2", json!({"app": "web"})),
+            "bob",
+            true,
+        )
+        .unwrap();
+        assert_eq!(forced["spec"]["containers"][0]["image"], "nginx:2");
+        // alice no longer owns the image: she may not silently take it back either.
+        let e = apply(
+            Some(&forced),
+            &pod("nginx", json!({"app": "web"})),
+            "alice",
+            false,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("conflict with \"bob\""), "{e}");
+    }
+
+    /// A field the manager applied before and leaves out now is removed, unless another
+    /// manager owns it; fields nobody applied (set by others' writes) stay.
+    #[test]
+    fn left_out_fields_are_removed() {
+        let mut first = apply(
+            None,
+            &pod("nginx", json!({"app": "web", "tier": "front"})),
+            "alice",
+            false,
+        )
+        .unwrap();
+        first["metadata"]["annotations"] = json!({"note": "by hand"});
+        let second = apply(
+            Some(&first),
+            &pod("nginx", json!({"app": "web"})),
+            "alice",
+            false,
+        )
+        .unwrap();
+        assert_eq!(second["metadata"]["labels"], json!({"app": "web"}));
+        assert_eq!(second["metadata"]["annotations"]["note"], "by hand");
+    }
+
+    /// Owning a map is not owning its keys: a forced `labels: {}` takes none of them.
+    #[test]
+    fn membership_is_exact() {
+        let first = apply(
+            None,
+            &pod("nginx", json!({"app": "web", "tier": "t"})),
+            "alice",
+            false,
+        )
+        .unwrap();
+        let forced = apply(Some(&first), &pod("nginx:2", json!({})), "bob", true).unwrap();
+        let second = apply(
+            Some(&forced),
+            &pod("nginx:2", json!({"app": "web"})),
+            "alice",
+            true,
+        )
+        .unwrap();
+        assert_eq!(second["metadata"]["labels"], json!({"app": "web"}));
+    }
+
+    /// Containers merge by name: a second manager adding its own container keeps the first's.
+    #[test]
+    fn keyed_lists_merge() {
+        let first = apply(None, &pod("nginx", json!({})), "alice", false).unwrap();
+        let sidecar = json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+            "spec": {"containers": [{"name": "log", "image": "busybox"}]}
+        });
+        let both = apply(Some(&first), &sidecar, "bob", false).unwrap();
+        let names: Vec<&str> = both["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["c", "log"]);
+    }
+}
