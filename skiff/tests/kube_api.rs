@@ -70,7 +70,7 @@ fn api_error(e: kube::Error) -> ErrorResponse {
 /// server fills in uid, creationTimestamp and resourceVersion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crud_on_every_kind() {
-    let cluster = Cluster::start(3).await;
+    let cluster = Cluster::start_with_api(3).await;
     let c = client(&cluster, 1).await;
 
     let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
@@ -200,7 +200,7 @@ async fn crud_on_every_kind() {
 /// pages is not in them, and every object present at the start is in exactly one page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_pages_at_one_resource_version() {
-    let cluster = Cluster::start(1).await;
+    let cluster = Cluster::start_with_api(1).await;
     let c = client(&cluster, 0).await;
     let pods: Api<Pod> = Api::namespaced(c, "default");
     for i in 0..25 {
@@ -241,7 +241,7 @@ async fn list_pages_at_one_resource_version() {
 /// with 410 Expired, on which clients relist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_resume_and_expired() {
-    let cluster = Cluster::start(1).await;
+    let cluster = Cluster::start_with_api(1).await;
     let c = client(&cluster, 0).await;
     let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
     let first = pods
@@ -319,7 +319,7 @@ async fn watch_resume_and_expired() {
 /// drops it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn patches_dry_run_and_field_validation() {
-    let cluster = Cluster::start(1).await;
+    let cluster = Cluster::start_with_api(1).await;
     let c = client(&cluster, 0).await;
     let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
     pods.create(&PostParams::default(), &pod("web"))
@@ -445,7 +445,7 @@ async fn patches_dry_run_and_field_validation() {
 /// written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_are_refused_and_write_nothing() {
-    let cluster = Cluster::start(1).await;
+    let cluster = Cluster::start_with_api(1).await;
     let c = client(&cluster, 0).await;
     let base = "/api/v1/namespaces/default/pods";
     let send = |method: &str, path: &str, ct: &str, body: Vec<u8>| {
@@ -512,7 +512,7 @@ async fn bad_requests_are_refused_and_write_nothing() {
 /// manager's field left out of its next apply is removed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_side_apply_conflicts_and_force() {
-    let cluster = Cluster::start(1).await;
+    let cluster = Cluster::start_with_api(1).await;
     let c = client(&cluster, 0).await;
     let pods: Api<Pod> = Api::namespaced(c, "default");
     let config = |image: &str, labels: serde_json::Value| {

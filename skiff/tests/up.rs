@@ -581,6 +581,11 @@ fn kubectl_session() {
     let missing = up.kubectl(&["get", "pod", "bad"], None);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("pods \"bad\" not found"));
 
+    let deleted = up.kubectl_ok(&["delete", "pod", "web", "--wait", "--timeout=60s"], None);
+    assert_eq!(deleted.trim(), "pod \"web\" deleted");
+    let after = up.kubectl(&["get", "pod", "web"], None);
+    assert!(!after.status.success());
+
     // kubectl's generators send protobuf bodies; drain cordons (a strategic merge patch) and
     // evicts (a protobuf Eviction).
     assert_eq!(
@@ -621,9 +626,4 @@ fn kubectl_session() {
     assert!(drained.contains("pod/t1 evicted"), "{drained}");
     let nodes = up.kubectl_ok(&["get", "node", node.trim()], None);
     assert!(nodes.contains("Ready,SchedulingDisabled"), "{nodes}");
-
-    let deleted = up.kubectl_ok(&["delete", "pod", "web", "--wait", "--timeout=60s"], None);
-    assert_eq!(deleted.trim(), "pod \"web\" deleted");
-    let after = up.kubectl(&["get", "pod", "web"], None);
-    assert!(!after.status.success());
 }

@@ -68,6 +68,9 @@ pub struct Cluster {
     pub members: Vec<Member>,
     /// What every member's command line has besides its own name, URLs and directory.
     pub store: StoreCommand,
+    /// Whether members serve the Kubernetes API (on their `api_url`); off unless a test needs
+    /// it, so clusters started side by side take no more ports than they use.
+    pub serve_api: bool,
 }
 
 pub fn skiff_bin() -> &'static str {
@@ -85,6 +88,15 @@ impl Cluster {
     /// member binds it; such a member exits at once, and the whole cluster is started again on
     /// new ports.
     pub async fn start_with(n: usize, tune: impl Fn(&mut StoreCommand)) -> Cluster {
+        Cluster::start_serving(n, false, tune).await
+    }
+
+    /// Starts `n` members that also serve the Kubernetes REST API, and waits for a leader.
+    pub async fn start_with_api(n: usize) -> Cluster {
+        Cluster::start_serving(n, true, |_| {}).await
+    }
+
+    async fn start_serving(n: usize, serve_api: bool, tune: impl Fn(&mut StoreCommand)) -> Cluster {
         // openraft bounds each AppendEntries by the heartbeat interval: keep etcd's default,
         // so a debug build replicating large batches on a busy machine keeps up.
         let mut store = StoreCommand {
@@ -105,6 +117,7 @@ impl Cluster {
                 dir,
                 members,
                 store: store.clone(),
+                serve_api,
             };
             for i in 0..n {
                 c.spawn(i, ClusterState::New);
@@ -165,7 +178,7 @@ impl Cluster {
             listen_client_url: m.client_url.clone(),
             listen_peer_url: m.peer_url.clone(),
             listen_metrics_url: Some(m.metrics_url.clone()),
-            listen_api_url: Some(m.api_url.clone()),
+            listen_api_url: self.serve_api.then(|| m.api_url.clone()),
             initial_cluster,
             initial_cluster_state: state,
             ..self.store.clone()
