@@ -159,6 +159,19 @@ fn validation_error(object: &Object, source: validation::ValidationErrors) -> Cl
     }
 }
 
+/// A transaction that performs `op` if `key` still has `mod_revision`.
+fn unchanged_since(key: &str, mod_revision: i64, op: RequestOp) -> TxnRequest {
+    TxnRequest {
+        compare: vec![compare(
+            key,
+            CompareTarget::Mod(mod_revision),
+            CompareResult::Equal,
+        )],
+        success: vec![op],
+        failure: vec![],
+    }
+}
+
 /// Whether an update of a deleted object removed its last finalizer (and nothing else holds
 /// it: a bound pod still stopping is removed by its agent). Adding a finalizer to a deleted
 /// object is refused, as in Kubernetes.
@@ -453,20 +466,13 @@ impl ClusterApi {
     pub async fn replace(&self, current: &Stored, next: &Object) -> Result<Option<(i64, Object)>> {
         let key = next.key();
         let kind = next.kind();
-        let txn = TxnRequest {
-            compare: vec![compare(
-                &key,
-                CompareTarget::Mod(current.mod_revision),
-                CompareResult::Equal,
-            )],
-            success: vec![RequestOp::Put(PutRequest {
-                key: key.into_bytes(),
-                value: encode(next),
-                lease: self.lease_for(kind).await?,
-                ..PutRequest::default()
-            })],
-            failure: vec![],
-        };
+        let put = RequestOp::Put(PutRequest {
+            key: key.as_bytes().to_vec(),
+            value: encode(next),
+            lease: self.lease_for(kind).await?,
+            ..PutRequest::default()
+        });
+        let txn = unchanged_since(&key, current.mod_revision, put);
         let (rev, resp) = self.write_txn(kind, txn).await?;
         if !resp.succeeded {
             return Ok(None);
@@ -480,19 +486,12 @@ impl ClusterApi {
     /// of the delete, or `None` when another write came first.
     async fn remove(&self, current: &Stored) -> Result<Option<i64>> {
         let key = current.object.key();
-        let txn = TxnRequest {
-            compare: vec![compare(
-                &key,
-                CompareTarget::Mod(current.mod_revision),
-                CompareResult::Equal,
-            )],
-            success: vec![RequestOp::DeleteRange(DeleteRangeRequest {
-                key: key.into_bytes(),
-                range_end: Vec::new(),
-                prev_kv: false,
-            })],
-            failure: vec![],
-        };
+        let delete = RequestOp::DeleteRange(DeleteRangeRequest {
+            key: key.as_bytes().to_vec(),
+            range_end: Vec::new(),
+            prev_kv: false,
+        });
+        let txn = unchanged_since(&key, current.mod_revision, delete);
         let (rev, resp) = self.txn(txn).await?;
         Ok(resp.succeeded.then_some(rev))
     }

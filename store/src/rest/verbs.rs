@@ -404,21 +404,14 @@ pub async fn patch(
         if !pinned_by_patch {
             patched["metadata"]["resourceVersion"] = json!(current.mod_revision.to_string());
         }
-        let (object, warnings) =
-            decode_request(target.kind, &encode(&patched), validation(params))?;
-        match api.update(object, status, params.dry_run).await {
-            Ok((_, updated)) => {
-                return object_response(
-                    target.kind,
-                    &updated,
-                    accept,
-                    params,
-                    StatusCode::OK,
-                    &warnings,
-                );
-            }
-            Err(ClusterError::Conflict { .. }) if !pinned_by_patch => continue,
-            Err(e) => return Err(e.into()),
+        let write = Write {
+            api,
+            target,
+            params,
+            accept,
+        };
+        if let Some(done) = write.patched(&patched, status, !pinned_by_patch).await? {
+            return Ok(done);
         }
     }
     Err(ClusterError::Contended {
@@ -426,6 +419,42 @@ pub async fn patch(
         name: target.name.clone(),
     }
     .into())
+}
+
+/// What a patch or an apply writes back, and for whom.
+struct Write<'a> {
+    api: &'a ClusterApi,
+    target: &'a Target,
+    params: &'a Params,
+    accept: Accept,
+}
+
+impl Write<'_> {
+    /// Writes `patched` (a stored object changed, its `resourceVersion` the version changed)
+    /// with compare-and-swap: the response, or `None` when another write came first and
+    /// `retry` lets the caller change the newer version instead.
+    async fn patched(
+        &self,
+        patched: &Value,
+        status: bool,
+        retry: bool,
+    ) -> Result<Option<Response>, ApiError> {
+        let kind = self.target.kind;
+        let (object, warnings) = decode_request(kind, &encode(patched), validation(self.params))?;
+        match self.api.update(object, status, self.params.dry_run).await {
+            Ok((_, updated)) => object_response(
+                kind,
+                &updated,
+                self.accept,
+                self.params,
+                StatusCode::OK,
+                &warnings,
+            )
+            .map(Some),
+            Err(ClusterError::Conflict { .. }) if retry => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
 }
 
 /// PATCH with `application/apply-patch+yaml`: the body is the configuration `fieldManager`
@@ -506,21 +535,14 @@ async fn server_side_apply(
             }
         };
         applied["metadata"]["resourceVersion"] = json!(current.mod_revision.to_string());
-        let (object, warnings) =
-            decode_request(target.kind, &encode(&applied), validation(params))?;
-        match api.update(object, false, params.dry_run).await {
-            Ok((_, updated)) => {
-                return object_response(
-                    target.kind,
-                    &updated,
-                    accept,
-                    params,
-                    StatusCode::OK,
-                    &warnings,
-                );
-            }
-            Err(ClusterError::Conflict { .. }) => continue,
-            Err(e) => return Err(e.into()),
+        let write = Write {
+            api,
+            target,
+            params,
+            accept,
+        };
+        if let Some(done) = write.patched(&applied, false, true).await? {
+            return Ok(done);
         }
     }
     Err(ClusterError::Contended {
