@@ -12,7 +12,7 @@
 //! | [`backoff`]  | the back-off with jitter every retry loop uses                          |
 //! | [`duration`] | the parser of every duration flag (`500ms`, `1h30m`)                    |
 //! | [`metrics`]  | the Prometheus registry, process metrics and `/metrics` every process serves |
-//! | [`http`]     | the HTTP client of probes and metric scrapes                            |
+//! | [`http`]     | the HTTP client of probes, metric scrapes and the REST benchmark        |
 //! | [`raft`]     | the peer service between store members (generated, peer port only)     |
 //! | [`etcd`]     | the etcd v3 messages and server traits, wire-exact from `etcd-client`   |
 //!

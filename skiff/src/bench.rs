@@ -1,5 +1,6 @@
 //! `skiff bench`: benchmarks that print figures. `bind` measures batch Bind through a running
-//! cluster's API, `put` the etcd API, `scheduler` the scheduler and `startup` pods end to end.
+//! cluster's API, `api` its gRPC and Kubernetes REST faces side by side, `put` the etcd API,
+//! `scheduler` the scheduler and `startup` pods end to end.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -22,6 +23,9 @@ pub struct Args {
 enum What {
     /// Pods bound per second through the cluster API's batch Bind.
     Bind(BindArgs),
+    /// Pod creates and watch delivery through the gRPC cluster API and the Kubernetes REST
+    /// API, side by side in one run.
+    Api(crate::bench_api::Args),
     /// etcd v3 API load (put, range, txn-put, watch, lease-keepalive), against Skiff and
     /// etcd alike.
     Kv(crate::bench_kv::Args),
@@ -93,6 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .context("starting the async runtime")?;
     match args.what {
         What::Bind(a) => rt.block_on(bind(a)),
+        What::Api(a) => rt.block_on(crate::bench_api::run(a)),
         What::Kv(a) => rt.block_on(crate::bench_kv::run(a)),
         What::Put(a) => rt.block_on(crate::bench_kv::put_with(
             a.endpoints,

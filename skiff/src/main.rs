@@ -8,6 +8,7 @@ use tracing_subscriber::EnvFilter;
 
 mod apply;
 mod bench;
+mod bench_api;
 mod bench_kv;
 mod bench_scheduler;
 mod bench_startup;

@@ -125,7 +125,7 @@ pub async fn run(
         let router = crate::rest::router(cluster_api.clone(), address);
         let stop = stop_rx.clone();
         tasks.spawn(async move {
-            axum::serve(l, router)
+            axum::serve(nodelay(l), router)
                 .with_graceful_shutdown(wait(stop))
                 .await
                 .context("Kubernetes API server")
@@ -263,6 +263,18 @@ fn oversized_as_grpc_go<B>(
 /// 40 ms delayed-ACK round.)
 fn incoming(l: TcpListener) -> TcpIncoming {
     TcpIncoming::from(l).with_nodelay(Some(true))
+}
+
+/// The same for axum's listeners, which leave Nagle on: a watch stream writes one small chunk
+/// per event with nothing coming back, so each waited for the client's delayed ACK.
+fn nodelay(l: TcpListener) -> axum::serve::TapIo<TcpListener, fn(&mut tokio::net::TcpStream)> {
+    use axum::serve::ListenerExt as _;
+    fn set(tcp: &mut tokio::net::TcpStream) {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not turn Nagle off on an accepted connection");
+        }
+    }
+    l.tap_io(set)
 }
 
 async fn wait(mut stop: tokio::sync::watch::Receiver<bool>) {

@@ -38,6 +38,9 @@ impl Layout {
     pub(super) fn api(&self, i: usize) -> u16 {
         self.client(i) + 3
     }
+    pub(super) fn api_url(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.api(i))
+    }
     pub(super) fn scheduler_metrics(&self) -> u16 {
         self.base_port + 30
     }
@@ -116,12 +119,28 @@ pub(super) fn free(port: u16) -> bool {
     TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
-pub(super) fn load_layout(dir: &Path, base_port: Option<u16>) -> Result<(Layout, bool)> {
+/// The layout of the cluster created in `dir`, when one was.
+fn read(dir: &Path) -> Result<Option<Layout>> {
     let path = dir.join("cluster.json");
     match std::fs::read(&path) {
-        Ok(bytes) => {
-            let layout: Layout = serde_json::from_slice(&bytes)
-                .with_context(|| format!("{}: not a cluster layout", path.display()))?;
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .with_context(|| format!("{}: not a cluster layout", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// The Kubernetes API URL of the first member of the cluster created in `dir` (the one the
+/// kubeconfig names), when `dir` holds a cluster.
+pub(crate) fn kubernetes_api(dir: &Path) -> Result<Option<String>> {
+    Ok(read(dir)?.map(|l| l.api_url(0)))
+}
+
+pub(super) fn load_layout(dir: &Path, base_port: Option<u16>) -> Result<(Layout, bool)> {
+    let path = dir.join("cluster.json");
+    match read(dir)? {
+        Some(layout) => {
             if let Some(p) = base_port
                 && p != layout.base_port
             {
@@ -133,7 +152,7 @@ pub(super) fn load_layout(dir: &Path, base_port: Option<u16>) -> Result<(Layout,
             }
             Ok((layout, true))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        None => {
             // A new cluster without --base-port takes etcd's ports, or the next free range
             // (a running etcd or another cluster may hold 2379).
             let base_port = base_port.unwrap_or_else(|| {
@@ -153,6 +172,5 @@ pub(super) fn load_layout(dir: &Path, base_port: Option<u16>) -> Result<(Layout,
                 .with_context(|| format!("writing {}", path.display()))?;
             Ok((layout, false))
         }
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
     }
 }

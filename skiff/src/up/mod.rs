@@ -44,6 +44,7 @@ use skiff_proto::client::{ClusterClient, ListParams};
 
 use crate::config::{self, ClientConfig};
 use layout::Layout;
+pub(crate) use layout::kubernetes_api;
 pub use supervisor::{Cluster, wait_for};
 
 const MEMBERS: [&str; 3] = ["a", "b", "c"];
@@ -150,7 +151,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     client_config.save(&config_path)?;
     let kubeconfig_path = args.kubeconfig.clone().unwrap_or_else(kubeconfig::path);
-    let kube_server = format!("http://127.0.0.1:{}", layout.api(0));
+    let kube_server = layout.api_url(0);
     let kube = kubeconfig::write(&kubeconfig_path, &kube_server)?;
     println!(
         "ready in {:.1} s (quorum in {:.1} s): 3 store members, the scheduler, {} {} node(s)",
@@ -340,7 +341,7 @@ fn print_endpoints(layout: &Layout, dir: &Path, config_path: &Path, replaced: bo
     println!(
         "  Kubernetes API          {}",
         (0..MEMBERS.len())
-            .map(|i| format!("http://127.0.0.1:{}", layout.api(i)))
+            .map(|i| layout.api_url(i))
             .collect::<Vec<_>>()
             .join(" ")
     );
