@@ -6,6 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/skiff/cluster/v1/cluster.proto",
         "proto/skiff/raft/v1/raft.proto",
         "proto/skiff/node/v1/logs.proto",
+        "proto/skiff/node/v1/exec.proto",
     ];
     for p in &protos {
         println!("cargo:rerun-if-changed={p}");

@@ -38,6 +38,9 @@ state = "{d}/state"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{sandbox_image}"
   restrict_oom_score_adj = true
+  # exec and attach: the streaming server listens on loopback, on a port of its choosing
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{d}/cni"

@@ -36,6 +36,7 @@ use crate::engine::{Adopted, EngineConfig};
 use crate::logs::{ENDPOINT_ANNOTATION, LogService};
 use crate::metrics::{self, AgentMetrics};
 use crate::runtime::{Runtime, RuntimeError};
+use crate::sessions::SessionService;
 use crate::status::StatusWriter;
 use crate::worker::{self, WorkerContext, WorkerHandle};
 
@@ -147,18 +148,20 @@ pub async fn run(
     }
     let logs = listeners.logs;
     if let Some(listener) = logs {
-        let service = LogService::new(runtime.clone()).server();
+        let logs_service = LogService::new(runtime.clone()).server();
+        let sessions = SessionService::new(runtime.clone()).server();
         let stop = cancel.clone();
         tokio::spawn(async move {
             let served = tonic::transport::Server::builder()
-                .add_service(service)
+                .add_service(logs_service)
+                .add_service(sessions)
                 .serve_with_incoming_shutdown(
                     tokio_stream::wrappers::TcpListenerStream::new(listener),
                     stop.cancelled_owned(),
                 )
                 .await;
             if let Err(e) = served {
-                tracing::error!(error = %e, "log service stopped");
+                tracing::error!(error = %e, "log and session service stopped");
             }
         });
     }

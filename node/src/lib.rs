@@ -4,7 +4,7 @@
 //!
 //! | module        | what                                                                   |
 //! |---------------|------------------------------------------------------------------------|
-//! | [`runtime`]   | the `Runtime` trait (CRI-shaped: sandbox, containers, stop, logs, exec)|
+//! | [`runtime`]   | the `Runtime` trait (CRI-shaped: sandbox, containers, stop, logs, exec, sessions)|
 //! | [`sim`]       | the simulated runtime: in-memory containers on tokio's clock           |
 //! | [`cri`]       | the CRI runtime: containerd's CRI plugin over its unix socket          |
 //! | [`image`]     | the busybox and pause images as OCI archives, built from busybox-static|
@@ -14,7 +14,8 @@
 //! | [`events`]    | the kubelet's events (Pulled, Started, Killing, BackOff, …) from a worker |
 //! | [`status`]    | the coalescing, retrying pod status writer                             |
 //! | [`agent`]     | Node registration, heartbeat, the pod watch, reconcile on restart      |
-//! | [`logs`]      | the agent's gRPC log service (`skiff node logs`)                       |
+//! | [`logs`]      | the agent's gRPC log service (`skiff node logs`, `pods/log`)           |
+//! | [`sessions`]  | the agent's exec and attach sessions (`pods/exec`, `pods/attach`)      |
 //! | [`metrics`]   | what the agent counts, and the process's `/metrics` and `/healthz`      |
 
 pub mod admission;
@@ -26,6 +27,7 @@ pub mod image;
 pub mod logs;
 pub mod metrics;
 pub mod runtime;
+pub mod sessions;
 pub mod sim;
 pub mod status;
 pub mod worker;

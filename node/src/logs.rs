@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use crate::runtime::{ContainerState, Runtime, RuntimeError};
+use crate::runtime::{Container, ContainerState, Runtime, RuntimeError};
 
 /// The generated service (`proto/skiff/node/v1/logs.proto` in skiff-proto).
 pub use skiff_proto::node::v1 as pb;
@@ -34,12 +34,83 @@ impl LogService {
     }
 }
 
-fn status(e: RuntimeError) -> Status {
+pub(crate) fn status(e: RuntimeError) -> Status {
     match e {
         RuntimeError::NotFound { .. } => Status::not_found(e.to_string()),
         RuntimeError::Timeout { .. } => Status::deadline_exceeded(e.to_string()),
         _ => Status::internal(e.to_string()),
     }
+}
+
+/// The container of a pod on `node` that a log read or a session names: `container`, or the
+/// pod's only app container when empty; its current instance, or with `previous` the last one
+/// that ended.
+pub(crate) async fn find_container(
+    runtime: &dyn Runtime,
+    node: &str,
+    namespace: &str,
+    pod_name: &str,
+    container: &str,
+    previous: bool,
+) -> Result<Container, Status> {
+    let pod = format!("{namespace}/{pod_name}");
+    let mut sandboxes: Vec<_> = runtime
+        .list_sandboxes(node)
+        .await
+        .map_err(status)?
+        .into_iter()
+        .filter(|s| s.namespace == namespace && s.pod_name == pod_name)
+        .collect();
+    // The ready sandbox first: a pod's older, stopped sandboxes hold older containers.
+    sandboxes.sort_by_key(|s| !s.ready);
+    let mut containers = Vec::new();
+    for sb in &sandboxes {
+        containers.extend(
+            runtime
+                .list_containers(&sb.id)
+                .await
+                .map_err(status)?
+                .into_iter()
+                .filter(|c| !c.init || !container.is_empty()),
+        );
+    }
+    let name = if container.is_empty() {
+        let mut names: Vec<&str> = containers.iter().map(|c| c.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        match names.as_slice() {
+            [one] => one.to_string(),
+            [] => {
+                return Err(Status::not_found(format!(
+                    "pod {pod} has no containers on node {node}"
+                )));
+            }
+            many => {
+                return Err(Status::invalid_argument(format!(
+                    "pod {pod} has several containers, choose one of: {}",
+                    many.join(", ")
+                )));
+            }
+        }
+    } else {
+        container.to_string()
+    };
+    let mut attempts: Vec<Container> = containers.into_iter().filter(|c| c.name == name).collect();
+    attempts.sort_by_key(|c| std::cmp::Reverse(c.attempt));
+    // `previous` is the last instance that ended: the newest one while it waits to be
+    // restarted (as the kubelet answers during CrashLoopBackOff), else the one before.
+    let newest_ended = attempts
+        .first()
+        .is_some_and(|c| matches!(c.state, ContainerState::Exited(_)));
+    let index = usize::from(previous && !newest_ended);
+    if index >= attempts.len() {
+        return Err(Status::not_found(if previous {
+            format!("container {name} of pod {pod} has no previous instance")
+        } else {
+            format!("container {name} of pod {pod} not found")
+        }));
+    }
+    Ok(attempts.swap_remove(index))
 }
 
 #[tonic::async_trait]
@@ -49,65 +120,15 @@ impl pb::logs_server::Logs for LogService {
         request: Request<pb::ContainerLogRequest>,
     ) -> Result<Response<pb::ContainerLogResponse>, Status> {
         let r = request.into_inner();
-        let pod = format!("{}/{}", r.namespace, r.pod);
-        let mut sandboxes: Vec<_> = self
-            .runtime
-            .list_sandboxes(&r.node)
-            .await
-            .map_err(status)?
-            .into_iter()
-            .filter(|s| s.namespace == r.namespace && s.pod_name == r.pod)
-            .collect();
-        // The ready sandbox first: a pod's older, stopped sandboxes hold older containers.
-        sandboxes.sort_by_key(|s| !s.ready);
-        let mut containers = Vec::new();
-        for sb in &sandboxes {
-            containers.extend(
-                self.runtime
-                    .list_containers(&sb.id)
-                    .await
-                    .map_err(status)?
-                    .into_iter()
-                    .filter(|c| !c.init || !r.container.is_empty()),
-            );
-        }
-        let name = if r.container.is_empty() {
-            let mut names: Vec<&str> = containers.iter().map(|c| c.name.as_str()).collect();
-            names.sort_unstable();
-            names.dedup();
-            match names.as_slice() {
-                [one] => one.to_string(),
-                [] => {
-                    return Err(Status::not_found(format!(
-                        "pod {pod} has no containers on node {}",
-                        r.node
-                    )));
-                }
-                many => {
-                    return Err(Status::invalid_argument(format!(
-                        "pod {pod} has several containers, choose one of: {}",
-                        many.join(", ")
-                    )));
-                }
-            }
-        } else {
-            r.container.clone()
-        };
-        let mut attempts: Vec<_> = containers.iter().filter(|c| c.name == name).collect();
-        attempts.sort_by_key(|c| std::cmp::Reverse(c.attempt));
-        // `previous` is the last instance that ended: the newest one while it waits to be
-        // restarted (as the kubelet answers during CrashLoopBackOff), else the one before.
-        let newest_ended = attempts
-            .first()
-            .is_some_and(|c| matches!(c.state, ContainerState::Exited(_)));
-        let index = usize::from(r.previous && !newest_ended);
-        let chosen = attempts.get(index).ok_or_else(|| {
-            Status::not_found(if r.previous {
-                format!("container {name} of pod {pod} has no previous instance")
-            } else {
-                format!("container {name} of pod {pod} not found")
-            })
-        })?;
+        let chosen = find_container(
+            &*self.runtime,
+            &r.node,
+            &r.namespace,
+            &r.pod,
+            &r.container,
+            r.previous,
+        )
+        .await?;
         let tail = (r.tail_lines > 0).then(|| usize::try_from(r.tail_lines).unwrap_or(usize::MAX));
         let data = self.runtime.logs(&chosen.id, tail).await.map_err(status)?;
         Ok(Response::new(pb::ContainerLogResponse { data }))

@@ -2,7 +2,7 @@
 //!
 //! The shape follows CRI (the kubelet's runtime interface) closely — a pod sandbox that owns
 //! the pod's network identity, containers created and started inside it, stop with a timeout
-//! (SIGTERM, then SIGKILL), removal, logs and exec — so the CRI implementation is a thin
+//! (SIGTERM, then SIGKILL), removal, logs, exec and interactive sessions — so the CRI implementation is a thin
 //! translation and the simulated one models the same lifecycle the pod worker relies on.
 //! Two deliberate departures from raw CRI:
 //!
@@ -136,6 +136,42 @@ pub struct ExecOutput {
     pub output: Vec<u8>,
 }
 
+/// What an interactive session runs: a command in the container (`kubectl exec`), or, with no
+/// command, the container's own process (`kubectl attach`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SessionSpec {
+    pub command: Vec<String>,
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    /// A terminal: standard error is merged into standard output.
+    pub tty: bool,
+}
+
+/// What a client sends into a session. Dropping the session's input sender closes standard
+/// input too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionInput {
+    Stdin(Vec<u8>),
+    Resize { width: u16, height: u16 },
+    CloseStdin,
+}
+
+/// What a session sends back. `Exit` is the last message; an error ends the session too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionOutput {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    Exit(i32),
+}
+
+/// The two ends of an interactive session. Dropping `output` ends the session.
+#[derive(Debug)]
+pub struct Session {
+    pub input: tokio::sync::mpsc::Sender<SessionInput>,
+    pub output: tokio::sync::mpsc::Receiver<Result<SessionOutput>>,
+}
+
 /// A container runtime. Implementations are shared by every pod worker of a node (and, for
 /// the simulated runtime, by every node of a process), so every method takes `&self`.
 #[async_trait]
@@ -169,6 +205,8 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
     async fn logs(&self, id: &str, tail: Option<usize>) -> Result<Vec<u8>>;
     /// Runs `command` in the container, for exec probes and lifecycle hooks.
     async fn exec(&self, id: &str, command: &[String], timeout: Duration) -> Result<ExecOutput>;
+    /// Starts an interactive session in a running container (CRI's Exec and Attach).
+    async fn session(&self, id: &str, spec: &SessionSpec) -> Result<Session>;
 
     /// Whether something accepts TCP connections on `ip:port` within `timeout`.
     async fn tcp_probe(&self, ip: &str, port: u16, timeout: Duration) -> Result<bool> {

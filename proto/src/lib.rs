@@ -44,8 +44,8 @@ pub mod cluster {
     }
 }
 
-/// The node agent's log service: `skiff.node.v1`, served by every agent and called by the
-/// store's `pods/log` and `skiff logs`.
+/// The node agent's services, `skiff.node.v1`: container logs (called by the store's `pods/log`
+/// and `skiff logs`) and interactive sessions (called by `pods/exec` and `pods/attach`).
 pub mod node {
     #[allow(
         unused_qualifications,

@@ -15,9 +15,11 @@
 //! | busybox's one-shot utilities (`mkdir`, `cp`, `touch`, …) | succeed at once           |
 //! | anything else (`httpd -f`, …)   | runs until stopped, like a server                    |
 //!
-//! Exec (probes, hooks) understands `true`, `false`, `exit N`, `touch F`, `rm F` and
-//! `cat F` / `test -e F` / `ls F` against a per-container set of files, which tests can also
-//! change with [`SimRuntime::touch`] and [`SimRuntime::remove_file`]. TCP probes succeed on the
+//! Exec (probes, hooks, `kubectl exec`) understands `true`, `false`, `exit N`, `echo`,
+//! `sleep N`, `touch F`, `rm F` and `cat F` / `test -e F` / `ls F` against a per-container set
+//! of files, which tests can also change with [`SimRuntime::touch`] and
+//! [`SimRuntime::remove_file`]; an interactive `sh` runs the lines it reads from standard input
+//! and `cat` copies its input back. Attaching shows nothing and ends when the container does. TCP probes succeed on the
 //! container's declared ports while it runs. Images tagged `:absent` cannot be pulled.
 //!
 //! A container that honours SIGTERM exits at once with 143, as a process killed by it would.
@@ -33,11 +35,12 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 mod script;
+mod session;
 
 use self::script::{Plan, exec_in, exit_of};
 use crate::runtime::{
     Container, ContainerSpec, ContainerState, ExecOutput, Exit, Result, Runtime, RuntimeError,
-    Sandbox, SandboxSpec,
+    Sandbox, SandboxSpec, Session, SessionSpec,
 };
 
 /// Timing of the simulated runtime.
@@ -538,10 +541,12 @@ impl Runtime for SimRuntime {
                 message: format!("container {id} is not running"),
             });
         }
-        Ok(ExecOutput {
-            exit_code: exec_in(&mut c.files, command),
-            output: Vec::new(),
-        })
+        let (exit_code, output) = exec_in(&mut c.files, command);
+        Ok(ExecOutput { exit_code, output })
+    }
+
+    async fn session(&self, id: &str, spec: &SessionSpec) -> Result<Session> {
+        self.open_session(id, spec)
     }
 
     async fn http_probe(

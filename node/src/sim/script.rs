@@ -99,32 +99,101 @@ impl Plan {
     }
 }
 
-/// Runs an exec command against a container's files.
-pub(super) fn exec_in(files: &mut BTreeSet<String>, command: &[String]) -> i32 {
-    let script = script_of(command);
-    let mut status = 0;
-    for stmt in statements(&script) {
-        let words: Vec<&str> = stmt.split_whitespace().collect();
-        status = match words.as_slice() {
-            ["true"] => 0,
-            ["false"] => 1,
-            ["exit", n, ..] => return n.parse().unwrap_or(2),
-            ["touch", paths @ ..] => {
-                files.extend(paths.iter().map(|p| p.to_string()));
-                0
+/// What one exec statement did.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(super) struct Step {
+    pub(super) status: i32,
+    pub(super) stdout: String,
+    pub(super) stderr: String,
+    /// `sleep N`: how long the statement takes in an interactive session.
+    pub(super) pause: Duration,
+    /// `exit`: the script ends here with `status`.
+    pub(super) exit: bool,
+}
+
+/// Runs one statement of an exec command against a container's files.
+pub(super) fn step(files: &mut BTreeSet<String>, stmt: &str) -> Step {
+    let words: Vec<&str> = stmt.split_whitespace().collect();
+    let status = |status| Step {
+        status,
+        ..Step::default()
+    };
+    match words.as_slice() {
+        ["true"] | [":"] => status(0),
+        ["false"] => status(1),
+        ["exit"] => Step {
+            exit: true,
+            ..status(0)
+        },
+        ["exit", n, ..] => Step {
+            exit: true,
+            ..status(n.parse().unwrap_or(2))
+        },
+        ["touch", paths @ ..] => {
+            files.extend(paths.iter().map(|p| p.to_string()));
+            status(0)
+        }
+        ["rm", paths @ ..] => {
+            for p in paths.iter().filter(|p| !p.starts_with('-')) {
+                files.remove(*p);
             }
-            ["rm", paths @ ..] => {
-                for p in paths.iter().filter(|p| !p.starts_with('-')) {
-                    files.remove(*p);
-                }
-                0
+            status(0)
+        }
+        ["cat" | "ls", path] | ["test", "-e" | "-f", path] => {
+            let found = files.contains(*path);
+            Step {
+                stderr: if found || words[0] == "test" {
+                    String::new()
+                } else {
+                    format!("{}: {path}: No such file or directory\n", words[0])
+                },
+                ..status(i32::from(!found))
             }
-            ["cat" | "ls", path] | ["test", "-e" | "-f", path] => i32::from(!files.contains(*path)),
-            ["echo", ..] | ["sleep", ..] => 0,
-            _ => 127,
-        };
+        }
+        ["echo", rest @ ..] => Step {
+            stdout: format!("{}\n", rest.join(" ").replace(['"', '\''], "")),
+            ..status(0)
+        },
+        ["sleep", n, ..] => Step {
+            pause: n
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map_or(Duration::ZERO, Duration::from_secs_f64),
+            ..status(0)
+        },
+        [cmd, ..] => Step {
+            stderr: format!("sh: {cmd}: not found\n"),
+            ..status(127)
+        },
+        [] => status(0),
     }
-    status
+}
+
+/// The statements of an exec command, for a session that runs them one at a time.
+pub(super) fn exec_statements(command: &[String]) -> Vec<String> {
+    statements(&script_of(command)).map(String::from).collect()
+}
+
+/// Whether `command` is a shell that reads its script from standard input (`sh`, `/bin/sh`).
+pub(super) fn is_interactive_shell(command: &[String]) -> bool {
+    matches!(command, [one] if one == "sh" || one.ends_with("/sh"))
+}
+
+/// Runs an exec command against a container's files (for probes and hooks): its status and
+/// everything it printed.
+pub(super) fn exec_in(files: &mut BTreeSet<String>, command: &[String]) -> (i32, Vec<u8>) {
+    let mut status = 0;
+    let mut output = Vec::new();
+    for stmt in statements(&script_of(command)) {
+        let s = step(files, stmt);
+        output.extend(s.stdout.bytes().chain(s.stderr.bytes()));
+        status = s.status;
+        if s.exit {
+            break;
+        }
+    }
+    (status, output)
 }
 
 pub(super) fn exit_of(plan: &Plan, started: Option<Time>, now: Time) -> Exit {

@@ -39,12 +39,20 @@ fn plans_read_like_the_shell() {
 #[test]
 fn exec_sees_files() {
     let mut files = BTreeSet::new();
-    assert_eq!(exec_in(&mut files, &words("cat /tmp/ready")), 1);
-    assert_eq!(exec_in(&mut files, &sh("touch /tmp/ready")), 0);
-    assert_eq!(exec_in(&mut files, &words("test -e /tmp/ready")), 0);
-    assert_eq!(exec_in(&mut files, &words("rm -f /tmp/ready")), 0);
-    assert_eq!(exec_in(&mut files, &words("ls /tmp/ready")), 1);
-    assert_eq!(exec_in(&mut files, &words("exit 4")), 4);
+    let status = |files: &mut BTreeSet<String>, command: Vec<String>| exec_in(files, &command).0;
+    assert_eq!(status(&mut files, words("cat /tmp/ready")), 1);
+    assert_eq!(status(&mut files, sh("touch /tmp/ready")), 0);
+    assert_eq!(status(&mut files, words("test -e /tmp/ready")), 0);
+    assert_eq!(status(&mut files, words("rm -f /tmp/ready")), 0);
+    assert_eq!(status(&mut files, words("ls /tmp/ready")), 1);
+    assert_eq!(status(&mut files, words("exit 4")), 4);
+    assert_eq!(
+        exec_in(
+            &mut files,
+            &sh("echo 'hello world'; nope; exit 3; echo unseen")
+        ),
+        (3, b"hello world\nsh: nope: not found\n".to_vec())
+    );
 }
 
 async fn running(rt: &SimRuntime, command: Vec<String>) -> (Sandbox, String) {

@@ -14,6 +14,8 @@
 //!   first.
 //! * `CreateContainer` needs the sandbox's config again; it is kept per sandbox and rebuilt
 //!   from the sandbox's labels for sandboxes adopted after a restart.
+//! * Interactive sessions (`kubectl exec`, `attach`) go through containerd's streaming server
+//!   over WebSocket ([`session`]).
 //! * Host-network sandboxes get the node's IP; pod-network sandboxes need a CNI config in
 //!   containerd (their IP comes from `PodSandboxStatus`).
 
@@ -32,8 +34,10 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::runtime::{
     Container, ContainerSpec, ContainerState, ExecOutput, Exit, Result, Runtime, RuntimeError,
-    Sandbox, SandboxSpec, labels, sandbox_labels,
+    Sandbox, SandboxSpec, Session, SessionSpec, labels, sandbox_labels,
 };
+
+mod session;
 
 /// Where containerd is and how the agent uses it.
 #[derive(Debug, Clone, PartialEq)]
@@ -680,6 +684,34 @@ impl Runtime for CriRuntime {
             exit_code: r.exit_code,
             output,
         })
+    }
+
+    async fn session(&self, id: &str, spec: &SessionSpec) -> Result<Session> {
+        // A terminal has one output stream: CRI refuses a tty with a separate stderr.
+        let stderr = spec.stderr && !spec.tty;
+        let (name, url) = if spec.command.is_empty() {
+            let request = cri::AttachRequest {
+                container_id: id.to_string(),
+                stdin: spec.stdin,
+                tty: spec.tty,
+                stdout: spec.stdout,
+                stderr,
+            };
+            let r = self.runtime.clone().attach(request).await;
+            ("Attach", r.map_err(call("Attach"))?.into_inner().url)
+        } else {
+            let request = cri::ExecRequest {
+                container_id: id.to_string(),
+                cmd: spec.command.clone(),
+                tty: spec.tty,
+                stdin: spec.stdin,
+                stdout: spec.stdout,
+                stderr,
+            };
+            let r = self.runtime.clone().exec(request).await;
+            ("Exec", r.map_err(call("Exec"))?.into_inner().url)
+        };
+        session::open(&url, name).await
     }
 }
 

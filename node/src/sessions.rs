@@ -1,0 +1,267 @@
+//! The agent's interactive sessions (`kubectl exec`, `kubectl attach`), as the kubelet serves
+//! /exec and /attach: the API server opens one gRPC stream per session, the agent finds the
+//! pod's running container through the runtime, as the log service does, and relays the
+//! stream to the runtime's session. Served beside the log service, at the Node's
+//! [`crate::logs::ENDPOINT_ANNOTATION`].
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::logs::{find_container, status};
+use crate::runtime::{ContainerState, Runtime, SessionInput, SessionOutput, SessionSpec};
+
+use pb::session_input::Input;
+use pb::session_output::Output;
+pub use skiff_proto::node::v1 as pb;
+
+/// Serves sessions in the containers of `runtime`.
+#[derive(Debug, Clone)]
+pub struct SessionService {
+    runtime: Arc<dyn Runtime>,
+}
+
+impl SessionService {
+    pub fn new(runtime: Arc<dyn Runtime>) -> SessionService {
+        SessionService { runtime }
+    }
+
+    /// The gRPC server for this service.
+    pub fn server(self) -> pb::sessions_server::SessionsServer<SessionService> {
+        pb::sessions_server::SessionsServer::new(self)
+    }
+}
+
+fn to_input(input: Input) -> Option<SessionInput> {
+    Some(match input {
+        Input::Start(_) => return None,
+        Input::Stdin(data) => SessionInput::Stdin(data),
+        Input::Resize(size) => SessionInput::Resize {
+            width: u16::try_from(size.width).unwrap_or(u16::MAX),
+            height: u16::try_from(size.height).unwrap_or(u16::MAX),
+        },
+        Input::CloseStdin(_) => SessionInput::CloseStdin,
+    })
+}
+
+fn to_output(output: SessionOutput) -> pb::SessionOutput {
+    pb::SessionOutput {
+        output: Some(match output {
+            SessionOutput::Stdout(data) => Output::Stdout(data),
+            SessionOutput::Stderr(data) => Output::Stderr(data),
+            SessionOutput::Exit(code) => Output::ExitCode(code),
+        }),
+    }
+}
+
+type OutputStream = Pin<Box<dyn Stream<Item = Result<pb::SessionOutput, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::sessions_server::Sessions for SessionService {
+    type SessionStream = OutputStream;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<pb::SessionInput>>,
+    ) -> Result<Response<OutputStream>, Status> {
+        let mut inbound = request.into_inner();
+        let Some(pb::SessionInput {
+            input: Some(Input::Start(start)),
+        }) = inbound.message().await?
+        else {
+            return Err(Status::invalid_argument(
+                "a session starts with its start message",
+            ));
+        };
+        if !start.stdin && !start.stdout && !start.stderr {
+            return Err(Status::invalid_argument(
+                "a session needs at least one of stdin, stdout and stderr",
+            ));
+        }
+        let container = find_container(
+            &*self.runtime,
+            &start.node,
+            &start.namespace,
+            &start.pod,
+            &start.container,
+            false,
+        )
+        .await?;
+        if !matches!(container.state, ContainerState::Running { .. }) {
+            return Err(Status::failed_precondition(format!(
+                "container {} of pod {}/{} is not running",
+                container.name, start.namespace, start.pod
+            )));
+        }
+        let spec = SessionSpec {
+            command: start.command,
+            stdin: start.stdin,
+            stdout: start.stdout,
+            stderr: start.stderr,
+            tty: start.tty,
+        };
+        let session = self
+            .runtime
+            .session(&container.id, &spec)
+            .await
+            .map_err(status)?;
+        let input = session.input;
+        // Bounded by the call: it ends when the caller's stream does (which closes standard
+        // input) or when the session stops reading.
+        tokio::spawn(async move {
+            while let Ok(Some(msg)) = inbound.message().await {
+                let Some(i) = msg.input.and_then(to_input) else {
+                    continue;
+                };
+                if input.send(i).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let output = ReceiverStream::new(session.output)
+            .map(|out| out.map(to_output).map_err(status))
+            .boxed();
+        Ok(Response::new(output))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{ContainerSpec, SandboxSpec};
+    use crate::sim::{SimConfig, SimRuntime};
+
+    fn start(command: &[&str], stdin: bool) -> pb::SessionInput {
+        pb::SessionInput {
+            input: Some(Input::Start(pb::SessionStart {
+                node: "n1".into(),
+                namespace: "default".into(),
+                pod: "web".into(),
+                command: command.iter().map(|s| s.to_string()).collect(),
+                stdin,
+                stdout: true,
+                stderr: true,
+                ..pb::SessionStart::default()
+            })),
+        }
+    }
+
+    async fn running_pod() -> SimRuntime {
+        let rt = SimRuntime::new(SimConfig::default());
+        let sb = rt
+            .run_sandbox(&SandboxSpec {
+                node: "n1".into(),
+                pod_uid: "u".into(),
+                pod_name: "web".into(),
+                namespace: "default".into(),
+                ..SandboxSpec::default()
+            })
+            .await
+            .unwrap();
+        let spec = ContainerSpec {
+            pod_uid: "u".into(),
+            name: "c".into(),
+            image: "b:1".into(),
+            ..ContainerSpec::default()
+        };
+        let id = rt.create_container(&sb, &spec).await.unwrap();
+        rt.start_container(&id).await.unwrap();
+        rt
+    }
+
+    /// Serves `rt`'s sessions on an ephemeral port and returns a client of them.
+    async fn serve(
+        rt: SimRuntime,
+    ) -> pb::sessions_client::SessionsClient<tonic::transport::Channel> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = SessionService::new(Arc::new(rt)).server();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(server)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        pb::sessions_client::SessionsClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap()
+    }
+
+    /// Drives a session as the API server does: the start message, then `input`, then the end
+    /// of input; returns stdout, stderr and the exit code.
+    async fn session(
+        client: &mut pb::sessions_client::SessionsClient<tonic::transport::Channel>,
+        first: pb::SessionInput,
+        input: Vec<Input>,
+    ) -> Result<(String, String, i32), Status> {
+        let messages = std::iter::once(first).chain(
+            input
+                .into_iter()
+                .map(|i| pb::SessionInput { input: Some(i) }),
+        );
+        let mut out = client
+            .session(tokio_stream::iter(messages.collect::<Vec<_>>()))
+            .await?
+            .into_inner();
+        let (mut stdout, mut stderr) = (String::new(), String::new());
+        while let Some(o) = out.message().await? {
+            match o.output {
+                Some(Output::Stdout(d)) => stdout.push_str(&String::from_utf8_lossy(&d)),
+                Some(Output::Stderr(d)) => stderr.push_str(&String::from_utf8_lossy(&d)),
+                Some(Output::ExitCode(c)) => return Ok((stdout, stderr, c)),
+                None => {}
+            }
+        }
+        panic!("the session ended without an exit code");
+    }
+
+    #[tokio::test]
+    async fn exec_runs_commands_and_reports_their_status() {
+        let mut svc = serve(running_pod().await).await;
+        let (out, err, code) = session(
+            &mut svc,
+            start(&["sh", "-c", "echo hi; nope; exit 3"], false),
+            vec![],
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            (out.as_str(), err.as_str(), code),
+            ("hi\n", "sh: nope: not found\n", 3)
+        );
+        // An interactive shell runs what it reads; `cat` copies its input back.
+        let lines = vec![Input::Stdin(b"echo one\necho two\n".to_vec())];
+        let (out, _, code) = session(&mut svc, start(&["sh"], true), lines)
+            .await
+            .unwrap();
+        assert_eq!((out.as_str(), code), ("one\ntwo\n", 0));
+        let text = vec![Input::Stdin(b"abc".to_vec()), Input::CloseStdin(true)];
+        let (out, _, _) = session(&mut svc, start(&["cat"], true), text)
+            .await
+            .unwrap();
+        assert_eq!(out, "abc");
+    }
+
+    #[tokio::test]
+    async fn refusals_come_before_any_output() {
+        let mut svc = serve(running_pod().await).await;
+        let mut other = start(&["true"], false);
+        if let Some(Input::Start(s)) = &mut other.input {
+            s.pod = "nope".into();
+        }
+        let e = session(&mut svc, other, vec![]).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::NotFound);
+        let e = session(
+            &mut svc,
+            pb::SessionInput {
+                input: Some(Input::Stdin(vec![])),
+            },
+            vec![],
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    }
+}
