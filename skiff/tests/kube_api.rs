@@ -585,3 +585,116 @@ async fn server_side_apply_conflicts_and_force() {
     assert_eq!(labels.get("app").map(String::as_str), Some("web"));
     assert!(!labels.contains_key("tier"), "{labels:?}");
 }
+
+/// `pods/exec` and `pods/attach` through kube-rs's WebSocket client, relayed by the API server
+/// to a simulated node agent: output, exit statuses, standard input, and refusals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_and_attach_through_the_agent() {
+    use kube::api::AttachParams;
+    use skiff_launch::{Launch, NodeCommand, RuntimeKind};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let cluster = Cluster::start_with_api(1).await;
+    let node = NodeCommand {
+        name: Some("n1".into()),
+        logs_address: Some("127.0.0.1:0".into()),
+        ..NodeCommand::new(RuntimeKind::Sim, cluster.endpoints())
+    };
+    let _agent = Launch::new(
+        "agent n1",
+        common::skiff_bin(),
+        cluster.dir.path().join("agent.log"),
+    )
+    .args(node.args())
+    .spawn()
+    .expect("spawn skiff node");
+    let pods: Api<Pod> = Api::default_namespaced(client(&cluster, 0).await);
+    let mut p = pod("shell");
+    let spec = p.spec.as_mut().expect("spec");
+    spec.node_name = Some("n1".into());
+    spec.containers[0].command = Some(vec!["sleep".into(), "3600".into()]);
+    pods.create(&PostParams::default(), &p)
+        .await
+        .expect("create");
+    eventually(Duration::from_secs(30), "the pod running", || async {
+        let p = pods.get("shell").await.ok()?;
+        (p.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+
+    // A command's output and its exit status.
+    let mut run = pods
+        .exec(
+            "shell",
+            ["sh", "-c", "echo hi; exit 2"],
+            &AttachParams::default(),
+        )
+        .await
+        .expect("exec");
+    let mut out = String::new();
+    run.stdout()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .await
+        .expect("read stdout");
+    let status = run.take_status().expect("status").await.expect("a status");
+    assert_eq!(out, "hi\n");
+    assert_eq!(status.reason.as_deref(), Some("NonZeroExitCode"));
+    let causes = status.details.and_then(|d| d.causes).unwrap_or_default();
+    assert_eq!(causes[0].message.as_deref(), Some("2"));
+    run.join().await.expect("join");
+
+    // Standard input reaches an interactive shell.
+    let mut shell = pods
+        .exec(
+            "shell",
+            ["sh"],
+            &AttachParams::default().stdin(true).stderr(false),
+        )
+        .await
+        .expect("exec sh");
+    let mut stdin = shell.stdin().expect("stdin");
+    stdin
+        .write_all(b"echo from stdin\nexit 0\n")
+        .await
+        .expect("write");
+    let mut out = String::new();
+    shell
+        .stdout()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .await
+        .expect("read");
+    assert_eq!(out, "from stdin\n");
+    let status = shell
+        .take_status()
+        .expect("status")
+        .await
+        .expect("a status");
+    assert_eq!(status.status.as_deref(), Some("Success"));
+
+    // Attach ends when the container does: deleting the pod ends it.
+    let mut attached = pods
+        .attach("shell", &AttachParams::default().stderr(false))
+        .await
+        .expect("attach");
+    let status = attached.take_status().expect("status");
+    pods.delete("shell", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete");
+    let status = tokio::time::timeout(Duration::from_secs(30), status)
+        .await
+        .expect("attach ends with the container")
+        .expect("a status");
+    assert_eq!(status.status.as_deref(), Some("Success"), "{status:?}");
+    attached.join().await.expect("join");
+
+    // Refusals come before the upgrade, with their HTTP status.
+    let Err(missing) = pods
+        .exec("nowhere", ["true"], &AttachParams::default())
+        .await
+    else {
+        panic!("exec in a pod that does not exist succeeded");
+    };
+    assert!(format!("{missing:?}").contains("404"), "{missing:?}");
+}

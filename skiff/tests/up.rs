@@ -335,7 +335,8 @@ fn the_cli_without_a_cluster_says_what_to_do() {
 }
 
 /// With `--runtime cri` on a real containerd (Debian's containerd + runc, started by `up`
-/// with its own root and socket): a busybox pod runs, `skiff logs` shows its output, and
+/// with its own root and socket): a busybox pod runs, `skiff logs` shows its output, `kubectl exec`
+/// runs in it through containerd's streaming server, and
 /// `skiff delete` stops it gracefully (the container's TERM handler runs; the Killing event
 /// is recorded).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -396,6 +397,26 @@ spec:
     .await;
     assert!(logs.contains("hello from containerd"), "{logs}");
 
+    // exec through containerd's streaming server: output, stderr and the exit code.
+    if kubectl_on_path() {
+        let out = up.kubectl(
+            &[
+                "exec",
+                "hello-cri",
+                "--",
+                "sh",
+                "-c",
+                "echo out; echo err >&2; exit 7",
+            ],
+            None,
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("err"));
+        assert_eq!(out.status.code(), Some(7));
+    } else {
+        eprintln!("exec not checked: kubectl is not on PATH");
+    }
+
     // Graceful: the TERM handler ends the container long before the 60 s grace period, and
     // `delete` returns once the pod is gone.
     let started = Instant::now();
@@ -439,7 +460,7 @@ fn kubectl_on_path() -> bool {
 /// The real kubectl, with only the kubeconfig `skiff up` wrote and its default settings
 /// (client-side apply, Strict field validation, Tables from the server): discovery, apply
 /// twice, server-side apply twice, get and get -o wide, a watch seeing a pod go Pending → Running, describe with
-/// events, logs, a manifest kubectl generates, explain, a bad manifest refused with its field path,
+/// events, logs, exec, a manifest kubectl generates, explain, a bad manifest refused with its field path,
 /// create namespace and drain (protobuf bodies), and delete --wait.
 #[test]
 fn kubectl_session() {
@@ -551,6 +572,29 @@ fn kubectl_session() {
 
     let logs = eventually_output(|| up.kubectl(&["logs", "hello"], None), "hello from skiff");
     assert!(logs.contains("hello from skiff"), "{logs}");
+
+    // exec over WebSocket (v5.channel.k8s.io), through the API server and the pod's agent:
+    // output, the exit code, and standard input closed by the client.
+    let echoed = up.kubectl_ok(
+        &["exec", "web", "--", "sh", "-c", "echo hello from exec"],
+        None,
+    );
+    assert_eq!(echoed, "hello from exec\n");
+    let failed = up.kubectl(&["exec", "web", "--", "sh", "-c", "exit 3"], None);
+    assert_eq!(
+        failed.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&failed.stderr)
+    );
+    let piped = up.kubectl_ok(&["exec", "-i", "web", "--", "cat"], Some("piped through\n"));
+    assert_eq!(piped, "piped through\n");
+    let nowhere = up.kubectl(&["exec", "nowhere", "--", "true"], None);
+    assert!(
+        String::from_utf8_lossy(&nowhere.stderr).contains("pods \"nowhere\" not found"),
+        "{}",
+        String::from_utf8_lossy(&nowhere.stderr)
+    );
 
     let ssa = "apiVersion: v1\nkind: Pod\nmetadata: {name: ssa}\nspec:\n  containers:\n  - {name: c, image: localhost/skiff/busybox:1, command: [sleep, '3600']}\n";
     assert_eq!(

@@ -179,6 +179,12 @@ static RESOURCES: [Resource; 7] = [
         verbs: READ_WRITE,
         subresources: &[
             Subresource {
+                name: "attach",
+                kind: "PodAttachOptions",
+                api_version: None,
+                verbs: &[CREATE, GET],
+            },
+            Subresource {
                 name: "binding",
                 kind: "Binding",
                 api_version: None,
@@ -189,6 +195,12 @@ static RESOURCES: [Resource; 7] = [
                 kind: "Eviction",
                 api_version: Some("policy/v1"),
                 verbs: &[CREATE],
+            },
+            Subresource {
+                name: "exec",
+                kind: "PodExecOptions",
+                api_version: None,
+                verbs: &[CREATE, GET],
             },
             Subresource {
                 name: "log",
@@ -565,13 +577,9 @@ mod tests {
         assert_eq!(find(&list, "pods/log")["verbs"], json!(["get"]));
         assert_eq!(find(&list, "nodes/status")["namespaced"], false);
         assert_eq!(find(&list, "namespaces/status")["kind"], "Namespace");
-        for absent in [
-            "pods/exec",
-            "pods/attach",
-            "pods/portforward",
-            "pods/proxy",
-            "nodes/proxy",
-        ] {
+        assert_eq!(find(&list, "pods/exec")["verbs"], json!(["create", "get"]));
+        assert_eq!(find(&list, "pods/attach")["kind"], "PodAttachOptions");
+        for absent in ["pods/portforward", "pods/proxy", "nodes/proxy"] {
             assert!(
                 list["resources"]
                     .as_array()
@@ -678,7 +686,7 @@ mod tests {
             .find(|r| r.name == "pods/eviction")
             .expect("pods/eviction");
         assert_eq!(eviction.group.as_deref(), Some("policy"));
-        assert_eq!(list.resources.len(), RESOURCES.len() + 6);
+        assert_eq!(list.resources.len(), RESOURCES.len() + 8);
     }
 
     /// Group versions parse and print both ways, and give the paths kubectl looks up.

@@ -28,39 +28,61 @@ const FOLLOW_POLL: Duration = Duration::from_millis(500);
 /// What one log read asks the agent for.
 #[derive(Debug, Clone)]
 struct LogRequest {
-    endpoint: String,
+    agent: PodAgent,
     request: pb::ContainerLogRequest,
     timestamps: bool,
 }
 
-async fn read(r: &LogRequest, tail_lines: u64) -> Result<Vec<u8>, ApiError> {
-    let unavailable = |e: String| {
+/// The pod's node, its agent's address and the container a request names.
+#[derive(Debug, Clone)]
+pub(super) struct PodAgent {
+    pub(super) node: String,
+    pub(super) endpoint: String,
+    pub(super) container: String,
+}
+
+impl PodAgent {
+    /// The agent is unreachable or failed: 503, naming the node and the address.
+    pub(super) fn unavailable(&self, e: impl std::fmt::Display) -> ApiError {
         ApiError::new(
             Reason::ServiceUnavailable,
-            format!(
-                "the agent of node {} at {}: {e}",
-                r.request.node, r.endpoint
-            ),
+            format!("the agent of node {} at {}: {e}", self.node, self.endpoint),
         )
-    };
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", r.endpoint))
-        .map_err(|e| unavailable(e.to_string()))?
-        .connect_timeout(AGENT_TIMEOUT)
-        .timeout(AGENT_TIMEOUT)
-        .connect()
-        .await
-        .map_err(|e| unavailable(e.to_string()))?;
+    }
+
+    /// A connection to the agent.
+    pub(super) async fn connect(&self) -> Result<tonic::transport::Channel, ApiError> {
+        tonic::transport::Endpoint::from_shared(format!("http://{}", self.endpoint))
+            .map_err(|e| self.unavailable(e))?
+            .connect_timeout(AGENT_TIMEOUT)
+            .connect()
+            .await
+            .map_err(|e| self.unavailable(e))
+    }
+
+    /// An error the agent answered with: what the client asked for is not there or not
+    /// running (400, as kube-apiserver answers), or the agent failed (503).
+    pub(super) fn refused(&self, s: &tonic::Status) -> ApiError {
+        match s.code() {
+            tonic::Code::NotFound
+            | tonic::Code::FailedPrecondition
+            | tonic::Code::InvalidArgument => ApiError::bad_request(s.message().to_string()),
+            _ => self.unavailable(s.message()),
+        }
+    }
+}
+
+async fn read(r: &LogRequest, tail_lines: u64) -> Result<Vec<u8>, ApiError> {
+    let channel = r.agent.connect().await?;
     let mut client = pb::logs_client::LogsClient::new(channel);
-    let request = pb::ContainerLogRequest {
+    let mut request = tonic::Request::new(pb::ContainerLogRequest {
         tail_lines,
         ..r.request.clone()
-    };
+    });
+    request.set_timeout(AGENT_TIMEOUT);
     match client.container_log(request).await {
         Ok(r) => Ok(r.into_inner().data),
-        Err(s) if s.code() == tonic::Code::NotFound => {
-            Err(ApiError::bad_request(s.message().to_string()))
-        }
-        Err(s) => Err(unavailable(s.message().to_string())),
+        Err(s) => Err(r.agent.refused(&s)),
     }
 }
 
@@ -72,18 +94,18 @@ fn render(r: &LogRequest, cri: &[u8]) -> String {
     }
 }
 
-/// The pod, checked to be running somewhere, and the container asked for.
-async fn locate(
+/// The pod's node and agent, and the container asked for (or the pod's only one).
+pub(super) async fn pod_agent(
     api: &ClusterApi,
     target: &Target,
-    params: &Params,
-) -> Result<LogRequest, ApiError> {
+    container_asked: &str,
+) -> Result<PodAgent, ApiError> {
     api.barrier(false).await?;
     let (_, found) = api.get_local(Kind::Pod, &target.namespace, &target.name)?;
     let Some(Object::Pod(pod)) = found.map(|s| s.object) else {
         return Err(not_found(Kind::Pod, &target.name).into());
     };
-    let container = container(&pod, &params.container)?;
+    let container = container(&pod, container_asked)?;
     let node = pod.spec.node_name.clone();
     if node.is_empty() {
         return Err(ApiError::bad_request(format!(
@@ -102,19 +124,33 @@ async fn locate(
         .ok_or_else(|| {
             ApiError::new(
                 Reason::ServiceUnavailable,
-                format!("node {node} publishes no log endpoint ({ENDPOINT_ANNOTATION})"),
+                format!("node {node} publishes no agent endpoint ({ENDPOINT_ANNOTATION})"),
             )
         })?;
-    Ok(LogRequest {
+    Ok(PodAgent {
+        node,
         endpoint,
+        container,
+    })
+}
+
+/// What a log read asks of the pod's agent.
+async fn locate(
+    api: &ClusterApi,
+    target: &Target,
+    params: &Params,
+) -> Result<LogRequest, ApiError> {
+    let agent = pod_agent(api, target, &params.container).await?;
+    Ok(LogRequest {
         request: pb::ContainerLogRequest {
-            node,
+            node: agent.node.clone(),
             namespace: target.namespace.clone(),
             pod: target.name.clone(),
-            container,
+            container: agent.container.clone(),
             previous: params.previous,
             tail_lines: 0,
         },
+        agent,
         timestamps: params.timestamps,
     })
 }

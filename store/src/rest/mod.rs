@@ -16,8 +16,10 @@
 //! | [`verbs`]     | get, list, create, update, patch, delete, bindings and evictions   |
 //! | [`watch`]     | watch streams: initial events, bookmarks, 410 Expired             |
 //! | [`logs`]      | `pods/log` through the agent of the pod's node                    |
+//! | [`exec`]      | `pods/exec` and `pods/attach` over WebSocket, through the agent   |
 
 pub mod discovery;
+pub mod exec;
 pub mod logs;
 pub mod openapi;
 pub mod patch;
@@ -32,6 +34,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
+use axum::extract::ws::{WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -67,6 +70,14 @@ pub fn router(api: ClusterApi, address: String) -> Router {
         .route("/api/v1", get(core_v1))
         .route("/openapi/v3", get(openapi_index))
         .route("/openapi/v3/{*path}", get(openapi_document))
+        .route(
+            "/api/v1/namespaces/{namespace}/pods/{name}/exec",
+            any(pod_session),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/pods/{name}/attach",
+            any(pod_session),
+        )
         .route("/api/v1/{*rest}", any(resource))
         .fallback(not_found)
         .with_state(state)
@@ -180,6 +191,20 @@ async fn openapi_document(Path(path): Path<String>) -> Result<Response, ApiError
         doc,
     )
         .into_response())
+}
+
+/// `pods/<name>/exec` and `pods/<name>/attach`: a WebSocket upgrade, relayed to the agent.
+async fn pod_session(
+    State(rest): State<Arc<Rest>>,
+    uri: axum::http::Uri,
+    method: Method,
+    RawQuery(query): RawQuery,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let path = uri.path().trim_start_matches("/api/v1/");
+    let target = Target::parse(path)?;
+    let params = Params::parse(query.as_deref())?;
+    exec::session(&rest.api, &target, &params, &method, upgrade.ok()).await
 }
 
 /// Every request under `/api/v1/`: the path names the resource, the method and query the verb.

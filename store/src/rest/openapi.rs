@@ -110,6 +110,9 @@ fn add<T: JsonSchema>(generator: &mut SchemaGenerator) -> String {
 }
 
 /// The schema of a served kind, by group, version and kind name.
+/// Subresources that upgrade the connection instead of carrying an object.
+const CONNECT_SUBRESOURCES: [&str; 2] = ["attach", "exec"];
+
 fn kind_schema(gv: GroupVersion, kind: &str, generator: &mut SchemaGenerator) -> Option<String> {
     Some(match (gv.group, gv.version, kind) {
         ("", "v1", "Pod") => add::<core::Pod>(generator),
@@ -841,6 +844,9 @@ fn build(gv: GroupVersion) -> Value {
         let subresource_schemas: Vec<(&Subresource, Value, String)> = resource
             .subresources
             .iter()
+            // Connect subresources (exec, attach: WebSocket upgrades) take their options from
+            // the query and have no body to describe; kubectl reads no document for them.
+            .filter(|sub| !CONNECT_SUBRESOURCES.contains(&sub.name))
             .map(|sub| {
                 let sub_gv = sub.group_version(gv);
                 let schema = kind_schema(sub_gv, sub.kind, &mut generator)

@@ -106,6 +106,13 @@ pub struct Params {
     pub timestamps: bool,
     pub since_seconds: Option<i64>,
     pub limit_bytes: Option<i64>,
+    /// pods/exec and pods/attach (`stdout` and `stderr` default to true, as in
+    /// `PodExecOptions`)
+    pub command: Vec<String>,
+    pub stdin: bool,
+    pub stdout: Option<bool>,
+    pub stderr: Option<bool>,
+    pub tty: bool,
 }
 
 fn boolean(name: &str, value: &str) -> Result<bool, ApiError> {
@@ -179,6 +186,11 @@ impl Params {
                 "timestamps" => p.timestamps = boolean("timestamps", v)?,
                 "sinceSeconds" => p.since_seconds = Some(integer("sinceSeconds", v)?),
                 "limitBytes" => p.limit_bytes = Some(integer("limitBytes", v)?),
+                "command" => p.command.push(v.to_string()),
+                "stdin" => p.stdin = boolean("stdin", v)?,
+                "stdout" => p.stdout = Some(boolean("stdout", v)?),
+                "stderr" => p.stderr = Some(boolean("stderr", v)?),
+                "tty" => p.tty = boolean("tty", v)?,
                 _ => {}
             }
         }

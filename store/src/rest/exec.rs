@@ -1,0 +1,284 @@
+//! `pods/exec` and `pods/attach` over WebSocket, as kubectl 1.32 speaks them by default
+//! (`v5.channel.k8s.io`; `v4.channel.k8s.io` and `channel.k8s.io` for older clients and
+//! kube-rs). Each binary message starts with its channel: 0 stdin, 1 stdout, 2 stderr, 3 the
+//! final `metav1.Status`, 4 terminal resizes, and (v5) 255 to close a stream. The session runs
+//! in the agent of the pod's node ([`skiff_proto::node::v1`]'s `Sessions`), which this relays
+//! to; everything that can be refused (no such pod or container, not running, agent
+//! unreachable) is refused before the upgrade, with a `metav1.Status`.
+//!
+//! SPDY, kubectl's fallback, is not served: a POST without an upgrade to WebSocket is refused
+//! with a message that says so.
+
+use axum::body::Bytes;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::http::Method;
+use axum::response::Response;
+use futures::{SinkExt, StreamExt};
+use serde_json::json;
+use skiff_proto::node::v1 as pb;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::logs::pod_agent;
+use super::request::{Params, Target};
+use super::status::{ApiError, Reason};
+use crate::cluster::ClusterApi;
+use pb::session_input::Input;
+use pb::session_output::Output;
+
+/// The subprotocols served, in order of preference.
+pub const PROTOCOLS: [&str; 3] = ["v5.channel.k8s.io", "v4.channel.k8s.io", "channel.k8s.io"];
+
+const STDIN: u8 = 0;
+const STDOUT: u8 = 1;
+const STDERR: u8 = 2;
+const ERROR: u8 = 3;
+const RESIZE: u8 = 4;
+/// v5: `[CLOSE, channel]` closes that stream (the client's end of stdin).
+const CLOSE: u8 = 255;
+
+/// The session a request asks for, checked as kube-apiserver checks `PodExecOptions` and
+/// `PodAttachOptions`.
+fn start_of(attach: bool, params: &Params) -> Result<pb::SessionStart, ApiError> {
+    let stdout = params.stdout.unwrap_or(true);
+    let stderr = params.stderr.unwrap_or(true) && !params.tty;
+    if !attach && params.command.is_empty() {
+        return Err(ApiError::new(
+            Reason::BadRequest,
+            "you must specify at least one command for the container",
+        ));
+    }
+    if attach && !params.command.is_empty() {
+        return Err(ApiError::bad_request(
+            "command: Forbidden: attach runs no command",
+        ));
+    }
+    if !params.stdin && !stdout && !stderr {
+        return Err(ApiError::bad_request(
+            "you must specify at least 1 of stdin, stdout, stderr",
+        ));
+    }
+    Ok(pb::SessionStart {
+        command: params.command.clone(),
+        stdin: params.stdin,
+        stdout,
+        stderr,
+        tty: params.tty,
+        ..pb::SessionStart::default()
+    })
+}
+
+/// GET (WebSocket) or POST `pods/<name>/exec` and `pods/<name>/attach`.
+pub async fn session(
+    api: &ClusterApi,
+    target: &Target,
+    params: &Params,
+    method: &Method,
+    upgrade: Option<WebSocketUpgrade>,
+) -> Result<Response, ApiError> {
+    let attach = target.subresource.as_deref() == Some("attach");
+    if *method != Method::GET && *method != Method::POST {
+        return Err(ApiError::new(
+            Reason::MethodNotAllowed,
+            format!(
+                "the server does not allow this method on pods/exec and pods/attach ({method})"
+            ),
+        ));
+    }
+    let mut start = start_of(attach, params)?;
+    let agent = pod_agent(api, target, &params.container).await?;
+    let Some(upgrade) = upgrade else {
+        return Err(ApiError::bad_request(format!(
+            "pods/{} is served over WebSocket ({}); SPDY is not supported",
+            if attach { "attach" } else { "exec" },
+            PROTOCOLS.join(", ")
+        )));
+    };
+    let upgrade = upgrade.protocols(PROTOCOLS);
+    let Some(protocol) = upgrade
+        .selected_protocol()
+        .and_then(|p| p.to_str().ok())
+        .map(str::to_string)
+    else {
+        return Err(ApiError::bad_request(format!(
+            "no supported WebSocket subprotocol requested; supported: {}",
+            PROTOCOLS.join(", ")
+        )));
+    };
+    start.node = agent.node.clone();
+    start.namespace = target.namespace.clone();
+    start.pod = target.name.clone();
+    start.container = agent.container.clone();
+    let channel = agent.connect().await?;
+    let mut client = pb::sessions_client::SessionsClient::new(channel);
+    let (input, input_rx) = mpsc::channel::<pb::SessionInput>(16);
+    let first = pb::SessionInput {
+        input: Some(Input::Start(start.clone())),
+    };
+    let requests = tokio_stream::once(first).chain(ReceiverStream::new(input_rx));
+    let output = client
+        .session(requests)
+        .await
+        .map_err(|s| agent.refused(&s))?
+        .into_inner();
+    let relay = Relay {
+        v5: protocol == PROTOCOLS[0],
+        stdin: start.stdin.then_some(input),
+        command: start.command,
+    };
+    Ok(upgrade.on_upgrade(move |socket| relay.run(socket, output)))
+}
+
+/// One session's WebSocket, relayed to and from the agent's stream.
+struct Relay {
+    v5: bool,
+    /// Standard input towards the agent; dropped when the client closes it.
+    stdin: Option<mpsc::Sender<pb::SessionInput>>,
+    command: Vec<String>,
+}
+
+fn frame(channel: u8, data: &[u8]) -> Message {
+    let mut b = Vec::with_capacity(data.len() + 1);
+    b.push(channel);
+    b.extend_from_slice(data);
+    Message::Binary(Bytes::from(b))
+}
+
+impl Relay {
+    /// The `metav1.Status` of the error channel for a session that ended with `ended`.
+    fn status(&self, ended: Result<i32, String>) -> serde_json::Value {
+        match ended {
+            Ok(0) => json!({ "metadata": {}, "status": "Success" }),
+            Ok(code) => json!({
+                "metadata": {},
+                "status": "Failure",
+                "message": format!(
+                    "command terminated with non-zero exit code: error executing command {:?}, exit code {code}",
+                    self.command
+                ),
+                "reason": "NonZeroExitCode",
+                "details": { "causes": [{ "reason": "ExitCode", "message": code.to_string() }] },
+            }),
+            Err(message) => json!({
+                "metadata": {},
+                "status": "Failure",
+                "message": message,
+                "reason": "InternalError",
+                "code": 500,
+            }),
+        }
+    }
+
+    /// Forwards a client's message towards the agent.
+    async fn forward(&mut self, data: &[u8]) {
+        let Some((&channel, body)) = data.split_first() else {
+            return;
+        };
+        let input = match channel {
+            STDIN if !body.is_empty() => Input::Stdin(body.to_vec()),
+            RESIZE => {
+                let size: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+                let dim = |k: &str| u32::try_from(size[k].as_u64().unwrap_or(0)).unwrap_or(0);
+                Input::Resize(pb::TerminalSize {
+                    width: dim("Width"),
+                    height: dim("Height"),
+                })
+            }
+            CLOSE if self.v5 && body.first() == Some(&STDIN) => {
+                // Ending the request stream closes standard input in the container.
+                self.stdin = None;
+                return;
+            }
+            _ => return,
+        };
+        if let Some(tx) = &self.stdin
+            && tx
+                .send(pb::SessionInput { input: Some(input) })
+                .await
+                .is_err()
+        {
+            self.stdin = None;
+        }
+    }
+
+    async fn run(mut self, socket: WebSocket, mut output: tonic::Streaming<pb::SessionOutput>) {
+        let (mut sink, mut stream) = socket.split();
+        let ended = loop {
+            tokio::select! {
+                msg = stream.next() => match msg {
+                    Some(Ok(Message::Binary(data))) => self.forward(&data).await,
+                    Some(Ok(Message::Close(_)) | Err(_)) | None => {
+                        // The client went away: dropping the agent's stream ends the session.
+                        return;
+                    }
+                    Some(Ok(_)) => {}
+                },
+                out = output.message() => {
+                    let msg = match out {
+                        Ok(Some(pb::SessionOutput { output: Some(o) })) => o,
+                        Ok(Some(_)) => continue,
+                        Ok(None) => break Err("the agent ended the session without an exit status".to_string()),
+                        Err(s) => break Err(s.message().to_string()),
+                    };
+                    let sent = match msg {
+                        Output::Stdout(d) => sink.send(frame(STDOUT, &d)).await,
+                        Output::Stderr(d) => sink.send(frame(STDERR, &d)).await,
+                        Output::ExitCode(code) => break Ok(code),
+                    };
+                    if sent.is_err() {
+                        return;
+                    }
+                }
+            }
+        };
+        let status = self.status(ended).to_string();
+        if sink.send(frame(ERROR, status.as_bytes())).await.is_ok() {
+            let _ = sink
+                .send(Message::Close(Some(CloseFrame {
+                    code: axum::extract::ws::close_code::NORMAL,
+                    reason: "".into(),
+                })))
+                .await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(query: &str) -> Params {
+        Params::parse(Some(query)).unwrap()
+    }
+
+    #[test]
+    fn options_are_checked_as_kube_apiserver_checks_them() {
+        let s = start_of(false, &params("command=sh&command=-c&command=echo%20hi")).unwrap();
+        assert_eq!(s.command, ["sh", "-c", "echo hi"]);
+        assert!(s.stdout && s.stderr && !s.stdin && !s.tty);
+        // A terminal has no separate standard error.
+        let s = start_of(false, &params("command=sh&stdin=true&tty=true")).unwrap();
+        assert!(s.stdin && s.stdout && !s.stderr && s.tty);
+        let e = start_of(false, &params("stdin=true")).unwrap_err();
+        assert!(e.message.contains("at least one command"), "{}", e.message);
+        let e = start_of(false, &params("command=ls&stdout=false&stderr=false")).unwrap_err();
+        assert!(e.message.contains("at least 1 of stdin"), "{}", e.message);
+        assert!(start_of(true, &params("stdout=true")).is_ok());
+        assert!(start_of(true, &params("command=ls")).is_err());
+    }
+
+    #[test]
+    fn exit_codes_become_kubectl_statuses() {
+        let relay = Relay {
+            v5: true,
+            stdin: None,
+            command: vec!["false".into()],
+        };
+        assert_eq!(relay.status(Ok(0))["status"], "Success");
+        let failed = relay.status(Ok(3));
+        assert_eq!(failed["reason"], "NonZeroExitCode");
+        assert_eq!(failed["details"]["causes"][0]["reason"], "ExitCode");
+        assert_eq!(failed["details"]["causes"][0]["message"], "3");
+        assert_eq!(relay.status(Err("gone".into()))["message"], "gone");
+    }
+}
