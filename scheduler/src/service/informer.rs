@@ -3,7 +3,8 @@
 //! ```text
 //!  node added / changed ──► table row (and unschedulable pods retried)
 //!  node deleted         ──► row removed (its pods stay known, counted again if it returns)
-//!  pod bound            ──► queue forgets it; table accounts it on its node (confirmed)
+//!  pod bound            ──► queue forgets it; table accounts it on its node (confirmed),
+//!                           every update (labels change what pod terms count)
 //!  pod bound, finished  ──► queue and table forget it
 //!  pod pending, ours    ──► queue holds the newest version (see `queue` on why the queue
 //!                           is the one owner of pending pods)
@@ -83,29 +84,19 @@ impl Handlers {
                         }
                         return;
                     }
-                    let known = self
-                        .core
-                        .table
-                        .read()
+                    // Every update of a bound pod reaches the table: its labels may have
+                    // changed, and the terms that select it count what it has now.
+                    let info = Arc::new(PodInfo::from_pod(p));
+                    let mut table = self.core.table.write();
+                    if table
                         .pods
                         .get(&key)
-                        .map(|e| (e.node.clone(), e.assumed));
-                    match known {
-                        Some((node, false)) if node == p.spec.node_name => {}
-                        _ => {
-                            let info = Arc::new(PodInfo::from_pod(p));
-                            let mut table = self.core.table.write();
-                            if table
-                                .pods
-                                .get(&key)
-                                .is_some_and(|e| e.node != p.spec.node_name)
-                            {
-                                // Bound elsewhere than we assumed (another scheduler won).
-                                table.remove_pod(&key);
-                            }
-                            let _ = table.add_pod(info, &p.spec.node_name, false);
-                        }
+                        .is_some_and(|e| e.node != p.spec.node_name)
+                    {
+                        // Bound elsewhere than we assumed (another scheduler won).
+                        table.remove_pod(&key);
                     }
+                    let _ = table.add_pod(info, &p.spec.node_name, false);
                 } else if p.metadata.deletion_timestamp.is_none()
                     && self.ours(&p.spec.scheduler_name)
                 {

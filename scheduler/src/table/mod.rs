@@ -39,6 +39,20 @@ pub struct PodEntry {
     pub assumed: bool,
 }
 
+/// What [`NodeTable::add_pod`] did with a pod.
+#[derive(Debug, Clone)]
+pub enum Placement {
+    /// The table did not account it yet; it now counts on its node.
+    New,
+    /// It was already on that node. `was_assumed`: this confirms a placement of ours.
+    /// `replaced`: the version held before, when what the table counts of the pod changed
+    /// and it was counted again (`None`: the counts stand).
+    Known {
+        was_assumed: bool,
+        replaced: Option<Arc<PodInfo>>,
+    },
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TableError {
     #[error("pod {0} is already on node {1}")]
@@ -360,21 +374,45 @@ impl NodeTable {
 
     /// Accounts a pod on `node` (bound, or assumed when `assumed`). A pod already placed
     /// elsewhere is an error: the caller removes it first.
+    ///
+    /// A pod already on `node` (its confirmation, or any later update of a bound pod) takes
+    /// the new version: when what the table counts of it differs (labels, requests, host
+    /// ports, its own terms), it is counted again, as kube-scheduler's cache updates a pod on
+    /// every update. Labels of a bound pod change, and inter-pod affinity, anti-affinity and
+    /// topology spread must count the labels it has now.
     pub fn add_pod(
         &mut self,
         info: Arc<PodInfo>,
         node: &str,
         assumed: bool,
-    ) -> Result<(), TableError> {
+    ) -> Result<Placement, TableError> {
         let key = info.key();
-        if let Some(e) = self.pods.get_mut(&key) {
-            if e.node == node {
-                // Confirmation of an assumed pod, or a status change of a bound one: the
-                // scheduling-relevant fields of a bound pod do not change.
-                e.assumed &= assumed;
-                return Ok(());
+        if let Some(e) = self.pods.get(&key) {
+            if e.node != node {
+                return Err(TableError::AlreadyPlaced(key, e.node.clone()));
             }
-            return Err(TableError::AlreadyPlaced(key, e.node.clone()));
+            let was_assumed = e.assumed;
+            let old = e.info.clone();
+            let replaced = if same_accounting(&old, &info) {
+                None
+            } else {
+                self.generation += 1;
+                if let Some(row) = self.row(node) {
+                    self.account(row, &old, false);
+                    self.account(row, &info, true);
+                }
+                Some(old)
+            };
+            let e = self
+                .pods
+                .get_mut(&key)
+                .expect("invariant: the entry was just read");
+            e.info = info;
+            e.assumed &= assumed;
+            return Ok(Placement::Known {
+                was_assumed,
+                replaced,
+            });
         }
         self.generation += 1;
         match self.row(node) {
@@ -396,7 +434,7 @@ impl NodeTable {
                 assumed,
             },
         );
-        Ok(())
+        Ok(Placement::New)
     }
 
     /// Stops accounting a pod (deleted, finished, or its Bind was refused).
@@ -552,6 +590,19 @@ impl NodeTable {
                 .collect(),
         }
     }
+}
+
+/// Whether the table counts `a` and `b` alike: everything [`NodeTable::account`] reads.
+fn same_accounting(a: &PodInfo, b: &PodInfo) -> bool {
+    a.namespace == b.namespace
+        && a.labels == b.labels
+        && a.requests == b.requests
+        && a.nonzero_milli_cpu == b.nonzero_milli_cpu
+        && a.nonzero_memory == b.nonzero_memory
+        && a.host_ports == b.host_ports
+        && a.required_anti_affinity == b.required_anti_affinity
+        && a.required_affinity == b.required_affinity
+        && a.preferred_terms == b.preferred_terms
 }
 
 /// `1 / x` in `f32`, 0 for nothing allocatable (every fraction then scores 0).
