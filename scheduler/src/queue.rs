@@ -39,13 +39,23 @@
 //!   carries the resourceVersion Bind checks;
 //! - the table still accounts an assumed pod on its node until the Bind's outcome is known,
 //!   so no later placement overcommits that node (`Core::unassume` takes a refused one back
-//!   out of both). The table answers "is a placement under this name in flight", which is
-//!   why a pod of that name the queue does not hold yet comes in assumed ([`hold_pod`]).
+//!   out of both). The table answers "is a placement of this pod in flight", which is why
+//!   a pod the queue does not hold yet but the table does comes in assumed ([`hold_pod`]).
+//!
+//! # Names and UIDs
+//!
+//! The queue holds one pod per `namespace/name`, as the store does (and as kube-scheduler's
+//! queue keys pods). What reaches it from a worker or a Bind ([`done`], [`unassume`]) names
+//! the pod it was about, UID and all, and acts only if that is still the pod held: a pod
+//! deleted and created again under its name is another pod, and a late verdict or Bind
+//! outcome of the old one must not place, hold or forget the new one. A version with
+//! another UID replaces the one held as a new pod.
 //!
 //! [`contains`]: Queue::contains
 //! [`object`]: Queue::object
 //! [`unassume`]: Queue::unassume
 //! [`hold_pod`]: Queue::hold_pod
+//! [`done`]: Queue::done
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -156,8 +166,8 @@ impl Queue {
     }
 
     /// As [`Queue::add_pod`], but a pod the queue does not hold yet comes in assumed: the
-    /// table accounts a placement under its name whose Bind is in flight (an earlier pod of
-    /// that name, deleted while it was placed). It is served once that Bind's outcome is known
+    /// table accounts a placement of it whose Bind is in flight (the queue forgot it while a
+    /// worker placed it). It is served again only if that Bind is refused
     /// ([`Queue::unassume`]).
     pub fn hold_pod(&self, pod: &Pod) {
         let info = Arc::new(PodInfo::from_pod(pod));
@@ -169,6 +179,21 @@ impl Queue {
         let signature = pod.signature();
         let mut q = self.inner.lock();
         match q.entries.get_mut(&key) {
+            // The same name, another pod: the one held was deleted (a late verdict or Bind
+            // outcome for it finds the UID changed and leaves this one alone).
+            Some(e) if e.pod.uid != pod.uid => {
+                *e = Entry {
+                    pod,
+                    object,
+                    signature,
+                    state: new,
+                    attempts: 0,
+                    updated: false,
+                };
+                if new == State::Active {
+                    q.activate(&key);
+                }
+            }
             Some(e) => {
                 let moved = e.signature != signature || e.pod.priority != pod.priority;
                 e.pod = pod;
@@ -242,18 +267,18 @@ impl Queue {
     /// The Bind of an assumed pod was refused or failed. With `requeue` the pod goes back to
     /// active with the newest version held, its attempts counted afresh; without (it is gone,
     /// bound elsewhere, or terminating) it is forgotten until an event shows it pending again.
-    /// A pod of the same name created since (another uid, held behind this placement by
-    /// [`Queue::hold_pod`]) goes back to active either way.
+    /// A pod of the same name created since (another UID) is not this placement's: it is
+    /// left as it is.
     pub fn unassume(&self, placed: &PodInfo, requeue: bool) {
         let key = placed.key();
         let mut q = self.inner.lock();
         let Some(e) = q.entries.get_mut(&key) else {
             return;
         };
-        if e.state != State::Assumed {
+        if e.state != State::Assumed || e.pod.uid != placed.uid {
             return;
         }
-        if !requeue && e.pod.uid == placed.uid {
+        if !requeue {
             q.entries.remove(&key);
             return;
         }
@@ -307,13 +332,16 @@ impl Queue {
         }
     }
 
-    /// Reports how a popped pod's attempt ended.
-    pub fn done(&self, key: &str, how: Done) {
+    /// Reports how a popped pod's attempt ended. A pod of that name created since (another
+    /// UID) is not the one popped: it is left as it is.
+    pub fn done(&self, pod: &PodInfo, how: Done) {
+        let key = pod.key();
+        let key = key.as_str();
         let mut q = self.inner.lock();
         let Some(e) = q.entries.get_mut(key) else {
             return;
         };
-        if e.state != State::InFlight {
+        if e.state != State::InFlight || e.pod.uid != pod.uid {
             return;
         }
         // A version that arrived in flight is already in `e.pod`.
@@ -484,7 +512,7 @@ mod tests {
         let q = Queue::new();
         q.add(pod("a", 0, 100));
         let b = q.pop_batch(1, Duration::ZERO);
-        q.done(&b[0].key(), Done::Unschedulable);
+        q.done(&b[0], Done::Unschedulable);
         assert_eq!(q.depth(), (0, 0, 1));
         // The back-off (1 s) has not passed: an event does not move it yet.
         q.cluster_changed();
@@ -501,10 +529,10 @@ mod tests {
         let q = Queue::new();
         q.add(pod("a", 0, 100));
         let b = q.pop_batch(1, Duration::ZERO);
-        q.done(&b[0].key(), Done::Retry);
+        q.done(&b[0], Done::Retry);
         let b = q.pop_batch(1, Duration::ZERO);
         assert_eq!(b.len(), 1);
-        q.done(&b[0].key(), Done::Placed);
+        q.done(&b[0], Done::Placed);
         assert!(q.is_assumed("default/a"));
         assert_eq!(q.depth(), (0, 0, 0));
         q.remove("default/a");
@@ -516,7 +544,7 @@ mod tests {
         let q = Queue::new();
         q.add(pod("a", 0, 100));
         let b = q.pop_batch(1, Duration::ZERO);
-        q.done(&b[0].key(), Done::Placed);
+        q.done(&b[0], Done::Placed);
         // An update while the Bind is in flight: held, not served (no second placement).
         q.add(pod("a", 0, 300));
         q.cluster_changed();
@@ -528,7 +556,7 @@ mod tests {
         let again = q.pop_batch(1, Duration::ZERO);
         assert_eq!(again[0].requests.milli_cpu, 300);
         // Refused for good (pod gone): forgotten until an event shows it pending again.
-        q.done(&again[0].key(), Done::Placed);
+        q.done(&again[0], Done::Placed);
         q.unassume(&again[0], false);
         assert!(!q.contains("default/a"));
         q.add(pod("a", 0, 300));
@@ -536,21 +564,54 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_held_behind_an_earlier_placement_of_its_name_is_served_after_that_bind() {
+    fn a_pod_recreated_under_its_name_is_another_pod_to_late_verdicts_and_bind_outcomes() {
         let q = Queue::new();
-        let mut earlier = (*pod("a", 0, 100)).clone();
-        earlier.uid = "earlier".into();
+        let with_uid = |uid: &str| {
+            let mut p = (*pod("a", 0, 100)).clone();
+            p.uid = uid.into();
+            Arc::new(p)
+        };
+        q.add(with_uid("earlier"));
+        let earlier = q.pop_batch(1, Duration::ZERO);
+        // Deleted and created again while the earlier one is in flight: a new pod, pending.
+        q.add(with_uid("later"));
+        let later = q.pop_batch(1, Duration::ZERO);
+        assert_eq!(
+            later.len(),
+            1,
+            "the later pod waits for nothing of the earlier one"
+        );
+        assert_eq!(later[0].uid, "later");
+        // The earlier pod's verdict and Bind outcome arrive late: the later pod, in flight,
+        // is neither assumed nor forgotten nor served again by them.
+        q.done(&earlier[0], Done::Placed);
+        assert_eq!(q.depth(), (0, 1, 0));
+        q.unassume(&earlier[0], false);
+        assert!(q.contains("default/a"));
+        q.done(&later[0], Done::Placed);
+        q.unassume(&earlier[0], true);
+        assert!(
+            q.is_assumed("default/a"),
+            "the later pod's own Bind is in flight"
+        );
+        assert!(q.pop_batch(1, Duration::ZERO).is_empty());
+        q.unassume(&later[0], true);
+        assert_eq!(q.pop_batch(1, Duration::ZERO)[0].uid, "later");
+    }
+
+    #[test]
+    fn a_pod_held_behind_its_own_placement_is_served_only_if_that_bind_is_refused() {
+        let q = Queue::new();
         let mut p = Pod::default();
         p.metadata.namespace = "default".into();
         p.metadata.name = "a".into();
-        p.metadata.uid = "later".into();
+        p.metadata.uid = "u".into();
         q.hold_pod(&p);
         assert!(q.is_assumed("default/a"));
         assert!(q.pop_batch(1, Duration::ZERO).is_empty());
-        // The earlier pod's Bind is refused for good (it is gone): the later one is pending.
-        q.unassume(&earlier, false);
+        q.unassume(&PodInfo::from_pod(&p), true);
         let b = q.pop_batch(1, Duration::ZERO);
-        assert_eq!(b[0].uid, "later");
+        assert_eq!(b[0].uid, "u");
         assert!(q.object("default/a").is_some());
     }
 
@@ -560,7 +621,7 @@ mod tests {
         q.add(pod("a", 0, 100));
         let b = q.pop_batch(1, Duration::ZERO);
         q.add(pod("a", 0, 300));
-        q.done(&b[0].key(), Done::Retry);
+        q.done(&b[0], Done::Retry);
         let again = q.pop_batch(1, Duration::ZERO);
         assert_eq!(again[0].requests.milli_cpu, 300);
     }

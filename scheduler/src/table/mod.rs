@@ -16,6 +16,10 @@
 //! Rows are dense: removing a node moves the last row into its place. Pods are accounted on
 //! their node's row whether the store has confirmed them (bound) or the scheduler has only
 //! assumed them (placed, Bind in flight).
+//!
+//! Pods are keyed by identity ([`PodInfo::id`], the UID), not by name: a pod deleted and
+//! created again under its name while the old one's Bind is in flight is another pod, and
+//! both placements count until the old Bind's outcome takes its placement out.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -95,7 +99,11 @@ pub struct NodeTable {
     /// Image → (size, rows that hold it).
     pub images: HashMap<String, (i64, Vec<u32>)>,
 
+    /// By [`PodInfo::id`].
     pub pods: HashMap<String, PodEntry>,
+    /// `namespace/name` → the ids accounted under that name (two while a re-created pod's
+    /// predecessor still has a placement in flight).
+    named: HashMap<String, Vec<String>>,
     node_pods: Vec<Vec<String>>,
     /// Pods bound to nodes the table does not have yet, by node name.
     orphans: HashMap<String, Vec<String>>,
@@ -372,8 +380,9 @@ impl NodeTable {
         self.images.retain(|_, (_, r)| !r.is_empty());
     }
 
-    /// Accounts a pod on `node` (bound, or assumed when `assumed`). A pod already placed
-    /// elsewhere is an error: the caller removes it first.
+    /// Accounts a pod on `node` (bound, or assumed when `assumed`), under its
+    /// [`PodInfo::id`]. A pod already placed elsewhere is an error: the caller removes it
+    /// first.
     ///
     /// A pod already on `node` (its confirmation, or any later update of a bound pod) takes
     /// the new version: when what the table counts of it differs (labels, requests, host
@@ -386,10 +395,10 @@ impl NodeTable {
         node: &str,
         assumed: bool,
     ) -> Result<Placement, TableError> {
-        let key = info.key();
-        if let Some(e) = self.pods.get(&key) {
+        let id = info.id();
+        if let Some(e) = self.pods.get(&id) {
             if e.node != node {
-                return Err(TableError::AlreadyPlaced(key, e.node.clone()));
+                return Err(TableError::AlreadyPlaced(info.key(), e.node.clone()));
             }
             let was_assumed = e.assumed;
             let old = e.info.clone();
@@ -405,7 +414,7 @@ impl NodeTable {
             };
             let e = self
                 .pods
-                .get_mut(&key)
+                .get_mut(&id)
                 .expect("invariant: the entry was just read");
             e.info = info;
             e.assumed &= assumed;
@@ -418,16 +427,17 @@ impl NodeTable {
         match self.row(node) {
             Some(row) => {
                 self.account(row, &info, true);
-                self.node_pods[row].push(key.clone());
+                self.node_pods[row].push(id.clone());
             }
             None => self
                 .orphans
                 .entry(node.to_string())
                 .or_default()
-                .push(key.clone()),
+                .push(id.clone()),
         }
+        self.named.entry(info.key()).or_default().push(id.clone());
         self.pods.insert(
-            key,
+            id,
             PodEntry {
                 info,
                 node: node.to_string(),
@@ -437,25 +447,58 @@ impl NodeTable {
         Ok(Placement::New)
     }
 
-    /// Stops accounting a pod (deleted, finished, or its Bind was refused).
-    pub fn remove_pod(&mut self, key: &str) -> Option<PodEntry> {
-        let entry = self.pods.remove(key)?;
+    /// Stops accounting a pod (deleted, finished, or its Bind was refused), by
+    /// [`PodInfo::id`].
+    pub fn remove_pod(&mut self, id: &str) -> Option<PodEntry> {
+        let entry = self.pods.remove(id)?;
         self.generation += 1;
+        let name = entry.info.key();
+        if let Some(ids) = self.named.get_mut(&name) {
+            ids.retain(|i| i != id);
+            if ids.is_empty() {
+                self.named.remove(&name);
+            }
+        }
         match self.row(&entry.node) {
             Some(row) => {
                 self.account(row, &entry.info, false);
                 let list = &mut self.node_pods[row];
-                if let Some(i) = list.iter().position(|k| k == key) {
+                if let Some(i) = list.iter().position(|k| k == id) {
                     list.swap_remove(i);
                 }
             }
             None => {
                 if let Some(list) = self.orphans.get_mut(&entry.node) {
-                    list.retain(|k| k != key);
+                    list.retain(|k| k != id);
                 }
             }
         }
         Some(entry)
+    }
+
+    /// The pods accounted under `namespace/name`, with their ids.
+    pub fn named(&self, key: &str) -> impl Iterator<Item = (&str, &PodEntry)> {
+        self.named
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| Some((id.as_str(), self.pods.get(id)?)))
+    }
+
+    /// The store holds the pod `id` under `namespace/name` (`key`): every confirmed pod of
+    /// that name with another id is gone (deleted, perhaps re-created, while the informer
+    /// was away) and stops counting. Assumed ones stay: their Bind is in flight, and its
+    /// refusal takes them out. Whether any went.
+    pub fn remove_replaced(&mut self, key: &str, id: &str) -> bool {
+        let gone: Vec<String> = self
+            .named(key)
+            .filter(|(other, e)| *other != id && !e.assumed)
+            .map(|(other, _)| other.to_string())
+            .collect();
+        for other in &gone {
+            self.remove_pod(other);
+        }
+        !gone.is_empty()
     }
 
     /// The pods on row `row`.
