@@ -268,7 +268,14 @@ fn commit(core: &Core, p: Proposal) -> Vec<Verdict> {
     for v in &verdicts {
         match v {
             Verdict::Placed { pod, .. } => core.queue.done(pod, Done::Placed),
-            Verdict::Unschedulable { pod, .. } => core.queue.done(pod, Done::Unschedulable),
+            Verdict::Unschedulable { pod, diagnosis, .. } => core.queue.done(
+                pod,
+                if diagnosis.blocked_by_pods() {
+                    Done::BlockedByPods
+                } else {
+                    Done::Unschedulable
+                },
+            ),
         }
     }
     for pod in retry {

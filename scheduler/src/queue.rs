@@ -20,6 +20,14 @@
 //! back to active when an event that can make it fit arrives (a node added or changed, a
 //! pod deleted or finished) and its back-off has passed, and at least every minute.
 //!
+//! A pod that some node turned away only for other pods (pod affinity, anti-affinity,
+//! topology spread: the last filters, so that node passed every other) also goes back when
+//! a pod is placed, as the store sees it, that one of those terms selects, when a placed
+//! pod's labels change to or from what they select, and when a node is removed (its
+//! domains and the pods counted in them go), as kube-scheduler's queueing hints move it.
+//! Such pods are indexed by signature (pods of one signature have the same terms), so a pod
+//! event checks each waiting signature once and costs nothing when no pod waits on pods.
+//!
 //! # Why the queue owns pending pods
 //!
 //! Three structures see a pending pod. The pod informer's cache holds every pod, but it
@@ -58,15 +66,16 @@
 //! [`done`]: Queue::done
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
 use skiff_proto::api::Pod;
+use skiff_proto::api::pod::PodAffinityTerm;
 
-use crate::model::PodInfo;
+use crate::model::{PodInfo, term_namespaces, term_selects};
 
 pub const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -80,6 +89,8 @@ enum State {
     Unschedulable {
         since: Instant,
         until: Instant,
+        /// Some node turned it away only for other pods: indexed in `Inner::waiting`.
+        on_pods: bool,
     },
     /// Placed and assumed in the table; its Bind is in flight. Never served: it leaves
     /// when the store confirms the binding (`remove`) or goes back to active when the Bind is
@@ -99,11 +110,21 @@ struct Entry {
     updated: bool,
 }
 
+/// Unschedulable pods of one signature waiting on other pods (see the module documentation).
+#[derive(Debug)]
+struct Waiters {
+    /// One of them: they share their terms.
+    pod: Arc<PodInfo>,
+    keys: HashSet<String>,
+}
+
 /// Active pods group by (priority, signature); groups are served highest priority first,
 /// oldest first within a priority.
 #[derive(Debug, Default)]
 struct Inner {
     entries: HashMap<String, Entry>,
+    /// Signature → the unschedulable pods of it that wait on other pods.
+    waiting: HashMap<u64, Waiters>,
     groups: HashMap<(i32, u64), VecDeque<String>>,
     /// (priority, sequence) → group key, for the order groups are served in.
     order: BTreeMap<(Reverse<i32>, u64), (i32, u64)>,
@@ -114,6 +135,7 @@ struct Inner {
 
 impl Inner {
     fn activate(&mut self, key: &str) {
+        self.unwait(key);
         let Some(e) = self.entries.get_mut(key) else {
             return;
         };
@@ -127,6 +149,85 @@ impl Inner {
             self.queued_groups.insert(g, k);
         }
     }
+}
+
+impl Inner {
+    /// Takes `key` out of the index of pods waiting on pods, if it is there: it leaves
+    /// the unschedulable state, or its signature is about to change.
+    fn unwait(&mut self, key: &str) {
+        let Some(e) = self.entries.get(key) else {
+            return;
+        };
+        if let State::Unschedulable { on_pods: true, .. } = e.state {
+            let signature = e.signature;
+            if let Some(w) = self.waiting.get_mut(&signature) {
+                w.keys.remove(key);
+                if w.keys.is_empty() {
+                    self.waiting.remove(&signature);
+                }
+            }
+        }
+    }
+
+    /// Unschedulable pods `keys` may fit now: those whose back-off has passed go to active,
+    /// the others when theirs passes (their `since` moves a flush into the past, so
+    /// [`Queue::tick`] takes them then). How many went to active.
+    fn wake(&mut self, keys: Vec<String>, now: Instant) -> usize {
+        let mut woken = 0;
+        for k in keys {
+            let Some(e) = self.entries.get_mut(&k) else {
+                continue;
+            };
+            if let State::Unschedulable { until, on_pods, .. } = e.state {
+                if until <= now {
+                    self.activate(&k);
+                    woken += 1;
+                } else {
+                    e.state = State::Unschedulable {
+                        since: now - UNSCHEDULABLE_FLUSH,
+                        until,
+                        on_pods,
+                    };
+                }
+            }
+        }
+        woken
+    }
+}
+
+/// Whether `pod` (its namespace and `labels`, counted now) or the labels it was counted with
+/// until now (`before`) can let `waiter` fit where other pods turned it away: newly counted
+/// labels can satisfy required affinity or raise a spread domain's count; labels no longer
+/// counted can lift anti-affinity or lower a crowded spread domain.
+fn helps(
+    waiter: &PodInfo,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    before: Option<&BTreeMap<String, String>>,
+) -> bool {
+    let term = |t: &PodAffinityTerm, l: &BTreeMap<String, String>| {
+        term_selects(
+            t.label_selector.as_ref(),
+            &term_namespaces(t, &waiter.namespace),
+            namespace,
+            l,
+        )
+    };
+    let spread = |l: &BTreeMap<String, String>| {
+        waiter.spread.iter().any(|c| {
+            term_selects(
+                c.label_selector.as_ref(),
+                std::slice::from_ref(&waiter.namespace),
+                namespace,
+                l,
+            )
+        })
+    };
+    let gained = waiter.required_affinity.iter().any(|t| term(t, labels)) || spread(labels);
+    let lost = before.is_some_and(|old| {
+        waiter.required_anti_affinity.iter().any(|t| term(t, old)) || spread(old)
+    });
+    gained || lost
 }
 
 /// See the module documentation. Shared by the informer side (add/update/delete, events)
@@ -146,6 +247,10 @@ pub enum Done {
     Retry,
     /// Fits nowhere: back off until the cluster changes.
     Unschedulable,
+    /// Fits nowhere, but some node turned it away only for other pods (pod affinity,
+    /// anti-affinity, topology spread): as `Unschedulable`, and pod events that change what
+    /// its terms count retry it too.
+    BlockedByPods,
 }
 
 impl Queue {
@@ -178,6 +283,12 @@ impl Queue {
         let key = pod.key();
         let signature = pod.signature();
         let mut q = self.inner.lock();
+        if q.entries.get(&key).is_some_and(|e| {
+            e.pod.uid != pod.uid || e.signature != signature || e.pod.priority != pod.priority
+        }) {
+            // Indexed under the old signature, if waiting on pods.
+            q.unwait(&key);
+        }
         match q.entries.get_mut(&key) {
             // The same name, another pod: the one held was deleted (a late verdict or Bind
             // outcome for it finds the UID changed and leaves this one alone).
@@ -241,7 +352,9 @@ impl Queue {
     /// Forgets a pod: deleted, bound (by us, confirmed, or by someone else), or no longer
     /// ours.
     pub fn remove(&self, key: &str) {
-        self.inner.lock().entries.remove(key);
+        let mut q = self.inner.lock();
+        q.unwait(key);
+        q.entries.remove(key);
     }
 
     /// Whether the pod is pending: queued, in flight, backing off, or assumed with its Bind in
@@ -357,13 +470,26 @@ impl Queue {
                 drop(q);
                 self.ready.notify_one();
             }
-            Done::Unschedulable => {
+            Done::Unschedulable | Done::BlockedByPods => {
                 let now = Instant::now();
                 let backoff = backoff(e.attempts);
+                let on_pods = how == Done::BlockedByPods;
                 e.state = State::Unschedulable {
                     since: now,
                     until: now + backoff,
+                    on_pods,
                 };
+                if on_pods {
+                    let (signature, pod) = (e.signature, e.pod.clone());
+                    q.waiting
+                        .entry(signature)
+                        .or_insert_with(|| Waiters {
+                            pod,
+                            keys: HashSet::new(),
+                        })
+                        .keys
+                        .insert(key.to_string());
+                }
                 if updated {
                     q.activate(key);
                 }
@@ -376,24 +502,52 @@ impl Queue {
     pub fn cluster_changed(&self) {
         let now = Instant::now();
         let mut q = self.inner.lock();
-        let mut wake = Vec::new();
-        for (k, e) in q.entries.iter_mut() {
-            if let State::Unschedulable { until, .. } = e.state {
-                if until <= now {
-                    wake.push(k.clone());
-                } else {
-                    // Retry when the back-off ends: mark by moving `since` into the past.
-                    e.state = State::Unschedulable {
-                        since: now - UNSCHEDULABLE_FLUSH,
-                        until,
-                    };
-                }
-            }
+        let unschedulable: Vec<String> = q
+            .entries
+            .iter()
+            .filter(|(_, e)| matches!(e.state, State::Unschedulable { .. }))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let n = q.wake(unschedulable, now);
+        drop(q);
+        if n > 0 {
+            self.ready.notify_all();
         }
-        let n = wake.len();
-        for k in wake {
-            q.activate(&k);
+    }
+
+    /// A pod is placed as the store sees it (bound when created, or its binding confirmed),
+    /// or a placed pod's labels changed from `before`: the pods waiting on pods whose terms
+    /// it can satisfy or stop blocking are retried, as [`Queue::cluster_changed`] retries
+    /// them. One check per waiting signature; nothing when no pod waits on pods.
+    pub fn pod_placed(&self, pod: &PodInfo, before: Option<&BTreeMap<String, String>>) {
+        let mut q = self.inner.lock();
+        if q.waiting.is_empty() {
+            return;
         }
+        let keys: Vec<String> = q
+            .waiting
+            .values()
+            .filter(|w| helps(&w.pod, &pod.namespace, &pod.labels, before))
+            .flat_map(|w| w.keys.iter().cloned())
+            .collect();
+        let n = q.wake(keys, Instant::now());
+        drop(q);
+        if n > 0 {
+            self.ready.notify_all();
+        }
+    }
+
+    /// A node was removed: its topology domains and the pods counted in them went, so every
+    /// pod waiting on pods is retried (as [`Queue::cluster_changed`] retries them). Pods
+    /// that fit nowhere for resources gain nothing from it.
+    pub fn node_removed(&self) {
+        let mut q = self.inner.lock();
+        let keys: Vec<String> = q
+            .waiting
+            .values()
+            .flat_map(|w| w.keys.iter().cloned())
+            .collect();
+        let n = q.wake(keys, Instant::now());
         drop(q);
         if n > 0 {
             self.ready.notify_all();
@@ -409,7 +563,7 @@ impl Queue {
             .entries
             .iter()
             .filter_map(|(k, e)| match e.state {
-                State::Unschedulable { since, until }
+                State::Unschedulable { since, until, .. }
                     if until <= now && now.duration_since(since) >= UNSCHEDULABLE_FLUSH =>
                 {
                     Some(k.clone())
@@ -613,6 +767,79 @@ mod tests {
         let b = q.pop_batch(1, Duration::ZERO);
         assert_eq!(b[0].uid, "u");
         assert!(q.object("default/a").is_some());
+    }
+
+    fn needs(name: &str, app: &str) -> Arc<PodInfo> {
+        let mut p = (*pod(name, 0, 100)).clone();
+        p.required_affinity = vec![PodAffinityTerm {
+            label_selector: Some(skiff_proto::api::LabelSelector {
+                match_labels: [("app".to_string(), app.to_string())].into(),
+                ..Default::default()
+            }),
+            namespaces: Vec::new(),
+            topology_key: "kubernetes.io/hostname".into(),
+            other: Default::default(),
+        }];
+        Arc::new(p)
+    }
+
+    /// Whether the unschedulable pod `key` is marked to go back when its back-off ends.
+    fn marked(q: &Queue, key: &str) -> bool {
+        match q.inner.lock().entries[key].state {
+            State::Unschedulable { since, .. } => since.elapsed() >= UNSCHEDULABLE_FLUSH,
+            _ => false,
+        }
+    }
+
+    #[test]
+    fn pod_events_retry_only_the_pods_waiting_on_terms_they_touch() {
+        let q = Queue::new();
+        q.add(needs("a", "db"));
+        q.add(needs("b", "cache"));
+        q.add(pod("c", 0, 100));
+        for _ in 0..3 {
+            let b = q.pop_batch(1, Duration::ZERO);
+            let how = if b[0].name == "c" {
+                Done::Unschedulable
+            } else {
+                Done::BlockedByPods
+            };
+            q.done(&b[0], how);
+        }
+        assert_eq!(q.depth(), (0, 0, 3));
+        let mut db = (*pod("db-0", 0, 100)).clone();
+        db.labels.insert("app".into(), "db".into());
+        q.pod_placed(&db, None);
+        assert!(marked(&q, "default/a"), "a needs an app=db pod");
+        assert!(!marked(&q, "default/b"), "b needs an app=cache pod");
+        assert!(!marked(&q, "default/c"), "c fits nowhere for resources");
+        // Relabelled from app=cache: no newly counted app=cache pod, so b still waits.
+        q.pod_placed(
+            &db,
+            Some(&[("app".to_string(), "cache".to_string())].into()),
+        );
+        assert!(!marked(&q, "default/b"));
+        // A node removed: every pod waiting on pods, none waiting for resources.
+        q.node_removed();
+        assert!(marked(&q, "default/b"));
+        assert!(!marked(&q, "default/c"));
+    }
+
+    #[test]
+    fn the_index_of_pods_waiting_on_pods_forgets_what_leaves() {
+        let q = Queue::new();
+        q.add(needs("a", "db"));
+        q.add(needs("b", "db"));
+        let batch = q.pop_batch(2, Duration::ZERO);
+        for p in &batch {
+            q.done(p, Done::BlockedByPods);
+        }
+        assert_eq!(q.inner.lock().waiting.len(), 1, "one signature");
+        q.remove("default/a");
+        // Its spec changed: indexed no more under the old signature, and active.
+        q.add(needs("b", "cache"));
+        assert!(q.inner.lock().waiting.is_empty());
+        assert_eq!(q.depth(), (1, 0, 0));
     }
 
     #[test]

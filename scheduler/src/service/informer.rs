@@ -2,9 +2,11 @@
 //!
 //! ```text
 //!  node added / changed ──► table row (and unschedulable pods retried)
-//!  node deleted         ──► row removed (its pods stay known, counted again if it returns)
+//!  node deleted         ──► row removed (its pods stay known, counted again if it returns);
+//!                           pods waiting on pod terms retried
 //!  pod bound            ──► queue forgets it; table accounts it on its node (confirmed),
-//!                           every update (labels change what pod terms count)
+//!                           every update (labels change what pod terms count); pods
+//!                           waiting on terms it now satisfies (or stopped blocking) retried
 //!  pod bound, finished  ──► queue and table forget it
 //!  pod pending, ours    ──► queue holds the newest version (see `queue` on why the queue
 //!                           is the one owner of pending pods)
@@ -28,6 +30,7 @@ use skiff_proto::client::Event;
 use super::DEFAULT_SCHEDULER_NAME;
 use crate::model::{NodeInfo, PodInfo, pod_id};
 use crate::parallel::Core;
+use crate::table::Placement;
 
 /// The node and pod informers' handlers, over the table and the queue.
 #[derive(Debug)]
@@ -72,6 +75,7 @@ impl Handlers {
             }
             Event::Deleted(Object::Node(n)) => {
                 self.core.table.write().remove_node(&n.metadata.name);
+                self.core.queue.node_removed();
             }
             _ => {}
         }
@@ -92,6 +96,7 @@ impl Handlers {
                     let info = Arc::new(PodInfo::from_pod(p));
                     let mut table = self.core.table.write();
                     let mut freed = table.remove_replaced(&key, &id);
+                    let mut placed = None;
                     if p.is_terminal() {
                         freed |= table.remove_pod(&id).is_some();
                     } else {
@@ -104,11 +109,24 @@ impl Handlers {
                             table.remove_pod(&id);
                             freed = true;
                         }
-                        let _ = table.add_pod(info, &p.spec.node_name, false);
+                        placed = table.add_pod(info.clone(), &p.spec.node_name, false).ok();
                     }
                     drop(table);
                     if freed {
                         self.core.queue.cluster_changed();
+                    }
+                    // What the pod terms count changed: the pods waiting on them may fit.
+                    match placed {
+                        Some(Placement::New)
+                        | Some(Placement::Known {
+                            was_assumed: true,
+                            replaced: None,
+                        }) => self.core.queue.pod_placed(&info, None),
+                        Some(Placement::Known {
+                            replaced: Some(before),
+                            ..
+                        }) => self.core.queue.pod_placed(&info, Some(&before.labels)),
+                        _ => {}
                     }
                 } else if p.metadata.deletion_timestamp.is_none()
                     && self.ours(&p.spec.scheduler_name)
