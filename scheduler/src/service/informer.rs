@@ -30,7 +30,7 @@ use skiff_proto::client::Event;
 use super::DEFAULT_SCHEDULER_NAME;
 use crate::model::{NodeInfo, PodInfo, pod_id};
 use crate::parallel::Core;
-use crate::table::Placement;
+use crate::table::{Placement, counted_alike};
 
 /// The node and pod informers' handlers, over the table and the queue.
 #[derive(Debug)]
@@ -94,6 +94,9 @@ impl Handlers {
                     // Every update of a bound pod reaches the table: its labels may have
                     // changed, and the terms that select it count what it has now.
                     let info = Arc::new(PodInfo::from_pod(p));
+                    if !p.is_terminal() && self.counted_as_is(&key, &id, &p.spec.node_name, &info) {
+                        return; // a status update, say: behind a read lock only
+                    }
                     let mut table = self.core.table.write();
                     let mut freed = table.remove_replaced(&key, &id);
                     let mut placed = None;
@@ -159,6 +162,17 @@ impl Handlers {
             }
             _ => {}
         }
+    }
+
+    /// Whether the table already counts this pod as `info` says, confirmed on `node`, alone
+    /// under its name: the update changes nothing there.
+    fn counted_as_is(&self, key: &str, id: &str, node: &str, info: &PodInfo) -> bool {
+        let table = self.core.table.read();
+        table
+            .pods
+            .get(id)
+            .is_some_and(|e| !e.assumed && e.node == node && counted_alike(&e.info, info))
+            && table.named(key).all(|(other, _)| other == id)
     }
 
     /// [`NodeTable::remove_replaced`] for a pod that is not bound, behind a read lock when

@@ -402,7 +402,7 @@ impl NodeTable {
             }
             let was_assumed = e.assumed;
             let old = e.info.clone();
-            let replaced = if same_accounting(&old, &info) {
+            let replaced = if counted_alike(&old, &info) {
                 None
             } else {
                 self.generation += 1;
@@ -635,8 +635,10 @@ impl NodeTable {
     }
 }
 
-/// Whether the table counts `a` and `b` alike: everything [`NodeTable::account`] reads.
-fn same_accounting(a: &PodInfo, b: &PodInfo) -> bool {
+/// Whether the table counts two versions of a pod alike: they agree on everything it
+/// accounts (resources, host ports, labels and namespace for the terms that select them, the
+/// terms the pod owns).
+pub fn counted_alike(a: &PodInfo, b: &PodInfo) -> bool {
     a.namespace == b.namespace
         && a.labels == b.labels
         && a.requests == b.requests
