@@ -237,9 +237,15 @@ impl PodInfo {
         }
     }
 
-    /// `namespace/name`, the pod's key in the table and the queue.
+    /// `namespace/name`, the pod's key in the queue (one pending pod per name, as in the
+    /// store).
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The pod's identity in the table: see [`pod_id`].
+    pub fn id(&self) -> String {
+        pod_id(&self.namespace, &self.name, &self.uid)
     }
 
     /// Hash of everything that decides where the pod may go and how nodes score for it.
@@ -280,6 +286,19 @@ impl PodInfo {
         self.tolerations
             .iter()
             .any(|t| toleration_matches(t, taint))
+    }
+}
+
+/// A pod's identity where two pods of one name can meet: its UID. A pod deleted and created
+/// again under the same name is another pod, and the old one's placement (its Bind perhaps
+/// still in flight) and events must not be taken for the new one's, as kube-scheduler's cache
+/// keys pods by UID. A pod read from no store has no UID; `namespace/name` stands in (it
+/// cannot clash with a UID, which has no `/`).
+pub fn pod_id(namespace: &str, name: &str, uid: &str) -> String {
+    if uid.is_empty() {
+        format!("{namespace}/{name}")
+    } else {
+        uid.to_string()
     }
 }
 

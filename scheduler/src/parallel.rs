@@ -98,12 +98,14 @@ impl Core {
 
     /// Takes a placement whose Bind was refused back out of the table and, with `requeue`,
     /// hands the pod back to the queue (see [`Queue::unassume`]).
+    /// Only that pod's placement goes: a pod created since under the same name is another
+    /// pod (another UID), placed or pending on its own.
     pub fn unassume(&self, placed: &PodInfo, requeue: bool) {
-        let key = placed.key();
+        let id = placed.id();
         {
             let mut table = self.table.write();
-            if table.pods.get(&key).is_some_and(|e| e.assumed) {
-                table.remove_pod(&key);
+            if table.pods.get(&id).is_some_and(|e| e.assumed) {
+                table.remove_pod(&id);
             }
         }
         self.queue.cluster_changed();
@@ -248,7 +250,7 @@ fn commit(core: &Core, p: Proposal) -> Vec<Verdict> {
                         });
                     } else {
                         core.stats.conflicts.fetch_add(1, Ordering::Relaxed);
-                        retry.push(pod.key());
+                        retry.push(pod.clone());
                     }
                 }
                 Err(diagnosis) => {
@@ -265,12 +267,19 @@ fn commit(core: &Core, p: Proposal) -> Vec<Verdict> {
     }
     for v in &verdicts {
         match v {
-            Verdict::Placed { pod, .. } => core.queue.done(&pod.key(), Done::Placed),
-            Verdict::Unschedulable { pod, .. } => core.queue.done(&pod.key(), Done::Unschedulable),
+            Verdict::Placed { pod, .. } => core.queue.done(pod, Done::Placed),
+            Verdict::Unschedulable { pod, diagnosis, .. } => core.queue.done(
+                pod,
+                if diagnosis.blocked_by_pods() {
+                    Done::BlockedByPods
+                } else {
+                    Done::Unschedulable
+                },
+            ),
         }
     }
-    for key in retry {
-        core.queue.done(&key, Done::Retry);
+    for pod in retry {
+        core.queue.done(&pod, Done::Retry);
     }
     verdicts
 }

@@ -20,6 +20,14 @@
 //! back to active when an event that can make it fit arrives (a node added or changed, a
 //! pod deleted or finished) and its back-off has passed, and at least every minute.
 //!
+//! A pod that some node turned away only for other pods (pod affinity, anti-affinity,
+//! topology spread: the last filters, so that node passed every other) also goes back when
+//! a pod is placed, as the store sees it, that one of those terms selects, when a placed
+//! pod's labels change to or from what they select, and when a node is removed (its
+//! domains and the pods counted in them go), as kube-scheduler's queueing hints move it.
+//! Such pods are indexed by signature (pods of one signature have the same terms), so a pod
+//! event checks each waiting signature once and costs nothing when no pod waits on pods.
+//!
 //! # Why the queue owns pending pods
 //!
 //! Three structures see a pending pod. The pod informer's cache holds every pod, but it
@@ -39,24 +47,35 @@
 //!   carries the resourceVersion Bind checks;
 //! - the table still accounts an assumed pod on its node until the Bind's outcome is known,
 //!   so no later placement overcommits that node (`Core::unassume` takes a refused one back
-//!   out of both). The table answers "is a placement under this name in flight", which is
-//!   why a pod of that name the queue does not hold yet comes in assumed ([`hold_pod`]).
+//!   out of both). The table answers "is a placement of this pod in flight", which is why
+//!   a pod the queue does not hold yet but the table does comes in assumed ([`hold_pod`]).
+//!
+//! # Names and UIDs
+//!
+//! The queue holds one pod per `namespace/name`, as the store does (and as kube-scheduler's
+//! queue keys pods). What reaches it from a worker or a Bind ([`done`], [`unassume`]) names
+//! the pod it was about, UID and all, and acts only if that is still the pod held: a pod
+//! deleted and created again under its name is another pod, and a late verdict or Bind
+//! outcome of the old one must not place, hold or forget the new one. A version with
+//! another UID replaces the one held as a new pod.
 //!
 //! [`contains`]: Queue::contains
 //! [`object`]: Queue::object
 //! [`unassume`]: Queue::unassume
 //! [`hold_pod`]: Queue::hold_pod
+//! [`done`]: Queue::done
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
 use skiff_proto::api::Pod;
+use skiff_proto::api::pod::PodAffinityTerm;
 
-use crate::model::PodInfo;
+use crate::model::{PodInfo, term_namespaces, term_selects};
 
 pub const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -70,6 +89,8 @@ enum State {
     Unschedulable {
         since: Instant,
         until: Instant,
+        /// Some node turned it away only for other pods: indexed in `Inner::waiting`.
+        on_pods: bool,
     },
     /// Placed and assumed in the table; its Bind is in flight. Never served: it leaves
     /// when the store confirms the binding (`remove`) or goes back to active when the Bind is
@@ -89,11 +110,21 @@ struct Entry {
     updated: bool,
 }
 
+/// Unschedulable pods of one signature waiting on other pods (see the module documentation).
+#[derive(Debug)]
+struct Waiters {
+    /// One of them: they share their terms.
+    pod: Arc<PodInfo>,
+    keys: HashSet<String>,
+}
+
 /// Active pods group by (priority, signature); groups are served highest priority first,
 /// oldest first within a priority.
 #[derive(Debug, Default)]
 struct Inner {
     entries: HashMap<String, Entry>,
+    /// Signature → the unschedulable pods of it that wait on other pods.
+    waiting: HashMap<u64, Waiters>,
     groups: HashMap<(i32, u64), VecDeque<String>>,
     /// (priority, sequence) → group key, for the order groups are served in.
     order: BTreeMap<(Reverse<i32>, u64), (i32, u64)>,
@@ -104,6 +135,7 @@ struct Inner {
 
 impl Inner {
     fn activate(&mut self, key: &str) {
+        self.unwait(key);
         let Some(e) = self.entries.get_mut(key) else {
             return;
         };
@@ -117,6 +149,85 @@ impl Inner {
             self.queued_groups.insert(g, k);
         }
     }
+}
+
+impl Inner {
+    /// Takes `key` out of the index of pods waiting on pods, if it is there: it leaves
+    /// the unschedulable state, or its signature is about to change.
+    fn unwait(&mut self, key: &str) {
+        let Some(e) = self.entries.get(key) else {
+            return;
+        };
+        if let State::Unschedulable { on_pods: true, .. } = e.state {
+            let signature = e.signature;
+            if let Some(w) = self.waiting.get_mut(&signature) {
+                w.keys.remove(key);
+                if w.keys.is_empty() {
+                    self.waiting.remove(&signature);
+                }
+            }
+        }
+    }
+
+    /// Unschedulable pods `keys` may fit now: those whose back-off has passed go to active,
+    /// the others when theirs passes (their `since` moves a flush into the past, so
+    /// [`Queue::tick`] takes them then). How many went to active.
+    fn wake(&mut self, keys: Vec<String>, now: Instant) -> usize {
+        let mut woken = 0;
+        for k in keys {
+            let Some(e) = self.entries.get_mut(&k) else {
+                continue;
+            };
+            if let State::Unschedulable { until, on_pods, .. } = e.state {
+                if until <= now {
+                    self.activate(&k);
+                    woken += 1;
+                } else {
+                    e.state = State::Unschedulable {
+                        since: now - UNSCHEDULABLE_FLUSH,
+                        until,
+                        on_pods,
+                    };
+                }
+            }
+        }
+        woken
+    }
+}
+
+/// Whether `pod` (its namespace and `labels`, counted now) or the labels it was counted with
+/// until now (`before`) can let `waiter` fit where other pods turned it away: newly counted
+/// labels can satisfy required affinity or raise a spread domain's count; labels no longer
+/// counted can lift anti-affinity or lower a crowded spread domain.
+fn helps(
+    waiter: &PodInfo,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    before: Option<&BTreeMap<String, String>>,
+) -> bool {
+    let term = |t: &PodAffinityTerm, l: &BTreeMap<String, String>| {
+        term_selects(
+            t.label_selector.as_ref(),
+            &term_namespaces(t, &waiter.namespace),
+            namespace,
+            l,
+        )
+    };
+    let spread = |l: &BTreeMap<String, String>| {
+        waiter.spread.iter().any(|c| {
+            term_selects(
+                c.label_selector.as_ref(),
+                std::slice::from_ref(&waiter.namespace),
+                namespace,
+                l,
+            )
+        })
+    };
+    let gained = waiter.required_affinity.iter().any(|t| term(t, labels)) || spread(labels);
+    let lost = before.is_some_and(|old| {
+        waiter.required_anti_affinity.iter().any(|t| term(t, old)) || spread(old)
+    });
+    gained || lost
 }
 
 /// See the module documentation. Shared by the informer side (add/update/delete, events)
@@ -136,6 +247,10 @@ pub enum Done {
     Retry,
     /// Fits nowhere: back off until the cluster changes.
     Unschedulable,
+    /// Fits nowhere, but some node turned it away only for other pods (pod affinity,
+    /// anti-affinity, topology spread): as `Unschedulable`, and pod events that change what
+    /// its terms count retry it too.
+    BlockedByPods,
 }
 
 impl Queue {
@@ -156,8 +271,8 @@ impl Queue {
     }
 
     /// As [`Queue::add_pod`], but a pod the queue does not hold yet comes in assumed: the
-    /// table accounts a placement under its name whose Bind is in flight (an earlier pod of
-    /// that name, deleted while it was placed). It is served once that Bind's outcome is known
+    /// table accounts a placement of it whose Bind is in flight (the queue forgot it while a
+    /// worker placed it). It is served again only if that Bind is refused
     /// ([`Queue::unassume`]).
     pub fn hold_pod(&self, pod: &Pod) {
         let info = Arc::new(PodInfo::from_pod(pod));
@@ -168,7 +283,28 @@ impl Queue {
         let key = pod.key();
         let signature = pod.signature();
         let mut q = self.inner.lock();
+        if q.entries.get(&key).is_some_and(|e| {
+            e.pod.uid != pod.uid || e.signature != signature || e.pod.priority != pod.priority
+        }) {
+            // Indexed under the old signature, if waiting on pods.
+            q.unwait(&key);
+        }
         match q.entries.get_mut(&key) {
+            // The same name, another pod: the one held was deleted (a late verdict or Bind
+            // outcome for it finds the UID changed and leaves this one alone).
+            Some(e) if e.pod.uid != pod.uid => {
+                *e = Entry {
+                    pod,
+                    object,
+                    signature,
+                    state: new,
+                    attempts: 0,
+                    updated: false,
+                };
+                if new == State::Active {
+                    q.activate(&key);
+                }
+            }
             Some(e) => {
                 let moved = e.signature != signature || e.pod.priority != pod.priority;
                 e.pod = pod;
@@ -216,7 +352,9 @@ impl Queue {
     /// Forgets a pod: deleted, bound (by us, confirmed, or by someone else), or no longer
     /// ours.
     pub fn remove(&self, key: &str) {
-        self.inner.lock().entries.remove(key);
+        let mut q = self.inner.lock();
+        q.unwait(key);
+        q.entries.remove(key);
     }
 
     /// Whether the pod is pending: queued, in flight, backing off, or assumed with its Bind in
@@ -242,18 +380,18 @@ impl Queue {
     /// The Bind of an assumed pod was refused or failed. With `requeue` the pod goes back to
     /// active with the newest version held, its attempts counted afresh; without (it is gone,
     /// bound elsewhere, or terminating) it is forgotten until an event shows it pending again.
-    /// A pod of the same name created since (another uid, held behind this placement by
-    /// [`Queue::hold_pod`]) goes back to active either way.
+    /// A pod of the same name created since (another UID) is not this placement's: it is
+    /// left as it is.
     pub fn unassume(&self, placed: &PodInfo, requeue: bool) {
         let key = placed.key();
         let mut q = self.inner.lock();
         let Some(e) = q.entries.get_mut(&key) else {
             return;
         };
-        if e.state != State::Assumed {
+        if e.state != State::Assumed || e.pod.uid != placed.uid {
             return;
         }
-        if !requeue && e.pod.uid == placed.uid {
+        if !requeue {
             q.entries.remove(&key);
             return;
         }
@@ -307,13 +445,16 @@ impl Queue {
         }
     }
 
-    /// Reports how a popped pod's attempt ended.
-    pub fn done(&self, key: &str, how: Done) {
+    /// Reports how a popped pod's attempt ended. A pod of that name created since (another
+    /// UID) is not the one popped: it is left as it is.
+    pub fn done(&self, pod: &PodInfo, how: Done) {
+        let key = pod.key();
+        let key = key.as_str();
         let mut q = self.inner.lock();
         let Some(e) = q.entries.get_mut(key) else {
             return;
         };
-        if e.state != State::InFlight {
+        if e.state != State::InFlight || e.pod.uid != pod.uid {
             return;
         }
         // A version that arrived in flight is already in `e.pod`.
@@ -329,13 +470,26 @@ impl Queue {
                 drop(q);
                 self.ready.notify_one();
             }
-            Done::Unschedulable => {
+            Done::Unschedulable | Done::BlockedByPods => {
                 let now = Instant::now();
                 let backoff = backoff(e.attempts);
+                let on_pods = how == Done::BlockedByPods;
                 e.state = State::Unschedulable {
                     since: now,
                     until: now + backoff,
+                    on_pods,
                 };
+                if on_pods {
+                    let (signature, pod) = (e.signature, e.pod.clone());
+                    q.waiting
+                        .entry(signature)
+                        .or_insert_with(|| Waiters {
+                            pod,
+                            keys: HashSet::new(),
+                        })
+                        .keys
+                        .insert(key.to_string());
+                }
                 if updated {
                     q.activate(key);
                 }
@@ -348,24 +502,52 @@ impl Queue {
     pub fn cluster_changed(&self) {
         let now = Instant::now();
         let mut q = self.inner.lock();
-        let mut wake = Vec::new();
-        for (k, e) in q.entries.iter_mut() {
-            if let State::Unschedulable { until, .. } = e.state {
-                if until <= now {
-                    wake.push(k.clone());
-                } else {
-                    // Retry when the back-off ends: mark by moving `since` into the past.
-                    e.state = State::Unschedulable {
-                        since: now - UNSCHEDULABLE_FLUSH,
-                        until,
-                    };
-                }
-            }
+        let unschedulable: Vec<String> = q
+            .entries
+            .iter()
+            .filter(|(_, e)| matches!(e.state, State::Unschedulable { .. }))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let n = q.wake(unschedulable, now);
+        drop(q);
+        if n > 0 {
+            self.ready.notify_all();
         }
-        let n = wake.len();
-        for k in wake {
-            q.activate(&k);
+    }
+
+    /// A pod is placed as the store sees it (bound when created, or its binding confirmed),
+    /// or a placed pod's labels changed from `before`: the pods waiting on pods whose terms
+    /// it can satisfy or stop blocking are retried, as [`Queue::cluster_changed`] retries
+    /// them. One check per waiting signature; nothing when no pod waits on pods.
+    pub fn pod_placed(&self, pod: &PodInfo, before: Option<&BTreeMap<String, String>>) {
+        let mut q = self.inner.lock();
+        if q.waiting.is_empty() {
+            return;
         }
+        let keys: Vec<String> = q
+            .waiting
+            .values()
+            .filter(|w| helps(&w.pod, &pod.namespace, &pod.labels, before))
+            .flat_map(|w| w.keys.iter().cloned())
+            .collect();
+        let n = q.wake(keys, Instant::now());
+        drop(q);
+        if n > 0 {
+            self.ready.notify_all();
+        }
+    }
+
+    /// A node was removed: its topology domains and the pods counted in them went, so every
+    /// pod waiting on pods is retried (as [`Queue::cluster_changed`] retries them). Pods
+    /// that fit nowhere for resources gain nothing from it.
+    pub fn node_removed(&self) {
+        let mut q = self.inner.lock();
+        let keys: Vec<String> = q
+            .waiting
+            .values()
+            .flat_map(|w| w.keys.iter().cloned())
+            .collect();
+        let n = q.wake(keys, Instant::now());
         drop(q);
         if n > 0 {
             self.ready.notify_all();
@@ -381,7 +563,7 @@ impl Queue {
             .entries
             .iter()
             .filter_map(|(k, e)| match e.state {
-                State::Unschedulable { since, until }
+                State::Unschedulable { since, until, .. }
                     if until <= now && now.duration_since(since) >= UNSCHEDULABLE_FLUSH =>
                 {
                     Some(k.clone())
@@ -484,7 +666,7 @@ mod tests {
         let q = Queue::new();
         q.add(pod("a", 0, 100));
         let b = q.pop_batch(1, Duration::ZERO);
-        q.done(&b[0].key(), Done::Unschedulable);
+        q.done(&b[0], Done::Unschedulable);
         assert_eq!(q.depth(), (0, 0, 1));
         // The back-off (1 s) has not passed: an event does not move it yet.
         q.cluster_changed();
@@ -501,10 +683,10 @@ mod tests {
         let q = Queue::new();
         q.add(pod("a", 0, 100));
         let b = q.pop_batch(1, Duration::ZERO);
-        q.done(&b[0].key(), Done::Retry);
+        q.done(&b[0], Done::Retry);
         let b = q.pop_batch(1, Duration::ZERO);
         assert_eq!(b.len(), 1);
-        q.done(&b[0].key(), Done::Placed);
+        q.done(&b[0], Done::Placed);
         assert!(q.is_assumed("default/a"));
         assert_eq!(q.depth(), (0, 0, 0));
         q.remove("default/a");
@@ -516,7 +698,7 @@ mod tests {
         let q = Queue::new();
         q.add(pod("a", 0, 100));
         let b = q.pop_batch(1, Duration::ZERO);
-        q.done(&b[0].key(), Done::Placed);
+        q.done(&b[0], Done::Placed);
         // An update while the Bind is in flight: held, not served (no second placement).
         q.add(pod("a", 0, 300));
         q.cluster_changed();
@@ -528,7 +710,7 @@ mod tests {
         let again = q.pop_batch(1, Duration::ZERO);
         assert_eq!(again[0].requests.milli_cpu, 300);
         // Refused for good (pod gone): forgotten until an event shows it pending again.
-        q.done(&again[0].key(), Done::Placed);
+        q.done(&again[0], Done::Placed);
         q.unassume(&again[0], false);
         assert!(!q.contains("default/a"));
         q.add(pod("a", 0, 300));
@@ -536,22 +718,128 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_held_behind_an_earlier_placement_of_its_name_is_served_after_that_bind() {
+    fn a_pod_recreated_under_its_name_is_another_pod_to_late_verdicts_and_bind_outcomes() {
         let q = Queue::new();
-        let mut earlier = (*pod("a", 0, 100)).clone();
-        earlier.uid = "earlier".into();
+        let with_uid = |uid: &str| {
+            let mut p = (*pod("a", 0, 100)).clone();
+            p.uid = uid.into();
+            Arc::new(p)
+        };
+        q.add(with_uid("earlier"));
+        let earlier = q.pop_batch(1, Duration::ZERO);
+        // Deleted and created again while the earlier one is in flight: a new pod, pending.
+        q.add(with_uid("later"));
+        let later = q.pop_batch(1, Duration::ZERO);
+        assert_eq!(
+            later.len(),
+            1,
+            "the later pod waits for nothing of the earlier one"
+        );
+        assert_eq!(later[0].uid, "later");
+        // The earlier pod's verdict and Bind outcome arrive late: the later pod, in flight,
+        // is neither assumed nor forgotten nor served again by them.
+        q.done(&earlier[0], Done::Placed);
+        assert_eq!(q.depth(), (0, 1, 0));
+        q.unassume(&earlier[0], false);
+        assert!(q.contains("default/a"));
+        q.done(&later[0], Done::Placed);
+        q.unassume(&earlier[0], true);
+        assert!(
+            q.is_assumed("default/a"),
+            "the later pod's own Bind is in flight"
+        );
+        assert!(q.pop_batch(1, Duration::ZERO).is_empty());
+        q.unassume(&later[0], true);
+        assert_eq!(q.pop_batch(1, Duration::ZERO)[0].uid, "later");
+    }
+
+    #[test]
+    fn a_pod_held_behind_its_own_placement_is_served_only_if_that_bind_is_refused() {
+        let q = Queue::new();
         let mut p = Pod::default();
         p.metadata.namespace = "default".into();
         p.metadata.name = "a".into();
-        p.metadata.uid = "later".into();
+        p.metadata.uid = "u".into();
         q.hold_pod(&p);
         assert!(q.is_assumed("default/a"));
         assert!(q.pop_batch(1, Duration::ZERO).is_empty());
-        // The earlier pod's Bind is refused for good (it is gone): the later one is pending.
-        q.unassume(&earlier, false);
+        q.unassume(&PodInfo::from_pod(&p), true);
         let b = q.pop_batch(1, Duration::ZERO);
-        assert_eq!(b[0].uid, "later");
+        assert_eq!(b[0].uid, "u");
         assert!(q.object("default/a").is_some());
+    }
+
+    fn needs(name: &str, app: &str) -> Arc<PodInfo> {
+        let mut p = (*pod(name, 0, 100)).clone();
+        p.required_affinity = vec![PodAffinityTerm {
+            label_selector: Some(skiff_proto::api::LabelSelector {
+                match_labels: [("app".to_string(), app.to_string())].into(),
+                ..Default::default()
+            }),
+            namespaces: Vec::new(),
+            topology_key: "kubernetes.io/hostname".into(),
+            other: Default::default(),
+        }];
+        Arc::new(p)
+    }
+
+    /// Whether the unschedulable pod `key` is marked to go back when its back-off ends.
+    fn marked(q: &Queue, key: &str) -> bool {
+        match q.inner.lock().entries[key].state {
+            State::Unschedulable { since, .. } => since.elapsed() >= UNSCHEDULABLE_FLUSH,
+            _ => false,
+        }
+    }
+
+    #[test]
+    fn pod_events_retry_only_the_pods_waiting_on_terms_they_touch() {
+        let q = Queue::new();
+        q.add(needs("a", "db"));
+        q.add(needs("b", "cache"));
+        q.add(pod("c", 0, 100));
+        for _ in 0..3 {
+            let b = q.pop_batch(1, Duration::ZERO);
+            let how = if b[0].name == "c" {
+                Done::Unschedulable
+            } else {
+                Done::BlockedByPods
+            };
+            q.done(&b[0], how);
+        }
+        assert_eq!(q.depth(), (0, 0, 3));
+        let mut db = (*pod("db-0", 0, 100)).clone();
+        db.labels.insert("app".into(), "db".into());
+        q.pod_placed(&db, None);
+        assert!(marked(&q, "default/a"), "a needs an app=db pod");
+        assert!(!marked(&q, "default/b"), "b needs an app=cache pod");
+        assert!(!marked(&q, "default/c"), "c fits nowhere for resources");
+        // Relabelled from app=cache: no newly counted app=cache pod, so b still waits.
+        q.pod_placed(
+            &db,
+            Some(&[("app".to_string(), "cache".to_string())].into()),
+        );
+        assert!(!marked(&q, "default/b"));
+        // A node removed: every pod waiting on pods, none waiting for resources.
+        q.node_removed();
+        assert!(marked(&q, "default/b"));
+        assert!(!marked(&q, "default/c"));
+    }
+
+    #[test]
+    fn the_index_of_pods_waiting_on_pods_forgets_what_leaves() {
+        let q = Queue::new();
+        q.add(needs("a", "db"));
+        q.add(needs("b", "db"));
+        let batch = q.pop_batch(2, Duration::ZERO);
+        for p in &batch {
+            q.done(p, Done::BlockedByPods);
+        }
+        assert_eq!(q.inner.lock().waiting.len(), 1, "one signature");
+        q.remove("default/a");
+        // Its spec changed: indexed no more under the old signature, and active.
+        q.add(needs("b", "cache"));
+        assert!(q.inner.lock().waiting.is_empty());
+        assert_eq!(q.depth(), (1, 0, 0));
     }
 
     #[test]
@@ -560,7 +848,7 @@ mod tests {
         q.add(pod("a", 0, 100));
         let b = q.pop_batch(1, Duration::ZERO);
         q.add(pod("a", 0, 300));
-        q.done(&b[0].key(), Done::Retry);
+        q.done(&b[0], Done::Retry);
         let again = q.pop_batch(1, Duration::ZERO);
         assert_eq!(again[0].requests.milli_cpu, 300);
     }

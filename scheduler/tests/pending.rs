@@ -3,7 +3,9 @@
 //! workers and the binder's refusals without a store, and prove that an update arriving while
 //! a pod's Bind is in flight neither places it a second time (no double bind) nor is lost (a
 //! refused Bind is retried with the newest resourceVersion), and that the node's accounting
-//! counts the pod once throughout.
+//! counts the pod once throughout; and that a pod deleted and created again under its name is
+//! another pod (another UID): its predecessor's placement, late Bind outcome or confirmed
+//! binding neither holds it back nor takes its own placement away.
 
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -127,7 +129,7 @@ fn an_update_during_a_bind_is_held_not_placed_twice_and_a_refused_bind_retries_i
         let table = c.core.table.read();
         let entry = table
             .pods
-            .get(&key)
+            .get(&second.id())
             .expect("the table accounts the bound pod");
         assert!(!entry.assumed);
         assert_eq!(entry.node, node);
@@ -139,8 +141,11 @@ fn an_update_during_a_bind_is_held_not_placed_twice_and_a_refused_bind_retries_i
     assert!(rx.try_recv().is_err(), "no other verdict");
 }
 
+/// A pod created again under its name while its predecessor's placement binds is placed at
+/// once beside it (both count until that Bind's outcome is known), and the predecessor's
+/// refusal takes out only the predecessor's placement.
 #[test]
-fn a_pod_recreated_while_an_earlier_placement_of_its_name_binds_waits_for_that_bind() {
+fn a_pod_recreated_while_an_earlier_placement_of_its_name_binds_is_placed_beside_it() {
     let c = cluster();
     let key = format!("{}/{}", c.pod.metadata.namespace, c.pod.metadata.name);
     // The earlier pod was deleted after its placement was committed: the table still
@@ -157,20 +162,83 @@ fn a_pod_recreated_while_an_earlier_placement_of_its_name_binds_waits_for_that_b
     let mut later = version(&c.pod, 5);
     later.metadata.uid = "later".into();
     c.handlers.on_pod(&Event::Added(Object::Pod(later)));
-    assert!(
-        c.core.queue.is_assumed(&key),
-        "placed behind a Bind in flight"
-    );
     let (pool, rx) = start(&c.core);
-    accounted_once(&c, &earlier);
-
-    // The earlier Bind is refused for good (that pod is gone): the later pod is placed.
-    c.core.unassume(&earlier, false);
     let (pod, _) = placed(&rx);
     assert_eq!(pod.uid, "later");
     assert_eq!(pod.resource_version, 5);
-    accounted_once(&c, &pod);
-
     c.core.queue.close();
     pool.join();
+    {
+        let table = c.core.table.read();
+        let row = table
+            .row(&c.node.metadata.name)
+            .expect("the node has a row");
+        assert_eq!(
+            table.req_pods[row], 2,
+            "both placements count while one binds"
+        );
+    }
+
+    // The earlier Bind is refused for good (that pod is gone): only its placement goes.
+    c.core.unassume(&earlier, false);
+    accounted_once(&c, &pod);
+    assert!(
+        c.core.queue.is_assumed(&key),
+        "the later pod's Bind is in flight"
+    );
+}
+
+/// A pod is placed, deleted, and created again under its name, and the new pod is placed;
+/// then the old pod's Bind is refused (it is gone). That late outcome neither takes the new
+/// pod's placement out of the table nor sends the new pod to be placed a second time.
+#[test]
+fn a_late_refusal_of_a_deleted_pods_bind_leaves_its_successor_alone() {
+    let c = cluster();
+    let key = format!("{}/{}", c.pod.metadata.namespace, c.pod.metadata.name);
+    let mut first = version(&c.pod, 1);
+    first.metadata.uid = "first".into();
+    c.handlers.on_pod(&Event::Added(Object::Pod(first.clone())));
+    let (pool, rx) = start(&c.core);
+    let (old, _) = placed(&rx);
+    assert_eq!(old.uid, "first");
+
+    c.handlers
+        .on_pod(&Event::Deleted(Object::Pod(version(&first, 2))));
+    let mut second = version(&c.pod, 3);
+    second.metadata.uid = "second".into();
+    c.handlers.on_pod(&Event::Added(Object::Pod(second)));
+    let (new, _) = placed(&rx);
+    assert_eq!(new.uid, "second");
+    c.core.queue.close();
+    pool.join();
+    accounted_once(&c, &new);
+
+    c.core.unassume(&old, false);
+    accounted_once(&c, &new);
+    assert!(
+        c.core.queue.is_assumed(&key),
+        "the new pod's own Bind is in flight: not to be placed again"
+    );
+}
+
+/// The informer was away while a bound pod was deleted and created again under its name: the
+/// relist shows the new, pending pod as an update of the name. The old pod stops counting and
+/// the new one is placed.
+#[test]
+fn a_pod_recreated_while_the_informer_was_away_is_placed() {
+    let c = cluster();
+    let mut gone = version(&c.pod, 1);
+    gone.metadata.uid = "gone".into();
+    gone.spec.node_name = c.node.metadata.name.clone();
+    c.handlers.on_pod(&Event::Added(Object::Pod(gone)));
+
+    let mut fresh = version(&c.pod, 7);
+    fresh.metadata.uid = "fresh".into();
+    c.handlers.on_pod(&Event::Modified(Object::Pod(fresh)));
+    let (pool, rx) = start(&c.core);
+    let (pod, _) = placed(&rx);
+    assert_eq!(pod.uid, "fresh");
+    c.core.queue.close();
+    pool.join();
+    accounted_once(&c, &pod);
 }

@@ -73,6 +73,22 @@ pub struct Diagnosis {
     pub reasons: BTreeMap<String, usize>,
 }
 
+impl Diagnosis {
+    /// Whether some node turned the pod away only for other pods: charged to inter-pod
+    /// affinity, anti-affinity or topology spread, the last filters, so it passed every
+    /// other. A pod placed or relabelled can then make it fit (see `queue`).
+    pub fn blocked_by_pods(&self) -> bool {
+        [
+            Reason::Affinity,
+            Reason::AntiAffinity,
+            Reason::ExistingAntiAffinity,
+            Reason::Spread,
+        ]
+        .iter()
+        .any(|r| self.reasons.contains_key(&r.to_string()))
+    }
+}
+
 impl fmt::Display for Diagnosis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "0/{} nodes are available", self.nodes)?;

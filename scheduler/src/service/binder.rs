@@ -36,7 +36,7 @@ pub(super) async fn bind_loop(
                     let permit = writes.clone().acquire_owned().await;
                     tasks.spawn(async move {
                         let _permit = permit;
-                        status::write_unschedulable(&s, &pod.key(), &diagnosis.to_string()).await;
+                        status::write_unschedulable(&s, &pod, &diagnosis.to_string()).await;
                     });
                 }
             }

@@ -2,8 +2,11 @@
 //!
 //! ```text
 //!  node added / changed ──► table row (and unschedulable pods retried)
-//!  node deleted         ──► row removed (its pods stay known, counted again if it returns)
-//!  pod bound            ──► queue forgets it; table accounts it on its node (confirmed)
+//!  node deleted         ──► row removed (its pods stay known, counted again if it returns);
+//!                           pods waiting on pod terms retried
+//!  pod bound            ──► queue forgets it; table accounts it on its node (confirmed),
+//!                           every update (labels change what pod terms count); pods
+//!                           waiting on terms it now satisfies (or stopped blocking) retried
 //!  pod bound, finished  ──► queue and table forget it
 //!  pod pending, ours    ──► queue holds the newest version (see `queue` on why the queue
 //!                           is the one owner of pending pods)
@@ -11,6 +14,11 @@
 //!  or another's
 //!  pod deleted          ──► queue and table forget it
 //! ```
+//!
+//! The queue holds one pending pod per name, as the store does; the table keys pods by UID,
+//! so an event about a pod re-created under a name never updates or removes its
+//! predecessor's placement (whose Bind may still be in flight), and a confirmed pod of that
+//! name with another UID is known to be gone (a relist shows a re-created pod as an update).
 //!
 //! The handlers need no store: they read events, so tests drive them directly.
 
@@ -20,8 +28,9 @@ use skiff_proto::api::Object;
 use skiff_proto::client::Event;
 
 use super::DEFAULT_SCHEDULER_NAME;
-use crate::model::{NodeInfo, PodInfo};
+use crate::model::{NodeInfo, PodInfo, pod_id};
 use crate::parallel::Core;
+use crate::table::{Placement, counted_alike};
 
 /// The node and pod informers' handlers, over the table and the queue.
 #[derive(Debug)]
@@ -66,6 +75,7 @@ impl Handlers {
             }
             Event::Deleted(Object::Node(n)) => {
                 self.core.table.write().remove_node(&n.metadata.name);
+                self.core.queue.node_removed();
             }
             _ => {}
         }
@@ -74,45 +84,63 @@ impl Handlers {
     pub fn on_pod(&self, event: &Event) {
         match event {
             Event::Added(o @ Object::Pod(p)) | Event::Modified(o @ Object::Pod(p)) => {
+                // The store holds one pod under a name: whatever the queue holds under it
+                // that is pending no more (bound, being deleted, another's) is forgotten, and
+                // the table forgets confirmed pods of the name with another UID.
                 let key = pod_key(o);
+                let id = pod_id(&p.metadata.namespace, &p.metadata.name, &p.metadata.uid);
                 if !p.spec.node_name.is_empty() {
                     self.core.queue.remove(&key);
-                    if p.is_terminal() {
-                        if self.core.table.write().remove_pod(&key).is_some() {
-                            self.core.queue.cluster_changed();
-                        }
-                        return;
+                    // Every update of a bound pod reaches the table: its labels may have
+                    // changed, and the terms that select it count what it has now.
+                    let info = Arc::new(PodInfo::from_pod(p));
+                    if !p.is_terminal() && self.counted_as_is(&key, &id, &p.spec.node_name, &info) {
+                        return; // a status update, say: behind a read lock only
                     }
-                    let known = self
-                        .core
-                        .table
-                        .read()
-                        .pods
-                        .get(&key)
-                        .map(|e| (e.node.clone(), e.assumed));
-                    match known {
-                        Some((node, false)) if node == p.spec.node_name => {}
-                        _ => {
-                            let info = Arc::new(PodInfo::from_pod(p));
-                            let mut table = self.core.table.write();
-                            if table
-                                .pods
-                                .get(&key)
-                                .is_some_and(|e| e.node != p.spec.node_name)
-                            {
-                                // Bound elsewhere than we assumed (another scheduler won).
-                                table.remove_pod(&key);
-                            }
-                            let _ = table.add_pod(info, &p.spec.node_name, false);
+                    let mut table = self.core.table.write();
+                    let mut freed = table.remove_replaced(&key, &id);
+                    let mut placed = None;
+                    if p.is_terminal() {
+                        freed |= table.remove_pod(&id).is_some();
+                    } else {
+                        if table
+                            .pods
+                            .get(&id)
+                            .is_some_and(|e| e.node != p.spec.node_name)
+                        {
+                            // Bound elsewhere than we assumed (another scheduler won).
+                            table.remove_pod(&id);
+                            freed = true;
                         }
+                        placed = table.add_pod(info.clone(), &p.spec.node_name, false).ok();
+                    }
+                    drop(table);
+                    if freed {
+                        self.core.queue.cluster_changed();
+                    }
+                    // What the pod terms count changed: the pods waiting on them may fit.
+                    match placed {
+                        Some(Placement::New)
+                        | Some(Placement::Known {
+                            was_assumed: true,
+                            replaced: None,
+                        }) => self.core.queue.pod_placed(&info, None),
+                        Some(Placement::Known {
+                            replaced: Some(before),
+                            ..
+                        }) => self.core.queue.pod_placed(&info, Some(&before.labels)),
+                        _ => {}
                     }
                 } else if p.metadata.deletion_timestamp.is_none()
                     && self.ours(&p.spec.scheduler_name)
                 {
-                    // The queue holds it (updated in place while assumed). A name the table
-                    // still accounts a placement under comes in held: that placement's Bind
-                    // is in flight, and a second one would bind twice or overcommit.
-                    if self.core.table.read().pods.contains_key(&key) {
+                    if self.remove_replaced(&key, &id) {
+                        self.core.queue.cluster_changed();
+                    }
+                    // The queue holds it (updated in place while assumed). A pod the table
+                    // already accounts a placement of comes in held: that placement's Bind is
+                    // in flight, and a second one would bind twice or overcommit.
+                    if self.core.table.read().pods.contains_key(&id) {
                         self.core.queue.hold_pod(p);
                     } else {
                         self.core.queue.add_pod(p);
@@ -120,16 +148,44 @@ impl Handlers {
                 } else {
                     // Being deleted before it was placed, or another scheduler's.
                     self.core.queue.remove(&key);
+                    if self.remove_replaced(&key, &id) {
+                        self.core.queue.cluster_changed();
+                    }
                 }
             }
-            Event::Deleted(o @ Object::Pod(_)) => {
-                let key = pod_key(o);
-                self.core.queue.remove(&key);
-                if self.core.table.write().remove_pod(&key).is_some() {
+            Event::Deleted(o @ Object::Pod(p)) => {
+                self.core.queue.remove(&pod_key(o));
+                let id = pod_id(&p.metadata.namespace, &p.metadata.name, &p.metadata.uid);
+                if self.core.table.write().remove_pod(&id).is_some() {
                     self.core.queue.cluster_changed();
                 }
             }
             _ => {}
         }
+    }
+
+    /// Whether the table already counts this pod as `info` says, confirmed on `node`, alone
+    /// under its name: the update changes nothing there.
+    fn counted_as_is(&self, key: &str, id: &str, node: &str, info: &PodInfo) -> bool {
+        let table = self.core.table.read();
+        table
+            .pods
+            .get(id)
+            .is_some_and(|e| !e.assumed && e.node == node && counted_alike(&e.info, info))
+            && table.named(key).all(|(other, _)| other == id)
+    }
+
+    /// [`NodeTable::remove_replaced`] for a pod that is not bound, behind a read lock when
+    /// there is nothing to remove (the common case).
+    ///
+    /// [`NodeTable::remove_replaced`]: crate::table::NodeTable::remove_replaced
+    fn remove_replaced(&self, key: &str, id: &str) -> bool {
+        let stale = self
+            .core
+            .table
+            .read()
+            .named(key)
+            .any(|(other, e)| other != id && !e.assumed);
+        stale && self.core.table.write().remove_replaced(key, id)
     }
 }

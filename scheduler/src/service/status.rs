@@ -6,6 +6,7 @@ use skiff_proto::api::{ConditionStatus, Kind, Object, PodConditionType, PodPhase
 use skiff_proto::recorder;
 
 use super::Shared;
+use crate::model::PodInfo;
 
 /// `PodScheduled=False, reason Unschedulable` with the diagnosis.
 ///
@@ -20,9 +21,17 @@ fn unschedulable(message: &str) -> PodCondition {
 }
 
 /// Sets `PodScheduled=False, reason Unschedulable` with the diagnosis on the newest version
-/// the queue holds, unless the pod already says exactly that.
-pub(super) async fn write_unschedulable(s: &Shared, key: &str, message: &str) {
-    let Some(pod) = s.core.queue.object(key) else {
+/// the queue holds of `diagnosed`, unless the pod already says exactly that. A pod created
+/// since under its name (another UID) is not the one diagnosed: nothing is written.
+pub(super) async fn write_unschedulable(s: &Shared, diagnosed: &PodInfo, message: &str) {
+    let key = diagnosed.key();
+    let key = key.as_str();
+    let Some(pod) = s
+        .core
+        .queue
+        .object(key)
+        .filter(|o| o.metadata.uid == diagnosed.uid)
+    else {
         return;
     };
     let mut pod = (*pod).clone();

@@ -16,6 +16,10 @@
 //! Rows are dense: removing a node moves the last row into its place. Pods are accounted on
 //! their node's row whether the store has confirmed them (bound) or the scheduler has only
 //! assumed them (placed, Bind in flight).
+//!
+//! Pods are keyed by identity ([`PodInfo::id`], the UID), not by name: a pod deleted and
+//! created again under its name while the old one's Bind is in flight is another pod, and
+//! both placements count until the old Bind's outcome takes its placement out.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -37,6 +41,20 @@ pub struct PodEntry {
     pub node: String,
     /// Placed by this scheduler, Bind not yet confirmed by the store.
     pub assumed: bool,
+}
+
+/// What [`NodeTable::add_pod`] did with a pod.
+#[derive(Debug, Clone)]
+pub enum Placement {
+    /// The table did not account it yet; it now counts on its node.
+    New,
+    /// It was already on that node. `was_assumed`: this confirms a placement of ours.
+    /// `replaced`: the version held before, when what the table counts of the pod changed
+    /// and it was counted again (`None`: the counts stand).
+    Known {
+        was_assumed: bool,
+        replaced: Option<Arc<PodInfo>>,
+    },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -81,7 +99,11 @@ pub struct NodeTable {
     /// Image → (size, rows that hold it).
     pub images: HashMap<String, (i64, Vec<u32>)>,
 
+    /// By [`PodInfo::id`].
     pub pods: HashMap<String, PodEntry>,
+    /// `namespace/name` → the ids accounted under that name (two while a re-created pod's
+    /// predecessor still has a placement in flight).
+    named: HashMap<String, Vec<String>>,
     node_pods: Vec<Vec<String>>,
     /// Pods bound to nodes the table does not have yet, by node name.
     orphans: HashMap<String, Vec<String>>,
@@ -358,66 +380,125 @@ impl NodeTable {
         self.images.retain(|_, (_, r)| !r.is_empty());
     }
 
-    /// Accounts a pod on `node` (bound, or assumed when `assumed`). A pod already placed
-    /// elsewhere is an error: the caller removes it first.
+    /// Accounts a pod on `node` (bound, or assumed when `assumed`), under its
+    /// [`PodInfo::id`]. A pod already placed elsewhere is an error: the caller removes it
+    /// first.
+    ///
+    /// A pod already on `node` (its confirmation, or any later update of a bound pod) takes
+    /// the new version: when what the table counts of it differs (labels, requests, host
+    /// ports, its own terms), it is counted again, as kube-scheduler's cache updates a pod on
+    /// every update. Labels of a bound pod change, and inter-pod affinity, anti-affinity and
+    /// topology spread must count the labels it has now.
     pub fn add_pod(
         &mut self,
         info: Arc<PodInfo>,
         node: &str,
         assumed: bool,
-    ) -> Result<(), TableError> {
-        let key = info.key();
-        if let Some(e) = self.pods.get_mut(&key) {
-            if e.node == node {
-                // Confirmation of an assumed pod, or a status change of a bound one: the
-                // scheduling-relevant fields of a bound pod do not change.
-                e.assumed &= assumed;
-                return Ok(());
+    ) -> Result<Placement, TableError> {
+        let id = info.id();
+        if let Some(e) = self.pods.get(&id) {
+            if e.node != node {
+                return Err(TableError::AlreadyPlaced(info.key(), e.node.clone()));
             }
-            return Err(TableError::AlreadyPlaced(key, e.node.clone()));
+            let was_assumed = e.assumed;
+            let old = e.info.clone();
+            let replaced = if counted_alike(&old, &info) {
+                None
+            } else {
+                self.generation += 1;
+                if let Some(row) = self.row(node) {
+                    self.account(row, &old, false);
+                    self.account(row, &info, true);
+                }
+                Some(old)
+            };
+            let e = self
+                .pods
+                .get_mut(&id)
+                .expect("invariant: the entry was just read");
+            e.info = info;
+            e.assumed &= assumed;
+            return Ok(Placement::Known {
+                was_assumed,
+                replaced,
+            });
         }
         self.generation += 1;
         match self.row(node) {
             Some(row) => {
                 self.account(row, &info, true);
-                self.node_pods[row].push(key.clone());
+                self.node_pods[row].push(id.clone());
             }
             None => self
                 .orphans
                 .entry(node.to_string())
                 .or_default()
-                .push(key.clone()),
+                .push(id.clone()),
         }
+        self.named.entry(info.key()).or_default().push(id.clone());
         self.pods.insert(
-            key,
+            id,
             PodEntry {
                 info,
                 node: node.to_string(),
                 assumed,
             },
         );
-        Ok(())
+        Ok(Placement::New)
     }
 
-    /// Stops accounting a pod (deleted, finished, or its Bind was refused).
-    pub fn remove_pod(&mut self, key: &str) -> Option<PodEntry> {
-        let entry = self.pods.remove(key)?;
+    /// Stops accounting a pod (deleted, finished, or its Bind was refused), by
+    /// [`PodInfo::id`].
+    pub fn remove_pod(&mut self, id: &str) -> Option<PodEntry> {
+        let entry = self.pods.remove(id)?;
         self.generation += 1;
+        let name = entry.info.key();
+        if let Some(ids) = self.named.get_mut(&name) {
+            ids.retain(|i| i != id);
+            if ids.is_empty() {
+                self.named.remove(&name);
+            }
+        }
         match self.row(&entry.node) {
             Some(row) => {
                 self.account(row, &entry.info, false);
                 let list = &mut self.node_pods[row];
-                if let Some(i) = list.iter().position(|k| k == key) {
+                if let Some(i) = list.iter().position(|k| k == id) {
                     list.swap_remove(i);
                 }
             }
             None => {
                 if let Some(list) = self.orphans.get_mut(&entry.node) {
-                    list.retain(|k| k != key);
+                    list.retain(|k| k != id);
                 }
             }
         }
         Some(entry)
+    }
+
+    /// The pods accounted under `namespace/name`, with their ids.
+    pub fn named(&self, key: &str) -> impl Iterator<Item = (&str, &PodEntry)> {
+        self.named
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| Some((id.as_str(), self.pods.get(id)?)))
+    }
+
+    /// The store holds the pod `id` under `namespace/name` (`key`): every confirmed pod of
+    /// that name with another id is gone (deleted, perhaps re-created, while the informer
+    /// was away) and stops counting. Assumed ones stay: their Bind is in flight, and its
+    /// refusal takes them out. Whether any went.
+    pub fn remove_replaced(&mut self, key: &str, id: &str) -> bool {
+        let gone: Vec<String> = self
+            .named(key)
+            .filter(|(other, e)| *other != id && !e.assumed)
+            .map(|(other, _)| other.to_string())
+            .collect();
+        for other in &gone {
+            self.remove_pod(other);
+        }
+        !gone.is_empty()
     }
 
     /// The pods on row `row`.
@@ -552,6 +633,21 @@ impl NodeTable {
                 .collect(),
         }
     }
+}
+
+/// Whether the table counts two versions of a pod alike: they agree on everything it
+/// accounts (resources, host ports, labels and namespace for the terms that select them, the
+/// terms the pod owns).
+pub fn counted_alike(a: &PodInfo, b: &PodInfo) -> bool {
+    a.namespace == b.namespace
+        && a.labels == b.labels
+        && a.requests == b.requests
+        && a.nonzero_milli_cpu == b.nonzero_milli_cpu
+        && a.nonzero_memory == b.nonzero_memory
+        && a.host_ports == b.host_ports
+        && a.required_anti_affinity == b.required_anti_affinity
+        && a.required_affinity == b.required_affinity
+        && a.preferred_terms == b.preferred_terms
 }
 
 /// `1 / x` in `f32`, 0 for nothing allocatable (every fraction then scores 0).
