@@ -1,7 +1,8 @@
 //! Node-side admission: the kubelet's last check before it runs a pod. The scheduler already
 //! checked the same things, but a pod can be bound by hand, or two schedulers can race, so the
 //! node refuses what does not fit rather than overcommit. A refused pod ends `Failed` with the
-//! kubelet's reasons: `OutOfcpu`, `OutOfmemory`, `OutOfpods`, `NodeAffinity`, `Taint`.
+//! kubelet's reasons: `OutOfcpu`, `OutOfmemory`, `OutOfephemeral-storage`, `OutOfpods`,
+//! `NodeAffinity`, `Taint`.
 //!
 //! Like the kubelet, only `NoExecute` taints refuse a pod here: `NoSchedule` keeps the
 //! scheduler away but lets a pod bound directly to the node run.
@@ -16,6 +17,7 @@ use crate::engine::Rejection;
 pub struct Allocatable {
     pub cpu_milli: i64,
     pub memory_bytes: i64,
+    pub ephemeral_storage_bytes: i64,
     pub pods: i64,
 }
 
@@ -31,6 +33,7 @@ impl Allocatable {
         Allocatable {
             cpu_milli: get("cpu").map_or(0, |q| q.milli_value()),
             memory_bytes: get("memory").map_or(0, |q| q.value()),
+            ephemeral_storage_bytes: get("ephemeral-storage").map_or(0, |q| q.value()),
             pods: get("pods").map_or(0, |q| q.value()),
         }
     }
@@ -44,10 +47,11 @@ pub fn admit<'a>(
     pod: &Pod,
 ) -> Result<(), Rejection> {
     let alloc = Allocatable::of(node);
-    let (mut cpu, mut mem, mut count) = (0i64, 0i64, 0i64);
+    let (mut cpu, mut mem, mut eph, mut count) = (0i64, 0i64, 0i64, 0i64);
     for p in admitted {
         cpu += p.effective_request("cpu").milli_value();
         mem += p.effective_request("memory").value();
+        eph += p.effective_request("ephemeral-storage").value();
         count += 1;
     }
     if count + 1 > alloc.pods {
@@ -60,6 +64,15 @@ pub fn admit<'a>(
     let want_mem = pod.effective_request("memory").value();
     if want_mem > 0 && mem + want_mem > alloc.memory_bytes {
         return Err(out_of("memory", want_mem, mem, alloc.memory_bytes));
+    }
+    let want_eph = pod.effective_request("ephemeral-storage").value();
+    if want_eph > 0 && eph + want_eph > alloc.ephemeral_storage_bytes {
+        return Err(out_of(
+            "ephemeral-storage",
+            want_eph,
+            eph,
+            alloc.ephemeral_storage_bytes,
+        ));
     }
     if !matches_node(node, pod) {
         return Err(Rejection {
@@ -161,7 +174,7 @@ mod tests {
             "metadata": {"name": "n1", "labels": {"disk": "ssd", "zone": "a"}},
             "spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoExecute"},
                                 {"key": "soft", "effect": "NoSchedule"}]},
-            "status": {"allocatable": {"cpu": "2", "memory": "1Gi", "pods": "3"}}
+            "status": {"allocatable": {"cpu": "2", "memory": "1Gi", "ephemeral-storage": "10Gi", "pods": "3"}}
         }))
     }
 
@@ -197,6 +210,18 @@ mod tests {
             .requests
             .insert("memory".into(), "2Gi".parse().unwrap());
         assert_eq!(admit(&n, [], &big).unwrap_err().reason, "OutOfmemory");
+        let disk = |q: &str| {
+            let mut p = cpu_pod("1m", serde_json::json!({}));
+            p.spec.containers[0]
+                .resources
+                .requests
+                .insert("ephemeral-storage".into(), q.parse().unwrap());
+            p
+        };
+        let six = disk("6Gi");
+        assert_eq!(admit(&n, [], &six), Ok(()));
+        let r = admit(&n, [&six], &disk("5Gi")).unwrap_err();
+        assert_eq!(r.reason, "OutOfephemeral-storage");
         let small = cpu_pod("1m", serde_json::json!({}));
         let r = admit(&n, [&small, &small, &small], &small).unwrap_err();
         assert_eq!(r.reason, "OutOfpods");

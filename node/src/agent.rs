@@ -58,6 +58,10 @@ pub struct NodeConfig {
     pub name: String,
     pub cpu: Quantity,
     pub memory: Quantity,
+    /// The node filesystem's size, where container logs and writable layers live.
+    pub ephemeral_storage: Quantity,
+    /// Huge pages by resource name (`hugepages-2Mi`), as the kernel has them reserved.
+    pub hugepages: BTreeMap<String, Quantity>,
     pub max_pods: i64,
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
@@ -72,13 +76,18 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
-    /// A node named `name` with the host's CPU count and memory, 110 pods, 10 s heartbeat.
+    /// A node named `name` with the host's CPU count, memory, root filesystem and huge pages,
+    /// 110 pods, 10 s heartbeat.
     pub fn from_host(name: &str) -> NodeConfig {
         let (cpu, memory) = host_capacity();
         NodeConfig {
             name: name.to_string(),
             cpu: Quantity::from_units(cpu),
             memory: Quantity::from_bytes(memory),
+            ephemeral_storage: Quantity::from_bytes(
+                filesystem_bytes(std::path::Path::new("/")).unwrap_or(0),
+            ),
+            hugepages: host_hugepages(std::path::Path::new(HUGEPAGES_DIR)),
             max_pods: 110,
             labels: BTreeMap::new(),
             taints: Vec::new(),
@@ -94,9 +103,13 @@ impl NodeConfig {
         if self.name.is_empty() {
             return Err(AgentError::Config("the node needs a name".into()));
         }
-        if self.max_pods < 1 || self.cpu.is_negative() || self.memory.is_negative() {
+        if self.max_pods < 1
+            || self.cpu.is_negative()
+            || self.memory.is_negative()
+            || self.ephemeral_storage.is_negative()
+        {
             return Err(AgentError::Config(format!(
-                "node {}: cpu, memory and max pods must be positive",
+                "node {}: cpu, memory, ephemeral storage and max pods must be positive",
                 self.name
             )));
         }
@@ -119,6 +132,52 @@ pub fn host_capacity() -> (i64, i64) {
         })
         .map_or(0, |kib| kib * 1024);
     (cpus, memory)
+}
+
+/// The size in bytes of the filesystem that holds `path` (its nearest existing ancestor, so a
+/// directory the agent has not created yet still names its filesystem).
+pub fn filesystem_bytes(path: &std::path::Path) -> Option<i64> {
+    let existing = path.ancestors().find(|p| p.exists())?;
+    let st = nix::sys::statvfs::statvfs(existing).ok()?;
+    i64::try_from(u128::from(st.blocks()) * u128::from(st.fragment_size())).ok()
+}
+
+/// Where the kernel lists its huge page pools.
+pub const HUGEPAGES_DIR: &str = "/sys/kernel/mm/hugepages";
+
+/// The huge pages reserved in each pool under `dir` (`hugepages-2048kB/nr_hugepages`), as the
+/// kubelet reports them: `hugepages-2Mi` → pages × page size, a pool with none included.
+pub fn host_hugepages(dir: &std::path::Path) -> BTreeMap<String, Quantity> {
+    let Ok(pools) = std::fs::read_dir(dir) else {
+        return BTreeMap::new();
+    };
+    pools
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().into_string().ok()?;
+            let kib: i64 = name
+                .strip_prefix("hugepages-")?
+                .strip_suffix("kB")?
+                .parse()
+                .ok()?;
+            let pages: i64 = std::fs::read_to_string(e.path().join("nr_hugepages"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            let size = if kib % (1024 * 1024) == 0 {
+                format!("{}Gi", kib / (1024 * 1024))
+            } else if kib % 1024 == 0 {
+                format!("{}Mi", kib / 1024)
+            } else {
+                format!("{kib}Ki")
+            };
+            Some((
+                format!("hugepages-{size}"),
+                Quantity::from_bytes(pages.saturating_mul(kib).saturating_mul(1024)),
+            ))
+        })
+        .collect()
 }
 
 /// Where an agent process serves, each optional: container logs (gRPC) and `/metrics` +
@@ -256,11 +315,13 @@ impl NodeAgent {
     fn node_status(&self, previous: Option<&NodeStatus>) -> NodeStatus {
         let c = &self.config;
         let now = Time::now();
-        let resources: BTreeMap<String, Quantity> = BTreeMap::from([
+        let mut resources: BTreeMap<String, Quantity> = BTreeMap::from([
             ("cpu".to_string(), c.cpu),
             ("memory".to_string(), c.memory),
+            ("ephemeral-storage".to_string(), c.ephemeral_storage),
             ("pods".to_string(), Quantity::from_units(c.max_pods)),
         ]);
+        resources.extend(c.hugepages.clone());
         let cond =
             |type_: NodeConditionType, status: ConditionStatus, reason: &str, message: &str| {
                 // Keep the transition time when the condition did not change.
@@ -621,5 +682,37 @@ async fn heartbeat(
                 tracing::warn!(node = %config.name, error = %e, "heartbeat failed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pools are read as the kernel lays them out and named as the kubelet names them.
+    #[test]
+    fn huge_pages_are_read_from_the_kernel_pools() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (pool, pages) in [("hugepages-2048kB", "3\n"), ("hugepages-1048576kB", "0\n")] {
+            std::fs::create_dir(dir.path().join(pool)).expect("pool");
+            std::fs::write(dir.path().join(pool).join("nr_hugepages"), pages).expect("pages");
+        }
+        std::fs::create_dir(dir.path().join("not-a-pool")).expect("dir");
+        let pools = host_hugepages(dir.path());
+        assert_eq!(pools.len(), 2, "{pools:?}");
+        assert_eq!(pools["hugepages-2Mi"].value(), 3 * 2 * 1024 * 1024);
+        assert_eq!(pools["hugepages-1Gi"].value(), 0);
+        assert!(host_hugepages(&dir.path().join("absent")).is_empty());
+    }
+
+    /// A path that does not exist yet is measured on the filesystem that will hold it.
+    #[test]
+    fn filesystem_size_of_a_path_not_yet_created() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let here = filesystem_bytes(dir.path()).expect("size");
+        assert!(here > 0);
+        assert_eq!(filesystem_bytes(&dir.path().join("a/b/c")), Some(here));
+        let node = NodeConfig::from_host("n");
+        assert!(node.ephemeral_storage.value() > 0);
     }
 }

@@ -104,6 +104,10 @@ pub struct Args {
     /// Allocatable memory (a quantity: `8Gi`); default: the host's memory.
     #[arg(long)]
     memory: Option<String>,
+    /// Allocatable ephemeral storage (a quantity: `100Gi`); default: the size of the
+    /// filesystem that holds the pod logs (`--runtime cri`) or of `/` (simulated nodes).
+    #[arg(long)]
+    ephemeral_storage: Option<String>,
     /// Most pods the node runs.
     #[arg(long, default_value_t = 110)]
     max_pods: i64,
@@ -193,6 +197,13 @@ impl Args {
         }
         if let Some(m) = &self.memory {
             base.memory = quantity("memory", m)?;
+        }
+        if let Some(e) = &self.ephemeral_storage {
+            base.ephemeral_storage = quantity("ephemeral-storage", e)?;
+        } else if self.runtime == RuntimeKind::Cri
+            && let Some(bytes) = agent::filesystem_bytes(&self.pod_log_dir)
+        {
+            base.ephemeral_storage = Quantity::from_bytes(bytes);
         }
         base.max_pods = self.max_pods;
         base.labels = parse_labels(&self.labels)?;

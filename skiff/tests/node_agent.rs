@@ -128,6 +128,12 @@ async fn pods_run_finish_and_are_removed() {
     let status = node.status.clone().expect("node status");
     assert_eq!(status.allocatable["cpu"].to_string(), "4");
     assert_eq!(status.allocatable["memory"].to_string(), "8Gi");
+    // The root filesystem's size, so pods that request ephemeral storage fit somewhere.
+    let disk = status
+        .allocatable
+        .get("ephemeral-storage")
+        .expect("ephemeral-storage reported");
+    assert!(disk.value() > 0, "{disk}");
     assert_eq!(node.metadata.labels["zone"], "a");
     let beat = |n: &skiff_proto::api::Node| {
         n.condition(&NodeConditionType::Ready)
@@ -162,6 +168,11 @@ async fn pods_run_finish_and_are_removed() {
             json!({"restartPolicy": "Never",
                           "containers": [{"name": "main", "image": "localhost/skiff/busybox:1",
                                           "command": ["sh", "-c", "exit 3"]}]}),
+        ),
+        (
+            "scratch",
+            json!({"containers": [{"name": "main", "image": "localhost/skiff/busybox:1",
+                                   "resources": {"requests": {"ephemeral-storage": "1Mi"}}}]}),
         ),
         (
             "picky",
@@ -201,6 +212,12 @@ async fn pods_run_finish_and_are_removed() {
     assert!(c.state.as_ref().is_some_and(|st| st.running.is_some()));
     assert!(c.container_id.starts_with("sim://"));
 
+    eventually(
+        long,
+        "scratch (ephemeral storage requested) Running",
+        || phase_is(&api, "scratch", PodPhase::Running),
+    )
+    .await;
     let job = eventually(long, "job Succeeded", || {
         phase_is(&api, "job", PodPhase::Succeeded)
     })

@@ -166,6 +166,26 @@ impl SimRuntime {
         }
     }
 
+    /// `f` on a container that runs now; `call` names the refused call otherwise.
+    fn with_running<T>(
+        &self,
+        id: &str,
+        call: &'static str,
+        f: impl FnOnce(&mut SimContainer) -> T,
+    ) -> Result<T> {
+        let now = Instant::now();
+        let mut st = self.state();
+        let c = st.container_mut(id)?;
+        c.settle(now);
+        if !matches!(c.info.state, ContainerState::Running { .. }) {
+            return Err(RuntimeError::Call {
+                call,
+                message: format!("container {id} is not running"),
+            });
+        }
+        Ok(f(c))
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding this lock leaves only plain maps behind; keep serving them.
         self.inner
@@ -531,17 +551,8 @@ impl Runtime for SimRuntime {
     }
 
     async fn exec(&self, id: &str, command: &[String], _timeout: Duration) -> Result<ExecOutput> {
-        let now = Instant::now();
-        let mut st = self.state();
-        let c = st.container_mut(id)?;
-        c.settle(now);
-        if !matches!(c.info.state, ContainerState::Running { .. }) {
-            return Err(RuntimeError::Call {
-                call: "ExecSync",
-                message: format!("container {id} is not running"),
-            });
-        }
-        let (exit_code, output) = exec_in(&mut c.files, command);
+        let (exit_code, output) =
+            self.with_running(id, "ExecSync", |c| exec_in(&mut c.files, command))?;
         Ok(ExecOutput { exit_code, output })
     }
 

@@ -3,13 +3,10 @@
 //! `cat` copies standard input back, and an attached client waits for the container to end.
 
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
 use super::SimRuntime;
 use super::script::{Step, exec_statements, is_interactive_shell, step};
-use crate::runtime::{
-    ContainerState, Result, RuntimeError, Session, SessionInput, SessionOutput, SessionSpec,
-};
+use crate::runtime::{Result, RuntimeError, Session, SessionInput, SessionOutput, SessionSpec};
 
 type Output = mpsc::Sender<Result<SessionOutput>>;
 
@@ -44,22 +41,12 @@ impl Sink<'_> {
 
 impl SimRuntime {
     pub(super) fn open_session(&self, id: &str, spec: &SessionSpec) -> Result<Session> {
-        {
-            let now = Instant::now();
-            let mut st = self.state();
-            let c = st.container_mut(id)?;
-            c.settle(now);
-            if !matches!(c.info.state, ContainerState::Running { .. }) {
-                return Err(RuntimeError::Call {
-                    call: if spec.command.is_empty() {
-                        "Attach"
-                    } else {
-                        "Exec"
-                    },
-                    message: format!("container {id} is not running"),
-                });
-            }
-        }
+        let call = if spec.command.is_empty() {
+            "Attach"
+        } else {
+            "Exec"
+        };
+        self.with_running(id, call, |_| ())?;
         let (input, input_rx) = mpsc::channel(16);
         let (output_tx, output) = mpsc::channel(16);
         let rt = self.clone();
