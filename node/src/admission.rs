@@ -39,6 +39,11 @@ impl Allocatable {
     }
 }
 
+/// Whether a refusal may be lifted by a newer version of the Node.
+pub fn depends_on_node(r: &Rejection) -> bool {
+    r.reason == "NodeAffinity" || r.reason == "Taint"
+}
+
 /// Decides whether `pod` may run on `node` next to the pods already admitted (and not
 /// finished).
 pub fn admit<'a>(
@@ -74,6 +79,12 @@ pub fn admit<'a>(
             alloc.ephemeral_storage_bytes,
         ));
     }
+    node_allows(node, pod)
+}
+
+/// The checks that depend only on the Node's labels and taints (`NodeAffinity`, `Taint`):
+/// what a newer version of the Node can change.
+pub fn node_allows(node: &Node, pod: &Pod) -> Result<(), Rejection> {
     if !matches_node(node, pod) {
         return Err(Rejection {
             reason: "NodeAffinity".into(),

@@ -233,8 +233,19 @@ pub async fn run(
         .iter()
         .any(|n| n.events)
         .then(|| EventRecorder::spawn(client.clone(), "kubelet", ""));
-    for (i, n) in nodes.into_iter().enumerate() {
+    // One watch of this process's Nodes keeps every node's admission on its stored labels
+    // and taints.
+    let mut watched = HashMap::new();
+    let mut receivers = Vec::with_capacity(nodes.len());
+    for n in &nodes {
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        watched.insert(n.name.clone(), tx);
+        receivers.push(rx);
+    }
+    tracker.spawn(watch_nodes(client.clone(), watched, cancel.clone()));
+    for ((i, n), node_rx) in nodes.into_iter().enumerate().zip(receivers) {
         let agent = NodeAgent {
+            node_rx,
             client: client.clone(),
             runtime: runtime.clone(),
             status: status.clone(),
@@ -269,6 +280,8 @@ pub async fn run(
 
 struct NodeAgent {
     client: ClusterClient,
+    /// This node as the store has it, from the process's watch of its Nodes.
+    node_rx: tokio::sync::watch::Receiver<Option<Node>>,
     runtime: Arc<dyn Runtime>,
     status: StatusWriter,
     cancel: CancellationToken,
@@ -517,6 +530,7 @@ impl NodeAgent {
         let mut pods = Pods {
             ctx,
             node,
+            node_rx: self.node_rx.clone(),
             workers: HashMap::new(),
             adoptable: self.runtime_state().await?,
             cancel: self.cancel.child_token(),
@@ -576,10 +590,51 @@ fn remove_sandbox(runtime: Arc<dyn Runtime>, id: String) {
     });
 }
 
+/// Watches the Nodes named in `nodes` (only its own when the process hosts one, as the
+/// kubelet does) and publishes each new version, until `cancel` fires.
+async fn watch_nodes(
+    client: ClusterClient,
+    nodes: HashMap<String, tokio::sync::watch::Sender<Option<Node>>>,
+    cancel: CancellationToken,
+) {
+    let params = match nodes.keys().collect::<Vec<_>>().as_slice() {
+        [only] => ListParams::default().fields(format!("metadata.name={only}")),
+        _ => ListParams::default(),
+    };
+    let mut informer = Informer::new(client, Kind::Node, params);
+    let mut backoff = Backoff::for_store();
+    loop {
+        let result = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = informer.run(|e, _| {
+                if let Event::Added(Object::Node(n)) | Event::Modified(Object::Node(n)) = e
+                    && let Some(tx) = nodes.get(&n.metadata.name)
+                {
+                    tx.send_replace(Some(n.clone()));
+                }
+            }) => r,
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "node watch failed; resuming");
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = backoff.wait() => {}
+        }
+    }
+}
+
+/// The revision a version of an object was written at (0 when unknown).
+fn revision_of(node: &Node) -> i64 {
+    node.metadata.resource_version.parse().unwrap_or(0)
+}
+
 /// The pods of one node and their workers.
 struct Pods {
     ctx: Arc<WorkerContext>,
+    /// The newest version of this node seen: at registration, then from the watch.
     node: Node,
+    node_rx: tokio::sync::watch::Receiver<Option<Node>>,
     workers: HashMap<String, (Pod, WorkerHandle)>,
     adoptable: HashMap<String, Adopted>,
     cancel: CancellationToken,
@@ -625,6 +680,14 @@ impl Pods {
             // Already running here: admitted by an earlier agent.
             Ok(())
         } else {
+            if let Some(newer) = self
+                .node_rx
+                .borrow()
+                .as_ref()
+                .filter(|n| revision_of(n) > revision_of(&self.node))
+            {
+                self.node = newer.clone();
+            }
             let admitted = self
                 .workers
                 .values()

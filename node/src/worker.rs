@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::admission::{depends_on_node, node_allows};
 use crate::engine::{
     Action, Adopted, Clock, EngineConfig, Handler, Input, PodEngine, Rejection, container_spec,
 };
@@ -114,6 +115,26 @@ pub fn spawn(
 
 type Pending = FuturesUnordered<BoxFuture<'static, Option<Input>>>;
 
+/// A refusal that a newer Node could lift (labels, taints) is checked again against the Node
+/// as the store has it now: the agent's copy comes from a watch that may not yet have seen
+/// the label the scheduler bound the pod by.
+async fn recheck_with_stored_node(
+    ctx: &WorkerContext,
+    pod: &Pod,
+    admission: Result<(), Rejection>,
+) -> Result<(), Rejection> {
+    let Err(r) = &admission else {
+        return admission;
+    };
+    let Some(client) = ctx.client.as_ref().filter(|_| depends_on_node(r)) else {
+        return admission;
+    };
+    match client.get(Kind::Node, "", &ctx.node).await {
+        Ok(Some(Object::Node(node))) => node_allows(&node, pod),
+        _ => admission,
+    }
+}
+
 /// Runs one pod until it is finished and gone, or `cancel` fires (agent shutdown: the
 /// containers keep running and the next agent adopts them).
 pub async fn run(
@@ -130,6 +151,7 @@ pub async fn run(
         name: pod.metadata.name.clone(),
     };
     let uid = pod.metadata.uid.clone();
+    let admission = recheck_with_stored_node(&ctx, &pod, admission).await;
     if let Err(r) = &admission {
         ctx.report(&pod, vec![events::rejected(r)]);
     }

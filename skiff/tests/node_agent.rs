@@ -510,3 +510,68 @@ async fn sim_nodes_at_scale() {
         (busy.saturating_sub(base)) as f64 / (nodes - 1) as f64
     );
 }
+
+/// The agent admits pods against its Node as stored now, not as it was at registration: a
+/// label added later lets a nodeSelector pod run, and a NoExecute taint added later refuses
+/// a pod that does not tolerate it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_follows_the_stored_node() {
+    let cluster = Cluster::start(1).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _agent = Agent::start(cluster.dir.path(), &cluster.endpoints(), |n| {
+        n.name = Some("n1".into());
+    });
+    let long = Duration::from_secs(30);
+    eventually(long, "node n1 registered and Ready", || async {
+        match api.get(Kind::Node, "", "n1").await.ok()? {
+            Some(Object::Node(n)) if n.is_ready() => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    // Labelled after registration, then a pod that selects the label is bound at once.
+    edit_node(&api, "n1", |n| {
+        n.metadata.labels.insert("disk".into(), "ssd".into());
+    })
+    .await;
+    let picky = json!({"nodeSelector": {"disk": "ssd"},
+                       "containers": [{"name": "main", "image": "localhost/skiff/busybox:1"}]});
+    api.create(&pod("picky", picky)).await.expect("create");
+    api.bind(vec![bind("picky", "n1")]).await.expect("bind");
+    eventually(long, "picky Running", || {
+        phase_is(&api, "picky", PodPhase::Running)
+    })
+    .await;
+
+    // A NoExecute taint added later refuses a pod that does not tolerate it.
+    edit_node(&api, "n1", |n| {
+        n.spec.taints.push(
+            serde_json::from_value(json!({"key": "drain", "effect": "NoExecute"})).expect("taint"),
+        );
+    })
+    .await;
+    let plain = json!({"containers": [{"name": "main", "image": "localhost/skiff/busybox:1"}]});
+    api.create(&pod("plain", plain)).await.expect("create");
+    api.bind(vec![bind("plain", "n1")]).await.expect("bind");
+    let refused = eventually(long, "plain Failed", || {
+        phase_is(&api, "plain", PodPhase::Failed)
+    })
+    .await;
+    assert_eq!(
+        refused.status.as_ref().map(|s| s.reason.as_str()),
+        Some("Taint"),
+        "{refused:?}"
+    );
+}
+
+/// Changes a Node with `edit`, again on a conflict with the agent's heartbeat.
+async fn edit_node(api: &ClusterClient, name: &str, edit: impl Fn(&mut skiff_proto::api::Node)) {
+    eventually(Duration::from_secs(30), "the node edited", || async {
+        let Some(Object::Node(mut n)) = api.get(Kind::Node, "", name).await.ok()? else {
+            return None;
+        };
+        edit(&mut n);
+        api.update(&Object::Node(n)).await.ok().map(|_| ())
+    })
+    .await;
+}
