@@ -11,6 +11,9 @@ use super::{
 };
 use crate::runtime::{ContainerState, Exit, RuntimeError};
 
+/// The exit code a container that never started ends with (the kubelet's StartError).
+const START_ERROR_EXIT_CODE: i32 = 128;
+
 impl PodEngine {
     /// Takes over what the runtime runs for the pod: the newest container of each slot is
     /// followed (running) or judged by its exit; older ones are removed.
@@ -135,8 +138,31 @@ impl PodEngine {
     pub(super) fn on_start_failed(&mut self, clock: Clock, slot: Slot, error: RuntimeError) {
         let stopping = matches!(self.stage, Stage::Stopping { .. });
         let cfg = self.cfg;
+        // A container the runtime could not create or start is not tried again when its
+        // policy would not restart a failed one (Never): as the kubelet records it, it ended
+        // with StartError (128), so a Job's pod fails instead of waiting forever. A missing
+        // image is waited for under every policy.
+        let final_failure = !matches!(error, RuntimeError::ImageNotFound { .. })
+            && !self.should_restart(slot, START_ERROR_EXIT_CODE);
         let Some(s) = self.slot(slot) else { return };
         if s.run != Run::Starting {
+            return;
+        }
+        if final_failure && !stopping {
+            s.run = Run::Exited {
+                id: String::new(),
+                exit: Exit {
+                    exit_code: START_ERROR_EXIT_CODE,
+                    reason: "StartError".into(),
+                    message: error.to_string(),
+                    started_at: None,
+                    finished_at: Some(clock.wall),
+                },
+            };
+            if let Slot::Init(_) = slot {
+                self.failure_reason = "Init:StartError".into();
+                self.begin_stop(clock, Duration::ZERO);
+            }
             return;
         }
         let (reason, message) = match &error {
@@ -469,6 +495,52 @@ mod tests {
             grace: Duration::from_secs(7),
             pre_stop: None,
         }));
+    }
+
+    /// A container the runtime cannot start is tried again under Always, and under Never ends
+    /// with StartError, failing the pod instead of leaving it Pending forever.
+    #[test]
+    fn start_failures_end_a_never_pod() {
+        let t0 = Instant::now();
+        let failure = || crate::runtime::RuntimeError::Call {
+            call: "CreateContainer",
+            message: "exec: \"nope\": executable file not found".into(),
+        };
+        let run = |policy: &str| {
+            let p = pod(serde_json::json!({"restartPolicy": policy,
+                "containers": [{"name": "c", "image": "i"}]}));
+            let mut e = PodEngine::new(EngineConfig::default(), &p, Ok(()));
+            e.step(at(t0, 0), Input::Start { adopted: None });
+            e.step(at(t0, 0), Input::SandboxReady(sandbox()));
+            e.step(
+                at(t0, 0),
+                Input::StartFailed {
+                    slot: Slot::App(0),
+                    error: failure(),
+                },
+            );
+            e
+        };
+        let always = run("Always");
+        let st = always.status("10.0.0.1", "sim");
+        let waiting = st.container_statuses[0]
+            .state
+            .as_ref()
+            .and_then(|s| s.waiting.as_ref())
+            .expect("waiting to be tried again");
+        assert_eq!(waiting.reason, "CreateContainerError");
+        assert!(!always.is_terminal());
+
+        let never = run("Never");
+        let st = never.status("10.0.0.1", "sim");
+        assert_eq!(st.phase, Some(skiff_proto::api::PodPhase::Failed), "{st:?}");
+        let t = st.container_statuses[0]
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .expect("terminated");
+        assert_eq!((t.exit_code, t.reason.as_str()), (128, "StartError"));
+        assert!(t.message.contains("executable file not found"), "{t:?}");
     }
 
     /// Probe timers: the earliest due probe is the next deadline; a Tick at that time runs
