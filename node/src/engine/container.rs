@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use skiff_proto::api::RestartPolicy;
+use skiff_proto::api::{Pod, RestartPolicy};
 use tokio::time::Instant;
 
 use super::{
@@ -13,6 +13,42 @@ use crate::runtime::{ContainerState, Exit, RuntimeError};
 
 /// The exit code a container that never started ends with (the kubelet's StartError).
 const START_ERROR_EXIT_CODE: i32 = 128;
+
+/// The exit code and reason of a container whose end is unknown (its sandbox and record are
+/// gone), as the kubelet reports it.
+const LOST_EXIT_CODE: i32 = 137;
+const LOST_REASON: &str = "ContainerStatusUnknown";
+
+/// The containers the stored status says ran: by name, with their end when it is known.
+pub(super) fn ran_before(pod: &Pod) -> Vec<(String, Option<Exit>)> {
+    let Some(status) = &pod.status else {
+        return Vec::new();
+    };
+    status
+        .init_container_statuses
+        .iter()
+        .chain(&status.container_statuses)
+        .filter_map(|c| {
+            let state = c.state.as_ref();
+            if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+                return Some((
+                    c.name.clone(),
+                    Some(Exit {
+                        exit_code: t.exit_code,
+                        reason: t.reason.clone(),
+                        message: t.message.clone(),
+                        started_at: t.started_at,
+                        finished_at: t.finished_at,
+                    }),
+                ));
+            }
+            let ran = state.is_some_and(|s| s.running.is_some())
+                || c.restart_count > 0
+                || !c.container_id.is_empty();
+            ran.then(|| (c.name.clone(), None))
+        })
+        .collect()
+}
 
 impl PodEngine {
     /// Takes over what the runtime runs for the pod: the newest container of each slot is
@@ -79,6 +115,80 @@ impl PodEngine {
         self.stage = if app_seen { Stage::Run } else { Stage::Init };
         for (slot, id, exit) in exits {
             self.on_exited(clock, slot, &id, exit);
+        }
+    }
+
+    /// A Never pod whose sandbox is gone after its containers ran is not run again (the
+    /// kubelet does not recreate it): each container ends as the runtime or the stored status
+    /// last saw it, or as ContainerStatusUnknown when neither knows, and the pod finishes.
+    pub(super) fn settle_lost(&mut self, adopted: Option<Adopted>) {
+        let mut seen: Vec<(String, bool, String, Option<Exit>)> = Vec::new();
+        if let Some(a) = adopted {
+            let mut containers = a.containers;
+            containers.sort_by_key(|c| std::cmp::Reverse(c.attempt));
+            for c in containers {
+                if seen
+                    .iter()
+                    .any(|(n, init, ..)| *n == c.name && *init == c.init)
+                {
+                    continue;
+                }
+                let exit = match c.state {
+                    ContainerState::Exited(exit) => Some(exit),
+                    _ => None,
+                };
+                seen.push((c.name, c.init, c.id, exit));
+            }
+            self.sandbox = SandboxState::Ready(a.sandbox);
+        }
+        let lost = || Exit {
+            exit_code: LOST_EXIT_CODE,
+            reason: LOST_REASON.into(),
+            message: "The container could not be located when the pod was terminated".into(),
+            started_at: None,
+            finished_at: None,
+        };
+        let before = std::mem::take(&mut self.ran_before);
+        for (init, s) in self
+            .init
+            .iter_mut()
+            .map(|s| (true, s))
+            .chain(self.app.iter_mut().map(|s| (false, s)))
+        {
+            let from_runtime = seen
+                .iter()
+                .find(|(n, i, ..)| *n == s.name && *i == init)
+                .map(|(_, _, id, exit)| (id.clone(), exit.clone()));
+            let stored = before
+                .iter()
+                .find(|(n, _)| *n == s.name)
+                .and_then(|(_, e)| e.clone());
+            let (id, exit) = match from_runtime {
+                Some((id, Some(exit))) => (id, exit),
+                Some((id, None)) => (id, stored.unwrap_or_else(lost)),
+                None => (String::new(), stored.unwrap_or_else(lost)),
+            };
+            s.run = Run::Exited { id, exit };
+        }
+        self.stage = Stage::Run;
+    }
+
+    /// OnFailure: app containers that already succeeded are not run again in a new sandbox.
+    pub(super) fn keep_succeeded(&mut self) {
+        if self.policy != RestartPolicy::OnFailure {
+            return;
+        }
+        for s in &mut self.app {
+            if let Some((_, Some(exit))) = self
+                .ran_before
+                .iter()
+                .find(|(n, e)| *n == s.name && e.as_ref().is_some_and(|e| e.exit_code == 0))
+            {
+                s.run = Run::Exited {
+                    id: String::new(),
+                    exit: exit.clone(),
+                };
+            }
         }
     }
 
@@ -541,6 +651,111 @@ mod tests {
             .expect("terminated");
         assert_eq!((t.exit_code, t.reason.as_str()), (128, "StartError"));
         assert!(t.message.contains("executable file not found"), "{t:?}");
+    }
+
+    /// The pod as the store has it after its containers ran: `statuses` per container.
+    fn ran(spec: serde_json::Value, statuses: serde_json::Value) -> skiff_proto::api::Pod {
+        let mut p = pod(spec);
+        let status = serde_json::json!({"phase": "Running", "containerStatuses": statuses});
+        p.status = Some(serde_json::from_value(status).expect("status"));
+        p
+    }
+
+    fn starts(actions: &[Action]) -> Vec<Slot> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::StartContainer { slot, .. } => Some(*slot),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A Never pod whose sandbox is gone after its container ran (a node reboot: the runtime
+    /// holds nothing) is not run again: it fails with ContainerStatusUnknown.
+    #[test]
+    fn a_never_pod_is_not_run_again_after_its_sandbox_is_lost() {
+        let t0 = Instant::now();
+        let p = ran(
+            serde_json::json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}),
+            serde_json::json!([{"name": "c", "containerID": "sim://c1", "ready": true,
+                                "state": {"running": {"startedAt": "2026-11-26T10:00:00Z"}}}]),
+        );
+        let mut e = PodEngine::new(EngineConfig::default(), &p, Ok(()));
+        let a = e.step(at(t0, 0), Input::Start { adopted: None });
+        assert!(
+            !a.iter().any(|a| matches!(a, Action::RunSandbox { .. })),
+            "{a:?}"
+        );
+        let st = e.status("10.0.0.1", "sim");
+        assert_eq!(st.phase, Some(skiff_proto::api::PodPhase::Failed), "{st:?}");
+        let t = st.container_statuses[0]
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .expect("terminated");
+        assert_eq!(
+            (t.exit_code, t.reason.as_str()),
+            (137, "ContainerStatusUnknown")
+        );
+
+        // A dead sandbox whose container had finished: its exit stands, nothing reruns.
+        let mut e = PodEngine::new(EngineConfig::default(), &p, Ok(()));
+        let dead = crate::engine::Adopted {
+            sandbox: crate::runtime::Sandbox {
+                ready: false,
+                ..sandbox()
+            },
+            containers: vec![crate::runtime::Container {
+                id: "c1".into(),
+                sandbox_id: "sb".into(),
+                pod_uid: "u".into(),
+                name: "c".into(),
+                init: false,
+                attempt: 0,
+                state: crate::runtime::ContainerState::Exited(crate::runtime::Exit {
+                    exit_code: 0,
+                    reason: "Completed".into(),
+                    ..crate::runtime::Exit::default()
+                }),
+            }],
+        };
+        let a = e.step(
+            at(t0, 0),
+            Input::Start {
+                adopted: Some(dead),
+            },
+        );
+        assert!(starts(&a).is_empty() && !a.iter().any(|a| matches!(a, Action::RunSandbox { .. })));
+        let st = e.status("10.0.0.1", "sim");
+        assert_eq!(
+            st.phase,
+            Some(skiff_proto::api::PodPhase::Succeeded),
+            "{st:?}"
+        );
+    }
+
+    /// OnFailure in a new sandbox runs again only what has not succeeded.
+    #[test]
+    fn on_failure_does_not_rerun_what_succeeded() {
+        let t0 = Instant::now();
+        let p = ran(
+            serde_json::json!({"restartPolicy": "OnFailure", "containers": [
+                {"name": "done", "image": "i"}, {"name": "busy", "image": "i"}]}),
+            serde_json::json!([
+                {"name": "done", "containerID": "sim://c1",
+                 "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+                {"name": "busy", "containerID": "sim://c2",
+                 "state": {"running": {"startedAt": "2026-11-26T10:00:00Z"}}}]),
+        );
+        let mut e = PodEngine::new(EngineConfig::default(), &p, Ok(()));
+        let a = e.step(at(t0, 0), Input::Start { adopted: None });
+        assert!(
+            a.iter().any(|a| matches!(a, Action::RunSandbox { .. })),
+            "{a:?}"
+        );
+        let a = e.step(at(t0, 0), Input::SandboxReady(sandbox()));
+        assert_eq!(starts(&a), vec![Slot::App(1)]);
     }
 
     /// Probe timers: the earliest due probe is the next deadline; a Tick at that time runs

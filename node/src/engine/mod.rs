@@ -63,6 +63,7 @@ mod spec;
 mod status;
 mod stop;
 
+use container::ran_before;
 pub use spec::{Handler, ProbeKind, container_spec, qos_class};
 use spec::{Run, SlotState, grace_of, policy_of, slot_state};
 use status::Cond;
@@ -301,6 +302,9 @@ pub struct PodEngine {
     /// Set when the pod reached Succeeded or Failed.
     terminal: Option<PodPhase>,
     failure_reason: String,
+    /// Containers the stored status says ran before this worker (an agent restart, a node
+    /// reboot): by name, with their end when it is known.
+    ran_before: Vec<(String, Option<Exit>)>,
     conditions: Vec<(Cond, bool, Time)>,
     /// The pod's `PodScheduled` condition as the binding wrote it, reported unchanged.
     scheduled: Option<PodCondition>,
@@ -346,6 +350,7 @@ impl PodEngine {
                 .map(|c| slot_state(c, false))
                 .collect(),
             start_time: pod.status.as_ref().and_then(|s| s.start_time),
+            ran_before: ran_before(pod),
             deleting: false,
             removed: false,
             terminal: None,
@@ -454,15 +459,35 @@ impl PodEngine {
         self.start_time.get_or_insert(clock.wall);
         match adopted {
             Some(a) if a.sandbox.ready => self.adopt(clock, a),
+            // The sandbox died (a reboot, a containerd restart) after containers ran.
+            Some(a)
+                if self.policy == RestartPolicy::Never
+                    && (!a.containers.is_empty() || !self.ran_before.is_empty()) =>
+            {
+                self.settle_lost(Some(a));
+            }
+            None if self.policy == RestartPolicy::Never && !self.ran_before.is_empty() => {
+                self.settle_lost(None);
+            }
             Some(a) => {
-                // A stopped sandbox cannot be reused: clear it away and start afresh.
+                // A stopped sandbox cannot be reused: clear it away and start afresh, keeping
+                // what already succeeded under OnFailure.
                 for c in &a.containers {
+                    if let runtime::ContainerState::Exited(exit) = &c.state
+                        && !c.init
+                    {
+                        self.ran_before.push((c.name.clone(), Some(exit.clone())));
+                    }
                     self.out.push(Action::RemoveContainer { id: c.id.clone() });
                 }
                 self.out.push(Action::RemoveSandbox { id: a.sandbox.id });
+                self.keep_succeeded();
                 self.run_sandbox(1, String::new());
             }
-            None => self.run_sandbox(0, String::new()),
+            None => {
+                self.keep_succeeded();
+                self.run_sandbox(0, String::new());
+            }
         }
     }
 
