@@ -161,12 +161,14 @@ pub async fn run(
     let mut last_status: Option<PodStatus> = current.status.clone();
     let mut last_seq = 0;
     let mut rx_open = true;
-    let mut deleting = false;
+    // The deletion time the engine was last told of: a second delete with a shorter grace
+    // moves it earlier, and the engine shortens the stop.
+    let mut deleting_at: Option<Time> = None;
     let mut active = ActivePod::new(&ctx.metrics);
     let mut actions = engine.step(clock(), Input::Start { adopted });
     // A pod that is already being deleted when the worker starts.
     if let Some(grace) = deletion_grace(&current) {
-        deleting = true;
+        deleting_at = current.metadata.deletion_timestamp;
         actions.extend(engine.step(clock(), Input::Delete { grace }));
     }
     loop {
@@ -206,9 +208,10 @@ pub async fn run(
                     None => Input::Removed,
                     Some(p) => {
                         current = p;
+                        let at = current.metadata.deletion_timestamp;
                         match deletion_grace(&current) {
-                            Some(grace) if !deleting => {
-                                deleting = true;
+                            Some(grace) if deleting_at.is_none_or(|known| at < Some(known)) => {
+                                deleting_at = at;
                                 Input::Delete { grace }
                             }
                             _ => continue,

@@ -608,6 +608,33 @@ async fn sigkill_after_the_grace_period() {
     h.done(&w, LONG).await;
 }
 
+/// A second delete with a shorter grace period shortens the stop, as `kubectl delete
+/// --grace-period=1` after a plain delete does on Kubernetes.
+#[tokio::test(start_paused = true)]
+async fn a_shorter_second_delete_shortens_the_stop() {
+    let h = harness();
+    let p = pod(
+        "stubborn",
+        json!({"containers": [{"name": "a", "image": "b:1",
+                "command": ["sh", "-c", "trap '' TERM; sleep 100000"]}]}),
+    );
+    let w = h.start(p.clone());
+    h.until("Running", LONG, |s| s.phase == Some(PodPhase::Running))
+        .await;
+    w.pod.send_replace(Some(deleting(p.clone(), 300)));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let again = h.t0.elapsed();
+    w.pod.send_replace(Some(deleting(p, 2)));
+    let (t, _) = h
+        .until("killed", LONG, |s| {
+            app(&s.container_statuses[0]).2 == Some(137)
+        })
+        .await;
+    let took = t - again;
+    assert!(took <= Duration::from_secs(4), "{took:?}");
+    h.done(&w, LONG).await;
+}
+
 /// Node-side admission's refusal ends the pod Failed with the reason; nothing runs.
 #[tokio::test(start_paused = true)]
 async fn rejected_pod_fails_with_the_reason() {
