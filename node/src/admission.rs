@@ -2,7 +2,7 @@
 //! checked the same things, but a pod can be bound by hand, or two schedulers can race, so the
 //! node refuses what does not fit rather than overcommit. A refused pod ends `Failed` with the
 //! kubelet's reasons: `OutOfcpu`, `OutOfmemory`, `OutOfephemeral-storage`, `OutOfpods`,
-//! `NodeAffinity`, `Taint`.
+//! `NodePorts` (a host port in use), `NodeAffinity`, `Taint`.
 //!
 //! Like the kubelet, only `NoExecute` taints refuse a pod here: `NoSchedule` keeps the
 //! scheduler away but lets a pod bound directly to the node run.
@@ -53,7 +53,9 @@ pub fn admit<'a>(
 ) -> Result<(), Rejection> {
     let alloc = Allocatable::of(node);
     let (mut cpu, mut mem, mut eph, mut count) = (0i64, 0i64, 0i64, 0i64);
+    let mut admitted_ports = Vec::new();
     for p in admitted {
+        admitted_ports.extend(host_ports(p));
         cpu += p.effective_request("cpu").milli_value();
         mem += p.effective_request("memory").value();
         eph += p.effective_request("ephemeral-storage").value();
@@ -79,7 +81,61 @@ pub fn admit<'a>(
             alloc.ephemeral_storage_bytes,
         ));
     }
+    if let Some((protocol, port)) = host_port_conflict(admitted_ports, pod) {
+        return Err(Rejection {
+            reason: "NodePorts".into(),
+            message: format!(
+                "Predicate NodePorts failed: node(s) didn't have free ports for the requested \
+                 pod ports ({protocol} {port} is in use)"
+            ),
+        });
+    }
     node_allows(node, pod)
+}
+
+/// One host port a pod holds: protocol, host IP (empty: every address) and port.
+type HostPort = (String, String, i32);
+
+/// The host ports `pod` holds (a host-network pod holds its container ports).
+fn host_ports(pod: &Pod) -> Vec<HostPort> {
+    pod.spec
+        .init_containers
+        .iter()
+        .chain(&pod.spec.containers)
+        .flat_map(|c| &c.ports)
+        .filter_map(|p| {
+            let port = match p.host_port {
+                Some(h) if h > 0 => h,
+                _ if pod.spec.host_network == Some(true) => p.container_port,
+                _ => return None,
+            };
+            let protocol = if p.protocol.is_empty() {
+                "TCP".to_string()
+            } else {
+                p.protocol.clone()
+            };
+            let ip = if p.host_ip == "0.0.0.0" || p.host_ip == "::" {
+                String::new()
+            } else {
+                p.host_ip.clone()
+            };
+            Some((protocol, ip, port))
+        })
+        .collect()
+}
+
+/// A host port of `pod` that an admitted pod holds already (the same protocol and port, on
+/// the same address or where either means every address).
+fn host_port_conflict(held: Vec<HostPort>, pod: &Pod) -> Option<(String, i32)> {
+    host_ports(pod)
+        .into_iter()
+        .find_map(|(protocol, ip, port)| {
+            held.iter()
+                .any(|(p, i, n)| {
+                    *p == protocol && *n == port && (i.is_empty() || ip.is_empty() || *i == ip)
+                })
+                .then_some((protocol, port))
+        })
 }
 
 /// The checks that depend only on the Node's labels and taints (`NodeAffinity`, `Taint`):
@@ -233,6 +289,41 @@ mod tests {
         assert_eq!(admit(&n, [], &six), Ok(()));
         let r = admit(&n, [&six], &disk("5Gi")).unwrap_err();
         assert_eq!(r.reason, "OutOfephemeral-storage");
+    }
+
+    /// A host port is held by one pod at a time, per protocol and address; a host-network pod
+    /// holds its container ports.
+    #[test]
+    fn host_ports_are_held_once() {
+        let n = small_node();
+        let port = |p: serde_json::Value| {
+            cpu_pod(
+                "1m",
+                serde_json::json!({"containers": [{"name": "c", "image": "i", "ports": [p]}],
+                                   "tolerations": [{"key": "dedicated", "operator": "Exists"}]}),
+            )
+        };
+        let web = port(serde_json::json!({"containerPort": 80, "hostPort": 8080}));
+        let r = admit(
+            &n,
+            [&web],
+            &port(serde_json::json!({"containerPort": 81, "hostPort": 8080})),
+        )
+        .unwrap_err();
+        assert_eq!(r.reason, "NodePorts");
+        let udp =
+            port(serde_json::json!({"containerPort": 80, "hostPort": 8080, "protocol": "UDP"}));
+        assert_eq!(admit(&n, [&web], &udp), Ok(()));
+        let a =
+            port(serde_json::json!({"containerPort": 80, "hostPort": 9090, "hostIP": "10.0.0.1"}));
+        let b =
+            port(serde_json::json!({"containerPort": 80, "hostPort": 9090, "hostIP": "10.0.0.2"}));
+        let any = port(serde_json::json!({"containerPort": 80, "hostPort": 9090}));
+        assert_eq!(admit(&n, [&a], &b), Ok(()));
+        assert_eq!(admit(&n, [&a], &any).unwrap_err().reason, "NodePorts");
+        let mut host = port(serde_json::json!({"containerPort": 8080}));
+        host.spec.host_network = Some(true);
+        assert_eq!(admit(&n, [&web], &host).unwrap_err().reason, "NodePorts");
         let small = cpu_pod("1m", serde_json::json!({}));
         let r = admit(&n, [&small, &small, &small], &small).unwrap_err();
         assert_eq!(r.reason, "OutOfpods");
