@@ -67,10 +67,11 @@ impl StatusSink for ClusterClient {
             if pod.metadata.uid != uid {
                 return Ok(Written::Gone);
             }
-            if pod.status.as_ref() == Some(status) {
+            let merged = keep_others_conditions(pod.status.as_ref(), status);
+            if pod.status.as_ref() == Some(&merged) {
                 return Ok(Written::Stored);
             }
-            pod.status = Some(status.clone());
+            pod.status = Some(merged);
             match self.update_status(&Object::Pod(pod)).await {
                 Ok(_) => return Ok(Written::Stored),
                 Err(e) if e.code() == Some(Code::Aborted) => continue,
@@ -81,9 +82,28 @@ impl StatusSink for ClusterClient {
     }
 }
 
+/// A pod's entry: by name and UID, so a pod that reuses a name never shares (or loses) the
+/// statuses of the one before it.
+type Id = (PodKey, String);
+
+/// The agent's status with the conditions others wrote (a readiness gate's, a
+/// `DisruptionTarget`) kept: the agent owns only the condition types it reports.
+fn keep_others_conditions(stored: Option<&PodStatus>, ours: &PodStatus) -> PodStatus {
+    let mut merged = ours.clone();
+    if let Some(stored) = stored {
+        merged.conditions.extend(
+            stored
+                .conditions
+                .iter()
+                .filter(|c| !ours.conditions.iter().any(|o| o.type_ == c.type_))
+                .cloned(),
+        );
+    }
+    merged
+}
+
 #[derive(Debug)]
 struct Entry {
-    uid: String,
     /// The newest status not yet taken by a writer, with its sequence number.
     latest: Option<(u64, PodStatus)>,
     submitted: u64,
@@ -94,8 +114,8 @@ struct Entry {
 
 #[derive(Debug, Default)]
 struct State {
-    entries: HashMap<PodKey, Entry>,
-    queue: VecDeque<PodKey>,
+    entries: HashMap<Id, Entry>,
+    queue: VecDeque<Id>,
 }
 
 #[derive(Debug)]
@@ -152,32 +172,28 @@ impl StatusWriter {
     pub fn submit(&self, key: &PodKey, uid: &str, status: PodStatus) -> u64 {
         let mut st = self.state();
         let State { entries, queue } = &mut *st;
-        let e = entries.entry(key.clone()).or_insert_with(|| Entry {
-            uid: uid.to_string(),
+        let id = (key.clone(), uid.to_string());
+        let e = entries.entry(id.clone()).or_insert_with(|| Entry {
             latest: None,
             submitted: 0,
             written: 0,
             in_flight: false,
             queued: false,
         });
-        if e.uid != uid {
-            // The name now belongs to a new pod: its statuses start afresh.
-            e.uid = uid.to_string();
-            e.written = e.submitted;
-        }
         e.submitted += 1;
         let seq = e.submitted;
         e.latest = Some((seq, status));
         if !e.queued && !e.in_flight {
             e.queued = true;
-            queue.push_back(key.clone());
+            queue.push_back(id);
             self.inner.work.notify_one();
         }
         seq
     }
 
     /// Waits until the status numbered `seq` (or a newer one) is written, or the pod is gone.
-    pub async fn flush(&self, key: &PodKey, seq: u64) {
+    pub async fn flush(&self, key: &PodKey, uid: &str, seq: u64) {
+        let id = (key.clone(), uid.to_string());
         loop {
             let notified = self.inner.written.notified();
             tokio::pin!(notified);
@@ -185,7 +201,7 @@ impl StatusWriter {
             if self
                 .state()
                 .entries
-                .get(key)
+                .get(&id)
                 .is_none_or(|e| e.written >= seq)
             {
                 return;
@@ -195,14 +211,15 @@ impl StatusWriter {
     }
 
     /// Drops the pod's entry once nothing is pending (its worker has ended).
-    pub fn forget(&self, key: &PodKey) {
+    pub fn forget(&self, key: &PodKey, uid: &str) {
+        let id = (key.clone(), uid.to_string());
         let mut st = self.state();
         if st
             .entries
-            .get(key)
+            .get(&id)
             .is_some_and(|e| e.latest.is_none() && !e.in_flight)
         {
-            st.entries.remove(key);
+            st.entries.remove(&id);
         }
     }
 
@@ -216,11 +233,11 @@ impl StatusWriter {
     }
 
     /// Takes the next queued pod's newest status.
-    fn take(&self) -> Option<(PodKey, String, u64, PodStatus)> {
+    fn take(&self) -> Option<(Id, u64, PodStatus)> {
         let mut st = self.state();
         let State { entries, queue } = &mut *st;
-        while let Some(key) = queue.pop_front() {
-            let Some(e) = entries.get_mut(&key) else {
+        while let Some(id) = queue.pop_front() {
+            let Some(e) = entries.get_mut(&id) else {
                 continue;
             };
             e.queued = false;
@@ -229,16 +246,16 @@ impl StatusWriter {
             }
             if let Some((seq, status)) = e.latest.take() {
                 e.in_flight = true;
-                return Some((key, e.uid.clone(), seq, status));
+                return Some((id, seq, status));
             }
         }
         None
     }
 
     /// A newer status submitted while a write was failing replaces the one being retried.
-    fn newer(&self, key: &PodKey, seq: &mut u64, status: &mut PodStatus) {
+    fn newer(&self, id: &Id, seq: &mut u64, status: &mut PodStatus) {
         let mut st = self.state();
-        if let Some(e) = st.entries.get_mut(key)
+        if let Some(e) = st.entries.get_mut(id)
             && let Some((s, newer)) = e.latest.take()
         {
             *seq = s;
@@ -246,10 +263,10 @@ impl StatusWriter {
         }
     }
 
-    fn done(&self, key: &PodKey, seq: u64, outcome: Written) {
+    fn done(&self, id: &Id, seq: u64, outcome: Written) {
         let mut st = self.state();
         let State { entries, queue } = &mut *st;
-        if let Some(e) = entries.get_mut(key) {
+        if let Some(e) = entries.get_mut(id) {
             e.in_flight = false;
             e.written = e.written.max(seq);
             if outcome == Written::Gone {
@@ -257,7 +274,7 @@ impl StatusWriter {
                 e.written = e.submitted;
             } else if e.latest.is_some() && !e.queued {
                 e.queued = true;
-                queue.push_back(key.clone());
+                queue.push_back(id.clone());
                 self.inner.work.notify_one();
             }
         }
@@ -270,7 +287,7 @@ impl StatusWriter {
             let notified = self.inner.work.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let Some((key, uid, mut seq, mut status)) = self.take() else {
+            let Some((id, mut seq, mut status)) = self.take() else {
                 notified.await;
                 continue;
             };
@@ -278,17 +295,18 @@ impl StatusWriter {
             self.inner.work.notify_one();
             let mut backoff = Backoff::for_store();
             let outcome = loop {
-                match self.inner.sink.write(&key, &uid, &status).await {
+                let (key, uid) = &id;
+                match self.inner.sink.write(key, uid, &status).await {
                     Ok(w) => break w,
                     Err(e) => {
                         let delay = backoff.next_delay();
                         tracing::warn!(pod = %key, error = %e, retry_in = ?delay, "status write failed");
                         tokio::time::sleep(delay).await;
-                        self.newer(&key, &mut seq, &mut status);
+                        self.newer(&id, &mut seq, &mut status);
                     }
                 }
             };
-            self.done(&key, seq, outcome);
+            self.done(&id, seq, outcome);
         }
     }
 }
@@ -354,6 +372,73 @@ mod tests {
         }
     }
 
+    /// A sink where the pod named `a` now belongs to UID `new`.
+    #[derive(Debug)]
+    struct Reused {
+        writes: Mutex<Vec<(String, String)>>,
+        gate: tokio::sync::Semaphore,
+    }
+
+    #[async_trait]
+    impl StatusSink for Reused {
+        async fn write(
+            &self,
+            _key: &PodKey,
+            uid: &str,
+            status: &PodStatus,
+        ) -> Result<Written, ClientError> {
+            let _permit = self.gate.acquire().await.expect("gate open");
+            if uid != "new" {
+                return Ok(Written::Gone);
+            }
+            self.writes
+                .lock()
+                .unwrap()
+                .push((uid.to_string(), status.message.clone()));
+            Ok(Written::Stored)
+        }
+    }
+
+    /// A late status of a deleted pod neither takes the place of, nor drops, the status of
+    /// the pod that now has its name.
+    #[tokio::test(start_paused = true)]
+    async fn a_reused_name_keeps_each_pods_statuses_apart() {
+        let sink = Arc::new(Reused {
+            writes: Mutex::default(),
+            gate: tokio::sync::Semaphore::new(0),
+        });
+        let w = StatusWriter::start(sink.clone(), 1, CancellationToken::new());
+        w.submit(&key("a"), "old", phase("Failed"));
+        let seq = w.submit(&key("a"), "new", phase("Running"));
+        w.submit(&key("a"), "old", phase("Failed again"));
+        sink.gate.add_permits(1000);
+        w.flush(&key("a"), "new", seq).await;
+        w.flush(&key("a"), "old", 2).await;
+        let writes = sink.writes.lock().unwrap().clone();
+        assert_eq!(writes, [("new".to_string(), "Running".to_string())]);
+        assert_eq!(w.pending(), 0);
+    }
+
+    #[test]
+    fn conditions_written_by_others_are_kept() {
+        let cond = |t: &str, s: &str| -> skiff_proto::api::PodCondition {
+            serde_json::from_value(serde_json::json!({"type": t, "status": s})).expect("condition")
+        };
+        let stored = PodStatus {
+            conditions: vec![cond("Ready", "False"), cond("example.com/gate", "True")],
+            ..PodStatus::default()
+        };
+        let ours = PodStatus {
+            conditions: vec![cond("Ready", "True")],
+            ..PodStatus::default()
+        };
+        let merged = keep_others_conditions(Some(&stored), &ours);
+        assert_eq!(
+            merged.conditions,
+            vec![cond("Ready", "True"), cond("example.com/gate", "True")]
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn latest_wins_and_failures_are_retried() {
         let rec = Arc::new(Recorder::default());
@@ -366,8 +451,8 @@ mod tests {
         }
         let last = w.submit(&key("b"), "u2", phase("Running"));
         rec.gate.add_permits(1000);
-        w.flush(&key("b"), last).await;
-        w.flush(&key("a"), 5).await;
+        w.flush(&key("b"), "u2", last).await;
+        w.flush(&key("a"), "u1", 5).await;
         let writes = rec.writes.lock().unwrap().clone();
         let of_a: Vec<&str> = writes
             .iter()

@@ -225,7 +225,7 @@ pub async fn run(
         count(&ctx.metrics, &input);
         actions = engine.step(clock(), input);
     }
-    ctx.status.forget(&key);
+    ctx.status.forget(&key, &uid);
 }
 
 /// Counts what an input tells: a container started or exited, a probe failed, a runtime
@@ -454,7 +454,7 @@ fn perform(
             let writer = ctx.status.clone();
             let (key, uid) = (key.clone(), uid.to_string());
             Box::pin(async move {
-                writer.flush(&key, status_seq).await;
+                writer.flush(&key, &uid, status_seq).await;
                 delete_pod(&client, &key, &uid).await;
                 None
             })
