@@ -27,6 +27,10 @@ pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
 pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
 /// The taint on a node whose Ready condition is Unknown (its agent stopped reporting).
 pub const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+/// How long a node's Ready heartbeat may be silent before the node counts as unreachable
+/// (kube-controller-manager's `--node-monitor-grace-period`).
+pub const NODE_MONITOR_GRACE_SECS: i64 = 40;
+
 /// The taint on a cordoned node (`spec.unschedulable`).
 pub const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
 
@@ -370,7 +374,15 @@ fn condition_taint(key: &str) -> Taint {
 }
 
 impl NodeInfo {
+    /// The node as its stored conditions describe it.
     pub fn from_node(node: &Node) -> Self {
+        Self::from_node_heard(node, true)
+    }
+
+    /// The node as the scheduler sees it: a Ready node whose heartbeat has not been heard
+    /// within [`NODE_MONITOR_GRACE_SECS`] (`heard: false`) counts as unreachable, as the
+    /// node lifecycle controller would mark it (its agent crashed or lost the store).
+    pub fn from_node_heard(node: &Node, heard: bool) -> Self {
         let status = node.status.clone().unwrap_or_default();
         let alloc = if status.allocatable.is_empty() {
             &status.capacity
@@ -398,6 +410,7 @@ impl NodeInfo {
             }
         };
         match node.condition(&NodeConditionType::Ready).map(|c| c.status) {
+            Some(ConditionStatus::True) if !heard => add(TAINT_UNREACHABLE),
             Some(ConditionStatus::True) => {}
             Some(ConditionStatus::Unknown) => add(TAINT_UNREACHABLE),
             _ => add(TAINT_NOT_READY),

@@ -61,6 +61,9 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// How often every node is looked at again for a silent heartbeat.
+const NODE_RECHECK_SECS: u64 = 5;
+
 /// Settings of `skiff scheduler`.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -153,7 +156,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     );
     let h = handlers.clone();
     let node_task = tokio::spawn(async move { nodes.run(|e, _| h.on_node(e)).await });
-    let h = handlers;
+    let h = handlers.clone();
     let pod_task = tokio::spawn(async move { pods.run(|e, _| h.on_pod(e)).await });
 
     let (tx, rx) = mpsc::unbounded_channel::<Vec<Verdict>>();
@@ -172,9 +175,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let s = shared.clone();
     let ticker = tokio::spawn(async move {
         let mut t = tokio::time::interval(Duration::from_secs(1));
-        loop {
+        for second in 0u64.. {
             t.tick().await;
             s.core.queue.tick();
+            if second % NODE_RECHECK_SECS == 0 {
+                handlers.recheck_nodes();
+            }
         }
     });
     let metrics = match config.metrics_addr {
