@@ -437,6 +437,27 @@ spec:
     }
 }
 
+/// Compares `actual` with `tests/golden/NAME` (kubectl 1.32's output against Skiff);
+/// `SKIFF_BLESS=1` writes it instead.
+fn golden(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("SKIFF_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().expect("golden dir")).expect("golden dir");
+        std::fs::write(&path, actual).expect("write golden file");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (SKIFF_BLESS=1 writes it)", path.display()));
+    assert_eq!(
+        actual,
+        expected,
+        "kubectl's output differs from {} (SKIFF_BLESS=1 rewrites it)",
+        path.display()
+    );
+}
+
 /// Runs `f` until its standard output contains `what` (60 s at most); that output.
 fn eventually_output(f: impl Fn() -> Output, what: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -613,6 +634,15 @@ fn kubectl_session() {
         explained.contains("FIELDS:") && explained.contains("image"),
         "{explained}"
     );
+    // What the server's discovery and schema alone decide, compared whole.
+    golden(
+        "kubectl-api-resources.txt",
+        &up.kubectl_ok(&["api-resources"], None),
+    );
+    golden(
+        "kubectl-explain-pod.spec.restartPolicy.txt",
+        &up.kubectl_ok(&["explain", "pod.spec.restartPolicy"], None),
+    );
 
     let bad = "apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec:\n  containers:\n  - name: c\n    image: i\n    imagee: j\n";
     let out = up.kubectl(&["apply", "-f", "-"], Some(bad));
@@ -622,6 +652,7 @@ fn kubectl_session() {
         err.contains("unknown field \"spec.containers[0].imagee\""),
         "{err}"
     );
+    golden("kubectl-apply-unknown-field.txt", &err);
     let missing = up.kubectl(&["get", "pod", "bad"], None);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("pods \"bad\" not found"));
 
