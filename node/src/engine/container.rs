@@ -698,6 +698,9 @@ mod tests {
             (t.exit_code, t.reason.as_str()),
             (137, "ContainerStatusUnknown")
         );
+        // Nothing names the lost container: no bare `sim://`.
+        assert_eq!(t.container_id, "", "{t:?}");
+        assert_eq!(st.container_statuses[0].container_id, "", "{st:?}");
 
         // A dead sandbox whose container had finished: its exit stands, nothing reruns.
         let mut e = PodEngine::new(EngineConfig::default(), &p, Ok(()));

@@ -16,6 +16,16 @@ pub(super) enum Cond {
     Ready,
 }
 
+/// `<scheme>://<id>` as the kubelet reports a container, or nothing when the ID is unknown (a
+/// container lost with its sandbox): a bare `sim://` names no container.
+fn container_url(scheme: &str, id: &str) -> String {
+    if id.is_empty() {
+        String::new()
+    } else {
+        format!("{scheme}://{id}")
+    }
+}
+
 impl PodEngine {
     /// The phase of a pod whose containers have all stopped.
     pub(super) fn final_phase(&self) -> PodPhase {
@@ -111,7 +121,7 @@ impl PodEngine {
             message: e.message.clone(),
             started_at: e.started_at,
             finished_at: e.finished_at,
-            container_id: format!("{scheme}://{id}"),
+            container_id: container_url(scheme, id),
             other: Default::default(),
         };
         let initializing = !init
@@ -182,7 +192,7 @@ impl PodEngine {
             restart_count: i32::try_from(s.starts.saturating_sub(1)).unwrap_or(i32::MAX),
             image: s.image.clone(),
             image_id: String::new(),
-            container_id: container_id.map_or_else(String::new, |id| format!("{scheme}://{id}")),
+            container_id: container_id.map_or_else(String::new, |id| container_url(scheme, &id)),
             started: (!init).then_some(s.started && matches!(s.run, Run::Running { .. })),
             other: Default::default(),
         }
