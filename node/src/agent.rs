@@ -37,7 +37,7 @@ use crate::logs::{ENDPOINT_ANNOTATION, LogService};
 use crate::metrics::{self, AgentMetrics};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::sessions::SessionService;
-use crate::status::StatusWriter;
+use crate::status::{PodKey, StatusWriter};
 use crate::worker::{self, WorkerContext, WorkerHandle};
 
 #[derive(Debug, thiserror::Error)]
@@ -673,6 +673,24 @@ impl Pods {
             // Finished before this agent started: nothing to run, only leftovers to remove.
             if let Some(a) = adopted {
                 remove_sandbox(self.ctx.runtime.clone(), a.sandbox.id);
+            }
+            // Finished and being deleted (the agent that ran it stopped before removing it):
+            // nothing runs it any more, so it is removed now, as the kubelet removes it.
+            if pod.metadata.deletion_timestamp.is_some()
+                && let Some(client) = self.ctx.client.clone()
+            {
+                let key = PodKey {
+                    namespace: pod.metadata.namespace.clone(),
+                    name: pod.metadata.name.clone(),
+                };
+                let uid = pod.metadata.uid.clone();
+                let cancel = self.cancel.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = cancel.cancelled() => {}
+                        _ = worker::delete_pod(&client, &key, &uid) => {}
+                    }
+                });
             }
             return;
         }

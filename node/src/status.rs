@@ -38,6 +38,9 @@ pub enum Written {
     Stored,
     /// The pod no longer exists (or the name now belongs to another UID): nothing to write.
     Gone,
+    /// The store refused the status for good (it does not validate): written off, so the
+    /// pod's worker is not held up waiting for it.
+    Refused,
 }
 
 /// Where statuses go: the cluster API, or a recorder in tests.
@@ -298,6 +301,10 @@ impl StatusWriter {
                 let (key, uid) = &id;
                 match self.inner.sink.write(key, uid, &status).await {
                     Ok(w) => break w,
+                    Err(e) if e.code() == Some(Code::InvalidArgument) => {
+                        tracing::error!(pod = %key, error = %e, "the store refused the pod's status");
+                        break Written::Refused;
+                    }
                     Err(e) => {
                         let delay = backoff.next_delay();
                         tracing::warn!(pod = %key, error = %e, retry_in = ?delay, "status write failed");

@@ -464,7 +464,7 @@ fn perform(
 
 /// Deletes the pod object with grace 0, pinned to the version read, so a new pod that
 /// reuses the name is never deleted. Retries until the pod is gone.
-async fn delete_pod(client: &ClusterClient, key: &PodKey, uid: &str) {
+pub(crate) async fn delete_pod(client: &ClusterClient, key: &PodKey, uid: &str) {
     let mut backoff = Backoff::for_store();
     loop {
         let result = match client.get(Kind::Pod, &key.namespace, &key.name).await {
