@@ -234,6 +234,28 @@ async fn list_pages_at_one_resource_version() {
         .await
         .unwrap();
     assert!(none.items.is_empty());
+
+    // A selective filter over more objects than the store reads at once: pages of matches
+    // across the reads, at one revision.
+    let mut db = pod("db");
+    db.metadata.labels = Some(BTreeMap::from([("app".to_string(), "db".to_string())]));
+    for i in 0..600 {
+        let mut p = if i % 150 == 0 { db.clone() } else { pod("x") };
+        p.metadata.name = Some(format!("q{i:03}"));
+        pods.create(&PostParams::default(), &p).await.unwrap();
+    }
+    let mut matched = Vec::new();
+    let mut params = ListParams::default().labels("app=db").limit(2);
+    loop {
+        let page = pods.list(&params).await.unwrap();
+        assert!(page.items.len() <= 2);
+        matched.extend(page.items.into_iter().filter_map(|p| p.metadata.name));
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => break,
+        }
+    }
+    assert_eq!(matched, ["q000", "q150", "q300", "q450"]);
 }
 
 /// A watch from a resourceVersion sees every later change in order; kube-runtime's watcher

@@ -9,6 +9,9 @@ use super::{ClusterApi, ClusterError, Result, Stored};
 use crate::error::StoreError;
 use skiff_proto::api::Kind;
 
+/// The fewest objects one read of a list takes from the store (a selective filter skips most).
+const MIN_CHUNK: usize = 256;
+
 /// Most objects one page returns when the client sets no limit.
 pub const MAX_PAGE: i64 = 10_000;
 
@@ -114,34 +117,52 @@ impl ClusterApi {
                 (at, prefix.clone())
             }
         };
-        let (at, page) = self.range(kind, &from, &end, at).map_err(|e| match e {
-            ClusterError::Store(StoreError::Compacted { compacted }) => ClusterError::TooOld {
-                resource_version: at,
-                compacted,
-            },
-            ClusterError::Store(StoreError::FutureRevision) => {
-                let current = self.member.shared.read().revision();
-                ClusterError::FutureRevision {
+        let too_old = |at: i64| {
+            move |e| match e {
+                ClusterError::Store(StoreError::Compacted { compacted }) => ClusterError::TooOld {
                     resource_version: at,
-                    current,
-                }
+                    compacted,
+                },
+                ClusterError::Store(StoreError::FutureRevision) => ClusterError::FutureRevision {
+                    resource_version: at,
+                    current: self.member.shared.read().revision(),
+                },
+                e => e,
             }
-            e => e,
-        })?;
+        };
+        // Read in chunks, so a page costs what it returns (and what the filter skips), not
+        // the rest of the collection: the first chunk fixes the revision every later one, and
+        // every later page, reads at.
+        let chunk = (limit + 1).max(MIN_CHUNK);
+        let (mut at, mut from) = (at, from);
         let mut items = Vec::new();
         let mut last_key = String::new();
         let mut continue_token = String::new();
-        for s in page {
-            if !filter.matches(&s.object) {
-                continue;
+        'scan: loop {
+            let (read_at, page, more) = self
+                .range_chunk(kind, &from, &end, at, chunk)
+                .map_err(too_old(at))?;
+            at = read_at;
+            let Some(last) = page.last().map(|s| s.object.key()) else {
+                break;
+            };
+            for s in page {
+                if !filter.matches(&s.object) {
+                    continue;
+                }
+                if items.len() == limit {
+                    // Resume after the last object returned.
+                    continue_token = make_continue(at, last_key.as_bytes());
+                    break 'scan;
+                }
+                last_key = s.object.key();
+                items.push(s);
             }
-            if items.len() == limit {
-                // Resume after the last object returned.
-                continue_token = make_continue(at, last_key.as_bytes());
+            if !more {
                 break;
             }
-            last_key = s.object.key();
-            items.push(s);
+            from = last.into_bytes();
+            from.push(0);
         }
         Ok(ListPage {
             revision: at,

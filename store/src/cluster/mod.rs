@@ -293,11 +293,26 @@ impl ClusterApi {
         range_end: &[u8],
         revision: i64,
     ) -> Result<(i64, Vec<Stored>)> {
+        let (at, items, _) = self.range_chunk(kind, key, range_end, revision, 0)?;
+        Ok((at, items))
+    }
+
+    /// At most `limit` objects (all when 0) from `key` on, at `revision` (the latest when 0):
+    /// the revision read, the objects, and whether more follow.
+    pub fn range_chunk(
+        &self,
+        kind: Kind,
+        key: &[u8],
+        range_end: &[u8],
+        revision: i64,
+        limit: usize,
+    ) -> Result<(i64, Vec<Stored>, bool)> {
         let mvcc = self.member.shared.read();
         let resp = mvcc.range(&RangeRequest {
             key: key.to_vec(),
             range_end: range_end.to_vec(),
             revision,
+            limit: i64::try_from(limit).unwrap_or(i64::MAX),
             ..RangeRequest::default()
         })?;
         let at = if revision > 0 {
@@ -311,7 +326,7 @@ impl ClusterApi {
             .iter()
             .map(|kv| decode(kind, kv))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok((at, items))
+        Ok((at, items, resp.more))
     }
 
     pub fn get_local(
