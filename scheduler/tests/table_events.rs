@@ -320,3 +320,41 @@ fn a_relabelled_bound_pod_stops_and_starts_blocking_anti_affinity() {
     handlers.on_pod(&Event::Modified(Object::Pod(db)));
     assert!(!fits(), "the pod on the node is app=db again");
 }
+
+/// Two pods that hold one host port on a node (bound by hand, or on different host
+/// addresses): the port stays taken until both are gone.
+#[test]
+fn a_host_port_held_twice_stays_taken_until_both_holders_go() {
+    let core = Arc::new(Core::new(Kernels::auto()));
+    let handlers = Handlers::new(core.clone(), "");
+    let node = synth::node(0, Profile::Basic);
+    handlers.on_node(&Event::Added(Object::Node(node.clone())));
+    let with_port = |name: &str| {
+        let mut p = pod(name, &format!("uid-{name}"), None);
+        p.spec.containers[0].ports = vec![
+            serde_json::from_value(serde_json::json!({"containerPort": 80, "hostPort": 8080}))
+                .expect("port"),
+        ];
+        p
+    };
+    let mut held = Vec::new();
+    for name in ["a", "b"] {
+        let mut p = with_port(name);
+        p.spec.node_name = node.metadata.name.clone();
+        p.metadata.resource_version = "1".into();
+        handlers.on_pod(&Event::Added(Object::Pod(p.clone())));
+        held.push(p);
+    }
+    let incoming = Arc::new(PodInfo::from_pod(&with_port("incoming")));
+    let fits = || {
+        let table = core.table.read();
+        let outcome =
+            engine::schedule_batch(&table, &incoming, 1, &Kernels::auto(), &mut Rng::new(1));
+        matches!(outcome[..], [Outcome::Placed { .. }])
+    };
+    assert!(!fits(), "two pods hold the port");
+    handlers.on_pod(&Event::Deleted(Object::Pod(held.remove(0))));
+    assert!(!fits(), "one pod still holds the port");
+    handlers.on_pod(&Event::Deleted(Object::Pod(held.remove(0))));
+    assert!(fits(), "nothing holds the port");
+}

@@ -96,6 +96,9 @@ pub struct NodeTable {
     pub taints: BitRows,
     pub port_ids: Interner<(String, i32)>,
     pub ports: BitRows,
+    /// Per row: how many counted pods hold each port id (its bit is set while any does: two
+    /// pods can hold one port, bound by hand or on different host addresses).
+    port_holders: Vec<HashMap<u32, u32>>,
     /// Image → (size, rows that hold it).
     pub images: HashMap<String, (i64, Vec<u32>)>,
 
@@ -195,6 +198,7 @@ impl NodeTable {
         }
         self.taints.push_row();
         self.ports.push_row();
+        self.port_holders.push(HashMap::new());
         self.node_pods.push(Vec::new());
         for t in &mut self.terms {
             t.per_node.push(0);
@@ -365,6 +369,7 @@ impl NodeTable {
         }
         self.taints.swap_remove(row, rows);
         self.ports.swap_remove(row, rows);
+        self.port_holders.swap_remove(row);
         self.node_pods.swap_remove(row);
         for t in &mut self.terms {
             t.per_node.swap_remove(row);
@@ -524,7 +529,14 @@ impl NodeTable {
         for (proto, port) in &pod.host_ports {
             let id = self.port_ids.intern(&(proto.clone(), *port));
             self.ports.widen(self.names.len(), self.port_ids.len());
-            self.ports.set(row, id, add);
+            let holders = &mut self.port_holders[row];
+            let n = holders.entry(id).or_insert(0);
+            *n = if add { *n + 1 } else { n.saturating_sub(1) };
+            let held = *n > 0;
+            if !held {
+                holders.remove(&id);
+            }
+            self.ports.set(row, id, held);
         }
         // Terms this pod is counted in: every registered `Matches` term that selects it,
         // and the terms it owns.
