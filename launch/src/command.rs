@@ -101,6 +101,9 @@ pub struct StoreCommand {
     /// Bytes.
     pub quota_backend_bytes: Option<u64>,
     pub event_ttl: Option<Duration>,
+    /// `--auto-compaction-retention` in periodic mode (history kept by the leader's
+    /// compaction on a timer).
+    pub auto_compaction_retention: Option<Duration>,
     /// The log filter (`--log`, tracing's EnvFilter syntax).
     pub log: Option<String>,
 }
@@ -132,6 +135,10 @@ impl StoreCommand {
             .opt("max-txn-ops", self.max_txn_ops)
             .opt("quota-backend-bytes", self.quota_backend_bytes)
             .opt("event-ttl", self.event_ttl.map(duration))
+            .opt(
+                "auto-compaction-retention",
+                self.auto_compaction_retention.map(duration),
+            )
             .opt("log", self.log.as_ref());
         a.0
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use skiff_store::compaction::CompactorConfig;
-use skiff_store::member::MemberConfig;
+use skiff_store::member::{AutoCompaction, MemberConfig};
 use skiff_store::server::{self, Listen};
 
 #[derive(Debug, clap::Args)]
@@ -95,6 +95,16 @@ pub struct Args {
         value_parser = skiff_proto::duration::parse
     )]
     compaction_sleep_interval: Duration,
+    /// How `--auto-compaction-retention` is read: `periodic` (keep that much time of history)
+    /// or `revision` (keep that many revisions).
+    #[arg(long, default_value = "periodic", value_parser = ["periodic", "revision"])]
+    auto_compaction_mode: String,
+    /// History kept by compaction on a timer, run by the leader: a duration (`5m`, `1h`; a
+    /// bare number is hours, as in etcd) in periodic mode, a count in revision mode. `0`
+    /// (etcd's default) compacts only when a client asks; `skiff up` keeps 5 minutes, as
+    /// kube-apiserver compacts its etcd.
+    #[arg(long, default_value = "0")]
+    auto_compaction_retention: String,
     /// Interval of progress notifications to watchers that asked for them (e.g. 10m, 5s).
     #[arg(long, default_value = "10m", value_parser = skiff_proto::duration::parse)]
     experimental_watch_progress_notify_interval: Duration,
@@ -140,6 +150,8 @@ impl Args {
                 advertise_peer[0]
             );
         }
+        let auto_compaction =
+            auto_compaction(&self.auto_compaction_mode, &self.auto_compaction_retention)?;
         if self.election_timeout < 5 * self.heartbeat_interval {
             bail!("--election-timeout should be at least 5 times --heartbeat-interval");
         }
@@ -165,6 +177,7 @@ impl Args {
                 batch_limit: self.compaction_batch_limit as usize,
                 pause: self.compaction_sleep_interval,
             },
+            auto_compaction,
         };
         let listen = Listen {
             client_urls: self.listen_client_urls,
@@ -202,9 +215,50 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `--auto-compaction-mode` and `--auto-compaction-retention` as etcd reads them; `None` when
+/// the retention is zero.
+fn auto_compaction(mode: &str, retention: &str) -> anyhow::Result<Option<AutoCompaction>> {
+    let bad = |why: &str| anyhow::anyhow!("--auto-compaction-retention {retention:?}: {why}");
+    if mode == "revision" {
+        let keep: i64 = retention
+            .parse()
+            .map_err(|_| bad("revision mode takes a number of revisions"))?;
+        return match keep {
+            0 => Ok(None),
+            n if n > 0 => Ok(Some(AutoCompaction::Revision(n))),
+            _ => Err(bad("must not be negative")),
+        };
+    }
+    let keep = match retention.parse::<u64>() {
+        Ok(hours) => Duration::from_secs(hours * 3600),
+        Err(_) => skiff_proto::duration::parse(retention).map_err(|e| bad(&e))?,
+    };
+    Ok((!keep.is_zero()).then_some(AutoCompaction::Periodic(keep)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_compaction_flags_read_as_etcd_reads_them() {
+        let periodic = |r| auto_compaction("periodic", r).unwrap();
+        assert_eq!(periodic("0"), None);
+        assert_eq!(
+            periodic("1"),
+            Some(AutoCompaction::Periodic(Duration::from_secs(3600)))
+        );
+        assert_eq!(
+            periodic("5m"),
+            Some(AutoCompaction::Periodic(Duration::from_secs(300)))
+        );
+        assert_eq!(
+            auto_compaction("revision", "1000").unwrap(),
+            Some(AutoCompaction::Revision(1000))
+        );
+        assert!(auto_compaction("revision", "5m").is_err());
+        assert!(auto_compaction("periodic", "soon").is_err());
+    }
 
     #[test]
     fn initial_cluster() {
@@ -240,6 +294,7 @@ mod tests {
             max_txn_ops: Some(16),
             quota_backend_bytes: Some(4_000_000),
             event_ttl: Some(Duration::from_secs(3)),
+            auto_compaction_retention: Some(Duration::from_secs(300)),
             log: Some("info,openraft=warn".into()),
         };
         let cli = crate::Cli::try_parse_from(std::iter::once("skiff".into()).chain(cmd.args()))
@@ -282,6 +337,10 @@ mod tests {
         assert_eq!(Some(a.max_txn_ops), cmd.max_txn_ops);
         assert_eq!(Some(a.quota_backend_bytes), cmd.quota_backend_bytes);
         assert_eq!(Some(a.event_ttl), cmd.event_ttl);
+        assert_eq!(
+            auto_compaction(&a.auto_compaction_mode, &a.auto_compaction_retention).unwrap(),
+            Some(AutoCompaction::Periodic(Duration::from_secs(300)))
+        );
 
         // Unset options stay at the command's defaults.
         let least = StoreCommand {

@@ -236,6 +236,8 @@ fn start_members(cluster: &mut Cluster, exe: &str) -> Result<()> {
             listen_metrics_url: Some(format!("http://127.0.0.1:{}", layout.metrics(i))),
             listen_api_url: Some(format!("http://127.0.0.1:{}", layout.api(i))),
             initial_cluster: layout.initial_cluster(),
+            // As kube-apiserver compacts its etcd: five minutes of history.
+            auto_compaction_retention: Some(Duration::from_secs(300)),
             ..StoreCommand::default()
         };
         let log = cluster.logs().join(format!("store-{m}.log"));

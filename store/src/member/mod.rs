@@ -11,6 +11,7 @@
 //! | [`membership`]   | MemberAdd, MemberRemove, MemberPromote, MemberUpdate                 |
 //! | [`housekeeping`] | the member's timers: lease clock, client URLs, backend quota          |
 
+mod auto_compaction;
 mod forward;
 mod housekeeping;
 mod lessor;
@@ -37,6 +38,7 @@ use crate::raft::network::{Channels, PeerActivity};
 use crate::raft::state_machine::Shared;
 use crate::raft::{Member, Raft};
 use crate::read_index::Rounds;
+pub use auto_compaction::AutoCompaction;
 
 /// How a member starts, in etcd's terms.
 #[derive(Debug, Clone)]
@@ -63,6 +65,8 @@ pub struct MemberConfig {
     pub event_ttl: Duration,
     /// How compacted versions are deleted from the backend.
     pub compactor: CompactorConfig,
+    /// Compaction on a timer (`--auto-compaction-mode/-retention`); none when `None`.
+    pub auto_compaction: Option<AutoCompaction>,
 }
 
 impl Default for MemberConfig {
@@ -84,6 +88,7 @@ impl Default for MemberConfig {
             quota_backend_bytes: 2 << 30,
             event_ttl: Duration::from_secs(3600),
             compactor: CompactorConfig::default(),
+            auto_compaction: None,
         }
     }
 }

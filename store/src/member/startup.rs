@@ -158,6 +158,7 @@ impl StoreMember {
             tasks,
         });
         member.spawn_housekeeping();
+        member.spawn_auto_compaction(member.config.auto_compaction);
         Ok(member)
     }
 }
