@@ -520,6 +520,19 @@ impl Queue {
     /// it can satisfy or stop blocking are retried, as [`Queue::cluster_changed`] retries
     /// them. One check per waiting signature; nothing when no pod waits on pods.
     pub fn pod_placed(&self, pod: &PodInfo, before: Option<&BTreeMap<String, String>>) {
+        self.wake_waiting(|w| helps(&w.pod, &pod.namespace, &pod.labels, before));
+    }
+
+    /// A node was removed: its topology domains and the pods counted in them went, so every
+    /// pod waiting on pods is retried (as [`Queue::cluster_changed`] retries them). Pods
+    /// that fit nowhere for resources gain nothing from it.
+    pub fn node_removed(&self) {
+        self.wake_waiting(|_| true);
+    }
+
+    /// Retries (after their back-off) the pods waiting on pods whose signature `which`
+    /// selects.
+    fn wake_waiting(&self, which: impl Fn(&Waiters) -> bool) {
         let mut q = self.inner.lock();
         if q.waiting.is_empty() {
             return;
@@ -527,24 +540,7 @@ impl Queue {
         let keys: Vec<String> = q
             .waiting
             .values()
-            .filter(|w| helps(&w.pod, &pod.namespace, &pod.labels, before))
-            .flat_map(|w| w.keys.iter().cloned())
-            .collect();
-        let n = q.wake(keys, Instant::now());
-        drop(q);
-        if n > 0 {
-            self.ready.notify_all();
-        }
-    }
-
-    /// A node was removed: its topology domains and the pods counted in them went, so every
-    /// pod waiting on pods is retried (as [`Queue::cluster_changed`] retries them). Pods
-    /// that fit nowhere for resources gain nothing from it.
-    pub fn node_removed(&self) {
-        let mut q = self.inner.lock();
-        let keys: Vec<String> = q
-            .waiting
-            .values()
+            .filter(|w| which(w))
             .flat_map(|w| w.keys.iter().cloned())
             .collect();
         let n = q.wake(keys, Instant::now());
