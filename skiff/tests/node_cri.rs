@@ -381,11 +381,24 @@ async fn bound_to_running_latency_with_containerd() {
     let deadline = Instant::now() + Duration::from_secs(300);
     while latencies.len() < n {
         let left = deadline.saturating_duration_since(Instant::now());
-        let e = tokio::time::timeout(left, watch.next())
-            .await
-            .expect("all pods Running in time")
-            .expect("watch open")
-            .expect("event");
+        let Ok(next) = tokio::time::timeout(left, watch.next()).await else {
+            // Say which pods never ran, and why, before failing.
+            let mut stuck = Vec::new();
+            for i in 0..n {
+                let name = format!("l{i}");
+                if let Some(p) = get_pod(&api, &name).await
+                    && phase(&p) != Some(PodPhase::Running)
+                {
+                    stuck.push(format!("{name}: {:?}", p.status));
+                }
+            }
+            panic!(
+                "{} of {n} pods Running within 300 s; the others:\n{}",
+                latencies.len(),
+                stuck.join("\n")
+            );
+        };
+        let e = next.expect("watch open").expect("event");
         if let Event::Modified(Object::Pod(p)) = e
             && phase(&p) == Some(PodPhase::Running)
             && let Some(t) = bound_at.lock().expect("lock").remove(&p.metadata.name)

@@ -27,7 +27,8 @@ fn free_base() -> u16 {
     for _ in 0..120 {
         let slot = NEXT.fetch_add(1, Ordering::Relaxed) % 120;
         let base = 20_000 + slot as u16 * 100;
-        if (base..base + 32).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+        // Every port `up` takes: members at base+10i..+3, the scheduler and agents at +30..+32.
+        if (base..=base + 32).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
             return base;
         }
     }
@@ -81,6 +82,11 @@ impl Up {
     fn wait_output(&self, what: &str, limit: Duration) {
         let deadline = Instant::now() + limit;
         while !self.output().contains(what) {
+            assert!(
+                self.child.is_running(),
+                "`skiff up` exited before it printed {what:?}:\n{}",
+                self.output()
+            );
             assert!(
                 Instant::now() < deadline,
                 "`skiff up` did not print {what:?} within {limit:?}:\n{}",
