@@ -290,22 +290,7 @@ impl Queue {
             q.unwait(&key);
         }
         match q.entries.get_mut(&key) {
-            // The same name, another pod: the one held was deleted (a late verdict or Bind
-            // outcome for it finds the UID changed and leaves this one alone).
-            Some(e) if e.pod.uid != pod.uid => {
-                *e = Entry {
-                    pod,
-                    object,
-                    signature,
-                    state: new,
-                    attempts: 0,
-                    updated: false,
-                };
-                if new == State::Active {
-                    q.activate(&key);
-                }
-            }
-            Some(e) => {
+            Some(e) if e.pod.uid == pod.uid => {
                 let moved = e.signature != signature || e.pod.priority != pod.priority;
                 e.pod = pod;
                 e.object = object;
@@ -328,7 +313,9 @@ impl Queue {
                     State::Assumed => {}
                 }
             }
-            None => {
+            // A new pod, or the same name for another pod: the one held was deleted (a late
+            // verdict or Bind outcome for it finds the UID changed and leaves this one alone).
+            _ => {
                 q.entries.insert(
                     key.clone(),
                     Entry {
