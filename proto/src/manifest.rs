@@ -395,6 +395,8 @@ fn decode_typed<'de, D: serde::Deserializer<'de>>(kind: Kind, de: D) -> Result<O
         Kind::LimitRange => Object::LimitRange(typed(de)?),
         Kind::Binding => Object::Binding(typed(de)?),
         Kind::Event => Object::Event(typed(de)?),
+        Kind::Deployment => Object::Deployment(typed(de)?),
+        Kind::ReplicaSet => Object::ReplicaSet(typed(de)?),
     })
 }
 
@@ -563,10 +565,17 @@ mod tests {
 
     #[test]
     fn unknown_kinds_and_versions() {
-        let e = one_error("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n");
+        let e = one_error("apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: d}\n");
         assert!(
             e.contains(
-                "kind: unknown kind \"Deployment\" (apiVersion \"apps/v1\"): Skiff serves Pod, Node"
+                "kind: unknown kind \"StatefulSet\" (apiVersion \"apps/v1\"): Skiff serves Pod, Node"
+            ),
+            "{e}"
+        );
+        let e = one_error("apiVersion: v1\nkind: Deployment\nmetadata: {name: d}\n");
+        assert!(
+            e.contains(
+                "apiVersion: unsupported value \"v1\": kind Deployment is served as apiVersion \"apps/v1\""
             ),
             "{e}"
         );

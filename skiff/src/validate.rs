@@ -182,5 +182,22 @@ fn summary(o: &Object) -> String {
             "{} {} on {}/{}",
             e.type_, e.reason, e.involved_object.kind, e.involved_object.name
         ),
+        Object::Deployment(d) => format!(
+            "{} replica(s) of {}, {}",
+            d.replicas(),
+            images(&d.spec.template.spec),
+            d.strategy_type()
+        ),
+        Object::ReplicaSet(rs) => format!(
+            "{} replica(s) of {}",
+            rs.replicas(),
+            images(&rs.spec.template.spec)
+        ),
     }
+}
+
+/// The images of a pod template's containers, comma-separated.
+fn images(spec: &skiff_proto::api::pod::PodSpec) -> String {
+    let images: Vec<&str> = spec.containers.iter().map(|c| c.image.as_str()).collect();
+    images.join(",")
 }

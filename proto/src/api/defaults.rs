@@ -1,11 +1,15 @@
 //! Defaulting, applied to every object before validation (as the apiserver does), so what is
 //! stored and what the scheduler and agents read is explicit.
 
+use super::apps::{
+    Deployment, DeploymentStrategy, PodTemplateSpec, ReplicaSet, RollingUpdateDeployment,
+};
 use super::event::Event;
+use super::meta::IntOrString;
 use super::namespace::LimitRange;
 use super::object::Object;
-use super::pod::{Container, Pod, Probe};
-use super::vocabulary::RestartPolicy;
+use super::pod::{Container, PodSpec, Probe};
+use super::vocabulary::{DeploymentStrategyType, RestartPolicy};
 
 /// The namespace objects land in when none is given.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -23,7 +27,9 @@ pub fn apply(object: &mut Object) {
         meta.namespace = DEFAULT_NAMESPACE.to_owned();
     }
     match object {
-        Object::Pod(pod) => pod_defaults(pod),
+        Object::Pod(pod) => pod_spec_defaults(&mut pod.spec),
+        Object::Deployment(d) => deployment_defaults(d),
+        Object::ReplicaSet(rs) => replica_set_defaults(rs),
         Object::LimitRange(l) => limit_range_defaults(l),
         Object::Event(e) => event_defaults(e),
         Object::Namespace(ns) => {
@@ -54,8 +60,40 @@ fn event_defaults(e: &mut Event) {
     }
 }
 
-fn pod_defaults(pod: &mut Pod) {
-    let spec = &mut pod.spec;
+/// apps/v1's defaults: 1 replica, a RollingUpdate of 25 % surge and 25 % unavailable, 10
+/// old ReplicaSets kept, 600 s to progress; the template as a pod.
+fn deployment_defaults(d: &mut Deployment) {
+    let spec = &mut d.spec;
+    spec.replicas.get_or_insert(1);
+    spec.revision_history_limit.get_or_insert(10);
+    spec.progress_deadline_seconds.get_or_insert(600);
+    let strategy = spec
+        .strategy
+        .get_or_insert_with(DeploymentStrategy::default);
+    let type_ = *strategy
+        .type_
+        .get_or_insert(DeploymentStrategyType::RollingUpdate);
+    if type_ == DeploymentStrategyType::RollingUpdate {
+        let ru = strategy
+            .rolling_update
+            .get_or_insert_with(RollingUpdateDeployment::default);
+        let quarter = || IntOrString::String("25%".to_owned());
+        ru.max_surge.get_or_insert_with(quarter);
+        ru.max_unavailable.get_or_insert_with(quarter);
+    }
+    template_defaults(&mut spec.template);
+}
+
+fn replica_set_defaults(rs: &mut ReplicaSet) {
+    rs.spec.replicas.get_or_insert(1);
+    template_defaults(&mut rs.spec.template);
+}
+
+fn template_defaults(t: &mut PodTemplateSpec) {
+    pod_spec_defaults(&mut t.spec);
+}
+
+fn pod_spec_defaults(spec: &mut PodSpec) {
     spec.restart_policy.get_or_insert(RestartPolicy::Always);
     if spec.termination_grace_period_seconds.is_none() {
         spec.termination_grace_period_seconds = Some(DEFAULT_GRACE_PERIOD_SECONDS);
@@ -187,5 +225,35 @@ mod tests {
             (Some(10), Some(3))
         );
         assert_eq!(probe.http_get.as_ref().unwrap().path, "/");
+    }
+
+    #[test]
+    fn deployment_defaults_are_apps_v1s() {
+        let mut obj = Object::Deployment(
+            serde_yaml_ng::from_str(
+                "metadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: c, image: busybox}]}\n",
+            )
+            .unwrap(),
+        );
+        apply(&mut obj);
+        let Object::Deployment(d) = obj else {
+            unreachable!()
+        };
+        assert_eq!(d.api_version, "apps/v1");
+        assert_eq!(d.spec.replicas, Some(1));
+        assert_eq!(d.spec.revision_history_limit, Some(10));
+        assert_eq!(d.spec.progress_deadline_seconds, Some(600));
+        let strategy = d.spec.strategy.as_ref().unwrap();
+        assert_eq!(strategy.type_, Some(DeploymentStrategyType::RollingUpdate));
+        let ru = strategy.rolling_update.as_ref().unwrap();
+        assert_eq!(ru.max_surge, Some(IntOrString::String("25%".into())));
+        assert_eq!(
+            d.spec.template.spec.restart_policy,
+            Some(RestartPolicy::Always)
+        );
+        assert_eq!(
+            d.spec.template.spec.containers[0].image_pull_policy,
+            "Always"
+        );
     }
 }

@@ -268,6 +268,32 @@ impl<'de> Deserialize<'de> for IntOrString {
     }
 }
 
+impl IntOrString {
+    /// The value for a total of `total`: an integer as it is, `N%` as N percent of `total`,
+    /// rounded up or down (Kubernetes' `GetScaledValueFromIntOrPercent`). An error names a
+    /// string that is not a percentage.
+    pub fn scaled(&self, total: i32, round_up: bool) -> Result<i32, String> {
+        match self {
+            IntOrString::Int(i) => Ok(*i),
+            IntOrString::String(s) => {
+                let percent: i64 = s
+                    .strip_suffix('%')
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(|| {
+                        format!("invalid value {s:?}: must be an integer or a percentage (\"25%\")")
+                    })?;
+                let scaled = i64::from(total) * percent;
+                let value = if round_up {
+                    (scaled + 99).div_euclid(100)
+                } else {
+                    scaled.div_euclid(100)
+                };
+                i32::try_from(value).map_err(|_| format!("invalid value {s:?}: out of range"))
+            }
+        }
+    }
+}
+
 impl fmt::Display for IntOrString {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -10,6 +10,7 @@
 //! | `pod`        | `Pod` spec and status                                       |
 //! | `node`       | `Node` spec and status                                      |
 //! | `event`      | `Event`: what happened to an object, for `describe`     |
+//! | `apps`       | apps/v1 `Deployment`, `ReplicaSet` and the pod template   |
 //! | `namespace`  | `Namespace`, `ResourceQuota`, `LimitRange`, `Binding`       |
 //! | `object`     | [`Object`], [`Kind`]: one enum over every kind, storage keys |
 //! | `vocabulary` | Kubernetes' fixed values as enums: phase, restart policy, conditions, taint effects |
@@ -17,6 +18,7 @@
 //! | `validation` | field-path errors for every rule                            |
 //! | `schema`     | Kubernetes' schema: which fields exist (`fieldValidation`)  |
 
+pub mod apps;
 pub mod defaults;
 pub mod event;
 pub mod meta;
@@ -30,6 +32,10 @@ pub(crate) mod testing;
 pub mod validation;
 pub mod vocabulary;
 
+pub use apps::{
+    Deployment, DeploymentSpec, DeploymentStatus, DeploymentStrategy, PodTemplateSpec, ReplicaSet,
+    ReplicaSetSpec, ReplicaSetStatus, RollingUpdateDeployment, WorkloadCondition,
+};
 pub use event::{Event, EventSource};
 pub use meta::{
     IntOrString, LabelSelector, LabelSelectorRequirement, ObjectMeta, ResourceList, Time,
@@ -44,5 +50,6 @@ pub use pod::{Container, Pod, PodCondition, PodSpec, PodStatus, Toleration};
 pub use schema::{FieldValidation, SchemaError};
 pub use validation::{FieldError, ValidationErrors};
 pub use vocabulary::{
-    ConditionStatus, NodeConditionType, PodConditionType, PodPhase, RestartPolicy, TaintEffect,
+    ConditionStatus, DeploymentStrategyType, NodeConditionType, PodConditionType, PodPhase,
+    RestartPolicy, TaintEffect, WorkloadConditionType,
 };

@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use super::apps::{Deployment, ReplicaSet};
 use super::event::Event;
 use super::meta::ObjectMeta;
 use super::namespace::{Binding, LimitRange, Namespace, ResourceQuota};
@@ -19,10 +20,12 @@ pub enum Kind {
     LimitRange,
     Binding,
     Event,
+    Deployment,
+    ReplicaSet,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Pod,
         Kind::Node,
         Kind::Namespace,
@@ -30,6 +33,8 @@ impl Kind {
         Kind::LimitRange,
         Kind::Binding,
         Kind::Event,
+        Kind::Deployment,
+        Kind::ReplicaSet,
     ];
 
     /// The `kind:` of a manifest.
@@ -42,6 +47,8 @@ impl Kind {
             Kind::LimitRange => "LimitRange",
             Kind::Binding => "Binding",
             Kind::Event => "Event",
+            Kind::Deployment => "Deployment",
+            Kind::ReplicaSet => "ReplicaSet",
         }
     }
 
@@ -55,12 +62,31 @@ impl Kind {
             Kind::LimitRange => "limitranges",
             Kind::Binding => "bindings",
             Kind::Event => "events",
+            Kind::Deployment => "deployments",
+            Kind::ReplicaSet => "replicasets",
         }
     }
 
-    /// Every kind here lives in API group core, version v1.
+    /// The group and version (`v1` for the core group, `apps/v1`), as `apiVersion:` says.
     pub fn api_version(self) -> &'static str {
-        "v1"
+        match self {
+            Kind::Deployment | Kind::ReplicaSet => "apps/v1",
+            _ => "v1",
+        }
+    }
+
+    /// The API group: empty for the core group, `apps` for the workloads.
+    pub fn group(self) -> &'static str {
+        self.api_version().split_once('/').map_or("", |(g, _)| g)
+    }
+
+    /// The resource qualified by its group, as Kubernetes' messages name it
+    /// (`pods "web" not found`, `deployments.apps "web" not found`).
+    pub fn qualified_resource(self) -> String {
+        match self.group() {
+            "" => self.plural().to_owned(),
+            group => format!("{}.{group}", self.plural()),
+        }
     }
 
     pub fn is_namespaced(self) -> bool {
@@ -87,6 +113,8 @@ impl Kind {
             Kind::ResourceQuota => &["quota"],
             Kind::LimitRange => &["limits"],
             Kind::Event => &["ev"],
+            Kind::Deployment => &["deploy"],
+            Kind::ReplicaSet => &["rs"],
             Kind::Binding => &[],
         }
     }
@@ -142,6 +170,8 @@ pub enum Object {
     LimitRange(LimitRange),
     Binding(Binding),
     Event(Event),
+    Deployment(Deployment),
+    ReplicaSet(ReplicaSet),
 }
 
 macro_rules! each_kind {
@@ -154,6 +184,8 @@ macro_rules! each_kind {
             Object::LimitRange($o) => $e,
             Object::Binding($o) => $e,
             Object::Event($o) => $e,
+            Object::Deployment($o) => $e,
+            Object::ReplicaSet($o) => $e,
         }
     };
 }
@@ -218,6 +250,8 @@ impl Object {
             Object::LimitRange(_) => Kind::LimitRange,
             Object::Binding(_) => Kind::Binding,
             Object::Event(_) => Kind::Event,
+            Object::Deployment(_) => Kind::Deployment,
+            Object::ReplicaSet(_) => Kind::ReplicaSet,
         }
     }
 
@@ -269,6 +303,8 @@ impl Object {
             Kind::LimitRange => Object::LimitRange(decode(json)?),
             Kind::Binding => Object::Binding(decode(json)?),
             Kind::Event => Object::Event(decode(json)?),
+            Kind::Deployment => Object::Deployment(decode(json)?),
+            Kind::ReplicaSet => Object::ReplicaSet(decode(json)?),
         })
     }
 
@@ -293,6 +329,8 @@ impl Object {
             Kind::LimitRange => Object::LimitRange(typed(value)?),
             Kind::Binding => Object::Binding(typed(value)?),
             Kind::Event => Object::Event(typed(value)?),
+            Kind::Deployment => Object::Deployment(typed(value)?),
+            Kind::ReplicaSet => Object::ReplicaSet(typed(value)?),
         })
     }
 
@@ -316,13 +354,17 @@ mod tests {
 
     fn any_object() -> impl Strategy<Value = Object> {
         prop_oneof![
-            any::<Pod>().prop_map(Object::Pod),
-            any::<Node>().prop_map(Object::Node),
-            any::<Namespace>().prop_map(Object::Namespace),
-            any::<ResourceQuota>().prop_map(Object::ResourceQuota),
-            any::<LimitRange>().prop_map(Object::LimitRange),
-            any::<Binding>().prop_map(Object::Binding),
-            any::<Event>().prop_map(Object::Event),
+            any::<Pod>().prop_map(Object::Pod).boxed(),
+            any::<Node>().prop_map(Object::Node).boxed(),
+            any::<Namespace>().prop_map(Object::Namespace).boxed(),
+            any::<ResourceQuota>()
+                .prop_map(Object::ResourceQuota)
+                .boxed(),
+            any::<LimitRange>().prop_map(Object::LimitRange).boxed(),
+            any::<Binding>().prop_map(Object::Binding).boxed(),
+            any::<Event>().prop_map(Object::Event).boxed(),
+            any::<Deployment>().prop_map(Object::Deployment).boxed(),
+            any::<ReplicaSet>().prop_map(Object::ReplicaSet).boxed(),
         ]
     }
 
@@ -361,6 +403,10 @@ mod tests {
         assert_eq!(Kind::Node.prefix(Some("default")), "/registry/nodes/");
         assert_eq!(Kind::Pod.prefix(Some("kube")), "/registry/pods/kube/");
         assert_eq!(Kind::Pod.prefix(None), "/registry/pods/");
+        assert_eq!(
+            Kind::Deployment.key("team", "web"),
+            "/registry/deployments/team/web"
+        );
     }
 
     #[test]
@@ -376,6 +422,8 @@ mod tests {
         ] {
             assert_eq!(Kind::from_cli(w), Some(k), "{w}");
         }
-        assert_eq!(Kind::from_cli("deployments"), None);
+        assert_eq!(Kind::from_cli("deploy"), Some(Kind::Deployment));
+        assert_eq!(Kind::from_cli("rs"), Some(Kind::ReplicaSet));
+        assert_eq!(Kind::from_cli("statefulsets"), None);
     }
 }

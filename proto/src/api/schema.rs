@@ -13,6 +13,7 @@
 
 use std::fmt;
 
+use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as k8s;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -123,6 +124,8 @@ fn round_trip(kind: Kind, object: &Value) -> Result<Value, SchemaError> {
         Kind::LimitRange => typed::<k8s::LimitRange>(object),
         Kind::Binding => typed::<k8s::Binding>(object),
         Kind::Event => typed::<k8s::Event>(object),
+        Kind::Deployment => typed::<apps::Deployment>(object),
+        Kind::ReplicaSet => typed::<apps::ReplicaSet>(object),
     }
 }
 

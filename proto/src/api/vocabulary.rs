@@ -234,6 +234,30 @@ open! {
     }
 }
 
+closed! {
+    /// `spec.strategy.type` of a Deployment: how pods of an old template give way to new ones.
+    DeploymentStrategyType {
+        /// New pods come up while old ones go, within `maxSurge` and `maxUnavailable`
+        /// (the default).
+        RollingUpdate,
+        /// Every old pod is gone before the first new one is created.
+        Recreate,
+    }
+}
+
+open! {
+    /// The type of a Deployment or ReplicaSet condition.
+    WorkloadConditionType {
+        /// At least `replicas - maxUnavailable` pods have been ready for `minReadySeconds`.
+        Available,
+        /// A rollout is under way and moving, or finished (`NewReplicaSetAvailable`), or stuck
+        /// past `progressDeadlineSeconds` (`False`, `ProgressDeadlineExceeded`).
+        Progressing,
+        /// Pods could not be created or deleted (a quota, admission).
+        ReplicaFailure,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

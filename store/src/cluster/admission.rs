@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use skiff_proto::api::{Kind, Object, Pod, ResourceList};
+use skiff_proto::api::{Kind, LabelSelector, Object, Pod, ResourceList};
 use skiff_proto::quantity::Quantity;
 
 use super::{ClusterApi, ClusterError, Result, not_found, prefix_end};
@@ -333,12 +333,34 @@ pub fn with_spec(current: &Object, request: &Object) -> Result<Object> {
         (Object::Node(cur), Object::Node(new)) => new.status = cur.status.clone(),
         (Object::Namespace(cur), Object::Namespace(new)) => new.status = cur.status.clone(),
         (Object::ResourceQuota(cur), Object::ResourceQuota(new)) => new.status = cur.status.clone(),
+        (Object::Deployment(cur), Object::Deployment(new)) => {
+            new.status = cur.status.clone();
+            selector_kept(current, &cur.spec.selector, &new.spec.selector)?;
+        }
+        (Object::ReplicaSet(cur), Object::ReplicaSet(new)) => {
+            new.status = cur.status.clone();
+            selector_kept(current, &cur.spec.selector, &new.spec.selector)?;
+        }
         _ => {}
     }
     if spec_changed(current, &next) {
         next.metadata_mut().generation = Some(current.metadata().generation.unwrap_or(1) + 1);
     }
     Ok(next)
+}
+
+/// A workload's selector is fixed at creation (apps/v1): changing it would orphan the pods
+/// it owns and adopt others.
+fn selector_kept(current: &Object, old: &LabelSelector, new: &LabelSelector) -> Result<()> {
+    if old == new {
+        return Ok(());
+    }
+    Err(ClusterError::Immutable {
+        kind: current.kind(),
+        name: current.metadata().name.clone(),
+        field: "spec.selector",
+        why: "field is immutable",
+    })
 }
 
 fn spec_changed(a: &Object, b: &Object) -> bool {
@@ -358,6 +380,8 @@ pub fn with_status(current: &Object, request: &Object) -> Result<Object> {
         (Object::Node(n), Object::Node(r)) => n.status = r.status.clone(),
         (Object::Namespace(n), Object::Namespace(r)) => n.status = r.status.clone(),
         (Object::ResourceQuota(n), Object::ResourceQuota(r)) => n.status = r.status.clone(),
+        (Object::Deployment(n), Object::Deployment(r)) => n.status = r.status.clone(),
+        (Object::ReplicaSet(n), Object::ReplicaSet(r)) => n.status = r.status.clone(),
         (n, _) => {
             return Err(ClusterError::NoStatus { kind: n.kind() });
         }

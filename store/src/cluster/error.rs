@@ -17,7 +17,7 @@ pub enum ClusterError {
     /// A request field that must be set is not.
     #[error("{field}: required")]
     Missing { field: &'static str },
-    #[error("key.namespace: required for {}", kind.plural())]
+    #[error("key.namespace: required for {}", kind.qualified_resource())]
     NamespaceRequired { kind: Kind },
     #[error("unknown kind {kind:?}: expected Pod, Node, Namespace, ResourceQuota or LimitRange")]
     UnknownKind { kind: String },
@@ -61,20 +61,20 @@ pub enum ClusterError {
         field: &'static str,
         why: &'static str,
     },
-    #[error("{} has no status to update", kind.plural())]
+    #[error("{} has no status to update", kind.qualified_resource())]
     NoStatus { kind: Kind },
-    #[error("{} \"{name}\" not found", kind.plural())]
+    #[error("{} \"{name}\" not found", kind.qualified_resource())]
     NotFound { kind: Kind, name: String },
-    #[error("{} \"{name}\" already exists", kind.plural())]
+    #[error("{} \"{name}\" already exists", kind.qualified_resource())]
     AlreadyExists { kind: Kind, name: String },
     #[error(
         "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; \
          please apply your changes to the latest version and try again",
-        kind.plural()
+        kind.qualified_resource()
     )]
     Conflict { kind: Kind, name: String },
     /// Refused by admission (a terminating namespace, a LimitRange, a ResourceQuota).
-    #[error("{} \"{name}\" is forbidden: {why}", kind.plural())]
+    #[error("{} \"{name}\" is forbidden: {why}", kind.qualified_resource())]
     Forbidden {
         kind: Kind,
         name: String,
@@ -85,7 +85,7 @@ pub enum ClusterError {
     /// Quota guards kept losing races with other writers.
     #[error(
         "{} \"{name}\": too many concurrent changes in its namespace, try again",
-        kind.plural()
+        kind.qualified_resource()
     )]
     Contended { kind: Kind, name: String },
     #[error(

@@ -173,7 +173,7 @@ const READ_WRITE: &[&str] = &[
 const NAMESPACE_VERBS: &[&str] = &[CREATE, DELETE, GET, LIST, PATCH, UPDATE, WATCH];
 const STATUS_VERBS: &[&str] = &[GET, PATCH, UPDATE];
 
-static RESOURCES: [Resource; 7] = [
+static RESOURCES: [Resource; 9] = [
     Resource {
         kind: Kind::Pod,
         verbs: READ_WRITE,
@@ -264,7 +264,44 @@ static RESOURCES: [Resource; 7] = [
         subresources: &[],
         categories: &[],
     },
+    Resource {
+        kind: Kind::Deployment,
+        verbs: READ_WRITE,
+        subresources: &[
+            SCALE,
+            Subresource {
+                name: "status",
+                kind: "Deployment",
+                api_version: None,
+                verbs: STATUS_VERBS,
+            },
+        ],
+        categories: &["all"],
+    },
+    Resource {
+        kind: Kind::ReplicaSet,
+        verbs: READ_WRITE,
+        subresources: &[
+            SCALE,
+            Subresource {
+                name: "status",
+                kind: "ReplicaSet",
+                api_version: None,
+                verbs: STATUS_VERBS,
+            },
+        ],
+        categories: &["all"],
+    },
 ];
+
+/// A workload's replica count as an autoscaling/v1 `Scale`: what `kubectl scale` and
+/// autoscalers read and write.
+const SCALE: Subresource = Subresource {
+    name: "scale",
+    kind: "Scale",
+    api_version: Some("autoscaling/v1"),
+    verbs: STATUS_VERBS,
+};
 
 /// Every served resource, in discovery order.
 pub fn resources() -> &'static [Resource] {
@@ -646,12 +683,24 @@ mod tests {
         }
     }
 
-    /// With only the core group served, `/apis` lists no groups in either form.
+    /// `/apis` lists apps/v1 in both forms, with the workloads and their `Scale`.
     #[test]
-    fn no_other_groups_yet() {
-        assert_eq!(api_group_list()["groups"], json!([]));
-        assert_eq!(aggregated_groups()["items"], json!([]));
-        assert_eq!(aggregated_groups()["kind"], "APIGroupDiscoveryList");
+    fn apps_is_the_other_group() {
+        let apps = json!({"groupVersion": "apps/v1", "version": "v1"});
+        assert_eq!(
+            api_group_list()["groups"],
+            json!([{"name": "apps", "preferredVersion": apps, "versions": [apps]}])
+        );
+        let aggregated = aggregated_groups();
+        assert_eq!(aggregated["kind"], "APIGroupDiscoveryList");
+        assert_eq!(aggregated["items"][0]["metadata"]["name"], "apps");
+        let list = resource_list(GroupVersion::parse("apps/v1"));
+        let scale = find(&list, "deployments/scale");
+        assert_eq!(
+            (&scale["group"], &scale["version"], &scale["kind"]),
+            (&json!("autoscaling"), &json!("v1"), &json!("Scale"))
+        );
+        assert_eq!(find(&list, "replicasets")["shortNames"], json!(["rs"]));
     }
 
     /// `GET /api` names v1 and the address given.

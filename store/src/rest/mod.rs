@@ -78,7 +78,9 @@ pub fn router(api: ClusterApi, address: String) -> Router {
             "/api/v1/namespaces/{namespace}/pods/{name}/attach",
             any(pod_session),
         )
-        .route("/api/v1/{*rest}", any(resource))
+        .route("/api/v1/{*rest}", any(core_resource))
+        .route("/apis/{group}/{version}", get(group_version))
+        .route("/apis/{group}/{version}/{*rest}", any(group_resource))
         .fallback(not_found)
         .with_state(state)
 }
@@ -202,13 +204,29 @@ async fn pod_session(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let path = uri.path().trim_start_matches("/api/v1/");
-    let target = Target::parse(path)?;
+    let target = Target::parse("v1", path)?;
     let params = Params::parse(query.as_deref())?;
     exec::session(&rest.api, &target, &params, &method, upgrade.ok()).await
 }
 
-/// Every request under `/api/v1/`: the path names the resource, the method and query the verb.
-async fn resource(
+/// `GET /apis/<group>/<version>`: the resources of a served group version.
+async fn group_version(Path((group, version)): Path<(String, String)>) -> Response {
+    let api_version = format!("{group}/{version}");
+    match discovery::group_versions()
+        .into_iter()
+        .find(|gv| gv.api_version() == api_version)
+    {
+        Some(gv) => json_response(StatusCode::OK, &discovery::resource_list(gv), &[]),
+        None => ApiError::new(
+            Reason::NotFound,
+            format!("the server could not find the requested resource (/apis/{api_version})"),
+        )
+        .into_response(),
+    }
+}
+
+/// Every request under `/api/v1/`.
+async fn core_resource(
     State(rest): State<Arc<Rest>>,
     Path(path): Path<String>,
     method: Method,
@@ -216,7 +234,32 @@ async fn resource(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let target = Target::parse(&path)?;
+    let target = Target::parse("v1", &path)?;
+    resource(rest, target, method, query, headers, body).await
+}
+
+/// Every request under `/apis/<group>/<version>/`.
+async fn group_resource(
+    State(rest): State<Arc<Rest>>,
+    Path((group, version, path)): Path<(String, String, String)>,
+    method: Method,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let target = Target::parse(&format!("{group}/{version}"), &path)?;
+    resource(rest, target, method, query, headers, body).await
+}
+
+/// A request for a resource: the path named it, the method and query name the verb.
+async fn resource(
+    rest: Arc<Rest>,
+    target: Target,
+    method: Method,
+    query: Option<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let params = Params::parse(query.as_deref())?;
     let accept = Accept::negotiate(&headers)?;
     let api = &rest.api;

@@ -13,7 +13,7 @@ use crate::cluster::list::ReadAt;
 /// Largest request body kube-apiserver accepts (3 MiB), and so Skiff.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
-/// The object or collection a path under `/api/v1/` names.
+/// The object or collection a path under `/api/v1/` or `/apis/<group>/<version>/` names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     pub kind: Kind,
@@ -27,20 +27,31 @@ pub struct Target {
 }
 
 impl Target {
-    /// Parses the path segments after `/api/v1/`: `pods`, `nodes/n1`, `nodes/n1/status`,
-    /// `namespaces/ns1`, `namespaces/ns1/pods`, `namespaces/ns1/pods/web/status`.
-    pub fn parse(rest: &str) -> Result<Target, ApiError> {
+    /// Parses the path segments after the prefix of the group version `api_version` (`v1`
+    /// under `/api/v1/`, `apps/v1` under `/apis/apps/v1/`): `pods`, `nodes/n1`,
+    /// `nodes/n1/status`, `namespaces/ns1`, `namespaces/ns1/pods`,
+    /// `namespaces/ns1/pods/web/status`. Only the kinds of that group version are found there.
+    pub fn parse(api_version: &str, rest: &str) -> Result<Target, ApiError> {
         let segments: Vec<&str> = rest.trim_matches('/').split('/').collect();
         let unknown = || {
+            let prefix = if api_version.contains('/') {
+                "apis"
+            } else {
+                "api"
+            };
             ApiError::new(
                 Reason::NotFound,
-                format!("the server could not find the requested resource (/api/v1/{rest})"),
+                format!(
+                    "the server could not find the requested resource (/{prefix}/{api_version}/{rest})"
+                ),
             )
         };
-        let kind_of = |plural: &str| Kind::from_plural(plural).ok_or_else(unknown);
+        let served =
+            |plural: &str| Kind::from_plural(plural).filter(|k| k.api_version() == api_version);
+        let kind_of = |plural: &str| served(plural).ok_or_else(unknown);
         let namespaced_collection = segments.len() >= 3
             && segments[0] == "namespaces"
-            && Kind::from_plural(segments[2]).is_some_and(Kind::is_namespaced);
+            && served(segments[2]).is_some_and(Kind::is_namespaced);
         let (kind, namespace, name, sub) = if namespaced_collection {
             let kind = kind_of(segments[2])?;
             match &segments[3..] {
@@ -377,25 +388,28 @@ mod tests {
     /// namespace object and a namespaced collection are told apart.
     #[test]
     fn paths() {
-        assert_eq!(Target::parse("pods").unwrap(), t(Kind::Pod, "", "", None));
         assert_eq!(
-            Target::parse("namespaces/a/pods").unwrap(),
+            Target::parse("v1", "pods").unwrap(),
+            t(Kind::Pod, "", "", None)
+        );
+        assert_eq!(
+            Target::parse("v1", "namespaces/a/pods").unwrap(),
             t(Kind::Pod, "a", "", None)
         );
         assert_eq!(
-            Target::parse("namespaces/a/pods/web/status").unwrap(),
+            Target::parse("v1", "namespaces/a/pods/web/status").unwrap(),
             t(Kind::Pod, "a", "web", Some("status"))
         );
         assert_eq!(
-            Target::parse("namespaces/a").unwrap(),
+            Target::parse("v1", "namespaces/a").unwrap(),
             t(Kind::Namespace, "", "a", None)
         );
         assert_eq!(
-            Target::parse("namespaces/a/status").unwrap(),
+            Target::parse("v1", "namespaces/a/status").unwrap(),
             t(Kind::Namespace, "", "a", Some("status"))
         );
         assert_eq!(
-            Target::parse("nodes/n1/status").unwrap(),
+            Target::parse("v1", "nodes/n1/status").unwrap(),
             t(Kind::Node, "", "n1", Some("status"))
         );
         for bad in [
@@ -404,8 +418,25 @@ mod tests {
             "namespaces/a/pods/web/status/x",
             "nodes//x",
         ] {
-            let e = Target::parse(bad).unwrap_err();
+            let e = Target::parse("v1", bad).unwrap_err();
             assert_eq!(e.reason, Reason::NotFound, "{bad}");
+        }
+        assert_eq!(
+            Target::parse("apps/v1", "namespaces/a/deployments/web/scale").unwrap(),
+            t(Kind::Deployment, "a", "web", Some("scale"))
+        );
+        assert_eq!(
+            Target::parse("apps/v1", "replicasets").unwrap(),
+            t(Kind::ReplicaSet, "", "", None)
+        );
+        // Each kind is found only under its own group version.
+        for (gv, path) in [
+            ("v1", "namespaces/a/deployments/web"),
+            ("apps/v1", "namespaces/a/pods"),
+            ("apps/v1", "namespaces/a"),
+        ] {
+            let e = Target::parse(gv, path).unwrap_err();
+            assert_eq!(e.reason, Reason::NotFound, "{gv} {path}");
         }
     }
 

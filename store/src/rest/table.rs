@@ -358,7 +358,9 @@ impl Printer {
             Kind::Namespace => Printer::Namespace,
             Kind::Event => Printer::Event,
             Kind::ResourceQuota => Printer::ResourceQuota,
-            Kind::LimitRange | Kind::Binding => Printer::Default,
+            Kind::LimitRange | Kind::Binding | Kind::Deployment | Kind::ReplicaSet => {
+                Printer::Default
+            }
         }
     }
 

@@ -191,7 +191,7 @@ pub async fn list(
     let items: Vec<Value> = page.items.iter().map(|s| served(&s.object)).collect();
     let body = match accept {
         Accept::Json => json!({
-            "apiVersion": "v1",
+            "apiVersion": target.kind.api_version(),
             "kind": format!("{}List", target.kind.name()),
             "metadata": list_meta,
             "items": items,

@@ -12,11 +12,13 @@
 //! | `resources` | resource names and quantities (container resources, node capacity)     |
 //! | `pod`       | the pod spec: containers, ports, probes, affinity, tolerations, spread |
 //! | `kinds`     | Node, Namespace, ResourceQuota, LimitRange, Binding, Event             |
+//! | `apps`      | Deployment and ReplicaSet: selector, template, rollout strategy        |
 
 use std::fmt;
 
 use super::object::Object;
 
+mod apps;
 mod kinds;
 mod names;
 mod pod;
@@ -131,6 +133,8 @@ pub fn validate(object: &Object) -> Result<(), ValidationErrors> {
         Object::LimitRange(l) => kinds::validate_limit_range(&mut errs, l),
         Object::Binding(b) => kinds::validate_binding(&mut errs, b),
         Object::Event(e) => kinds::validate_event(&mut errs, e),
+        Object::Deployment(d) => apps::validate_deployment(&mut errs, d),
+        Object::ReplicaSet(rs) => apps::validate_replica_set(&mut errs, rs),
     }
     errs.finish()
 }

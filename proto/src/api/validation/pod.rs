@@ -10,12 +10,17 @@ use super::names::{
 use super::resources::validate_resource_list;
 use super::{Errors, Path};
 use crate::api::meta::IntOrString;
-use crate::api::pod::{Affinity, Container, NodeSelectorTerm, Pod, PodAffinityTerm, Probe};
+use crate::api::pod::{
+    Affinity, Container, NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, Probe,
+};
 use crate::api::vocabulary::TaintEffect;
 
 pub(super) fn validate_pod(errs: &mut Errors, pod: &Pod) {
-    let spec = Path::root("spec");
-    let s = &pod.spec;
+    validate_pod_spec(errs, &Path::root("spec"), &pod.spec);
+}
+
+/// A pod spec, of a pod (`spec`) or of a workload's template (`spec.template.spec`).
+pub(super) fn validate_pod_spec(errs: &mut Errors, spec: &Path, s: &PodSpec) {
     if s.containers.is_empty() {
         errs.add(
             &spec.field("containers"),

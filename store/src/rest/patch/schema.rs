@@ -10,8 +10,8 @@
 //! The table is a tree of [`Schema`]s, one per Go struct, each naming only the fields that
 //! either merge or lead to a struct with a field that does. A struct used in several places is
 //! written once and referenced: the three container lists of [`POD_SPEC`] share [`CONTAINER`],
-//! and a workload kind (apps/v1 Deployment) would reuse [`POD_SPEC`] by giving its
-//! `spec.template` a `PodTemplateSpec` schema whose `spec` field points at it.
+//! and the workload kinds (apps/v1 Deployment, ReplicaSet) reuse [`POD_SPEC`] through their
+//! `spec.template` ([`POD_TEMPLATE_SPEC`]).
 //!
 //! Only what applying a patch needs is recorded. The `retainKeys` strategy some lists carry
 //! (`volumes`, `resourceClaims`, `status.resourceClaimStatuses`) tells a client when to *send*
@@ -63,6 +63,7 @@ pub(super) fn for_kind(kind: Kind) -> &'static Schema {
         Kind::Pod => &POD,
         Kind::Node => &NODE,
         Kind::Namespace => &NAMESPACE,
+        Kind::Deployment | Kind::ReplicaSet => &WORKLOAD,
         // No list of these kinds has a merge strategy beyond those of their metadata.
         Kind::ResourceQuota | Kind::LimitRange | Kind::Binding | Kind::Event => &METADATA_ONLY,
     }
@@ -185,6 +186,30 @@ static NAMESPACE: Schema = Schema {
     ],
 };
 
+/// core/v1 PodTemplateSpec.
+static POD_TEMPLATE_SPEC: Schema = Schema {
+    fields: &[nested("metadata", &OBJECT_META), nested("spec", &POD_SPEC)],
+};
+
+/// apps/v1 DeploymentSpec and ReplicaSetSpec: only their template has merging lists.
+static WORKLOAD_SPEC: Schema = Schema {
+    fields: &[nested("template", &POD_TEMPLATE_SPEC)],
+};
+
+/// apps/v1 DeploymentStatus and ReplicaSetStatus.
+static WORKLOAD_STATUS: Schema = Schema {
+    fields: &[by_key("conditions", "type")],
+};
+
+/// apps/v1 Deployment and ReplicaSet, which tag the same fields.
+static WORKLOAD: Schema = Schema {
+    fields: &[
+        nested("metadata", &OBJECT_META),
+        nested("spec", &WORKLOAD_SPEC),
+        nested("status", &WORKLOAD_STATUS),
+    ],
+};
+
 static METADATA_ONLY: Schema = Schema {
     fields: &[nested("metadata", &OBJECT_META)],
 };
@@ -235,6 +260,14 @@ mod tests {
             assert_eq!(strategy(Kind::Pod, path), expected, "Pod {path}");
         }
         assert_eq!(strategy(Kind::Node, "spec.podCIDRs"), Some(Union));
+        assert_eq!(
+            strategy(Kind::Deployment, "spec.template.spec.containers.env"),
+            Some(ByKey("name"))
+        );
+        assert_eq!(
+            strategy(Kind::ReplicaSet, "status.conditions"),
+            Some(ByKey("type"))
+        );
         assert_eq!(
             strategy(Kind::Node, "status.addresses"),
             Some(ByKey("type"))
