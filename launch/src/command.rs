@@ -166,6 +166,27 @@ impl SchedulerCommand {
     }
 }
 
+/// `skiff controller-manager`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControllerManagerCommand {
+    /// Store members' client endpoints (`host:port`).
+    pub endpoints: Vec<String>,
+    pub metrics_addr: Option<SocketAddr>,
+    pub lease_ttl: Option<Duration>,
+    pub log: Option<String>,
+}
+
+impl ControllerManagerCommand {
+    pub fn args(&self) -> Vec<OsString> {
+        let mut a = Argv(vec!["controller-manager".into()]);
+        a.list("endpoints", &self.endpoints)
+            .opt("metrics-addr", self.metrics_addr)
+            .opt("lease-ttl", self.lease_ttl.map(duration))
+            .opt("log", self.log.as_ref());
+        a.0
+    }
+}
+
 /// `skiff node`: the node agent of one node, or of `count` simulated ones.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeCommand {

@@ -21,7 +21,10 @@ pub mod containerd;
 use std::path::PathBuf;
 
 pub use child::{Child, Launch};
-pub use command::{ClusterState, NodeCommand, RuntimeKind, SchedulerCommand, StoreCommand};
+pub use command::{
+    ClusterState, ControllerManagerCommand, NodeCommand, RuntimeKind, SchedulerCommand,
+    StoreCommand,
+};
 pub use containerd::Containerd;
 
 /// Why a process could not be started, signalled or set up.

@@ -11,6 +11,7 @@
 //! | [`recorder`] | the event recorder: `Event` objects written in the background, repeats folded |
 //! | [`backoff`]  | the back-off with jitter every retry loop uses                          |
 //! | [`duration`] | the parser of every duration flag (`500ms`, `1h30m`)                    |
+//! | [`leader`]   | leader election on a leased etcd key, and its fencing token             |
 //! | [`metrics`]  | the Prometheus registry, process metrics and `/metrics` every process serves |
 //! | [`http`]     | the HTTP client of probes, metric scrapes and the REST benchmark        |
 //! | [`raft`]     | the peer service between store members (generated, peer port only)     |
@@ -24,6 +25,7 @@ pub mod backoff;
 pub mod client;
 pub mod duration;
 pub mod http;
+pub mod leader;
 pub mod logs;
 pub mod manifest;
 pub mod metrics;

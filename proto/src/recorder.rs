@@ -67,7 +67,7 @@ pub fn reference(object: &Object) -> ObjectReference {
 /// The reference to an object of `kind` with metadata `m`.
 pub fn reference_to(kind: Kind, m: &ObjectMeta) -> ObjectReference {
     ObjectReference {
-        api_version: "v1".into(),
+        api_version: kind.api_version().into(),
         kind: kind.name().into(),
         namespace: m.namespace.clone(),
         name: m.name.clone(),

@@ -5,7 +5,6 @@
 //! | module      | what                                                                      |
 //! |-------------|---------------------------------------------------------------------------|
 //! | [`bench`]   | the in-process benchmark: synthetic workload through the whole pipeline  |
-//! | [`leader`]  | leader election among scheduler processes, fencing tokens for Bind       |
 //! | [`model`]   | the scheduling-relevant view of a Pod / Node, and a pod's signature       |
 //! | [`table`]   | the node table (structure of arrays), pod accounting, term counts         |
 //! | [`kernels`] | the vectorised loops, dispatched at run time (AVX-512 / AVX2 / baseline)  |
@@ -21,7 +20,6 @@ pub mod bench;
 pub mod engine;
 pub mod filter;
 pub mod kernels;
-pub mod leader;
 pub mod model;
 pub mod parallel;
 pub mod queue;

@@ -13,6 +13,7 @@ mod bench_kv;
 mod bench_scheduler;
 mod bench_startup;
 mod config;
+mod controller_manager;
 mod delete;
 mod demo;
 mod describe;
@@ -20,6 +21,7 @@ mod jepsen;
 mod node;
 mod plot;
 mod scheduler;
+mod signals;
 mod store;
 mod up;
 mod validate;
@@ -43,8 +45,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Start a local cluster: three store members, the scheduler and node agents (simulated,
-    /// or containerd with `--runtime cri`), until Ctrl-C.
+    /// Start a local cluster: three store members, the scheduler, the controller manager and
+    /// node agents (simulated, or containerd with `--runtime cri`), until Ctrl-C.
     Up(up::Args),
     /// Print the version of this binary and of the APIs it speaks.
     Version,
@@ -64,6 +66,9 @@ enum Command {
     Delete(delete::Args),
     /// Run the scheduler against a store: place pending pods, bind them in batches.
     Scheduler(scheduler::Args),
+    /// Run the controllers against a store: Deployments roll out ReplicaSets, ReplicaSets
+    /// keep their pods.
+    ControllerManager(controller_manager::Args),
     /// Benchmarks against a running cluster; each prints its figures.
     Bench(bench::Args),
     /// Fault-injection runs (partitions, kills, pauses, membership) with checked histories.
@@ -146,6 +151,7 @@ fn main() -> ExitCode {
         Command::Delete(args) => delete::run(&args),
         Command::Up(args) => up::run(args),
         Command::Scheduler(args) => scheduler::run(args),
+        Command::ControllerManager(args) => controller_manager::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Jepsen(args) => jepsen::run(args),
         Command::Node(args) => node::run(*args),

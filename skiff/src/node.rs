@@ -380,18 +380,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let cancel = CancellationToken::new();
         let stop = cancel.clone();
         tokio::spawn(async move {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        tracing::error!(error = %e, "no SIGTERM handler");
-                        return;
-                    }
-                };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
+            crate::signals::terminated().await;
             stop.cancel();
         });
         tracing::info!(nodes = nodes.len(), "node agent starting");

@@ -69,18 +69,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(async {
-        let shutdown = async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("invariant: SIGTERM can be handled");
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        };
-        service::run(config, shutdown).await
-    })?;
+    rt.block_on(service::run(config, crate::signals::terminated()))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -200,18 +200,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(async move {
-        let shutdown = async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("invariant: SIGTERM handler installs");
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        };
-        server::run(config, listen, shutdown).await
-    })?;
+    rt.block_on(server::run(config, listen, crate::signals::terminated()))?;
     Ok(ExitCode::SUCCESS)
 }
 

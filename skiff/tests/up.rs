@@ -14,7 +14,7 @@ use skiff_launch::{Child, Launch};
 use skiff_proto::api::{Kind, Object, PodPhase};
 use skiff_proto::client::{ClusterClient, ListParams};
 
-/// A base port whose 32 successors are free now (below the ephemeral range). Calls in one
+/// A base port whose 33 successors are free now (below the ephemeral range). Calls in one
 /// test process walk distinct ranges, so tests running side by side never pick the same one.
 fn free_base() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -27,12 +27,13 @@ fn free_base() -> u16 {
     for _ in 0..120 {
         let slot = NEXT.fetch_add(1, Ordering::Relaxed) % 120;
         let base = 20_000 + slot as u16 * 100;
-        // Every port `up` takes: members at base+10i..+3, the scheduler and agents at +30..+32.
-        if (base..=base + 32).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+        // Every port `up` takes: members at base+10i..+3, the scheduler and agents at
+        // +30..+32, the controller manager at +33.
+        if (base..=base + 33).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
             return base;
         }
     }
-    panic!("no free range of 32 ports");
+    panic!("no free range of 34 ports");
 }
 
 /// A `skiff up` process. Dropped: Ctrl-C (SIGINT) and a wait, then SIGKILL; its whole

@@ -87,6 +87,29 @@ impl ObjectMeta {
     }
 }
 
+/// The characters kube-apiserver appends to `generateName` and spells template hashes with
+/// (no vowels, so no words; no look-alikes such as 0/o, 1/l).
+pub const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// `prefix` and five random characters of [`NAME_ALPHABET`]: the name the store gives an
+/// object created with `generateName: prefix`.
+pub fn generated_name(prefix: &str) -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    let suffix: String = (0..5)
+        .map(|_| NAME_ALPHABET[rng.random_range(0..NAME_ALPHABET.len())] as char)
+        .collect();
+    format!("{prefix}{suffix}")
+}
+
+/// The finalizer a foreground delete puts on an owner: the garbage collector deletes the
+/// owner's dependents first, then removes it, and with it the owner.
+pub const FOREGROUND_DELETION_FINALIZER: &str = "foregroundDeletion";
+/// The finalizer an orphaning delete puts on an owner: the garbage collector removes the
+/// owner's reference from every dependent first, then removes it, and with it the owner.
+pub const ORPHAN_FINALIZER: &str = "orphan";
+
+/// An object's owner: when every owner is gone, the garbage collector deletes the object.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[serde(rename_all = "camelCase")]

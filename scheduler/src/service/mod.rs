@@ -41,6 +41,9 @@ mod status;
 
 pub use informer::Handlers;
 
+/// The key scheduler processes elect their leader on.
+pub const LEADER_KEY: &str = "/skiff/leader/scheduler";
+
 /// The names a pod's `spec.schedulerName` may carry for this scheduler to take it.
 pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
 
@@ -49,7 +52,7 @@ pub enum Error {
     #[error(transparent)]
     Client(#[from] skiff_proto::client::ClientError),
     #[error(transparent)]
-    Leader(#[from] crate::leader::Error),
+    Leader(#[from] skiff_proto::leader::Error),
     #[error("lost the scheduler leadership; stopping so a standby can take over")]
     LeadershipLost,
     #[error("metrics address {addr}: {source}")]
@@ -121,7 +124,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     tokio::pin!(shutdown);
     let mut leadership = if config.leader_elect {
         tokio::select! {
-            l = crate::leader::acquire(&config.endpoints, &config.identity, config.lease_ttl) => Some(l?),
+            l = skiff_proto::leader::acquire(&config.endpoints, LEADER_KEY, &config.identity, config.lease_ttl) => Some(l?),
             () = &mut shutdown => return Ok(()),
         }
     } else {

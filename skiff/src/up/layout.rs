@@ -5,6 +5,7 @@
 //!  member i:  client base+10i   peer base+10i+1   metrics base+10i+2   Kubernetes API base+10i+3
 //!             (i = 0, 1, 2)
 //!  scheduler metrics base+30    node agents' log service base+31    their metrics base+32
+//!  controller manager metrics base+33
 //! ```
 
 use std::fs::File;
@@ -50,6 +51,9 @@ impl Layout {
     pub(super) fn node_metrics(&self) -> u16 {
         self.base_port + 32
     }
+    pub(super) fn controller_metrics(&self) -> u16 {
+        self.base_port + 33
+    }
     pub(super) fn ports(&self) -> Vec<u16> {
         let mut p: Vec<u16> = (0..MEMBERS.len())
             .flat_map(|i| [self.client(i), self.peer(i), self.metrics(i), self.api(i)])
@@ -58,6 +62,7 @@ impl Layout {
             self.scheduler_metrics(),
             self.node_logs(),
             self.node_metrics(),
+            self.controller_metrics(),
         ]);
         p
     }

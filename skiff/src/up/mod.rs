@@ -1,5 +1,5 @@
-//! `skiff up`: a whole local cluster from one command. Three store members, the scheduler and
-//! the node agents (simulated, or one node on a containerd of its own) run as child
+//! `skiff up`: a whole local cluster from one command. Three store members, the scheduler, the
+//! controller manager and the node agents (simulated, or one node on a containerd of its own) run as child
 //! processes of this one, with their logs in `<data-dir>/logs`; the client configuration the
 //! CLI reads is written to `~/.skiff/config` (or `$SKIFF_CONFIG`), and a `skiff` context for kubectl
 //! is merged into `~/.kube/config` (or the first file of `$KUBECONFIG`).
@@ -9,11 +9,13 @@
 //!            ├─ store b ─┼─ quorum (etcd v3 API + cluster API on every member)
 //!            ├─ store c ─┘
 //!            ├─ scheduler
+//!            ├─ controller manager (Deployments, ReplicaSets)
 //!            ├─ node agents (sim: one process, N nodes | cri: containerd + one agent)
 //!            └─ supervises: a member that dies is started again on its data directory
 //! ```
 //!
-//! Ctrl-C (or SIGTERM) stops the agents, then the scheduler, then the members, each with
+//! Ctrl-C (or SIGTERM) stops the agents, then the controller manager and the scheduler, then
+//! the members, each with
 //! SIGTERM and SIGKILL after a deadline. Children die with this process even when it is
 //! killed (`PR_SET_PDEATHSIG`), so nothing is left behind. A second `up` on the same
 //! directory resumes the same cluster (same ports, same data); a lock on the directory keeps
@@ -38,7 +40,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use skiff_launch::{Containerd, Launch, NodeCommand, RuntimeKind, SchedulerCommand, StoreCommand};
+use skiff_launch::{
+    Containerd, ControllerManagerCommand, Launch, NodeCommand, RuntimeKind, SchedulerCommand,
+    StoreCommand,
+};
 use skiff_proto::api::{Kind, Object};
 use skiff_proto::client::{ClusterClient, ListParams};
 
@@ -61,9 +66,8 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "sim")]
     runtime: RuntimeKind,
     /// First port: member i listens on base+10i (clients), +1 (peers), +2 (metrics), +3 (the
-    /// Kubernetes API); the
-    /// scheduler's metrics are on base+30, the agents' log service on base+31 and their
-    /// metrics on base+32. A resumed cluster keeps the ports it was created with [default:
+    /// Kubernetes API); the scheduler's metrics are on base+30, the agents' log service on
+    /// base+31, their metrics on base+32 and the controller manager's on base+33. A resumed cluster keeps the ports it was created with [default:
     /// 2379, or the next free range 100 ports up].
     #[arg(long)]
     base_port: Option<u16>,
@@ -134,6 +138,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let quorum_at = started.elapsed();
 
     start_scheduler(&mut cluster, &exe)?;
+    start_controller_manager(&mut cluster, &exe)?;
     let names = start_nodes(&mut cluster, &exe, &args)?;
     rt.block_on(wait_for(
         &mut cluster,
@@ -154,7 +159,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let kube_server = layout.api_url(0);
     let kube = kubeconfig::write(&kubeconfig_path, &kube_server)?;
     println!(
-        "ready in {:.1} s (quorum in {:.1} s): 3 store members, the scheduler, {} {} node(s)",
+        "ready in {:.1} s (quorum in {:.1} s): 3 store members, the scheduler, the controller manager, {} {} node(s)",
         ready_at.as_secs_f64(),
         quorum_at.as_secs_f64(),
         names.len(),
@@ -265,6 +270,22 @@ fn start_scheduler(cluster: &mut Cluster, exe: &str) -> Result<()> {
     )
 }
 
+fn start_controller_manager(cluster: &mut Cluster, exe: &str) -> Result<()> {
+    let cm = ControllerManagerCommand {
+        endpoints: cluster.endpoints(),
+        metrics_addr: Some(SocketAddr::from((
+            Ipv4Addr::LOCALHOST,
+            cluster.layout.controller_metrics(),
+        ))),
+        ..ControllerManagerCommand::default()
+    };
+    let log = cluster.logs().join("controller-manager.log");
+    cluster.start(
+        Launch::new("controller-manager", exe, log).args(cm.args()),
+        false,
+    )
+}
+
 /// The node agents (and, for `--runtime cri`, the containerd they run on); returns the
 /// names of the nodes they register.
 fn start_nodes(cluster: &mut Cluster, exe: &str, args: &Args) -> Result<Vec<String>> {
@@ -357,6 +378,10 @@ fn print_endpoints(layout: &Layout, dir: &Path, config_path: &Path, replaced: bo
     println!(
         "  scheduler metrics       http://127.0.0.1:{}/metrics",
         layout.scheduler_metrics()
+    );
+    println!(
+        "  controller metrics      http://127.0.0.1:{}/metrics",
+        layout.controller_metrics()
     );
     println!(
         "  node agents' metrics    http://127.0.0.1:{}/metrics",

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use skiff_proto::api::meta::generated_name;
 use skiff_proto::api::object::DecodeError;
 use skiff_proto::api::schema::{self, FieldValidation};
 use skiff_proto::api::{Kind, Object, PodPhase, Time, defaults, validation};
@@ -367,8 +368,30 @@ impl ClusterApi {
         )
     }
 
-    /// Create: defaults, validation, admission, then a put guarded by "key absent".
-    pub async fn create(&self, mut object: Object, dry_run: bool) -> Result<(i64, Object)> {
+    /// Create: defaults, validation, admission, then a put guarded by "key absent". An
+    /// object without a name but with `generateName` gets a generated one, tried again (up
+    /// to [`WRITE_ATTEMPTS`] times) when it is taken.
+    pub async fn create(&self, object: Object, dry_run: bool) -> Result<(i64, Object)> {
+        let meta = object.metadata();
+        if !meta.name.is_empty() || meta.generate_name.is_empty() {
+            return self.create_named(object, dry_run).await;
+        }
+        let prefix = meta.generate_name.clone();
+        for _ in 0..WRITE_ATTEMPTS {
+            let mut candidate = object.clone();
+            candidate.metadata_mut().name = generated_name(&prefix);
+            match self.create_named(candidate, dry_run).await {
+                Err(ClusterError::AlreadyExists { .. }) => continue,
+                done => return done,
+            }
+        }
+        Err(ClusterError::Contended {
+            kind: object.kind(),
+            name: prefix,
+        })
+    }
+
+    async fn create_named(&self, mut object: Object, dry_run: bool) -> Result<(i64, Object)> {
         let kind = object.kind();
         if kind == Kind::Binding {
             return Err(ClusterError::CreateBinding);

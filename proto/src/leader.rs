@@ -1,15 +1,16 @@
-//! Leader election, so that of several scheduler processes exactly one places pods, and
-//! fencing, so that a deposed leader cannot bind after another took over.
+//! Leader election, so that of several scheduler (or controller manager) processes exactly
+//! one acts, and fencing, so that a deposed leader cannot write after another took over.
 //!
 //! The leader holds one key in the store's etcd keyspace, attached to a lease it keeps
 //! alive. Taking the lead is a transaction "create the key if it does not exist"; the key's
-//! create revision is the leadership's fencing token: every Bind carries it, and the store
-//! commits a binding only while the key still has that create revision. A standby watches
-//! the key and tries again when it is deleted (released, or its lease expired).
+//! create revision is the leadership's fencing token: every fenced write (a scheduler's Bind)
+//! carries it, and the store commits it only while the key still has that create revision.
+//! A standby watches the key and tries again when it is deleted (released, or its lease
+//! expired).
 //!
 //! Losing the lease (keep-alives failing for a whole TTL, or the store saying the lease is
-//! gone) ends the leadership; the scheduler then stops, as kube-scheduler does, and its
-//! supervisor starts it again as a standby.
+//! gone) ends the leadership; the process then stops, as kube-scheduler and
+//! kube-controller-manager do, and its supervisor starts it again as a standby.
 
 use std::time::{Duration, Instant};
 
@@ -17,11 +18,9 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, PutOptions, Txn, TxnOp, TxnOpResponse,
     WatchOptions,
 };
-use skiff_proto::backoff::Backoff;
 use tokio::sync::watch;
 
-/// The key scheduler processes elect their leader on.
-pub const LEADER_KEY: &str = "/skiff/leader/scheduler";
+use crate::backoff::Backoff;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -69,9 +68,10 @@ impl Leadership {
     }
 }
 
-/// Waits until this process is the leader; `identity` is stored as the key's value.
+/// Waits until this process leads on `key`; `identity` is stored as the key's value.
 pub async fn acquire(
     endpoints: &[String],
+    key: &str,
     identity: &str,
     ttl: Duration,
 ) -> Result<Leadership, Error> {
@@ -88,21 +88,21 @@ pub async fn acquire(
     loop {
         let lease = client.lease_grant(ttl_s, None).await?.id();
         let txn = Txn::new()
-            .when([Compare::create_revision(LEADER_KEY, CompareOp::Equal, 0)])
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
             .and_then([TxnOp::put(
-                LEADER_KEY,
+                key,
                 identity,
                 Some(PutOptions::new().with_lease(lease)),
             )])
-            .or_else([TxnOp::get(LEADER_KEY, None)]);
+            .or_else([TxnOp::get(key, None)]);
         let resp = client.txn(txn).await?;
         let revision = resp.header().ok_or(Error::NoHeader)?.revision();
         if resp.succeeded() {
             let (tx, rx) = watch::channel(false);
             let keeper = tokio::spawn(keep_alive(client.clone(), lease, ttl, tx));
-            tracing::info!(identity, revision, "became the scheduler leader");
+            tracing::info!(key, identity, revision, "became the leader");
             return Ok(Leadership {
-                key: LEADER_KEY.to_string(),
+                key: key.to_string(),
                 revision,
                 lease,
                 lost: rx,
@@ -125,7 +125,7 @@ pub async fn acquire(
         // Wait for the key to go away, from just after the version we saw.
         let mut stream = client
             .watch(
-                LEADER_KEY,
+                key,
                 Some(WatchOptions::new().with_start_revision(mod_revision + 1)),
             )
             .await?;
@@ -185,6 +185,6 @@ async fn keep_alive(mut client: Client, lease: i64, ttl: Duration, lost: watch::
             }
         }
     }
-    tracing::error!("scheduler leadership lost");
+    tracing::error!("leadership lost");
     let _ = lost.send(true);
 }

@@ -1,0 +1,313 @@
+//! The controller manager: the loops that keep the cluster as its objects say.
+//!
+//! ```text
+//!  informers (pods, replicasets, deployments) ──► caches ──► event handlers
+//!                                                              │ keys
+//!          ┌───────────────────────────┬───────────────────────┘
+//!          ▼                           ▼
+//!   ReplicaSet queue ─► workers    Deployment queue ─► workers
+//!   (pods: slow-start creates,     (ReplicaSets: rolling update,
+//!    ranked deletes, status)        Recreate, history, status)
+//! ```
+//!
+//! Every controller is a queue of object keys and N workers that *sync* a key: read the
+//! object and what it owns from the caches, write what differs to the store, and say
+//! whether to look again later. A sync never trusts an event's payload, only the caches, so
+//! a missed or repeated event costs a sync, never a wrong decision. Writes carry the
+//! resourceVersion they were decided on, so a decision made on a stale cache fails with a
+//! conflict and is made again on fresh data.
+//!
+//! | module         | what                                                               |
+//! |----------------|--------------------------------------------------------------------|
+//! | this one       | [`Config`], [`Error`], [`run`]: leadership, informers, workers     |
+//! | [`queue`]      | the work queue: de-duplicated keys, per-key back-off, delayed adds |
+//! | [`cache`]      | the shared caches, indexed by owner                                 |
+//! | [`pods`]       | active, ready, available; the order pods are given up in           |
+//! | [`replicaset`] | the ReplicaSet controller and its pure plan                        |
+//! | [`deployment`] | the Deployment controller and its pure rollout plan                |
+//! | `metrics`      | `/metrics`: queue depth, sync latency and errors per controller    |
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use skiff_proto::api::meta::OwnerReference;
+use skiff_proto::api::{Kind, ObjectMeta};
+use skiff_proto::client::{ClientError, ClusterClient, Code, Event, Informer, ListParams};
+use skiff_proto::recorder::EventRecorder;
+
+pub mod cache;
+pub mod deployment;
+mod metrics;
+pub mod pods;
+pub mod queue;
+pub mod replicaset;
+
+pub use metrics::Metrics;
+
+use cache::Cache;
+use queue::WorkQueue;
+
+/// The key controller manager processes elect their leader on.
+pub const LEADER_KEY: &str = "/skiff/leader/controller-manager";
+/// The component name on the events the controllers record.
+pub const COMPONENT: &str = "controller-manager";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Leader(#[from] skiff_proto::leader::Error),
+    #[error("lost the controller manager leadership; stopping so a standby can take over")]
+    LeadershipLost,
+    #[error("metrics address {addr}: {source}")]
+    Metrics {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the {kind} informer stopped: {source}")]
+    Informer { kind: Kind, source: ClientError },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Settings of `skiff controller-manager`.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub endpoints: Vec<String>,
+    /// Workers per controller (kube-controller-manager's `--concurrent-*-syncs`).
+    pub workers: usize,
+    pub metrics_addr: Option<SocketAddr>,
+    /// Elect a leader among controller manager processes.
+    pub leader_elect: bool,
+    pub lease_ttl: Duration,
+    /// This process in the leadership key.
+    pub identity: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            endpoints: Vec::new(),
+            workers: 5,
+            metrics_addr: None,
+            leader_elect: true,
+            lease_ttl: Duration::from_secs(10),
+            identity: format!("controller-manager-{}", std::process::id()),
+        }
+    }
+}
+
+/// What every controller reads and writes through.
+#[derive(Debug)]
+pub struct Context {
+    pub client: ClusterClient,
+    pub pods: Cache,
+    pub replica_sets: Cache,
+    pub deployments: Cache,
+    pub events: EventRecorder,
+    pub metrics: Arc<Metrics>,
+}
+
+/// `namespace/name`: the key a controller's queue holds for an object.
+pub fn key_of(meta: &ObjectMeta) -> String {
+    format!("{}/{}", meta.namespace, meta.name)
+}
+
+/// The parts of a queue key.
+pub fn split_key(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
+}
+
+/// The controller reference an owner of `kind` puts on what it creates or adopts.
+pub fn controller_ref(kind: Kind, owner: &ObjectMeta) -> OwnerReference {
+    OwnerReference {
+        api_version: kind.api_version().into(),
+        kind: kind.name().into(),
+        name: owner.name.clone(),
+        uid: owner.uid.clone(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+        other: Default::default(),
+    }
+}
+
+/// A sync's answer: look again after this long, or not unless something changes.
+pub type Requeue = Option<Duration>;
+
+/// A controller: a queue of keys and what syncing one key does.
+pub trait Controller: Send + Sync + 'static {
+    /// The name in logs and metrics (`replicaset`, `deployment`).
+    const NAME: &'static str;
+
+    fn queue(&self) -> &WorkQueue;
+
+    /// Makes the object of `key` as its spec says; an error queues it again after its
+    /// back-off.
+    fn sync(&self, key: &str) -> impl Future<Output = Result<Requeue, ClientError>> + Send;
+}
+
+/// A worker: takes keys off the controller's queue until it is closed.
+pub async fn work<C: Controller>(controller: Arc<C>, metrics: Arc<Metrics>) {
+    let queue = controller.queue().clone();
+    while let Some(key) = queue.get().await {
+        let started = Instant::now();
+        let outcome = controller.sync(&key).await;
+        metrics.synced(C::NAME, started.elapsed(), outcome.is_err());
+        match outcome {
+            Ok(requeue) => {
+                queue.forget(&key);
+                if let Some(after) = requeue {
+                    queue.add_after(key.clone(), after);
+                }
+            }
+            Err(e) => {
+                let failures = queue.failures(&key);
+                if e.code() == Some(Code::Aborted) {
+                    // Decided on a cache older than the object: decide again on a newer one.
+                    tracing::debug!(controller = C::NAME, key, error = %e, "sync conflicted");
+                } else if failures < 3 || failures.is_power_of_two() {
+                    tracing::warn!(controller = C::NAME, key, failures, error = %e, "sync failed");
+                }
+                queue.add_rate_limited(&key);
+            }
+        }
+        queue.done(&key);
+    }
+}
+
+/// Runs the controllers until `shutdown` resolves or leadership is lost.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
+    tokio::pin!(shutdown);
+    let mut leadership = if config.leader_elect {
+        tokio::select! {
+            l = skiff_proto::leader::acquire(&config.endpoints, LEADER_KEY, &config.identity, config.lease_ttl) => Some(l?),
+            () = &mut shutdown => return Ok(()),
+        }
+    } else {
+        None
+    };
+    let client = ClusterClient::connect(&config.endpoints)?;
+    let metrics = Arc::new(Metrics::default());
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods: Cache::new(Kind::Pod),
+        replica_sets: Cache::new(Kind::ReplicaSet),
+        deployments: Cache::new(Kind::Deployment),
+        events: EventRecorder::spawn(client.clone(), COMPONENT, ""),
+        metrics: metrics.clone(),
+    });
+    let replica_sets = Arc::new(replicaset::ReplicaSets::new(ctx.clone()));
+    let deployments = Arc::new(deployment::Deployments::new(ctx.clone()));
+    let handlers = Arc::new(Handlers {
+        ctx: ctx.clone(),
+        replica_sets: replica_sets.clone(),
+        deployments: deployments.clone(),
+    });
+
+    // Every cache is full before any worker starts, so no sync decides on half a list.
+    let mut informers = Vec::new();
+    for kind in [Kind::Deployment, Kind::ReplicaSet, Kind::Pod] {
+        let mut informer = Informer::new(client.clone(), kind, ListParams::default());
+        for e in informer.relist().await? {
+            handlers.on_event(kind, &e);
+        }
+        handlers.cache(kind).set_synced();
+        informers.push((kind, informer));
+    }
+    tracing::info!(
+        deployments = ctx.deployments.len(),
+        replica_sets = ctx.replica_sets.len(),
+        pods = ctx.pods.len(),
+        "controller caches synced"
+    );
+    let mut tasks = tokio::task::JoinSet::new();
+    for (kind, mut informer) in informers {
+        let h = handlers.clone();
+        tasks.spawn(async move {
+            let r = informer.run(|e, _| h.on_event(kind, e)).await;
+            r.map_err(|source| Error::Informer { kind, source })
+        });
+    }
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..config.workers.max(1) {
+        workers.spawn(work(replica_sets.clone(), metrics.clone()));
+        workers.spawn(work(deployments.clone(), metrics.clone()));
+    }
+    let served = match config.metrics_addr {
+        Some(addr) => {
+            let registry = metrics::registry(
+                metrics.clone(),
+                vec![
+                    (replicaset::NAME, replica_sets.queue().clone()),
+                    (deployment::NAME, deployments.queue().clone()),
+                ],
+            );
+            Some(metrics::serve(addr, registry).await?)
+        }
+        None => None,
+    };
+
+    let lost = async {
+        match leadership.as_mut() {
+            Some(l) => l.lost().await,
+            None => std::future::pending().await,
+        }
+    };
+    let outcome = tokio::select! {
+        () = &mut shutdown => Ok(()),
+        () = lost => Err(Error::LeadershipLost),
+        Some(r) = tasks.join_next() => match r {
+            Ok(Err(e)) => Err(e),
+            _ => Ok(()),
+        },
+    };
+    replica_sets.queue().close();
+    deployments.queue().close();
+    tasks.abort_all();
+    if let Some(m) = served {
+        m.abort();
+    }
+    while workers.join_next().await.is_some() {}
+    if let (Some(l), Ok(())) = (leadership, &outcome) {
+        l.release().await;
+    }
+    outcome
+}
+
+/// Applies informer events to the caches and hands them to the controllers that care.
+struct Handlers {
+    ctx: Arc<Context>,
+    replica_sets: Arc<replicaset::ReplicaSets>,
+    deployments: Arc<deployment::Deployments>,
+}
+
+impl Handlers {
+    fn cache(&self, kind: Kind) -> &Cache {
+        match kind {
+            Kind::Pod => &self.ctx.pods,
+            Kind::ReplicaSet => &self.ctx.replica_sets,
+            _ => &self.ctx.deployments,
+        }
+    }
+
+    fn on_event(&self, kind: Kind, event: &Event) {
+        if matches!(event, Event::Bookmark(_)) {
+            return;
+        }
+        let old = self.cache(kind).apply(event);
+        let old = old.as_deref();
+        match kind {
+            Kind::Pod => {
+                self.replica_sets.on_pod(event, old);
+                self.deployments.on_pod(event);
+            }
+            Kind::ReplicaSet => {
+                self.replica_sets.on_replica_set(event);
+                self.deployments.on_replica_set(event, old);
+            }
+            _ => self.deployments.on_deployment(event),
+        }
+    }
+}

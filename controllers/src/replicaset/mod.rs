@@ -1,0 +1,323 @@
+//! The ReplicaSet controller: keeps `replicas` pods of a ReplicaSet's template, claims the
+//! pods its selector matches, and reports them in its status.
+//!
+//! A sync of one ReplicaSet:
+//! 1. claims pods: adopts active orphans its selector matches (adding its controller
+//!    reference), releases owned pods it no longer selects;
+//! 2. if the creates and deletes of its last sync have all been seen
+//!    ([`expectations`]), creates the pods it lacks in slow-start batches or deletes the
+//!    surplus, least useful first ([`plan`]);
+//! 3. writes its status (counts, `observedGeneration`, `ReplicaFailure` when creates fail),
+//!    and looks again when a ready pod is due to become available.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use skiff_proto::api::apps::ReplicaSet;
+use skiff_proto::api::{Kind, Object, Pod, Time};
+use skiff_proto::client::{ClientError, Code, Event};
+use skiff_proto::recorder::reference;
+
+use crate::cache::controller_of;
+use crate::queue::WorkQueue;
+use crate::{Context, Controller, Requeue, controller_ref, key_of, pods, split_key};
+
+pub mod expectations;
+pub mod plan;
+
+use expectations::Expectations;
+use plan::{Diff, Failure};
+
+/// The controller's name in logs and metrics.
+pub const NAME: &str = "replicaset";
+
+/// The ReplicaSet controller.
+#[derive(Debug)]
+pub struct ReplicaSets {
+    ctx: Arc<Context>,
+    queue: WorkQueue,
+    expectations: Expectations,
+}
+
+/// The queue key of the ReplicaSet that controls `object`, if one does.
+fn owner_key(object: &Object) -> Option<String> {
+    let r = controller_of(object)?;
+    (r.kind == Kind::ReplicaSet.name())
+        .then(|| format!("{}/{}", object.metadata().namespace, r.name))
+}
+
+impl ReplicaSets {
+    pub fn new(ctx: Arc<Context>) -> Self {
+        ReplicaSets {
+            ctx,
+            queue: WorkQueue::new(),
+            expectations: Expectations::default(),
+        }
+    }
+
+    /// Outstanding expectations, for tests and metrics.
+    pub fn expectations(&self) -> &Expectations {
+        &self.expectations
+    }
+
+    /// A pod changed: count it off its owner's expectations and sync the owner (the old one
+    /// too, if it changed hands); an orphan wakes the ReplicaSets that may adopt it.
+    pub fn on_pod(&self, event: &Event, old: Option<&Object>) {
+        let (object, deleted) = match event {
+            Event::Added(o) | Event::Modified(o) => (o, false),
+            Event::Deleted(o) => (o, true),
+            Event::Bookmark(_) => return,
+        };
+        let owner = owner_key(object);
+        if let Some(key) = &owner {
+            let marked = object.metadata().deletion_timestamp.is_some();
+            if deleted || marked {
+                self.expectations.deleted(key, &object.key());
+            } else if matches!(event, Event::Added(_)) {
+                self.expectations.created(key, 1);
+            }
+            self.queue.add(key.clone());
+        }
+        if let Some(previous) = old.and_then(owner_key)
+            && Some(&previous) != owner.as_ref()
+        {
+            self.queue.add(previous);
+        }
+        if owner.is_none() && !deleted {
+            let meta = object.metadata();
+            for rs in self.ctx.replica_sets.list(Some(&meta.namespace)) {
+                if let Object::ReplicaSet(rs) = &*rs
+                    && rs.spec.selector.matches(&meta.labels)
+                {
+                    self.queue.add(key_of(&rs.metadata));
+                }
+            }
+        }
+    }
+
+    pub fn on_replica_set(&self, event: &Event) {
+        match event {
+            Event::Added(o) | Event::Modified(o) | Event::Deleted(o) => {
+                self.queue.add(key_of(o.metadata()));
+            }
+            Event::Bookmark(_) => {}
+        }
+    }
+
+    /// The pods `rs` controls once adoptions and releases are done.
+    async fn claim(&self, rs: &ReplicaSet) -> Result<Vec<Arc<Object>>, ClientError> {
+        let selector = &rs.spec.selector;
+        let deleting = rs.metadata.deletion_timestamp.is_some();
+        let mut owned = Vec::new();
+        for object in self.ctx.pods.owned_by(&rs.metadata.uid) {
+            if controller_of(&object).is_none_or(|r| r.uid != rs.metadata.uid) {
+                continue;
+            }
+            if deleting || selector.matches(&object.metadata().labels) {
+                owned.push(object);
+                continue;
+            }
+            let mut released = (*object).clone();
+            released
+                .metadata_mut()
+                .owner_references
+                .retain(|r| r.uid != rs.metadata.uid);
+            ignore_gone(self.ctx.client.update(&released).await)?;
+        }
+        if deleting {
+            return Ok(owned);
+        }
+        for object in self.ctx.pods.orphans_in(&rs.metadata.namespace) {
+            let Object::Pod(pod) = &*object else { continue };
+            if !pods::is_active(pod) || !selector.matches(&pod.metadata.labels) {
+                continue;
+            }
+            let mut adopted = (*object).clone();
+            adopted
+                .metadata_mut()
+                .owner_references
+                .push(controller_ref(Kind::ReplicaSet, &rs.metadata));
+            if let Some(done) = ignore_gone(self.ctx.client.update(&adopted).await)? {
+                owned.push(Arc::new(done));
+            }
+        }
+        Ok(owned)
+    }
+
+    /// Creates or deletes pods towards `replicas`; a failure is recorded and returned.
+    async fn manage(
+        &self,
+        key: &str,
+        rs: &ReplicaSet,
+        active: &[&Pod],
+    ) -> Result<(), (Failure, ClientError)> {
+        let me = reference(&Object::ReplicaSet(rs.clone()));
+        match plan::diff(rs.replicas(), active) {
+            Diff::Steady => Ok(()),
+            Diff::Create(n) => {
+                self.expectations.expect(key, n, []);
+                let pod = Object::Pod(pod_for(rs));
+                let client = &self.ctx.client;
+                let (ok, skipped, error) =
+                    plan::slow_start(n, |_| async { client.create(&pod).await.map(|_| ()) }).await;
+                let failed = n - ok - skipped;
+                self.expectations.created(key, failed + skipped);
+                self.ctx.metrics.pod_writes("create", "ok", ok);
+                self.ctx.metrics.pod_writes("create", "error", failed);
+                if ok > 0 {
+                    self.ctx.events.normal(
+                        me.clone(),
+                        "SuccessfulCreate",
+                        format!("Created {ok} pod(s)"),
+                    );
+                }
+                match error {
+                    None => Ok(()),
+                    Some(e) => {
+                        let message = format!("Error creating: {e}");
+                        self.ctx.events.warning(me, "FailedCreate", message.clone());
+                        Err((
+                            Failure {
+                                reason: "FailedCreate",
+                                message,
+                            },
+                            e,
+                        ))
+                    }
+                }
+            }
+            Diff::Delete(victims) => {
+                let victims: Vec<&Pod> = victims.into_iter().map(|i| active[i]).collect();
+                let keys = victims
+                    .iter()
+                    .map(|p| Kind::Pod.key(&p.metadata.namespace, &p.metadata.name));
+                self.expectations.expect(key, 0, keys);
+                let client = &self.ctx.client;
+                let results = futures::future::join_all(victims.iter().map(|p| {
+                    client.delete(Kind::Pod, &p.metadata.namespace, &p.metadata.name, 0, None)
+                }))
+                .await;
+                let mut first_error = None;
+                let mut deleted = 0;
+                for (pod, r) in victims.iter().zip(results) {
+                    match r {
+                        Ok(_) => deleted += 1,
+                        Err(e) => {
+                            let pod_key =
+                                Kind::Pod.key(&pod.metadata.namespace, &pod.metadata.name);
+                            self.expectations.deleted(key, &pod_key);
+                            if e.code() != Some(Code::NotFound) {
+                                first_error.get_or_insert(e);
+                            }
+                        }
+                    }
+                }
+                self.ctx.metrics.pod_writes("delete", "ok", deleted);
+                if deleted > 0 {
+                    self.ctx.events.normal(
+                        me.clone(),
+                        "SuccessfulDelete",
+                        format!("Deleted {deleted} pod(s)"),
+                    );
+                }
+                match first_error {
+                    None => Ok(()),
+                    Some(e) => {
+                        self.ctx.metrics.pod_writes("delete", "error", 1);
+                        let message = format!("Error deleting: {e}");
+                        self.ctx.events.warning(me, "FailedDelete", message.clone());
+                        Err((
+                            Failure {
+                                reason: "FailedDelete",
+                                message,
+                            },
+                            e,
+                        ))
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Controller for ReplicaSets {
+    const NAME: &'static str = NAME;
+
+    fn queue(&self) -> &WorkQueue {
+        &self.queue
+    }
+
+    async fn sync(&self, key: &str) -> Result<Requeue, ClientError> {
+        let (namespace, name) = split_key(key);
+        let Some(object) = self.ctx.replica_sets.get(namespace, name) else {
+            self.expectations.forget(key);
+            return Ok(None);
+        };
+        let Object::ReplicaSet(rs) = &*object else {
+            return Ok(None);
+        };
+        let needs_sync =
+            self.expectations.satisfied(key) && rs.metadata.deletion_timestamp.is_none();
+        let owned = self.claim(rs).await?;
+        let active: Vec<&Pod> = owned
+            .iter()
+            .filter_map(|o| match &**o {
+                Object::Pod(p) if pods::is_active(p) => Some(p),
+                _ => None,
+            })
+            .collect();
+        let outcome = if needs_sync {
+            self.manage(key, rs, &active).await
+        } else {
+            Ok(())
+        };
+        let now = Time::now().unix();
+        let failure = outcome.as_ref().err().map(|(f, _)| f);
+        let status = plan::status(rs, &active, now, failure);
+        if rs.status.as_ref() != Some(&status) {
+            let mut next = rs.clone();
+            next.status = Some(status);
+            ignore_gone(
+                self.ctx
+                    .client
+                    .update_status(&Object::ReplicaSet(next))
+                    .await,
+            )?;
+        }
+        if let Err((_, e)) = outcome {
+            return Err(e);
+        }
+        let min_ready = rs.spec.min_ready_seconds.unwrap_or(0);
+        let due = active
+            .iter()
+            .filter_map(|p| pods::seconds_to_available(p, min_ready, now))
+            .min();
+        Ok(due.map(|s| Duration::from_secs(s.unsigned_abs())))
+    }
+}
+
+/// A write's result, with "the object is gone" as `None` rather than an error.
+fn ignore_gone(r: Result<Object, ClientError>) -> Result<Option<Object>, ClientError> {
+    match r {
+        Ok(o) => Ok(Some(o)),
+        Err(e) if e.code() == Some(Code::NotFound) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A pod of `rs`'s template: named by the store from `<rs>-`, controlled by `rs`.
+pub fn pod_for(rs: &ReplicaSet) -> Pod {
+    let template = &rs.spec.template;
+    let mut meta = template.metadata.clone();
+    meta.name.clear();
+    meta.generate_name = format!("{}-", rs.metadata.name);
+    meta.namespace = rs.metadata.namespace.clone();
+    meta.uid.clear();
+    meta.resource_version.clear();
+    meta.owner_references = vec![controller_ref(Kind::ReplicaSet, &rs.metadata)];
+    Pod {
+        metadata: meta,
+        spec: template.spec.clone(),
+        ..Pod::default()
+    }
+}

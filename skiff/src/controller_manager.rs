@@ -1,0 +1,77 @@
+//! `skiff controller-manager`: the Deployment and ReplicaSet controllers against a running
+//! store, leader-elected.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use skiff_controllers::Config;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Store members' client endpoints (host:port), comma-separated.
+    #[arg(long, env = "SKIFF_ENDPOINTS", value_delimiter = ',', required = true)]
+    endpoints: Vec<String>,
+    /// Objects of each kind synced at once (kube-controller-manager's
+    /// `--concurrent-*-syncs`).
+    #[arg(long, default_value_t = 5)]
+    workers: usize,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long)]
+    metrics_addr: Option<SocketAddr>,
+    /// Run without electing a leader (only safe when no other controller manager runs).
+    #[arg(long)]
+    no_leader_elect: bool,
+    /// How long the leadership lease lives without renewal (at least 2s); a standby takes
+    /// over after it.
+    #[arg(long, default_value = "10s", value_parser = skiff_proto::duration::parse)]
+    lease_ttl: std::time::Duration,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let config = Config {
+        endpoints: args.endpoints,
+        workers: args.workers.max(1),
+        metrics_addr: args.metrics_addr,
+        leader_elect: !args.no_leader_elect,
+        lease_ttl: args.lease_ttl.max(std::time::Duration::from_secs(2)),
+        identity: format!(
+            "{}/{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into()),
+            std::process::id()
+        ),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(skiff_controllers::run(config, crate::signals::terminated()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    /// What `skiff-launch` starts is what this command reads.
+    #[test]
+    fn the_launch_crates_command_line_parses_as_set() {
+        use clap::Parser as _;
+        use skiff_launch::ControllerManagerCommand;
+
+        let cmd = ControllerManagerCommand {
+            endpoints: vec!["127.0.0.1:1".into()],
+            metrics_addr: Some("127.0.0.1:3".parse().expect("address")),
+            lease_ttl: Some(std::time::Duration::from_secs(2)),
+            log: Some("info".into()),
+        };
+        let cli = crate::Cli::try_parse_from(std::iter::once("skiff".into()).chain(cmd.args()))
+            .expect("the launch crate's argv parses");
+        let a = match cli.command {
+            crate::Command::ControllerManager(a) => a,
+            other => panic!("not `skiff controller-manager`: {other:?}"),
+        };
+        assert_eq!(a.endpoints, cmd.endpoints);
+        assert_eq!(a.metrics_addr, cmd.metrics_addr);
+        assert_eq!(Some(a.lease_ttl), cmd.lease_ttl);
+    }
+}
