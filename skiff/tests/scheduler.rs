@@ -157,7 +157,7 @@ async fn schedulers_bind_pending_pods_without_overcommit_and_fail_over() {
     // Exactly one scheduler leads.
     let leaders = [&a, &b]
         .iter()
-        .filter(|s| s.log().contains("became the scheduler leader"))
+        .filter(|s| s.log().contains("became the leader"))
         .count();
     assert_eq!(leaders, 1, "one leader:\n{}\n{}", a.log(), b.log());
 
@@ -171,7 +171,7 @@ async fn schedulers_bind_pending_pods_without_overcommit_and_fail_over() {
     assert_eq!(placements(&ps).get("n4"), Some(&4));
 
     // Kill the leader; the standby takes over and places what deleting two pods frees.
-    let (leader, standby) = if a.log().contains("became the scheduler leader") {
+    let (leader, standby) = if a.log().contains("became the leader") {
         (&mut a, &mut b)
     } else {
         (&mut b, &mut a)
@@ -199,7 +199,7 @@ async fn schedulers_bind_pending_pods_without_overcommit_and_fail_over() {
     .await;
     placements(&ps);
     assert!(
-        standby.log().contains("became the scheduler leader"),
+        standby.log().contains("became the leader"),
         "{}",
         standby.log()
     );

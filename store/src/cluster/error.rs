@@ -19,7 +19,7 @@ pub enum ClusterError {
     Missing { field: &'static str },
     #[error("key.namespace: required for {}", kind.qualified_resource())]
     NamespaceRequired { kind: Kind },
-    #[error("unknown kind {kind:?}: expected Pod, Node, Namespace, ResourceQuota or LimitRange")]
+    #[error("unknown kind {kind:?}: expected one of {}", Kind::ALL.map(Kind::name).join(", "))]
     UnknownKind { kind: String },
     /// A request body that does not decode as its kind (a bad enumerated value included).
     #[error("{} body: {source}", kind.name())]
@@ -119,6 +119,26 @@ pub enum ClusterError {
 }
 
 impl ClusterError {
+    /// The error about an object created with `generateName`, naming the prefix the client
+    /// sent rather than the name tried (as kube-apiserver does), so the same refusal reads
+    /// the same every time.
+    pub fn naming(self, requested: &str) -> ClusterError {
+        let requested = requested.to_owned();
+        match self {
+            ClusterError::Invalid { kind, source, .. } => ClusterError::Invalid {
+                kind,
+                name: requested,
+                source,
+            },
+            ClusterError::Forbidden { kind, why, .. } => ClusterError::Forbidden {
+                kind,
+                name: requested,
+                why,
+            },
+            other => other,
+        }
+    }
+
     pub fn code(&self) -> Code {
         use ClusterError::*;
         match self {

@@ -382,6 +382,7 @@ impl ClusterApi {
             candidate.metadata_mut().name = generated_name(&prefix);
             match self.create_named(candidate, dry_run).await {
                 Err(ClusterError::AlreadyExists { .. }) => continue,
+                Err(e) => return Err(e.naming(&prefix)),
                 done => return done,
             }
         }

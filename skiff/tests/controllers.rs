@@ -1,0 +1,432 @@
+//! `skiff controller-manager` against a real three-member store, with the scheduler and
+//! simulated node agents: Deployments roll out ReplicaSets that run pods.
+//!
+//! The bounds of a rolling update are checked on every pod watch event, not sampled: a
+//! watcher that sees every change to the pods counts, after each one, the active pods (not
+//! finished, not being deleted), which must never exceed `replicas + maxSurge`, and the
+//! available ones, which must never drop below `replicas - maxUnavailable` once the rollout
+//! began from a full set.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{Cluster, eventually, free_port, skiff_bin};
+use futures::StreamExt;
+use serde_json::json;
+use skiff_launch::{
+    Child, ControllerManagerCommand, Launch, NodeCommand, RuntimeKind, SchedulerCommand,
+};
+use skiff_proto::api::apps::POD_TEMPLATE_HASH_LABEL;
+use skiff_proto::api::{
+    ConditionStatus, Deployment, Kind, Object, Pod, PodConditionType, ReplicaSet,
+    WorkloadConditionType,
+};
+use skiff_proto::client::{ClusterClient, Event, ListParams};
+use skiff_proto::http::HttpClient;
+
+fn obj(kind: Kind, v: serde_json::Value) -> Object {
+    Object::from_json(kind, v.to_string().as_bytes()).expect("test object decodes")
+}
+
+/// The Deployment the tests roll: `replicas` pods of `image`, surging by 1, never below
+/// `replicas` available.
+fn web(replicas: i32, image: &str) -> Object {
+    obj(
+        Kind::Deployment,
+        json!({"metadata": {"name": "web", "namespace": "default"},
+               "spec": {"replicas": replicas,
+                        "selector": {"matchLabels": {"app": "web"}},
+                        "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                        "template": {"metadata": {"labels": {"app": "web"}},
+                                     "spec": {"containers": [{"name": "web", "image": image}]}}}}),
+    )
+}
+
+/// A child process of the test (killed by PID when dropped).
+fn spawn(cluster: &Cluster, name: &str, args: Vec<std::ffi::OsString>) -> Child {
+    Launch::new(
+        name,
+        skiff_bin(),
+        cluster.dir.path().join(format!("{name}.log")),
+    )
+    .args(args)
+    .spawn()
+    .unwrap_or_else(|e| panic!("spawn {name}: {e}"))
+    .tail_on_panic(200)
+}
+
+struct Control {
+    _scheduler: Child,
+    _agents: Child,
+    managers: Vec<(Child, SocketAddr)>,
+}
+
+/// The scheduler, `nodes` simulated nodes and `managers` controller managers.
+fn start_control(cluster: &Cluster, nodes: usize, managers: usize) -> Control {
+    let scheduler = SchedulerCommand {
+        endpoints: cluster.endpoints(),
+        lease_ttl: Some(Duration::from_secs(2)),
+        log: Some("info".into()),
+        ..SchedulerCommand::default()
+    };
+    let agents = NodeCommand {
+        count: Some(nodes),
+        name_prefix: Some("n".into()),
+        heartbeat_interval: Some(Duration::from_secs(1)),
+        logs_address: Some("127.0.0.1:0".into()),
+        log: Some("info".into()),
+        ..NodeCommand::new(RuntimeKind::Sim, cluster.endpoints())
+    };
+    Control {
+        _scheduler: spawn(cluster, "scheduler", scheduler.args()),
+        _agents: spawn(cluster, "agents", agents.args()),
+        managers: (0..managers)
+            .map(|i| {
+                let metrics = SocketAddr::from(([127, 0, 0, 1], free_port()));
+                let cm = ControllerManagerCommand {
+                    endpoints: cluster.endpoints(),
+                    metrics_addr: Some(metrics),
+                    lease_ttl: Some(Duration::from_secs(2)),
+                    log: Some("info".into()),
+                };
+                (spawn(cluster, &format!("cm-{i}"), cm.args()), metrics)
+            })
+            .collect(),
+    }
+}
+
+fn leads(child: &Child) -> bool {
+    std::fs::read_to_string(child.log())
+        .unwrap_or_default()
+        .contains("became the leader")
+}
+
+/// What the watcher checks, and what it found.
+#[derive(Debug, Default)]
+struct Watched {
+    pods: BTreeMap<String, Pod>,
+    /// (most active pods, fewest available pods) allowed now; `None`: not checked.
+    ceiling: Option<usize>,
+    floor: Option<usize>,
+    violations: Vec<String>,
+    events: u64,
+}
+
+fn active(p: &Pod) -> bool {
+    !p.is_terminal() && p.metadata.deletion_timestamp.is_none()
+}
+
+fn ready(p: &Pod) -> bool {
+    p.condition(&PodConditionType::Ready)
+        .is_some_and(|c| c.status == ConditionStatus::True)
+}
+
+impl Watched {
+    fn counts(&self) -> (usize, usize) {
+        let active: Vec<&Pod> = self.pods.values().filter(|p| active(p)).collect();
+        (active.len(), active.iter().filter(|p| ready(p)).count())
+    }
+
+    fn check(&mut self) {
+        let (n, available) = self.counts();
+        if let Some(c) = self.ceiling
+            && n > c
+        {
+            self.violations
+                .push(format!("event {}: {n} active pods > {c}", self.events));
+        }
+        if let Some(f) = self.floor
+            && available < f
+        {
+            self.violations.push(format!(
+                "event {}: {available} available pods < {f}",
+                self.events
+            ));
+        }
+    }
+}
+
+/// Follows every change to the pods of `default` and checks the bounds after each.
+fn watch_pods(api: ClusterClient) -> Arc<Mutex<Watched>> {
+    let state = Arc::new(Mutex::new(Watched::default()));
+    let s = state.clone();
+    tokio::spawn(async move {
+        let params = ListParams::default().namespace("default");
+        let (items, rev) = api.list(Kind::Pod, &params).await.expect("list pods");
+        {
+            let mut w = s.lock().expect("lock");
+            for o in items {
+                if let Object::Pod(p) = o {
+                    w.pods.insert(p.metadata.name.clone(), p);
+                }
+            }
+        }
+        let mut stream = Box::pin(
+            api.watch(Kind::Pod, &params.watch_after(rev))
+                .await
+                .expect("watch pods"),
+        );
+        while let Some(e) = stream.next().await {
+            let e = e.expect("the pod watch never breaks in this test");
+            let mut w = s.lock().expect("lock");
+            w.events += 1;
+            match e {
+                Event::Added(Object::Pod(p)) | Event::Modified(Object::Pod(p)) => {
+                    w.pods.insert(p.metadata.name.clone(), p);
+                }
+                Event::Deleted(Object::Pod(p)) => {
+                    w.pods.remove(&p.metadata.name);
+                }
+                _ => {}
+            }
+            w.check();
+        }
+    });
+    state
+}
+
+async fn deployment(api: &ClusterClient) -> Deployment {
+    match api.get(Kind::Deployment, "default", "web").await {
+        Ok(Some(Object::Deployment(d))) => d,
+        other => panic!("no deployment web: {other:?}"),
+    }
+}
+
+async fn replica_sets(api: &ClusterClient) -> Vec<ReplicaSet> {
+    api.list(
+        Kind::ReplicaSet,
+        &ListParams::default().namespace("default"),
+    )
+    .await
+    .expect("list replica sets")
+    .0
+    .into_iter()
+    .filter_map(|o| match o {
+        Object::ReplicaSet(rs) => Some(rs),
+        _ => None,
+    })
+    .collect()
+}
+
+/// Waits until the Deployment's rollout is complete as `kubectl rollout status` judges it
+/// (observed generation, updated, total and available replicas all at `replicas`), and
+/// every active pod runs `image`.
+async fn rolled_out(api: &ClusterClient, watched: &Mutex<Watched>, replicas: i32, image: &str) {
+    eventually(
+        Duration::from_secs(120),
+        &format!("{replicas} replicas of {image} rolled out"),
+        || async {
+            let d = deployment(api).await;
+            let s = d.status.clone().unwrap_or_default();
+            let done = s.observed_generation >= d.metadata.generation
+                && s.updated_replicas == replicas
+                && s.replicas == replicas
+                && s.available_replicas == replicas;
+            let w = watched.lock().expect("lock");
+            let pods: Vec<&Pod> = w.pods.values().filter(|p| active(p)).collect();
+            let all_new = pods.len() == replicas as usize
+                && pods
+                    .iter()
+                    .all(|p| p.spec.containers[0].image == image && ready(p));
+            (done && all_new).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Sets the bounds the watcher checks from now on.
+fn bounds(watched: &Mutex<Watched>, ceiling: Option<usize>, floor: Option<usize>) {
+    let mut w = watched.lock().expect("lock");
+    w.ceiling = ceiling;
+    w.floor = floor;
+    w.check();
+}
+
+async fn update(api: &ClusterClient, replicas: i32, image: &str) {
+    let mut next = deployment(api).await;
+    let Object::Deployment(want) = web(replicas, image) else {
+        unreachable!()
+    };
+    next.spec.replicas = want.spec.replicas;
+    next.spec.template = want.spec.template;
+    api.update(&Object::Deployment(next))
+        .await
+        .expect("update deployment");
+}
+
+/// The whole flow: a Deployment of 3 becomes one ReplicaSet and 3 running pods; an image
+/// change rolls out within maxSurge 1 / maxUnavailable 0 on every event; rolling back
+/// reuses the first ReplicaSet under a new revision; scaling to 0 and to 50 works; killing
+/// the leading controller manager mid-rollout hands over to the standby and the rollout
+/// still finishes within its bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployments_roll_out_within_their_bounds_and_survive_a_failover() {
+    let cluster = Cluster::start(3).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let mut control = start_control(&cluster, 3, 2);
+    let watched = watch_pods(api.clone());
+
+    bounds(&watched, Some(4), None);
+    api.create(&web(3, "localhost/skiff/busybox:1"))
+        .await
+        .expect("create deployment");
+    rolled_out(&api, &watched, 3, "localhost/skiff/busybox:1").await;
+    let sets = replica_sets(&api).await;
+    assert_eq!(sets.len(), 1, "one ReplicaSet: {sets:?}");
+    let first = sets[0].clone();
+    let hash = &first.metadata.labels[POD_TEMPLATE_HASH_LABEL];
+    assert_eq!(first.metadata.name, format!("web-{hash}"));
+    assert_eq!(
+        first.metadata.owner_references[0].kind, "Deployment",
+        "owned by the Deployment"
+    );
+
+    // An image change: a rolling update that never leaves 3..=4.
+    bounds(&watched, Some(4), Some(3));
+    update(&api, 3, "localhost/skiff/busybox:2").await;
+    rolled_out(&api, &watched, 3, "localhost/skiff/busybox:2").await;
+    let d = deployment(&api).await;
+    let progressing = d
+        .condition(&WorkloadConditionType::Progressing)
+        .expect("Progressing");
+    assert_eq!(progressing.reason, "NewReplicaSetAvailable");
+    assert_eq!(replica_sets(&api).await.len(), 2, "the old set is kept");
+
+    // Roll back (as `kubectl rollout undo` does: the old template again).
+    update(&api, 3, "localhost/skiff/busybox:1").await;
+    rolled_out(&api, &watched, 3, "localhost/skiff/busybox:1").await;
+    let sets = replica_sets(&api).await;
+    assert_eq!(sets.len(), 2, "the first set is reused: {sets:?}");
+    let reused = sets
+        .iter()
+        .find(|rs| rs.metadata.name == first.metadata.name)
+        .expect("first set");
+    assert_eq!(
+        reused.metadata.annotations["deployment.kubernetes.io/revision"], "3",
+        "a rollback is a new revision"
+    );
+
+    // Scale to 0, then to 50.
+    bounds(&watched, Some(4), None);
+    update(&api, 0, "localhost/skiff/busybox:1").await;
+    rolled_out(&api, &watched, 0, "localhost/skiff/busybox:1").await;
+    bounds(&watched, Some(51), None);
+    update(&api, 50, "localhost/skiff/busybox:1").await;
+    rolled_out(&api, &watched, 50, "localhost/skiff/busybox:1").await;
+
+    // Kill -9 the leading controller manager mid-rollout: the standby finishes it.
+    bounds(&watched, Some(51), Some(50));
+    update(&api, 50, "localhost/skiff/busybox:3").await;
+    eventually(Duration::from_secs(30), "the rollout under way", || async {
+        let w = watched.lock().expect("lock");
+        w.pods
+            .values()
+            .any(|p| p.spec.containers[0].image.ends_with(":3"))
+            .then_some(())
+    })
+    .await;
+    let leader = control
+        .managers
+        .iter()
+        .position(|(c, _)| leads(c))
+        .expect("a leader");
+    control.managers[leader].0.kill();
+    rolled_out(&api, &watched, 50, "localhost/skiff/busybox:3").await;
+    let standby = &control.managers[1 - leader].0;
+    assert!(leads(standby), "the standby took over");
+
+    let w = watched.lock().expect("lock");
+    assert!(
+        w.violations.is_empty(),
+        "bounds broken over {} events: {:?}",
+        w.events,
+        w.violations
+    );
+    assert!(w.events > 100, "the watcher saw the rollouts: {}", w.events);
+}
+
+/// A quota that admits 5 pods and a ReplicaSet of 100: 5 pods run, the ReplicaSet says
+/// why the rest are missing, and the refused creates stay a handful per back-off period
+/// (slow start stops at the first refused batch; the key backs off), not a storm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_costs_a_few_refused_creates_not_a_storm() {
+    let cluster = Cluster::start(3).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let control = start_control(&cluster, 2, 1);
+    api.create(&obj(
+        Kind::ResourceQuota,
+        json!({"metadata": {"name": "five", "namespace": "default"},
+               "spec": {"hard": {"pods": "5"}}}),
+    ))
+    .await
+    .expect("create quota");
+    api.create(&obj(
+        Kind::ReplicaSet,
+        json!({"metadata": {"name": "many", "namespace": "default"},
+               "spec": {"replicas": 100,
+                        "selector": {"matchLabels": {"app": "many"}},
+                        "template": {"metadata": {"labels": {"app": "many"}},
+                                     "spec": {"containers": [{"name": "c", "image": "localhost/skiff/busybox:1"}]}}}}),
+    ))
+    .await
+    .expect("create replica set");
+    let rs = eventually(
+        Duration::from_secs(60),
+        "5 pods and ReplicaFailure",
+        || async {
+            let (pods, _) = api
+                .list(Kind::Pod, &ListParams::default().namespace("default"))
+                .await
+                .ok()?;
+            let rs = replica_sets(&api).await.into_iter().next()?;
+            let failing = rs.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == WorkloadConditionType::ReplicaFailure)
+            });
+            (pods.len() == 5 && failing).then_some(rs)
+        },
+    )
+    .await;
+    let condition = &rs.status.as_ref().expect("status").conditions[0];
+    assert_eq!(condition.reason, "FailedCreate");
+    assert!(
+        condition.message.contains("exceeded quota"),
+        "{}",
+        condition.message
+    );
+    // Over the next 10 s, count the creates the store refused.
+    let refused = || async {
+        let url = format!("http://{}/metrics", control.managers[0].1);
+        let text = HttpClient::new()
+            .get(&url, Duration::from_secs(5))
+            .await
+            .expect("scrape")
+            .text();
+        text.lines()
+            .find(|l| {
+                l.starts_with("skiff_controller_pod_writes_total")
+                    && l.contains("verb=\"create\"")
+                    && l.contains("outcome=\"error\"")
+            })
+            .and_then(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let before = refused().await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let during = refused().await - before;
+    println!("refused creates in 10 s: {during}");
+    assert!(
+        during <= 20.0,
+        "{during} refused creates in 10 s: a storm, not a back-off"
+    );
+    let (pods, _) = api
+        .list(Kind::Pod, &ListParams::default().namespace("default"))
+        .await
+        .expect("list");
+    assert_eq!(pods.len(), 5, "the quota holds");
+}
