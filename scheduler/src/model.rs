@@ -23,13 +23,7 @@ pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
 /// The memory kube-scheduler assumes for a container without a memory request when it scores.
 pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
 
-/// The taint the node lifecycle controller puts on a node that is not Ready.
-pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
-/// The taint on a node whose Ready condition is Unknown (its agent stopped reporting).
-pub const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
-/// How long a node's Ready heartbeat may be silent before the node counts as unreachable
-/// (kube-controller-manager's `--node-monitor-grace-period`).
-pub const NODE_MONITOR_GRACE_SECS: i64 = 40;
+pub use skiff_proto::api::node::{NODE_MONITOR_GRACE_SECS, TAINT_NOT_READY, TAINT_UNREACHABLE};
 
 /// The taint on a cordoned node (`spec.unschedulable`).
 pub const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";

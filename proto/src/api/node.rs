@@ -7,6 +7,17 @@ use super::meta::{ObjectMeta, ResourceList, Time, Unmodelled};
 use super::testing::{small_map, small_vec};
 use super::vocabulary::{ConditionStatus, NodeConditionType, TaintEffect};
 
+/// The taint the node lifecycle controller puts on a node that is not Ready.
+pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
+/// The taint on a node whose Ready condition is Unknown (its agent stopped reporting).
+pub const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+/// How long a node's Ready heartbeat may be silent before the node counts as unreachable
+/// (kube-controller-manager's `--node-monitor-grace-period`).
+pub const NODE_MONITOR_GRACE_SECS: i64 = 40;
+/// How long a pod stays on a not-ready or unreachable node before it is evicted, when it
+/// says nothing itself (the DefaultTolerationSeconds admission plugin's default).
+pub const DEFAULT_TOLERATION_SECONDS: i64 = 300;
+
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[serde(rename_all = "camelCase")]

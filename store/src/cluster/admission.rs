@@ -6,7 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use skiff_proto::api::{Kind, LabelSelector, Object, Pod, ResourceList};
+use skiff_proto::api::node::{DEFAULT_TOLERATION_SECONDS, TAINT_NOT_READY, TAINT_UNREACHABLE};
+use skiff_proto::api::{
+    Kind, LabelSelector, Object, Pod, ResourceList, Taint, TaintEffect, Toleration,
+};
 use skiff_proto::quantity::Quantity;
 
 use super::{ClusterApi, ClusterError, Result, not_found, prefix_end};
@@ -53,6 +56,7 @@ pub fn admit_create(api: &ClusterApi, object: &mut Object) -> Result<Vec<Compare
     let Object::Pod(pod) = object else {
         return Ok(guards);
     };
+    default_toleration_seconds(pod);
     let prefix = Kind::LimitRange.prefix(Some(&ns));
     let (_, ranges) = api.range(
         Kind::LimitRange,
@@ -282,6 +286,32 @@ fn check_range(
         }
     }
     Ok(())
+}
+
+/// DefaultTolerationSeconds: a pod that does not say how long it stays on a node that is
+/// not ready or unreachable stays [`DEFAULT_TOLERATION_SECONDS`], then the node lifecycle
+/// controller evicts it (and its ReplicaSet replaces it elsewhere).
+fn default_toleration_seconds(pod: &mut Pod) {
+    for key in [TAINT_NOT_READY, TAINT_UNREACHABLE] {
+        let taint = Taint {
+            key: key.to_owned(),
+            value: String::new(),
+            effect: TaintEffect::NoExecute,
+            time_added: None,
+            other: Default::default(),
+        };
+        if pod.spec.tolerations.iter().any(|t| t.tolerates(&taint)) {
+            continue;
+        }
+        pod.spec.tolerations.push(Toleration {
+            key: key.to_owned(),
+            operator: "Exists".to_owned(),
+            value: String::new(),
+            effect: Some(TaintEffect::NoExecute),
+            toleration_seconds: Some(DEFAULT_TOLERATION_SECONDS),
+            other: Default::default(),
+        });
+    }
 }
 
 /// The object an Update writes: the request's metadata (labels, annotations, …) and spec over
