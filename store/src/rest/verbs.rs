@@ -127,10 +127,8 @@ fn status_write(target: &Target) -> Result<bool, ApiError> {
     match target.subresource.as_deref() {
         None => Ok(false),
         Some("status")
-            if matches!(
-                target.kind,
-                Kind::Pod | Kind::Node | Kind::Namespace | Kind::ResourceQuota
-            ) =>
+            if super::discovery::resource(target.kind)
+                .is_some_and(|r| r.subresource("status").is_some()) =>
         {
             Ok(true)
         }
