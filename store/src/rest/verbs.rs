@@ -701,7 +701,7 @@ pub async fn delete_collection(
         token = page.continue_token;
     }
     let body = json!({
-        "apiVersion": "v1",
+        "apiVersion": target.kind.api_version(),
         "kind": format!("{}List", target.kind.name()),
         "metadata": {},
         "items": deleted,
