@@ -12,6 +12,7 @@
 //! | [`protobuf`]  | protobuf request bodies (client-go's typed clients) read as JSON   |
 //! | [`table`]     | server-side printing: `meta.k8s.io/v1` Tables with kubectl's columns |
 //! | [`request`]   | a request's target, query parameters, accepted media type and body |
+//! | [`scale`]     | the workloads' `scale` subresource, as autoscaling/v1 `Scale`       |
 //! | [`status`]    | errors as `metav1.Status` with kube-apiserver's codes and reasons  |
 //! | [`verbs`]     | get, list, create, update, patch, delete, bindings and evictions   |
 //! | [`watch`]     | watch streams: initial events, bookmarks, 410 Expired             |
@@ -25,6 +26,7 @@ pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod request;
+pub mod scale;
 pub mod status;
 pub mod table;
 pub mod verbs;
@@ -312,6 +314,7 @@ async fn resource(
         "watch" => watch::watch(api, &target, &params, accept).await,
         "list" => verbs::list(api, &target, &params, accept).await,
         "get" if sub == Some("log") => logs::logs(api, &target, &params).await,
+        "get" if sub == Some("scale") => scale::get(api, &target, &params).await,
         "get" => verbs::get(api, &target, &params, accept).await,
         "create" => {
             let body = read_body(body).await?;
@@ -323,11 +326,17 @@ async fn resource(
         }
         "update" => {
             let body = read_body(body).await?;
-            verbs::update(api, &target, &params, accept, &headers, &body).await
+            match sub {
+                Some("scale") => scale::update(api, &target, &params, &headers, &body).await,
+                _ => verbs::update(api, &target, &params, accept, &headers, &body).await,
+            }
         }
         "patch" => {
             let body = read_body(body).await?;
-            verbs::patch(api, &target, &params, accept, &headers, &body).await
+            match sub {
+                Some("scale") => scale::patch(api, &target, &params, &headers, &body).await,
+                _ => verbs::patch(api, &target, &params, accept, &headers, &body).await,
+            }
         }
         "delete" => {
             let body = read_body(body).await?;
