@@ -87,6 +87,14 @@ impl ObjectMeta {
     }
 }
 
+/// The finalizer a foreground delete puts on an owner: the garbage collector deletes the
+/// owner's dependents first, then removes it, and with it the owner.
+pub const FOREGROUND_DELETION_FINALIZER: &str = "foregroundDeletion";
+/// The finalizer an orphaning delete puts on an owner: the garbage collector removes the
+/// owner's reference from every dependent first, then removes it, and with it the owner.
+pub const ORPHAN_FINALIZER: &str = "orphan";
+
+/// An object's owner: when every owner is gone, the garbage collector deletes the object.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[serde(rename_all = "camelCase")]

@@ -50,6 +50,6 @@ pub use pod::{Container, Pod, PodCondition, PodSpec, PodStatus, Toleration};
 pub use schema::{FieldValidation, SchemaError};
 pub use validation::{FieldError, ValidationErrors};
 pub use vocabulary::{
-    ConditionStatus, DeploymentStrategyType, NodeConditionType, PodConditionType, PodPhase,
-    RestartPolicy, TaintEffect, WorkloadConditionType,
+    ConditionStatus, DeletionPropagation, DeploymentStrategyType, NodeConditionType,
+    PodConditionType, PodPhase, RestartPolicy, TaintEffect, WorkloadConditionType,
 };

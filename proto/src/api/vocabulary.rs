@@ -258,6 +258,18 @@ open! {
     }
 }
 
+closed! {
+    /// `propagationPolicy` of a delete: what happens to the objects the deleted one owns.
+    DeletionPropagation {
+        /// They are left, their reference to the owner removed (`kubectl delete --cascade=orphan`).
+        Orphan,
+        /// The owner goes at once; the garbage collector deletes them after (the default).
+        Background,
+        /// They are deleted first; the owner stays, marked, until they are gone.
+        Foreground,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
