@@ -11,7 +11,7 @@ use tonic::Status;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::api::object::DecodeError;
-use crate::api::{Kind, Object};
+use crate::api::{DeletionPropagation, Kind, Object};
 use crate::backoff::Backoff;
 use crate::cluster::v1 as pb;
 use crate::cluster::v1::cluster_client::ClusterClient as Raw;
@@ -336,16 +336,37 @@ impl ClusterClient {
         resource_version: i64,
         grace: Option<i64>,
     ) -> Result<Object> {
-        let r = self
-            .raw
-            .clone()
-            .delete(pb::DeleteRequest {
-                key: Some(key(kind, namespace, name)),
-                resource_version,
-                grace_period_seconds: grace,
-            })
-            .await?
-            .into_inner();
+        self.delete_request(pb::DeleteRequest {
+            key: Some(key(kind, namespace, name)),
+            resource_version,
+            grace_period_seconds: grace,
+            propagation_policy: None,
+        })
+        .await
+    }
+
+    /// Deletes with a propagation policy, as `kubectl delete --cascade` does: `Orphan` and
+    /// `Foreground` leave the object marked with the garbage collector's finalizer (returned
+    /// as it now is), `Background` deletes it as [`ClusterClient::delete`] does.
+    pub async fn delete_propagating(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        resource_version: i64,
+        propagation: DeletionPropagation,
+    ) -> Result<Object> {
+        self.delete_request(pb::DeleteRequest {
+            key: Some(key(kind, namespace, name)),
+            resource_version,
+            grace_period_seconds: None,
+            propagation_policy: Some(propagation.as_str().to_owned()),
+        })
+        .await
+    }
+
+    async fn delete_request(&self, request: pb::DeleteRequest) -> Result<Object> {
+        let r = self.raw.clone().delete(request).await?.into_inner();
         from_pb(&r.object.unwrap_or_default())
     }
 

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::api::validation::{is_label_value, is_qualified_name};
-use crate::api::{Kind, Object};
+use crate::api::{Kind, LabelSelector, Object};
 
 /// A selector string that does not parse, with the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,6 +77,56 @@ impl LabelQuery {
 
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
+    }
+}
+
+impl TryFrom<&LabelSelector> for LabelQuery {
+    type Error = SelectorError;
+
+    /// An object's `LabelSelector` in the string syntax, as Kubernetes' `LabelSelectorAsSelector`
+    /// builds it: one requirement per `matchLabels` entry and per expression, ordered by key, the
+    /// values of `in` and `notin` sorted. This is the `status.selector` of a Scale and the
+    /// SELECTOR column of `kubectl get -o wide`; an empty selector is the empty string.
+    fn try_from(selector: &LabelSelector) -> Result<Self, SelectorError> {
+        let mut requirements: Vec<Requirement> = selector
+            .match_labels
+            .iter()
+            .map(|(k, v)| Requirement::Equals(k.clone(), v.clone()))
+            .collect();
+        for r in &selector.match_expressions {
+            let mut values = r.values.clone();
+            values.sort();
+            values.dedup();
+            requirements.push(match r.operator.as_str() {
+                "In" => Requirement::In(r.key.clone(), values),
+                "NotIn" => Requirement::NotIn(r.key.clone(), values),
+                "Exists" => Requirement::Exists(r.key.clone()),
+                "DoesNotExist" => Requirement::DoesNotExist(r.key.clone()),
+                other => {
+                    return Err(SelectorError {
+                        what: "label",
+                        input: format!("{} {other}", r.key),
+                        reason: format!("{other:?} is not a valid label selector operator"),
+                    });
+                }
+            });
+        }
+        requirements.sort_by(|a, b| a.key().cmp(b.key()));
+        Ok(LabelQuery { requirements })
+    }
+}
+
+impl Requirement {
+    /// The label the requirement is about.
+    pub fn key(&self) -> &str {
+        match self {
+            Requirement::Equals(k, _)
+            | Requirement::NotEquals(k, _)
+            | Requirement::In(k, _)
+            | Requirement::NotIn(k, _)
+            | Requirement::Exists(k)
+            | Requirement::DoesNotExist(k) => k,
+        }
     }
 }
 
@@ -332,6 +382,62 @@ impl fmt::Display for LabelQuery {
 mod tests {
     use super::*;
     use crate::api::testing::labels;
+
+    /// A LabelSelector prints as Kubernetes prints it: requirements by key, values sorted,
+    /// and the text parses back to a query that selects the same labels.
+    #[test]
+    fn label_selector_as_string() {
+        let selector: LabelSelector = serde_json::from_value(serde_json::json!({
+            "matchLabels": {"tier": "web", "app": "shop"},
+            "matchExpressions": [
+                {"key": "env", "operator": "In", "values": ["prod", "canary"]},
+                {"key": "legacy", "operator": "DoesNotExist"},
+                {"key": "gpu", "operator": "Exists"},
+                {"key": "zone", "operator": "NotIn", "values": ["z9"]},
+            ],
+        }))
+        .unwrap();
+        let q = LabelQuery::try_from(&selector).unwrap();
+        let text = q.to_string();
+        assert_eq!(
+            text,
+            "app=shop,env in (canary,prod),gpu,!legacy,tier=web,zone notin (z9)"
+        );
+        let back = LabelQuery::parse(&text).unwrap();
+        for set in [
+            labels(&[
+                ("app", "shop"),
+                ("tier", "web"),
+                ("env", "prod"),
+                ("gpu", ""),
+            ]),
+            labels(&[
+                ("app", "shop"),
+                ("tier", "web"),
+                ("env", "dev"),
+                ("gpu", ""),
+            ]),
+            labels(&[
+                ("app", "shop"),
+                ("tier", "web"),
+                ("gpu", ""),
+                ("legacy", "1"),
+            ]),
+        ] {
+            assert_eq!(back.matches(&set), selector.matches(&set), "{set:?}");
+        }
+        assert_eq!(
+            LabelQuery::try_from(&LabelSelector::default())
+                .unwrap()
+                .to_string(),
+            ""
+        );
+        let bad: LabelSelector = serde_json::from_value(
+            serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Near"}]}),
+        )
+        .unwrap();
+        assert!(LabelQuery::try_from(&bad).is_err());
+    }
 
     #[test]
     fn label_syntax() {

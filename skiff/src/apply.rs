@@ -11,9 +11,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use futures::StreamExt;
-use skiff_proto::api::{Kind, Object, Pod, PodPhase, Time};
+use skiff_proto::api::{Kind, LabelSelector, Object, Pod, PodPhase, PodTemplateSpec, Time};
 use skiff_proto::client::{ClusterClient, Code, Event, ListParams, WatchParams};
 use skiff_proto::manifest;
+use skiff_proto::selector::LabelQuery;
 
 use crate::config::Endpoints;
 
@@ -105,6 +106,9 @@ async fn apply_one(api: &ClusterClient, object: Object) -> Result<&'static str> 
                     n.status = c.status.clone();
                 }
                 (Object::Node(n), Object::Node(c)) => n.status = c.status.clone(),
+                // A workload's status is its controller's.
+                (Object::Deployment(n), Object::Deployment(c)) => n.status = c.status.clone(),
+                (Object::ReplicaSet(n), Object::ReplicaSet(c)) => n.status = c.status.clone(),
                 _ => {}
             }
             if strip(&next) == strip(&current) {
@@ -133,7 +137,8 @@ pub fn get(args: &GetArgs) -> Result<ExitCode> {
         .filter(|k| *k != Kind::Binding)
         .with_context(|| {
             format!(
-                "unknown kind {:?}: try pods, nodes, namespaces, events, resourcequotas or limitranges",
+                "unknown kind {:?}: try pods, nodes, namespaces, events, resourcequotas, \
+                 limitranges, deployments or replicasets",
                 args.kind
             )
         })?;
@@ -297,10 +302,15 @@ impl Table {
             Kind::Pod => header.extend(["NAME", "READY", "STATUS", "RESTARTS", "AGE"]),
             Kind::Node => header.extend(["NAME", "STATUS", "AGE"]),
             Kind::Event => header.extend(["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]),
+            Kind::Deployment => header.extend(["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]),
+            Kind::ReplicaSet => header.extend(["NAME", "DESIRED", "CURRENT", "READY", "AGE"]),
             _ => header.extend(["NAME", "AGE"]),
         }
         if self.wide && self.kind == Kind::Pod {
             header.extend(["IP", "NODE"]);
+        }
+        if self.wide && matches!(self.kind, Kind::Deployment | Kind::ReplicaSet) {
+            header.extend(["CONTAINERS", "IMAGES", "SELECTOR"]);
         }
         if self.wide && self.kind == Kind::Event {
             header.extend(["SOURCE", "COUNT", "NAME"]);
@@ -359,6 +369,26 @@ impl Table {
                     row.push(e.metadata.name.clone());
                 }
             }
+            Object::Deployment(d) => {
+                let status = d.status.clone().unwrap_or_default();
+                row.push(format!("{}/{}", status.ready_replicas, d.replicas()));
+                row.push(status.updated_replicas.to_string());
+                row.push(status.available_replicas.to_string());
+                row.push(age(o));
+                if self.wide {
+                    row.extend(workload_wide_cells(&d.spec.template, &d.spec.selector));
+                }
+            }
+            Object::ReplicaSet(rs) => {
+                let status = rs.status.clone().unwrap_or_default();
+                row.push(rs.replicas().to_string());
+                row.push(status.replicas.to_string());
+                row.push(status.ready_replicas.to_string());
+                row.push(age(o));
+                if self.wide {
+                    row.extend(workload_wide_cells(&rs.spec.template, &rs.spec.selector));
+                }
+            }
             _ => row.push(age(o)),
         }
         row
@@ -403,6 +433,30 @@ impl Table {
         }
         Ok(())
     }
+}
+
+/// A workload's CONTAINERS, IMAGES and SELECTOR cells: the template's container names and
+/// images joined with commas, the selector in the label selector syntax.
+fn workload_wide_cells(template: &PodTemplateSpec, selector: &LabelSelector) -> [String; 3] {
+    let names: Vec<&str> = template
+        .spec
+        .containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    let images: Vec<&str> = template
+        .spec
+        .containers
+        .iter()
+        .map(|c| c.image.as_str())
+        .collect();
+    [names.join(","), images.join(","), selector_text(selector)]
+}
+
+/// A label selector as kubectl prints it (`app=web,tier in (a,b)`), `<invalid>` when it does
+/// not convert.
+pub fn selector_text(selector: &LabelSelector) -> String {
+    LabelQuery::try_from(selector).map_or_else(|_| "<invalid>".into(), |q| q.to_string())
 }
 
 fn none_if_empty(s: &str) -> String {

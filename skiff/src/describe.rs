@@ -1,6 +1,6 @@
-//! `skiff describe pod|node NAME`: one object in full, as `kubectl describe` prints it, with
-//! the events recorded about it (Scheduled, Pulled, Created, Started, Killing, BackOff,
-//! FailedScheduling, …).
+//! `skiff describe pod|node|deployment|replicaset NAME`: one object in full, as
+//! `kubectl describe` prints it, with the events recorded about it (Scheduled, Pulled,
+//! Created, Started, Killing, BackOff, FailedScheduling, ScalingReplicaSet, …).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -9,19 +9,23 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use skiff_proto::api::pod::{ContainerState, ContainerStatus};
-use skiff_proto::api::{ConditionStatus, Container, Event, Kind, Node, Object, Pod, Time};
+use skiff_proto::api::{
+    ConditionStatus, Container, Deployment, Event, Kind, Node, Object, Pod, PodPhase,
+    PodTemplateSpec, ReplicaSet, Time, WorkloadCondition,
+};
 use skiff_proto::client::{ClusterClient, ListParams};
 use skiff_proto::quantity::Quantity;
 
-use crate::apply::{pod_status, runtime, since};
+use crate::apply::{pod_status, runtime, selector_text, since};
 use crate::config::Endpoints;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// `pod` or `node` (po, no).
+    /// `pod`, `node`, `deployment` or `replicaset` (po, no, deploy, rs); `KIND/NAME` also
+    /// names the object.
     kind: String,
-    /// The object's name.
-    name: String,
+    /// The object's name (unless given as `KIND/NAME`).
+    name: Option<String>,
     #[arg(short = 'n', long, default_value = "default")]
     namespace: String,
     #[command(flatten)]
@@ -29,27 +33,38 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<ExitCode> {
-    let kind = Kind::from_cli(&args.kind)
-        .filter(|k| matches!(k, Kind::Pod | Kind::Node))
-        .with_context(|| format!("cannot describe {:?}: try pod or node", args.kind))?;
+    let (kind_word, name) = match (args.kind.split_once('/'), &args.name) {
+        (Some((kind, name)), None) => (kind, name.to_owned()),
+        (None, Some(name)) => (args.kind.as_str(), name.clone()),
+        _ => bail!("describe takes KIND NAME or KIND/NAME"),
+    };
+    let kind = Kind::from_cli(kind_word)
+        .filter(|k| {
+            matches!(
+                k,
+                Kind::Pod | Kind::Node | Kind::Deployment | Kind::ReplicaSet
+            )
+        })
+        .with_context(|| {
+            format!("cannot describe {kind_word:?}: try pod, node, deployment or replicaset")
+        })?;
     let endpoints = args.endpoints.resolve()?;
     runtime()?.block_on(async {
         let api = ClusterClient::connect(&endpoints)?;
-        let ns = if kind == Kind::Pod {
+        let ns = if kind.is_namespaced() {
             args.namespace.as_str()
         } else {
             ""
         };
-        let Some(object) = api.get(kind, ns, &args.name).await? else {
-            eprintln!("Error: {} \"{}\" not found", kind.plural(), args.name);
+        let Some(object) = api.get(kind, ns, &name).await? else {
+            eprintln!("Error: {} \"{name}\" not found", kind.qualified_resource());
             return Ok(ExitCode::FAILURE);
         };
         // Events about a node live in `default`, as the kubelet writes them.
-        let events_ns = if kind == Kind::Pod { ns } else { "default" };
+        let events_ns = if kind.is_namespaced() { ns } else { "default" };
         let fields = format!(
-            "involvedObject.kind={},involvedObject.name={}",
+            "involvedObject.kind={},involvedObject.name={name}",
             kind.name(),
-            args.name
         );
         let (events, _) = api
             .list(
@@ -73,8 +88,28 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         events.sort_by_key(Event::last_seen);
         let text = match &object {
             Object::Pod(p) => describe_pod(p, &events),
+            Object::Deployment(d) => describe_deployment(d, &events),
+            Object::ReplicaSet(rs) => {
+                let (pods, _) = api
+                    .list(Kind::Pod, &ListParams::default().namespace(ns))
+                    .await?;
+                let owned: Vec<Pod> = pods
+                    .into_iter()
+                    .filter_map(|o| match o {
+                        Object::Pod(p)
+                            if p.metadata.owner_references.iter().any(|r| {
+                                r.controller == Some(true) && r.uid == rs.metadata.uid
+                            }) =>
+                        {
+                            Some(p)
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                describe_replica_set(rs, &owned, &events)
+            }
             Object::Node(n) => {
-                let fields = format!("spec.nodeName={}", args.name);
+                let fields = format!("spec.nodeName={name}");
                 let (pods, _) = api
                     .list(Kind::Pod, &ListParams::default().fields(&fields))
                     .await?;
@@ -387,6 +422,187 @@ pub fn describe_pod(p: &Pod, events: &[Event]) -> String {
     out
 }
 
+/// A workload's `Pod Template:` section: labels, then each container's image, ports and
+/// environment.
+fn template_section(out: &mut String, t: &PodTemplateSpec) {
+    let _ = writeln!(out, "Pod Template:");
+    map_lines(out, "  Labels:", 13, &t.metadata.labels);
+    if !t.metadata.annotations.is_empty() {
+        map_lines(out, "  Annotations:", 15, &t.metadata.annotations);
+    }
+    let _ = writeln!(out, "  Containers:");
+    for c in &t.spec.containers {
+        let _ = writeln!(out, "   {}:", c.name);
+        let _ = writeln!(out, "    Image:        {}", c.image);
+        if c.ports.is_empty() {
+            let _ = writeln!(out, "    Port:         <none>");
+        }
+        for p in &c.ports {
+            let proto = if p.protocol.is_empty() {
+                "TCP"
+            } else {
+                &p.protocol
+            };
+            let _ = writeln!(out, "    Port:         {}/{proto}", p.container_port);
+        }
+        if !c.command.is_empty() {
+            let _ = writeln!(out, "    Command:");
+            for part in &c.command {
+                let _ = writeln!(out, "      {part}");
+            }
+        }
+        if c.env.is_empty() {
+            let _ = writeln!(out, "    Environment:  <none>");
+        } else {
+            let _ = writeln!(out, "    Environment:");
+            for e in &c.env {
+                let _ = writeln!(out, "      {}:  {}", e.name, e.value);
+            }
+        }
+    }
+}
+
+/// A workload's `Conditions:` table: type, status and reason.
+fn workload_conditions(out: &mut String, conditions: &[WorkloadCondition]) {
+    if conditions.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "Conditions:");
+    let width = conditions
+        .iter()
+        .map(|c| c.type_.as_str().len())
+        .max()
+        .unwrap_or(0)
+        .max(4);
+    let _ = writeln!(out, "  {:<width$}  Status  Reason", "Type");
+    let _ = writeln!(out, "  {:<width$}  ------  ------", "----");
+    for c in conditions {
+        let _ = writeln!(
+            out,
+            "  {:<width$}  {:<6}  {}",
+            c.type_.as_str(),
+            c.status.as_str(),
+            c.reason
+        );
+    }
+}
+
+/// kubectl's deployment description: replica counts (desired, updated, total, available,
+/// unavailable), strategy, selector, pod template, conditions and events.
+pub fn describe_deployment(d: &Deployment, events: &[Event]) -> String {
+    let mut out = String::new();
+    let m = &d.metadata;
+    let status = d.status.clone().unwrap_or_default();
+    let w = 24;
+    let _ = writeln!(out, "{:<w$}{}", "Name:", m.name);
+    let _ = writeln!(out, "{:<w$}{}", "Namespace:", m.namespace);
+    let _ = writeln!(
+        out,
+        "{:<w$}{}",
+        "CreationTimestamp:",
+        time(m.creation_timestamp)
+    );
+    map_lines(&mut out, "Labels:", w, &m.labels);
+    map_lines(&mut out, "Annotations:", w, &m.annotations);
+    let _ = writeln!(
+        out,
+        "{:<w$}{}",
+        "Selector:",
+        selector_text(&d.spec.selector)
+    );
+    let _ = writeln!(
+        out,
+        "{:<w$}{} desired | {} updated | {} total | {} available | {} unavailable",
+        "Replicas:",
+        d.replicas(),
+        status.updated_replicas,
+        status.replicas,
+        status.available_replicas,
+        status.unavailable_replicas
+    );
+    let strategy = d.strategy_type();
+    let _ = writeln!(out, "{:<w$}{}", "StrategyType:", strategy.as_str());
+    let _ = writeln!(
+        out,
+        "{:<w$}{}",
+        "MinReadySeconds:",
+        d.spec.min_ready_seconds.unwrap_or(0)
+    );
+    if let Some(ru) = d
+        .spec
+        .strategy
+        .as_ref()
+        .and_then(|s| s.rolling_update.as_ref())
+    {
+        let show = |v: &Option<skiff_proto::api::IntOrString>| {
+            v.as_ref()
+                .map_or_else(|| "25%".to_owned(), ToString::to_string)
+        };
+        let _ = writeln!(
+            out,
+            "{:<w$}{} max unavailable, {} max surge",
+            "RollingUpdateStrategy:",
+            show(&ru.max_unavailable),
+            show(&ru.max_surge)
+        );
+    }
+    template_section(&mut out, &d.spec.template);
+    workload_conditions(&mut out, &status.conditions);
+    events_section(&mut out, events);
+    out
+}
+
+/// kubectl's replica set description: selector, owner, replica counts, the phases of the
+/// pods it owns, pod template, conditions and events.
+pub fn describe_replica_set(rs: &ReplicaSet, pods: &[Pod], events: &[Event]) -> String {
+    let mut out = String::new();
+    let m = &rs.metadata;
+    let status = rs.status.clone().unwrap_or_default();
+    let w = 16;
+    let _ = writeln!(out, "{:<w$}{}", "Name:", m.name);
+    let _ = writeln!(out, "{:<w$}{}", "Namespace:", m.namespace);
+    let _ = writeln!(
+        out,
+        "{:<w$}{}",
+        "Selector:",
+        selector_text(&rs.spec.selector)
+    );
+    map_lines(&mut out, "Labels:", w, &m.labels);
+    map_lines(&mut out, "Annotations:", w, &m.annotations);
+    if let Some(owner) = m
+        .owner_references
+        .iter()
+        .find(|r| r.controller == Some(true))
+    {
+        let _ = writeln!(out, "{:<w$}{}/{}", "Controlled By:", owner.kind, owner.name);
+    }
+    let _ = writeln!(
+        out,
+        "{:<w$}{} current / {} desired",
+        "Replicas:",
+        status.replicas,
+        rs.replicas()
+    );
+    let count = |phases: &[PodPhase]| {
+        pods.iter()
+            .filter(|p| p.phase().is_some_and(|ph| phases.contains(&ph)))
+            .count()
+    };
+    let _ = writeln!(
+        out,
+        "{:<w$}{} Running / {} Waiting / {} Succeeded / {} Failed",
+        "Pods Status:",
+        count(&[PodPhase::Running]),
+        count(&[PodPhase::Pending]),
+        count(&[PodPhase::Succeeded]),
+        count(&[PodPhase::Failed])
+    );
+    template_section(&mut out, &rs.spec.template);
+    workload_conditions(&mut out, &status.conditions);
+    events_section(&mut out, events);
+    out
+}
+
 fn sum(pods: &[Pod], resource: &str, limits: bool) -> Quantity {
     pods.iter()
         .flat_map(|p| &p.spec.containers)
@@ -610,5 +826,64 @@ mod tests {
             text.contains("Events:                      <none>"),
             "{text}"
         );
+    }
+
+    /// A deployment prints its replica counts in kubectl's one line, its strategy, selector,
+    /// template and conditions.
+    #[test]
+    fn a_deployment_with_its_rollout() {
+        let d: Deployment = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {
+                "replicas": 3,
+                "selector": {"matchLabels": {"app": "web"}},
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": "25%"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}
+            },
+            "status": {"replicas": 3, "updatedReplicas": 2, "availableReplicas": 1, "unavailableReplicas": 2,
+                       "conditions": [{"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"}]}
+        }))
+        .unwrap();
+        let text = describe_deployment(&d, &[event("ScalingReplicaSet", 1)]);
+        for line in [
+            "Selector:               app=web",
+            "Replicas:               3 desired | 2 updated | 3 total | 1 available | 2 unavailable",
+            "StrategyType:           RollingUpdate",
+            "RollingUpdateStrategy:  25% max unavailable, 1 max surge",
+            "   nginx:",
+            "    Image:        nginx:1.27",
+            "  Available  False   MinimumReplicasUnavailable",
+        ] {
+            assert!(text.contains(line), "{line:?} in\n{text}");
+        }
+        assert!(text.contains("ScalingReplicaSet"), "{text}");
+    }
+
+    /// A replica set names its controller and counts the phases of the pods it owns.
+    #[test]
+    fn a_replica_set_counts_its_pods() {
+        let rs: ReplicaSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-abc", "namespace": "default",
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "u", "controller": true}]},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
+            "status": {"replicas": 2}
+        }))
+        .unwrap();
+        let pod = |phase: &str| -> Pod {
+            serde_json::from_value(
+                serde_json::json!({"metadata": {"name": "p"}, "status": {"phase": phase}}),
+            )
+            .unwrap()
+        };
+        let text = describe_replica_set(&rs, &[pod("Running"), pod("Pending")], &[]);
+        for line in [
+            "Controlled By:  Deployment/web",
+            "Replicas:       2 current / 2 desired",
+            "Pods Status:    1 Running / 1 Waiting / 0 Succeeded / 0 Failed",
+        ] {
+            assert!(text.contains(line), "{line:?} in\n{text}");
+        }
     }
 }

@@ -10,7 +10,10 @@ use std::time::Duration;
 use common::Cluster;
 use futures::StreamExt;
 use serde_json::json;
-use skiff_proto::api::{ConditionStatus, Kind, Object, PodConditionType, PodPhase};
+use skiff_proto::api::meta::{FOREGROUND_DELETION_FINALIZER, ORPHAN_FINALIZER};
+use skiff_proto::api::{
+    ConditionStatus, DeletionPropagation, Kind, Object, PodConditionType, PodPhase,
+};
 use skiff_proto::client::Code;
 use skiff_proto::client::{ClusterClient, Event, ListParams, WatchParams};
 use skiff_proto::cluster::v1::Binding;
@@ -330,6 +333,202 @@ async fn compare_and_swap_status_path_and_graceful_deletion() {
             .expect("get")
             .is_none()
     );
+}
+
+fn deployment(name: &str, finalizers: &[&str]) -> Object {
+    obj(
+        Kind::Deployment,
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "default", "finalizers": finalizers},
+            "spec": {
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "c", "image": "localhost/skiff/busybox:1"}]}
+                }
+            }
+        }),
+    )
+}
+
+/// The same object without its finalizers: what the garbage collector writes when it is done.
+async fn release(api: &ClusterClient, held: &Object) {
+    let mut released = held.clone();
+    released.metadata_mut().finalizers.clear();
+    api.update(&released).await.expect("finalizers removed");
+}
+
+/// Deletion propagation, kube-apiserver's way: Orphan and Foreground leave the object marked
+/// (a deletionTimestamp) and held by the garbage collector's finalizer, beside any other
+/// finalizer, until an update removes it; Background, and a delete naming no policy, remove
+/// it at once. A repeated delete changes nothing unless it changes the policy, and a bound pod
+/// keeps its grace period under a foreground delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_propagation_marks_with_the_collectors_finalizers() {
+    let cluster = Cluster::start(3).await;
+    let api = client(&cluster).await;
+    let gone = |name: &'static str| {
+        let api = api.clone();
+        async move {
+            api.get(Kind::Deployment, "default", name)
+                .await
+                .expect("get")
+                .is_none()
+        }
+    };
+
+    api.create(&deployment("orphaned", &[]))
+        .await
+        .expect("create");
+    let marked = api
+        .delete_propagating(
+            Kind::Deployment,
+            "default",
+            "orphaned",
+            0,
+            DeletionPropagation::Orphan,
+        )
+        .await
+        .expect("orphaning delete");
+    assert!(marked.metadata().deletion_timestamp.is_some());
+    assert_eq!(marked.metadata().finalizers, [ORPHAN_FINALIZER]);
+    // Deleted again without a policy: the finalizer on the object decides; nothing changes.
+    let again = api
+        .delete(Kind::Deployment, "default", "orphaned", 0, None)
+        .await
+        .expect("second delete");
+    assert_eq!(
+        again.metadata().resource_version,
+        marked.metadata().resource_version
+    );
+    assert!(!gone("orphaned").await);
+    release(&api, &again).await;
+    assert!(gone("orphaned").await);
+
+    // Foreground, then a change of mind to Orphan: one collector finalizer, never both.
+    api.create(&deployment("fore", &["example.com/keep"]))
+        .await
+        .expect("create");
+    let fore = api
+        .delete_propagating(
+            Kind::Deployment,
+            "default",
+            "fore",
+            0,
+            DeletionPropagation::Foreground,
+        )
+        .await
+        .expect("foreground delete");
+    assert_eq!(
+        fore.metadata().finalizers,
+        ["example.com/keep", FOREGROUND_DELETION_FINALIZER]
+    );
+    let orphan = api
+        .delete_propagating(
+            Kind::Deployment,
+            "default",
+            "fore",
+            0,
+            DeletionPropagation::Orphan,
+        )
+        .await
+        .expect("orphaning delete");
+    assert_eq!(
+        orphan.metadata().finalizers,
+        ["example.com/keep", ORPHAN_FINALIZER]
+    );
+    assert_eq!(
+        orphan.metadata().deletion_timestamp,
+        fore.metadata().deletion_timestamp
+    );
+    // Background drops the collector's finalizer; the other still holds the object.
+    let background = api
+        .delete_propagating(
+            Kind::Deployment,
+            "default",
+            "fore",
+            0,
+            DeletionPropagation::Background,
+        )
+        .await
+        .expect("background delete");
+    assert_eq!(background.metadata().finalizers, ["example.com/keep"]);
+    release(&api, &background).await;
+    assert!(gone("fore").await);
+
+    // Background and the default remove at once.
+    api.create(&deployment("back", &[])).await.expect("create");
+    api.delete_propagating(
+        Kind::Deployment,
+        "default",
+        "back",
+        0,
+        DeletionPropagation::Background,
+    )
+    .await
+    .expect("background delete");
+    assert!(gone("back").await);
+    api.create(&deployment("plain", &[])).await.expect("create");
+    api.delete(Kind::Deployment, "default", "plain", 0, None)
+        .await
+        .expect("delete");
+    assert!(gone("plain").await);
+
+    // A bound pod under a foreground delete: marked with its grace period; its agent's final
+    // delete (grace 0) leaves it to the collector's finalizer.
+    api.create(&node("n1")).await.expect("node");
+    api.create(&pod("default", "bound", None))
+        .await
+        .expect("pod");
+    api.bind(vec![Binding {
+        namespace: "default".into(),
+        pod: "bound".into(),
+        node: "n1".into(),
+        pod_resource_version: 0,
+    }])
+    .await
+    .expect("bind");
+    let terminating = api
+        .delete_propagating(
+            Kind::Pod,
+            "default",
+            "bound",
+            0,
+            DeletionPropagation::Foreground,
+        )
+        .await
+        .expect("foreground delete of a pod");
+    assert_eq!(
+        terminating.metadata().deletion_grace_period_seconds,
+        Some(30)
+    );
+    assert_eq!(
+        terminating.metadata().finalizers,
+        [FOREGROUND_DELETION_FINALIZER]
+    );
+    let stopped = api
+        .delete(Kind::Pod, "default", "bound", 0, Some(0))
+        .await
+        .expect("final delete");
+    assert_eq!(stopped.metadata().deletion_grace_period_seconds, Some(0));
+    assert_eq!(
+        stopped.metadata().finalizers,
+        [FOREGROUND_DELETION_FINALIZER]
+    );
+    release(&api, &stopped).await;
+    assert!(
+        api.get(Kind::Pod, "default", "bound")
+            .await
+            .expect("get")
+            .is_none()
+    );
+
+    // Whatever the policy, what is not there is not found.
+    let raw = api
+        .delete_propagating(Kind::Pod, "default", "nope", 0, DeletionPropagation::Orphan)
+        .await;
+    expect_err(raw, Code::NotFound, "pods \"nope\" not found");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

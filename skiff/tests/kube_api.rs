@@ -9,11 +9,15 @@ use std::time::Duration;
 
 use common::{Cluster, eventually};
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, ReplicaSet};
+use k8s_openapi::api::autoscaling::v1::Scale;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::api::core::v1::{
     Container, EmptyDirVolumeSource, LimitRange, LimitRangeItem, LimitRangeSpec, Namespace, Node,
     Pod, PodSpec, ResourceQuota, ResourceQuotaSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
@@ -719,4 +723,379 @@ async fn exec_and_attach_through_the_agent() {
         panic!("exec in a pod that does not exist succeeded");
     };
     assert!(format!("{missing:?}").contains("404"), "{missing:?}");
+}
+
+fn deployment(name: &str, template_app: &str) -> Deployment {
+    let labels = |app: &str| Some(BTreeMap::from([("app".to_string(), app.to_string())]));
+    Deployment {
+        metadata: kube::core::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(DeploymentSpec {
+            replicas: Some(2),
+            selector: LabelSelector {
+                match_labels: labels(name),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(kube::core::ObjectMeta {
+                    labels: labels(template_app),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: "c".into(),
+                        image: Some("busybox".into()),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn get_request(uri: &str, accept: &str) -> http::Request<Vec<u8>> {
+    http::Request::builder()
+        .uri(uri)
+        .header("accept", accept)
+        .body(Vec::new())
+        .expect("a valid request")
+}
+
+/// apps/v1 through kube-rs's typed API: create, get, list, list of metadata, patch and watch
+/// of Deployments, each answer `apps/v1` (typed decoding checks it, and the raw list, watch
+/// lines and Table are read as well); a selector that misses the template's labels is a 422
+/// naming `spec.template.metadata.labels`, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployments_through_a_typed_client() {
+    let cluster = Cluster::start_with_api(1).await;
+    let c = client(&cluster, 0).await;
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), "default");
+
+    let created = deployments
+        .create(&PostParams::default(), &deployment("web", "web"))
+        .await
+        .unwrap();
+    assert!(created.metadata.uid.is_some());
+    let spec = created.spec.as_ref().unwrap();
+    // Defaults apps/v1 gives.
+    assert_eq!(spec.revision_history_limit, Some(10));
+    assert_eq!(
+        spec.strategy.as_ref().and_then(|s| s.type_.as_deref()),
+        Some("RollingUpdate")
+    );
+    let got = deployments.get("web").await.unwrap();
+    assert_eq!(got.metadata.uid, created.metadata.uid);
+    let listed = deployments.list(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 1);
+    let metadata = deployments
+        .list_metadata(&ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(metadata.items[0].metadata.name.as_deref(), Some("web"));
+
+    let patched = deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"tier": "front"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.metadata.labels.unwrap()["tier"], "front");
+
+    // The raw answers name apps/v1: the list, its items, and every watch event.
+    let raw: serde_json::Value = c
+        .request(get_request(
+            "/apis/apps/v1/namespaces/default/deployments",
+            "application/json",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        (&raw["apiVersion"], &raw["kind"]),
+        (&json!("apps/v1"), &json!("DeploymentList"))
+    );
+    assert_eq!(raw["items"][0]["apiVersion"], "apps/v1");
+    let lines = c
+        .request_text(get_request(
+            "/apis/apps/v1/deployments?watch=1&timeoutSeconds=1",
+            "application/json",
+        ))
+        .await
+        .unwrap();
+    let events: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        (&events[0]["type"], &events[0]["object"]["apiVersion"]),
+        (&json!("ADDED"), &json!("apps/v1"))
+    );
+    let mut watch = deployments
+        .watch(
+            &WatchParams::default(),
+            raw["metadata"]["resourceVersion"].as_str().unwrap(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"note": "x"}}})),
+        )
+        .await
+        .unwrap();
+    match tokio::time::timeout(Duration::from_secs(10), watch.try_next())
+        .await
+        .expect("an event")
+        .unwrap()
+    {
+        Some(WatchEvent::Modified(d)) => assert_eq!(d.metadata.name.as_deref(), Some("web")),
+        other => panic!("expected MODIFIED, got {other:?}"),
+    }
+
+    // kubectl's Table: the deployment printer's columns and a row.
+    let table: serde_json::Value = c
+        .request(get_request(
+            "/apis/apps/v1/namespaces/default/deployments",
+            "application/json;as=Table;v=v1;g=meta.k8s.io",
+        ))
+        .await
+        .unwrap();
+    let columns: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            "Name",
+            "Ready",
+            "Up-to-date",
+            "Available",
+            "Age",
+            "Containers",
+            "Images",
+            "Selector"
+        ]
+    );
+    let cells = &table["rows"][0]["cells"];
+    assert_eq!(
+        (&cells[0], &cells[1], &cells[7]),
+        (&json!("web"), &json!("0/2"), &json!("app=web"))
+    );
+    assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+
+    // A selector that does not select the template: 422, the field named, nothing written.
+    let e = api_error(
+        deployments
+            .create(&PostParams::default(), &deployment("bad", "other"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    let causes = e.details.expect("details").causes;
+    assert!(
+        causes
+            .iter()
+            .any(|c| c.field == "spec.template.metadata.labels"),
+        "{causes:?}"
+    );
+    assert_eq!(
+        api_error(deployments.get("bad").await.unwrap_err()).code,
+        404
+    );
+
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(c.clone(), "default");
+    assert!(
+        replica_sets
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        api_error(deployments.get("web").await.unwrap_err()).code,
+        404
+    );
+}
+
+/// The scale subresource as kube-rs reads and writes it: autoscaling/v1 Scale with the
+/// deployment's identity, replicas and selector; a merge patch and a replace change the
+/// deployment's `spec.replicas` (and bump its generation) and nothing else; a stale
+/// resourceVersion is a 409 and a negative count a 422, each writing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_subresource() {
+    let cluster = Cluster::start_with_api(1).await;
+    let c = client(&cluster, 0).await;
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), "default");
+    let created = deployments
+        .create(&PostParams::default(), &deployment("web", "web"))
+        .await
+        .unwrap();
+
+    let scale = deployments.get_scale("web").await.unwrap();
+    assert_eq!(scale.metadata.uid, created.metadata.uid);
+    assert_eq!(
+        scale.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    assert_eq!(scale.spec.as_ref().and_then(|s| s.replicas), Some(2));
+    let status = scale.status.as_ref().unwrap();
+    assert_eq!(
+        (status.replicas, status.selector.as_deref()),
+        (0, Some("app=web"))
+    );
+
+    let scaled = deployments
+        .patch_scale(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(scaled.spec.as_ref().and_then(|s| s.replicas), Some(5));
+    let after = deployments.get("web").await.unwrap();
+    assert_eq!(after.spec.as_ref().unwrap().replicas, Some(5));
+    assert_eq!(after.metadata.generation, Some(2));
+    assert_eq!(
+        after.spec.as_ref().unwrap().template,
+        created.spec.as_ref().unwrap().template
+    );
+
+    // Replace pinned to a version that moved on: 409, and the count stays.
+    let stale = Scale {
+        metadata: kube::core::ObjectMeta {
+            name: Some("web".into()),
+            resource_version: created.metadata.resource_version.clone(),
+            ..Default::default()
+        },
+        spec: Some(k8s_openapi::api::autoscaling::v1::ScaleSpec { replicas: Some(1) }),
+        status: None,
+    };
+    let e = api_error(
+        deployments
+            .replace_scale("web", &PostParams::default(), &stale)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 409);
+    let mut current = stale.clone();
+    current.metadata.resource_version = after.metadata.resource_version.clone();
+    let replaced = deployments
+        .replace_scale("web", &PostParams::default(), &current)
+        .await
+        .unwrap();
+    assert_eq!(replaced.spec.and_then(|s| s.replicas), Some(1));
+
+    let e = api_error(
+        deployments
+            .patch_scale(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": -1}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 422);
+    assert_eq!(
+        deployments.get("web").await.unwrap().spec.unwrap().replicas,
+        Some(1)
+    );
+
+    // A subresource that does not exist is 404.
+    let e = api_error(
+        c.request::<serde_json::Value>(get_request(
+            "/apis/apps/v1/namespaces/default/deployments/web/rollback",
+            "application/json",
+        ))
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(e.code, 404);
+}
+
+/// Deletion propagation over REST: `propagationPolicy=Orphan` (and the deprecated
+/// `orphanDependents=true`) and `Foreground` leave the deployment marked, holding the garbage
+/// collector's finalizer; Background and the default remove it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_propagation_over_rest() {
+    let cluster = Cluster::start_with_api(1).await;
+    let c = client(&cluster, 0).await;
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), "default");
+    for (name, params, finalizer) in [
+        ("orphan", DeleteParams::orphan(), Some("orphan")),
+        (
+            "fore",
+            DeleteParams::foreground(),
+            Some("foregroundDeletion"),
+        ),
+        ("back", DeleteParams::background(), None),
+        ("plain", DeleteParams::default(), None),
+    ] {
+        deployments
+            .create(&PostParams::default(), &deployment(name, name))
+            .await
+            .unwrap();
+        deployments.delete(name, &params).await.unwrap();
+        match finalizer {
+            Some(f) => {
+                let held = deployments.get(name).await.unwrap();
+                assert!(held.metadata.deletion_timestamp.is_some(), "{name}");
+                assert_eq!(
+                    held.metadata.finalizers,
+                    Some(vec![f.to_string()]),
+                    "{name}"
+                );
+            }
+            None => assert_eq!(
+                api_error(deployments.get(name).await.unwrap_err()).code,
+                404
+            ),
+        }
+    }
+    deployments
+        .create(&PostParams::default(), &deployment("legacy", "legacy"))
+        .await
+        .unwrap();
+    let deleted: serde_json::Value = c
+        .request(
+            http::Request::builder()
+                .method("DELETE")
+                .uri("/apis/apps/v1/namespaces/default/deployments/legacy?orphanDependents=true")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(deleted["metadata"]["finalizers"], json!(["orphan"]));
+    let e = api_error(
+        c.request::<serde_json::Value>(
+            http::Request::builder()
+                .method("DELETE")
+                .uri("/apis/apps/v1/namespaces/default/deployments/legacy?propagationPolicy=Sideways")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(e.code, 400);
 }

@@ -489,7 +489,10 @@ fn kubectl_on_path() -> bool {
 /// (client-side apply, Strict field validation, Tables from the server): discovery, apply
 /// twice, server-side apply twice, get and get -o wide, a watch seeing a pod go Pending → Running, describe with
 /// events, logs, exec, a manifest kubectl generates, explain, a bad manifest refused with its field path,
-/// create namespace and drain (protobuf bodies), and delete --wait.
+/// create namespace and drain (protobuf bodies), delete --wait, and apps/v1: a Deployment
+/// applied, listed wide with replica sets, explained, scaled through its scale subresource,
+/// deleted with --cascade=orphan (held by the orphan finalizer, as no garbage collector runs
+/// here), and a Deployment whose selector misses its template refused with the field path.
 #[test]
 fn kubectl_session() {
     if !kubectl_on_path() {
@@ -708,4 +711,84 @@ fn kubectl_session() {
     assert!(drained.contains("pod/t1 evicted"), "{drained}");
     let nodes = up.kubectl_ok(&["get", "node", node.trim()], None);
     assert!(nodes.contains("Ready,SchedulingDisabled"), "{nodes}");
+
+    let deployment = |name: &str, template_app: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  \
+             replicas: 2\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    \
+             metadata: {{labels: {{app: {template_app}}}}}\n    spec:\n      containers:\n      \
+             - {{name: c, image: busybox}}\n"
+        )
+    };
+    assert_eq!(
+        up.kubectl_ok(&["apply", "-f", "-"], Some(&deployment("web", "web")))
+            .trim(),
+        "deployment.apps/web created"
+    );
+    let wide = up.kubectl_ok(&["get", "deploy,rs", "-o", "wide"], None);
+    let header = wide.lines().next().unwrap_or_default();
+    for column in [
+        "NAME",
+        "READY",
+        "UP-TO-DATE",
+        "AVAILABLE",
+        "AGE",
+        "CONTAINERS",
+        "IMAGES",
+        "SELECTOR",
+    ] {
+        assert!(header.contains(column), "{column} in {wide}");
+    }
+    assert!(
+        wide.lines().any(|l| l.starts_with("deployment.apps/web")
+            && l.contains("0/2")
+            && l.contains("busybox")
+            && l.contains("app=web")),
+        "{wide}"
+    );
+    let explained = up.kubectl_ok(&["explain", "deployment.spec.strategy"], None);
+    assert!(explained.contains("rollingUpdate"), "{explained}");
+    assert_eq!(
+        up.kubectl_ok(&["scale", "deploy/web", "--replicas=5"], None)
+            .trim(),
+        "deployment.apps/web scaled"
+    );
+    assert_eq!(
+        up.kubectl_ok(
+            &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"],
+            None
+        ),
+        "5"
+    );
+    let orphaned = up.kubectl_ok(
+        &[
+            "delete",
+            "deploy",
+            "web",
+            "--cascade=orphan",
+            "--wait=false",
+        ],
+        None,
+    );
+    assert_eq!(orphaned.trim(), "deployment.apps \"web\" deleted");
+    assert_eq!(
+        up.kubectl_ok(
+            &[
+                "get",
+                "deploy",
+                "web",
+                "-o",
+                "jsonpath={.metadata.finalizers}"
+            ],
+            None
+        ),
+        "[\"orphan\"]"
+    );
+    let refused = up.kubectl(&["apply", "-f", "-"], Some(&deployment("bad", "other")));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        err.contains("is invalid") && err.contains("spec.template.metadata.labels"),
+        "{err}"
+    );
 }

@@ -4,6 +4,7 @@
 //! codes (the informer relists on `FailedPrecondition`, the agent retries on `Aborted`).
 
 use skiff_proto::api::object::DecodeError;
+use skiff_proto::api::vocabulary::UnsupportedValue;
 use skiff_proto::api::{Kind, SchemaError, ValidationErrors};
 use skiff_proto::selector::SelectorError;
 use tonic::{Code, Status};
@@ -51,6 +52,11 @@ pub enum ClusterError {
     BadResourceVersion { value: String },
     #[error("grace_period_seconds: must not be negative")]
     NegativeGrace,
+    #[error("propagationPolicy: {source}")]
+    BadPropagation {
+        #[source]
+        source: UnsupportedValue,
+    },
     #[error("Binding objects are created through Bind")]
     CreateBinding,
     /// An update that changes what may not change.
@@ -152,6 +158,7 @@ impl ClusterError {
             | BadContinue { .. }
             | BadResourceVersion { .. }
             | NegativeGrace
+            | BadPropagation { .. }
             | CreateBinding
             | Immutable { .. }
             | NoStatus { .. } => Code::InvalidArgument,

@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use skiff_proto::api::meta::generated_name;
+use skiff_proto::api::meta::{FOREGROUND_DELETION_FINALIZER, ORPHAN_FINALIZER, generated_name};
 use skiff_proto::api::object::DecodeError;
 use skiff_proto::api::schema::{self, FieldValidation};
-use skiff_proto::api::{Kind, Object, PodPhase, Time, defaults, validation};
+use skiff_proto::api::{DeletionPropagation, Kind, Object, PodPhase, Time, defaults, validation};
 use skiff_proto::cluster::v1 as pb;
 
 use crate::command::{
@@ -194,6 +194,45 @@ fn finalizers_done(current: &Object, next: &Object) -> Result<bool> {
             && !p.is_terminal()
             && new.deletion_grace_period_seconds.is_some_and(|g| g > 0));
     Ok(!cur.finalizers.is_empty() && new.finalizers.is_empty() && !stopping)
+}
+
+/// The finalizers an object keeps when deleted with `propagation`, as kube-apiserver decides
+/// them for the garbage collector: an orphaning delete leaves `orphan` on it, a foreground one
+/// `foregroundDeletion` (never both), a background one neither. Unset, a garbage-collection
+/// finalizer already on the object (from an earlier delete) decides; else Background, every
+/// kind's default (apps/v1's, and the core kinds').
+///
+/// ```text
+///  propagation   finalizers after           the object
+///  Orphan        others + orphan            stays, marked, until the collector has
+///                                           released its dependents
+///  Foreground    others + foregroundDeletion  stays, marked, until the collector has
+///                                           deleted its dependents
+///  Background    others                     goes as before (held only by the others)
+/// ```
+pub fn deletion_finalizers(
+    finalizers: &[String],
+    propagation: Option<DeletionPropagation>,
+) -> Vec<String> {
+    let is_gc = |f: &String| f == ORPHAN_FINALIZER || f == FOREGROUND_DELETION_FINALIZER;
+    let policy = propagation
+        .or_else(|| {
+            finalizers.iter().find(|f| is_gc(f)).map(|f| {
+                if f == ORPHAN_FINALIZER {
+                    DeletionPropagation::Orphan
+                } else {
+                    DeletionPropagation::Foreground
+                }
+            })
+        })
+        .unwrap_or(DeletionPropagation::Background);
+    let mut kept: Vec<String> = finalizers.iter().filter(|f| !is_gc(f)).cloned().collect();
+    match policy {
+        DeletionPropagation::Orphan => kept.push(ORPHAN_FINALIZER.to_owned()),
+        DeletionPropagation::Foreground => kept.push(FOREGROUND_DELETION_FINALIZER.to_owned()),
+        DeletionPropagation::Background => {}
+    }
+    kept
 }
 
 /// `range_end` that covers every key starting with `prefix`.
@@ -592,7 +631,9 @@ impl ClusterApi {
 
     /// Delete. A pod bound to a node is deleted gracefully: it gets a deletionTimestamp and its
     /// agent removes it once the containers have stopped; an unbound or finished pod, or a
-    /// grace period of 0, is removed at once.
+    /// grace period of 0, is removed at once. `propagation` decides the garbage-collection
+    /// finalizer the object gets ([`deletion_finalizers`]); an object held by any finalizer is
+    /// only marked, and goes with the update that removes its last finalizer.
     pub async fn delete(
         &self,
         kind: Kind,
@@ -600,6 +641,7 @@ impl ClusterApi {
         name: &str,
         pinned: i64,
         grace: Option<i64>,
+        propagation: Option<DeletionPropagation>,
     ) -> Result<(i64, Object)> {
         for _ in 0..WRITE_ATTEMPTS {
             self.barrier(false).await?;
@@ -623,7 +665,9 @@ impl ClusterApi {
                     });
                 }
             }
-            if !current.object.metadata().finalizers.is_empty() {
+            let finalizers =
+                deletion_finalizers(&current.object.metadata().finalizers, propagation);
+            if !finalizers.is_empty() {
                 // Finalizers hold the object: the delete only marks it (once); the update
                 // that removes the last finalizer removes it.
                 let grace = match &current.object {
@@ -634,8 +678,9 @@ impl ClusterApi {
                 };
                 let marked = current.object.metadata();
                 // A later delete may only shorten the grace period (an agent done stopping
-                // the pod deletes with 0).
+                // the pod deletes with 0), or change the propagation.
                 if marked.deletion_timestamp.is_some()
+                    && marked.finalizers == finalizers
                     && marked
                         .deletion_grace_period_seconds
                         .is_none_or(|g| g <= grace)
@@ -644,8 +689,12 @@ impl ClusterApi {
                 }
                 let mut next = current.object.clone();
                 let meta = next.metadata_mut();
-                meta.deletion_timestamp = Time::from_unix(Time::now().unix() + grace);
-                meta.deletion_grace_period_seconds = Some(grace);
+                let shorter = meta.deletion_grace_period_seconds.is_none_or(|g| grace < g);
+                if meta.deletion_timestamp.is_none() || shorter {
+                    meta.deletion_timestamp = Time::from_unix(Time::now().unix() + grace);
+                    meta.deletion_grace_period_seconds = Some(grace);
+                }
+                meta.finalizers = finalizers;
                 match self.replace(&current, &next).await? {
                     Some(done) => return Ok(done),
                     None if pinned > 0 => return Err(conflict(kind, name)),
@@ -681,5 +730,47 @@ impl ClusterApi {
             }
         }
         Err(conflict(kind, name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(s: &[&str]) -> Vec<String> {
+        s.iter().map(|f| (*f).to_owned()).collect()
+    }
+
+    /// Each policy leaves at most one collector finalizer, after the others; unset, the one
+    /// already there stands, and with none, Background adds nothing.
+    #[test]
+    fn deletion_finalizers_follow_the_policy() {
+        use DeletionPropagation::*;
+        let keep = "example.com/keep";
+        for (before, policy, after) in [
+            (&[][..], None, &[][..]),
+            (&[], Some(Background), &[]),
+            (&[], Some(Orphan), &[ORPHAN_FINALIZER][..]),
+            (&[], Some(Foreground), &[FOREGROUND_DELETION_FINALIZER]),
+            (&[keep], Some(Orphan), &[keep, ORPHAN_FINALIZER]),
+            (&[ORPHAN_FINALIZER, keep], None, &[keep, ORPHAN_FINALIZER]),
+            (
+                &[FOREGROUND_DELETION_FINALIZER],
+                None,
+                &[FOREGROUND_DELETION_FINALIZER],
+            ),
+            (
+                &[FOREGROUND_DELETION_FINALIZER],
+                Some(Orphan),
+                &[ORPHAN_FINALIZER],
+            ),
+            (&[ORPHAN_FINALIZER, keep], Some(Background), &[keep]),
+        ] {
+            assert_eq!(
+                deletion_finalizers(&strings(before), policy),
+                strings(after),
+                "{before:?} {policy:?}"
+            );
+        }
     }
 }

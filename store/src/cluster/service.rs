@@ -3,7 +3,7 @@
 use std::pin::Pin;
 
 use futures::{Stream, StreamExt};
-use skiff_proto::api::Kind;
+use skiff_proto::api::{DeletionPropagation, Kind};
 use skiff_proto::cluster::v1 as pb;
 use skiff_proto::cluster::v1::cluster_server::Cluster;
 use tokio_stream::wrappers::ReceiverStream;
@@ -138,6 +138,12 @@ impl Cluster for ClusterApi {
         if req.grace_period_seconds.is_some_and(|g| g < 0) {
             return Err(ClusterError::NegativeGrace.into());
         }
+        let propagation = req
+            .propagation_policy
+            .as_deref()
+            .map(str::parse::<DeletionPropagation>)
+            .transpose()
+            .map_err(|source| ClusterError::BadPropagation { source })?;
         let (rev, o) = ClusterApi::delete(
             self,
             kind,
@@ -145,6 +151,7 @@ impl Cluster for ClusterApi {
             &name,
             req.resource_version,
             req.grace_period_seconds,
+            propagation,
         )
         .await?;
         Ok(object_response(self, rev, &o))

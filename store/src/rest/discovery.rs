@@ -642,7 +642,12 @@ mod tests {
         assert_eq!(version["version"], "v1");
         assert_eq!(version["freshness"], "Current");
         let resources = version["resources"].as_array().expect("resources");
-        assert_eq!(resources.len(), RESOURCES.len());
+        let core = RESOURCES
+            .iter()
+            .filter(|r| r.group_version() == GroupVersion::CORE_V1)
+            .count();
+        assert_eq!(resources.len(), core);
+        assert!(resources.iter().all(|r| r["resource"] != "deployments"));
 
         let pods = resources
             .iter()
@@ -694,6 +699,35 @@ mod tests {
         let aggregated = aggregated_groups();
         assert_eq!(aggregated["kind"], "APIGroupDiscoveryList");
         assert_eq!(aggregated["items"][0]["metadata"]["name"], "apps");
+        let version = &aggregated["items"][0]["versions"][0];
+        assert_eq!(version["version"], "v1");
+        let deployments = version["resources"]
+            .as_array()
+            .expect("resources")
+            .iter()
+            .find(|r| r["resource"] == "deployments")
+            .expect("deployments");
+        assert_eq!(
+            deployments["responseKind"],
+            json!({"group": "apps", "version": "v1", "kind": "Deployment"})
+        );
+        assert_eq!(deployments["shortNames"], json!(["deploy"]));
+        assert_eq!(deployments["categories"], json!(["all"]));
+        assert_eq!(
+            deployments["subresources"],
+            json!([
+                {
+                    "subresource": "scale",
+                    "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+                    "verbs": ["get", "patch", "update"],
+                },
+                {
+                    "subresource": "status",
+                    "responseKind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+                    "verbs": ["get", "patch", "update"],
+                },
+            ])
+        );
         let list = resource_list(GroupVersion::parse("apps/v1"));
         let scale = find(&list, "deployments/scale");
         assert_eq!(
@@ -726,7 +760,8 @@ mod tests {
         assert_eq!(versions.versions, ["v1"]);
         let groups: meta::APIGroupList =
             serde_json::from_value(api_group_list()).expect("APIGroupList");
-        assert!(groups.groups.is_empty());
+        let names: Vec<&str> = groups.groups.iter().map(|g| g.name.as_str()).collect();
+        assert_eq!(names, ["apps"]);
         let list: meta::APIResourceList =
             serde_json::from_value(core_v1_resources()).expect("APIResourceList");
         let eviction = list
@@ -735,7 +770,28 @@ mod tests {
             .find(|r| r.name == "pods/eviction")
             .expect("pods/eviction");
         assert_eq!(eviction.group.as_deref(), Some("policy"));
-        assert_eq!(list.resources.len(), RESOURCES.len() + 8);
+        // seven core resources, six pod subresources, nodes/status and namespaces/status
+        assert_eq!(list.resources.len(), 7 + 8);
+        let apps: meta::APIResourceList =
+            serde_json::from_value(resource_list(GroupVersion::parse("apps/v1")))
+                .expect("APIResourceList");
+        let names: Vec<&str> = apps.resources.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "deployments",
+                "replicasets",
+                "deployments/scale",
+                "deployments/status",
+                "replicasets/scale",
+                "replicasets/status"
+            ]
+        );
+        let scale = &apps.resources[2];
+        assert_eq!(
+            (scale.group.as_deref(), scale.version.as_deref()),
+            (Some("autoscaling"), Some("v1"))
+        );
     }
 
     /// Group versions parse and print both ways, and give the paths kubectl looks up.
@@ -748,7 +804,8 @@ mod tests {
         assert_eq!(GroupVersion::parse("v1"), GroupVersion::CORE_V1);
         assert_eq!(GroupVersion::CORE_V1.path(), "api/v1");
         assert_eq!(GroupVersion::of(Kind::Pod), GroupVersion::CORE_V1);
-        assert_eq!(group_versions(), vec![GroupVersion::CORE_V1]);
+        assert_eq!(GroupVersion::of(Kind::ReplicaSet), apps);
+        assert_eq!(group_versions(), vec![GroupVersion::CORE_V1, apps]);
     }
 
     /// kubectl's and client-go's discovery `Accept` headers choose the aggregated document;

@@ -12,6 +12,7 @@
 //! | [`protobuf`]  | protobuf request bodies (client-go's typed clients) read as JSON   |
 //! | [`table`]     | server-side printing: `meta.k8s.io/v1` Tables with kubectl's columns |
 //! | [`request`]   | a request's target, query parameters, accepted media type and body |
+//! | [`scale`]     | the workloads' `scale` subresource, as autoscaling/v1 `Scale`       |
 //! | [`status`]    | errors as `metav1.Status` with kube-apiserver's codes and reasons  |
 //! | [`verbs`]     | get, list, create, update, patch, delete, bindings and evictions   |
 //! | [`watch`]     | watch streams: initial events, bookmarks, 410 Expired             |
@@ -25,6 +26,7 @@ pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod request;
+pub mod scale;
 pub mod status;
 pub mod table;
 pub mod verbs;
@@ -251,6 +253,27 @@ async fn group_resource(
     resource(rest, target, method, query, headers, body).await
 }
 
+/// The verbs served at `target`'s path. A subresource the resource does not have is no path
+/// at all: 404, as kube-apiserver answers (405 is for a verb a served path does not take).
+fn served_verbs(target: &Target) -> Result<&'static [&'static str], ApiError> {
+    let resource = discovery::resource(target.kind);
+    match target.subresource.as_deref() {
+        None => Ok(resource.map_or(&[], |r| r.verbs)),
+        Some(sub) => resource
+            .and_then(|r| r.subresource(sub))
+            .map(|s| s.verbs)
+            .ok_or_else(|| {
+                ApiError::new(
+                    Reason::NotFound,
+                    format!(
+                        "the server could not find the requested resource ({}/{sub})",
+                        target.kind.plural()
+                    ),
+                )
+            }),
+    }
+}
+
 /// A request for a resource: the path named it, the method and query name the verb.
 async fn resource(
     rest: Arc<Rest>,
@@ -265,17 +288,7 @@ async fn resource(
     let api = &rest.api;
     let collection = target.is_collection();
     let sub = target.subresource.as_deref();
-    let allowed = discovery::resource(target.kind)
-        .map(|r| match sub {
-            None => r.verbs,
-            Some(s) => r
-                .subresources
-                .iter()
-                .find(|x| x.name == s)
-                .map(|x| x.verbs)
-                .unwrap_or(&[]),
-        })
-        .unwrap_or(&[]);
+    let allowed = served_verbs(&target)?;
     let verb = match (&method, collection, params.watch) {
         (&Method::GET, true, true) | (&Method::GET, false, true) => "watch",
         (&Method::GET, true, false) => "list",
@@ -301,6 +314,7 @@ async fn resource(
         "watch" => watch::watch(api, &target, &params, accept).await,
         "list" => verbs::list(api, &target, &params, accept).await,
         "get" if sub == Some("log") => logs::logs(api, &target, &params).await,
+        "get" if sub == Some("scale") => scale::get(api, &target, &params).await,
         "get" => verbs::get(api, &target, &params, accept).await,
         "create" => {
             let body = read_body(body).await?;
@@ -312,11 +326,17 @@ async fn resource(
         }
         "update" => {
             let body = read_body(body).await?;
-            verbs::update(api, &target, &params, accept, &headers, &body).await
+            match sub {
+                Some("scale") => scale::update(api, &target, &params, &headers, &body).await,
+                _ => verbs::update(api, &target, &params, accept, &headers, &body).await,
+            }
         }
         "patch" => {
             let body = read_body(body).await?;
-            verbs::patch(api, &target, &params, accept, &headers, &body).await
+            match sub {
+                Some("scale") => scale::patch(api, &target, &params, &headers, &body).await,
+                _ => verbs::patch(api, &target, &params, accept, &headers, &body).await,
+            }
         }
         "delete" => {
             let body = read_body(body).await?;
@@ -326,5 +346,43 @@ async fn resource(
             let body = read_body(body).await?;
             verbs::delete_collection(api, &target, &params, &headers, &body).await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skiff_proto::api::Kind;
+
+    fn target(kind: Kind, sub: Option<&str>) -> Target {
+        Target {
+            kind,
+            namespace: "default".into(),
+            name: "web".into(),
+            subresource: sub.map(str::to_string),
+        }
+    }
+
+    /// A subresource the resource lacks is not found (404), as in kube-apiserver; served
+    /// subresources answer with their own verbs.
+    #[test]
+    fn unknown_subresources_are_not_found() {
+        for (kind, sub) in [
+            (Kind::Deployment, "log"),
+            (Kind::Pod, "scale"),
+            (Kind::Node, "widgets"),
+        ] {
+            let e = served_verbs(&target(kind, Some(sub))).unwrap_err();
+            assert_eq!(e.reason, Reason::NotFound, "{kind} {sub}");
+        }
+        assert_eq!(
+            served_verbs(&target(Kind::Deployment, Some("scale"))).unwrap(),
+            ["get", "patch", "update"]
+        );
+        assert!(
+            served_verbs(&target(Kind::Pod, None))
+                .unwrap()
+                .contains(&"watch")
+        );
     }
 }

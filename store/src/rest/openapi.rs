@@ -27,6 +27,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
+use k8s_openapi::api::apps::v1 as apps;
+use k8s_openapi::api::autoscaling::v1 as autoscaling;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
@@ -109,10 +111,10 @@ fn add<T: JsonSchema>(generator: &mut SchemaGenerator) -> String {
     T::schema_name().into_owned()
 }
 
-/// The schema of a served kind, by group, version and kind name.
 /// Subresources that upgrade the connection instead of carrying an object.
 const CONNECT_SUBRESOURCES: [&str; 2] = ["attach", "exec"];
 
+/// The schema of a served kind, by group, version and kind name.
 fn kind_schema(gv: GroupVersion, kind: &str, generator: &mut SchemaGenerator) -> Option<String> {
     Some(match (gv.group, gv.version, kind) {
         ("", "v1", "Pod") => add::<core::Pod>(generator),
@@ -123,6 +125,9 @@ fn kind_schema(gv: GroupVersion, kind: &str, generator: &mut SchemaGenerator) ->
         ("", "v1", "LimitRange") => add::<core::LimitRange>(generator),
         ("", "v1", "Binding") => add::<core::Binding>(generator),
         ("policy", "v1", "Eviction") => add::<policy::Eviction>(generator),
+        ("apps", "v1", "Deployment") => add::<apps::Deployment>(generator),
+        ("apps", "v1", "ReplicaSet") => add::<apps::ReplicaSet>(generator),
+        ("autoscaling", "v1", "Scale") => add::<autoscaling::Scale>(generator),
         _ => return None,
     })
 }
@@ -926,9 +931,17 @@ fn build(gv: GroupVersion) -> Value {
 mod tests {
     use super::*;
 
-    fn core() -> Value {
-        serde_json::from_slice(document("api/v1").expect("api/v1 is served"))
+    fn doc(path: &str) -> Value {
+        serde_json::from_slice(document(path).unwrap_or_else(|| panic!("{path} is not served")))
             .expect("the document is JSON")
+    }
+
+    fn core() -> Value {
+        doc("api/v1")
+    }
+
+    fn apps() -> Value {
+        doc("apis/apps/v1")
     }
 
     /// Every `$ref` anywhere in `value`.
@@ -947,41 +960,45 @@ mod tests {
         }
     }
 
-    /// The index names `api/v1` with the SHA-256 of exactly the bytes served for it.
+    /// The index names each served group version (`api/v1`, `apis/apps/v1`) with the SHA-256
+    /// of exactly the bytes served for it, and nothing else.
     #[test]
     fn index_hash_is_the_documents() {
         let index = index();
-        let url = index["paths"]["api/v1"]["serverRelativeURL"]
-            .as_str()
-            .expect("api/v1 in the index");
-        let bytes = document("api/v1").expect("document");
-        let expected: String = Sha256::digest(bytes)
-            .iter()
-            .map(|b| format!("{b:02X}"))
-            .collect();
-        assert_eq!(url, format!("/openapi/v3/api/v1?hash={expected}"));
-        assert_eq!(hash("api/v1"), Some(expected.as_str()));
-        assert_eq!(document("apis/apps/v1"), None);
-        assert_eq!(index["paths"].as_object().map(Map::len), Some(1));
+        for path in ["api/v1", "apis/apps/v1"] {
+            let url = index["paths"][path]["serverRelativeURL"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{path} in the index"));
+            let bytes = document(path).expect("document");
+            let expected: String = Sha256::digest(bytes)
+                .iter()
+                .map(|b| format!("{b:02X}"))
+                .collect();
+            assert_eq!(url, format!("/openapi/v3/{path}?hash={expected}"));
+            assert_eq!(hash(path), Some(expected.as_str()));
+        }
+        assert_eq!(document("apis/autoscaling/v1"), None);
+        assert_eq!(index["paths"].as_object().map(Map::len), Some(2));
     }
 
     /// Every reference resolves within the document's own components, and references use
     /// the OpenAPI 3 location.
     #[test]
     fn every_reference_resolves() {
-        let doc = core();
-        let schemas = doc["components"]["schemas"].as_object().expect("schemas");
-        let mut all = Vec::new();
-        refs(&doc, &mut all);
-        assert!(all.len() > 100);
-        for r in all {
-            let name = r
-                .strip_prefix("#/components/schemas/")
-                .unwrap_or_else(|| panic!("{r} is not a component reference"));
-            assert!(
-                schemas.contains_key(name),
-                "{name} is referenced but absent"
-            );
+        for doc in [core(), apps()] {
+            let schemas = doc["components"]["schemas"].as_object().expect("schemas");
+            let mut all = Vec::new();
+            refs(&doc, &mut all);
+            assert!(all.len() > 100);
+            for r in all {
+                let name = r
+                    .strip_prefix("#/components/schemas/")
+                    .unwrap_or_else(|| panic!("{r} is not a component reference"));
+                assert!(
+                    schemas.contains_key(name),
+                    "{name} is referenced but absent"
+                );
+            }
         }
     }
 
@@ -989,17 +1006,20 @@ mod tests {
     /// operation names that kind and carries an inline `fieldValidation` query parameter.
     #[test]
     fn patch_operations_offer_field_validation() {
-        let doc = core();
-        let paths = doc["paths"].as_object().expect("paths");
-        for kind in [
-            "Pod",
-            "Node",
-            "Namespace",
-            "Event",
-            "ResourceQuota",
-            "LimitRange",
+        let (core, apps) = (core(), apps());
+        for (doc, group, kind) in [
+            (&core, "", "Pod"),
+            (&core, "", "Node"),
+            (&core, "", "Namespace"),
+            (&core, "", "Event"),
+            (&core, "", "ResourceQuota"),
+            (&core, "", "LimitRange"),
+            (&apps, "apps", "Deployment"),
+            (&apps, "apps", "ReplicaSet"),
+            (&apps, "autoscaling", "Scale"),
         ] {
-            let gvk = json!({"group": "", "kind": kind, "version": "v1"});
+            let paths = doc["paths"].as_object().expect("paths");
+            let gvk = json!({"group": group, "kind": kind, "version": "v1"});
             let patches: Vec<&Value> = paths
                 .values()
                 .filter_map(|item| item.get("patch"))
@@ -1224,18 +1244,21 @@ mod tests {
     }
 
     /// Explain finds a kind from the first operation on the resource's paths; each such
-    /// operation names the resource's own kind (not its list's).
+    /// operation, in the document of the resource's group version, names the resource's own
+    /// kind (not its list's).
     #[test]
     fn resource_paths_name_the_kind() {
-        let doc = core();
         for resource in discovery::resources() {
+            let gv = resource.group_version();
+            let doc = doc(&gv.path());
+            let root = gv.path();
             let plural = resource.plural();
-            let gvk = json!({"group": "", "kind": resource.kind.name(), "version": "v1"});
+            let gvk = gv.kind_json(resource.kind.name());
             let candidates = [
-                format!("/api/v1/{plural}"),
-                format!("/api/v1/{plural}/{{name}}"),
-                format!("/api/v1/namespaces/{{namespace}}/{plural}"),
-                format!("/api/v1/namespaces/{{namespace}}/{plural}/{{name}}"),
+                format!("/{root}/{plural}"),
+                format!("/{root}/{plural}/{{name}}"),
+                format!("/{root}/namespaces/{{namespace}}/{plural}"),
+                format!("/{root}/namespaces/{{namespace}}/{plural}/{{name}}"),
             ];
             let mut found = false;
             for path in &candidates {
@@ -1252,5 +1275,92 @@ mod tests {
             }
             assert!(found, "{plural} has no operation");
         }
+    }
+
+    /// The apps/v1 document serves the workloads as Kubernetes' does: their paths with
+    /// Kubernetes' operation ids, the `scale` subresource speaking autoscaling/v1 `Scale`, and
+    /// schemas `kubectl explain deployment.spec.strategy` can walk.
+    #[test]
+    fn apps_document() {
+        let doc = apps();
+        let paths = doc["paths"].as_object().expect("paths");
+        let ns = "/apis/apps/v1/namespaces/{namespace}";
+        assert_eq!(
+            paths[&format!("{ns}/deployments")]["get"]["operationId"],
+            "listAppsV1NamespacedDeployment"
+        );
+        assert_eq!(
+            paths["/apis/apps/v1/replicasets"]["get"]["operationId"],
+            "listAppsV1ReplicaSetForAllNamespaces"
+        );
+        let scale = &paths[&format!("{ns}/deployments/{{name}}/scale")];
+        assert_eq!(
+            scale["patch"]["operationId"],
+            "patchAppsV1NamespacedDeploymentScale"
+        );
+        assert_eq!(
+            scale["get"]["x-kubernetes-group-version-kind"],
+            json!({"group": "autoscaling", "kind": "Scale", "version": "v1"})
+        );
+        assert_eq!(
+            scale["put"]["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/io.k8s.api.autoscaling.v1.Scale"
+        );
+        assert!(paths.contains_key(&format!("{ns}/replicasets/{{name}}/status")));
+        assert!(!paths.keys().any(|p| p.starts_with("/api/v1")));
+
+        let schemas = &doc["components"]["schemas"];
+        for (name, group, kind) in [
+            ("io.k8s.api.apps.v1.Deployment", "apps", "Deployment"),
+            (
+                "io.k8s.api.apps.v1.DeploymentList",
+                "apps",
+                "DeploymentList",
+            ),
+            ("io.k8s.api.apps.v1.ReplicaSet", "apps", "ReplicaSet"),
+            (
+                "io.k8s.api.apps.v1.ReplicaSetList",
+                "apps",
+                "ReplicaSetList",
+            ),
+            ("io.k8s.api.autoscaling.v1.Scale", "autoscaling", "Scale"),
+            (
+                "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
+                "apps",
+                "DeleteOptions",
+            ),
+        ] {
+            let gvks = schemas[name]["x-kubernetes-group-version-kind"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{name} names no kind"));
+            assert!(
+                gvks.contains(&json!({"group": group, "kind": kind, "version": "v1"})),
+                "{name}: {gvks:?}"
+            );
+        }
+        assert!(
+            schemas["io.k8s.api.apps.v1.Deployment"]
+                .get("required")
+                .is_none()
+        );
+        let spec =
+            &schemas["io.k8s.api.apps.v1.Deployment"]["properties"]["spec"]["allOf"][0]["$ref"];
+        assert_eq!(
+            spec,
+            "#/components/schemas/io.k8s.api.apps.v1.DeploymentSpec"
+        );
+        let strategy = &schemas["io.k8s.api.apps.v1.DeploymentSpec"]["properties"]["strategy"];
+        assert!(strategy["description"].is_string());
+        assert_eq!(
+            strategy["allOf"][0]["$ref"],
+            "#/components/schemas/io.k8s.api.apps.v1.DeploymentStrategy"
+        );
+        assert!(
+            schemas["io.k8s.api.apps.v1.DeploymentStrategy"]["properties"]["rollingUpdate"]
+                .is_object()
+        );
+        assert!(
+            schemas["io.k8s.api.autoscaling.v1.ScaleSpec"]["properties"]["replicas"].is_object()
+        );
     }
 }

@@ -139,6 +139,24 @@ pub fn apply(
     original: &Value,
     patch: &[u8],
 ) -> Result<Value, PatchError> {
+    apply_with(schema::for_kind(kind), patch_type, original, patch)
+}
+
+/// Applies `patch` to a workload's autoscaling/v1 `Scale` (the `scale` subresource) as JSON.
+pub fn apply_to_scale(
+    patch_type: PatchType,
+    original: &Value,
+    patch: &[u8],
+) -> Result<Value, PatchError> {
+    apply_with(schema::scale(), patch_type, original, patch)
+}
+
+fn apply_with(
+    schema: &'static schema::Schema,
+    patch_type: PatchType,
+    original: &Value,
+    patch: &[u8],
+) -> Result<Value, PatchError> {
     let parse = || serde_json::from_slice::<Value>(patch).map_err(PatchError::MalformedJson);
     let result = match patch_type {
         PatchType::Json => json_patch(original, parse()?)?,
@@ -151,11 +169,7 @@ pub fn apply(
         }
         PatchType::StrategicMerge => {
             let patch = parse()?;
-            strategic::apply(
-                schema::for_kind(kind),
-                original,
-                require_object(patch_type, &patch)?,
-            )?
+            strategic::apply(schema, original, require_object(patch_type, &patch)?)?
         }
         PatchType::Apply => return Err(PatchError::ApplyPatch),
     };

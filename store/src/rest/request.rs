@@ -107,6 +107,9 @@ pub struct Params {
     pub field_manager: String,
     pub grace_period_seconds: Option<i64>,
     pub propagation_policy: String,
+    /// The deprecated `orphanDependents` of a delete: true is `propagationPolicy=Orphan`,
+    /// false is Background.
+    pub orphan_dependents: Option<bool>,
     pub include_object: String,
     pub force: bool,
     /// pods/log
@@ -188,6 +191,7 @@ impl Params {
                     p.grace_period_seconds = Some(integer("gracePeriodSeconds", v)?)
                 }
                 "propagationPolicy" => p.propagation_policy = v.to_string(),
+                "orphanDependents" => p.orphan_dependents = Some(boolean("orphanDependents", v)?),
                 "includeObject" => p.include_object = v.to_string(),
                 "force" => p.force = boolean("force", v)?,
                 "container" => p.container = v.to_string(),

@@ -199,6 +199,7 @@ impl From<ClusterError> for ApiError {
             | BadContinue { .. }
             | BadResourceVersion { .. }
             | NegativeGrace
+            | BadPropagation { .. }
             | CreateBinding
             | NoStatus { .. } => ApiError::bad_request(message),
             Decode { kind, .. } | Schema { kind, .. } => {

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use rand::Rng;
 use serde_json::{Value, json};
-use skiff_proto::api::{FieldValidation, Kind, Object};
+use skiff_proto::api::{DeletionPropagation, FieldValidation, Kind, Object};
 use skiff_proto::cluster::v1 as pb;
 
 use super::patch::{self, PatchType};
@@ -127,10 +127,8 @@ fn status_write(target: &Target) -> Result<bool, ApiError> {
     match target.subresource.as_deref() {
         None => Ok(false),
         Some("status")
-            if matches!(
-                target.kind,
-                Kind::Pod | Kind::Node | Kind::Namespace | Kind::ResourceQuota
-            ) =>
+            if super::discovery::resource(target.kind)
+                .is_some_and(|r| r.subresource("status").is_some()) =>
         {
             Ok(true)
         }
@@ -559,12 +557,38 @@ struct DeleteOptions {
     resource_version: i64,
     uid: String,
     dry_run: bool,
+    /// Unset: the store's default (see `ClusterApi::delete`).
+    propagation: Option<DeletionPropagation>,
+}
+
+/// `propagationPolicy` and the deprecated `orphanDependents`, which may not both be given.
+fn propagation(
+    policy: Option<&str>,
+    orphan_dependents: Option<bool>,
+) -> Result<Option<DeletionPropagation>, ApiError> {
+    match (policy, orphan_dependents) {
+        (Some(_), Some(_)) => Err(ApiError::new(
+            Reason::Invalid,
+            "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Invalid value: \
+             orphanDependents and deletionPropagation cannot be both set",
+        )),
+        (Some(p), None) => p.parse().map(Some).map_err(|_| {
+            ApiError::bad_request(format!(
+                "propagationPolicy: Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+            ))
+        }),
+        (None, Some(true)) => Ok(Some(DeletionPropagation::Orphan)),
+        (None, Some(false)) => Ok(Some(DeletionPropagation::Background)),
+        (None, None) => Ok(None),
+    }
 }
 
 fn delete_options(params: &Params, body: &[u8]) -> Result<DeleteOptions, ApiError> {
+    let query_policy = Some(params.propagation_policy.as_str()).filter(|p| !p.is_empty());
     let mut o = DeleteOptions {
         grace: params.grace_period_seconds,
         dry_run: params.dry_run,
+        propagation: propagation(query_policy, params.orphan_dependents)?,
         ..DeleteOptions::default()
     };
     if body.iter().all(u8::is_ascii_whitespace) {
@@ -572,6 +596,12 @@ fn delete_options(params: &Params, body: &[u8]) -> Result<DeleteOptions, ApiErro
     }
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("DeleteOptions: not valid JSON: {e}")))?;
+    // The body's choice, when it makes one, stands for the whole request.
+    let body_policy = v.get("propagationPolicy").and_then(Value::as_str);
+    let body_orphan = v.get("orphanDependents").and_then(Value::as_bool);
+    if body_policy.is_some() || body_orphan.is_some() {
+        o.propagation = propagation(body_policy, body_orphan)?;
+    }
     if let Some(g) = v.get("gracePeriodSeconds").and_then(Value::as_i64) {
         o.grace = Some(g);
     }
@@ -589,13 +619,6 @@ fn delete_options(params: &Params, body: &[u8]) -> Result<DeleteOptions, ApiErro
     }
     if let Some(d) = v.get("dryRun").and_then(Value::as_array) {
         o.dry_run |= d.iter().any(|x| x == "All");
-    }
-    if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str)
-        && !matches!(p, "Orphan" | "Background" | "Foreground")
-    {
-        return Err(ApiError::bad_request(format!(
-            "propagationPolicy: Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
-        )));
     }
     Ok(o)
 }
@@ -643,6 +666,7 @@ async fn delete_one(
             name,
             options.resource_version,
             options.grace,
+            options.propagation,
         )
         .await?;
     Ok(deleted)
@@ -703,7 +727,7 @@ pub async fn delete_collection(
         token = page.continue_token;
     }
     let body = json!({
-        "apiVersion": "v1",
+        "apiVersion": target.kind.api_version(),
         "kind": format!("{}List", target.kind.name()),
         "metadata": {},
         "items": deleted,
@@ -851,6 +875,57 @@ mod tests {
             (o.grace, o.resource_version, o.uid.as_str()),
             (Some(0), 7, "u")
         );
+        assert_eq!(o.propagation, Some(DeletionPropagation::Background));
         assert!(delete_options(&p, br#"{"propagationPolicy":"Sideways"}"#).is_err());
+    }
+
+    /// The propagation of a delete: `propagationPolicy` or the deprecated `orphanDependents`,
+    /// from the query or the body (the body's choice standing), never both at once.
+    #[test]
+    fn propagation_from_policy_or_orphan_dependents() {
+        let query = |q: &str| Params::parse(Some(q)).unwrap();
+        let from = |q: &str, body: &[u8]| delete_options(&query(q), body).map(|o| o.propagation);
+        assert_eq!(from("", b"").unwrap(), None);
+        assert_eq!(
+            from("propagationPolicy=Foreground", b"").unwrap(),
+            Some(DeletionPropagation::Foreground)
+        );
+        assert_eq!(
+            from("orphanDependents=true", b"").unwrap(),
+            Some(DeletionPropagation::Orphan)
+        );
+        assert_eq!(
+            from("", br#"{"orphanDependents":false}"#).unwrap(),
+            Some(DeletionPropagation::Background)
+        );
+        assert_eq!(
+            from(
+                "propagationPolicy=Foreground",
+                br#"{"kind":"DeleteOptions","propagationPolicy":"Orphan"}"#
+            )
+            .unwrap(),
+            Some(DeletionPropagation::Orphan)
+        );
+        assert_eq!(
+            from(
+                "propagationPolicy=Foreground",
+                br#"{"gracePeriodSeconds":1}"#
+            )
+            .unwrap(),
+            Some(DeletionPropagation::Foreground)
+        );
+        assert_eq!(
+            from("propagationPolicy=Sideways", b"").unwrap_err().reason,
+            Reason::BadRequest
+        );
+        assert_eq!(
+            from(
+                "",
+                br#"{"orphanDependents":true,"propagationPolicy":"Orphan"}"#
+            )
+            .unwrap_err()
+            .reason,
+            Reason::Invalid
+        );
     }
 }

@@ -69,6 +69,11 @@ pub(super) fn for_kind(kind: Kind) -> &'static Schema {
     }
 }
 
+/// autoscaling/v1 Scale: only its metadata has merging lists.
+pub(super) fn scale() -> &'static Schema {
+    &METADATA_ONLY
+}
+
 /// A list of objects merged by `key`, whose elements have no merging lists of their own.
 const fn by_key(name: &'static str, key: &'static str) -> Field {
     Field {
