@@ -5,9 +5,9 @@
 //!                                                              │ keys
 //!          ┌───────────────────────────┬───────────────────────┘
 //!          ▼                           ▼
-//!   ReplicaSet queue ─► workers    Deployment queue ─► workers
-//!   (pods: slow-start creates,     (ReplicaSets: rolling update,
-//!    ranked deletes, status)        Recreate, history, status)
+//!   ReplicaSet queue ─► workers    Deployment queue ─► workers    GC queue ─► workers
+//!   (pods: slow-start creates,     (ReplicaSets: rolling update,   (dependents of
+//!    ranked deletes, status)        Recreate, history, status)      deleted owners)
 //! ```
 //!
 //! Every controller is a queue of object keys and N workers that *sync* a key: read the
@@ -25,6 +25,7 @@
 //! | [`pods`]       | active, ready, available; the order pods are given up in           |
 //! | [`replicaset`] | the ReplicaSet controller and its pure plan                        |
 //! | [`deployment`] | the Deployment controller and its pure rollout plan                |
+//! | [`gc`]         | the garbage collector: ownerless objects, foreground and orphan deletes |
 //! | `metrics`      | `/metrics`: queue depth, sync latency and errors per controller    |
 
 use std::net::SocketAddr;
@@ -38,6 +39,7 @@ use skiff_proto::recorder::EventRecorder;
 
 pub mod cache;
 pub mod deployment;
+pub mod gc;
 mod metrics;
 pub mod pods;
 pub mod queue;
@@ -200,10 +202,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     });
     let replica_sets = Arc::new(replicaset::ReplicaSets::new(ctx.clone()));
     let deployments = Arc::new(deployment::Deployments::new(ctx.clone()));
+    let collector = Arc::new(gc::GarbageCollector::new(ctx.clone()));
     let handlers = Arc::new(Handlers {
         ctx: ctx.clone(),
         replica_sets: replica_sets.clone(),
         deployments: deployments.clone(),
+        collector: collector.clone(),
     });
 
     // Every cache is full before any worker starts, so no sync decides on half a list.
@@ -234,6 +238,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     for _ in 0..config.workers.max(1) {
         workers.spawn(work(replica_sets.clone(), metrics.clone()));
         workers.spawn(work(deployments.clone(), metrics.clone()));
+        workers.spawn(work(collector.clone(), metrics.clone()));
     }
     let served = match config.metrics_addr {
         Some(addr) => {
@@ -242,6 +247,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 vec![
                     (replicaset::NAME, replica_sets.queue().clone()),
                     (deployment::NAME, deployments.queue().clone()),
+                    (gc::NAME, collector.queue().clone()),
                 ],
             );
             Some(metrics::serve(addr, registry).await?)
@@ -265,6 +271,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     };
     replica_sets.queue().close();
     deployments.queue().close();
+    collector.queue().close();
     tasks.abort_all();
     if let Some(m) = served {
         m.abort();
@@ -281,6 +288,7 @@ struct Handlers {
     ctx: Arc<Context>,
     replica_sets: Arc<replicaset::ReplicaSets>,
     deployments: Arc<deployment::Deployments>,
+    collector: Arc<gc::GarbageCollector>,
 }
 
 impl Handlers {
@@ -298,6 +306,7 @@ impl Handlers {
         }
         let old = self.cache(kind).apply(event);
         let old = old.as_deref();
+        self.collector.on_event(event, old);
         match kind {
             Kind::Pod => {
                 self.replica_sets.on_pod(event, old);

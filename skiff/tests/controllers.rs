@@ -430,3 +430,166 @@ async fn a_quota_costs_a_few_refused_creates_not_a_storm() {
         .expect("list");
     assert_eq!(pods.len(), 5, "the quota holds");
 }
+
+/// A Deployment `name` of 2 pods labelled `app: name`.
+fn workload(name: &str) -> Object {
+    obj(
+        Kind::Deployment,
+        json!({"metadata": {"name": name, "namespace": "default"},
+               "spec": {"replicas": 2,
+                        "selector": {"matchLabels": {"app": name}},
+                        "template": {"metadata": {"labels": {"app": name}},
+                                     "spec": {"containers": [{"name": "c", "image": "localhost/skiff/busybox:1"}]}}}}),
+    )
+}
+
+/// Deletion revisions seen by a watch of `kind`, by object name.
+fn deletions(api: ClusterClient, kind: Kind, from: i64) -> Arc<Mutex<BTreeMap<String, i64>>> {
+    let seen = Arc::new(Mutex::new(BTreeMap::new()));
+    let s = seen.clone();
+    tokio::spawn(async move {
+        let params = ListParams::default().namespace("default").watch_after(from);
+        let mut stream = Box::pin(api.watch(kind, &params).await.expect("watch"));
+        while let Some(Ok(e)) = stream.next().await {
+            if let Event::Deleted(o) = e {
+                let m = o.metadata();
+                s.lock()
+                    .expect("lock")
+                    .insert(m.name.clone(), m.revision().unwrap_or(0));
+            }
+        }
+    });
+    seen
+}
+
+/// The garbage collector: a Deployment deleted in the background takes its ReplicaSet and
+/// pods with it after it is gone; one deleted in the foreground goes only after all of
+/// them; one deleted with `orphan` leaves them, no longer owned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_deployment_collects_waits_or_orphans_as_asked() {
+    use skiff_proto::api::DeletionPropagation;
+
+    let cluster = Cluster::start(3).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _control = start_control(&cluster, 2, 1);
+    for name in ["bg", "fg", "orphan"] {
+        api.create(&workload(name))
+            .await
+            .expect("create deployment");
+    }
+    let running = |app: &'static str| {
+        let api = api.clone();
+        async move {
+            let (pods, _) = api
+                .list(
+                    Kind::Pod,
+                    &ListParams::default()
+                        .namespace("default")
+                        .labels(format!("app={app}")),
+                )
+                .await
+                .expect("list pods");
+            pods.into_iter()
+                .filter(|o| matches!(o, Object::Pod(p) if ready(p) && active(p)))
+                .count()
+        }
+    };
+    for app in ["bg", "fg", "orphan"] {
+        eventually(Duration::from_secs(60), "2 pods of each", || async {
+            (running(app).await == 2).then_some(())
+        })
+        .await;
+    }
+    let (_, from) = api
+        .list(Kind::Pod, &ListParams::default())
+        .await
+        .expect("list");
+    let pod_deletions = deletions(api.clone(), Kind::Pod, from);
+    let deployment_deletions = deletions(api.clone(), Kind::Deployment, from);
+    let sets_of = |app: &'static str| {
+        let api = api.clone();
+        async move {
+            replica_sets(&api)
+                .await
+                .into_iter()
+                .filter(|rs| rs.metadata.labels.get("app").map(String::as_str) == Some(app))
+                .collect::<Vec<_>>()
+        }
+    };
+
+    // Background: the Deployment goes at once; its ReplicaSet and pods follow.
+    api.delete_propagating(
+        Kind::Deployment,
+        "default",
+        "bg",
+        0,
+        DeletionPropagation::Background,
+    )
+    .await
+    .expect("delete bg");
+    eventually(
+        Duration::from_secs(60),
+        "bg's set and pods collected",
+        || async { (sets_of("bg").await.is_empty() && running("bg").await == 0).then_some(()) },
+    )
+    .await;
+
+    // Foreground: the Deployment outlives every pod and its ReplicaSet.
+    api.delete_propagating(
+        Kind::Deployment,
+        "default",
+        "fg",
+        0,
+        DeletionPropagation::Foreground,
+    )
+    .await
+    .expect("delete fg");
+    let fg_gone = eventually(Duration::from_secs(60), "fg deleted", || async {
+        deployment_deletions
+            .lock()
+            .expect("lock")
+            .get("fg")
+            .copied()
+    })
+    .await;
+    assert!(sets_of("fg").await.is_empty(), "fg's set went first");
+    let last_pod = pod_deletions
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter(|(n, _)| n.starts_with("fg-"))
+        .map(|(_, r)| *r)
+        .max()
+        .expect("fg's pods were deleted");
+    assert!(
+        last_pod < fg_gone,
+        "the owner went (rev {fg_gone}) after its last pod (rev {last_pod})"
+    );
+
+    // Orphan: the ReplicaSet and pods stay, owned by nothing.
+    api.delete_propagating(
+        Kind::Deployment,
+        "default",
+        "orphan",
+        0,
+        DeletionPropagation::Orphan,
+    )
+    .await
+    .expect("delete orphan");
+    eventually(Duration::from_secs(60), "orphan deleted", || async {
+        deployment_deletions
+            .lock()
+            .expect("lock")
+            .contains_key("orphan")
+            .then_some(())
+    })
+    .await;
+    let sets = sets_of("orphan").await;
+    assert_eq!(sets.len(), 1, "the set stays");
+    assert!(
+        sets[0].metadata.owner_references.is_empty(),
+        "no longer owned: {:?}",
+        sets[0].metadata.owner_references
+    );
+    assert_eq!(running("orphan").await, 2, "its pods keep running");
+}

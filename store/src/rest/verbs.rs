@@ -5,7 +5,6 @@
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
-use rand::Rng;
 use serde_json::{Value, json};
 use skiff_proto::api::{DeletionPropagation, FieldValidation, Kind, Object};
 use skiff_proto::cluster::v1 as pb;
@@ -17,11 +16,8 @@ use super::table::{self, IncludeObject};
 use crate::cluster::watch::Filter;
 use crate::cluster::{ClusterApi, ClusterError, decode_request, not_found};
 
-/// Attempts at a patch or a generated name that lost a race with another writer.
+/// Attempts at a patch that lost a race with another writer.
 const ATTEMPTS: usize = 8;
-
-/// The characters kube-apiserver appends to `generateName` (no vowels, no look-alikes).
-const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
 /// An object as served: its JSON with `apiVersion` and `kind`.
 pub fn served(object: &Object) -> Value {
@@ -293,43 +289,17 @@ pub async fn create(
     }
     let mut value = object_body(headers, body)?;
     match_path(target, &mut value, target.kind)?;
-    let generate = value["metadata"]
-        .get("generateName")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let named = value["metadata"]
-        .get("name")
-        .and_then(Value::as_str)
-        .is_some_and(|n| !n.is_empty());
-    for _ in 0..ATTEMPTS {
-        if !named && !generate.is_empty() {
-            let mut rng = rand::rng();
-            let suffix: String = (0..5)
-                .map(|_| NAME_ALPHABET[rng.random_range(0..NAME_ALPHABET.len())] as char)
-                .collect();
-            value["metadata"]["name"] = json!(format!("{generate}{suffix}"));
-        }
-        let (object, warnings) = decode_request(target.kind, &encode(&value), validation(params))?;
-        match api.create(object, params.dry_run).await {
-            Ok((_, created)) => {
-                return object_response(
-                    target.kind,
-                    &created,
-                    accept,
-                    params,
-                    StatusCode::CREATED,
-                    &warnings,
-                );
-            }
-            Err(ClusterError::AlreadyExists { .. }) if !named && !generate.is_empty() => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(ApiError::new(
-        Reason::AlreadyExists,
-        format!("no free name found for generateName {generate:?}"),
-    ))
+    // A name from `generateName` is made (and made again if taken) by the create itself.
+    let (object, warnings) = decode_request(target.kind, &encode(&value), validation(params))?;
+    let (_, created) = api.create(object, params.dry_run).await?;
+    object_response(
+        target.kind,
+        &created,
+        accept,
+        params,
+        StatusCode::CREATED,
+        &warnings,
+    )
 }
 
 /// PUT of an object or its status. A `resourceVersion` in the body makes it compare-and-swap.

@@ -1,0 +1,279 @@
+//! The garbage collector: an object whose owners are all gone is deleted; an owner deleted
+//! in the foreground goes after its dependents; an owner deleted with `orphan` leaves its
+//! dependents, their references to it removed.
+//!
+//! Dependents are found through the caches' owner index, so the collector covers the kinds
+//! the controller manager watches (Deployments, ReplicaSets, Pods); an owner may be of any
+//! kind. An owner missing from the caches is looked up in the store before anything is
+//! deleted for it: a cache that is behind must never cost a live object.
+//!
+//! ```text
+//!  dependent added / owners changed ──► sync(dependent): every owner gone? ─► delete it
+//!                                                        some gone? ─► drop those references
+//!  object deleted ──► sync(each dependent), sync(each owner)
+//!  owner marked for deletion with a finalizer ──► sync(owner):
+//!      orphan             → remove its reference from every dependent, then the finalizer
+//!      foregroundDeletion → delete every dependent (in the foreground too, when it owns
+//!                           others), then, with none left, the finalizer (and so the owner)
+//! ```
+
+use std::sync::Arc;
+
+use skiff_proto::api::meta::{FOREGROUND_DELETION_FINALIZER, ORPHAN_FINALIZER, OwnerReference};
+use skiff_proto::api::{DeletionPropagation, Kind, Object};
+use skiff_proto::client::{ClientError, Code, Event};
+
+use crate::cache::Cache;
+use crate::queue::WorkQueue;
+use crate::{Context, Controller, Requeue};
+
+/// The controller's name in logs and metrics.
+pub const NAME: &str = "garbagecollector";
+
+/// The garbage collector.
+#[derive(Debug)]
+pub struct GarbageCollector {
+    ctx: Arc<Context>,
+    queue: WorkQueue,
+}
+
+/// `Kind/namespace/name`: the collector's queue key.
+fn gc_key(object: &Object) -> String {
+    let m = object.metadata();
+    format!("{}/{}/{}", object.kind().name(), m.namespace, m.name)
+}
+
+fn parse_key(key: &str) -> Option<(Kind, &str, &str)> {
+    let mut parts = key.splitn(3, '/');
+    let kind = Kind::from_name(parts.next()?)?;
+    Some((kind, parts.next()?, parts.next()?))
+}
+
+impl GarbageCollector {
+    pub fn new(ctx: Arc<Context>) -> Self {
+        GarbageCollector {
+            ctx,
+            queue: WorkQueue::new(),
+        }
+    }
+
+    fn caches(&self) -> [&Cache; 3] {
+        [
+            &self.ctx.deployments,
+            &self.ctx.replica_sets,
+            &self.ctx.pods,
+        ]
+    }
+
+    fn cache(&self, kind: Kind) -> Option<&Cache> {
+        self.caches().into_iter().find(|c| c.kind() == kind)
+    }
+
+    /// Every cached object that names `uid` among its owners.
+    fn dependents(&self, uid: &str) -> Vec<Arc<Object>> {
+        self.caches()
+            .into_iter()
+            .flat_map(|c| c.owned_by(uid))
+            .collect()
+    }
+
+    /// An object changed (`old` is how it was): queue what may now be garbage, or may now
+    /// be free to go.
+    pub fn on_event(&self, event: &Event, old: Option<&Object>) {
+        match event {
+            Event::Added(o) => {
+                if !o.metadata().owner_references.is_empty() || being_finalized(o) {
+                    self.queue.add(gc_key(o));
+                }
+            }
+            Event::Modified(o) => {
+                let owners_changed = old.is_none_or(|old| {
+                    old.metadata().owner_references != o.metadata().owner_references
+                });
+                if (owners_changed && !o.metadata().owner_references.is_empty())
+                    || being_finalized(o)
+                {
+                    self.queue.add(gc_key(o));
+                }
+            }
+            Event::Deleted(o) => {
+                // Its dependents may be orphans now; an owner deleting in the foreground
+                // may be waiting for it.
+                for d in self.dependents(&o.metadata().uid) {
+                    self.queue.add(gc_key(&d));
+                }
+                for r in &o.metadata().owner_references {
+                    if let Some(kind) = Kind::from_name(&r.kind) {
+                        let ns = if kind.is_namespaced() {
+                            o.metadata().namespace.as_str()
+                        } else {
+                            ""
+                        };
+                        self.queue.add(format!("{}/{ns}/{}", kind.name(), r.name));
+                    }
+                }
+            }
+            Event::Bookmark(_) => {}
+        }
+    }
+
+    /// Whether the owner `r` of an object in `namespace` still exists (same uid), from the
+    /// caches or, when they do not have it, from the store. An owner of a kind Skiff does
+    /// not serve is taken to exist: nothing is collected for an owner that cannot be
+    /// looked up.
+    async fn owner_exists(&self, namespace: &str, r: &OwnerReference) -> Result<bool, ClientError> {
+        let Some(kind) = Kind::from_name(&r.kind) else {
+            return Ok(true);
+        };
+        let ns = if kind.is_namespaced() { namespace } else { "" };
+        if let Some(cached) = self.cache(kind).and_then(|c| c.get(ns, &r.name))
+            && cached.metadata().uid == r.uid
+        {
+            return Ok(true);
+        }
+        let live = self.ctx.client.get(kind, ns, &r.name).await?;
+        Ok(live.is_some_and(|o| o.metadata().uid == r.uid))
+    }
+
+    /// An owner marked for deletion with the `orphan` or `foregroundDeletion` finalizer.
+    async fn finalize(&self, owner: &Object) -> Result<Requeue, ClientError> {
+        let meta = owner.metadata();
+        let dependents = self.dependents(&meta.uid);
+        let finalizer = if meta.finalizers.iter().any(|f| f == ORPHAN_FINALIZER) {
+            for d in &dependents {
+                let mut next = (**d).clone();
+                next.metadata_mut()
+                    .owner_references
+                    .retain(|r| r.uid != meta.uid);
+                ignore_gone(self.ctx.client.update(&next).await)?;
+            }
+            ORPHAN_FINALIZER
+        } else {
+            let mut waiting = false;
+            for d in &dependents {
+                let dm = d.metadata();
+                waiting = true;
+                if dm.deletion_timestamp.is_some() {
+                    continue;
+                }
+                // A dependent that owns others goes in the foreground too, so the owner
+                // outlives the whole tree; a leaf (a pod) is deleted as usual, gracefully.
+                let propagation = if self.dependents(&dm.uid).is_empty() {
+                    DeletionPropagation::Background
+                } else {
+                    DeletionPropagation::Foreground
+                };
+                let rv = dm.revision().unwrap_or(0);
+                match self
+                    .ctx
+                    .client
+                    .delete_propagating(d.kind(), &dm.namespace, &dm.name, rv, propagation)
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if e.code() == Some(Code::NotFound) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if waiting {
+                // Each dependent's deletion wakes this owner again.
+                return Ok(None);
+            }
+            FOREGROUND_DELETION_FINALIZER
+        };
+        let mut next = owner.clone();
+        next.metadata_mut().finalizers.retain(|f| f != finalizer);
+        ignore_gone(self.ctx.client.update(&next).await)?;
+        Ok(None)
+    }
+}
+
+/// Marked for deletion and held by a finalizer the collector serves.
+fn being_finalized(o: &Object) -> bool {
+    let m = o.metadata();
+    m.deletion_timestamp.is_some()
+        && m.finalizers
+            .iter()
+            .any(|f| f == ORPHAN_FINALIZER || f == FOREGROUND_DELETION_FINALIZER)
+}
+
+impl Controller for GarbageCollector {
+    const NAME: &'static str = NAME;
+
+    fn queue(&self) -> &WorkQueue {
+        &self.queue
+    }
+
+    async fn sync(&self, key: &str) -> Result<Requeue, ClientError> {
+        let Some((kind, namespace, name)) = parse_key(key) else {
+            return Ok(None);
+        };
+        let Some(object) = self.cache(kind).and_then(|c| c.get(namespace, name)) else {
+            return Ok(None);
+        };
+        if being_finalized(&object) {
+            return self.finalize(&object).await;
+        }
+        let meta = object.metadata();
+        if meta.owner_references.is_empty() || meta.deletion_timestamp.is_some() {
+            return Ok(None);
+        }
+        let mut gone = Vec::new();
+        for r in &meta.owner_references {
+            if !self.owner_exists(&meta.namespace, r).await? {
+                gone.push(r.uid.clone());
+            }
+        }
+        if gone.is_empty() {
+            return Ok(None);
+        }
+        if gone.len() == meta.owner_references.len() {
+            tracing::info!(object = key, "deleting: every owner is gone");
+            let rv = meta.revision().unwrap_or(0);
+            match self
+                .ctx
+                .client
+                .delete_propagating(kind, namespace, name, rv, DeletionPropagation::Background)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.code() == Some(Code::NotFound) => {}
+                Err(e) => return Err(e),
+            }
+        } else {
+            let mut next = (*object).clone();
+            next.metadata_mut()
+                .owner_references
+                .retain(|r| !gone.contains(&r.uid));
+            ignore_gone(self.ctx.client.update(&next).await)?;
+        }
+        Ok(None)
+    }
+}
+
+/// A write's result, with "the object is gone" as success. A conflict is an error: the
+/// sync runs again on the newer object (an orphaning must reach every dependent).
+fn ignore_gone(r: Result<Object, ClientError>) -> Result<(), ClientError> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Some(Code::NotFound) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_name_kind_namespace_and_object() {
+        let mut rs = skiff_proto::api::ReplicaSet::default();
+        rs.metadata.namespace = "team".into();
+        rs.metadata.name = "web-1".into();
+        let key = gc_key(&Object::ReplicaSet(rs));
+        assert_eq!(key, "ReplicaSet/team/web-1");
+        assert_eq!(parse_key(&key), Some((Kind::ReplicaSet, "team", "web-1")));
+        assert_eq!(parse_key("Node//n1"), Some((Kind::Node, "", "n1")));
+        assert_eq!(parse_key("Widget/a/b"), None);
+    }
+}
