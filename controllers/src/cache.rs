@@ -22,6 +22,8 @@ struct Inner {
     by_owner: HashMap<String, BTreeSet<String>>,
     /// Keys of objects without a controller reference, per namespace: candidates for adoption.
     orphans: HashMap<String, BTreeSet<String>>,
+    /// Keys of the pods bound to each node.
+    by_node: HashMap<String, BTreeSet<String>>,
     synced: bool,
 }
 
@@ -122,6 +124,18 @@ impl Cache {
             .collect()
     }
 
+    /// The pods bound to `node`.
+    pub fn on_node(&self, node: &str) -> Vec<Arc<Object>> {
+        let inner = self.read();
+        inner
+            .by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| inner.objects.get(k).cloned())
+            .collect()
+    }
+
     /// Objects of `namespace` without a controller.
     pub fn orphans_in(&self, namespace: &str) -> Vec<Arc<Object>> {
         let inner = self.read();
@@ -171,6 +185,15 @@ fn index(inner: &mut Inner, key: &str, object: &Object) {
             .or_default()
             .insert(key.to_owned());
     }
+    if let Object::Pod(p) = object
+        && !p.spec.node_name.is_empty()
+    {
+        inner
+            .by_node
+            .entry(p.spec.node_name.clone())
+            .or_default()
+            .insert(key.to_owned());
+    }
 }
 
 fn unindex(inner: &mut Inner, key: &str, object: &Object) {
@@ -187,6 +210,14 @@ fn unindex(inner: &mut Inner, key: &str, object: &Object) {
         keys.remove(key);
         if keys.is_empty() {
             inner.orphans.remove(&meta.namespace);
+        }
+    }
+    if let Object::Pod(p) = object
+        && let Some(keys) = inner.by_node.get_mut(&p.spec.node_name)
+    {
+        keys.remove(key);
+        if keys.is_empty() {
+            inner.by_node.remove(&p.spec.node_name);
         }
     }
 }
@@ -231,6 +262,14 @@ mod tests {
             .collect();
         assert_eq!(owned, ["b"]);
         assert_eq!(c.orphans_in("default")[0].metadata().name, "a");
+        let mut bound = pod("c", None);
+        if let Object::Pod(p) = &mut bound {
+            p.spec.node_name = "n1".into();
+        }
+        c.apply(&Event::Added(bound.clone()));
+        assert_eq!(c.on_node("n1").len(), 1);
+        c.apply(&Event::Deleted(bound));
+        assert!(c.on_node("n1").is_empty());
         c.apply(&Event::Deleted(pod("b", Some("u1"))));
         assert!(c.owned_by("u1").is_empty());
         assert_eq!(c.list(Some("default")).len(), 1);

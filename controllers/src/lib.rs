@@ -1,7 +1,7 @@
 //! The controller manager: the loops that keep the cluster as its objects say.
 //!
 //! ```text
-//!  informers (pods, replicasets, deployments) ──► caches ──► event handlers
+//!  informers (pods, replicasets, deployments, nodes) ──► caches ──► event handlers
 //!                                                              │ keys
 //!          ┌───────────────────────────┬───────────────────────┘
 //!          ▼                           ▼
@@ -26,6 +26,7 @@
 //! | [`replicaset`] | the ReplicaSet controller and its pure plan                        |
 //! | [`deployment`] | the Deployment controller and its pure rollout plan                |
 //! | [`gc`]         | the garbage collector: ownerless objects, foreground and orphan deletes |
+//! | [`nodelifecycle`] | silent nodes: `Ready=Unknown`, taints, evictions per toleration |
 //! | `metrics`      | `/metrics`: queue depth, sync latency and errors per controller    |
 
 use std::net::SocketAddr;
@@ -41,6 +42,7 @@ pub mod cache;
 pub mod deployment;
 pub mod gc;
 mod metrics;
+pub mod nodelifecycle;
 pub mod pods;
 pub mod queue;
 pub mod replicaset;
@@ -86,6 +88,11 @@ pub struct Config {
     pub lease_ttl: Duration,
     /// This process in the leadership key.
     pub identity: String,
+    /// How long a node's heartbeat may be silent before it is `Ready=Unknown`
+    /// (kube-controller-manager's `--node-monitor-grace-period`).
+    pub node_monitor_grace_period: Duration,
+    /// Nodes per second, per zone, tainted for eviction (`--node-eviction-rate`).
+    pub node_eviction_rate: f64,
 }
 
 impl Default for Config {
@@ -97,6 +104,10 @@ impl Default for Config {
             leader_elect: true,
             lease_ttl: Duration::from_secs(10),
             identity: format!("controller-manager-{}", std::process::id()),
+            node_monitor_grace_period: Duration::from_secs(
+                skiff_proto::api::node::NODE_MONITOR_GRACE_SECS.unsigned_abs(),
+            ),
+            node_eviction_rate: 0.1,
         }
     }
 }
@@ -108,6 +119,7 @@ pub struct Context {
     pub pods: Cache,
     pub replica_sets: Cache,
     pub deployments: Cache,
+    pub nodes: Cache,
     pub events: EventRecorder,
     pub metrics: Arc<Metrics>,
 }
@@ -197,22 +209,29 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         pods: Cache::new(Kind::Pod),
         replica_sets: Cache::new(Kind::ReplicaSet),
         deployments: Cache::new(Kind::Deployment),
+        nodes: Cache::new(Kind::Node),
         events: EventRecorder::spawn(client.clone(), COMPONENT, ""),
         metrics: metrics.clone(),
     });
     let replica_sets = Arc::new(replicaset::ReplicaSets::new(ctx.clone()));
     let deployments = Arc::new(deployment::Deployments::new(ctx.clone()));
     let collector = Arc::new(gc::GarbageCollector::new(ctx.clone()));
+    let nodes = Arc::new(nodelifecycle::NodeLifecycle::new(
+        ctx.clone(),
+        config.node_monitor_grace_period,
+        config.node_eviction_rate,
+    ));
     let handlers = Arc::new(Handlers {
         ctx: ctx.clone(),
         replica_sets: replica_sets.clone(),
         deployments: deployments.clone(),
         collector: collector.clone(),
+        nodes: nodes.clone(),
     });
 
     // Every cache is full before any worker starts, so no sync decides on half a list.
     let mut informers = Vec::new();
-    for kind in [Kind::Deployment, Kind::ReplicaSet, Kind::Pod] {
+    for kind in [Kind::Node, Kind::Deployment, Kind::ReplicaSet, Kind::Pod] {
         let mut informer = Informer::new(client.clone(), kind, ListParams::default());
         for e in informer.relist().await? {
             handlers.on_event(kind, &e);
@@ -240,6 +259,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         workers.spawn(work(deployments.clone(), metrics.clone()));
         workers.spawn(work(collector.clone(), metrics.clone()));
     }
+    workers.spawn(work(nodes.clone(), metrics.clone()));
     let served = match config.metrics_addr {
         Some(addr) => {
             let registry = metrics::registry(
@@ -248,6 +268,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                     (replicaset::NAME, replica_sets.queue().clone()),
                     (deployment::NAME, deployments.queue().clone()),
                     (gc::NAME, collector.queue().clone()),
+                    (nodelifecycle::NAME, nodes.queue().clone()),
                 ],
             );
             Some(metrics::serve(addr, registry).await?)
@@ -272,6 +293,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     replica_sets.queue().close();
     deployments.queue().close();
     collector.queue().close();
+    nodes.queue().close();
     tasks.abort_all();
     if let Some(m) = served {
         m.abort();
@@ -289,6 +311,7 @@ struct Handlers {
     replica_sets: Arc<replicaset::ReplicaSets>,
     deployments: Arc<deployment::Deployments>,
     collector: Arc<gc::GarbageCollector>,
+    nodes: Arc<nodelifecycle::NodeLifecycle>,
 }
 
 impl Handlers {
@@ -296,6 +319,7 @@ impl Handlers {
         match kind {
             Kind::Pod => &self.ctx.pods,
             Kind::ReplicaSet => &self.ctx.replica_sets,
+            Kind::Node => &self.ctx.nodes,
             _ => &self.ctx.deployments,
         }
     }
@@ -306,11 +330,12 @@ impl Handlers {
         }
         let old = self.cache(kind).apply(event);
         let old = old.as_deref();
-        self.collector.on_event(event, old);
         match kind {
+            Kind::Node => self.nodes.on_node(event),
             Kind::Pod => {
                 self.replica_sets.on_pod(event, old);
                 self.deployments.on_pod(event);
+                self.nodes.on_pod(event);
             }
             Kind::ReplicaSet => {
                 self.replica_sets.on_replica_set(event);
@@ -318,5 +343,6 @@ impl Handlers {
             }
             _ => self.deployments.on_deployment(event),
         }
+        self.collector.on_event(event, old);
     }
 }

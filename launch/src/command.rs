@@ -167,12 +167,15 @@ impl SchedulerCommand {
 }
 
 /// `skiff controller-manager`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ControllerManagerCommand {
     /// Store members' client endpoints (`host:port`).
     pub endpoints: Vec<String>,
     pub metrics_addr: Option<SocketAddr>,
     pub lease_ttl: Option<Duration>,
+    pub node_monitor_grace_period: Option<Duration>,
+    /// Nodes per second per zone.
+    pub node_eviction_rate: Option<f64>,
     pub log: Option<String>,
 }
 
@@ -182,6 +185,11 @@ impl ControllerManagerCommand {
         a.list("endpoints", &self.endpoints)
             .opt("metrics-addr", self.metrics_addr)
             .opt("lease-ttl", self.lease_ttl.map(duration))
+            .opt(
+                "node-monitor-grace-period",
+                self.node_monitor_grace_period.map(duration),
+            )
+            .opt("node-eviction-rate", self.node_eviction_rate)
             .opt("log", self.log.as_ref());
         a.0
     }

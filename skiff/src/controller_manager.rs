@@ -26,6 +26,13 @@ pub struct Args {
     /// over after it.
     #[arg(long, default_value = "10s", value_parser = skiff_proto::duration::parse)]
     lease_ttl: std::time::Duration,
+    /// How long a node's heartbeat may be silent before the node is `Ready=Unknown`,
+    /// tainted unreachable and its pods' tolerations start to run out.
+    #[arg(long, default_value = "40s", value_parser = skiff_proto::duration::parse)]
+    node_monitor_grace_period: std::time::Duration,
+    /// Nodes per second, per zone, tainted for eviction (NoExecute); 0 evicts nothing.
+    #[arg(long, default_value_t = 0.1)]
+    node_eviction_rate: f64,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -40,6 +47,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into()),
             std::process::id()
         ),
+        node_monitor_grace_period: args.node_monitor_grace_period,
+        node_eviction_rate: args.node_eviction_rate.max(0.0),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -62,6 +71,8 @@ mod tests {
             endpoints: vec!["127.0.0.1:1".into()],
             metrics_addr: Some("127.0.0.1:3".parse().expect("address")),
             lease_ttl: Some(std::time::Duration::from_secs(2)),
+            node_monitor_grace_period: Some(std::time::Duration::from_secs(7)),
+            node_eviction_rate: Some(2.5),
             log: Some("info".into()),
         };
         let cli = crate::Cli::try_parse_from(std::iter::once("skiff".into()).chain(cmd.args()))
@@ -73,5 +84,10 @@ mod tests {
         assert_eq!(a.endpoints, cmd.endpoints);
         assert_eq!(a.metrics_addr, cmd.metrics_addr);
         assert_eq!(Some(a.lease_ttl), cmd.lease_ttl);
+        assert_eq!(
+            Some(a.node_monitor_grace_period),
+            cmd.node_monitor_grace_period
+        );
+        assert_eq!(Some(a.node_eviction_rate), cmd.node_eviction_rate);
     }
 }

@@ -46,6 +46,10 @@ fn web(replicas: i32, image: &str) -> Object {
     )
 }
 
+/// The node monitor grace period the tests run with (the figure is taken with 10 s
+/// of grace and 10 s of toleration).
+const NODE_GRACE: Duration = Duration::from_secs(10);
+
 /// A child process of the test (killed by PID when dropped).
 fn spawn(cluster: &Cluster, name: &str, args: Vec<std::ffi::OsString>) -> Child {
     Launch::new(
@@ -73,17 +77,9 @@ fn start_control(cluster: &Cluster, nodes: usize, managers: usize) -> Control {
         log: Some("info".into()),
         ..SchedulerCommand::default()
     };
-    let agents = NodeCommand {
-        count: Some(nodes),
-        name_prefix: Some("n".into()),
-        heartbeat_interval: Some(Duration::from_secs(1)),
-        logs_address: Some("127.0.0.1:0".into()),
-        log: Some("info".into()),
-        ..NodeCommand::new(RuntimeKind::Sim, cluster.endpoints())
-    };
     Control {
         _scheduler: spawn(cluster, "scheduler", scheduler.args()),
-        _agents: spawn(cluster, "agents", agents.args()),
+        _agents: agents(cluster, "n", nodes),
         managers: (0..managers)
             .map(|i| {
                 let metrics = SocketAddr::from(([127, 0, 0, 1], free_port()));
@@ -91,12 +87,29 @@ fn start_control(cluster: &Cluster, nodes: usize, managers: usize) -> Control {
                     endpoints: cluster.endpoints(),
                     metrics_addr: Some(metrics),
                     lease_ttl: Some(Duration::from_secs(2)),
+                    node_monitor_grace_period: Some(NODE_GRACE),
+                    node_eviction_rate: Some(100.0),
                     log: Some("info".into()),
                 };
                 (spawn(cluster, &format!("cm-{i}"), cm.args()), metrics)
             })
             .collect(),
     }
+}
+
+/// One agent process running `count` simulated nodes named `<prefix><i>`.
+fn agents(cluster: &Cluster, prefix: &str, count: usize) -> Child {
+    // One node is named by `name`; several by the prefix.
+    let agents = NodeCommand {
+        name: (count == 1).then(|| format!("{prefix}0")),
+        count: (count > 1).then_some(count),
+        name_prefix: Some(prefix.into()),
+        heartbeat_interval: Some(Duration::from_secs(1)),
+        logs_address: Some("127.0.0.1:0".into()),
+        log: Some("info".into()),
+        ..NodeCommand::new(RuntimeKind::Sim, cluster.endpoints())
+    };
+    spawn(cluster, &format!("agents-{prefix}"), agents.args())
 }
 
 fn leads(child: &Child) -> bool {
@@ -114,6 +127,8 @@ struct Watched {
     floor: Option<usize>,
     violations: Vec<String>,
     events: u64,
+    /// Why the watch ended, if it did: every check after that would be blind.
+    broken: Option<String>,
 }
 
 fn active(p: &Pod) -> bool {
@@ -129,6 +144,15 @@ impl Watched {
     fn counts(&self) -> (usize, usize) {
         let active: Vec<&Pod> = self.pods.values().filter(|p| active(p)).collect();
         (active.len(), active.iter().filter(|p| ready(p)).count())
+    }
+
+    /// Fails the test if the watch ended: the bounds were not checked after that.
+    fn assert_followed(&self) {
+        assert!(
+            self.broken.is_none(),
+            "the pod watch broke: {:?}",
+            self.broken
+        );
     }
 
     fn check(&mut self) {
@@ -171,8 +195,15 @@ fn watch_pods(api: ClusterClient) -> Arc<Mutex<Watched>> {
                 .expect("watch pods"),
         );
         while let Some(e) = stream.next().await {
-            let e = e.expect("the pod watch never breaks in this test");
             let mut w = s.lock().expect("lock");
+            let e = match e {
+                Ok(e) => e,
+                Err(e) => {
+                    // The cluster going away at the end of a test ends it too.
+                    w.broken = Some(e.to_string());
+                    return;
+                }
+            };
             w.events += 1;
             match e {
                 Event::Added(Object::Pod(p)) | Event::Modified(Object::Pod(p)) => {
@@ -340,6 +371,7 @@ async fn deployments_roll_out_within_their_bounds_and_survive_a_failover() {
     assert!(leads(standby), "the standby took over");
 
     let w = watched.lock().expect("lock");
+    w.assert_followed();
     assert!(
         w.violations.is_empty(),
         "bounds broken over {} events: {:?}",
@@ -592,4 +624,105 @@ async fn deleting_a_deployment_collects_waits_or_orphans_as_asked() {
         sets[0].metadata.owner_references
     );
     assert_eq!(running("orphan").await, 2, "its pods keep running");
+}
+
+/// A node whose agent dies: after the grace period it is `Ready=Unknown` and tainted
+/// `unreachable:NoExecute`; its pods are evicted when their 10 s toleration runs out, and
+/// their ReplicaSet replaces them on the other nodes. No more pods than `replicas` are ever
+/// active at once (checked on every pod event).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_of_a_silent_node_are_evicted_and_replaced_elsewhere() {
+    use skiff_proto::api::node::TAINT_UNREACHABLE;
+    use skiff_proto::api::{NodeConditionType, TaintEffect};
+
+    let cluster = Cluster::start(3).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _control = start_control(&cluster, 2, 1);
+    let mut far = agents(&cluster, "far-", 1);
+    eventually(Duration::from_secs(30), "3 nodes Ready", || async {
+        let (nodes, _) = api.list(Kind::Node, &ListParams::default()).await.ok()?;
+        let ready = nodes
+            .iter()
+            .filter(|o| matches!(o, Object::Node(n) if n.is_ready()))
+            .count();
+        (ready == 3).then_some(())
+    })
+    .await;
+    let watched = watch_pods(api.clone());
+    bounds(&watched, Some(6), None);
+    let mut d = web(6, "localhost/skiff/busybox:1");
+    if let Object::Deployment(d) = &mut d {
+        let tolerations = json!([
+            {"key": TAINT_UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10},
+        ]);
+        d.spec.template.spec.tolerations =
+            serde_json::from_value(tolerations).expect("tolerations");
+    }
+    api.create(&d).await.expect("create deployment");
+    rolled_out(&api, &watched, 6, "localhost/skiff/busybox:1").await;
+    let on_far = |w: &Watched| {
+        w.pods
+            .values()
+            .filter(|p| active(p) && p.spec.node_name == "far-0")
+            .count()
+    };
+    let (stranded, placed) = {
+        let w = watched.lock().expect("lock");
+        let placed: Vec<String> = w.pods.values().map(|p| p.spec.node_name.clone()).collect();
+        (on_far(&w), placed)
+    };
+    assert!(
+        stranded > 0,
+        "the scheduler spread the pods onto far-0 too: {placed:?}"
+    );
+
+    let killed = std::time::Instant::now();
+    far.kill();
+    eventually(
+        NODE_GRACE + Duration::from_secs(30),
+        "far-0 Unknown and tainted",
+        || async {
+            let Ok(Some(Object::Node(n))) = api.get(Kind::Node, "", "far-0").await else {
+                return None;
+            };
+            let unknown = n
+                .condition(&NodeConditionType::Ready)
+                .is_some_and(|c| c.status == ConditionStatus::Unknown);
+            let tainted = n
+                .spec
+                .taints
+                .iter()
+                .any(|t| t.key == TAINT_UNREACHABLE && t.effect == TaintEffect::NoExecute);
+            (unknown && tainted).then_some(())
+        },
+    )
+    .await;
+    let tainted_after = killed.elapsed();
+    eventually(
+        Duration::from_secs(60),
+        "6 pods running on the other nodes",
+        || async {
+            let w = watched.lock().expect("lock");
+            let elsewhere = w
+                .pods
+                .values()
+                .filter(|p| active(p) && ready(p) && p.spec.node_name != "far-0")
+                .count();
+            (elsewhere == 6 && on_far(&w) == 0).then_some(())
+        },
+    )
+    .await;
+    println!(
+        "far-0 killed: tainted after {:.1} s, its {stranded} pod(s) running elsewhere after {:.1} s (grace {} s, toleration 10 s)",
+        tainted_after.as_secs_f64(),
+        killed.elapsed().as_secs_f64(),
+        NODE_GRACE.as_secs()
+    );
+    let w = watched.lock().expect("lock");
+    w.assert_followed();
+    assert!(
+        w.violations.is_empty(),
+        "more than 6 active pods at once: {:?}",
+        w.violations
+    );
 }
