@@ -1,6 +1,7 @@
 //! `skiff bench`: benchmarks that print figures. `bind` measures batch Bind through a running
 //! cluster's API, `api` its gRPC and Kubernetes REST faces side by side, `put` the etcd API,
-//! `scheduler` the scheduler and `startup` pods end to end.
+//! `scheduler` the scheduler, `startup` pods end to end and `deployment` a Deployment
+//! through the controller manager.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -35,6 +36,9 @@ enum What {
     Scheduler(crate::bench_scheduler::Args),
     /// Pod startup latency: create → bound → Running, against a cluster with node agents.
     Startup(crate::bench_startup::Args),
+    /// One Deployment of many replicas: create → every replica available, and the pods the
+    /// controller manager created per second.
+    Deployment(crate::bench_deployment::Args),
     /// Plot ops/s against clients from `scripts/race.sh` results (one line per system).
     Plot(PlotArgs),
 }
@@ -107,6 +111,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         )),
         What::Scheduler(a) => rt.block_on(crate::bench_scheduler::run(a)),
         What::Startup(a) => rt.block_on(crate::bench_startup::run(a)),
+        What::Deployment(a) => rt.block_on(crate::bench_deployment::run(a)),
         What::Plot(a) => plot(&a),
     }
 }

@@ -9,6 +9,7 @@ use tracing_subscriber::EnvFilter;
 mod apply;
 mod bench;
 mod bench_api;
+mod bench_deployment;
 mod bench_kv;
 mod bench_scheduler;
 mod bench_startup;
