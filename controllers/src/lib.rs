@@ -203,9 +203,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         None
     };
     let client = ClusterClient::connect(&config.endpoints)?;
+    // Every write a controller makes is fenced by the leadership; events are not (a deposed
+    // leader's last events are harmless).
+    let writer = match &leadership {
+        Some(l) => client.fenced(&l.key, l.revision),
+        None => client.clone(),
+    };
     let metrics = Arc::new(Metrics::default());
     let ctx = Arc::new(Context {
-        client: client.clone(),
+        client: writer,
         pods: Cache::new(Kind::Pod),
         replica_sets: Cache::new(Kind::ReplicaSet),
         deployments: Cache::new(Kind::Deployment),

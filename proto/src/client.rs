@@ -59,6 +59,8 @@ pub enum Event {
 #[derive(Debug, Clone)]
 pub struct ClusterClient {
     raw: Raw<Channel>,
+    /// The fencing token every write carries (see [`ClusterClient::fenced`]).
+    fence: Option<pb::Fence>,
 }
 
 fn to_pb(object: &Object) -> pb::Object {
@@ -200,10 +202,24 @@ impl ClusterClient {
         }
         let channel = Channel::balance_list(eps.into_iter());
         Ok(ClusterClient {
+            fence: None,
             raw: Raw::new(channel)
                 .max_decoding_message_size(usize::MAX)
                 .max_encoding_message_size(usize::MAX),
         })
+    }
+
+    /// This client with every create, update and delete fenced by a leadership: each commits
+    /// only while the etcd key `key` still has create revision `create_revision`, and fails
+    /// with `FAILED_PRECONDITION` once another leader took over.
+    pub fn fenced(&self, key: &str, create_revision: i64) -> ClusterClient {
+        ClusterClient {
+            raw: self.raw.clone(),
+            fence: Some(pb::Fence {
+                key: key.to_owned(),
+                create_revision,
+            }),
+        }
     }
 
     pub async fn create(&self, object: &Object) -> Result<Object> {
@@ -213,6 +229,7 @@ impl ClusterClient {
             .create(pb::CreateRequest {
                 object: Some(to_pb(object)),
                 dry_run: false,
+                fence: self.fence.clone(),
             })
             .await?
             .into_inner();
@@ -307,6 +324,7 @@ impl ClusterClient {
             .update(pb::UpdateRequest {
                 object: Some(to_pb(object)),
                 dry_run: false,
+                fence: self.fence.clone(),
             })
             .await?
             .into_inner();
@@ -320,6 +338,7 @@ impl ClusterClient {
             .update_status(pb::UpdateRequest {
                 object: Some(to_pb(object)),
                 dry_run: false,
+                fence: self.fence.clone(),
             })
             .await?
             .into_inner();
@@ -341,6 +360,7 @@ impl ClusterClient {
             resource_version,
             grace_period_seconds: grace,
             propagation_policy: None,
+            fence: self.fence.clone(),
         })
         .await
     }
@@ -361,6 +381,7 @@ impl ClusterClient {
             resource_version,
             grace_period_seconds: None,
             propagation_policy: Some(propagation.as_str().to_owned()),
+            fence: self.fence.clone(),
         })
         .await
     }

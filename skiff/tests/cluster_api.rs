@@ -176,7 +176,7 @@ async fn validation_and_admission_refuse_with_reasons_and_write_nothing() {
                 kind: "Pod".into(),
                 json: bad_policy.to_string().into_bytes(),
             }),
-            dry_run: false,
+            ..Default::default()
         })
         .await
         .map(|_| Object::Pod(Default::default()))
@@ -976,4 +976,66 @@ async fn events_are_kept_for_their_ttl_and_found_by_object() {
         left.is_empty().then_some(())
     })
     .await;
+}
+
+/// Writes fenced by a leadership key commit only while that key has the create revision
+/// they carry: before it is taken, after it is taken again by another, and once it is gone,
+/// creates, updates and deletes fail with FAILED_PRECONDITION and write nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_writes_commit_only_under_their_leadership() {
+    let c = Cluster::start(1).await;
+    let api = client(&c).await;
+    let mut etcd = c.client(0).await;
+    let key = "/skiff/leader/test";
+    let held = etcd.put(key, "me", None).await.expect("take the lead");
+    let revision = held.header().expect("header").revision();
+    let leader = api.fenced(key, revision);
+    let ns = |name: &str| {
+        Object::from_json(
+            Kind::Namespace,
+            json!({"metadata": {"name": name}}).to_string().as_bytes(),
+        )
+        .expect("namespace")
+    };
+    let created = leader
+        .create(&ns("while-held"))
+        .await
+        .expect("fenced create");
+    let stale = api.fenced(key, revision - 1);
+    let e = stale.create(&ns("stale")).await.expect_err("wrong token");
+    assert_eq!(e.code(), Some(Code::FailedPrecondition), "{e}");
+    assert!(e.to_string().contains("leadership"), "{e}");
+
+    // Another leader takes the key: the first one's writes fail.
+    etcd.delete(key, None).await.expect("release");
+    etcd.put(key, "other", None).await.expect("another leader");
+    let e = leader.create(&ns("deposed")).await.expect_err("deposed");
+    assert_eq!(e.code(), Some(Code::FailedPrecondition), "{e}");
+    let e = leader
+        .delete(Kind::Namespace, "", "while-held", 0, None)
+        .await
+        .expect_err("deposed delete");
+    assert_eq!(e.code(), Some(Code::FailedPrecondition), "{e}");
+    let mut changed = created.clone();
+    changed
+        .metadata_mut()
+        .labels
+        .insert("by".into(), "deposed".into());
+    let e = leader.update(&changed).await.expect_err("deposed update");
+    assert_eq!(e.code(), Some(Code::FailedPrecondition), "{e}");
+    // Nothing the deposed leader tried was written.
+    for name in ["stale", "deposed"] {
+        assert!(
+            api.get(Kind::Namespace, "", name)
+                .await
+                .expect("get")
+                .is_none()
+        );
+    }
+    let kept = api
+        .get(Kind::Namespace, "", "while-held")
+        .await
+        .expect("get")
+        .expect("still there");
+    assert!(kept.metadata().labels.is_empty());
 }

@@ -59,6 +59,9 @@ pub enum ClusterError {
     },
     #[error("Binding objects are created through Bind")]
     CreateBinding,
+    /// A fenced write whose leadership key is gone or was taken again.
+    #[error("the writer's leadership ({key}) was lost: another leader took over")]
+    Fenced { key: String },
     /// An update that changes what may not change.
     #[error("{} \"{name}\" is invalid: {field}: Forbidden: {why}", kind.name())]
     Immutable {
@@ -165,7 +168,9 @@ impl ClusterError {
             NotFound { .. } => Code::NotFound,
             AlreadyExists { .. } => Code::AlreadyExists,
             Conflict { .. } => Code::Aborted,
-            Forbidden { .. } | NamespaceNotEmpty { .. } | TooOld { .. } => Code::FailedPrecondition,
+            Forbidden { .. } | NamespaceNotEmpty { .. } | TooOld { .. } | Fenced { .. } => {
+                Code::FailedPrecondition
+            }
             Contended { .. } | WatchCanceled { .. } | FutureRevision { .. } => Code::Unavailable,
             WatchRefused { .. } | DeleteWithoutPrevious { .. } | Stored { .. } => Code::Internal,
             Store(e) => e.code(),

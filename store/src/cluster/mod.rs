@@ -50,6 +50,8 @@ pub struct ClusterApi {
     uid_seq: Arc<AtomicU64>,
     /// The lease new Event writes go under, and when it was granted.
     event_lease: Arc<Mutex<Option<(i64, Instant)>>>,
+    /// The fencing token every write of this handle carries (see [`ClusterApi::fenced`]).
+    fence: Option<Arc<(String, i64)>>,
 }
 
 /// An object as stored, with its mod revision.
@@ -262,6 +264,17 @@ impl ClusterApi {
             member,
             uid_seq: Arc::new(AtomicU64::new(0)),
             event_lease: Arc::new(Mutex::new(None)),
+            fence: None,
+        }
+    }
+
+    /// This API with every write fenced: it commits only while the etcd key `key` still has
+    /// create revision `create_revision` (a leader-elected writer's leadership key), so a
+    /// deposed leader's writes fail instead of landing after another leader's.
+    pub fn fenced(&self, key: &str, create_revision: i64) -> ClusterApi {
+        ClusterApi {
+            fence: Some(Arc::new((key.to_owned(), create_revision))),
+            ..self.clone()
         }
     }
 
@@ -381,12 +394,45 @@ impl ClusterApi {
     }
 
     /// Proposes a transaction; returns the revision after it and its response.
-    pub async fn txn(&self, txn: TxnRequest) -> Result<(i64, TxnResponse)> {
-        let resp = self.member.propose(Command::Txn(txn)).await?;
-        match resp.result? {
-            Outcome::Txn(t) => Ok((resp.revision, t)),
-            other => Err(StoreError::internal(format!("unexpected outcome {other:?}")).into()),
+    /// Proposes a transaction (with this handle's fence among its comparisons); a fenced
+    /// one that failed because the fence moved is [`ClusterError::Fenced`], not a conflict.
+    pub async fn txn(&self, mut txn: TxnRequest) -> Result<(i64, TxnResponse)> {
+        if let Some(fence) = &self.fence {
+            txn.compare.push(compare(
+                &fence.0,
+                CompareTarget::Create(fence.1),
+                CompareResult::Equal,
+            ));
         }
+        let resp = self.member.propose(Command::Txn(txn)).await?;
+        let (revision, t) = match resp.result? {
+            Outcome::Txn(t) => (resp.revision, t),
+            other => {
+                return Err(StoreError::internal(format!("unexpected outcome {other:?}")).into());
+            }
+        };
+        if let Some(fence) = &self.fence
+            && !t.succeeded
+        {
+            self.barrier(false).await?;
+            let held = self
+                .member
+                .shared
+                .read()
+                .range(&RangeRequest {
+                    key: fence.0.as_bytes().to_vec(),
+                    ..RangeRequest::default()
+                })?
+                .kvs
+                .first()
+                .is_some_and(|kv| kv.create_revision == fence.1);
+            if !held {
+                return Err(ClusterError::Fenced {
+                    key: fence.0.clone(),
+                });
+            }
+        }
+        Ok((revision, t))
     }
 
     fn new_uid(&self) -> String {

@@ -43,6 +43,14 @@ fn key_parts(key: Option<pb::ObjectKey>) -> super::Result<(Kind, String, String)
     Ok((kind, ns, key.name))
 }
 
+/// The API a request writes through: fenced when it carries a fence.
+fn fenced(api: &ClusterApi, fence: Option<pb::Fence>) -> ClusterApi {
+    match fence {
+        Some(f) if !f.key.is_empty() => api.fenced(&f.key, f.create_revision),
+        _ => api.clone(),
+    }
+}
+
 #[tonic::async_trait]
 impl Cluster for ClusterApi {
     async fn create(
@@ -51,7 +59,8 @@ impl Cluster for ClusterApi {
     ) -> Result<Response<pb::ObjectResponse>, Status> {
         let req = req.into_inner();
         let object = from_pb(req.object)?;
-        let (rev, created) = ClusterApi::create(self, object, req.dry_run).await?;
+        let api = fenced(self, req.fence);
+        let (rev, created) = ClusterApi::create(&api, object, req.dry_run).await?;
         Ok(object_response(self, rev, &created))
     }
 
@@ -115,7 +124,8 @@ impl Cluster for ClusterApi {
     ) -> Result<Response<pb::ObjectResponse>, Status> {
         let req = req.into_inner();
         let object = from_pb(req.object)?;
-        let (rev, o) = ClusterApi::update(self, object, false, req.dry_run).await?;
+        let api = fenced(self, req.fence);
+        let (rev, o) = ClusterApi::update(&api, object, false, req.dry_run).await?;
         Ok(object_response(self, rev, &o))
     }
 
@@ -125,7 +135,8 @@ impl Cluster for ClusterApi {
     ) -> Result<Response<pb::ObjectResponse>, Status> {
         let req = req.into_inner();
         let object = from_pb(req.object)?;
-        let (rev, o) = ClusterApi::update(self, object, true, req.dry_run).await?;
+        let api = fenced(self, req.fence);
+        let (rev, o) = ClusterApi::update(&api, object, true, req.dry_run).await?;
         Ok(object_response(self, rev, &o))
     }
 
@@ -144,8 +155,9 @@ impl Cluster for ClusterApi {
             .map(str::parse::<DeletionPropagation>)
             .transpose()
             .map_err(|source| ClusterError::BadPropagation { source })?;
+        let api = fenced(self, req.fence);
         let (rev, o) = ClusterApi::delete(
-            self,
+            &api,
             kind,
             &ns,
             &name,

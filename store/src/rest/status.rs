@@ -248,6 +248,7 @@ impl From<ClusterError> for ApiError {
                 ApiError::new(Reason::Conflict, message).about("namespaces", name)
             }
             TooOld { .. } | WatchCanceled { .. } => ApiError::new(Reason::Expired, message),
+            Fenced { .. } => ApiError::new(Reason::Conflict, message),
             FutureRevision { .. } => ApiError::new(Reason::Timeout, message),
             WatchRefused { .. } | DeleteWithoutPrevious { .. } | Stored { .. } => {
                 ApiError::new(Reason::InternalError, message)
