@@ -3,8 +3,8 @@
 //! dependents, their references to it removed.
 //!
 //! Dependents are found through the caches' owner index, so the collector covers the kinds
-//! the controller manager watches (Deployments, ReplicaSets, Pods); an owner may be of any
-//! kind. An owner missing from the caches is looked up in the store before anything is
+//! the controller manager watches (Deployments, ReplicaSets, Pods, Nodes); an owner may be
+//! of any kind. An owner missing from the caches is looked up in the store before anything is
 //! deleted for it: a cache that is behind must never cost a live object.
 //!
 //! ```text
@@ -57,11 +57,12 @@ impl GarbageCollector {
         }
     }
 
-    fn caches(&self) -> [&Cache; 3] {
+    fn caches(&self) -> [&Cache; 4] {
         [
             &self.ctx.deployments,
             &self.ctx.replica_sets,
             &self.ctx.pods,
+            &self.ctx.nodes,
         ]
     }
 
@@ -87,13 +88,17 @@ impl GarbageCollector {
                 }
             }
             Event::Modified(o) => {
-                let owners_changed = old.is_none_or(|old| {
-                    old.metadata().owner_references != o.metadata().owner_references
-                });
-                if (owners_changed && !o.metadata().owner_references.is_empty())
-                    || being_finalized(o)
-                {
+                let refs = &o.metadata().owner_references;
+                let before = old.map_or(&[][..], |old| &old.metadata().owner_references[..]);
+                if (before != refs.as_slice() && !refs.is_empty()) || being_finalized(o) {
                     self.queue.add(gc_key(o));
+                }
+                // An owner this object no longer names may be waiting for it to go.
+                for r in before
+                    .iter()
+                    .filter(|r| !refs.iter().any(|n| n.uid == r.uid))
+                {
+                    self.queue_owner(o, r);
                 }
             }
             Event::Deleted(o) => {
@@ -103,17 +108,22 @@ impl GarbageCollector {
                     self.queue.add(gc_key(&d));
                 }
                 for r in &o.metadata().owner_references {
-                    if let Some(kind) = Kind::from_name(&r.kind) {
-                        let ns = if kind.is_namespaced() {
-                            o.metadata().namespace.as_str()
-                        } else {
-                            ""
-                        };
-                        self.queue.add(format!("{}/{ns}/{}", kind.name(), r.name));
-                    }
+                    self.queue_owner(o, r);
                 }
             }
             Event::Bookmark(_) => {}
+        }
+    }
+
+    /// Queues the owner `r` names of `dependent`.
+    fn queue_owner(&self, dependent: &Object, r: &OwnerReference) {
+        if let Some(kind) = Kind::from_name(&r.kind) {
+            let ns = if kind.is_namespaced() {
+                dependent.metadata().namespace.as_str()
+            } else {
+                ""
+            };
+            self.queue.add(format!("{}/{ns}/{}", kind.name(), r.name));
         }
     }
 
@@ -152,6 +162,22 @@ impl GarbageCollector {
             let mut waiting = false;
             for d in &dependents {
                 let dm = d.metadata();
+                // A dependent another live owner still holds is only let go of.
+                let mut others_live = false;
+                for r in dm.owner_references.iter().filter(|r| r.uid != meta.uid) {
+                    if self.owner_exists(&dm.namespace, r).await? {
+                        others_live = true;
+                        break;
+                    }
+                }
+                if others_live {
+                    let mut next = (**d).clone();
+                    next.metadata_mut()
+                        .owner_references
+                        .retain(|r| r.uid != meta.uid);
+                    ignore_gone(self.ctx.client.update(&next).await)?;
+                    continue;
+                }
                 waiting = true;
                 if dm.deletion_timestamp.is_some() {
                     continue;

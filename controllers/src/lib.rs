@@ -13,9 +13,11 @@
 //! Every controller is a queue of object keys and N workers that *sync* a key: read the
 //! object and what it owns from the caches, write what differs to the store, and say
 //! whether to look again later. A sync never trusts an event's payload, only the caches, so
-//! a missed or repeated event costs a sync, never a wrong decision. Writes carry the
+//! a missed or repeated event costs a sync, never a wrong decision. Updates carry the
 //! resourceVersion they were decided on, so a decision made on a stale cache fails with a
-//! conflict and is made again on fresh data.
+//! conflict and is made again on fresh data (pod deletes do not: a pod chosen to go goes
+//! whatever changed in it). Every write is fenced by the leadership, so a deposed leader's
+//! writes fail.
 //!
 //! | module         | what                                                               |
 //! |----------------|--------------------------------------------------------------------|
@@ -34,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use skiff_proto::api::meta::OwnerReference;
-use skiff_proto::api::{Kind, ObjectMeta};
+use skiff_proto::api::{Kind, Object, ObjectMeta};
 use skiff_proto::client::{ClientError, ClusterClient, Code, Event, Informer, ListParams};
 use skiff_proto::recorder::EventRecorder;
 
@@ -72,6 +74,8 @@ pub enum Error {
     },
     #[error("the {kind} informer stopped: {source}")]
     Informer { kind: Kind, source: ClientError },
+    #[error("a part of the controller manager stopped: {0}")]
+    Stopped(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -122,6 +126,9 @@ pub struct Context {
     pub nodes: Cache,
     pub events: EventRecorder,
     pub metrics: Arc<Metrics>,
+    /// The ReplicaSet controller's outstanding creates and deletes, per ReplicaSet uid: the
+    /// Deployment controller counts creates in flight towards the surge.
+    pub expectations: replicaset::expectations::Expectations,
 }
 
 /// `namespace/name`: the key a controller's queue holds for an object.
@@ -144,6 +151,23 @@ pub fn controller_ref(kind: Kind, owner: &ObjectMeta) -> OwnerReference {
         controller: Some(true),
         block_owner_deletion: Some(true),
         other: Default::default(),
+    }
+}
+
+/// The queue key (`namespace/name`) of the owner of `kind` that controls `object`, if one
+/// does.
+pub fn owner_key(object: &Object, kind: Kind) -> Option<String> {
+    let r = cache::controller_of(object)?;
+    (r.kind == kind.name()).then(|| format!("{}/{}", object.metadata().namespace, r.name))
+}
+
+/// A write's result, with "the object is gone" as `None` rather than an error. A conflict
+/// stays an error: the sync runs again on the newer object.
+pub fn gone_is_none(r: Result<Object, ClientError>) -> Result<Option<Object>, ClientError> {
+    match r {
+        Ok(o) => Ok(Some(o)),
+        Err(e) if e.code() == Some(Code::NotFound) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -218,6 +242,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         nodes: Cache::new(Kind::Node),
         events: EventRecorder::spawn(client.clone(), COMPONENT, ""),
         metrics: metrics.clone(),
+        expectations: Default::default(),
     });
     let replica_sets = Arc::new(replicaset::ReplicaSets::new(ctx.clone()));
     let deployments = Arc::new(deployment::Deployments::new(ctx.clone()));
@@ -293,18 +318,30 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         () = lost => Err(Error::LeadershipLost),
         Some(r) = tasks.join_next() => match r {
             Ok(Err(e)) => Err(e),
-            _ => Ok(()),
+            Ok(Ok(())) => Ok(()),
+            Err(e) => Err(Error::Stopped(e.to_string())),
         },
     };
-    replica_sets.queue().close();
-    deployments.queue().close();
-    collector.queue().close();
-    nodes.queue().close();
+    for q in [
+        replica_sets.queue(),
+        deployments.queue(),
+        collector.queue(),
+        nodes.queue(),
+    ] {
+        q.close();
+    }
     tasks.abort_all();
     if let Some(m) = served {
         m.abort();
     }
-    while workers.join_next().await.is_some() {}
+    if outcome.is_ok() {
+        // A clean stop lets the syncs under way finish.
+        while workers.join_next().await.is_some() {}
+    } else {
+        // Leadership lost (or a part failed): another leader may already act, so nothing
+        // under way here may write another step (and fenced writes would fail anyway).
+        workers.abort_all();
+    }
     if let (Some(l), Ok(())) = (leadership, &outcome) {
         l.release().await;
     }

@@ -1,7 +1,7 @@
 //! `/metrics` of the controller manager: per controller, the queue depth, how long syncs
 //! take and how many fail; the pods the ReplicaSet controller created and deleted, by
 //! outcome. Rates are left to PromQL
-//! (`rate(skiff_controller_pod_creates_total{outcome="created"}[10s])`).
+//! (`rate(skiff_controller_pod_writes_total{verb="create",outcome="ok"}[10s])`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -68,7 +68,7 @@ impl Metrics {
     }
 }
 
-/// Serves `/metrics` on `addr` until the task is aborted.
+/// The registry of the controller manager's figures (and the process's).
 pub fn registry(metrics: Arc<Metrics>, queues: Vec<(&'static str, WorkQueue)>) -> Registry {
     let mut r = metrics::registry();
     r.register(
@@ -102,11 +102,7 @@ pub fn registry(metrics: Arc<Metrics>, queues: Vec<(&'static str, WorkQueue)>) -
 
 /// Serves the registry at `http://addr/metrics` until the task is aborted.
 pub async fn serve(addr: SocketAddr, registry: Registry) -> Result<tokio::task::JoinHandle<()>> {
-    let listener = tokio::net::TcpListener::bind(addr)
+    metrics::serve(addr, registry)
         .await
-        .map_err(|source| Error::Metrics { addr, source })?;
-    let app = metrics::router(Arc::new(registry));
-    Ok(tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    }))
+        .map_err(|source| Error::Metrics { addr, source })
 }

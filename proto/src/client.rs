@@ -469,21 +469,32 @@ impl Informer {
         Ok(events)
     }
 
-    /// Runs forever: relists, then applies watch events to the cache and hands each one to
-    /// `on_event` with the cache as it is after the event. Returns only on errors other than
-    /// a compacted start or a broken stream (which relist or reconnect).
+    /// Runs forever: lists (unless [`Informer::relist`] already did), then applies watch
+    /// events to the cache and hands each one to `on_event` with the cache as it is after the
+    /// event. Returns only on errors other than a compacted start, a broken stream or a store
+    /// that is away (which relist, reconnect or wait).
     pub async fn run<F>(&mut self, mut on_event: F) -> Result<()>
     where
         F: FnMut(&Event, &BTreeMap<String, Object>),
     {
-        let mut need_list = true;
+        // A caller that listed already (`relist`) watches on from that list.
+        let mut need_list = self.revision == 0;
         // Reconnects wait a little longer each time the store stays away, so a thousand
         // informers do not hammer a member that is starting or a cluster without a leader.
         let mut backoff = Backoff::for_store();
         loop {
             if need_list {
-                for e in self.relist().await? {
-                    on_event(&e, &self.cache);
+                match self.relist().await {
+                    Ok(events) => {
+                        for e in events {
+                            on_event(&e, &self.cache);
+                        }
+                    }
+                    Err(e) if e.code() == Some(Code::Unavailable) => {
+                        backoff.wait().await;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
                 }
                 need_list = false;
             }

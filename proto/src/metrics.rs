@@ -65,6 +65,18 @@ pub fn router(registry: Arc<Registry>) -> axum::Router {
     )
 }
 
+/// Binds `addr` and serves the registry at `http://addr/metrics` until the task is aborted.
+pub async fn serve(
+    addr: std::net::SocketAddr,
+    registry: Registry,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let app = router(Arc::new(registry));
+    Ok(tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    }))
+}
+
 /// The value of the unlabelled sample `name` in a text exposition (Skiff's, etcd's or any
 /// Prometheus client's), for benchmarks and tests that read one figure.
 pub fn sample(text: &str, name: &str) -> Option<f64> {

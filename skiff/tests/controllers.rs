@@ -482,7 +482,11 @@ fn deletions(api: ClusterClient, kind: Kind, from: i64) -> Arc<Mutex<BTreeMap<St
     tokio::spawn(async move {
         let params = ListParams::default().namespace("default").watch_after(from);
         let mut stream = Box::pin(api.watch(kind, &params).await.expect("watch"));
-        while let Some(Ok(e)) = stream.next().await {
+        while let Some(e) = stream.next().await {
+            let Ok(e) = e else {
+                // The cluster going away at the end of the test ends the watch.
+                return;
+            };
             if let Event::Deleted(o) = e {
                 let m = o.metadata();
                 s.lock()

@@ -36,7 +36,9 @@ use skiff_proto::recorder::reference;
 
 use crate::cache::controller_of;
 use crate::queue::WorkQueue;
-use crate::{Context, Controller, Requeue, controller_ref, key_of, pods, split_key};
+use crate::{
+    Context, Controller, Requeue, controller_ref, gone_is_none, key_of, owner_key, pods, split_key,
+};
 
 pub mod plan;
 
@@ -50,13 +52,6 @@ pub const NAME: &str = "deployment";
 pub struct Deployments {
     ctx: Arc<Context>,
     queue: WorkQueue,
-}
-
-/// The queue key of the Deployment that controls `object`, if one does.
-fn owner_key(object: &Object) -> Option<String> {
-    let r = controller_of(object)?;
-    (r.kind == Kind::Deployment.name())
-        .then(|| format!("{}/{}", object.metadata().namespace, r.name))
 }
 
 /// A ReplicaSet of the Deployment, with what the plan needs to know of it.
@@ -78,6 +73,22 @@ impl Owned {
             pods: self.pods,
         }
     }
+}
+
+/// The Deployment's annotations its ReplicaSets carry too: all but kubectl's applied
+/// configuration and the ones the controller keeps per set.
+fn copied_annotations(d: &Deployment) -> impl Iterator<Item = (&String, &String)> {
+    const KEPT_PER_SET: [&str; 5] = [
+        "kubectl.kubernetes.io/last-applied-configuration",
+        REVISION_ANNOTATION,
+        REVISION_HISTORY_ANNOTATION,
+        DESIRED_REPLICAS_ANNOTATION,
+        MAX_REPLICAS_ANNOTATION,
+    ];
+    d.metadata
+        .annotations
+        .iter()
+        .filter(|(k, _)| !KEPT_PER_SET.contains(&k.as_str()))
 }
 
 fn revision_of(meta: &ObjectMeta) -> i64 {
@@ -173,11 +184,11 @@ impl Deployments {
         else {
             return;
         };
-        let owner = owner_key(object);
+        let owner = owner_key(object, Kind::Deployment);
         if let Some(key) = &owner {
             self.queue.add(key.clone());
         }
-        if let Some(previous) = old.and_then(owner_key)
+        if let Some(previous) = old.and_then(|o| owner_key(o, Kind::Deployment))
             && Some(&previous) != owner.as_ref()
         {
             self.queue.add(previous);
@@ -204,7 +215,7 @@ impl Deployments {
             .ctx
             .replica_sets
             .get(&pod.metadata().namespace, &r.name)
-            && let Some(key) = owner_key(&rs)
+            && let Some(key) = owner_key(&rs, Kind::Deployment)
         {
             self.queue.add(key);
         }
@@ -269,7 +280,11 @@ impl Deployments {
                     .iter()
                     .filter(|p| pods::is_available(p, min_ready, now))
                     .count();
-                let active = i32::try_from(active.len()).unwrap_or(i32::MAX);
+                // Creates the ReplicaSet controller has sent and the cache not yet shown count
+                // as pods: they may appear at any moment.
+                let active = i32::try_from(active.len())
+                    .unwrap_or(i32::MAX)
+                    .saturating_add(self.ctx.expectations.pending_creates(&rs.metadata.uid));
                 let from_status = rs.status.as_ref().map_or(0, |s| s.available_replicas);
                 let available = i32::try_from(from_pods)
                     .unwrap_or(i32::MAX)
@@ -348,7 +363,10 @@ impl Deployments {
             .match_labels
             .insert(POD_TEMPLATE_HASH_LABEL.into(), hash.clone());
         let (surge, _) = d.surge_and_unavailable();
-        let annotations = BTreeMap::from([
+        let mut annotations: BTreeMap<String, String> = copied_annotations(d)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        annotations.extend([
             (REVISION_ANNOTATION.to_owned(), revision.to_string()),
             (
                 DESIRED_REPLICAS_ANNOTATION.to_owned(),
@@ -473,7 +491,8 @@ impl Deployments {
         status.replicas = count(&|o| o.rs.status.as_ref().map_or(0, |s| s.replicas));
         status.updated_replicas = new.map_or(0, |o| o.rs.status.as_ref().map_or(0, |s| s.replicas));
         status.ready_replicas = count(&|o| o.rs.status.as_ref().map_or(0, |s| s.ready_replicas));
-        status.available_replicas = count(&|o| o.available);
+        status.available_replicas =
+            count(&|o| o.rs.status.as_ref().map_or(0, |s| s.available_replicas));
         status.unavailable_replicas =
             (count(&|o| o.rs.replicas()) - status.available_replicas).max(0);
         let (_, max_unavailable) = d.surge_and_unavailable();
@@ -602,9 +621,14 @@ impl Deployments {
         old: &[Owned],
     ) -> Result<(), ClientError> {
         let highest_old = old.iter().map(|o| o.revision).max().unwrap_or(0);
+        let mut next = new.rs.clone();
+        let notes = &mut next.metadata.annotations;
+        // The Deployment's own annotations (`kubernetes.io/change-cause` for `kubectl
+        // rollout history`) follow it onto its current set, as in Kubernetes.
+        for (k, v) in copied_annotations(d) {
+            notes.insert(k.clone(), v.clone());
+        }
         if new.revision <= highest_old {
-            let mut next = new.rs.clone();
-            let notes = &mut next.metadata.annotations;
             if new.revision > 0 {
                 let mut history: Vec<String> = notes
                     .get(REVISION_HISTORY_ANNOTATION)
@@ -613,14 +637,16 @@ impl Deployments {
                 history.push(new.revision.to_string());
                 notes.insert(REVISION_HISTORY_ANNOTATION.into(), history.join(","));
             }
-            let revision = highest_old + 1;
-            notes.insert(REVISION_ANNOTATION.into(), revision.to_string());
-            if let Object::ReplicaSet(rs) =
-                self.ctx.client.update(&Object::ReplicaSet(next)).await?
-            {
-                new.rs = rs;
-            }
-            new.revision = revision;
+            new.revision = highest_old + 1;
+            notes.insert(REVISION_ANNOTATION.into(), new.revision.to_string());
+        }
+        // Availability is judged by the Deployment's current minReadySeconds.
+        next.spec.min_ready_seconds = d.spec.min_ready_seconds;
+        if next != new.rs
+            && let Some(Object::ReplicaSet(rs)) =
+                gone_is_none(self.ctx.client.update(&Object::ReplicaSet(next)).await)?
+        {
+            new.rs = rs;
         }
         let revision = new.revision.to_string();
         if d.metadata.annotations.get(REVISION_ANNOTATION) != Some(&revision) {
@@ -708,28 +734,15 @@ impl Controller for Deployments {
                 && o.rs.metadata.annotations.get(DESIRED_REPLICAS_ANNOTATION) != Some(&desired)
         });
         if scaling || d.spec.paused {
-            // Newest first: the new set, then old ones by falling revision.
-            let active: Vec<&Owned> = new
-                .iter()
-                .chain(old.iter().rev())
-                .filter(|o| {
-                    o.rs.replicas() > 0
-                        || new
-                            .as_ref()
-                            .is_some_and(|n| n.rs.metadata.uid == o.rs.metadata.uid)
-                })
-                .collect();
-            let sizes = if active.is_empty() {
-                Vec::new()
-            } else {
-                let sets: Vec<Set> = active.iter().map(|o| o.set()).collect();
-                plan::proportional(&bounds, &sets)
-            };
+            // The new set first, then old ones by falling revision.
+            let sets: Vec<&Owned> = new.iter().chain(old.iter().rev()).collect();
+            let views: Vec<Set> = sets.iter().map(|o| o.set()).collect();
+            let rolling = d.strategy_type() == DeploymentStrategyType::RollingUpdate;
+            let sizes = plan::scale(&bounds, &views, new.as_ref().map(|_| 0), rolling);
             let mut wrote = false;
-            for (o, size) in active.iter().zip(sizes) {
-                if size != o.rs.replicas()
-                    || o.rs.metadata.annotations.get(DESIRED_REPLICAS_ANNOTATION) != Some(&desired)
-                {
+            for (o, size) in sets.iter().zip(sizes) {
+                let noted = o.rs.metadata.annotations.get(DESIRED_REPLICAS_ANNOTATION);
+                if size != o.rs.replicas() || (size > 0 && noted != Some(&desired)) {
                     self.scale(d, &o.rs, size).await?;
                     wrote = true;
                 }
@@ -816,15 +829,6 @@ impl Controller for Deployments {
             self.clean_up(d, &old).await?;
         }
         Ok(requeue)
-    }
-}
-
-/// A write's result, with "the object is gone" as `None` rather than an error.
-fn gone_is_none(r: Result<Object, ClientError>) -> Result<Option<Object>, ClientError> {
-    match r {
-        Ok(o) => Ok(Some(o)),
-        Err(e) if e.code() == Some(Code::NotFound) => Ok(None),
-        Err(e) => Err(e),
     }
 }
 

@@ -4,11 +4,14 @@
 //! available ones (Kubernetes' `rolloutRolling`, `rolloutRecreate` and proportional scaling).
 //!
 //! Counts are ReplicaSets' `spec.replicas` (what the ReplicaSet controller will make true),
-//! their active pods, and their available pods. A set just scaled down still has the pods
-//! it is about to delete, so the surge is counted over the larger of `replicas` and the
-//! pods (a new pod must not come up beside an old one not yet gone), and the caller caps a
-//! set's available count at its `replicas` (the pods about to go must not be counted as
-//! staying, or a second step would delete more than the budget allows).
+//! their active pods (not finished, not being deleted; with the creates the ReplicaSet
+//! controller has sent and not yet seen), and their available pods. A set just scaled down
+//! still has the pods it is about to delete, so the surge is counted over the larger of
+//! `replicas` and the pods (no new pod comes up beside an old one its set has not yet
+//! deleted), and the caller caps a set's available count at its `replicas` (the pods about
+//! to go must not be counted as staying, or a second step would delete more than the budget
+//! allows). Pods that are terminating count towards neither, as in Kubernetes: a new pod may
+//! start while an old one is still stopping.
 
 /// A Deployment's rollout bounds, resolved to pod counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,24 +155,44 @@ pub fn recreate(b: &Bounds, new: &Set, old: &[Set], old_pods_left: usize) -> Ste
     }
 }
 
-/// New sizes for the active sets (`sets[0]` the new one, when there is one, then the old
-/// ones newest first) after `replicas` changed mid-rollout: the difference to
-/// `replicas + maxSurge` is spread in proportion to their sizes, the remainder to the
-/// largest (Kubernetes' proportional scaling), so the surge budget holds.
-pub fn proportional(b: &Bounds, sets: &[Set]) -> Vec<i32> {
+/// New sizes for the sets (`sets[new]` the new one, when there is one; the others old,
+/// newest first) after `replicas` changed mid-rollout (Kubernetes' `scale`):
+/// - one active set (or none: the new one, else the first) takes the whole count;
+/// - a saturated new set (all `replicas` available) leaves the old ones nothing;
+/// - a RollingUpdate spreads the difference to `replicas + maxSurge` (0 when `replicas` is 0)
+///   in proportion to the sets' sizes, the remainder to the largest, so the surge budget
+///   holds; a Recreate in progress is left to its own steps.
+pub fn scale(b: &Bounds, sets: &[Set], new: Option<usize>, rolling: bool) -> Vec<i32> {
     let mut sizes: Vec<i32> = sets.iter().map(|s| s.replicas).collect();
-    let total: i32 = sizes.iter().sum();
-    let active = sizes.iter().filter(|&&n| n > 0).count();
     if sets.is_empty() {
         return sizes;
     }
-    if active <= 1 {
-        // One active set (or none: the first) takes the whole count.
-        let i = sizes.iter().position(|&n| n > 0).unwrap_or(0);
+    let active: Vec<usize> = (0..sets.len()).filter(|&i| sets[i].replicas > 0).collect();
+    if active.len() <= 1 {
+        let i = active.first().copied().or(new).unwrap_or(0);
         sizes[i] = b.replicas;
         return sizes;
     }
-    let allowed = b.replicas + b.max_surge;
+    if let Some(n) = new
+        && sets[n].replicas == b.replicas
+        && sets[n].available >= b.replicas
+    {
+        for (i, size) in sizes.iter_mut().enumerate() {
+            if i != n {
+                *size = 0;
+            }
+        }
+        return sizes;
+    }
+    if !rolling {
+        return sizes;
+    }
+    let total: i32 = sizes.iter().sum();
+    let allowed = if b.replicas > 0 {
+        b.replicas + b.max_surge
+    } else {
+        0
+    };
     let to_add = allowed - total;
     if to_add == 0 || total == 0 {
         return sizes;

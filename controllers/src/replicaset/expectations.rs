@@ -1,5 +1,7 @@
 //! Expectations (client-go's `ControllerExpectations`): the creates and deletes a
-//! ReplicaSet's last sync made that its pod cache has not shown yet.
+//! ReplicaSet's last sync made that its pod cache has not shown yet. They are kept per
+//! ReplicaSet uid (what a pod's controller reference names), so a ReplicaSet deleted and
+//! created again under its name starts afresh.
 //!
 //! A sync reads the cache. Right after it created 8 pods the cache may still show none of
 //! them, and a sync then would create 8 more. So a sync records what it expects to see; the
@@ -22,7 +24,7 @@ struct Expected {
     since: Instant,
 }
 
-/// Outstanding creates and deletes per ReplicaSet key.
+/// Outstanding creates and deletes per ReplicaSet uid.
 #[derive(Debug, Default)]
 pub struct Expectations {
     // Never held across an await.
@@ -36,12 +38,28 @@ impl Expectations {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether the cache shows everything the last sync of `key` did.
-    pub fn satisfied(&self, key: &str) -> bool {
+    /// Whether the cache shows everything the last sync of `key` did; when not, how long
+    /// until the record expires and the cache is trusted anyway.
+    pub fn satisfied(&self, key: &str) -> Result<(), Duration> {
         match self.inner().get(key) {
-            None => true,
-            Some(e) => (e.creates <= 0 && e.deletes.is_empty()) || e.since.elapsed() > TTL,
+            None => Ok(()),
+            Some(e) if e.creates <= 0 && e.deletes.is_empty() => Ok(()),
+            Some(e) => match TTL.checked_sub(e.since.elapsed()) {
+                None => Ok(()),
+                Some(left) => Err(left),
+            },
         }
+    }
+
+    /// Creates of `key` sent and not yet seen: pods that may appear at any moment.
+    pub fn pending_creates(&self, key: &str) -> i32 {
+        self.inner().get(key).map_or(0, |e| {
+            if e.since.elapsed() > TTL {
+                0
+            } else {
+                i32::try_from(e.creates.max(0)).unwrap_or(i32::MAX)
+            }
+        })
     }
 
     /// A sync of `key` is about to create `creates` pods and delete the pods `deletes`.
@@ -91,15 +109,17 @@ mod tests {
     #[test]
     fn satisfied_once_every_create_and_delete_is_seen() {
         let e = Expectations::default();
-        assert!(e.satisfied("ns/rs"));
-        e.expect("ns/rs", 2, ["/registry/pods/ns/a".to_string()]);
-        assert!(!e.satisfied("ns/rs"));
-        e.created("ns/rs", 1);
-        e.deleted("ns/rs", "/registry/pods/ns/a");
-        assert!(!e.satisfied("ns/rs"));
-        e.created("ns/rs", 1);
-        assert!(e.satisfied("ns/rs"));
-        e.forget("ns/rs");
+        assert!(e.satisfied("uid").is_ok());
+        e.expect("uid", 2, ["/registry/pods/ns/a".to_string()]);
+        assert!(e.satisfied("uid").is_err_and(|left| left <= TTL));
+        assert_eq!(e.pending_creates("uid"), 2);
+        e.created("uid", 1);
+        e.deleted("uid", "/registry/pods/ns/a");
+        assert!(e.satisfied("uid").is_err());
+        e.created("uid", 1);
+        assert!(e.satisfied("uid").is_ok());
+        assert_eq!(e.pending_creates("uid"), 0);
+        e.forget("uid");
         assert_eq!(e.pending(), 0);
     }
 }

@@ -20,7 +20,9 @@ use skiff_proto::recorder::reference;
 
 use crate::cache::controller_of;
 use crate::queue::WorkQueue;
-use crate::{Context, Controller, Requeue, controller_ref, key_of, pods, split_key};
+use crate::{
+    Context, Controller, Requeue, controller_ref, gone_is_none, key_of, owner_key, pods, split_key,
+};
 
 pub mod expectations;
 pub mod plan;
@@ -36,14 +38,6 @@ pub const NAME: &str = "replicaset";
 pub struct ReplicaSets {
     ctx: Arc<Context>,
     queue: WorkQueue,
-    expectations: Expectations,
-}
-
-/// The queue key of the ReplicaSet that controls `object`, if one does.
-fn owner_key(object: &Object) -> Option<String> {
-    let r = controller_of(object)?;
-    (r.kind == Kind::ReplicaSet.name())
-        .then(|| format!("{}/{}", object.metadata().namespace, r.name))
 }
 
 impl ReplicaSets {
@@ -51,13 +45,11 @@ impl ReplicaSets {
         ReplicaSets {
             ctx,
             queue: WorkQueue::new(),
-            expectations: Expectations::default(),
         }
     }
 
-    /// Outstanding expectations, for tests and metrics.
-    pub fn expectations(&self) -> &Expectations {
-        &self.expectations
+    fn expectations(&self) -> &Expectations {
+        &self.ctx.expectations
     }
 
     /// A pod changed: count it off its owner's expectations and sync the owner (the old one
@@ -68,17 +60,18 @@ impl ReplicaSets {
             Event::Deleted(o) => (o, true),
             Event::Bookmark(_) => return,
         };
-        let owner = owner_key(object);
+        let owner = owner_key(object, Kind::ReplicaSet);
         if let Some(key) = &owner {
+            let uid = controller_of(object).map_or("", |r| r.uid.as_str());
             let marked = object.metadata().deletion_timestamp.is_some();
             if deleted || marked {
-                self.expectations.deleted(key, &object.key());
+                self.expectations().deleted(uid, &object.key());
             } else if matches!(event, Event::Added(_)) {
-                self.expectations.created(key, 1);
+                self.expectations().created(uid, 1);
             }
             self.queue.add(key.clone());
         }
-        if let Some(previous) = old.and_then(owner_key)
+        if let Some(previous) = old.and_then(|o| owner_key(o, Kind::ReplicaSet))
             && Some(&previous) != owner.as_ref()
         {
             self.queue.add(previous);
@@ -122,7 +115,7 @@ impl ReplicaSets {
                 .metadata_mut()
                 .owner_references
                 .retain(|r| r.uid != rs.metadata.uid);
-            ignore_gone(self.ctx.client.update(&released).await)?;
+            gone_is_none(self.ctx.client.update(&released).await)?;
         }
         if deleting {
             return Ok(owned);
@@ -137,7 +130,7 @@ impl ReplicaSets {
                 .metadata_mut()
                 .owner_references
                 .push(controller_ref(Kind::ReplicaSet, &rs.metadata));
-            if let Some(done) = ignore_gone(self.ctx.client.update(&adopted).await)? {
+            if let Some(done) = gone_is_none(self.ctx.client.update(&adopted).await)? {
                 owned.push(Arc::new(done));
             }
         }
@@ -145,23 +138,25 @@ impl ReplicaSets {
     }
 
     /// Creates or deletes pods towards `replicas`; a failure is recorded and returned.
-    async fn manage(
-        &self,
-        key: &str,
-        rs: &ReplicaSet,
-        active: &[&Pod],
-    ) -> Result<(), (Failure, ClientError)> {
+    async fn manage(&self, rs: &ReplicaSet, active: &[&Pod]) -> Result<(), (Failure, ClientError)> {
+        let key = rs.metadata.uid.as_str();
         let me = reference(&Object::ReplicaSet(rs.clone()));
         match plan::diff(rs.replicas(), active) {
             Diff::Steady => Ok(()),
             Diff::Create(n) => {
-                self.expectations.expect(key, n, []);
+                self.expectations().expect(key, n, []);
                 let pod = Object::Pod(pod_for(rs));
                 let client = &self.ctx.client;
                 let (ok, skipped, error) =
                     plan::slow_start(n, |_| async { client.create(&pod).await.map(|_| ()) }).await;
                 let failed = n - ok - skipped;
-                self.expectations.created(key, failed + skipped);
+                // A create that failed without an answer may have committed: its pod may
+                // still appear, so it stays expected until the watch or the TTL settles it.
+                let refused = match &error {
+                    Some(e) if !refusal(e) => 0,
+                    _ => failed,
+                };
+                self.expectations().created(key, refused + skipped);
                 self.ctx.metrics.pod_writes("create", "ok", ok);
                 self.ctx.metrics.pod_writes("create", "error", failed);
                 if ok > 0 {
@@ -191,7 +186,7 @@ impl ReplicaSets {
                 let keys = victims
                     .iter()
                     .map(|p| Kind::Pod.key(&p.metadata.namespace, &p.metadata.name));
-                self.expectations.expect(key, 0, keys);
+                self.expectations().expect(key, 0, keys);
                 let client = &self.ctx.client;
                 let results = futures::future::join_all(victims.iter().map(|p| {
                     client.delete(Kind::Pod, &p.metadata.namespace, &p.metadata.name, 0, None)
@@ -205,7 +200,7 @@ impl ReplicaSets {
                         Err(e) => {
                             let pod_key =
                                 Kind::Pod.key(&pod.metadata.namespace, &pod.metadata.name);
-                            self.expectations.deleted(key, &pod_key);
+                            self.expectations().deleted(key, &pod_key);
                             if e.code() != Some(Code::NotFound) {
                                 first_error.get_or_insert(e);
                             }
@@ -250,14 +245,16 @@ impl Controller for ReplicaSets {
     async fn sync(&self, key: &str) -> Result<Requeue, ClientError> {
         let (namespace, name) = split_key(key);
         let Some(object) = self.ctx.replica_sets.get(namespace, name) else {
-            self.expectations.forget(key);
             return Ok(None);
         };
         let Object::ReplicaSet(rs) = &*object else {
             return Ok(None);
         };
-        let needs_sync =
-            self.expectations.satisfied(key) && rs.metadata.deletion_timestamp.is_none();
+        if rs.metadata.deletion_timestamp.is_some() {
+            self.expectations().forget(&rs.metadata.uid);
+        }
+        let waiting = self.expectations().satisfied(&rs.metadata.uid).err();
+        let needs_sync = waiting.is_none() && rs.metadata.deletion_timestamp.is_none();
         let owned = self.claim(rs).await?;
         let active: Vec<&Pod> = owned
             .iter()
@@ -267,7 +264,7 @@ impl Controller for ReplicaSets {
             })
             .collect();
         let outcome = if needs_sync {
-            self.manage(key, rs, &active).await
+            self.manage(rs, &active).await
         } else {
             Ok(())
         };
@@ -277,7 +274,7 @@ impl Controller for ReplicaSets {
         if rs.status.as_ref() != Some(&status) {
             let mut next = rs.clone();
             next.status = Some(status);
-            ignore_gone(
+            gone_is_none(
                 self.ctx
                     .client
                     .update_status(&Object::ReplicaSet(next))
@@ -291,18 +288,34 @@ impl Controller for ReplicaSets {
         let due = active
             .iter()
             .filter_map(|p| pods::seconds_to_available(p, min_ready, now))
-            .min();
-        Ok(due.map(|s| Duration::from_secs(s.unsigned_abs())))
+            .min()
+            .map(|s| Duration::from_secs(s.unsigned_abs()));
+        // Expectations that are never met (an event lost to a relist) expire: look again
+        // then, even if nothing else happens.
+        Ok(match (due, waiting) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
     }
 }
 
-/// A write's result, with "the object is gone" as `None` rather than an error.
-fn ignore_gone(r: Result<Object, ClientError>) -> Result<Option<Object>, ClientError> {
-    match r {
-        Ok(o) => Ok(Some(o)),
-        Err(e) if e.code() == Some(Code::NotFound) => Ok(None),
-        Err(e) => Err(e),
-    }
+/// Whether a create's error says the store refused it (nothing was written), rather than
+/// that the answer was lost.
+fn refusal(e: &ClientError) -> bool {
+    matches!(
+        e.code(),
+        Some(
+            Code::InvalidArgument
+                | Code::FailedPrecondition
+                | Code::AlreadyExists
+                | Code::Aborted
+                | Code::NotFound
+                | Code::PermissionDenied
+                | Code::Unauthenticated
+                | Code::ResourceExhausted
+                | Code::OutOfRange
+        )
+    )
 }
 
 /// A pod of `rs`'s template: named by the store from `<rs>-`, controlled by `rs`.

@@ -26,13 +26,9 @@ pub(super) async fn serve(
     addr: SocketAddr,
     shared: Arc<Shared>,
 ) -> Result<tokio::task::JoinHandle<()>> {
-    let listener = tokio::net::TcpListener::bind(addr)
+    metrics::serve(addr, registry(shared))
         .await
-        .map_err(|source| Error::Metrics { addr, source })?;
-    let app = metrics::router(Arc::new(registry(shared)));
-    Ok(tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    }))
+        .map_err(|source| Error::Metrics { addr, source })
 }
 
 fn registry(shared: Arc<Shared>) -> Registry {

@@ -711,6 +711,14 @@ impl ClusterApi {
                     });
                 }
             }
+            // Only the kinds that own others here wait for the garbage collector; any other
+            // is deleted as in the background (a pod marked for foreground deletion would be
+            // released by the collector before its agent had stopped it).
+            let propagation = if matches!(kind, Kind::Deployment | Kind::ReplicaSet) {
+                propagation
+            } else {
+                Some(DeletionPropagation::Background)
+            };
             let finalizers =
                 deletion_finalizers(&current.object.metadata().finalizers, propagation);
             if !finalizers.is_empty() {

@@ -255,19 +255,65 @@ fn scaling_mid_rollout_is_proportional_within_the_surge() {
             pods: 7,
         },
     ];
-    let sizes = proportional(&b, &sets);
+    let sizes = scale(&b, &sets, Some(0), true);
     assert_eq!(sizes.iter().sum::<i32>(), 23);
     assert_eq!(sizes, [9, 14]);
     let down = Bounds {
         replicas: 0,
-        max_surge: 0,
+        max_surge: 3,
         max_unavailable: 0,
     };
-    assert_eq!(proportional(&down, &sets), [0, 0]);
+    assert_eq!(
+        scale(&down, &sets, Some(0), true),
+        [0, 0],
+        "0 allows no surge"
+    );
+    assert_eq!(
+        scale(&b, &sets, Some(0), false),
+        [5, 7],
+        "Recreate: left alone"
+    );
     let one = [Set {
         replicas: 3,
         available: 3,
         pods: 3,
     }];
-    assert_eq!(proportional(&b, &one), [20]);
+    assert_eq!(scale(&b, &one, None, true), [20]);
+    let saturated = [
+        Set {
+            replicas: 20,
+            available: 20,
+            pods: 20,
+        },
+        Set {
+            replicas: 2,
+            available: 2,
+            pods: 2,
+        },
+    ];
+    assert_eq!(scale(&b, &saturated, Some(0), true), [20, 0]);
+}
+
+proptest! {
+    /// Proportional scaling never makes a set negative, and lands on the surge budget
+    /// exactly (or on 0 for 0 replicas) whenever two or more sets are active.
+    #[test]
+    fn scaling_hits_the_budget_without_negative_sets(
+        replicas in 0i32..60,
+        surge in 0i32..5,
+        sizes in proptest::collection::vec(0i32..30, 2..5),
+    ) {
+        let b = Bounds { replicas, max_surge: surge, max_unavailable: 1 };
+        let sets: Vec<Set> = sizes
+            .iter()
+            .map(|&n| Set { replicas: n, available: 0, pods: n })
+            .collect();
+        let out = scale(&b, &sets, None, true);
+        prop_assert!(out.iter().all(|&n| n >= 0), "{out:?}");
+        let active = sizes.iter().filter(|&&n| n > 0).count();
+        if active >= 2 {
+            let want = if replicas > 0 { replicas + surge } else { 0 };
+            prop_assert_eq!(out.iter().sum::<i32>(), want, "{:?} -> {:?}", sizes, out);
+        }
+    }
 }
