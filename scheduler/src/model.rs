@@ -23,7 +23,7 @@ pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
 /// The memory kube-scheduler assumes for a container without a memory request when it scores.
 pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
 
-pub use skiff_proto::api::node::{NODE_MONITOR_GRACE_SECS, TAINT_NOT_READY, TAINT_UNREACHABLE};
+pub use skiff_proto::api::node::{TAINT_NOT_READY, TAINT_UNREACHABLE};
 
 /// The taint on a cordoned node (`spec.unschedulable`).
 pub const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
@@ -368,15 +368,11 @@ fn condition_taint(key: &str) -> Taint {
 }
 
 impl NodeInfo {
-    /// The node as its stored conditions describe it.
+    /// The node as its stored conditions and taints describe it: a node that is not Ready
+    /// (False, Unknown or never reported) is not schedulable, as the condition taints
+    /// Kubernetes' node lifecycle controller puts on it say, whether or not they are there
+    /// yet.
     pub fn from_node(node: &Node) -> Self {
-        Self::from_node_heard(node, true)
-    }
-
-    /// The node as the scheduler sees it: a Ready node whose heartbeat has not been heard
-    /// within [`NODE_MONITOR_GRACE_SECS`] (`heard: false`) counts as unreachable, as the
-    /// node lifecycle controller would mark it (its agent crashed or lost the store).
-    pub fn from_node_heard(node: &Node, heard: bool) -> Self {
         let status = node.status.clone().unwrap_or_default();
         let alloc = if status.allocatable.is_empty() {
             &status.capacity
@@ -404,7 +400,6 @@ impl NodeInfo {
             }
         };
         match node.condition(&NodeConditionType::Ready).map(|c| c.status) {
-            Some(ConditionStatus::True) if !heard => add(TAINT_UNREACHABLE),
             Some(ConditionStatus::True) => {}
             Some(ConditionStatus::Unknown) => add(TAINT_UNREACHABLE),
             _ => add(TAINT_NOT_READY),

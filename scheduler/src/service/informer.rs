@@ -1,9 +1,10 @@
 //! The informer handlers: what the scheduler does with each node and pod event.
 //!
 //! ```text
-//!  node added / changed ──► table row (and unschedulable pods retried); a node whose
-//!                           heartbeat is silent past the grace counts as unreachable
-//!                           (rechecked every few seconds without events)
+//!  node added / changed ──► table row (and unschedulable pods retried); its conditions
+//!                           and taints as stored (a silent node is marked Ready=Unknown
+//!                           and tainted by the controller manager's node lifecycle
+//!                           controller, not judged here)
 //!  node deleted         ──► row removed (its pods stay known, counted again if it returns);
 //!                           pods waiting on pod terms retried
 //!  pod bound            ──► queue forgets it; table accounts it on its node (confirmed),
@@ -24,16 +25,13 @@
 //!
 //! The handlers need no store: they read events, so tests drive them directly.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-use skiff_proto::api::{Node, NodeConditionType, Object, Time};
+use skiff_proto::api::Object;
 use skiff_proto::client::Event;
 
 use super::DEFAULT_SCHEDULER_NAME;
-use crate::model::{NODE_MONITOR_GRACE_SECS, NodeInfo, PodInfo, pod_id};
+use crate::model::{NodeInfo, PodInfo, pod_id};
 use crate::parallel::Core;
 use crate::table::{Placement, counted_alike};
 
@@ -41,25 +39,8 @@ use crate::table::{Placement, counted_alike};
 #[derive(Debug)]
 pub struct Handlers {
     core: Arc<Core>,
-    /// The newest version of every node and when its heartbeat last changed, by this
-    /// process's clock (so the agents' clocks do not matter), so a node whose heartbeat goes
-    /// silent is marked unreachable without an event ([`Handlers::recheck_nodes`]).
-    nodes: Mutex<HashMap<String, Heard>>,
     /// The `spec.schedulerName`s this scheduler takes (an empty name too).
     names: Vec<String>,
-}
-
-/// A node and when its heartbeat was last seen to change.
-#[derive(Debug, Clone)]
-struct Heard {
-    node: Node,
-    beat: Option<Time>,
-    at: Instant,
-}
-
-fn heartbeat_of(n: &Node) -> Option<Time> {
-    n.condition(&NodeConditionType::Ready)
-        .and_then(|c| c.last_heartbeat_time)
 }
 
 fn pod_key(o: &Object) -> String {
@@ -74,11 +55,7 @@ impl Handlers {
         if !scheduler_name.is_empty() && scheduler_name != DEFAULT_SCHEDULER_NAME {
             names.push(scheduler_name.to_string());
         }
-        Handlers {
-            core,
-            nodes: Mutex::default(),
-            names,
-        }
+        Handlers { core, names }
     }
 
     fn ours(&self, scheduler_name: &str) -> bool {
@@ -86,68 +63,25 @@ impl Handlers {
     }
 
     pub fn on_node(&self, event: &Event) {
-        self.on_node_at(event, Instant::now());
-    }
-
-    /// [`Self::on_node`] with the time the event is seen.
-    pub fn on_node_at(&self, event: &Event, now: Instant) {
         match event {
             Event::Added(Object::Node(n)) | Event::Modified(Object::Node(n)) => {
-                let beat = heartbeat_of(n);
-                let heard = {
-                    let mut nodes = self.nodes.lock();
-                    let at = match nodes.get(&n.metadata.name) {
-                        Some(h) if h.beat == beat => h.at,
-                        _ => now,
-                    };
-                    let heard = Heard {
-                        node: n.clone(),
-                        beat,
-                        at,
-                    };
-                    nodes.insert(n.metadata.name.clone(), heard.clone());
-                    heard
+                let info = NodeInfo::from_node(n);
+                let same = {
+                    let table = self.core.table.read();
+                    table
+                        .row(&info.name)
+                        .is_some_and(|r| *table.infos[r] == info)
                 };
-                self.apply_node(&heard, now);
+                if !same {
+                    self.core.table.write().upsert_node(info);
+                    self.core.queue.cluster_changed();
+                }
             }
             Event::Deleted(Object::Node(n)) => {
-                self.nodes.lock().remove(&n.metadata.name);
                 self.core.table.write().remove_node(&n.metadata.name);
                 self.core.queue.node_removed();
             }
             _ => {}
-        }
-    }
-
-    /// Looks at every node again as of now: one whose heartbeat has not changed within the
-    /// grace becomes unreachable, and is back with its next heartbeat.
-    pub fn recheck_nodes(&self) {
-        self.recheck_nodes_at(Instant::now());
-    }
-
-    pub fn recheck_nodes_at(&self, now: Instant) {
-        let nodes: Vec<Heard> = self.nodes.lock().values().cloned().collect();
-        for h in &nodes {
-            self.apply_node(h, now);
-        }
-    }
-
-    /// The node's row as of `now`, written only when it changed.
-    fn apply_node(&self, h: &Heard, now: Instant) {
-        let grace = Duration::from_secs(NODE_MONITOR_GRACE_SECS.unsigned_abs());
-        // A node that never reported a heartbeat (made by hand, or by a benchmark) is judged
-        // by its conditions alone.
-        let heard = h.beat.is_none() || now.saturating_duration_since(h.at) <= grace;
-        let info = NodeInfo::from_node_heard(&h.node, heard);
-        let same = {
-            let table = self.core.table.read();
-            table
-                .row(&info.name)
-                .is_some_and(|r| *table.infos[r] == info)
-        };
-        if !same {
-            self.core.table.write().upsert_node(info);
-            self.core.queue.cluster_changed();
         }
     }
 

@@ -64,9 +64,6 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// How often every node is looked at again for a silent heartbeat.
-const NODE_RECHECK_SECS: u64 = 5;
-
 /// Settings of `skiff scheduler`.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -178,12 +175,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let s = shared.clone();
     let ticker = tokio::spawn(async move {
         let mut t = tokio::time::interval(Duration::from_secs(1));
-        for second in 0u64.. {
+        loop {
             t.tick().await;
             s.core.queue.tick();
-            if second % NODE_RECHECK_SECS == 0 {
-                handlers.recheck_nodes();
-            }
         }
     });
     let metrics = match config.metrics_addr {
