@@ -1,7 +1,8 @@
 //! `skiff up --demo`: a short tour of a running cluster, printed as the commands a user would
-//! type and what they answer. Applies the example manifests, waits for the pods to run,
-//! describes one (its events), kills the store leader with SIGKILL and measures how long
-//! writes are refused, then deletes the pods gracefully.
+//! type and what they answer. Applies the example manifests, waits for the pods (and the
+//! Deployment's) to run, describes one (its events), rolls the Deployment to a new image,
+//! kills the store leader with SIGKILL and measures how long writes are refused, then
+//! deletes the pods gracefully and the Deployment with its ReplicaSets and pods.
 
 use std::path::Path;
 use std::process::Command;
@@ -15,12 +16,31 @@ use crate::up::{Cluster, wait_for};
 
 /// The example manifests the demo applies (`node.yaml` is a node without an agent, for
 /// scheduler experiments: left out).
-const MANIFESTS: [&str; 4] = [
+const MANIFESTS: [&str; 5] = [
     "namespace-policy.yaml",
     "pod.yaml",
     "pod-web.yaml",
     "pod-placement.yaml",
+    "deployment.yaml",
 ];
+
+/// The example Deployment.
+const DEPLOYMENT: &str = "hello-app";
+
+/// Whether the example Deployment's current template runs on all its replicas, as `kubectl
+/// rollout status` judges it.
+async fn rolled_out(api: &ClusterClient) -> bool {
+    let Ok(Some(Object::Deployment(d))) = api.get(Kind::Deployment, "default", DEPLOYMENT).await
+    else {
+        return false;
+    };
+    let s = d.status.clone().unwrap_or_default();
+    let want = d.replicas();
+    s.observed_generation >= d.metadata.generation
+        && s.updated_replicas == want
+        && s.replicas == want
+        && s.available_replicas == want
+}
 
 /// Runs `skiff ARGS` as a user would, echoing the command and its output.
 fn skiff(exe: &str, endpoints: &[String], args: &[&str]) -> Result<()> {
@@ -80,11 +100,18 @@ pub fn run(
             }
         },
     ))?;
+    rt.block_on(wait_for(
+        cluster,
+        Duration::from_secs(60),
+        "the example Deployment to be available",
+        || rolled_out(&api),
+    ))?;
     println!(
         "every pod is running (or finished) {:.1} s after apply\n",
         started.elapsed().as_secs_f64()
     );
     skiff(exe, &endpoints, &["get", "pods", "-A", "-o", "wide"])?;
+    skiff(exe, &endpoints, &["get", "deployments"])?;
     skiff(exe, &endpoints, &["get", "nodes"])?;
     skiff(exe, &endpoints, &["describe", "pod", "web"])?;
     // The same objects through the etcd v3 API, with etcd's own client.
@@ -93,6 +120,33 @@ pub fn run(
         &endpoints,
         &["get", "--prefix", "--keys-only", "/registry/pods/"],
     );
+
+    println!("==> a rolling update: the Deployment's pod template changes");
+    let rolling = Instant::now();
+    rt.block_on(async {
+        let Some(Object::Deployment(mut d)) =
+            api.get(Kind::Deployment, "default", DEPLOYMENT).await?
+        else {
+            bail!("the example Deployment is gone");
+        };
+        // A new environment variable, as `kubectl set env deployment/hello-app VERSION=2`.
+        let env: Vec<skiff_proto::api::pod::EnvVar> =
+            serde_json::from_value(serde_json::json!([{"name": "VERSION", "value": "2"}]))?;
+        d.spec.template.spec.containers[0].env = env;
+        api.update(&Object::Deployment(d)).await?;
+        Ok(())
+    })?;
+    rt.block_on(wait_for(
+        cluster,
+        Duration::from_secs(90),
+        "the rolling update",
+        || rolled_out(&api),
+    ))?;
+    println!(
+        "rolled out one pod at a time (never fewer than 3 available) in {:.1} s\n",
+        rolling.elapsed().as_secs_f64()
+    );
+    skiff(exe, &endpoints, &["get", "replicasets", "-o", "wide"])?;
 
     println!("==> kill -9 of the store leader");
     let leader = rt.block_on(leader(&endpoints))?;
@@ -148,6 +202,17 @@ pub fn run(
 
     println!("==> graceful deletion");
     skiff(exe, &endpoints, &["delete", "pod", "web", "hello"])?;
+    // The garbage collector takes the Deployment's ReplicaSets and pods after it.
+    skiff(exe, &endpoints, &["delete", "deployment", DEPLOYMENT])?;
+    rt.block_on(wait_for(
+        cluster,
+        Duration::from_secs(60),
+        "the garbage collector to take the Deployment's pods",
+        || async {
+            let selected = ListParams::default().labels(format!("app={DEPLOYMENT}"));
+            matches!(api.list(Kind::Pod, &selected).await, Ok((pods, _)) if pods.is_empty())
+        },
+    ))?;
     skiff(exe, &endpoints, &["get", "pods", "-A"])?;
     Ok(())
 }
