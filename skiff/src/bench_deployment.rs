@@ -1,7 +1,8 @@
 //! `skiff bench deployment`: one Deployment of many replicas against a running cluster with
 //! node agents and the controller manager (`skiff up --nodes 1000`): the time from the
-//! create to every replica available, and the rate at which the ReplicaSet controller
-//! created pods, read off a watch of the pods (first to last pod seen).
+//! create to every replica available, the rate at which the ReplicaSet controller created
+//! pods, read off a watch of the pods (first to last pod seen), and the time the garbage
+//! collector takes to remove them all once the Deployment is deleted.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -24,7 +25,8 @@ pub struct Args {
     /// Give up after this long.
     #[arg(long, default_value = "30m", value_parser = skiff_proto::duration::parse)]
     timeout: Duration,
-    /// Leave the Deployment (and its namespace) in place.
+    /// Leave the Deployment (and its namespace) in place; without it, the Deployment is
+    /// deleted and the time until its pods are gone is measured.
     #[arg(long)]
     keep: bool,
     #[command(flatten)]
@@ -176,17 +178,31 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         ),
     }
     if !a.keep {
-        // The garbage collector takes the ReplicaSet and pods; the namespace goes once
-        // they have.
-        api.delete(Kind::Deployment, &ns, "bench", 0, None)
-            .await
-            .ok();
-        let gone_by = Instant::now() + Duration::from_secs(120);
+        // The garbage collector takes the ReplicaSet and the pods (each deleted gracefully,
+        // and gone once its agent has stopped it); the namespace goes once they have.
+        let deleted = Instant::now();
+        api.delete(Kind::Deployment, &ns, "bench", 0, None).await?;
+        let in_ns = ListParams::default().namespace(&ns);
+        let gone_by = deleted + a.timeout;
+        let mut left = usize::MAX;
         while Instant::now() < gone_by {
-            if api.delete(Kind::Namespace, "", &ns, 0, None).await.is_ok() {
+            left = api.list(Kind::Pod, &in_ns).await?.0.len();
+            if left == 0 {
                 break;
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        if left == 0 {
+            println!(
+                "  all collected           {:.1} s after the Deployment's delete",
+                deleted.elapsed().as_secs_f64()
+            );
+            api.delete(Kind::Namespace, "", &ns, 0, None).await.ok();
+        } else {
+            println!(
+                "  all collected           not within {:?} ({left} pods left)",
+                a.timeout
+            );
         }
     }
     Ok(if available_at.is_some() {
