@@ -84,8 +84,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, Clone)]
 pub struct Config {
     pub endpoints: Vec<String>,
-    /// Workers per controller (kube-controller-manager's `--concurrent-*-syncs`).
+    /// Workers of the Deployment and ReplicaSet controllers each
+    /// (kube-controller-manager's `--concurrent-deployment-syncs`, `--concurrent-replicaset-syncs`).
     pub workers: usize,
+    /// Workers of the garbage collector (`--concurrent-gc-syncs`): each delete it makes waits
+    /// for the store, so it runs more of them.
+    pub gc_workers: usize,
     pub metrics_addr: Option<SocketAddr>,
     /// Elect a leader among controller manager processes.
     pub leader_elect: bool,
@@ -104,6 +108,7 @@ impl Default for Config {
         Config {
             endpoints: Vec::new(),
             workers: 5,
+            gc_workers: 20,
             metrics_addr: None,
             leader_elect: true,
             lease_ttl: Duration::from_secs(10),
@@ -288,6 +293,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     for _ in 0..config.workers.max(1) {
         workers.spawn(work(replica_sets.clone(), metrics.clone()));
         workers.spawn(work(deployments.clone(), metrics.clone()));
+    }
+    for _ in 0..config.gc_workers.max(1) {
         workers.spawn(work(collector.clone(), metrics.clone()));
     }
     workers.spawn(work(nodes.clone(), metrics.clone()));

@@ -16,6 +16,9 @@ pub struct Args {
     /// `--concurrent-*-syncs`).
     #[arg(long, default_value_t = 5)]
     workers: usize,
+    /// Objects the garbage collector looks at at once (`--concurrent-gc-syncs`).
+    #[arg(long, default_value_t = 20)]
+    gc_workers: usize,
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
@@ -39,6 +42,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = Config {
         endpoints: args.endpoints,
         workers: args.workers.max(1),
+        gc_workers: args.gc_workers.max(1),
         metrics_addr: args.metrics_addr,
         leader_elect: !args.no_leader_elect,
         lease_ttl: args.lease_ttl.max(std::time::Duration::from_secs(2)),
