@@ -633,7 +633,8 @@ async fn deleting_a_deployment_collects_waits_or_orphans_as_asked() {
 /// A node whose agent dies: after the grace period it is `Ready=Unknown` and tainted
 /// `unreachable:NoExecute`; its pods are evicted when their 10 s toleration runs out, and
 /// their ReplicaSet replaces them on the other nodes. No more pods than `replicas` are ever
-/// active at once (checked on every pod event).
+/// active at once (checked on every pod event). When the agent comes back, so does the node,
+/// untainted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_of_a_silent_node_are_evicted_and_replaced_elsewhere() {
     use skiff_proto::api::node::TAINT_UNREACHABLE;
@@ -722,11 +723,28 @@ async fn pods_of_a_silent_node_are_evicted_and_replaced_elsewhere() {
         killed.elapsed().as_secs_f64(),
         NODE_GRACE.as_secs()
     );
-    let w = watched.lock().expect("lock");
-    w.assert_followed();
-    assert!(
-        w.violations.is_empty(),
-        "more than 6 active pods at once: {:?}",
-        w.violations
-    );
+    {
+        let w = watched.lock().expect("lock");
+        w.assert_followed();
+        assert!(
+            w.violations.is_empty(),
+            "more than 6 active pods at once: {:?}",
+            w.violations
+        );
+    }
+
+    // Its agent comes back: the node is Ready and untainted again.
+    let _back = agents(&cluster, "far-", 1);
+    eventually(
+        Duration::from_secs(30),
+        "far-0 Ready and untainted",
+        || async {
+            let Ok(Some(Object::Node(n))) = api.get(Kind::Node, "", "far-0").await else {
+                return None;
+            };
+            let tainted = n.spec.taints.iter().any(|t| t.key == TAINT_UNREACHABLE);
+            (n.is_ready() && !tainted).then_some(())
+        },
+    )
+    .await;
 }
