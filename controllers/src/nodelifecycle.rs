@@ -28,7 +28,7 @@ use skiff_proto::api::{
     ConditionStatus, Kind, Node, NodeConditionType, Object, Pod, Taint, TaintEffect, Time,
 };
 use skiff_proto::client::{ClientError, Code, Event};
-use skiff_proto::recorder::reference;
+use skiff_proto::recorder::{EventRecorder, reference};
 
 use crate::queue::WorkQueue;
 use crate::{Context, Controller, Requeue};
@@ -43,6 +43,8 @@ pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 pub struct NodeLifecycle {
     ctx: Arc<Context>,
     queue: WorkQueue,
+    /// Events from `node-controller`, as Kubernetes names their source.
+    events: EventRecorder,
     grace: Duration,
     /// NoExecute taints added per second per zone; 0 adds none.
     eviction_rate: f64,
@@ -115,6 +117,7 @@ pub fn eviction_due(pod: &Pod, taints: &[&Taint], now: i64) -> Option<i64> {
 impl NodeLifecycle {
     pub fn new(ctx: Arc<Context>, grace: Duration, eviction_rate: f64) -> Self {
         NodeLifecycle {
+            events: ctx.events.with_component("node-controller"),
             ctx,
             queue: WorkQueue::new(),
             grace,
@@ -237,7 +240,7 @@ impl NodeLifecycle {
             c.message = "Kubelet stopped posting node status.".into();
         }
         self.ctx.client.update_status(&Object::Node(next)).await?;
-        self.ctx.events.normal(
+        self.events.normal(
             reference(&Object::Node(node.clone())),
             "NodeNotReady",
             format!("Node {} status is now: NodeNotReady", node.metadata.name),
@@ -278,7 +281,7 @@ impl NodeLifecycle {
                 .delete(Kind::Pod, &m.namespace, &m.name, 0, None)
                 .await
             {
-                Ok(_) => self.ctx.events.normal(
+                Ok(_) => self.events.normal(
                     reference(&object),
                     "TaintManagerEviction",
                     format!("Marking for deletion Pod {}/{}", m.namespace, m.name),

@@ -107,6 +107,20 @@ impl EventRecorder {
         }
     }
 
+    /// The same writer (and queue) reporting as another component: the controllers of one
+    /// controller manager (`deployment-controller`, `replicaset-controller`) share one writer.
+    pub fn with_component(&self, component: &str) -> EventRecorder {
+        EventRecorder {
+            tx: self.tx.clone(),
+            source: Arc::new(EventSource {
+                component: component.to_string(),
+                host: self.source.host.clone(),
+                other: Default::default(),
+            }),
+            dropped: self.dropped.clone(),
+        }
+    }
+
     pub fn normal(&self, object: ObjectReference, reason: &str, message: String) {
         self.record(object, EventType::Normal, reason, message);
     }

@@ -104,11 +104,25 @@ async fn apply_one(api: &ClusterClient, object: Object) -> Result<&'static str> 
                 (Object::Pod(n), Object::Pod(c)) => {
                     n.spec.node_name = c.spec.node_name.clone();
                     n.status = c.status.clone();
+                    // What admission added (DefaultTolerationSeconds' tolerations) stays: a
+                    // pod's tolerations may only grow.
+                    for t in &c.spec.tolerations {
+                        if !n.spec.tolerations.contains(t) {
+                            n.spec.tolerations.push(t.clone());
+                        }
+                    }
                 }
                 (Object::Node(n), Object::Node(c)) => n.status = c.status.clone(),
-                // A workload's status is its controller's.
-                (Object::Deployment(n), Object::Deployment(c)) => n.status = c.status.clone(),
-                (Object::ReplicaSet(n), Object::ReplicaSet(c)) => n.status = c.status.clone(),
+                // A workload's status, and the notes its controller keeps on it (revisions),
+                // are the controller's.
+                (Object::Deployment(n), Object::Deployment(c)) => {
+                    n.status = c.status.clone();
+                    keep_controller_notes(&mut n.metadata, &c.metadata);
+                }
+                (Object::ReplicaSet(n), Object::ReplicaSet(c)) => {
+                    n.status = c.status.clone();
+                    keep_controller_notes(&mut n.metadata, &c.metadata);
+                }
                 _ => {}
             }
             if strip(&next) == strip(&current) {
@@ -118,6 +132,21 @@ async fn apply_one(api: &ClusterClient, object: Object) -> Result<&'static str> 
             Ok("configured")
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Keeps the Deployment controller's annotations (`deployment.kubernetes.io/…`) that the
+/// manifest does not set.
+fn keep_controller_notes(
+    next: &mut skiff_proto::api::ObjectMeta,
+    current: &skiff_proto::api::ObjectMeta,
+) {
+    for (k, v) in &current.annotations {
+        if k.starts_with("deployment.kubernetes.io/") {
+            next.annotations
+                .entry(k.clone())
+                .or_insert_with(|| v.clone());
+        }
     }
 }
 

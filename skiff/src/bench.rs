@@ -14,6 +14,47 @@ use skiff_proto::cluster::v1::Binding;
 use skiff_proto::cluster::v1::bind_result::Outcome;
 use skiff_scheduler::bench::Latencies;
 
+/// The Ready nodes of the cluster the benchmark runs against; none is an error that says how
+/// to start some.
+pub(crate) async fn ready_nodes(api: &ClusterClient) -> anyhow::Result<usize> {
+    let (nodes, _) = api
+        .list(Kind::Node, &skiff_proto::client::ListParams::default())
+        .await?;
+    let ready = nodes
+        .iter()
+        .filter(|o| matches!(o, Object::Node(n) if n.is_ready()))
+        .count();
+    if ready == 0 {
+        bail!("no Ready node: start agents first (`skiff up --nodes 1000`)");
+    }
+    Ok(ready)
+}
+
+/// A namespace of its own for one benchmark run, `<prefix>-<time>-<pid>`, created; returns
+/// its name and the object as created.
+pub(crate) async fn fresh_namespace(
+    api: &ClusterClient,
+    prefix: &str,
+) -> anyhow::Result<(String, Object)> {
+    let ns = format!(
+        "{prefix}-{:x}-{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs(),
+        std::process::id()
+    );
+    let created = api
+        .create(&Object::from_json(
+            Kind::Namespace,
+            serde_json::json!({"metadata": {"name": ns}})
+                .to_string()
+                .as_bytes(),
+        )?)
+        .await
+        .context("creating the benchmark namespace")?;
+    Ok((ns, created))
+}
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(subcommand)]

@@ -212,22 +212,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let base = api_url(a.api_url.as_deref(), &endpoints)?;
     let api = ClusterClient::connect(&endpoints)?;
     let http = HttpClient::new();
-    let ns = format!(
-        "api-{:x}-{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_secs(),
-        std::process::id()
-    );
-    let namespace = api
-        .create(&Object::from_json(
-            Kind::Namespace,
-            serde_json::json!({"metadata": {"name": ns}})
-                .to_string()
-                .as_bytes(),
-        )?)
-        .await
-        .context("creating the benchmark namespace")?;
+    let (ns, namespace) = crate::bench::fresh_namespace(&api, "api").await?;
     let revision = namespace
         .metadata()
         .revision()

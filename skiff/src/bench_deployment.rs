@@ -49,28 +49,8 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         bail!("--replicas must be at least 1");
     }
     let api = ClusterClient::connect(&a.endpoints.resolve()?)?;
-    let (nodes, _) = api.list(Kind::Node, &ListParams::default()).await?;
-    let ready = nodes
-        .iter()
-        .filter(|o| matches!(o, Object::Node(n) if n.is_ready()))
-        .count();
-    if ready == 0 {
-        bail!("no Ready node: start agents first (`skiff up --nodes 1000`)");
-    }
-    let ns = format!(
-        "deploy-{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_secs()
-    );
-    api.create(&Object::from_json(
-        Kind::Namespace,
-        serde_json::json!({"metadata": {"name": ns}})
-            .to_string()
-            .as_bytes(),
-    )?)
-    .await
-    .context("creating the benchmark namespace")?;
+    let ready = crate::bench::ready_nodes(&api).await?;
+    let (ns, _) = crate::bench::fresh_namespace(&api, "deploy").await?;
     let (_, revision) = api.list(Kind::Pod, &ListParams::default()).await?;
     let mut pods = api
         .watch(

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use futures::StreamExt;
 use parking_lot::Mutex;
 use skiff_proto::api::{Kind, Object, PodPhase};
@@ -75,29 +75,9 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         bail!("--pods and --concurrency must be at least 1");
     }
     let api = ClusterClient::connect(&a.endpoints.resolve()?)?;
-    let (nodes, _) = api.list(Kind::Node, &ListParams::default()).await?;
-    let ready = nodes
-        .iter()
-        .filter(|o| matches!(o, Object::Node(n) if n.is_ready()))
-        .count();
-    if ready == 0 {
-        bail!("no Ready node: start agents first (`skiff up --nodes 1000`)");
-    }
-    let ns = format!(
-        "startup-{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_secs()
-    );
+    let ready = crate::bench::ready_nodes(&api).await?;
     let (_, revision) = api.list(Kind::Pod, &ListParams::default()).await?;
-    api.create(&Object::from_json(
-        Kind::Namespace,
-        serde_json::json!({"metadata": {"name": ns}})
-            .to_string()
-            .as_bytes(),
-    )?)
-    .await
-    .context("creating the benchmark namespace")?;
+    let (ns, _) = crate::bench::fresh_namespace(&api, "startup").await?;
     eprintln!(
         "{} pods into namespace {ns} on {ready} Ready nodes, {} …",
         a.pods,

@@ -22,13 +22,8 @@ pub struct Args {
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
-    /// Run without electing a leader (only safe when no other controller manager runs).
-    #[arg(long)]
-    no_leader_elect: bool,
-    /// How long the leadership lease lives without renewal (at least 2s); a standby takes
-    /// over after it.
-    #[arg(long, default_value = "10s", value_parser = skiff_proto::duration::parse)]
-    lease_ttl: std::time::Duration,
+    #[command(flatten)]
+    leadership: crate::leadership::LeaderElection,
     /// How long a node's heartbeat may be silent before the node is `Ready=Unknown`,
     /// tainted unreachable and its pods' tolerations start to run out.
     #[arg(long, default_value = "40s", value_parser = skiff_proto::duration::parse)]
@@ -44,13 +39,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         workers: args.workers.max(1),
         gc_workers: args.gc_workers.max(1),
         metrics_addr: args.metrics_addr,
-        leader_elect: !args.no_leader_elect,
-        lease_ttl: args.lease_ttl.max(std::time::Duration::from_secs(2)),
-        identity: format!(
-            "{}/{}",
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into()),
-            std::process::id()
-        ),
+        leader_elect: args.leadership.leader_elect(),
+        lease_ttl: args.leadership.lease_ttl(),
+        identity: crate::leadership::identity(),
         node_monitor_grace_period: args.node_monitor_grace_period,
         node_eviction_rate: args.node_eviction_rate.max(0.0),
     };
@@ -87,7 +78,7 @@ mod tests {
         };
         assert_eq!(a.endpoints, cmd.endpoints);
         assert_eq!(a.metrics_addr, cmd.metrics_addr);
-        assert_eq!(Some(a.lease_ttl), cmd.lease_ttl);
+        assert_eq!(Some(a.leadership.lease_ttl), cmd.lease_ttl);
         assert_eq!(
             Some(a.node_monitor_grace_period),
             cmd.node_monitor_grace_period

@@ -19,6 +19,7 @@ mod delete;
 mod demo;
 mod describe;
 mod jepsen;
+mod leadership;
 mod node;
 mod plot;
 mod scheduler;

@@ -32,13 +32,8 @@ pub struct Args {
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
-    /// Schedule without electing a leader (only safe when no other scheduler runs).
-    #[arg(long)]
-    no_leader_elect: bool,
-    /// How long the leadership lease lives without renewal (at least 2s); a standby takes
-    /// over after it.
-    #[arg(long, default_value = "10s", value_parser = skiff_proto::duration::parse)]
-    lease_ttl: std::time::Duration,
+    #[command(flatten)]
+    leadership: crate::leadership::LeaderElection,
     /// Do not record Scheduled / FailedScheduling events.
     #[arg(long)]
     no_events: bool,
@@ -55,14 +50,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         scheduler_name: args.scheduler_name,
         metrics_addr: args.metrics_addr,
-        leader_elect: !args.no_leader_elect,
+        leader_elect: args.leadership.leader_elect(),
         events: !args.no_events,
-        lease_ttl: args.lease_ttl.max(std::time::Duration::from_secs(2)),
-        identity: format!(
-            "{}/{}",
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into()),
-            std::process::id()
-        ),
+        lease_ttl: args.leadership.lease_ttl(),
+        identity: crate::leadership::identity(),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -96,6 +87,6 @@ mod tests {
         };
         assert_eq!(a.endpoints, cmd.endpoints);
         assert_eq!(a.metrics_addr, cmd.metrics_addr);
-        assert_eq!(Some(a.lease_ttl), cmd.lease_ttl);
+        assert_eq!(Some(a.leadership.lease_ttl), cmd.lease_ttl);
     }
 }

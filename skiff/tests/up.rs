@@ -491,8 +491,8 @@ fn kubectl_on_path() -> bool {
 /// events, logs, exec, a manifest kubectl generates, explain, a bad manifest refused with its field path,
 /// create namespace and drain (protobuf bodies), delete --wait, and apps/v1: a Deployment
 /// applied, listed wide with replica sets, explained, scaled through its scale subresource,
-/// deleted with --cascade=orphan (held by the orphan finalizer, as no garbage collector runs
-/// here), and a Deployment whose selector misses its template refused with the field path.
+/// deleted with --cascade=orphan (the garbage collector leaves its ReplicaSet, owned by
+/// nothing), and a Deployment whose selector misses its template refused with the field path.
 #[test]
 fn kubectl_session() {
     if !kubectl_on_path() {
@@ -741,7 +741,7 @@ fn kubectl_session() {
     }
     assert!(
         wide.lines().any(|l| l.starts_with("deployment.apps/web")
-            && l.contains("0/2")
+            && l.contains("/2")
             && l.contains("busybox")
             && l.contains("app=web")),
         "{wide}"
@@ -760,29 +760,25 @@ fn kubectl_session() {
         ),
         "5"
     );
-    let orphaned = up.kubectl_ok(
-        &[
-            "delete",
-            "deploy",
-            "web",
-            "--cascade=orphan",
-            "--wait=false",
-        ],
-        None,
-    );
+    // Orphaned: the garbage collector strips the Deployment from its ReplicaSet, which stays.
+    let orphaned = up.kubectl_ok(&["delete", "deploy", "web", "--cascade=orphan"], None);
     assert_eq!(orphaned.trim(), "deployment.apps \"web\" deleted");
+    let sets = up.kubectl_ok(&["get", "rs", "-l", "app=web", "-o", "name"], None);
+    assert_eq!(sets.lines().count(), 1, "the set stays: {sets}");
     assert_eq!(
         up.kubectl_ok(
             &[
                 "get",
-                "deploy",
-                "web",
+                "rs",
+                "-l",
+                "app=web",
                 "-o",
-                "jsonpath={.metadata.finalizers}"
+                "jsonpath={.items[*].metadata.ownerReferences}"
             ],
             None
         ),
-        "[\"orphan\"]"
+        "",
+        "owned by nothing"
     );
     let refused = up.kubectl(&["apply", "-f", "-"], Some(&deployment("bad", "other")));
     let err = String::from_utf8_lossy(&refused.stderr);

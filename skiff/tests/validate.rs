@@ -44,6 +44,7 @@ fn examples_are_valid() {
         "namespace/team-a",
         "resourcequota/compute",
         "limitrange/container-defaults",
+        "deployment/hello-app",
     ] {
         assert_eq!(
             stdout.matches(&format!(" {object} ")).count(),
@@ -55,7 +56,7 @@ fn examples_are_valid() {
         stdout.contains("requests cpu=500m memory=128Mi"),
         "{stdout}"
     );
-    assert!(stdout.contains("8 objects valid"), "{stdout}");
+    assert!(stdout.contains("9 objects valid"), "{stdout}");
 }
 
 /// `-o yaml` prints the defaulted objects, and that output is itself a valid manifest that
@@ -97,7 +98,7 @@ fn bad_manifests_are_refused_precisely() {
         (
             "unknown-kind.yaml",
             &[
-                "unknown-kind.yaml: document 1: kind: unknown kind \"Deployment\" (apiVersion \"apps/v1\")",
+                "unknown-kind.yaml: document 1: kind: unknown kind \"StatefulSet\" (apiVersion \"apps/v1\")",
             ],
         ),
         (

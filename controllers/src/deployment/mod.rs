@@ -32,7 +32,7 @@ use skiff_proto::api::{
     ConditionStatus, DeploymentStrategyType, Kind, Object, ObjectMeta, Time, WorkloadConditionType,
 };
 use skiff_proto::client::{ClientError, Code, Event};
-use skiff_proto::recorder::reference;
+use skiff_proto::recorder::{EventRecorder, reference};
 
 use crate::cache::controller_of;
 use crate::queue::WorkQueue;
@@ -47,11 +47,25 @@ use plan::{Bounds, Set, Step};
 /// The controller's name in logs and metrics.
 pub const NAME: &str = "deployment";
 
+/// The reasons of a Deployment's conditions and events, as Kubernetes spells them (`kubectl
+/// rollout status` reads `ProgressDeadlineExceeded`).
+pub mod reason {
+    pub const MINIMUM_REPLICAS_AVAILABLE: &str = "MinimumReplicasAvailable";
+    pub const MINIMUM_REPLICAS_UNAVAILABLE: &str = "MinimumReplicasUnavailable";
+    pub const PAUSED: &str = "DeploymentPaused";
+    pub const NEW_RS_AVAILABLE: &str = "NewReplicaSetAvailable";
+    pub const RS_UPDATED: &str = "ReplicaSetUpdated";
+    pub const DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+    pub const SCALING: &str = "ScalingReplicaSet";
+}
+
 /// The Deployment controller.
 #[derive(Debug)]
 pub struct Deployments {
     ctx: Arc<Context>,
     queue: WorkQueue,
+    /// Events from `deployment-controller`, as Kubernetes names their source.
+    events: EventRecorder,
 }
 
 /// A ReplicaSet of the Deployment, with what the plan needs to know of it.
@@ -166,6 +180,7 @@ fn set_condition(conditions: &mut Vec<WorkloadCondition>, mut c: WorkloadConditi
 impl Deployments {
     pub fn new(ctx: Arc<Context>) -> Self {
         Deployments {
+            events: ctx.events.with_component("deployment-controller"),
             ctx,
             queue: WorkQueue::new(),
         }
@@ -325,9 +340,9 @@ impl Deployments {
         let from = rs.replicas();
         if from != replicas {
             let direction = if replicas > from { "up" } else { "down" };
-            self.ctx.events.normal(
+            self.events.normal(
                 reference(&Object::Deployment(d.clone())),
-                "ScalingReplicaSet",
+                reason::SCALING,
                 format!(
                     "Scaled {direction} replica set {} from {from} to {replicas}",
                     rs.metadata.name
@@ -402,9 +417,9 @@ impl Deployments {
             .await
         {
             Ok(Object::ReplicaSet(created)) => {
-                self.ctx.events.normal(
+                self.events.normal(
                     reference(&Object::Deployment(d.clone())),
-                    "ScalingReplicaSet",
+                    reason::SCALING,
                     format!(
                         "Scaled up replica set {} from 0 to {replicas}",
                         created.metadata.name
@@ -503,7 +518,7 @@ impl Deployments {
                 condition(
                     WorkloadConditionType::Available,
                     ConditionStatus::True,
-                    "MinimumReplicasAvailable",
+                    reason::MINIMUM_REPLICAS_AVAILABLE,
                     "Deployment has minimum availability.".into(),
                     now,
                 )
@@ -511,13 +526,37 @@ impl Deployments {
                 condition(
                     WorkloadConditionType::Available,
                     ConditionStatus::False,
-                    "MinimumReplicasUnavailable",
+                    reason::MINIMUM_REPLICAS_UNAVAILABLE,
                     "Deployment does not have minimum availability.".into(),
                     now,
                 )
             },
             false,
         );
+        // A set that cannot create or delete its pods (a quota) says so on the Deployment too,
+        // so `kubectl describe deployment` shows why replicas are missing.
+        let failure = new.into_iter().chain(old).find_map(|o| {
+            o.rs.status.as_ref()?.conditions.iter().find(|c| {
+                c.type_ == WorkloadConditionType::ReplicaFailure
+                    && c.status == ConditionStatus::True
+            })
+        });
+        match failure {
+            Some(c) => set_condition(
+                &mut status.conditions,
+                condition(
+                    WorkloadConditionType::ReplicaFailure,
+                    ConditionStatus::True,
+                    &c.reason,
+                    c.message.clone(),
+                    now,
+                ),
+                false,
+            ),
+            None => status
+                .conditions
+                .retain(|c| c.type_ != WorkloadConditionType::ReplicaFailure),
+        }
         let name = new.map_or_else(String::new, |o| o.rs.metadata.name.clone());
         let complete = status.updated_replicas == d.replicas()
             && status.replicas == d.replicas()
@@ -538,7 +577,7 @@ impl Deployments {
                 condition(
                     WorkloadConditionType::Progressing,
                     ConditionStatus::Unknown,
-                    "DeploymentPaused",
+                    reason::PAUSED,
                     "Deployment is paused".into(),
                     now,
                 ),
@@ -550,7 +589,7 @@ impl Deployments {
                 condition(
                     WorkloadConditionType::Progressing,
                     ConditionStatus::True,
-                    "NewReplicaSetAvailable",
+                    reason::NEW_RS_AVAILABLE,
                     format!("ReplicaSet \"{name}\" has successfully progressed."),
                     now,
                 ),
@@ -559,14 +598,14 @@ impl Deployments {
         } else if moved
             || progressing
                 .as_ref()
-                .is_none_or(|c| c.reason == "DeploymentPaused")
+                .is_none_or(|c| c.reason == reason::PAUSED)
         {
             set_condition(
                 &mut status.conditions,
                 condition(
                     WorkloadConditionType::Progressing,
                     ConditionStatus::True,
-                    "ReplicaSetUpdated",
+                    reason::RS_UPDATED,
                     format!("ReplicaSet \"{name}\" is progressing."),
                     now,
                 ),
@@ -575,7 +614,7 @@ impl Deployments {
             requeue = deadline.map(|s| Duration::from_secs(s.unsigned_abs() + 1));
         } else if let (Some(c), Some(limit)) = (&progressing, deadline)
             && c.status == ConditionStatus::True
-            && c.reason != "NewReplicaSetAvailable"
+            && c.reason != reason::NEW_RS_AVAILABLE
         {
             let since = c.last_update_time.map_or(now.unix(), |t| t.unix());
             let left = since + limit - now.unix();
@@ -585,15 +624,15 @@ impl Deployments {
                     condition(
                         WorkloadConditionType::Progressing,
                         ConditionStatus::False,
-                        "ProgressDeadlineExceeded",
+                        reason::DEADLINE_EXCEEDED,
                         format!("ReplicaSet \"{name}\" has timed out progressing."),
                         now,
                     ),
                     false,
                 );
-                self.ctx.events.warning(
+                self.events.warning(
                     reference(&Object::Deployment(d.clone())),
-                    "ProgressDeadlineExceeded",
+                    reason::DEADLINE_EXCEEDED,
                     format!("ReplicaSet \"{name}\" has timed out progressing."),
                 );
             } else {

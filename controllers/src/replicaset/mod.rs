@@ -16,7 +16,7 @@ use std::time::Duration;
 use skiff_proto::api::apps::ReplicaSet;
 use skiff_proto::api::{Kind, Object, Pod, Time};
 use skiff_proto::client::{ClientError, Code, Event};
-use skiff_proto::recorder::reference;
+use skiff_proto::recorder::{EventRecorder, reference};
 
 use crate::cache::controller_of;
 use crate::queue::WorkQueue;
@@ -33,16 +33,28 @@ use plan::{Diff, Failure};
 /// The controller's name in logs and metrics.
 pub const NAME: &str = "replicaset";
 
+/// The reasons of a ReplicaSet's events and its `ReplicaFailure` condition, as Kubernetes
+/// spells them.
+pub mod reason {
+    pub const SUCCESSFUL_CREATE: &str = "SuccessfulCreate";
+    pub const FAILED_CREATE: &str = "FailedCreate";
+    pub const SUCCESSFUL_DELETE: &str = "SuccessfulDelete";
+    pub const FAILED_DELETE: &str = "FailedDelete";
+}
+
 /// The ReplicaSet controller.
 #[derive(Debug)]
 pub struct ReplicaSets {
     ctx: Arc<Context>,
     queue: WorkQueue,
+    /// Events from `replicaset-controller`, as Kubernetes names their source.
+    events: EventRecorder,
 }
 
 impl ReplicaSets {
     pub fn new(ctx: Arc<Context>) -> Self {
         ReplicaSets {
+            events: ctx.events.with_component("replicaset-controller"),
             ctx,
             queue: WorkQueue::new(),
         }
@@ -160,9 +172,9 @@ impl ReplicaSets {
                 self.ctx.metrics.pod_writes("create", "ok", ok);
                 self.ctx.metrics.pod_writes("create", "error", failed);
                 if ok > 0 {
-                    self.ctx.events.normal(
+                    self.events.normal(
                         me.clone(),
-                        "SuccessfulCreate",
+                        reason::SUCCESSFUL_CREATE,
                         format!("Created {ok} pod(s)"),
                     );
                 }
@@ -170,10 +182,11 @@ impl ReplicaSets {
                     None => Ok(()),
                     Some(e) => {
                         let message = format!("Error creating: {e}");
-                        self.ctx.events.warning(me, "FailedCreate", message.clone());
+                        self.events
+                            .warning(me, reason::FAILED_CREATE, message.clone());
                         Err((
                             Failure {
-                                reason: "FailedCreate",
+                                reason: reason::FAILED_CREATE,
                                 message,
                             },
                             e,
@@ -209,9 +222,9 @@ impl ReplicaSets {
                 }
                 self.ctx.metrics.pod_writes("delete", "ok", deleted);
                 if deleted > 0 {
-                    self.ctx.events.normal(
+                    self.events.normal(
                         me.clone(),
-                        "SuccessfulDelete",
+                        reason::SUCCESSFUL_DELETE,
                         format!("Deleted {deleted} pod(s)"),
                     );
                 }
@@ -220,10 +233,11 @@ impl ReplicaSets {
                     Some(e) => {
                         self.ctx.metrics.pod_writes("delete", "error", 1);
                         let message = format!("Error deleting: {e}");
-                        self.ctx.events.warning(me, "FailedDelete", message.clone());
+                        self.events
+                            .warning(me, reason::FAILED_DELETE, message.clone());
                         Err((
                             Failure {
-                                reason: "FailedDelete",
+                                reason: reason::FAILED_DELETE,
                                 message,
                             },
                             e,
