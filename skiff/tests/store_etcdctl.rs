@@ -177,3 +177,39 @@ async fn etcdctl_works_unmodified() {
         "{out}"
     );
 }
+
+/// The URL form of the endpoints (`http://host:port`, what `ETCDCTL_ENDPOINTS` usually
+/// holds): etcdctl sends it whole as the HTTP/2 `:authority` of its per-endpoint commands,
+/// and every one of them answers as with `host:port`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_per_endpoint_commands_take_url_endpoints() {
+    let cluster = Cluster::start(3).await;
+    let urls: Vec<String> = cluster
+        .members
+        .iter()
+        .map(|m| m.client_url.clone())
+        .collect();
+    assert!(urls.iter().all(|u| u.starts_with("http://")), "{urls:?}");
+    let ctl = Etcdctl {
+        endpoints: urls.join(","),
+    };
+    let status = ctl.ok(&["endpoint", "status", "-w", "table"]);
+    for u in &urls {
+        assert!(status.contains(u.as_str()), "{u} in\n{status}");
+    }
+    assert_eq!(
+        status.lines().filter(|l| l.contains(" true ")).count(),
+        1,
+        "one leader:\n{status}"
+    );
+    let health = ctl.ok(&["endpoint", "health"]);
+    assert_eq!(health.matches("is healthy").count(), 3, "{health}");
+    let defrag = ctl.ok(&["defrag"]);
+    assert_eq!(
+        defrag.matches("Finished defragmenting").count(),
+        3,
+        "{defrag}"
+    );
+    assert_eq!(ctl.ok(&["put", "/url/a", "1"]).trim(), "OK");
+    assert_eq!(ctl.ok(&["get", "/url/a", "--print-value-only"]).trim(), "1");
+}
