@@ -39,6 +39,7 @@ use skiff_proto::api::meta::OwnerReference;
 use skiff_proto::api::{Kind, Object, ObjectMeta};
 use skiff_proto::client::{ClientError, ClusterClient, Code, Event, Informer, ListParams};
 use skiff_proto::recorder::EventRecorder;
+use tracing::Instrument;
 
 pub mod cache;
 pub mod deployment;
@@ -76,6 +77,8 @@ pub enum Error {
     Informer { kind: Kind, source: ClientError },
     #[error("a part of the controller manager stopped: {0}")]
     Stopped(String),
+    #[error("controller manager settings: {0}")]
+    Config(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -101,6 +104,28 @@ pub struct Config {
     pub node_monitor_grace_period: Duration,
     /// Nodes per second, per zone, tainted for eviction (`--node-eviction-rate`).
     pub node_eviction_rate: f64,
+}
+
+impl Config {
+    /// Refuses settings no controller manager can run with, naming the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.endpoints.is_empty() {
+            return Err("endpoints: at least one store member is needed".into());
+        }
+        if self.workers == 0 || self.gc_workers == 0 {
+            return Err("workers, gc_workers: at least 1 each".into());
+        }
+        if !self.node_eviction_rate.is_finite() || self.node_eviction_rate < 0.0 {
+            return Err(format!(
+                "node_eviction_rate: {} is not a rate (nodes per second, 0 or more)",
+                self.node_eviction_rate
+            ));
+        }
+        if self.node_monitor_grace_period.is_zero() {
+            return Err("node_monitor_grace_period: must be longer than 0".into());
+        }
+        Ok(())
+    }
 }
 
 impl Default for Config {
@@ -196,7 +221,8 @@ pub async fn work<C: Controller>(controller: Arc<C>, metrics: Arc<Metrics>) {
     let queue = controller.queue().clone();
     while let Some(key) = queue.get().await {
         let started = Instant::now();
-        let outcome = controller.sync(&key).await;
+        let span = tracing::debug_span!("controller.sync", controller = C::NAME, key = %key);
+        let outcome = controller.sync(&key).instrument(span).await;
         metrics.synced(C::NAME, started.elapsed(), outcome.is_err());
         match outcome {
             Ok(requeue) => {
@@ -222,6 +248,7 @@ pub async fn work<C: Controller>(controller: Arc<C>, metrics: Arc<Metrics>) {
 
 /// Runs the controllers until `shutdown` resolves or leadership is lost.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
+    config.validate().map_err(Error::Config)?;
     tokio::pin!(shutdown);
     let mut leadership = if config.leader_elect {
         tokio::select! {
@@ -290,11 +317,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         });
     }
     let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..config.workers.max(1) {
+    for _ in 0..config.workers {
         workers.spawn(work(replica_sets.clone(), metrics.clone()));
         workers.spawn(work(deployments.clone(), metrics.clone()));
     }
-    for _ in 0..config.gc_workers.max(1) {
+    for _ in 0..config.gc_workers {
         workers.spawn(work(collector.clone(), metrics.clone()));
     }
     workers.spawn(work(nodes.clone(), metrics.clone()));
@@ -394,5 +421,53 @@ impl Handlers {
             _ => self.deployments.on_deployment(event),
         }
         self.collector.on_event(event, old);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Settings no controller manager can run with are refused, naming the setting.
+    #[test]
+    fn settings_that_cannot_run_are_refused_by_name() {
+        let ok = Config {
+            endpoints: vec!["127.0.0.1:2379".into()],
+            ..Config::default()
+        };
+        assert_eq!(ok.validate(), Ok(()));
+        for (bad, field) in [
+            (
+                Config {
+                    endpoints: Vec::new(),
+                    ..ok.clone()
+                },
+                "endpoints",
+            ),
+            (
+                Config {
+                    gc_workers: 0,
+                    ..ok.clone()
+                },
+                "workers",
+            ),
+            (
+                Config {
+                    node_eviction_rate: f64::NAN,
+                    ..ok.clone()
+                },
+                "node_eviction_rate",
+            ),
+            (
+                Config {
+                    node_monitor_grace_period: Duration::ZERO,
+                    ..ok.clone()
+                },
+                "node_monitor_grace_period",
+            ),
+        ] {
+            let e = bad.validate().expect_err(field);
+            assert!(e.starts_with(field), "{e}");
+        }
     }
 }

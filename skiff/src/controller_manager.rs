@@ -36,14 +36,14 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = Config {
         endpoints: args.endpoints,
-        workers: args.workers.max(1),
-        gc_workers: args.gc_workers.max(1),
+        workers: args.workers,
+        gc_workers: args.gc_workers,
         metrics_addr: args.metrics_addr,
         leader_elect: args.leadership.leader_elect(),
         lease_ttl: args.leadership.lease_ttl(),
         identity: crate::leadership::identity(),
         node_monitor_grace_period: args.node_monitor_grace_period,
-        node_eviction_rate: args.node_eviction_rate.max(0.0),
+        node_eviction_rate: args.node_eviction_rate,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
