@@ -180,7 +180,8 @@ async fn etcdctl_works_unmodified() {
 
 /// The URL form of the endpoints (`http://host:port`, what `ETCDCTL_ENDPOINTS` usually
 /// holds): etcdctl sends it whole as the HTTP/2 `:authority` of its per-endpoint commands,
-/// and every one of them answers as with `host:port`.
+/// and every one of them answers as with `host:port`; `endpoint hashkv` finds the members
+/// alike at each revision.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcdctl_per_endpoint_commands_take_url_endpoints() {
     let cluster = Cluster::start(3).await;
@@ -212,4 +213,56 @@ async fn etcdctl_per_endpoint_commands_take_url_endpoints() {
     );
     assert_eq!(ctl.ok(&["put", "/url/a", "1"]).trim(), "OK");
     assert_eq!(ctl.ok(&["get", "/url/a", "--print-value-only"]).trim(), "1");
+
+    // HashKV: every member hashes the same keyspace at one revision alike, and another
+    // revision's keyspace differently.
+    let revision = |ctl: &Etcdctl| -> i64 {
+        let json = ctl.ok(&["get", "/url/a", "-w", "json"]);
+        let v: serde_json::Value = serde_json::from_str(json.trim()).expect("json");
+        v["header"]["revision"].as_i64().expect("revision")
+    };
+    let hashes = |rev: i64| -> Vec<String> {
+        let table = ctl.ok(&[
+            "endpoint",
+            "hashkv",
+            "--rev",
+            &rev.to_string(),
+            "-w",
+            "table",
+        ]);
+        table
+            .lines()
+            .filter(|l| l.contains("http://"))
+            .map(|l| l.split('|').nth(2).unwrap_or_default().trim().to_string())
+            .collect()
+    };
+    let first = revision(&ctl);
+    // Every member has applied the put once a linearizable read on each has seen it.
+    for u in &urls {
+        let one = Etcdctl {
+            endpoints: u.clone(),
+        };
+        assert!(revision(&one) >= first);
+    }
+    let at_first = hashes(first);
+    assert_eq!(at_first.len(), 3, "{at_first:?}");
+    assert!(at_first.iter().all(|h| h == &at_first[0]), "{at_first:?}");
+    ctl.ok(&["put", "/url/a", "2"]);
+    let later = revision(&ctl);
+    for u in &urls {
+        let one = Etcdctl {
+            endpoints: u.clone(),
+        };
+        assert!(revision(&one) >= later);
+    }
+    let at_later = hashes(later);
+    assert!(at_later.iter().all(|h| h == &at_later[0]), "{at_later:?}");
+    assert_ne!(at_first[0], at_later[0], "another value, another hash");
+    assert_eq!(
+        hashes(first),
+        at_first,
+        "an older revision hashes as before"
+    );
+    let (ok, out) = ctl.run(&["endpoint", "hashkv", "--rev", "1000000"], None);
+    assert!(!ok && out.contains("future revision"), "{out}");
 }

@@ -1,10 +1,20 @@
-//! The Maintenance service: Status, Alarm and Defragment. Snapshot, Hash, HashKV, MoveLeader
+//! The Maintenance service: Status, Alarm, Defragment, HashKV and Hash. Snapshot, MoveLeader
 //! and Downgrade answer `Unimplemented` with the reason.
+//!
+//! **HashKV and Hash** hash the keyspace as a read at one revision sees it: every key in byte
+//! order with its value, create and mod revisions, version and lease, through SHA-256 (the
+//! first four bytes are the answer). Members that applied the same log agree on the hash of
+//! any revision they both still serve, and differ as soon as one of them holds another
+//! value, which is what `etcdctl endpoint hashkv` and a corruption check compare. etcd hashes
+//! its bbolt versions from the compaction to the revision instead, so the numbers of the two
+//! systems are not comparable with each other, only among members of one cluster. `Hash` is
+//! HashKV at the member's current revision.
 
 use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
+use sha2::{Digest, Sha256};
 use skiff_proto::etcd::{
     PbAlarmMember, PbAlarmRequest, PbAlarmResponse, PbDefragmentRequest, PbDefragmentResponse,
     PbDowngradeRequest, PbDowngradeResponse, PbHashKvRequest, PbHashKvResponse, PbHashRequest,
@@ -14,7 +24,7 @@ use skiff_proto::etcd::{
 use tonic::{Request, Response, Status};
 
 use super::{API_VERSION, header};
-use crate::command::{Alarm, Command, Outcome};
+use crate::command::{Alarm, Command, Outcome, RangeRequest};
 use crate::error::StoreError;
 use crate::member::StoreMember;
 
@@ -42,6 +52,59 @@ fn alarm_members(alarms: &[(u64, Alarm)]) -> Vec<PbAlarmMember> {
 }
 
 type SnapshotStream = Pin<Box<dyn Stream<Item = Result<PbSnapshotResponse, Status>> + Send>>;
+
+/// Keys hashed per hold of the read lock, so the apply path waits for one chunk at most.
+const HASH_CHUNK: i64 = 10_000;
+
+/// The hash of the keyspace as a read at `revision` (0: the current one) sees it; the
+/// revision hashed and the compaction revision then.
+fn hash_keyspace(member: &StoreMember, revision: i64) -> Result<(u32, i64, i64), StoreError> {
+    let (at, compacted) = {
+        let mvcc = member.shared.read();
+        let current = mvcc.revision();
+        let at = if revision <= 0 { current } else { revision };
+        if at > current {
+            return Err(StoreError::FutureRevision);
+        }
+        if at < mvcc.compacted() {
+            return Err(StoreError::Compacted {
+                compacted: mvcc.compacted(),
+            });
+        }
+        (at, mvcc.compacted())
+    };
+    let mut hasher = Sha256::new();
+    let mut from = vec![0u8];
+    loop {
+        // Every key from `from` on (`range_end` "\0"), a chunk at a time, all at `at`.
+        let chunk = member.shared.read().range(&RangeRequest {
+            key: from.clone(),
+            range_end: vec![0],
+            limit: HASH_CHUNK,
+            revision: at,
+            ..RangeRequest::default()
+        })?;
+        for kv in &chunk.kvs {
+            hasher.update((kv.key.len() as u64).to_le_bytes());
+            hasher.update(&kv.key);
+            for n in [kv.create_revision, kv.mod_revision, kv.version, kv.lease] {
+                hasher.update(n.to_le_bytes());
+            }
+            hasher.update((kv.value.len() as u64).to_le_bytes());
+            hasher.update(&kv.value);
+        }
+        match chunk.kvs.last() {
+            Some(last) if chunk.more => {
+                from = last.key.clone();
+                from.push(0);
+            }
+            _ => break,
+        }
+    }
+    let digest = hasher.finalize();
+    let hash = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+    Ok((hash, at, compacted))
+}
 
 #[tonic::async_trait]
 impl PbMaintenanceService for MaintenanceService {
@@ -148,18 +211,32 @@ impl PbMaintenanceService for MaintenanceService {
     }
 
     async fn hash(&self, _req: Request<PbHashRequest>) -> Result<Response<PbHashResponse>, Status> {
-        Err(Status::unimplemented(
-            "Hash is not supported by Skiff; use HashKV semantics via range",
-        ))
+        let member = self.member.clone();
+        let (hash, at, _) = tokio::task::spawn_blocking(move || hash_keyspace(&member, 0))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))??;
+        Ok(Response::new(PbHashResponse {
+            header: header(&self.member, at),
+            hash,
+        }))
     }
 
     async fn hash_kv(
         &self,
-        _req: Request<PbHashKvRequest>,
+        req: Request<PbHashKvRequest>,
     ) -> Result<Response<PbHashKvResponse>, Status> {
-        Err(Status::unimplemented(
-            "HashKV is not supported by Skiff yet",
-        ))
+        let revision = req.into_inner().revision;
+        let member = self.member.clone();
+        let (hash, at, compacted) =
+            tokio::task::spawn_blocking(move || hash_keyspace(&member, revision))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))??;
+        Ok(Response::new(PbHashKvResponse {
+            header: header(&self.member, self.member.shared.read().revision()),
+            hash,
+            compact_revision: compacted,
+            hash_revision: at,
+        }))
     }
 
     type SnapshotStream = SnapshotStream;
