@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use skiff_proto::api::ObjectReference;
 use skiff_proto::api::apps::ReplicaSet;
 use skiff_proto::api::{Kind, Object, Pod, Time};
 use skiff_proto::client::{ClientError, Code, Event};
@@ -32,6 +33,9 @@ use plan::{Diff, Failure};
 
 /// The controller's name in logs and metrics.
 pub const NAME: &str = "replicaset";
+
+/// Pods named in events per sync; a larger batch is summed up in one more event.
+const EVENTS_PER_SYNC: usize = 10;
 
 /// The reasons of a ReplicaSet's events and its `ReplicaFailure` condition, as Kubernetes
 /// spells them.
@@ -149,6 +153,28 @@ impl ReplicaSets {
         Ok(owned)
     }
 
+    /// `Created pod: web-x7k2p` for each pod, as Kubernetes records them, up to
+    /// [`EVENTS_PER_SYNC`]; the rest of a large batch in one event, so a burst of 500 creates
+    /// costs the store a few event writes, not 500.
+    fn record_each<'a>(
+        &self,
+        me: &ObjectReference,
+        reason: &str,
+        verb: &str,
+        names: impl Iterator<Item = &'a str>,
+    ) {
+        let names: Vec<&str> = names.collect();
+        for name in names.iter().take(EVENTS_PER_SYNC) {
+            self.events
+                .normal(me.clone(), reason, format!("{verb} pod: {name}"));
+        }
+        if names.len() > EVENTS_PER_SYNC {
+            let more = names.len() - EVENTS_PER_SYNC;
+            self.events
+                .normal(me.clone(), reason, format!("{verb} {more} more pod(s)"));
+        }
+    }
+
     /// Creates or deletes pods towards `replicas`; a failure is recorded and returned.
     async fn manage(&self, rs: &ReplicaSet, active: &[&Pod]) -> Result<(), (Failure, ClientError)> {
         let key = rs.metadata.uid.as_str();
@@ -159,8 +185,9 @@ impl ReplicaSets {
                 self.expectations().expect(key, n, []);
                 let pod = Object::Pod(pod_for(rs));
                 let client = &self.ctx.client;
-                let (ok, skipped, error) =
-                    plan::slow_start(n, |_| async { client.create(&pod).await.map(|_| ()) }).await;
+                let (created, skipped, error) =
+                    plan::slow_start(n, |_| async { client.create(&pod).await }).await;
+                let ok = created.len();
                 let failed = n - ok - skipped;
                 // A create that failed without an answer may have committed: its pod may
                 // still appear, so it stays expected until the watch or the TTL settles it.
@@ -171,13 +198,8 @@ impl ReplicaSets {
                 self.expectations().created(key, refused + skipped);
                 self.ctx.metrics.pod_writes("create", "ok", ok);
                 self.ctx.metrics.pod_writes("create", "error", failed);
-                if ok > 0 {
-                    self.events.normal(
-                        me.clone(),
-                        reason::SUCCESSFUL_CREATE,
-                        format!("Created {ok} pod(s)"),
-                    );
-                }
+                let names = created.iter().map(|o| o.metadata().name.as_str());
+                self.record_each(&me, reason::SUCCESSFUL_CREATE, "Created", names);
                 match error {
                     None => Ok(()),
                     Some(e) => {
@@ -206,10 +228,10 @@ impl ReplicaSets {
                 }))
                 .await;
                 let mut first_error = None;
-                let mut deleted = 0;
+                let mut deleted = Vec::new();
                 for (pod, r) in victims.iter().zip(results) {
                     match r {
-                        Ok(_) => deleted += 1,
+                        Ok(_) => deleted.push(pod.metadata.name.as_str()),
                         Err(e) => {
                             let pod_key =
                                 Kind::Pod.key(&pod.metadata.namespace, &pod.metadata.name);
@@ -220,14 +242,13 @@ impl ReplicaSets {
                         }
                     }
                 }
-                self.ctx.metrics.pod_writes("delete", "ok", deleted);
-                if deleted > 0 {
-                    self.events.normal(
-                        me.clone(),
-                        reason::SUCCESSFUL_DELETE,
-                        format!("Deleted {deleted} pod(s)"),
-                    );
-                }
+                self.ctx.metrics.pod_writes("delete", "ok", deleted.len());
+                self.record_each(
+                    &me,
+                    reason::SUCCESSFUL_DELETE,
+                    "Deleted",
+                    deleted.into_iter(),
+                );
                 match first_error {
                     None => Ok(()),
                     Some(e) => {

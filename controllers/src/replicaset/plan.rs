@@ -40,28 +40,36 @@ pub fn diff(replicas: i32, active: &[&Pod]) -> Diff {
 
 /// Slow start: runs `total` calls of `call` in batches of 1, 2, 4, 8 … (all of a batch at
 /// once), doubling after each batch that fully succeeded and stopping after the first batch
-/// with a failure. Returns the calls that succeeded, the calls never made, and the first
-/// error. A quota or an admission rule that refuses every pod so costs one request, not
-/// thousands.
-pub async fn slow_start<F, Fut, E>(total: usize, mut call: F) -> (usize, usize, Option<E>)
+/// with a failure. Returns what the calls that succeeded returned, the number of calls never
+/// made, and the first error. A quota or an admission rule that refuses every pod so costs
+/// one request, not thousands.
+pub async fn slow_start<F, Fut, T, E>(total: usize, mut call: F) -> (Vec<T>, usize, Option<E>)
 where
     F: FnMut(usize) -> Fut,
-    Fut: Future<Output = Result<(), E>>,
+    Fut: Future<Output = Result<T, E>>,
 {
     let mut done = 0;
     let mut batch = 1;
+    let mut succeeded = Vec::new();
     while done < total {
         let n = batch.min(total - done);
         let results = futures::future::join_all((done..done + n).map(&mut call)).await;
-        let ok = results.iter().filter(|r| r.is_ok()).count();
-        let first_error = results.into_iter().find_map(Result::err);
+        let mut first_error = None;
+        for r in results {
+            match r {
+                Ok(v) => succeeded.push(v),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
         done += n;
-        if let Some(e) = first_error {
-            return (done - n + ok, total - done, Some(e));
+        if first_error.is_some() {
+            return (succeeded, total - done, first_error);
         }
         batch *= 2;
     }
-    (done, 0, None)
+    (succeeded, 0, None)
 }
 
 /// What the sync could not do, for the `ReplicaFailure` condition.
@@ -164,11 +172,13 @@ mod tests {
             fails in proptest::collection::btree_set(0usize..2000, 0..5),
         ) {
             let made = Cell::new(0usize);
-            let (ok, skipped, err) = run(slow_start(total, |i| {
+            let (done, skipped, err) = run(slow_start(total, |i| {
                 made.set(made.get() + 1);
                 let fail = fails.contains(&i);
-                async move { if fail { Err(i) } else { Ok(()) } }
+                async move { if fail { Err(i) } else { Ok(i) } }
             }));
+            let ok = done.len();
+            prop_assert!(done.iter().all(|i| !fails.contains(i)), "only successes: {done:?}");
             prop_assert_eq!(made.get() + skipped, total);
             match fails.iter().find(|&&f| f < total) {
                 None => {
