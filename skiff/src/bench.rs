@@ -80,6 +80,9 @@ enum What {
     /// One Deployment of many replicas: create → every replica available, and the pods the
     /// controller manager created per second.
     Deployment(crate::bench_deployment::Args),
+    /// A rolling restart of a store cluster under puts, with SIGTERM and with kill -9: the
+    /// longest write pause each restart causes.
+    Restart(crate::bench_restart::Args),
     /// Plot ops/s against clients from `scripts/race.sh` results (one line per system).
     Plot(PlotArgs),
 }
@@ -153,6 +156,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         What::Scheduler(a) => rt.block_on(crate::bench_scheduler::run(a)),
         What::Startup(a) => rt.block_on(crate::bench_startup::run(a)),
         What::Deployment(a) => rt.block_on(crate::bench_deployment::run(a)),
+        What::Restart(a) => rt.block_on(crate::bench_restart::run(a)),
         What::Plot(a) => plot(&a),
     }
 }

@@ -11,6 +11,7 @@ mod bench;
 mod bench_api;
 mod bench_deployment;
 mod bench_kv;
+mod bench_restart;
 mod bench_scheduler;
 mod bench_startup;
 mod config;

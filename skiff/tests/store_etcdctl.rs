@@ -181,7 +181,7 @@ async fn etcdctl_works_unmodified() {
 /// The URL form of the endpoints (`http://host:port`, what `ETCDCTL_ENDPOINTS` usually
 /// holds): etcdctl sends it whole as the HTTP/2 `:authority` of its per-endpoint commands,
 /// and every one of them answers as with `host:port`; `endpoint hashkv` finds the members
-/// alike at each revision.
+/// alike at each revision, and `move-leader` hands leadership to the member named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcdctl_per_endpoint_commands_take_url_endpoints() {
     let cluster = Cluster::start(3).await;
@@ -265,4 +265,31 @@ async fn etcdctl_per_endpoint_commands_take_url_endpoints() {
     );
     let (ok, out) = ctl.run(&["endpoint", "hashkv", "--rev", "1000000"], None);
     assert!(!ok && out.contains("future revision"), "{out}");
+
+    // move-leader: etcdctl asks the leader among its endpoints to hand over to a member.
+    let leader_and_ids = |ctl: &Etcdctl| -> (u64, Vec<u64>) {
+        let json = ctl.ok(&["endpoint", "status", "-w", "json"]);
+        let v: serde_json::Value = serde_json::from_str(json.trim()).expect("json");
+        let all = v.as_array().expect("array");
+        let leader = all[0]["Status"]["leader"].as_u64().expect("leader");
+        let ids = all
+            .iter()
+            .map(|s| s["Status"]["header"]["member_id"].as_u64().expect("id"))
+            .collect();
+        (leader, ids)
+    };
+    let (leader, ids) = leader_and_ids(&ctl);
+    let target = *ids.iter().find(|id| **id != leader).expect("a follower");
+    let out = ctl.ok(&["move-leader", &format!("{target:x}")]);
+    assert!(
+        out.contains(&format!(
+            "Leadership transferred from {leader:x} to {target:x}"
+        )),
+        "{out}"
+    );
+    let (now, _) = leader_and_ids(&ctl);
+    assert_eq!(now, target, "the transferee leads");
+    let (ok, out) = ctl.run(&["move-leader", "abcdef"], None);
+    assert!(!ok && out.contains("bad leader transferee"), "{out}");
+    assert_eq!(ctl.ok(&["put", "/url/a", "3"]).trim(), "OK");
 }

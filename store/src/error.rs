@@ -44,6 +44,11 @@ pub enum StoreError {
     NotEnoughStartedMembers,
     #[error("etcdserver: no leader")]
     NoLeader,
+    /// MoveLeader to a member that is not a voter (or not a member).
+    #[error("etcdserver: bad leader transferee")]
+    BadLeaderTransferee,
+    #[error("etcdserver: request timed out, leader transfer took too long")]
+    LeaderTransferTimeout,
     #[error("etcdserver: request timed out")]
     Timeout,
     /// The leader changed while a write waited, and whether it was applied cannot be known.
@@ -76,8 +81,11 @@ impl StoreError {
             | MemberExists
             | PeerUrlExists
             | MemberNotLearner
+            | BadLeaderTransferee
             | NotEnoughStartedMembers => Code::FailedPrecondition,
-            NoLeader | Timeout | LeaderChanged | Stopped | Unhealthy => Code::Unavailable,
+            NoLeader | Timeout | LeaderTransferTimeout | LeaderChanged | Stopped | Unhealthy => {
+                Code::Unavailable
+            }
             Internal(_) => Code::Internal,
         }
     }

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -56,6 +56,8 @@ struct Pending {
 pub struct Proposer {
     tx: mpsc::Sender<Pending>,
     log: Log,
+    /// Whether proposals are held back (while leadership is handed over).
+    held: Arc<watch::Sender<bool>>,
 }
 
 impl std::fmt::Debug for Proposer {
@@ -70,6 +72,7 @@ struct Log {
     raft: Raft,
     proposals: Arc<Proposals>,
     timeout: Duration,
+    held: watch::Receiver<bool>,
 }
 
 impl Proposer {
@@ -83,10 +86,12 @@ impl Proposer {
         tasks: &TaskTracker,
     ) -> Proposer {
         let (tx, rx) = mpsc::channel(QUEUE);
+        let (held, held_rx) = watch::channel(false);
         let log = Log {
             raft,
             proposals,
             timeout,
+            held: held_rx,
         };
         let batches = log.clone();
         tasks.spawn(async move {
@@ -95,7 +100,20 @@ impl Proposer {
                 () = run(batches, rx) => {}
             }
         });
-        Proposer { tx, log }
+        Proposer {
+            tx,
+            log,
+            held: Arc::new(held),
+        }
+    }
+
+    /// Holds every proposal not yet handed to Raft until the returned guard is dropped: a
+    /// leader handing over stops its log from growing, so the transferee can catch up with
+    /// it. Held proposals count against their timeout; released, they go to Raft, which
+    /// refuses them if this member no longer leads, and the caller sends them to the leader.
+    pub fn hold(&self) -> Held {
+        self.held.send_replace(true);
+        Held(self.held.clone())
     }
 
     /// Proposes `txn` (with others, when they arrive together) and returns what applying it
@@ -192,6 +210,10 @@ impl Log {
         // A leader cut off from its quorum never commits: give up (ambiguously) rather than
         // hang, as etcd's request timeout does.
         let decided = tokio::time::timeout(self.timeout, async {
+            let mut held = self.held.clone();
+            if held.wait_for(|held| !*held).await.is_err() {
+                return Err(StoreError::Stopped);
+            }
             tokio::select! {
                 biased;
                 fate = &mut ticket.fate => return fate.map_err(|_| StoreError::Stopped),
@@ -224,6 +246,16 @@ impl Log {
             Ok(Ok(Fate::Lost)) => Err(StoreError::NoLeader),
             Ok(Ok(Fate::Unknown)) => Err(StoreError::LeaderChanged),
         }
+    }
+}
+
+/// Proposals are held while this lives (see [`Proposer::hold`]).
+#[derive(Debug)]
+pub struct Held(Arc<watch::Sender<bool>>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.send_replace(false);
     }
 }
 

@@ -198,6 +198,8 @@ pub async fn run(
             Err(e) => Err(e.into()),
         },
     };
+    // A leader hands over first, while its servers still answer peers and forwarded writes.
+    member.step_down().await;
     let _ = stop_tx.send(true);
     member.shutdown().await;
     // Graceful shutdown waits for open connections, and peers and watchers hold theirs open

@@ -210,6 +210,16 @@ impl Cluster {
         }
     }
 
+    /// SIGTERM, as an operator stops a member, and waits up to `grace` for it to exit
+    /// (SIGKILL after); whether it exited by itself, with success.
+    pub fn terminate(&mut self, i: usize, grace: Duration) -> bool {
+        self.members[i]
+            .child
+            .as_mut()
+            .and_then(|c| c.stop(nix::sys::signal::Signal::SIGTERM, grace))
+            .is_some_and(|status| status.success())
+    }
+
     /// SIGSTOP (`stop`) or SIGCONT.
     pub fn pause(&self, i: usize, stop: bool) {
         if let Some(child) = self.members[i].child.as_ref() {

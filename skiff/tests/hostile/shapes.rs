@@ -124,10 +124,6 @@ const UNKNOWN_ENUM: Skiff = Skiff::Differs {
 const STREAM_DECODE: Skiff = Skiff::AsEtcdOnceFixed(
     "not claimed yet: a stream whose request does not decode should end with the decode error, not OK",
 );
-const NOT_YET_BUILT: Skiff = Skiff::Differs {
-    verdict: "Unimplemented",
-    why: "MoveLeader is not built yet (planned; the store answers Unimplemented)",
-};
 
 /// The whole catalogue, in the order it runs.
 pub fn catalogue() -> Vec<Shape> {
@@ -148,7 +144,6 @@ pub fn catalogue() -> Vec<Shape> {
     for &mth in ALL {
         let (malformed, empty) = match (mth.service, mth.call) {
             ("Auth", _) => (NO_AUTH_DECODE, NO_AUTH),
-            _ if mth == MOVE_LEADER => (AsEtcd, NOT_YET_BUILT),
             _ if mth == SNAPSHOT => (AsEtcd, NO_BBOLT),
             (_, Call::Watch | Call::KeepAlive) => (STREAM_DECODE, AsEtcd),
             _ if mth == COMPACT => (
@@ -677,7 +672,7 @@ pub fn catalogue() -> Vec<Shape> {
         "target u64::MAX",
         Pb::new().varint(1, u64::MAX),
         "FailedPrecondition",
-        NOT_YET_BUILT,
+        AsEtcd,
     );
 
     // Auth: the refusals etcd gives with auth disabled (nothing here enables it).

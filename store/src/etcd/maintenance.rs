@@ -1,4 +1,5 @@
-//! The Maintenance service: Status, Alarm, Defragment, HashKV and Hash. Snapshot, MoveLeader
+//! The Maintenance service: Status, Alarm, Defragment, HashKV, Hash and MoveLeader (any
+//! member takes it and the leader carries it out, see [`crate::member`]'s transfer). Snapshot
 //! and Downgrade answer `Unimplemented` with the reason.
 //!
 //! **HashKV and Hash** hash the keyspace as a read at one revision sees it: every key in byte
@@ -252,11 +253,13 @@ impl PbMaintenanceService for MaintenanceService {
 
     async fn move_leader(
         &self,
-        _req: Request<PbMoveLeaderRequest>,
+        req: Request<PbMoveLeaderRequest>,
     ) -> Result<Response<PbMoveLeaderResponse>, Status> {
-        Err(Status::unimplemented(
-            "MoveLeader is not supported by Skiff yet",
-        ))
+        let target = req.into_inner().target_id;
+        self.member.move_leader(target).await?;
+        Ok(Response::new(PbMoveLeaderResponse {
+            header: header(&self.member, self.member.shared.read().revision()),
+        }))
     }
 
     async fn downgrade(

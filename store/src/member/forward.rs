@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use skiff_proto::raft::v1::RaftMessage;
 
+use super::transfer::MoveLeader;
 use super::{LEADER_WAIT, StoreMember};
 use crate::backend;
 use crate::command::{Command, Response};
@@ -95,6 +96,7 @@ pub(crate) enum Forwarded {
     PromoteMember(PromoteMember),
     UpdatePeerUrls(UpdatePeerUrls),
     Introduce(Introduce),
+    MoveLeader(MoveLeader),
 }
 
 macro_rules! forwarded_from {
@@ -116,6 +118,7 @@ forwarded_from!(
     PromoteMember,
     UpdatePeerUrls,
     Introduce,
+    MoveLeader,
 );
 
 impl OnLeader for Write {
@@ -273,6 +276,7 @@ impl StoreMember {
             Forwarded::PromoteMember(r) => reply(self, r).await,
             Forwarded::UpdatePeerUrls(r) => reply(self, r).await,
             Forwarded::Introduce(r) => reply(self, r).await,
+            Forwarded::MoveLeader(r) => reply(self, r).await,
         }
     }
 

@@ -10,6 +10,7 @@
 //! | [`lessor`]       | lease deadlines, the lease clock, keep-alives                        |
 //! | [`membership`]   | MemberAdd, MemberRemove, MemberPromote, MemberUpdate                 |
 //! | [`housekeeping`] | the member's timers: lease clock, client URLs, backend quota          |
+//! | [`transfer`]     | leadership transfer: MoveLeader, and handing over before stopping    |
 
 mod auto_compaction;
 mod forward;
@@ -17,6 +18,7 @@ mod housekeeping;
 mod lessor;
 mod membership;
 mod startup;
+mod transfer;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -39,6 +41,8 @@ use crate::raft::state_machine::Shared;
 use crate::raft::{Member, Raft};
 use crate::read_index::Rounds;
 pub use auto_compaction::AutoCompaction;
+pub use transfer::LeaderHistory;
+pub(crate) use transfer::TimeoutNow;
 
 /// How a member starts, in etcd's terms.
 #[derive(Debug, Clone)]
@@ -121,6 +125,8 @@ pub struct StoreMember {
     leader_rounds: Arc<Rounds>,
     /// When each peer last answered this member's Raft messages (while it leads).
     activity: PeerActivity,
+    /// Who led and since when, as this member saw it.
+    leader_history: LeaderHistory,
     /// The compaction backlog, also held by the keyspace (for `/metrics` and `/health`
     /// without the keyspace lock).
     backlog: Arc<Backlog>,

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::lessor::Lessor;
-use super::{MemberConfig, PROPOSAL_TIMEOUT, StoreMember};
+use super::{LeaderHistory, MemberConfig, PROPOSAL_TIMEOUT, StoreMember};
 use crate::backend;
 use crate::compaction;
 use crate::mvcc::Mvcc;
@@ -153,11 +153,13 @@ impl StoreMember {
             read_rounds: Rounds::new(),
             leader_rounds: Rounds::new(),
             activity,
+            leader_history: LeaderHistory::default(),
             backlog,
             cancel,
             tasks,
         });
         member.spawn_housekeeping();
+        member.spawn_leader_history();
         member.spawn_auto_compaction(member.config.auto_compaction);
         Ok(member)
     }

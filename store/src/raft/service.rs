@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::network::SnapshotHeader;
 use super::{Snapshot, TypeConfig};
 use crate::backend;
-use crate::member::{Forwarded, StoreMember};
+use crate::member::{Forwarded, StoreMember, TimeoutNow};
 
 #[derive(Debug, Clone)]
 pub struct PeerService {
@@ -95,6 +95,15 @@ impl RaftPeer for PeerService {
         Ok(Response::new(RaftMessage {
             payload: self.member.serve_forwarded(fwd).await,
         }))
+    }
+
+    async fn timeout_now(
+        &self,
+        req: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let req: TimeoutNow = decode(req.get_ref())?;
+        self.member.timeout_now(req).await?;
+        reply(&())
     }
 
     async fn hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloResponse>, Status> {
