@@ -10,6 +10,7 @@
 //! | [`revision`]  | (main, sub) revisions and the byte layout of versioned keys         |
 //! | [`key_index`] | key → generations of revisions: reads at any revision, compaction   |
 //! | [`backend`]   | the RocksDB database: column families, record encoding              |
+//! | [`backup`]    | backups: streamed from a member, restored into a new cluster's data |
 //! | [`command`]   | what goes through the Raft log, and what applying it returns        |
 //! | [`mvcc`]      | the keyspace: transactions, ranges, compaction, leases, snapshots   |
 //! | [`compaction`]| deleting compacted versions from the backend in the background      |
@@ -26,6 +27,7 @@
 //! | [`reconfig`]  | checks on membership changes: peer URLs, strict reconfiguration     |
 
 pub mod backend;
+pub mod backup;
 pub mod cluster;
 pub mod command;
 pub mod compaction;

@@ -96,7 +96,22 @@ impl Cluster {
         Cluster::start_serving(n, true, |_| {}).await
     }
 
+    /// Starts `n` members after `prepare` has seen the cluster with its URLs and directories
+    /// chosen and nothing running (to lay out their data directories), and waits for a leader.
+    pub async fn start_prepared(n: usize, prepare: impl Fn(&Cluster)) -> Cluster {
+        Cluster::start_serving_prepared(n, false, |_| {}, prepare).await
+    }
+
     async fn start_serving(n: usize, serve_api: bool, tune: impl Fn(&mut StoreCommand)) -> Cluster {
+        Cluster::start_serving_prepared(n, serve_api, tune, |_| {}).await
+    }
+
+    async fn start_serving_prepared(
+        n: usize,
+        serve_api: bool,
+        tune: impl Fn(&mut StoreCommand),
+        prepare: impl Fn(&Cluster),
+    ) -> Cluster {
         // openraft bounds each AppendEntries by the heartbeat interval: keep etcd's default,
         // so a debug build replicating large batches on a busy machine keeps up.
         let mut store = StoreCommand {
@@ -119,6 +134,7 @@ impl Cluster {
                 store: store.clone(),
                 serve_api,
             };
+            prepare(&c);
             for i in 0..n {
                 c.spawn(i, ClusterState::New);
             }

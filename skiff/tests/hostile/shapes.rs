@@ -113,10 +113,6 @@ const NO_AUTH_DECODE: Skiff = Skiff::Differs {
     verdict: "Unimplemented",
     why: "Skiff serves no Auth service, so the body is never decoded",
 };
-const NO_BBOLT: Skiff = Skiff::Differs {
-    verdict: "Unimplemented",
-    why: "Snapshot streams etcd's bbolt file; Skiff's RocksDB state has no such file (members snapshot through Raft)",
-};
 const UNKNOWN_ENUM: Skiff = Skiff::Differs {
     verdict: "InvalidArgument",
     why: "Skiff refuses enum values etcd 3.4 does not define; etcd ignores them (no sort, a compare result that is always true, an alarm type a GET does not read)",
@@ -144,7 +140,6 @@ pub fn catalogue() -> Vec<Shape> {
     for &mth in ALL {
         let (malformed, empty) = match (mth.service, mth.call) {
             ("Auth", _) => (NO_AUTH_DECODE, NO_AUTH),
-            _ if mth == SNAPSHOT => (AsEtcd, NO_BBOLT),
             (_, Call::Watch | Call::KeepAlive) => (STREAM_DECODE, AsEtcd),
             _ if mth == COMPACT => (
                 AsEtcd,

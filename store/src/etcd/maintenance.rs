@@ -1,6 +1,7 @@
 //! The Maintenance service: Status, Alarm, Defragment, HashKV, Hash and MoveLeader (any
-//! member takes it and the leader carries it out, see [`crate::member`]'s transfer). Snapshot
-//! and Downgrade answer `Unimplemented` with the reason.
+//! member takes it and the leader carries it out, see [`crate::member`]'s transfer) and
+//! Snapshot, which streams a backup of the member's keyspace in Skiff's format (see
+//! [`crate::backup`]; restored with `skiff store restore`). Downgrade answers `Unimplemented`.
 //!
 //! **HashKV and Hash** hash the keyspace as a read at one revision sees it: every key in byte
 //! order with its value, create and mod revisions, version and lease, through SHA-256 (the
@@ -20,14 +21,14 @@ use skiff_proto::etcd::{
     PbAlarmMember, PbAlarmRequest, PbAlarmResponse, PbDefragmentRequest, PbDefragmentResponse,
     PbDowngradeRequest, PbDowngradeResponse, PbHashKvRequest, PbHashKvResponse, PbHashRequest,
     PbHashResponse, PbMaintenanceService, PbMoveLeaderRequest, PbMoveLeaderResponse,
-    PbSnapshotRequest, PbSnapshotResponse, PbStatusRequest, PbStatusResponse,
+    PbResponseHeader, PbSnapshotRequest, PbSnapshotResponse, PbStatusRequest, PbStatusResponse,
 };
 use tonic::{Request, Response, Status};
 
 use super::{API_VERSION, header};
 use crate::command::{Alarm, Command, Outcome, RangeRequest};
 use crate::error::StoreError;
-use crate::member::StoreMember;
+use crate::member::{BackupPiece, StoreMember};
 
 #[derive(Debug, Clone)]
 pub struct MaintenanceService {
@@ -246,9 +247,72 @@ impl PbMaintenanceService for MaintenanceService {
         &self,
         _req: Request<PbSnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
-        Err(Status::unimplemented(
-            "Snapshot (etcd's bbolt file) has no equivalent: Skiff members snapshot through Raft",
-        ))
+        let pieces = self.member.backup();
+        let header = header(&self.member, self.member.shared.read().revision());
+        // One piece is held back, so the message that carries the last bytes says that
+        // nothing remains; before it, `remaining_bytes` is what is known to follow (the size
+        // of the whole is not known until the keyspace has been read).
+        struct State {
+            pieces: tokio::sync::mpsc::Receiver<Result<BackupPiece, StoreError>>,
+            header: Option<PbResponseHeader>,
+            held: Option<Vec<u8>>,
+            done: bool,
+        }
+        let state = State {
+            pieces,
+            header,
+            held: None,
+            done: false,
+        };
+        let stream = futures::stream::unfold(state, |mut st| async move {
+            if st.done {
+                return None;
+            }
+            loop {
+                let piece = match st.pieces.recv().await {
+                    Some(Ok(piece)) => piece,
+                    Some(Err(e)) => {
+                        st.done = true;
+                        return Some((Err(Status::from(e)), st));
+                    }
+                    None => {
+                        st.done = true;
+                        return Some((Err(Status::from(StoreError::Stopped)), st));
+                    }
+                };
+                match piece {
+                    BackupPiece::Bytes(bytes) => {
+                        if let Some(blob) = st.held.replace(bytes) {
+                            let remaining = st.held.as_ref().map_or(0, Vec::len) as u64;
+                            let msg = PbSnapshotResponse {
+                                header: st.header.take(),
+                                remaining_bytes: remaining,
+                                blob,
+                                ..PbSnapshotResponse::default()
+                            };
+                            return Some((Ok(msg), st));
+                        }
+                    }
+                    BackupPiece::Done(summary) => {
+                        tracing::info!(
+                            revision = summary.head.revision,
+                            versions = summary.versions,
+                            keys = summary.keys,
+                            "backup sent"
+                        );
+                        st.done = true;
+                        let msg = PbSnapshotResponse {
+                            header: st.header.take(),
+                            remaining_bytes: 0,
+                            blob: st.held.take().unwrap_or_default(),
+                            ..PbSnapshotResponse::default()
+                        };
+                        return Some((Ok(msg), st));
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn move_leader(

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use openraft::ServerState;
 use openraft::error::RaftError;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -41,6 +42,7 @@ use crate::raft::state_machine::Shared;
 use crate::raft::{Member, Raft};
 use crate::read_index::Rounds;
 pub use auto_compaction::AutoCompaction;
+pub(crate) use startup::write_cluster_id;
 pub use transfer::LeaderHistory;
 pub(crate) use transfer::TimeoutNow;
 
@@ -143,6 +145,15 @@ impl std::fmt::Debug for StoreMember {
             .field("name", &self.config.name)
             .finish_non_exhaustive()
     }
+}
+
+/// What [`StoreMember::backup`] yields.
+#[derive(Debug)]
+pub enum BackupPiece {
+    /// The next bytes of the file.
+    Bytes(Vec<u8>),
+    /// The backup is complete.
+    Done(crate::backup::Summary),
 }
 
 /// How long a request waits for a leader before failing with "no leader".
@@ -282,6 +293,34 @@ impl StoreMember {
         let index = self.leader_read_index().await?;
         self.applied_at_least(index, "leadership confirmation")
             .await
+    }
+
+    /// A backup of this member's keyspace as it is now (see [`crate::backup`]), in pieces of
+    /// about [`crate::backup::FRAME_BYTES`] as it is read; the last item is the backup's
+    /// summary, or the error that ended it. Read on a blocking task of the member's that ends
+    /// when the receiver is dropped (the client went away) or the member stops; a slow
+    /// reader holds a RocksDB snapshot open, and no lock.
+    pub fn backup(&self) -> mpsc::Receiver<Result<BackupPiece, StoreError>> {
+        let (tx, rx) = mpsc::channel(4);
+        let db = self.shared.read().db().clone();
+        let source = crate::backup::Source {
+            cluster_id: self.cluster_id,
+            member_id: self.id,
+            member_name: self.config.name.clone(),
+        };
+        let cancel = self.cancel.clone();
+        self.tasks.spawn_blocking(move || {
+            let mut send = |bytes: Vec<u8>| {
+                if cancel.is_cancelled() {
+                    return Err(StoreError::Stopped);
+                }
+                tx.blocking_send(Ok(BackupPiece::Bytes(bytes)))
+                    .map_err(|_| StoreError::Stopped)
+            };
+            let end = crate::backup::write(&db, source, &mut send).map(BackupPiece::Done);
+            let _ = tx.blocking_send(end);
+        });
+        rx
     }
 
     /// The backend size the quota is checked against.

@@ -25,6 +25,16 @@ use crate::watch::Tagger;
 
 const META_CLUSTER_ID: &[u8] = b"cluster_id";
 
+/// Records the cluster ID in a member's database (a restored member's, before it starts).
+pub(crate) fn write_cluster_id(db: &rocksdb::DB, id: u64) -> Result<(), crate::error::StoreError> {
+    db.put_cf(
+        backend::cf(db, backend::CF_META),
+        META_CLUSTER_ID,
+        backend::encode(&id),
+    )
+    .map_err(crate::error::StoreError::internal)
+}
+
 impl StoreMember {
     /// Opens the data directory and starts Raft. A new member of a new cluster bootstraps the
     /// initial membership; a restarted member resumes from its log and snapshot.
@@ -69,6 +79,7 @@ impl StoreMember {
             proposals.clone(),
             &config.data_dir.join("snap"),
         )?;
+        let lacks_snapshot = sm.lacks_snapshot();
         let log = LogStore::new(db.clone(), proposals.clone());
         let hb = config.heartbeat_interval.as_millis() as u64;
         let el = config.election_timeout.as_millis() as u64;
@@ -126,6 +137,11 @@ impl StoreMember {
             if let Err(e) = raft.initialize(members).await {
                 tracing::debug!(error = %e, "initialize");
             }
+        }
+        if lacks_snapshot {
+            // A restored member: its log starts past entries no snapshot holds yet.
+            tracing::info!("building a snapshot of the restored keyspace");
+            raft.trigger().snapshot().await?;
         }
         let proposer = Proposer::start(
             raft.clone(),

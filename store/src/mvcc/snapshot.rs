@@ -24,6 +24,15 @@ pub struct SnapshotPayload {
     pub kv: Vec<StoredVersion>,
 }
 
+/// What a snapshot holds besides its stored versions.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotHead {
+    pub revision: i64,
+    pub compacted: i64,
+    pub leases: Vec<(i64, i64)>,
+    pub alarms: Vec<(u64, Alarm)>,
+}
+
 /// Raw values of metadata keys read alongside a snapshot (absent keys are `None`).
 pub type RawMeta = Vec<Option<Vec<u8>>>;
 
@@ -44,6 +53,33 @@ impl Mvcc {
         db: &DB,
         extra_meta: &[&[u8]],
     ) -> Result<(SnapshotPayload, RawMeta), StoreError> {
+        let mut kv = Vec::new();
+        let (head, extra) = Mvcc::visit_snapshot(db, extra_meta, |v| {
+            kv.push(v);
+            Ok(())
+        })?;
+        Ok((
+            SnapshotPayload {
+                revision: head.revision,
+                compacted: head.compacted,
+                leases: head.leases,
+                alarms: head.alarms,
+                kv,
+            },
+            extra,
+        ))
+    }
+
+    /// The keyspace of one RocksDB snapshot of `db`, handed to `version` one stored version
+    /// at a time in key order (the versions a compaction dropped left out), without holding
+    /// it all: what [`snapshot_from`](Self::snapshot_from) collects and a backup streams.
+    /// Returns the rest of the keyspace and the raw values of `extra_meta` keys, all from the
+    /// same snapshot.
+    pub fn visit_snapshot(
+        db: &DB,
+        extra_meta: &[&[u8]],
+        mut version: impl FnMut(StoredVersion) -> Result<(), StoreError>,
+    ) -> Result<(SnapshotHead, RawMeta), StoreError> {
         let snap = db.snapshot();
         let meta_cf = backend::cf(db, CF_META);
         let read_i64 = |k: &[u8]| -> Result<i64, StoreError> {
@@ -64,7 +100,6 @@ impl Mvcc {
             leases.push((id, ttl));
         }
         let compacted = read_i64(META_COMPACTED)?;
-        let mut kv = Vec::new();
         // One key's versions at a time: which of them compaction dropped depends on its
         // whole history.
         let mut key_versions: Vec<(Revision, StoredVersion)> = Vec::new();
@@ -74,28 +109,66 @@ impl Mvcc {
             let (key, rev) = split_versioned_key(&k)
                 .ok_or_else(|| StoreError::internal("malformed versioned key in backend"))?;
             if let Some(done) = current.as_ref().filter(|c| **c != key) {
-                keep_compacted(done, &mut key_versions, compacted, &mut kv)?;
+                keep_compacted(done, &mut key_versions, compacted, &mut version)?;
             }
             current = Some(key);
             key_versions.push((rev, StoredVersion(k.to_vec(), v.to_vec())));
         }
         if let Some(last) = &current {
-            keep_compacted(last, &mut key_versions, compacted, &mut kv)?;
+            keep_compacted(last, &mut key_versions, compacted, &mut version)?;
         }
         let extra = extra_meta
             .iter()
             .map(|k| snap.get_cf(meta_cf, k).map_err(io))
             .collect::<Result<Vec<_>, _>>()?;
         Ok((
-            SnapshotPayload {
+            SnapshotHead {
                 revision: read_i64(META_REVISION)?,
                 compacted,
                 leases,
                 alarms,
-                kv,
             },
             extra,
         ))
+    }
+
+    /// Writes stored versions read from a snapshot into an empty `db` (a restore).
+    pub fn restore_versions(db: &DB, versions: &[StoredVersion]) -> Result<(), StoreError> {
+        let kv = backend::cf(db, CF_KV);
+        let mut batch = WriteBatch::default();
+        for StoredVersion(k, v) in versions {
+            batch.put_cf(kv, k, v);
+        }
+        db.write(batch).map_err(io)
+    }
+
+    /// Writes the rest of a snapshot's keyspace into `db` (a restore, after its versions):
+    /// the leases, the revision and compaction point, no alarms, and `meta` as in
+    /// [`apply`](Self::apply); synced.
+    pub fn restore_head(
+        db: &DB,
+        head: &SnapshotHead,
+        meta: &[(&[u8], Vec<u8>)],
+    ) -> Result<(), StoreError> {
+        let mut batch = WriteBatch::default();
+        let lease = backend::cf(db, CF_LEASE);
+        for (id, ttl) in &head.leases {
+            batch.put_cf(lease, id.to_be_bytes(), ttl.to_be_bytes());
+        }
+        let meta_cf = backend::cf(db, CF_META);
+        batch.put_cf(meta_cf, META_REVISION, backend::encode(&head.revision));
+        batch.put_cf(meta_cf, META_COMPACTED, backend::encode(&head.compacted));
+        batch.put_cf(
+            meta_cf,
+            META_ALARMS,
+            backend::encode(&Vec::<(u64, Alarm)>::new()),
+        );
+        for (k, v) in meta {
+            batch.put_cf(meta_cf, k, v);
+        }
+        let mut opts = rocksdb::WriteOptions::default();
+        opts.set_sync(true);
+        db.write_opt(batch, &opts).map_err(io)
     }
 
     /// Replaces the whole keyspace with a snapshot's; `meta` as in [`apply`](Self::apply).
@@ -132,17 +205,16 @@ impl Mvcc {
     }
 }
 
-/// Moves the stored versions of `key` (`versions`, oldest first) into `out`, leaving out
+/// Hands the stored versions of `key` (`versions`, oldest first) to `out`, leaving out
 /// those a compaction at `compacted` drops: the same rule as rebuilding the index on start-up.
 fn keep_compacted(
     key: &[u8],
     versions: &mut Vec<(Revision, StoredVersion)>,
     compacted: i64,
-    out: &mut Vec<StoredVersion>,
+    out: &mut impl FnMut(StoredVersion) -> Result<(), StoreError>,
 ) -> Result<(), StoreError> {
     if compacted <= 0 {
-        out.extend(versions.drain(..).map(|(_, v)| v));
-        return Ok(());
+        return versions.drain(..).try_for_each(|(_, v)| out(v));
     }
     let mut index = TreeIndex::default();
     for (rev, StoredVersion(_, v)) in versions.iter() {
@@ -155,11 +227,8 @@ fn keep_compacted(
         .into_iter()
         .map(|(_, r)| r)
         .collect();
-    out.extend(
-        versions
-            .drain(..)
-            .filter(|(rev, _)| !dropped.contains(rev))
-            .map(|(_, v)| v),
-    );
-    Ok(())
+    versions
+        .drain(..)
+        .filter(|(rev, _)| !dropped.contains(rev))
+        .try_for_each(|(_, v)| out(v))
 }

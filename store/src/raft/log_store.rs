@@ -22,6 +22,17 @@ const VOTE: &[u8] = b"vote";
 const COMMITTED: &[u8] = b"committed";
 const PURGED: &[u8] = b"purged";
 
+/// A restored member's log (see [`crate::backup`]): empty, purged up to `last`, which is
+/// also committed.
+pub(crate) fn write_purged(db: &DB, last: LogId) -> Result<(), crate::error::StoreError> {
+    let cf = backend::cf(db, CF_RAFT);
+    let mut batch = WriteBatch::default();
+    batch.put_cf(cf, PURGED, backend::encode(&last));
+    batch.put_cf(cf, COMMITTED, backend::encode(&Some(last)));
+    db.write_opt(batch, &synced())
+        .map_err(crate::error::StoreError::internal)
+}
+
 #[derive(Debug, Clone)]
 pub struct LogStore {
     db: Arc<DB>,

@@ -224,6 +224,13 @@ impl StateMachine {
         &self.shared
     }
 
+    /// Whether the keyspace has applied entries that no snapshot on disk covers although the
+    /// log behind them may be gone (a restored member): one must be built before a lagging
+    /// member can be sent it.
+    pub fn lacks_snapshot(&self) -> bool {
+        self.applied.is_some() && self.snapshots.lock().is_none()
+    }
+
     fn meta_entries(&self) -> [(&'static [u8], Vec<u8>); 2] {
         [
             (META_APPLIED, backend::encode(&self.applied)),
@@ -257,6 +264,24 @@ impl StateMachine {
             .fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// A restored member's state-machine side (see [`crate::backup`]): the keyspace's head, applied
+/// up to `applied` under `membership`.
+pub(crate) fn write_restored_state(
+    db: &DB,
+    applied: LogId,
+    membership: &StoredMembership,
+    head: &crate::mvcc::SnapshotHead,
+) -> Result<(), crate::error::StoreError> {
+    Mvcc::restore_head(
+        db,
+        head,
+        &[
+            (META_APPLIED, backend::encode(&Some(applied))),
+            (META_MEMBERSHIP, backend::encode(membership)),
+        ],
+    )
 }
 
 fn read_raft_meta(shared: &Shared) -> Result<(Option<LogId>, StoredMembership), StorageError> {

@@ -1,0 +1,451 @@
+//! Backups: `etcdctl snapshot save FILE` streams one from a member (the Maintenance
+//! `Snapshot` call), and `skiff store restore FILE` makes the data directory of one member of
+//! a new cluster from it.
+//!
+//! A backup is the keyspace of one RocksDB snapshot of the member: a consistent point in time,
+//! read while the member goes on applying, never whole in memory. The file:
+//!
+//! ```text
+//! "SKIFFBAK" | file version (u32 BE) | frame* | zeros | SHA-256 of everything before it
+//! frame = length (u32 BE) | bincode(Frame)
+//! ```
+//!
+//! The zeros pad what comes before the SHA-256 to a multiple of 512 bytes: `etcdctl snapshot
+//! save` refuses a file whose size is not 32 past a multiple of 512 (bbolt's page size), as
+//! its test for the trailing checksum.
+//!
+//! The frames are the stored versions in key order, about [`FRAME_BYTES`] at a time, then one
+//! `Head` frame with the revision, compaction point, leases, where the backup came from and
+//! how many versions it holds. The trailing SHA-256 is etcd's convention: a truncated or
+//! damaged file is refused before anything is written.
+//!
+//! A restore writes what a member that had applied the backup would hold, with a Raft state
+//! that every member restored from the same file with the same flags agrees on: the log purged
+//! up to a first entry (term 1, index 1) that the keyspace includes, and the membership of
+//! `--initial-cluster`, all voters. The members elect a leader when they start, as a new
+//! cluster does; the cluster ID is derived from the members and from the backup, so it is not
+//! the source cluster's.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::io::{BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+
+use rocksdb::DB;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::backend;
+use crate::error::StoreError;
+use crate::mvcc::{Mvcc, SnapshotHead, StoredVersion};
+use crate::raft::{LogId, Member, StoredMembership, cluster_id, member_id};
+
+pub const MAGIC: &[u8; 8] = b"SKIFFBAK";
+const FILE_VERSION: u32 = 1;
+/// Bytes of stored versions per frame.
+pub const FRAME_BYTES: usize = 256 * 1024;
+/// What comes before the trailing SHA-256 is padded to a multiple of this.
+const ALIGN: u64 = 512;
+/// Largest frame a reader accepts (one version over the frame size at most, and versions are
+/// bounded by the request limit).
+const MAX_FRAME: usize = 256 << 20;
+
+/// Where a backup came from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Source {
+    pub cluster_id: u64,
+    pub member_id: u64,
+    pub member_name: String,
+}
+
+/// What a backup's last frame says about it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Summary {
+    /// The backend format the stored versions are in ([`backend::FORMAT_VERSION`]).
+    pub format: u32,
+    pub source: Source,
+    /// Seconds since the Unix epoch when the backup was taken.
+    pub taken_at: u64,
+    pub head: SnapshotHead,
+    pub versions: u64,
+    /// Keys with a live value at the backup's revision.
+    pub keys: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Frame {
+    Versions(Vec<StoredVersion>),
+    Head(Summary),
+}
+
+/// Writes a backup of `db` to `out` piece by piece: each call gets the next bytes of the file.
+/// An error from `out` (the client went away) stops the backup.
+pub fn write(
+    db: &DB,
+    source: Source,
+    out: &mut impl FnMut(Vec<u8>) -> Result<(), StoreError>,
+) -> Result<Summary, StoreError> {
+    let mut hasher = Sha256::new();
+    let mut written = 0u64;
+    let mut emit = |bytes: Vec<u8>| -> Result<(), StoreError> {
+        hasher.update(&bytes);
+        written += bytes.len() as u64;
+        out(bytes)
+    };
+    let mut start = MAGIC.to_vec();
+    start.extend_from_slice(&FILE_VERSION.to_be_bytes());
+    emit(start)?;
+    let frame = |f: &Frame| -> Vec<u8> {
+        let body = backend::encode(f);
+        let mut bytes = Vec::with_capacity(body.len() + 4);
+        bytes.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(&body);
+        bytes
+    };
+    let mut batch = Vec::new();
+    let mut batch_bytes = 0;
+    let mut versions = 0u64;
+    let mut keys = 0u64;
+    let mut last_key: Option<Vec<u8>> = None;
+    let mut last_live = false;
+    let (head, _) = Mvcc::visit_snapshot(db, &[], |v| {
+        versions += 1;
+        // Live keys: the newest version of each key is not a deletion.
+        let key = crate::revision::split_versioned_key(&v.0).map(|(k, _)| k);
+        if key != last_key {
+            keys += u64::from(last_live);
+            last_key = key;
+        }
+        // A put's record starts with 0, a tombstone's with 1 (see `backend::Record`).
+        last_live = v.1.first() == Some(&0);
+        batch_bytes += v.0.len() + v.1.len();
+        batch.push(v);
+        if batch_bytes >= FRAME_BYTES {
+            batch_bytes = 0;
+            emit(frame(&Frame::Versions(std::mem::take(&mut batch))))?;
+        }
+        Ok(())
+    })?;
+    keys += u64::from(last_live);
+    if !batch.is_empty() {
+        emit(frame(&Frame::Versions(batch)))?;
+    }
+    let summary = Summary {
+        format: backend::FORMAT_VERSION,
+        source,
+        taken_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        head,
+        versions,
+        keys,
+    };
+    emit(frame(&Frame::Head(summary.clone())))?;
+    let pad = (ALIGN - written % ALIGN) % ALIGN;
+    let pad = vec![0u8; pad as usize];
+    hasher.update(&pad);
+    out(pad)?;
+    out(hasher.finalize().to_vec())?;
+    Ok(summary)
+}
+
+/// Why a backup file could not be read or restored.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    #[error("{}: {error}", path.display())]
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{}: not a Skiff backup (it does not start with {MAGIC:?}); etcd's own snapshot files are restored with etcdctl", path.display())]
+    NotABackup { path: PathBuf },
+    #[error("{}: backup file version {found}; this build reads version {FILE_VERSION}", path.display())]
+    Version { path: PathBuf, found: u32 },
+    #[error("{}: the SHA-256 at its end does not match its contents: the file is truncated or damaged", path.display())]
+    Checksum { path: PathBuf },
+    #[error("{}: {why}", path.display())]
+    Malformed { path: PathBuf, why: String },
+    #[error("{}: the stored versions are in backend format {found}; this build reads format {}", path.display(), backend::FORMAT_VERSION)]
+    Format { path: PathBuf, found: u32 },
+    #[error("{}: {why}", dir.display())]
+    DataDir { dir: PathBuf, why: String },
+    #[error("{0}")]
+    Flags(String),
+    #[error("writing the restored member: {0}")]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Open(#[from] backend::OpenError),
+}
+
+/// Checks `path`'s SHA-256 and reads it through, handing each frame of stored versions to
+/// `versions`; the backup's summary.
+pub fn read(
+    path: &Path,
+    mut versions: impl FnMut(&[StoredVersion]) -> Result<(), BackupError>,
+) -> Result<Summary, BackupError> {
+    let io = |error| BackupError::Io {
+        path: path.to_path_buf(),
+        error,
+    };
+    let malformed = |why: String| BackupError::Malformed {
+        path: path.to_path_buf(),
+        why,
+    };
+    let len = std::fs::metadata(path).map_err(io)?.len();
+    if len < (MAGIC.len() + 4 + 32) as u64 {
+        return Err(BackupError::NotABackup {
+            path: path.to_path_buf(),
+        });
+    }
+    let body = len - 32;
+    // First the checksum, so that nothing is written from a damaged file.
+    let mut file = BufReader::with_capacity(1 << 20, File::open(path).map_err(io)?);
+    let mut magic = [0u8; 8];
+    file.read_exact(&mut magic).map_err(io)?;
+    if &magic != MAGIC {
+        return Err(BackupError::NotABackup {
+            path: path.to_path_buf(),
+        });
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(magic);
+    let mut rest = (&mut file).take(body - 8);
+    std::io::copy(&mut rest, &mut HashWriter(&mut hasher)).map_err(io)?;
+    let mut trailer = [0u8; 32];
+    file.read_exact(&mut trailer).map_err(io)?;
+    if hasher.finalize().as_slice() != trailer {
+        return Err(BackupError::Checksum {
+            path: path.to_path_buf(),
+        });
+    }
+    // Then the frames.
+    let mut file = BufReader::with_capacity(1 << 20, File::open(path).map_err(io)?).take(body);
+    let mut head = [0u8; 12];
+    file.read_exact(&mut head).map_err(io)?;
+    let found = u32::from_be_bytes([head[8], head[9], head[10], head[11]]);
+    if found != FILE_VERSION {
+        return Err(BackupError::Version {
+            path: path.to_path_buf(),
+            found,
+        });
+    }
+    let mut seen = 0u64;
+    loop {
+        let mut len = [0u8; 4];
+        match file.read_exact(&mut len) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(malformed("it ends before its summary frame".into()));
+            }
+            Err(e) => return Err(io(e)),
+        }
+        let len = u32::from_be_bytes(len) as usize;
+        if len > MAX_FRAME {
+            return Err(malformed(format!("a frame of {len} bytes")));
+        }
+        let mut buf = vec![0u8; len];
+        file.read_exact(&mut buf).map_err(io)?;
+        match backend::decode::<Frame>(&buf).map_err(|e| malformed(e.to_string()))? {
+            Frame::Versions(v) => {
+                seen += v.len() as u64;
+                versions(&v)?;
+            }
+            Frame::Head(summary) => {
+                if summary.format != backend::FORMAT_VERSION {
+                    return Err(BackupError::Format {
+                        path: path.to_path_buf(),
+                        found: summary.format,
+                    });
+                }
+                if summary.versions != seen {
+                    return Err(malformed(format!(
+                        "its summary counts {} versions and it holds {seen}",
+                        summary.versions
+                    )));
+                }
+                let mut pad = Vec::new();
+                file.read_to_end(&mut pad).map_err(io)?;
+                if pad.len() as u64 >= ALIGN || pad.iter().any(|b| *b != 0) {
+                    return Err(malformed("bytes after the summary frame".into()));
+                }
+                return Ok(summary);
+            }
+        }
+    }
+}
+
+struct HashWriter<'a>(&'a mut Sha256);
+
+impl Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// etcd's `snapshot restore` flags.
+#[derive(Debug, Clone)]
+pub struct RestoreConfig {
+    pub name: String,
+    pub data_dir: PathBuf,
+    /// (name, peer URL) of every member of the new cluster.
+    pub initial_cluster: Vec<(String, String)>,
+    pub initial_cluster_token: String,
+    pub initial_advertise_peer_urls: Vec<String>,
+}
+
+/// The Raft log id the restored keyspace counts as applied up to.
+fn restored_log_id() -> LogId {
+    LogId::new(openraft::CommittedLeaderId::new(1, 0), 1)
+}
+
+/// Creates `config.data_dir` from the backup at `file` (see the module docs); the backup's
+/// summary and the new cluster's ID. Nothing is left behind on failure.
+pub fn restore(file: &Path, config: &RestoreConfig) -> Result<(Summary, u64), BackupError> {
+    let dir = &config.data_dir;
+    if std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(BackupError::DataDir {
+            dir: dir.clone(),
+            why: "exists and is not empty: restore makes a new member's data directory".into(),
+        });
+    }
+    let token = &config.initial_cluster_token;
+    let me = member_id(&config.initial_advertise_peer_urls, token);
+    let mut nodes = BTreeMap::new();
+    for (name, url) in &config.initial_cluster {
+        nodes.insert(
+            member_id(std::slice::from_ref(url), token),
+            Member {
+                name: name.clone(),
+                peer_urls: vec![url.clone()],
+                client_urls: Vec::new(),
+            },
+        );
+    }
+    if !nodes.contains_key(&me) {
+        return Err(BackupError::Flags(format!(
+            "--initial-cluster does not list this member's --initial-advertise-peer-urls ({})",
+            config.initial_advertise_peer_urls.join(",")
+        )));
+    }
+    let created = !dir.exists();
+    let result = (|| {
+        std::fs::create_dir_all(dir).map_err(|error| BackupError::Io {
+            path: dir.clone(),
+            error,
+        })?;
+        let db = backend::open(&dir.join("db"))?;
+        let summary = read(file, |versions| {
+            Mvcc::restore_versions(&db, versions).map_err(BackupError::from)
+        })?;
+        let log_id = restored_log_id();
+        let voters: BTreeSet<u64> = nodes.keys().copied().collect();
+        let membership = StoredMembership::new(
+            Some(log_id),
+            openraft::Membership::new(vec![voters], nodes.clone()),
+        );
+        let ids: Vec<u64> = nodes.keys().copied().collect();
+        // The new members, then where the backup came from: not the source cluster's ID.
+        let cluster = cluster_id(&ids)
+            ^ cluster_id(&[
+                summary.source.cluster_id,
+                summary.head.revision as u64,
+                summary.taken_at,
+            ]);
+        crate::raft::state_machine::write_restored_state(&db, log_id, &membership, &summary.head)?;
+        crate::raft::log_store::write_purged(&db, log_id)?;
+        crate::member::write_cluster_id(&db, cluster)?;
+        db.flush()
+            .map_err(|e| StoreError::internal(e.to_string()))?;
+        Ok((summary, cluster))
+    })();
+    if result.is_err() {
+        if created {
+            let _ = std::fs::remove_dir_all(dir);
+        } else if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backup_of_empty(dir: &Path) -> Vec<u8> {
+        let db = backend::open(&dir.join("db")).expect("open");
+        let mut bytes = Vec::new();
+        let source = Source {
+            cluster_id: 1,
+            member_id: 2,
+            member_name: "a".into(),
+        };
+        write(&db, source, &mut |b| {
+            bytes.extend_from_slice(&b);
+            Ok(())
+        })
+        .expect("backup");
+        bytes
+    }
+
+    #[test]
+    fn a_backup_is_aligned_for_etcdctl_and_any_damage_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bytes = backup_of_empty(dir.path());
+        assert_eq!(bytes.len() % 512, 32, "etcdctl's test for a trailing checksum");
+        let file = dir.path().join("b");
+        std::fs::write(&file, &bytes).expect("write");
+        let summary = read(&file, |_| Ok(())).expect("read");
+        assert_eq!((summary.versions, summary.keys), (0, 0));
+        assert_eq!(summary.source.member_name, "a");
+
+        let mut flipped = bytes.clone();
+        flipped[20] ^= 1;
+        std::fs::write(&file, &flipped).expect("write");
+        assert!(matches!(read(&file, |_| Ok(())), Err(BackupError::Checksum { .. })));
+
+        std::fs::write(&file, &bytes[..bytes.len() - 1]).expect("write");
+        assert!(matches!(read(&file, |_| Ok(())), Err(BackupError::Checksum { .. })));
+
+        let mut bbolt = bytes.clone();
+        bbolt[..8].copy_from_slice(b"\0\0\0\0\0\0\0\0");
+        std::fs::write(&file, &bbolt).expect("write");
+        let e = read(&file, |_| Ok(())).expect_err("not ours");
+        assert!(e.to_string().contains("not a Skiff backup"), "{e}");
+    }
+
+    #[test]
+    fn restore_refuses_a_data_dir_in_use_and_flags_that_leave_the_member_out() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("b");
+        std::fs::write(&file, backup_of_empty(&dir.path().join("src"))).expect("write");
+        let config = RestoreConfig {
+            name: "a".into(),
+            data_dir: dir.path().join("src"),
+            initial_cluster: vec![("a".into(), "http://127.0.0.1:2380".into())],
+            initial_cluster_token: "t".into(),
+            initial_advertise_peer_urls: vec!["http://127.0.0.1:2380".into()],
+        };
+        let e = restore(&file, &config).expect_err("in use");
+        assert!(e.to_string().contains("not empty"), "{e}");
+        let elsewhere = RestoreConfig {
+            data_dir: dir.path().join("new"),
+            initial_advertise_peer_urls: vec!["http://127.0.0.1:9999".into()],
+            ..config.clone()
+        };
+        let e = restore(&file, &elsewhere).expect_err("not listed");
+        assert!(e.to_string().contains("does not list"), "{e}");
+        let ok = RestoreConfig {
+            data_dir: dir.path().join("new"),
+            ..config
+        };
+        restore(&file, &ok).expect("restore");
+        assert!(ok.data_dir.join("db").exists());
+    }
+}
