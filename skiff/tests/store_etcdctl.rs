@@ -293,3 +293,57 @@ async fn etcdctl_per_endpoint_commands_take_url_endpoints() {
     assert!(!ok && out.contains("bad leader transferee"), "{out}");
     assert_eq!(ctl.ok(&["put", "/url/a", "3"]).trim(), "OK");
 }
+
+/// The client URLs also answer plain HTTP as etcd's do: `/health`, `/readyz`, `/livez` and
+/// `/metrics` with the etcd metric names dashboards read, gRPC calls counted by code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_urls_serve_health_and_etcd_metrics() {
+    let cluster = Cluster::start(3).await;
+    // The leader: peer round trips are timed by the member that sends heartbeats.
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let ctl = Etcdctl {
+        endpoints: cluster.members[leader].client_url.clone(),
+    };
+    ctl.ok(&["put", "/m/a", "1"]);
+    let (ok, _) = ctl.run(&["get", "/m/a", "--rev", "1000000"], None);
+    assert!(!ok, "a future revision is refused");
+    let http = skiff_proto::http::HttpClient::new();
+    let get = |path: &str| {
+        let url = format!("{}{path}", cluster.members[leader].client_url);
+        let http = http.clone();
+        async move {
+            http.get(&url, Duration::from_secs(5))
+                .await
+                .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+        }
+    };
+    let health = get("/health").await;
+    assert_eq!(health.status, 200);
+    assert!(
+        health.text().contains("\"health\":\"true\""),
+        "{}",
+        health.text()
+    );
+    assert_eq!(get("/readyz").await.text(), "ok");
+    assert!(get("/readyz?verbose").await.text().contains("[+]leader ok"));
+    assert_eq!(get("/livez").await.text(), "ok");
+    let metrics = get("/metrics").await.text();
+    for name in [
+        "etcd_server_has_leader 1",
+        "etcd_server_leader_changes_seen_total",
+        "etcd_server_proposals_committed_total",
+        "etcd_server_proposals_applied_total",
+        "etcd_server_proposals_pending",
+        "etcd_server_proposals_failed_total",
+        "etcd_mvcc_db_total_size_in_bytes",
+        "etcd_disk_wal_fsync_duration_seconds_bucket",
+        "etcd_disk_backend_commit_duration_seconds_bucket",
+        "etcd_network_peer_round_trip_time_seconds_bucket{To=",
+        "grpc_server_handled_total{grpc_type=\"unary\",grpc_service=\"etcdserverpb.KV\",grpc_method=\"Put\",grpc_code=\"OK\"}",
+        "grpc_code=\"OutOfRange\"",
+    ] {
+        assert!(metrics.contains(name), "{name} in\n{metrics}");
+    }
+    // gRPC still works on the same port, over the same HTTP/2 connections.
+    assert_eq!(ctl.ok(&["get", "/m/a", "--print-value-only"]).trim(), "1");
+}

@@ -398,7 +398,11 @@ mod tests {
     fn a_backup_is_aligned_for_etcdctl_and_any_damage_is_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let bytes = backup_of_empty(dir.path());
-        assert_eq!(bytes.len() % 512, 32, "etcdctl's test for a trailing checksum");
+        assert_eq!(
+            bytes.len() % 512,
+            32,
+            "etcdctl's test for a trailing checksum"
+        );
         let file = dir.path().join("b");
         std::fs::write(&file, &bytes).expect("write");
         let summary = read(&file, |_| Ok(())).expect("read");
@@ -408,10 +412,16 @@ mod tests {
         let mut flipped = bytes.clone();
         flipped[20] ^= 1;
         std::fs::write(&file, &flipped).expect("write");
-        assert!(matches!(read(&file, |_| Ok(())), Err(BackupError::Checksum { .. })));
+        assert!(matches!(
+            read(&file, |_| Ok(())),
+            Err(BackupError::Checksum { .. })
+        ));
 
         std::fs::write(&file, &bytes[..bytes.len() - 1]).expect("write");
-        assert!(matches!(read(&file, |_| Ok(())), Err(BackupError::Checksum { .. })));
+        assert!(matches!(
+            read(&file, |_| Ok(())),
+            Err(BackupError::Checksum { .. })
+        ));
 
         let mut bbolt = bytes.clone();
         bbolt[..8].copy_from_slice(b"\0\0\0\0\0\0\0\0");

@@ -21,13 +21,16 @@
 //! | [`etcd`]      | the etcd v3 services: KV, Watch, Lease, Cluster, Maintenance        |
 //! | [`rest`]      | the Kubernetes REST API: a second face of the cluster API           |
 //! | [`server`]    | serving a member: client, peer, API and metrics listeners           |
+//! | [`client_port`]| HTTP health and metrics routes beside gRPC on the client URLs       |
 //! | [`member`]    | a running member: proposals, ReadIndex reads, leases, membership    |
+//! | [`metrics`]   | etcd's metric names: fsync, commit, peer RTT, gRPC codes            |
 //! | [`proposer`]  | group commit: transactions arriving together become one log entry  |
 //! | [`read_index`]| shared ReadIndex rounds for linearizable reads and keep-alives      |
 //! | [`reconfig`]  | checks on membership changes: peer URLs, strict reconfiguration     |
 
 pub mod backend;
 pub mod backup;
+pub mod client_port;
 pub mod cluster;
 pub mod command;
 pub mod compaction;
@@ -35,6 +38,7 @@ pub mod error;
 pub mod etcd;
 pub mod key_index;
 pub mod member;
+pub mod metrics;
 pub mod mvcc;
 pub mod proposer;
 pub mod raft;

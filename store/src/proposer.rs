@@ -73,6 +73,9 @@ struct Log {
     proposals: Arc<Proposals>,
     timeout: Duration,
     held: watch::Receiver<bool>,
+    /// Proposals that timed out, lost their leader or were dropped (etcd's
+    /// `proposals_failed_total`).
+    failed: prometheus_client::metrics::counter::Counter,
 }
 
 impl Proposer {
@@ -81,6 +84,7 @@ impl Proposer {
     pub fn start(
         raft: Raft,
         proposals: Arc<Proposals>,
+        failed: prometheus_client::metrics::counter::Counter,
         timeout: Duration,
         cancel: CancellationToken,
         tasks: &TaskTracker,
@@ -92,6 +96,7 @@ impl Proposer {
             proposals,
             timeout,
             held: held_rx,
+            failed,
         };
         let batches = log.clone();
         tasks.spawn(async move {
@@ -105,6 +110,11 @@ impl Proposer {
             log,
             held: Arc::new(held),
         }
+    }
+
+    /// Proposals of this member waiting for their fate (etcd's `proposals_pending`).
+    pub fn pending(&self) -> usize {
+        self.log.proposals.outstanding.load(Ordering::Relaxed)
     }
 
     /// Holds every proposal not yet handed to Raft until the returned guard is dropped: a
@@ -239,6 +249,9 @@ impl Log {
             (&mut ticket.fate).await.map_err(|_| StoreError::Stopped)
         })
         .await;
+        if !matches!(decided, Ok(Ok(Fate::Applied(_)))) {
+            self.failed.inc();
+        }
         match decided {
             Err(_elapsed) => Err(StoreError::Timeout),
             Ok(Err(e)) => Err(e),

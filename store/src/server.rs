@@ -16,6 +16,7 @@ use tonic::transport::server::TcpIncoming;
 use skiff_proto::cluster::v1::cluster_server::ClusterServer;
 use skiff_proto::metrics::{self, Registry, Scrape, Sink};
 
+use crate::client_port::ClientPortLayer;
 use crate::cluster::ClusterApi;
 use crate::etcd::cluster::ClusterService;
 use crate::etcd::kv::KvService;
@@ -138,12 +139,18 @@ pub async fn run(
         let cluster_api = cluster_api.clone();
         tasks.spawn(async move {
             tonic::transport::Server::builder()
+                // etcd serves `/health` and the like on its client URLs, over HTTP/1.1 too.
+                .accept_http1(true)
                 // One span per request (and per stream), named by its gRPC method.
                 .trace_fn(|req| tracing::debug_span!("store.request", method = %req.uri().path()))
                 // Watch streams are long-lived; etcd allows practically unlimited ones too.
                 .max_concurrent_streams(Some(1 << 20))
                 .layer(tower::util::MapResponseLayer::new(
                     oversized_as_grpc_go::<tonic::body::Body>,
+                ))
+                .layer(ClientPortLayer::new(
+                    http_routes(m.clone()),
+                    m.shared.metrics.grpc_handled.clone(),
                 ))
                 .add_service(
                     PbKvServer::new(KvService::new(m.clone())).max_decoding_message_size(limit),
@@ -287,16 +294,75 @@ async fn wait(mut stop: tokio::sync::watch::Receiver<bool>) {
     }
 }
 
-/// `/metrics` and `/health` of one member.
+/// `/metrics`, `/health`, `/readyz` and `/livez` of one member, served on its metrics URLs
+/// and beside gRPC on its client URLs.
 fn http_routes(member: Arc<StoreMember>) -> axum::Router {
     let health_member = member.clone();
-    metrics::router(Arc::new(registry(member))).route(
-        "/health",
-        axum::routing::get(move || {
-            let m = health_member.clone();
-            async move { health(&m) }
-        }),
-    )
+    let ready_member = member.clone();
+    metrics::router(Arc::new(registry(member)))
+        .route(
+            "/health",
+            axum::routing::get(move || {
+                let m = health_member.clone();
+                async move { health(&m) }
+            }),
+        )
+        .route(
+            "/readyz",
+            axum::routing::get(
+                move |q: axum::extract::Query<std::collections::HashMap<String, String>>| {
+                    let m = ready_member.clone();
+                    async move { readyz(&m, q.contains_key("verbose")) }
+                },
+            ),
+        )
+        // The process answers: it is live (etcd's `/livez` checks no more than that either,
+        // bar a deadlock its own check would not see).
+        .route("/livez", axum::routing::get(|| async { "ok" }))
+}
+
+/// The checks behind `/health` and `/readyz`: each one's name and, when it fails, why.
+fn checks(m: &StoreMember) -> [(&'static str, Option<&'static str>); 4] {
+    let alarms = m.shared.read().alarms();
+    [
+        ("leader", m.leader().is_none().then_some("RAFT NO LEADER")),
+        ("alarm", (!alarms.is_empty()).then_some("ALARM NOSPACE")),
+        (
+            "watch_catch_up",
+            (!m.shared.hub.catch_up_running()).then_some("WATCH CATCH-UP STOPPED"),
+        ),
+        (
+            "compaction",
+            m.compaction_backlog()
+                .failing()
+                .then_some("COMPACTION FAILING"),
+        ),
+    ]
+}
+
+/// etcd's `/readyz`: `ok`, or the failed checks; `?verbose` lists every check.
+fn readyz(m: &StoreMember, verbose: bool) -> (axum::http::StatusCode, String) {
+    let checks = checks(m);
+    let ok = checks.iter().all(|(_, failed)| failed.is_none());
+    let mut out = String::new();
+    for (name, failed) in &checks {
+        match failed {
+            Some(why) => out.push_str(&format!("[-]{name} failed: {why}\n")),
+            None if verbose => out.push_str(&format!("[+]{name} ok\n")),
+            None => {}
+        }
+    }
+    if ok {
+        out.push_str(if verbose {
+            "readyz check passed\n"
+        } else {
+            "ok"
+        });
+        (axum::http::StatusCode::OK, out)
+    } else {
+        out.push_str("readyz check failed\n");
+        (axum::http::StatusCode::SERVICE_UNAVAILABLE, out)
+    }
 }
 
 /// etcd's `/health`: healthy when a leader is known and no alarm is raised; and, Skiff's own,
@@ -304,18 +370,8 @@ fn http_routes(member: Arc<StoreMember>) -> axum::Router {
 /// while deleting compacted versions does not fail (a member whose backend cannot be written
 /// is not healthy, whatever Raft says).
 fn health(m: &StoreMember) -> (axum::http::StatusCode, String) {
-    let alarms = m.shared.read().alarms();
-    let (ok, reason) = if m.leader().is_none() {
-        (false, "RAFT NO LEADER")
-    } else if !alarms.is_empty() {
-        (false, "ALARM NOSPACE")
-    } else if !m.shared.hub.catch_up_running() {
-        (false, "WATCH CATCH-UP STOPPED")
-    } else if m.compaction_backlog().failing() {
-        (false, "COMPACTION FAILING")
-    } else {
-        (true, "")
-    };
+    let failed = checks(m).into_iter().find_map(|(_, failed)| failed);
+    let (ok, reason) = (failed.is_none(), failed.unwrap_or_default());
     let code = if ok {
         axum::http::StatusCode::OK
     } else {
@@ -330,8 +386,65 @@ fn health(m: &StoreMember) -> (axum::http::StatusCode, String) {
 /// The member's metrics: its state, read at each scrape, and the process's.
 fn registry(member: Arc<StoreMember>) -> Registry {
     let mut r = metrics::registry();
-    r.register_collector(Box::new(Scrape(move |s: &mut Sink<'_>| scrape(s, &member))));
+    member.shared.metrics.register(&mut r);
+    r.register_collector(Box::new(Scrape(move |s: &mut Sink<'_>| {
+        scrape(s, &member)?;
+        scrape_etcd(s, &member)
+    })));
     r
+}
+
+/// What the member holds, under etcd's metric names (its gauges and counters; the histograms
+/// are in [`skiff_store::metrics`](crate::metrics)).
+fn scrape_etcd(s: &mut Sink<'_>, m: &StoreMember) -> std::fmt::Result {
+    let flag = |b: bool| u64::from(b);
+    let keys = m.shared.read().key_count() as u64;
+    let size = m.db_size();
+    s.gauge(
+        "etcd_server_has_leader",
+        "Whether or not a leader exists. 1 is existence, 0 is not.",
+        flag(m.leader().is_some()),
+    )?;
+    s.gauge(
+        "etcd_server_is_leader",
+        "Whether or not this member is a leader. 1 if is, 0 otherwise.",
+        flag(m.is_leader()),
+    )?;
+    s.counter(
+        "etcd_server_leader_changes_seen",
+        "The number of leader changes seen.",
+        m.leader_history().changes(),
+    )?;
+    s.gauge(
+        "etcd_server_proposals_committed_total",
+        "The total number of consensus proposals committed.",
+        m.shared.metrics.committed_index().max(m.applied_index()),
+    )?;
+    s.gauge(
+        "etcd_server_proposals_applied_total",
+        "The total number of consensus proposals applied.",
+        m.applied_index(),
+    )?;
+    s.gauge(
+        "etcd_server_proposals_pending",
+        "The current number of pending proposals to commit.",
+        m.pending_proposals() as u64,
+    )?;
+    s.gauge(
+        "etcd_mvcc_db_total_size_in_bytes",
+        "Total size of the underlying database physically allocated in bytes.",
+        size,
+    )?;
+    s.gauge(
+        "etcd_mvcc_db_total_size_in_use_in_bytes",
+        "Total size of the underlying database logically in use in bytes.",
+        size,
+    )?;
+    s.gauge(
+        "etcd_debugging_mvcc_keys_total",
+        "Total number of keys.",
+        keys,
+    )
 }
 
 fn scrape(s: &mut Sink<'_>, m: &StoreMember) -> std::fmt::Result {

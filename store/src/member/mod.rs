@@ -323,6 +323,11 @@ impl StoreMember {
         rx
     }
 
+    /// Proposals of this member waiting to be applied or dropped.
+    pub fn pending_proposals(&self) -> usize {
+        self.proposer.pending()
+    }
+
     /// The backend size the quota is checked against.
     pub fn db_size(&self) -> u64 {
         backend::size(self.shared.read().db())

@@ -80,7 +80,8 @@ impl StoreMember {
             &config.data_dir.join("snap"),
         )?;
         let lacks_snapshot = sm.lacks_snapshot();
-        let log = LogStore::new(db.clone(), proposals.clone());
+        let metrics = shared.metrics.clone();
+        let log = LogStore::new(db.clone(), proposals.clone()).with_metrics(metrics.clone());
         let hb = config.heartbeat_interval.as_millis() as u64;
         let el = config.election_timeout.as_millis() as u64;
         let raft_config = Config {
@@ -107,6 +108,7 @@ impl StoreMember {
             Network {
                 channels: channels.clone(),
                 activity: activity.clone(),
+                metrics: metrics.clone(),
             },
             log,
             sm,
@@ -146,6 +148,7 @@ impl StoreMember {
         let proposer = Proposer::start(
             raft.clone(),
             proposals,
+            metrics.proposals_failed.clone(),
             PROPOSAL_TIMEOUT,
             cancel.clone(),
             &tasks,

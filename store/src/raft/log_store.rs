@@ -38,6 +38,8 @@ pub struct LogStore {
     db: Arc<DB>,
     /// This process's waiting proposals, told where their entries were appended.
     proposals: Arc<Proposals>,
+    /// Synced appends are timed, and the committed index noted, here.
+    metrics: crate::metrics::StoreMetrics,
 }
 
 fn synced() -> WriteOptions {
@@ -56,7 +58,17 @@ fn write_err(e: impl std::fmt::Display) -> StorageError {
 
 impl LogStore {
     pub fn new(db: Arc<DB>, proposals: Arc<Proposals>) -> Self {
-        LogStore { db, proposals }
+        LogStore {
+            db,
+            proposals,
+            metrics: crate::metrics::StoreMetrics::default(),
+        }
+    }
+
+    /// The same, timing its synced appends into `metrics`.
+    pub fn with_metrics(mut self, metrics: crate::metrics::StoreMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     fn get_meta<T: serde::de::DeserializeOwned>(
@@ -148,6 +160,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        if let Some(c) = committed {
+            self.metrics.committed(c.index);
+        }
         // Not synced: a lost committed id only means re-applying from the last applied one.
         self.db
             .put_cf(
@@ -180,7 +195,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 proposed.push((p.id, e.log_id.index));
             }
         }
+        let started = std::time::Instant::now();
         let res = self.db.write_opt(batch, &synced());
+        self.metrics
+            .wal_fsync
+            .observe(started.elapsed().as_secs_f64());
         // Before the callback: once openraft hears of the append it may overwrite the entry
         // and answer ForwardToLeader, and the proposal must know by then that it was appended.
         // (A failed write stops Raft, and with it every proposal.)

@@ -104,6 +104,7 @@ impl PeerActivity {
 pub struct Network {
     pub channels: Channels,
     pub activity: PeerActivity,
+    pub metrics: crate::metrics::StoreMetrics,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -115,6 +116,13 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             url: node.peer_urls.first().cloned().unwrap_or_default(),
             channels: self.channels.clone(),
             activity: self.activity.clone(),
+            rtt: self
+                .metrics
+                .peer_rtt
+                .get_or_create(&crate::metrics::PeerLabel {
+                    To: format!("{target:x}"),
+                })
+                .clone(),
         }
     }
 }
@@ -125,6 +133,8 @@ pub struct PeerConnection {
     url: String,
     channels: Channels,
     activity: PeerActivity,
+    /// Heartbeats' round trips to this peer.
+    rtt: prometheus_client::metrics::histogram::Histogram,
 }
 
 type RpcErr<E = openraft::error::Infallible> = RPCError<u64, Member, RaftError<u64, E>>;
@@ -171,13 +181,18 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RpcErr> {
         let mut client = self.client().map_err(unreachable_err)?;
+        let heartbeat = rpc.entries.is_empty();
         let msg = RaftMessage {
             payload: backend::encode(&rpc),
         };
+        let sent = Instant::now();
         let reply = client
             .append_entries(self.request(msg, &option))
             .await
             .map_err(status_err)?;
+        if heartbeat {
+            self.rtt.observe(sent.elapsed().as_secs_f64());
+        }
         self.activity.answered(self.target);
         decode_reply(reply.into_inner(), self.target)
     }

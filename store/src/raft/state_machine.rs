@@ -37,6 +37,8 @@ pub struct Shared {
     pub hub: Arc<WatchHub>,
     /// Snapshots received from a leader and installed (a metric).
     pub snapshots_installed: AtomicU64,
+    /// What the member times and counts as it runs (etcd's metric names).
+    pub metrics: crate::metrics::StoreMetrics,
 }
 
 impl Shared {
@@ -47,6 +49,7 @@ impl Shared {
             mvcc: RwLock::new(mvcc),
             hub: Arc::new(WatchHub::new(tagger)),
             snapshots_installed: AtomicU64::new(0),
+            metrics: crate::metrics::StoreMetrics::default(),
         })
     }
 
@@ -357,6 +360,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let shared = self.shared.clone();
         let mut mvcc = shared.write();
         for entry in entries {
+            let started = std::time::Instant::now();
             self.applied = Some(entry.log_id);
             let proposal = match entry.payload {
                 EntryPayload::Normal(p) => Some(p),
@@ -382,6 +386,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     for (revision, events) in &applied.batch {
                         shared.hub.publish(*revision, events);
                     }
+                    shared
+                        .metrics
+                        .backend_commit
+                        .observe(started.elapsed().as_secs_f64());
                     out.push(
                         self.proposals
                             .applied(index, Some(&proposal.id), applied.response),
