@@ -15,75 +15,105 @@ use skiff_store::server::{self, Listen};
 pub struct Args {
     #[command(subcommand)]
     action: Option<Action>,
+    /// A configuration file in etcd's YAML format: the flags' names as keys (`name`,
+    /// `data-dir`, `listen-client-urls`, `initial-cluster`, …). Its settings replace the
+    /// command line's; `SKIFF_STORE_*` variables fill in what it leaves out. Keys this member
+    /// has no setting for are reported and skipped, so an etcd file works as it is.
+    #[arg(long, env = "SKIFF_STORE_CONFIG_FILE")]
+    config_file: Option<PathBuf>,
     /// Human-readable name of this member.
-    #[arg(long, default_value = "default")]
+    #[arg(long, env = "SKIFF_STORE_NAME", default_value = "default")]
     name: String,
     /// Directory for the member's data (default: `<name>.skiff`).
-    #[arg(long)]
+    #[arg(long, env = "SKIFF_STORE_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// URLs to serve the etcd v3 API on (comma-separated).
-    #[arg(long, default_value = "http://127.0.0.1:2379", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "SKIFF_STORE_LISTEN_CLIENT_URLS",
+        default_value = "http://127.0.0.1:2379",
+        value_delimiter = ','
+    )]
     listen_client_urls: Vec<String>,
     /// Client URLs other members and clients should use (default: the listen URLs).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "SKIFF_STORE_ADVERTISE_CLIENT_URLS", value_delimiter = ',')]
     advertise_client_urls: Vec<String>,
     /// URLs to serve the peer (Raft) API on.
-    #[arg(long, default_value = "http://127.0.0.1:2380", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "SKIFF_STORE_LISTEN_PEER_URLS",
+        default_value = "http://127.0.0.1:2380",
+        value_delimiter = ','
+    )]
     listen_peer_urls: Vec<String>,
     /// This member's peer URLs as the others reach them (default: the listen peer URLs).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "SKIFF_STORE_INITIAL_ADVERTISE_PEER_URLS",
+        value_delimiter = ','
+    )]
     initial_advertise_peer_urls: Vec<String>,
     /// The initial members: `name=peer-url,name=peer-url,…` (default: this member alone).
-    #[arg(long)]
+    #[arg(long, env = "SKIFF_STORE_INITIAL_CLUSTER")]
     initial_cluster: Option<String>,
     /// `new` to bootstrap a cluster, `existing` to join one (after `member add`).
-    #[arg(long, default_value = "new", value_parser = ["new", "existing"])]
+    #[arg(long, env = "SKIFF_STORE_INITIAL_CLUSTER_STATE", default_value = "new", value_parser = ["new", "existing"])]
     initial_cluster_state: String,
     /// Token that keeps clusters apart; member ids are derived from it.
-    #[arg(long, default_value = "skiff-cluster")]
+    #[arg(
+        long,
+        env = "SKIFF_STORE_INITIAL_CLUSTER_TOKEN",
+        default_value = "skiff-cluster"
+    )]
     initial_cluster_token: String,
     /// URLs to serve the Kubernetes REST API on (kubectl, client libraries); empty to serve
     /// none.
-    #[arg(long, default_value = "http://127.0.0.1:6443", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "SKIFF_STORE_LISTEN_API_URLS",
+        default_value = "http://127.0.0.1:6443",
+        value_delimiter = ','
+    )]
     listen_api_urls: Vec<String>,
     /// URLs to serve `/health` and `/metrics` on.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "SKIFF_STORE_LISTEN_METRICS_URLS", value_delimiter = ',')]
     listen_metrics_urls: Vec<String>,
     /// Raft heartbeat interval in milliseconds.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, env = "SKIFF_STORE_HEARTBEAT_INTERVAL", default_value_t = 100)]
     heartbeat_interval: u64,
     /// Raft election timeout in milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, env = "SKIFF_STORE_ELECTION_TIMEOUT", default_value_t = 1000)]
     election_timeout: u64,
     /// Applied entries between snapshots (the log behind a snapshot is purged); etcd 3.4's
     /// default.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, env = "SKIFF_STORE_SNAPSHOT_COUNT", default_value_t = 100_000)]
     snapshot_count: u64,
     /// Log entries kept behind a snapshot for slow followers; one further behind is sent the
     /// snapshot.
     #[arg(
         long,
+        env = "SKIFF_STORE_SNAPSHOT_CATCHUP_ENTRIES",
         alias = "experimental-snapshot-catchup-entries",
         default_value_t = 5_000
     )]
     snapshot_catchup_entries: u64,
     /// How long an Event object is kept after its last update (kube-apiserver's
     /// `--event-ttl`): `1h`, `30m`.
-    #[arg(long, default_value = "1h", value_parser = skiff_proto::duration::parse)]
+    #[arg(long, env = "SKIFF_STORE_EVENT_TTL", default_value = "1h", value_parser = skiff_proto::duration::parse)]
     event_ttl: Duration,
     /// Largest request a client may send, in bytes.
-    #[arg(long, default_value_t = 1536 * 1024)]
+    #[arg(long, env = "SKIFF_STORE_MAX_REQUEST_BYTES", default_value_t = 1536 * 1024)]
     max_request_bytes: usize,
     /// Most operations in one branch of a transaction.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, env = "SKIFF_STORE_MAX_TXN_OPS", default_value_t = 128)]
     max_txn_ops: usize,
     /// Backend size that raises the NOSPACE alarm, in bytes.
-    #[arg(long, default_value_t = 2 << 30)]
+    #[arg(long, env = "SKIFF_STORE_QUOTA_BACKEND_BYTES", default_value_t = 2 << 30)]
     quota_backend_bytes: u64,
     /// Versions a compaction deletes from the backend per batch, in the background after the
     /// compaction itself (which only updates the index) has answered.
     #[arg(
-        long,
+        long, env = "SKIFF_STORE_COMPACTION_BATCH_LIMIT",
         alias = "experimental-compaction-batch-limit",
         default_value_t = 1000,
         value_parser = clap::value_parser!(u64).range(1..)
@@ -92,7 +122,7 @@ pub struct Args {
     /// Pause between two batches of a compaction's deletions (e.g. 10ms), so writes and the
     /// apply path get the keyspace in between.
     #[arg(
-        long,
+        long, env = "SKIFF_STORE_COMPACTION_SLEEP_INTERVAL",
         alias = "experimental-compaction-sleep-interval",
         default_value = "10ms",
         value_parser = skiff_proto::duration::parse
@@ -100,16 +130,20 @@ pub struct Args {
     compaction_sleep_interval: Duration,
     /// How `--auto-compaction-retention` is read: `periodic` (keep that much time of history)
     /// or `revision` (keep that many revisions).
-    #[arg(long, default_value = "periodic", value_parser = ["periodic", "revision"])]
+    #[arg(long, env = "SKIFF_STORE_AUTO_COMPACTION_MODE", default_value = "periodic", value_parser = ["periodic", "revision"])]
     auto_compaction_mode: String,
     /// History kept by compaction on a timer, run by the leader: a duration (`5m`, `1h`; a
     /// bare number is hours, as in etcd) in periodic mode, a count in revision mode. `0`
     /// (etcd's default) compacts only when a client asks; `skiff up` keeps 5 minutes, as
     /// kube-apiserver compacts its etcd.
-    #[arg(long, default_value = "0")]
+    #[arg(
+        long,
+        env = "SKIFF_STORE_AUTO_COMPACTION_RETENTION",
+        default_value = "0"
+    )]
     auto_compaction_retention: String,
     /// Interval of progress notifications to watchers that asked for them (e.g. 10m, 5s).
-    #[arg(long, default_value = "10m", value_parser = skiff_proto::duration::parse)]
+    #[arg(long, env = "SKIFF_STORE_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL", default_value = "10m", value_parser = skiff_proto::duration::parse)]
     experimental_watch_progress_notify_interval: Duration,
 }
 
@@ -218,6 +252,69 @@ fn snapshot_status(file: &std::path::Path, json: bool) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
+/// The settings of an etcd-style YAML configuration file, read as the same flags would be.
+fn from_config_file(path: &std::path::Path) -> anyhow::Result<Args> {
+    use clap::{Args as _, FromArgMatches as _};
+    use serde_yaml_ng::Value;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let doc: Value =
+        serde_yaml_ng::from_str(&text).with_context(|| format!("{}: not YAML", path.display()))?;
+    let map = match doc {
+        Value::Mapping(m) => m,
+        Value::Null => serde_yaml_ng::Mapping::new(),
+        _ => bail!(
+            "{}: expected a mapping of setting names to values",
+            path.display()
+        ),
+    };
+    let cmd = Args::augment_args(clap::Command::new("skiff store")).no_binary_name(true);
+    let known: std::collections::BTreeSet<String> = cmd
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .map(String::from)
+        .collect();
+    let scalar = |key: &str, v: &Value| -> anyhow::Result<Option<String>> {
+        Ok(match v {
+            Value::Null => None,
+            Value::Bool(b) => Some(b.to_string()),
+            Value::Number(n) => Some(n.to_string()),
+            Value::String(s) => Some(s.clone()),
+            _ => bail!("{}: {key}: expected a value", path.display()),
+        })
+    };
+    let mut argv = Vec::new();
+    for (k, v) in &map {
+        let Some(key) = k.as_str() else {
+            bail!("{}: {k:?} is not a setting name", path.display());
+        };
+        if key == "config-file" {
+            bail!("{}: config-file cannot name another file", path.display());
+        }
+        if !known.contains(key) {
+            tracing::warn!(file = %path.display(), key, "not a skiff store setting: skipped");
+            continue;
+        }
+        let value = match v {
+            Value::Sequence(items) => {
+                let items = items
+                    .iter()
+                    .map(|i| scalar(key, i).map(Option::unwrap_or_default))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                Some(items.join(","))
+            }
+            v => scalar(key, v)?,
+        };
+        if let Some(value) = value {
+            argv.push(format!("--{key}={value}"));
+        }
+    }
+    let matches = cmd
+        .try_get_matches_from(argv)
+        .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.render()))?;
+    Ok(Args::from_arg_matches(&matches)?)
+}
+
 fn parse_initial_cluster(s: &str) -> anyhow::Result<Vec<(String, String)>> {
     s.split(',')
         .filter(|p| !p.is_empty())
@@ -310,6 +407,9 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         }
         None => {}
     }
+    if let Some(path) = args.config_file.take() {
+        args = from_config_file(&path)?;
+    }
     let (config, listen) = args.config()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -362,6 +462,46 @@ mod tests {
         );
         assert!(auto_compaction("revision", "5m").is_err());
         assert!(auto_compaction("periodic", "soon").is_err());
+    }
+
+    #[test]
+    fn an_etcd_configuration_file_sets_the_flags_it_names() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("etcd.yaml");
+        std::fs::write(
+            &file,
+            "name: 'm1'\n\
+             data-dir: /var/lib/m1\n\
+             listen-client-urls: http://127.0.0.1:2379,http://127.0.0.1:22379\n\
+             listen-peer-urls: [http://127.0.0.1:2380]\n\
+             initial-cluster: m1=http://127.0.0.1:2380\n\
+             heartbeat-interval: 50\n\
+             election-timeout: 500\n\
+             auto-compaction-retention: '1'\n\
+             enable-v2: false\n\
+             logger: zap\n",
+        )
+        .expect("write");
+        let a = from_config_file(&file).expect("parses");
+        assert_eq!(a.name, "m1");
+        assert_eq!(a.data_dir, Some(PathBuf::from("/var/lib/m1")));
+        assert_eq!(a.listen_client_urls.len(), 2);
+        assert_eq!(a.listen_peer_urls, ["http://127.0.0.1:2380"]);
+        assert_eq!((a.heartbeat_interval, a.election_timeout), (50, 500));
+        let (config, _) = a.config().expect("valid");
+        assert_eq!(
+            config.auto_compaction,
+            Some(AutoCompaction::Periodic(Duration::from_secs(3600)))
+        );
+
+        std::fs::write(&file, "heartbeat-interval: soon\n").expect("write");
+        let e = from_config_file(&file).expect_err("bad value").to_string();
+        assert!(
+            e.contains("heartbeat-interval") && e.contains("soon"),
+            "{e}"
+        );
+        std::fs::write(&file, "- a\n").expect("write");
+        assert!(from_config_file(&file).is_err());
     }
 
     #[test]
