@@ -106,6 +106,17 @@ pub struct StoreCommand {
     pub auto_compaction_retention: Option<Duration>,
     /// The log filter (`--log`, tracing's EnvFilter syntax).
     pub log: Option<String>,
+    /// TLS on `https://` client and peer URLs, with certificates required on both.
+    pub tls: Option<StoreTls>,
+}
+
+/// One certificate for a member's client and peer URLs alike (as `skiff certs` makes them),
+/// and the CA that clients' and peers' certificates must chain to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
 }
 
 impl StoreCommand {
@@ -140,6 +151,16 @@ impl StoreCommand {
                 self.auto_compaction_retention.map(duration),
             )
             .opt("log", self.log.as_ref());
+        if let Some(tls) = &self.tls {
+            a.flag("cert-file", &tls.cert)
+                .flag("key-file", &tls.key)
+                .flag("trusted-ca-file", &tls.ca)
+                .flag("client-cert-auth", "true")
+                .flag("peer-cert-file", &tls.cert)
+                .flag("peer-key-file", &tls.key)
+                .flag("peer-trusted-ca-file", &tls.ca)
+                .flag("peer-client-cert-auth", "true");
+        }
         a.0
     }
 }

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 pub use child::{Child, Launch};
 pub use command::{
     ClusterState, ControllerManagerCommand, NodeCommand, RuntimeKind, SchedulerCommand,
-    StoreCommand,
+    StoreCommand, StoreTls,
 };
 pub use containerd::Containerd;
 

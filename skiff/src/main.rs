@@ -14,6 +14,7 @@ mod bench_kv;
 mod bench_restart;
 mod bench_scheduler;
 mod bench_startup;
+mod certs;
 mod config;
 mod controller_manager;
 mod delete;
@@ -57,6 +58,8 @@ enum Command {
     Validate(validate::Args),
     /// Run one member of the replicated store (etcd v3 API on the client URLs).
     Store(Box<store::Args>),
+    /// Make a CA and certificates for store members and clients (`https://` URLs).
+    Certs(certs::Args),
     /// Create (or update) the objects of manifests; all are validated first, and nothing is
     /// written if any is refused.
     Apply(apply::ApplyArgs),
@@ -148,6 +151,7 @@ fn main() -> ExitCode {
         }
         Command::Validate(args) => validate::run(&args),
         Command::Store(args) => store::run(*args),
+        Command::Certs(args) => certs::run(&args),
         Command::Apply(args) => apply::apply(&args),
         Command::Get(args) => apply::get(&args),
         Command::Describe(args) => describe::run(&args),

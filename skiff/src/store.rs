@@ -142,6 +142,36 @@ pub struct Args {
         default_value = "0"
     )]
     auto_compaction_retention: String,
+    /// Certificate (PEM, with its chain) served on `https://` client URLs.
+    #[arg(long, env = "SKIFF_STORE_CERT_FILE", requires = "key_file")]
+    cert_file: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, env = "SKIFF_STORE_KEY_FILE", requires = "cert_file")]
+    key_file: Option<PathBuf>,
+    /// CA that client certificates must chain to.
+    #[arg(long, env = "SKIFF_STORE_TRUSTED_CA_FILE")]
+    trusted_ca_file: Option<PathBuf>,
+    /// Clients must present a certificate from `--trusted-ca-file`.
+    #[arg(long, env = "SKIFF_STORE_CLIENT_CERT_AUTH", num_args = 0..=1, default_value_t = false,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    client_cert_auth: bool,
+    /// Certificate served on `https://` peer URLs and presented to peers.
+    #[arg(long, env = "SKIFF_STORE_PEER_CERT_FILE", requires = "peer_key_file")]
+    peer_cert_file: Option<PathBuf>,
+    /// Its private key.
+    #[arg(long, env = "SKIFF_STORE_PEER_KEY_FILE", requires = "peer_cert_file")]
+    peer_key_file: Option<PathBuf>,
+    /// CA that peers' certificates must chain to.
+    #[arg(long, env = "SKIFF_STORE_PEER_TRUSTED_CA_FILE")]
+    peer_trusted_ca_file: Option<PathBuf>,
+    /// Peers dialling in must present a certificate from `--peer-trusted-ca-file`.
+    #[arg(long, env = "SKIFF_STORE_PEER_CLIENT_CERT_AUTH", num_args = 0..=1, default_value_t = false,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    peer_client_cert_auth: bool,
+    /// TLS 1.2 cipher suites allowed, by IANA name, comma-separated (TLS 1.3's are always
+    /// allowed); empty: the defaults.
+    #[arg(long, env = "SKIFF_STORE_CIPHER_SUITES", value_delimiter = ',')]
+    cipher_suites: Vec<String>,
     /// Interval of progress notifications to watchers that asked for them (e.g. 10m, 5s).
     #[arg(long, env = "SKIFF_STORE_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL", default_value = "10m", value_parser = skiff_proto::duration::parse)]
     experimental_watch_progress_notify_interval: Duration,
@@ -360,6 +390,36 @@ impl Args {
         if self.election_timeout < 5 * self.heartbeat_interval {
             bail!("--election-timeout should be at least 5 times --heartbeat-interval");
         }
+        let tls = skiff_store::tls::TlsSettings {
+            client: self.cert_file.map(|cert| skiff_store::tls::TlsFiles {
+                cert,
+                key: self.key_file.clone().unwrap_or_default(),
+                trusted_ca: self.trusted_ca_file.clone(),
+                client_cert_auth: self.client_cert_auth,
+            }),
+            peer: self.peer_cert_file.map(|cert| skiff_store::tls::TlsFiles {
+                cert,
+                key: self.peer_key_file.clone().unwrap_or_default(),
+                trusted_ca: self.peer_trusted_ca_file.clone(),
+                client_cert_auth: self.peer_client_cert_auth,
+            }),
+            cipher_suites: self
+                .cipher_suites
+                .into_iter()
+                .filter(|s| !s.is_empty())
+                .collect(),
+        };
+        if self.client_cert_auth && self.trusted_ca_file.is_none() {
+            bail!(
+                "--client-cert-auth needs --trusted-ca-file to check client certificates against"
+            );
+        }
+        if self.peer_client_cert_auth && self.peer_trusted_ca_file.is_none() {
+            bail!("--peer-client-cert-auth needs --peer-trusted-ca-file");
+        }
+        if advertise_peer.iter().any(|u| u.starts_with("https://")) && tls.peer.is_none() {
+            bail!("https:// peer URLs need --peer-cert-file and --peer-key-file");
+        }
         let config = MemberConfig {
             data_dir: self
                 .data_dir
@@ -383,6 +443,7 @@ impl Args {
                 pause: self.compaction_sleep_interval,
             },
             auto_compaction,
+            tls,
         };
         let listen = Listen {
             client_urls: self.listen_client_urls,
@@ -540,6 +601,11 @@ mod tests {
             event_ttl: Some(Duration::from_secs(3)),
             auto_compaction_retention: Some(Duration::from_secs(300)),
             log: Some("info,openraft=warn".into()),
+            tls: Some(skiff_launch::StoreTls {
+                cert: "/c/m0.pem".into(),
+                key: "/c/m0-key.pem".into(),
+                ca: "/c/ca.pem".into(),
+            }),
         };
         let cli = crate::Cli::try_parse_from(std::iter::once("skiff".into()).chain(cmd.args()))
             .expect("the launch crate's argv parses");
@@ -585,6 +651,14 @@ mod tests {
             auto_compaction(&a.auto_compaction_mode, &a.auto_compaction_retention).unwrap(),
             Some(AutoCompaction::Periodic(Duration::from_secs(300)))
         );
+        let tls = cmd.tls.as_ref().expect("tls");
+        assert_eq!(a.cert_file.as_ref(), Some(&tls.cert));
+        assert_eq!(a.key_file.as_ref(), Some(&tls.key));
+        assert_eq!(a.trusted_ca_file.as_ref(), Some(&tls.ca));
+        assert_eq!(a.peer_cert_file.as_ref(), Some(&tls.cert));
+        assert_eq!(a.peer_key_file.as_ref(), Some(&tls.key));
+        assert_eq!(a.peer_trusted_ca_file.as_ref(), Some(&tls.ca));
+        assert!(a.client_cert_auth && a.peer_client_cert_auth);
 
         // Unset options stay at the command's defaults.
         let least = StoreCommand {

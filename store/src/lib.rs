@@ -21,6 +21,7 @@
 //! | [`etcd`]      | the etcd v3 services: KV, Watch, Lease, Cluster, Maintenance        |
 //! | [`rest`]      | the Kubernetes REST API: a second face of the cluster API           |
 //! | [`server`]    | serving a member: client, peer, API and metrics listeners           |
+//! | [`tls`]       | TLS on client and peer URLs with etcd's flags, certificate reload   |
 //! | [`client_port`]| HTTP health and metrics routes beside gRPC on the client URLs       |
 //! | [`member`]    | a running member: proposals, ReadIndex reads, leases, membership    |
 //! | [`metrics`]   | etcd's metric names: fsync, commit, peer RTT, gRPC codes            |
@@ -47,4 +48,5 @@ pub mod reconfig;
 pub mod rest;
 pub mod revision;
 pub mod server;
+pub mod tls;
 pub mod watch;

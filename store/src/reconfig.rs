@@ -83,10 +83,10 @@ pub fn may_promote(voters: &[Voter]) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Peer URLs as etcd accepts them in MemberAdd: at least one, each `http://host:port` with no
-/// path, query or user; surrounding spaces are ignored, as etcd's parser trims them. Unlike
-/// etcd, `https://` (and `unix://`) are refused: Skiff's peer transport speaks plain HTTP/2
-/// only, and a voter no member can reach would only raise the quorum.
+/// Peer URLs as etcd accepts them in MemberAdd: at least one, each `http://host:port` or
+/// `https://host:port` with no path, query or user; surrounding spaces are ignored, as etcd's
+/// parser trims them. Unlike etcd, `unix://` is refused: Skiff's peer transport is TCP only,
+/// and a voter no member can reach would only raise the quorum.
 pub fn check_peer_urls(urls: &[String]) -> Result<(), StoreError> {
     if urls.is_empty() || !urls.iter().all(|u| is_peer_url(u.trim())) {
         return Err(StoreError::MemberBadUrls);
@@ -95,7 +95,10 @@ pub fn check_peer_urls(urls: &[String]) -> Result<(), StoreError> {
 }
 
 fn is_peer_url(url: &str) -> bool {
-    let Some(authority) = url.strip_prefix("http://") else {
+    let Some(authority) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
         return false;
     };
     if authority.contains(['/', '?', '#', '@']) {
@@ -149,6 +152,7 @@ mod tests {
         assert!(ok("http://node-1.example_x:2380"));
         assert!(ok("http://[::1]:2380"));
         assert!(ok(" http://10.0.0.1:2380 "));
+        assert!(ok("https://127.0.0.1:2380"));
         for bad in [
             "not a url",
             "",
@@ -162,7 +166,6 @@ mod tests {
             "http://127.0.0.1:0",
             "http://user@127.0.0.1:2380",
             "http://[::1:2380",
-            "https://127.0.0.1:2380",
             "unix://sock",
             "http://a b:2380",
         ] {

@@ -41,12 +41,15 @@ pub struct Listen {
     pub watch_progress_notify_interval: Duration,
 }
 
-/// `http://host:port` → the address to bind. Only plain HTTP (h2c) is served.
+/// `http://host:port` or `https://host:port` → the address to bind.
 pub fn socket_addr(url: &str) -> anyhow::Result<SocketAddr> {
-    let rest = if let Some(rest) = url.strip_prefix("http://") {
+    let rest = if let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    {
         rest
-    } else if url.starts_with("https://") || url.starts_with("unix://") {
-        bail!("{url}: only http:// URLs are supported (no TLS or unix sockets yet)");
+    } else if url.starts_with("unix://") {
+        bail!("{url}: unix sockets are not supported; use http:// or https://");
     } else {
         bail!("{url}: expected a URL like http://127.0.0.1:2379");
     };
@@ -58,15 +61,28 @@ pub fn socket_addr(url: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("{url}: resolves to no address"))
 }
 
-async fn bind_all(urls: &[String], what: &str) -> anyhow::Result<Vec<TcpListener>> {
+/// Binds every URL; each listener comes with the TLS it serves (`https://` URLs), from
+/// `tls` (an `https://` URL without it is refused, saying why: `no_tls`).
+async fn bind_all(
+    urls: &[String],
+    what: &str,
+    tls: Option<&Arc<rustls::ServerConfig>>,
+    no_tls: &str,
+) -> anyhow::Result<Vec<(TcpListener, Option<Arc<rustls::ServerConfig>>)>> {
     let mut out = Vec::new();
     for url in urls {
         let addr = socket_addr(url)?;
-        out.push(
+        let tls = if url.starts_with("https://") {
+            Some(tls.with_context(|| format!("{url}: {no_tls}"))?.clone())
+        } else {
+            None
+        };
+        out.push((
             TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("listening for {what} on {url}"))?,
-        );
+            tls,
+        ));
     }
     Ok(out)
 }
@@ -80,16 +96,53 @@ pub async fn run(
     listen: Listen,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let provider = crate::tls::provider(&config.tls.cipher_suites)?;
+    let client_tls = match &config.tls.client {
+        Some(files) => Some(crate::tls::server_config(files, provider.clone())?),
+        None => None,
+    };
+    let peer_tls = match &config.tls.peer {
+        Some(files) => Some(crate::tls::server_config(files, provider)?),
+        None => None,
+    };
     // Bind first: a taken port fails the start before anything touches the data directory.
-    let client = bind_all(&listen.client_urls, "clients").await?;
-    let peer = bind_all(&listen.peer_urls, "peers").await?;
-    let metrics = bind_all(&listen.metrics_urls, "metrics").await?;
-    let kube_api = bind_all(&listen.api_urls, "the Kubernetes API").await?;
+    let client = bind_all(
+        &listen.client_urls,
+        "clients",
+        client_tls.as_ref(),
+        "https:// needs --cert-file and --key-file",
+    )
+    .await?;
+    let peer = bind_all(
+        &listen.peer_urls,
+        "peers",
+        peer_tls.as_ref(),
+        "https:// needs --peer-cert-file and --peer-key-file",
+    )
+    .await?;
+    let metrics = plain(
+        bind_all(
+            &listen.metrics_urls,
+            "metrics",
+            None,
+            "metrics URLs serve plain HTTP only (the client URLs serve /metrics over TLS)",
+        )
+        .await?,
+    );
+    let kube_api = plain(
+        bind_all(
+            &listen.api_urls,
+            "the Kubernetes API",
+            None,
+            "the Kubernetes API is served over plain HTTP only, for now",
+        )
+        .await?,
+    );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     // Peers must be reachable while the member starts (a joining member says hello first).
     let (member_tx, member_rx) = tokio::sync::watch::channel(None::<Arc<StoreMember>>);
-    for l in peer {
+    for (l, tls) in peer {
         let mut rx = member_rx.clone();
         let stop = stop_rx.clone();
         tasks.spawn(async move {
@@ -101,16 +154,26 @@ pub async fn run(
                     return Ok(());
                 }
             };
-            tonic::transport::Server::builder()
+            let router = tonic::transport::Server::builder()
                 .trace_fn(|req| tracing::trace_span!("store.peer", method = %req.uri().path()))
                 .add_service(
                     RaftPeerServer::new(PeerService::new(member))
                         .max_decoding_message_size(usize::MAX)
                         .max_encoding_message_size(usize::MAX),
-                )
-                .serve_with_incoming_shutdown(incoming(l), wait(stop))
-                .await
-                .context("peer server")
+                );
+            match tls {
+                Some(tls) => {
+                    router
+                        .serve_with_incoming_shutdown(crate::tls::incoming(l, tls), wait(stop))
+                        .await
+                }
+                None => {
+                    router
+                        .serve_with_incoming_shutdown(incoming(l), wait(stop))
+                        .await
+                }
+            }
+            .context("peer server")
         });
     }
     let member = StoreMember::start(config, Some(crate::cluster::watch::tagger())).await?;
@@ -132,13 +195,13 @@ pub async fn run(
                 .context("Kubernetes API server")
         });
     }
-    for l in client {
+    for (l, tls) in client {
         let m = member.clone();
         let stop = stop_rx.clone();
         let progress = listen.watch_progress_notify_interval;
         let cluster_api = cluster_api.clone();
         tasks.spawn(async move {
-            tonic::transport::Server::builder()
+            let router = tonic::transport::Server::builder()
                 // etcd serves `/health` and the like on its client URLs, over HTTP/1.1 too.
                 .accept_http1(true)
                 // One span per request (and per stream), named by its gRPC method.
@@ -175,10 +238,20 @@ pub async fn run(
                     ClusterServer::new(cluster_api.clone())
                         .max_decoding_message_size(limit)
                         .max_encoding_message_size(usize::MAX),
-                )
-                .serve_with_incoming_shutdown(incoming(l), wait(stop))
-                .await
-                .context("client server")
+                );
+            match tls {
+                Some(tls) => {
+                    router
+                        .serve_with_incoming_shutdown(crate::tls::incoming(l, tls), wait(stop))
+                        .await
+                }
+                None => {
+                    router
+                        .serve_with_incoming_shutdown(incoming(l), wait(stop))
+                        .await
+                }
+            }
+            .context("client server")
         });
     }
     for l in metrics {
@@ -221,6 +294,11 @@ pub async fn run(
         while tasks.join_next().await.is_some() {}
     }
     result
+}
+
+/// Listeners that serve no TLS (metrics, the Kubernetes API: plain HTTP for now).
+fn plain(bound: Vec<(TcpListener, Option<Arc<rustls::ServerConfig>>)>) -> Vec<TcpListener> {
+    bound.into_iter().map(|(l, _)| l).collect()
 }
 
 /// The start of tonic's answer to a message over `max_decoding_message_size`.

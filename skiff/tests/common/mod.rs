@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use etcd_client::Client;
-use skiff_launch::{Child, ClusterState, Launch, StoreCommand};
+use skiff_launch::{Child, ClusterState, Launch, StoreCommand, StoreTls};
 use skiff_proto::http::HttpClient;
 
 /// A port that is free now, below Linux's ephemeral range (32768+): ports the kernel hands
@@ -60,6 +60,11 @@ impl Member {
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(Child::pid)
     }
+
+    /// The exit status, once the process has exited (it is reaped then).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(Child::exited)
+    }
 }
 
 #[derive(Debug)]
@@ -71,7 +76,14 @@ pub struct Cluster {
     /// Whether members serve the Kubernetes API (on their `api_url`); off unless a test needs
     /// it, so clusters started side by side take no more ports than they use.
     pub serve_api: bool,
+    /// `skiff certs` output the members use for `https://` URLs (`m<i>.pem`, `ca.pem`); none:
+    /// plain HTTP.
+    pub tls_dir: Option<PathBuf>,
 }
+
+/// The certificates (`root.pem` as the client's) that clients of `https://` endpoints in this
+/// test binary present: set by [`Cluster::start_tls`].
+static CLIENT_TLS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
 pub fn skiff_bin() -> &'static str {
     env!("CARGO_BIN_EXE_skiff")
@@ -106,12 +118,22 @@ impl Cluster {
         Cluster::start_serving_prepared(n, serve_api, tune, |_| {}).await
     }
 
+    /// Starts `n` members on `https://` client and peer URLs with the certificates in
+    /// `certs` (`skiff certs --member m0 … --client root`), certificates required on both;
+    /// clients in this test binary present `root.pem`.
+    pub async fn start_tls(n: usize, certs: &Path) -> Cluster {
+        let set = CLIENT_TLS.get_or_init(|| certs.to_path_buf());
+        assert_eq!(set, certs, "one certificate directory per test binary");
+        Cluster::start_serving_prepared(n, false, |_| {}, |_| {}).await
+    }
+
     async fn start_serving_prepared(
         n: usize,
         serve_api: bool,
         tune: impl Fn(&mut StoreCommand),
         prepare: impl Fn(&Cluster),
     ) -> Cluster {
+        let tls_dir = CLIENT_TLS.get().cloned();
         // openraft bounds each AppendEntries by the heartbeat interval: keep etcd's default,
         // so a debug build replicating large batches on a busy machine keeps up.
         let mut store = StoreCommand {
@@ -125,14 +147,16 @@ impl Cluster {
         loop {
             attempt += 1;
             let dir = tempfile::tempdir().expect("tempdir");
+            let scheme = if tls_dir.is_some() { "https" } else { "http" };
             let members: Vec<Member> = (0..n)
-                .map(|i| new_member(dir.path(), &format!("m{i}")))
+                .map(|i| new_member(dir.path(), &format!("m{i}"), scheme))
                 .collect();
             let mut c = Cluster {
                 dir,
                 members,
                 store: store.clone(),
                 serve_api,
+                tls_dir: tls_dir.clone(),
             };
             prepare(&c);
             for i in 0..n {
@@ -156,7 +180,11 @@ impl Cluster {
     async fn wait_listening(&mut self, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         for m in &mut self.members {
-            let endpoint = m.endpoint();
+            let endpoint = m
+                .client_url
+                .trim_start_matches("http://")
+                .trim_start_matches("https://")
+                .to_string();
             let Some(child) = m.child.as_mut().filter(|c| c.is_running()) else {
                 continue;
             };
@@ -197,6 +225,11 @@ impl Cluster {
             listen_api_url: self.serve_api.then(|| m.api_url.clone()),
             initial_cluster,
             initial_cluster_state: state,
+            tls: self.tls_dir.as_ref().map(|d| StoreTls {
+                cert: d.join(format!("{}.pem", m.name)),
+                key: d.join(format!("{}-key.pem", m.name)),
+                ca: d.join("ca.pem"),
+            }),
             ..self.store.clone()
         };
         let child = Launch::new(&m.name, skiff_bin(), &m.log)
@@ -209,7 +242,12 @@ impl Cluster {
     /// Adds a member to the cluster's list (not started, not yet in the Raft membership).
     pub fn add_spec(&mut self) -> usize {
         let i = self.members.len();
-        let m = new_member(self.dir.path(), &format!("m{i}"));
+        let scheme = if self.tls_dir.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let m = new_member(self.dir.path(), &format!("m{i}"), scheme);
         self.members.push(m);
         i
     }
@@ -315,11 +353,11 @@ impl Drop for Cluster {
     }
 }
 
-fn new_member(dir: &Path, name: &str) -> Member {
+fn new_member(dir: &Path, name: &str, scheme: &str) -> Member {
     Member {
         name: name.to_string(),
-        client_url: format!("http://127.0.0.1:{}", free_port()),
-        peer_url: format!("http://127.0.0.1:{}", free_port()),
+        client_url: format!("{scheme}://127.0.0.1:{}", free_port()),
+        peer_url: format!("{scheme}://127.0.0.1:{}", free_port()),
         metrics_url: format!("http://127.0.0.1:{}", free_port()),
         api_url: format!("http://127.0.0.1:{}", free_port()),
         data_dir: dir.join(name),
@@ -329,10 +367,27 @@ fn new_member(dir: &Path, name: &str) -> Member {
 }
 
 async fn try_connect(endpoints: &[String]) -> Result<Client, etcd_client::Error> {
-    let opts = etcd_client::ConnectOptions::new()
+    let mut opts = etcd_client::ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(2))
         .with_timeout(Duration::from_secs(10));
+    if endpoints.iter().any(|e| e.starts_with("https://")) {
+        let dir = CLIENT_TLS
+            .get()
+            .expect("https endpoints come from Cluster::start_tls");
+        opts = opts.with_tls(client_tls(dir, "root"));
+    }
     Client::connect(endpoints, Some(opts)).await
+}
+
+/// The Rust etcd client's TLS with `dir`'s CA and the client certificate `name`.
+pub fn client_tls(dir: &Path, name: &str) -> etcd_client::TlsOptions {
+    let read = |f: String| std::fs::read(dir.join(&f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(read("ca.pem".into())))
+        .identity(etcd_client::Identity::from_pem(
+            read(format!("{name}.pem")),
+            read(format!("{name}-key.pem")),
+        ))
 }
 
 pub async fn connect(endpoints: &[String]) -> Client {

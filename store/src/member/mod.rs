@@ -73,6 +73,8 @@ pub struct MemberConfig {
     pub compactor: CompactorConfig,
     /// Compaction on a timer (`--auto-compaction-mode/-retention`); none when `None`.
     pub auto_compaction: Option<AutoCompaction>,
+    /// Certificates for `https://` client and peer URLs.
+    pub tls: crate::tls::TlsSettings,
 }
 
 impl Default for MemberConfig {
@@ -95,6 +97,7 @@ impl Default for MemberConfig {
             event_ttl: Duration::from_secs(3600),
             compactor: CompactorConfig::default(),
             auto_compaction: None,
+            tls: crate::tls::TlsSettings::default(),
         }
     }
 }

@@ -46,7 +46,14 @@ impl StoreMember {
         let db = backend::open(&config.data_dir.join("db"))?;
         let token = config.initial_cluster_token.clone();
         let id = member_id(&config.initial_advertise_peer_urls, &token);
-        let channels = Channels::default();
+        let peer_tls = match &config.tls.peer {
+            Some(files) => Some(crate::tls::client_config(
+                files,
+                crate::tls::provider(&config.tls.cipher_suites)?,
+            )?),
+            None => None,
+        };
+        let channels = Channels::new(peer_tls);
         let activity = PeerActivity::default();
         let meta = backend::cf(&db, backend::CF_META);
         let cluster = match db.get_cf(meta, META_CLUSTER_ID)? {
@@ -79,7 +86,9 @@ impl StoreMember {
             proposals.clone(),
             &config.data_dir.join("snap"),
         )?;
-        let lacks_snapshot = sm.lacks_snapshot();
+        // The log purged past what the snapshot on disk holds (a restored member): a member
+        // that falls behind could be sent nothing, so a snapshot is built at once.
+        let lacks_snapshot = crate::raft::log_store::read_purged(&db)? > sm.snapshot_last();
         let metrics = shared.metrics.clone();
         let log = LogStore::new(db.clone(), proposals.clone()).with_metrics(metrics.clone());
         let hb = config.heartbeat_interval.as_millis() as u64;
@@ -184,6 +193,23 @@ impl StoreMember {
     }
 }
 
+/// A status's message and the chain of errors under it (a TLS refusal is three levels down a
+/// "transport error").
+fn with_causes(status: &tonic::Status) -> String {
+    use std::error::Error as _;
+    let mut text = status.message().to_string();
+    let mut source = status.source();
+    while let Some(e) = source {
+        let part = e.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = e.source();
+    }
+    text
+}
+
 /// Asks the initial cluster's members for the cluster id (a member joining an existing
 /// cluster).
 async fn hello_any(channels: &Channels, config: &MemberConfig, me: u64) -> anyhow::Result<u64> {
@@ -208,8 +234,6 @@ async fn hello_any(channels: &Channels, config: &MemberConfig, me: u64) -> anyho
     }
     anyhow::bail!(
         "no member of --initial-cluster answered (joining an existing cluster): {}",
-        last_err
-            .map(|e| e.message().to_string())
-            .unwrap_or_default()
+        last_err.map(|e| with_causes(&e)).unwrap_or_default()
     )
 }

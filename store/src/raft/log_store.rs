@@ -33,6 +33,19 @@ pub(crate) fn write_purged(db: &DB, last: LogId) -> Result<(), crate::error::Sto
         .map_err(crate::error::StoreError::internal)
 }
 
+/// The last purged log id (none: nothing purged).
+pub(crate) fn read_purged(db: &DB) -> Result<Option<LogId>, crate::error::StoreError> {
+    match db
+        .get_cf(backend::cf(db, CF_RAFT), PURGED)
+        .map_err(crate::error::StoreError::internal)?
+    {
+        Some(b) => backend::decode::<LogId>(&b)
+            .map(Some)
+            .map_err(crate::error::StoreError::internal),
+        None => Ok(None),
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct LogStore {
     db: Arc<DB>,

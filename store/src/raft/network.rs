@@ -40,36 +40,73 @@ pub enum SnapshotHeader {
 }
 
 /// Channels to peers, shared by every Raft replication stream and by request forwarding.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Channels {
     inner: Arc<Mutex<HashMap<String, Channel>>>,
+    /// How `https://` peers are dialled (none: they cannot be).
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl std::fmt::Debug for Channels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channels")
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Channels {
-    /// The cached channel to `url`, created (lazily connecting) on first use.
-    pub fn get(&self, url: &str) -> Result<Channel, tonic::transport::Error> {
+    /// Channels that dial `https://` peers with `tls`.
+    pub fn new(tls: Option<Arc<rustls::ClientConfig>>) -> Channels {
+        Channels {
+            inner: Arc::default(),
+            tls,
+        }
+    }
+
+    /// The cached channel to `url`, created (lazily connecting) on first use. An `https://`
+    /// URL is dialled over TLS (refused when this member has no peer certificate).
+    pub fn get(&self, url: &str) -> Result<Channel, ChannelError> {
         let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = map.get(url) {
             return Ok(c.clone());
         }
-        let channel = Endpoint::from_shared(url.to_string())?
+        // TLS is this member's own connector's (tonic is handed the plain-HTTP form of the
+        // URL, so its own TLS, when some other crate's feature builds it in, stays out).
+        let (dial, tls) = match url.strip_prefix("https://") {
+            Some(rest) => (
+                format!("http://{rest}"),
+                Some(self.tls.clone().ok_or(ChannelError::NoTls)?),
+            ),
+            None => (url.to_string(), None),
+        };
+        let endpoint = Endpoint::from_shared(dial)?
             .connect_timeout(Duration::from_secs(1))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(5))
-            .keep_alive_timeout(Duration::from_secs(5))
-            .connect_lazy();
+            .keep_alive_timeout(Duration::from_secs(5));
+        let channel = match tls {
+            Some(tls) => endpoint.connect_with_connector_lazy(crate::tls::connector(tls)),
+            None => endpoint.connect_lazy(),
+        };
         map.insert(url.to_string(), channel.clone());
         Ok(channel)
     }
 
-    pub fn peer_client(
-        &self,
-        url: &str,
-    ) -> Result<RaftPeerClient<Channel>, tonic::transport::Error> {
+    pub fn peer_client(&self, url: &str) -> Result<RaftPeerClient<Channel>, ChannelError> {
         Ok(RaftPeerClient::new(self.get(url)?)
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX))
     }
+}
+
+/// Why a channel to a peer could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    #[error(transparent)]
+    Url(#[from] tonic::transport::Error),
+    #[error("an https:// peer URL, and this member has no --peer-cert-file to dial it with")]
+    NoTls,
 }
 
 /// When each peer last answered a Raft RPC of this member's replication streams (heartbeats
@@ -163,7 +200,7 @@ fn decode_reply<T: DeserializeOwned, E: std::error::Error + DeserializeOwned>(
 }
 
 impl PeerConnection {
-    fn client(&self) -> Result<RaftPeerClient<Channel>, tonic::transport::Error> {
+    fn client(&self) -> Result<RaftPeerClient<Channel>, ChannelError> {
         self.channels.peer_client(&self.url)
     }
 

@@ -227,11 +227,9 @@ impl StateMachine {
         &self.shared
     }
 
-    /// Whether the keyspace has applied entries that no snapshot on disk covers although the
-    /// log behind them may be gone (a restored member): one must be built before a lagging
-    /// member can be sent it.
-    pub fn lacks_snapshot(&self) -> bool {
-        self.applied.is_some() && self.snapshots.lock().is_none()
+    /// The last log id the snapshot on disk covers.
+    pub fn snapshot_last(&self) -> Option<LogId> {
+        *self.snapshots.lock()
     }
 
     fn meta_entries(&self) -> [(&'static [u8], Vec<u8>); 2] {

@@ -1,0 +1,481 @@
+//! TLS on the store's client and peer URLs, with etcd's flags and their meaning:
+//!
+//! | flag | meaning |
+//! |---|---|
+//! | `--cert-file`, `--key-file` | the certificate (PEM, chain) and key the client URLs serve |
+//! | `--trusted-ca-file` | the CA client certificates must chain to |
+//! | `--client-cert-auth` | clients must present a certificate from that CA |
+//! | `--peer-cert-file`, `--peer-key-file` | served on the peer URLs, and presented to peers when dialling them |
+//! | `--peer-trusted-ca-file` | the CA peers' certificates (served and presented) must chain to |
+//! | `--peer-client-cert-auth` | peers dialling in must present one |
+//! | `--cipher-suites` | the TLS 1.2 suites allowed, by IANA name; TLS 1.3's are always on, as in Go |
+//!
+//! A URL is served with TLS when it is `https://`. The served certificate and key are read
+//! again when their files change (checked at most once a second, on a handshake), so a
+//! certificate is rotated by replacing the files; a pair that does not load is reported and the
+//! previous one kept. ALPN offers `h2` (gRPC) and `http/1.1` (`/health` and the like).
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime};
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, RootCertStore, ServerConfig, SupportedCipherSuite};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A certificate, its key, and whom to trust, for one kind of URL.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub trusted_ca: Option<PathBuf>,
+    /// The other side must present a certificate from `trusted_ca`.
+    pub client_cert_auth: bool,
+}
+
+/// A member's TLS settings (none: plain TCP only).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsSettings {
+    pub client: Option<TlsFiles>,
+    pub peer: Option<TlsFiles>,
+    /// TLS 1.2 cipher suites by IANA name; empty: rustls's defaults.
+    pub cipher_suites: Vec<String>,
+}
+
+/// Why TLS could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{}: {error}", path.display())]
+    Read { path: PathBuf, error: io::Error },
+    #[error("{}: no PEM certificate in it", path.display())]
+    NoCertificate { path: PathBuf },
+    #[error("{}: no PEM private key in it ({why})", path.display())]
+    NoKey { path: PathBuf, why: String },
+    #[error("{}: {why}", path.display())]
+    Invalid { path: PathBuf, why: String },
+    #[error(
+        "--cipher-suites: {name:?} is not a TLS 1.2 suite this build offers (it offers {})",
+        offered().join(", ")
+    )]
+    UnknownSuite { name: String },
+    #[error("{0}")]
+    Config(String),
+}
+
+/// The TLS 1.2 suites rustls offers, by IANA name.
+fn offered() -> Vec<String> {
+    rustls::crypto::ring::ALL_CIPHER_SUITES
+        .iter()
+        .filter(|s| s.version() == &rustls::version::TLS12)
+        .map(|s| format!("{:?}", s.suite()))
+        .collect()
+}
+
+/// The crypto provider with only the TLS 1.2 suites named (TLS 1.3's all kept).
+pub fn provider(cipher_suites: &[String]) -> Result<Arc<CryptoProvider>, TlsError> {
+    let mut p = rustls::crypto::ring::default_provider();
+    if !cipher_suites.is_empty() {
+        let mut chosen: Vec<SupportedCipherSuite> = p
+            .cipher_suites
+            .iter()
+            .filter(|s| s.version() == &rustls::version::TLS13)
+            .copied()
+            .collect();
+        for name in cipher_suites {
+            let suite = rustls::crypto::ring::ALL_CIPHER_SUITES
+                .iter()
+                .find(|s| {
+                    s.version() == &rustls::version::TLS12
+                        && format!("{:?}", s.suite()).eq_ignore_ascii_case(name.trim())
+                })
+                .ok_or_else(|| TlsError::UnknownSuite { name: name.clone() })?;
+            chosen.push(*suite);
+        }
+        p.cipher_suites = chosen;
+    }
+    Ok(Arc::new(p))
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|error| TlsError::Read {
+        path: path.to_path_buf(),
+        error,
+    })
+}
+
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = read(path)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Invalid {
+            path: path.to_path_buf(),
+            why: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(certs)
+}
+
+fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let pem = read(path)?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| TlsError::NoKey {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    })
+}
+
+fn roots(path: &Path) -> Result<Arc<RootCertStore>, TlsError> {
+    let mut store = RootCertStore::empty();
+    for cert in certificates(path)? {
+        store.add(cert).map_err(|e| TlsError::Invalid {
+            path: path.to_path_buf(),
+            why: format!("not a usable CA certificate: {e}"),
+        })?;
+    }
+    Ok(Arc::new(store))
+}
+
+fn certified_key(
+    cert: &Path,
+    key: &Path,
+    provider: &CryptoProvider,
+) -> Result<Arc<CertifiedKey>, TlsError> {
+    let chain = certificates(cert)?;
+    let key_der = private_key(key)?;
+    let ck = CertifiedKey::from_der(chain, key_der, provider).map_err(|e| TlsError::Invalid {
+        path: key.to_path_buf(),
+        why: format!("does not go with {}: {e}", cert.display()),
+    })?;
+    Ok(Arc::new(ck))
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// The served certificate, read again when its files change.
+#[derive(Debug)]
+struct Reloading {
+    cert: PathBuf,
+    key: PathBuf,
+    provider: Arc<CryptoProvider>,
+    state: Mutex<Loaded>,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    key: Arc<CertifiedKey>,
+    stamps: (Option<SystemTime>, Option<SystemTime>),
+    checked: Instant,
+}
+
+/// How often a handshake may look at the files.
+const RELOAD_CHECK: Duration = Duration::from_secs(1);
+
+impl Reloading {
+    fn new(files: &TlsFiles, provider: Arc<CryptoProvider>) -> Result<Reloading, TlsError> {
+        let stamps = (modified(&files.cert), modified(&files.key));
+        let key = certified_key(&files.cert, &files.key, &provider)?;
+        Ok(Reloading {
+            cert: files.cert.clone(),
+            key: files.key.clone(),
+            provider,
+            state: Mutex::new(Loaded {
+                key,
+                stamps,
+                checked: Instant::now(),
+            }),
+        })
+    }
+
+    fn current(&self) -> Arc<CertifiedKey> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.checked.elapsed() >= RELOAD_CHECK {
+            state.checked = Instant::now();
+            let stamps = (modified(&self.cert), modified(&self.key));
+            if stamps != state.stamps {
+                match certified_key(&self.cert, &self.key, &self.provider) {
+                    Ok(key) => {
+                        tracing::info!(cert = %self.cert.display(), "serving the certificate anew: its files changed");
+                        state.key = key;
+                        state.stamps = stamps;
+                    }
+                    // Perhaps half written: tried again at the next check.
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the changed certificate does not load; serving the previous one")
+                    }
+                }
+            }
+        }
+        state.key.clone()
+    }
+}
+
+impl ResolvesServerCert for Reloading {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// What `files` serves: its certificate (reloaded on change), and client certificates
+/// required when `client_cert_auth`.
+pub fn server_config(
+    files: &TlsFiles,
+    provider: Arc<CryptoProvider>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let builder = if files.client_cert_auth {
+        let ca = files.trusted_ca.as_ref().ok_or_else(|| {
+            TlsError::Config(
+                "client certificate authentication needs the trusted CA file to check them against"
+                    .into(),
+            )
+        })?;
+        let verifier = WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider.clone())
+            .build()
+            .map_err(|e| TlsError::Invalid {
+                path: ca.clone(),
+                why: e.to_string(),
+            })?;
+        builder.with_client_cert_verifier(verifier)
+    } else {
+        builder.with_no_client_auth()
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(Reloading::new(files, provider)?));
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// How a member dials its peers over TLS: their certificates checked against `files`'
+/// trusted CA, its own certificate presented.
+pub fn client_config(
+    files: &TlsFiles,
+    provider: Arc<CryptoProvider>,
+) -> Result<Arc<ClientConfig>, TlsError> {
+    let ca = files.trusted_ca.as_ref().ok_or_else(|| {
+        TlsError::Config("dialling peers over https needs --peer-trusted-ca-file".into())
+    })?;
+    let mut config = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(roots(ca)?)
+        .with_client_auth_cert(certificates(&files.cert)?, private_key(&files.key)?)
+        .map_err(|e| TlsError::Invalid {
+            path: files.key.clone(),
+            why: e.to_string(),
+        })?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// A TLS connection accepted on a listener, for tonic.
+#[derive(Debug)]
+pub struct TlsConn(tokio_rustls::server::TlsStream<TcpStream>);
+
+impl tonic::transport::server::Connected for TlsConn {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.0.get_ref().0.connect_info()
+    }
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+}
+
+/// How long a client has to finish its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The TLS connections accepted on `listener`, handshakes done (each on its own task, so a
+/// slow or silent client holds up no one). The accepting task ends when the stream is dropped.
+pub fn incoming(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+) -> impl futures::Stream<Item = io::Result<TlsConn>> + Send + 'static {
+    let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<TlsConn>>(64);
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let accept = tokio::spawn(async move {
+        let mut handshakes = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let (tcp, peer) = match accepted {
+                        Ok(a) => a,
+                        Err(e) => {
+                            // Out of file descriptors and the like: pause rather than spin.
+                            tracing::warn!(error = %e, "accepting a connection");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let _ = tcp.set_nodelay(true);
+                    let acceptor = acceptor.clone();
+                    let tx = tx.clone();
+                    handshakes.spawn(async move {
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                            Ok(Ok(tls)) => {
+                                let _ = tx.send(Ok(TlsConn(tls))).await;
+                            }
+                            Ok(Err(e)) => log_refused(peer, &e.to_string()),
+                            Err(_) => log_refused(peer, "no handshake within 10 s"),
+                        }
+                    });
+                }
+                Some(_) = handshakes.join_next(), if !handshakes.is_empty() => {}
+                () = tx.closed() => return,
+            }
+        }
+    });
+    let guard = AbortOnDrop(accept);
+    futures::stream::unfold((rx, guard), |(mut rx, guard)| async move {
+        rx.recv().await.map(|c| (c, (rx, guard)))
+    })
+}
+
+fn log_refused(peer: SocketAddr, why: &str) {
+    tracing::info!(%peer, reason = why, "TLS handshake refused");
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A TLS connection to a peer, as tonic's channels take it.
+pub type PeerIo = hyper_util::rt::TokioIo<tokio_rustls::client::TlsStream<TcpStream>>;
+
+type Dialling = Pin<Box<dyn Future<Output = io::Result<PeerIo>> + Send>>;
+
+/// Dials a channel's `http://host:port` over TLS with `config` (the channel is given the
+/// plain-HTTP form of an `https://` URL; TLS is done here).
+pub fn connector(
+    config: Arc<ClientConfig>,
+) -> impl tower::Service<
+    tonic::codegen::http::Uri,
+    Response = PeerIo,
+    Error = io::Error,
+    Future = Dialling,
+> + Clone
++ Send
++ 'static {
+    let connector = tokio_rustls::TlsConnector::from(config);
+    tower::service_fn(move |uri: tonic::codegen::http::Uri| -> Dialling {
+        let connector = connector.clone();
+        Box::pin(async move {
+            let host = uri
+                .host()
+                .ok_or_else(|| io::Error::other(format!("{uri}: no host")))?
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            let port = uri.port_u16().unwrap_or(443);
+            let tcp = TcpStream::connect((host.as_str(), port)).await?;
+            tcp.set_nodelay(true)?;
+            let name = ServerName::try_from(host.clone())
+                .map_err(|e| io::Error::other(format!("{host}: {e}")))?;
+            let tls = connector.connect(name, tcp).await?;
+            Ok(hyper_util::rt::TokioIo::new(tls))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cipher_suites_are_named_as_iana_names_them() {
+        let p = provider(&["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256".into()]).expect("known");
+        let tls12: Vec<_> = p
+            .cipher_suites
+            .iter()
+            .filter(|s| s.version() == &rustls::version::TLS12)
+            .collect();
+        assert_eq!(tls12.len(), 1);
+        assert!(
+            p.cipher_suites
+                .iter()
+                .any(|s| s.version() == &rustls::version::TLS13),
+            "TLS 1.3's suites stay"
+        );
+        let e = provider(&["TLS_RSA_WITH_RC4_128_SHA".into()]).expect_err("unknown");
+        let text = e.to_string();
+        assert!(
+            text.contains("TLS_RSA_WITH_RC4_128_SHA")
+                && text.contains("TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"),
+            "{text}"
+        );
+        assert_eq!(
+            provider(&[]).expect("defaults").cipher_suites.len(),
+            rustls::crypto::ring::default_provider().cipher_suites.len()
+        );
+    }
+
+    #[test]
+    fn files_that_do_not_load_are_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = TlsFiles {
+            cert: dir.path().join("nope.pem"),
+            key: dir.path().join("nope-key.pem"),
+            ..TlsFiles::default()
+        };
+        let e = server_config(&missing, provider(&[]).expect("provider")).expect_err("missing");
+        assert!(e.to_string().contains("nope.pem"), "{e}");
+        std::fs::write(dir.path().join("empty.pem"), "").expect("write");
+        let empty = TlsFiles {
+            cert: dir.path().join("empty.pem"),
+            ..missing
+        };
+        let e = server_config(&empty, provider(&[]).expect("provider")).expect_err("empty");
+        assert!(e.to_string().contains("no PEM certificate"), "{e}");
+    }
+}
