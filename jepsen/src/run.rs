@@ -203,6 +203,16 @@ pub async fn run_once(config: &Config, seed: u64) -> anyhow::Result<RunOutcome> 
         notes.push("final phase timed out".to_string());
         abort.cancel();
     }
+    // Every member still in the cluster, compared while it runs.
+    let convergence = if notes.is_empty() {
+        let live: Vec<(String, String)> = (0..cluster.len())
+            .filter(|&i| cluster.is_running(i) && !cluster.is_removed(i))
+            .map(|i| (cluster.name(i).to_string(), cluster.endpoint(i)))
+            .collect();
+        Some(checker::convergence::check(&live).await)
+    } else {
+        None
+    };
     cluster.stop_all();
 
     let history = recorder.history();
@@ -215,6 +225,7 @@ pub async fn run_once(config: &Config, seed: u64) -> anyhow::Result<RunOutcome> 
             .context("checker task")?
     };
     let mut checkers = checked;
+    checkers.extend(convergence);
     if !notes.is_empty() {
         // A cluster that never came back is a finding too: availability after heal.
         checkers.push(Verdict::new(

@@ -108,6 +108,8 @@ pub struct StoreCommand {
     pub log: Option<String>,
     /// TLS on `https://` client and peer URLs, with certificates required on both.
     pub tls: Option<StoreTls>,
+    /// `--experimental-corrupt-check-time`.
+    pub corrupt_check: Option<Duration>,
 }
 
 /// One certificate for a member's client and peer URLs alike (as `skiff certs` makes them),
@@ -149,6 +151,10 @@ impl StoreCommand {
             .opt(
                 "auto-compaction-retention",
                 self.auto_compaction_retention.map(duration),
+            )
+            .opt(
+                "experimental-corrupt-check-time",
+                self.corrupt_check.map(duration),
             )
             .opt("log", self.log.as_ref());
         if let Some(tls) = &self.tls {

@@ -172,6 +172,11 @@ pub struct Args {
     /// allowed); empty: the defaults.
     #[arg(long, env = "SKIFF_STORE_CIPHER_SUITES", value_delimiter = ',')]
     cipher_suites: Vec<String>,
+    /// How often the leader compares every member's keyspace hash with its own and raises
+    /// the CORRUPT alarm for one that differs (e.g. 5m); `0s` (etcd's default): never.
+    #[arg(long, env = "SKIFF_STORE_EXPERIMENTAL_CORRUPT_CHECK_TIME", default_value = "0s",
+          value_parser = skiff_proto::duration::parse)]
+    experimental_corrupt_check_time: Duration,
     /// Interval of progress notifications to watchers that asked for them (e.g. 10m, 5s).
     #[arg(long, env = "SKIFF_STORE_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL", default_value = "10m", value_parser = skiff_proto::duration::parse)]
     experimental_watch_progress_notify_interval: Duration,
@@ -444,6 +449,8 @@ impl Args {
             },
             auto_compaction,
             tls,
+            corrupt_check: (!self.experimental_corrupt_check_time.is_zero())
+                .then_some(self.experimental_corrupt_check_time),
         };
         let listen = Listen {
             client_urls: self.listen_client_urls,
@@ -601,6 +608,7 @@ mod tests {
             event_ttl: Some(Duration::from_secs(3)),
             auto_compaction_retention: Some(Duration::from_secs(300)),
             log: Some("info,openraft=warn".into()),
+            corrupt_check: Some(Duration::from_secs(7)),
             tls: Some(skiff_launch::StoreTls {
                 cert: "/c/m0.pem".into(),
                 key: "/c/m0-key.pem".into(),
@@ -651,6 +659,7 @@ mod tests {
             auto_compaction(&a.auto_compaction_mode, &a.auto_compaction_retention).unwrap(),
             Some(AutoCompaction::Periodic(Duration::from_secs(300)))
         );
+        assert_eq!(a.experimental_corrupt_check_time, Duration::from_secs(7));
         let tls = cmd.tls.as_ref().expect("tls");
         assert_eq!(a.cert_file.as_ref(), Some(&tls.cert));
         assert_eq!(a.key_file.as_ref(), Some(&tls.key));

@@ -81,7 +81,7 @@ fn register_and_watch_stay_correct_under_partitions_and_kills() {
         .iter()
         .filter_map(|c| c["checker"].as_str())
         .collect();
-    for c in ["linearizable", "watch", "revision-order"] {
+    for c in ["linearizable", "watch", "revision-order", "convergence"] {
         assert!(checkers.contains(&c), "{c} missing from {checkers:?}");
     }
     assert!(

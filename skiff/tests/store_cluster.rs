@@ -660,3 +660,117 @@ async fn a_leader_stopped_gracefully_hands_leadership_over_first() {
         assert!(keys.contains(k), "acknowledged write {k} lost");
     }
 }
+
+/// The corruption check (`--experimental-corrupt-check-time`): a member whose backend was
+/// changed behind Raft's back (here a stored value altered while it was stopped, as a failing
+/// disk might) hashes its keyspace differently at the same revision; the leader raises the
+/// CORRUPT alarm for it, and the cluster takes no more writes until an operator disarms it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_keyspace_differs_is_marked_corrupt_and_writes_stop() {
+    use etcd_client::{AlarmAction, AlarmType};
+
+    let mut cluster = Cluster::start_with(3, |s| {
+        s.corrupt_check = Some(Duration::from_millis(500));
+    })
+    .await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let victim = (leader + 1) % 3;
+    let mut client = cluster.client(leader).await;
+    for i in 0..20 {
+        client
+            .put(format!("/corrupt/{i:02}"), "value", None)
+            .await
+            .expect("put");
+    }
+    let victim_id = {
+        let mut v = cluster.client(victim).await;
+        // A linearizable read through it: it has applied every put.
+        v.get("/corrupt/19", None).await.expect("get");
+        v.status()
+            .await
+            .expect("status")
+            .header()
+            .expect("header")
+            .member_id()
+    };
+    // Healthy members agree: rounds of the check raise nothing.
+    let rounds = cluster
+        .metric(leader, "skiff_store_corruption_checks_total")
+        .await
+        .unwrap_or_default();
+    eventually(
+        Duration::from_secs(20),
+        "two more rounds of the check",
+        || {
+            let cluster = &cluster;
+            async move {
+                let now = cluster
+                    .metric(leader, "skiff_store_corruption_checks_total")
+                    .await?;
+                (now >= rounds + 2.0).then_some(())
+            }
+        },
+    )
+    .await;
+    let alarms = client
+        .alarm(AlarmAction::Get, AlarmType::None, None)
+        .await
+        .expect("alarm list");
+    assert!(
+        alarms.alarms().is_empty(),
+        "alarms raised on healthy members: {:?}",
+        alarms
+            .alarms()
+            .iter()
+            .map(|a| (a.member_id(), a.alarm()))
+            .collect::<Vec<_>>()
+    );
+
+    assert!(cluster.terminate(victim, Duration::from_secs(10)));
+    {
+        let db = skiff_store::backend::open(&cluster.members[victim].data_dir.join("db"))
+            .expect("open the stopped member's backend");
+        let cf = skiff_store::backend::cf(&db, skiff_store::backend::CF_KV);
+        let (key, value) = db
+            .iterator_cf(cf, rocksdb::IteratorMode::Start)
+            .next()
+            .expect("a stored version")
+            .expect("read");
+        let mut value = value.to_vec();
+        *value.last_mut().expect("a value") ^= 0x20;
+        db.put_cf(cf, &key, value).expect("write");
+    }
+    cluster.restart(victim);
+    eventually(
+        Duration::from_secs(30),
+        "the CORRUPT alarm for the altered member",
+        || {
+            let mut client = client.clone();
+            async move {
+                let r = client
+                    .alarm(AlarmAction::Get, AlarmType::None, None)
+                    .await
+                    .ok()?;
+                r.alarms()
+                    .iter()
+                    .any(|a| a.member_id() == victim_id && a.alarm() == AlarmType::Corrupt)
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let err = client
+        .put("/corrupt/after", "x", None)
+        .await
+        .expect_err("writes stop under CORRUPT");
+    assert!(err.to_string().contains("corrupt cluster"), "{err}");
+    let health = skiff_proto::http::HttpClient::new()
+        .get(
+            &format!("{}/health", cluster.members[leader].client_url),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("health");
+    assert_eq!(health.status, 503);
+    assert!(health.text().contains("ALARM CORRUPT"), "{}", health.text());
+}

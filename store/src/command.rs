@@ -208,7 +208,38 @@ pub struct TxnResponse {
 /// Alarms, as etcd's `AlarmType`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Alarm {
+    /// The backend outgrew its quota: puts are refused.
     NoSpace,
+    /// A member's keyspace differs from the leader's at the same revision: writes are refused
+    /// until an operator disarms it.
+    Corrupt,
+}
+
+impl Alarm {
+    /// etcd's `AlarmType` number.
+    pub fn number(self) -> i32 {
+        match self {
+            Alarm::NoSpace => 1,
+            Alarm::Corrupt => 2,
+        }
+    }
+
+    /// The alarm of etcd's `AlarmType` number `n`.
+    pub fn from_number(n: i32) -> Option<Alarm> {
+        match n {
+            1 => Some(Alarm::NoSpace),
+            2 => Some(Alarm::Corrupt),
+            _ => None,
+        }
+    }
+
+    /// etcd's name, as `alarm list` and `/health` print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Alarm::NoSpace => "NOSPACE",
+            Alarm::Corrupt => "CORRUPT",
+        }
+    }
 }
 
 /// A replicated state-machine command.

@@ -26,6 +26,9 @@ pub enum StoreError {
     RequestTooLarge,
     #[error("etcdserver: mvcc: database space exceeded")]
     NoSpace,
+    /// The CORRUPT alarm is raised: no writes until it is disarmed.
+    #[error("etcdserver: corrupt cluster")]
+    Corrupt,
     #[error("etcdserver: requested lease not found")]
     LeaseNotFound,
     #[error("etcdserver: lease already exists")]
@@ -76,6 +79,7 @@ impl StoreError {
             EmptyKey | KeyNotFound | ValueProvided | LeaseProvided | TooManyOps | DuplicateKey
             | RequestTooLarge | MemberBadUrls | Invalid(_) => Code::InvalidArgument,
             NoSpace => Code::ResourceExhausted,
+            Corrupt => Code::DataLoss,
             LeaseNotFound | MemberNotFound => Code::NotFound,
             LeaseExists
             | MemberExists

@@ -45,6 +45,8 @@ pub struct StoreMetrics {
     pub peer_rtt: RttFamily,
     pub proposals_failed: Counter,
     pub grpc_handled: Family<GrpcLabels, Counter>,
+    /// Rounds of the corruption check this member completed as leader.
+    pub corruption_checks: Counter,
     /// The last committed log index this member knows of (etcd's
     /// `proposals_committed_total`, a gauge despite its name).
     pub committed_index: Arc<AtomicU64>,
@@ -68,6 +70,7 @@ impl Default for StoreMetrics {
             peer_rtt: Family::new_with_constructor(rtt_buckets as fn() -> Histogram),
             proposals_failed: Counter::default(),
             grpc_handled: Family::default(),
+            corruption_checks: Counter::default(),
             committed_index: Arc::default(),
         }
     }
@@ -103,6 +106,11 @@ impl StoreMetrics {
             "etcd_server_proposals_failed",
             "The total number of failed proposals seen",
             self.proposals_failed.clone(),
+        );
+        r.register(
+            "skiff_store_corruption_checks",
+            "Rounds of the corruption check completed by this member as leader",
+            self.corruption_checks.clone(),
         );
         r.register(
             "grpc_server_handled",

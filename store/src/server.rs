@@ -18,6 +18,7 @@ use skiff_proto::metrics::{self, Registry, Scrape, Sink};
 
 use crate::client_port::ClientPortLayer;
 use crate::cluster::ClusterApi;
+use crate::command::Alarm;
 use crate::etcd::cluster::ClusterService;
 use crate::etcd::kv::KvService;
 use crate::etcd::lease::LeaseService;
@@ -402,9 +403,16 @@ fn http_routes(member: Arc<StoreMember>) -> axum::Router {
 /// The checks behind `/health` and `/readyz`: each one's name and, when it fails, why.
 fn checks(m: &StoreMember) -> [(&'static str, Option<&'static str>); 4] {
     let alarms = m.shared.read().alarms();
+    let alarm = if alarms.iter().any(|(_, a)| *a == Alarm::Corrupt) {
+        Some("ALARM CORRUPT")
+    } else if !alarms.is_empty() {
+        Some("ALARM NOSPACE")
+    } else {
+        None
+    };
     [
         ("leader", m.leader().is_none().then_some("RAFT NO LEADER")),
-        ("alarm", (!alarms.is_empty()).then_some("ALARM NOSPACE")),
+        ("alarm", alarm),
         (
             "watch_catch_up",
             (!m.shared.hub.catch_up_running()).then_some("WATCH CATCH-UP STOPPED"),
@@ -703,7 +711,11 @@ mod tests {
             socket_addr("http://127.0.0.1:2379").expect("valid"),
             "127.0.0.1:2379".parse().expect("addr")
         );
-        assert!(socket_addr("https://127.0.0.1:2379").is_err());
+        assert_eq!(
+            socket_addr("https://127.0.0.1:2379").expect("valid"),
+            "127.0.0.1:2379".parse().expect("addr")
+        );
+        assert!(socket_addr("unix:///run/skiff.sock").is_err());
         assert!(socket_addr("127.0.0.1:2379").is_err());
         assert!(socket_addr("http://127.0.0.1").is_err());
     }

@@ -9,7 +9,9 @@
 //! | [`watch`] | etcd's watch guarantees against acknowledged writes |
 //! | [`lease`] | kept-alive keys stay; revoked / expired keys go |
 //! | [`revision`] | real-time order implies revision order, on every workload |
+//! | [`convergence`] | after the run, every live member hashes its keyspace alike (HashKV) at one revision; reads the cluster, not the history |
 
+pub mod convergence;
 pub mod lease;
 pub mod register;
 pub mod revision;

@@ -46,9 +46,7 @@ fn alarm_members(alarms: &[(u64, Alarm)]) -> Vec<PbAlarmMember> {
         .iter()
         .map(|(member, alarm)| PbAlarmMember {
             member_id: *member,
-            alarm: match alarm {
-                Alarm::NoSpace => 1,
-            },
+            alarm: alarm.number(),
         })
         .collect()
 }
@@ -60,7 +58,10 @@ const HASH_CHUNK: i64 = 10_000;
 
 /// The hash of the keyspace as a read at `revision` (0: the current one) sees it; the
 /// revision hashed and the compaction revision then.
-fn hash_keyspace(member: &StoreMember, revision: i64) -> Result<(u32, i64, i64), StoreError> {
+pub(crate) fn hash_keyspace(
+    member: &StoreMember,
+    revision: i64,
+) -> Result<(u32, i64, i64), StoreError> {
     let (at, compacted) = {
         let mvcc = member.shared.read();
         let current = mvcc.revision();
@@ -115,9 +116,11 @@ impl PbMaintenanceService for MaintenanceService {
         req: Request<PbAlarmRequest>,
     ) -> Result<Response<PbAlarmResponse>, Status> {
         let req = req.into_inner();
+        // GET reads every alarm whatever the type; etcd's NONE (0) raises or disarms NOSPACE.
         let alarm = match req.alarm {
-            0 | 1 => Alarm::NoSpace,
-            n => return Err(StoreError::Invalid(format!("unsupported alarm type {n}")).into()),
+            0 => Alarm::NoSpace,
+            n => Alarm::from_number(n)
+                .ok_or_else(|| StoreError::Invalid(format!("unsupported alarm type {n}")))?,
         };
         let (revision, alarms) = match req.action {
             // GET
@@ -176,14 +179,7 @@ impl PbMaintenanceService for MaintenanceService {
             raft_applied_index: m.applied_index(),
             errors: alarms
                 .iter()
-                .map(|(id, a)| {
-                    format!(
-                        "memberID:{id} alarm:{}",
-                        match a {
-                            Alarm::NoSpace => "NOSPACE",
-                        }
-                    )
-                })
+                .map(|(id, a)| format!("memberID:{id} alarm:{}", a.name()))
                 .collect(),
             db_size_in_use: size,
             is_learner,

@@ -11,8 +11,10 @@
 //! | [`membership`]   | MemberAdd, MemberRemove, MemberPromote, MemberUpdate                 |
 //! | [`housekeeping`] | the member's timers: lease clock, client URLs, backend quota          |
 //! | [`transfer`]     | leadership transfer: MoveLeader, and handing over before stopping    |
+//! | [`corruption`]   | the leader's corruption check: members' hashes at one revision       |
 
 mod auto_compaction;
+mod corruption;
 mod forward;
 mod housekeeping;
 mod lessor;
@@ -75,6 +77,9 @@ pub struct MemberConfig {
     pub auto_compaction: Option<AutoCompaction>,
     /// Certificates for `https://` client and peer URLs.
     pub tls: crate::tls::TlsSettings,
+    /// How often the leader compares every member's keyspace hash with its own
+    /// (`--experimental-corrupt-check-time`); never when `None`.
+    pub corrupt_check: Option<Duration>,
 }
 
 impl Default for MemberConfig {
@@ -98,6 +103,7 @@ impl Default for MemberConfig {
             compactor: CompactorConfig::default(),
             auto_compaction: None,
             tls: crate::tls::TlsSettings::default(),
+            corrupt_check: None,
         }
     }
 }

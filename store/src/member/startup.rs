@@ -188,6 +188,7 @@ impl StoreMember {
         });
         member.spawn_housekeeping();
         member.spawn_leader_history();
+        member.spawn_corruption_check(member.config.corrupt_check);
         member.spawn_auto_compaction(member.config.auto_compaction);
         Ok(member)
     }

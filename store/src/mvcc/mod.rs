@@ -272,7 +272,9 @@ impl Mvcc {
             let mut w = TxnWrite::new(self.revision);
             w.batch = std::mem::take(&mut batch);
             w.overlay = std::mem::take(&mut overlay);
-            let result = if self.no_space() && txn_has_put(t) {
+            let result = if self.corrupt() {
+                Err(StoreError::Corrupt)
+            } else if self.no_space() && txn_has_put(t) {
                 Err(StoreError::NoSpace)
             } else {
                 self.txn(t, &mut w).map(Outcome::Txn)
@@ -330,7 +332,20 @@ impl Mvcc {
         self.alarms.iter().any(|(_, a)| *a == Alarm::NoSpace)
     }
 
+    fn corrupt(&self) -> bool {
+        self.alarms.iter().any(|(_, a)| *a == Alarm::Corrupt)
+    }
+
     fn apply_command(&mut self, cmd: &Command, w: &mut TxnWrite) -> Result<Outcome, StoreError> {
+        // Under CORRUPT nothing changes the keyspace (as etcd's corrupt applier); the alarms
+        // themselves can still be raised and disarmed.
+        let alarm = matches!(
+            cmd,
+            Command::AlarmActivate { .. } | Command::AlarmDeactivate { .. }
+        );
+        if self.corrupt() && !alarm {
+            return Err(StoreError::Corrupt);
+        }
         if self.no_space() && cmd_has_put(cmd) {
             return Err(StoreError::NoSpace);
         }

@@ -106,6 +106,17 @@ impl RaftPeer for PeerService {
         reply(&())
     }
 
+    async fn hash_kv(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let revision: i64 = decode(req.get_ref())?;
+        let member = self.member.clone();
+        let hashed = tokio::task::spawn_blocking(move || {
+            crate::etcd::maintenance::hash_keyspace(&member, revision)
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?;
+        reply(&hashed)
+    }
+
     async fn hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloResponse>, Status> {
         if req.get_ref().cluster_token != self.member.config.initial_cluster_token {
             return Err(Status::failed_precondition(format!(
