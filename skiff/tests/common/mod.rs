@@ -175,16 +175,22 @@ impl Cluster {
         }
     }
 
-    /// Waits until every running member accepts connections on its client URL; fails if one
-    /// exits meanwhile.
+    /// Waits until every running member answers on its client URL as itself (its member id,
+    /// from its peer URL, in the answer's header); fails if one exits meanwhile, or if another
+    /// process answers there: a port found free can be taken by a concurrent test before the
+    /// member binds it, and then the member exits while the stranger (another cluster's peer
+    /// port, say) accepts connections in its place.
     async fn wait_listening(&mut self, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         for m in &mut self.members {
-            let endpoint = m
+            let address = m
                 .client_url
                 .trim_start_matches("http://")
                 .trim_start_matches("https://")
                 .to_string();
+            let endpoint = m.endpoint();
+            let expected =
+                skiff_store::raft::member_id(std::slice::from_ref(&m.peer_url), "skiff-cluster");
             let Some(child) = m.child.as_mut().filter(|c| c.is_running()) else {
                 continue;
             };
@@ -193,11 +199,28 @@ impl Cluster {
                     let last = child.log_tail(1);
                     return Err(format!("{} exited with {status}: {last}", m.name));
                 }
-                if TcpStream::connect(&endpoint).is_ok() {
-                    break;
+                if TcpStream::connect(&address).is_ok() {
+                    let answer = match try_connect(std::slice::from_ref(&endpoint)).await {
+                        Ok(mut c) => c.status().await.map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    match answer {
+                        Ok(s) if s.header().map(|h| h.member_id()) == Some(expected) => break,
+                        Ok(_) => {
+                            return Err(format!("another member answers on {}", m.client_url));
+                        }
+                        Err(e) if e.contains("Unimplemented") || e.contains("not implemented") => {
+                            return Err(format!(
+                                "another process answers on {}: {e}",
+                                m.client_url
+                            ));
+                        }
+                        // Still starting.
+                        Err(_) => {}
+                    }
                 }
                 if Instant::now() > deadline {
-                    return Err(format!("{} not listening after {timeout:?}", m.name));
+                    return Err(format!("{} not serving after {timeout:?}", m.name));
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
