@@ -10,8 +10,8 @@
 //! | `--peer-client-cert-auth` | peers dialling in must present one |
 //! | `--cipher-suites` | the TLS 1.2 suites allowed, by IANA name; TLS 1.3's are always on, as in Go |
 //!
-//! A URL is served with TLS when it is `https://`. The served certificate and key are read
-//! again when their files change (checked at most once a second, on a handshake), so a
+//! A URL is served with TLS when it is `https://`. A member's certificate and key (served, and
+//! presented when it dials a peer) are read again when their files change (checked at most once a second, on a handshake), so a
 //! certificate is rotated by replacing the files; a pair that does not load is reported and the
 //! previous one kept. ALPN offers `h2` (gRPC) and `http/1.1` (`/health` and the like).
 
@@ -229,6 +229,20 @@ impl ResolvesServerCert for Reloading {
     }
 }
 
+impl rustls::client::ResolvesClientCert for Reloading {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
 /// What `files` serves: its certificate (reloaded on change), and client certificates
 /// required when `client_cert_auth`.
 pub fn server_config(
@@ -261,7 +275,8 @@ pub fn server_config(
 }
 
 /// How a member dials its peers over TLS: their certificates checked against `files`'
-/// trusted CA, its own certificate presented.
+/// trusted CA, its own certificate presented (read again when its files change, as the served
+/// one is; connections already open keep the one they began with).
 pub fn client_config(
     files: &TlsFiles,
     provider: Arc<CryptoProvider>,
@@ -273,11 +288,7 @@ pub fn client_config(
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Config(e.to_string()))?
         .with_root_certificates(roots(ca)?)
-        .with_client_auth_cert(certificates(&files.cert)?, private_key(&files.key)?)
-        .map_err(|e| TlsError::Invalid {
-            path: files.key.clone(),
-            why: e.to_string(),
-        })?;
+        .with_client_cert_resolver(Arc::new(Reloading::new(files, provider.clone())?));
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))
 }
