@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use etcd_client::{Client, ConnectOptions};
-use skiff_launch::{Child, ClusterState, Launch, StoreCommand};
+use skiff_launch::{Child, ClusterState, Launch, StoreCommand, StoreTls};
 
 use crate::network;
 
@@ -39,11 +39,63 @@ pub struct Cluster {
     members: Vec<Member>,
 }
 
+/// The certificates of a `--tls` campaign (`skiff certs` output: a certificate per member
+/// name, `root` for the clients); unset: plain HTTP.
+static TLS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Makes the certificates of a `--tls` campaign in `dir` with `skiff` and has every member and
+/// client of the campaign use them.
+pub fn use_tls(skiff: &Path, dir: &Path, nodes: usize) -> anyhow::Result<()> {
+    let mut cmd = std::process::Command::new(skiff);
+    cmd.arg("certs").arg("--dir").arg(dir);
+    for i in 0..nodes {
+        cmd.arg("--member").arg(network::netns(i));
+    }
+    let hosts: Vec<String> = (0..nodes)
+        .map(|i| network::member_ip(i).to_string())
+        .chain(["127.0.0.1".to_string()])
+        .collect();
+    cmd.arg("--client")
+        .arg("root")
+        .arg("--hosts")
+        .arg(hosts.join(","));
+    if dir.join("ca.pem").exists() {
+        cmd.arg("--force");
+    }
+    let out = cmd.output().context("running skiff certs")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "skiff certs: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let set = TLS.get_or_init(|| dir.to_path_buf());
+    anyhow::ensure!(set == dir, "one certificate directory per process");
+    Ok(())
+}
+
+fn tls_options(dir: &Path) -> anyhow::Result<etcd_client::TlsOptions> {
+    let read = |f: &str| std::fs::read(dir.join(f)).with_context(|| format!("reading {f}"));
+    Ok(etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(read("ca.pem")?))
+        .identity(etcd_client::Identity::from_pem(
+            read("root.pem")?,
+            read("root-key.pem")?,
+        )))
+}
+
+/// `http` or, in a `--tls` campaign, `https`.
+fn scheme() -> &'static str {
+    if TLS.get().is_some() { "https" } else { "http" }
+}
+
 /// Connects a client to some endpoints, with the harness's timeouts.
 pub async fn connect(endpoints: &[String], timeout: Duration) -> anyhow::Result<Client> {
-    let opts = ConnectOptions::new()
+    let mut opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(1))
         .with_timeout(timeout);
+    if let Some(dir) = TLS.get() {
+        opts = opts.with_tls(tls_options(dir)?);
+    }
     tokio::time::timeout(timeout, Client::connect(endpoints, Some(opts)))
         .await
         .map_err(|_| anyhow!("connecting to {endpoints:?} timed out"))?
@@ -81,13 +133,16 @@ impl Cluster {
         &self.members[i].name
     }
 
-    /// Client endpoint of member `i` (`host:port`).
+    /// Client endpoint of member `i` (`host:port`; `https://host:port` in a `--tls` campaign).
     pub fn endpoint(&self, i: usize) -> String {
-        format!("{}:2379", network::member_ip(i))
+        match TLS.get() {
+            Some(_) => format!("https://{}:2379", network::member_ip(i)),
+            None => format!("{}:2379", network::member_ip(i)),
+        }
     }
 
     fn peer_url(i: usize) -> String {
-        format!("http://{}:2380", network::member_ip(i))
+        format!("{}://{}:2380", scheme(), network::member_ip(i))
     }
 
     pub fn is_running(&self, i: usize) -> bool {
@@ -121,8 +176,8 @@ impl Cluster {
         let store = StoreCommand {
             name: m.name.clone(),
             data_dir: m.data_dir.clone(),
-            listen_client_url: format!("http://{ip}:2379"),
-            listen_peer_url: format!("http://{ip}:2380"),
+            listen_client_url: format!("{}://{ip}:2379", scheme()),
+            listen_peer_url: format!("{}://{ip}:2380", scheme()),
             listen_metrics_url: Some(format!("http://{ip}:2381")),
             initial_cluster,
             initial_cluster_state: state,
@@ -131,6 +186,11 @@ impl Cluster {
             snapshot_count: Some(SNAPSHOT_COUNT),
             snapshot_catchup_entries: Some(SNAPSHOT_CATCHUP_ENTRIES),
             log: Some("info,openraft=warn".into()),
+            tls: TLS.get().map(|d| StoreTls {
+                cert: d.join(format!("{}.pem", m.name)),
+                key: d.join(format!("{}-key.pem", m.name)),
+                ca: d.join("ca.pem"),
+            }),
             ..StoreCommand::default()
         };
         let child = Launch::new(&m.name, "ip", &m.log)

@@ -43,6 +43,9 @@ pub struct Config {
     pub budget: u64,
     /// Self-test: serializable register reads, which the checkers must catch as stale.
     pub serializable_reads: bool,
+    /// Members on `https://` client and peer URLs with certificates required on both, and
+    /// clients presenting one (made by `skiff certs` in `<dir>/certs`).
+    pub tls: bool,
 }
 
 impl Config {
@@ -93,6 +96,10 @@ pub async fn campaign(config: &Config) -> anyhow::Result<Vec<RunOutcome>> {
     network::setup(config.nodes)
         .await
         .context("setting up the test network (root and a private network namespace needed)")?;
+    if config.tls {
+        crate::cluster::use_tls(&config.skiff, &config.dir.join("certs"), config.nodes)
+            .context("making the campaign's certificates")?;
+    }
     let mut outcomes = Vec::new();
     for seed in config.seed..config.seed + config.runs {
         let outcome = run_once(config, seed).await?;

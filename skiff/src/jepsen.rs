@@ -48,6 +48,11 @@ pub struct Args {
     /// stale), so under partitions the checkers should report stale reads and the run fail.
     #[arg(long)]
     serializable_reads: bool,
+    /// TLS everywhere: members on https:// client and peer URLs with client certificates
+    /// required, clients presenting one (certificates made by `skiff certs` in
+    /// `<report-dir>/certs`).
+    #[arg(long)]
+    tls: bool,
 }
 
 fn nemeses(names: &[String]) -> anyhow::Result<Vec<Nemesis>> {
@@ -88,6 +93,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         dir: args.report_dir,
         budget: args.budget,
         serializable_reads: args.serializable_reads,
+        tls: args.tls,
     };
     config.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()

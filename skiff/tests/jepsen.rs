@@ -1,7 +1,8 @@
 //! The short Jepsen run of the default suite: about 30 s of `register` and `watch` traffic
 //! against three real `skiff store` members in private network namespaces, while the
 //! nemesis partitions the network (iptables grudges) and kill -9s members (restarting them on
-//! their data directories).
+//! their data directories). It runs with `--tls`: members on `https://` client and peer URLs
+//! with certificates required on both, so TLS handshakes are under the same faults.
 //!
 //! Property proven: under those faults every history the store produces is linearizable per
 //! key, in revision order across keys, and every watcher's stream is ordered, unique,
@@ -55,6 +56,7 @@ fn register_and_watch_stay_correct_under_partitions_and_kills() {
             "30",
             "--seed",
             "7",
+            "--tls",
             "--report-dir",
         ])
         .arg(dir.path())
