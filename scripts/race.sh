@@ -10,13 +10,17 @@
 #        bash scripts/race.sh stuck-watchers [quick]
 #          puts/s and p50/p99 through each leader with 0, 4 and 64 watch streams that never
 #          read (`bench kv stuck-watch`), etcd beside Skiff, instead of the whole race.
+#        bash scripts/race.sh tls [quick]
+#          both clusters on https:// client and peer URLs, client certificates required on
+#          both (made by `skiff certs`): puts from 1,000 clients and from one, and
+#          linearizable reads, etcd beside Skiff, instead of the whole race.
 # SKIFF_BIN=path uses that skiff binary instead of building the release one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
 
 mode=race
-if [ "${1:-}" = stuck-watchers ] || [ "${1:-}" = compaction ]; then
+if [ "${1:-}" = stuck-watchers ] || [ "${1:-}" = compaction ] || [ "${1:-}" = tls ]; then
   mode=$1
   shift
 fi
@@ -44,37 +48,59 @@ cleanup() {
 trap cleanup EXIT
 
 # etcd on 40000+, Skiff on 41000+: member i at +10i (client), +1 (peer), +2 (metrics).
+# In tls mode every client and peer URL is https://, with client certificates required on
+# both, from one CA for both systems.
+scheme=http tls_etcd=() tls_skiff=() tls_client=() tls_bench=()
+if [ "$mode" = tls ]; then
+  scheme=https
+  certs="$work/certs"
+  "$SKIFF" certs --dir "$certs" --member e0 --member e1 --member e2 --member s0 --member s1 \
+    --member s2 --client root --hosts 127.0.0.1,localhost >/dev/null
+  tls_client=(--cacert "$certs/ca.pem" --cert "$certs/root.pem" --key "$certs/root-key.pem")
+  tls_bench=("${tls_client[@]}")
+fi
+member_tls() { # name → the flags of its certificate, for client and peer URLs
+  [ "$mode" = tls ] || return 0
+  echo "--cert-file $certs/$1.pem --key-file $certs/$1-key.pem --trusted-ca-file $certs/ca.pem" \
+    "--client-cert-auth --peer-cert-file $certs/$1.pem --peer-key-file $certs/$1-key.pem" \
+    "--peer-trusted-ca-file $certs/ca.pem --peer-client-cert-auth"
+}
 etcd_cluster="" skiff_cluster=""
 for i in 0 1 2; do
-  etcd_cluster+="${etcd_cluster:+,}e$i=http://127.0.0.1:$((40001 + 10 * i))"
-  skiff_cluster+="${skiff_cluster:+,}s$i=http://127.0.0.1:$((41001 + 10 * i))"
+  etcd_cluster+="${etcd_cluster:+,}e$i=$scheme://127.0.0.1:$((40001 + 10 * i))"
+  skiff_cluster+="${skiff_cluster:+,}s$i=$scheme://127.0.0.1:$((41001 + 10 * i))"
 done
 for i in 0 1 2; do
   c=$((40000 + 10 * i))
+  # shellcheck disable=SC2046
   "$ETCD" --name "e$i" --data-dir "$work/etcd-$i" \
-    --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
-    --listen-peer-urls "http://127.0.0.1:$((c + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((c + 1))" \
+    --listen-client-urls "$scheme://127.0.0.1:$c" --advertise-client-urls "$scheme://127.0.0.1:$c" \
+    --listen-peer-urls "$scheme://127.0.0.1:$((c + 1))" --initial-advertise-peer-urls "$scheme://127.0.0.1:$((c + 1))" \
     --listen-metrics-urls "http://127.0.0.1:$((c + 2))" \
     --initial-cluster "$etcd_cluster" --initial-cluster-state new --initial-cluster-token race \
-    --quota-backend-bytes 8589934592 2>"$work/etcd-$i.log" &
+    --quota-backend-bytes 8589934592 $(member_tls "e$i") 2>"$work/etcd-$i.log" &
   pids+=($!)
   c=$((41000 + 10 * i))
+  # shellcheck disable=SC2046
   "$SKIFF" store --name "s$i" --data-dir "$work/skiff-$i" \
-    --listen-client-urls "http://127.0.0.1:$c" --listen-peer-urls "http://127.0.0.1:$((c + 1))" \
-    --listen-metrics-urls "http://127.0.0.1:$((c + 2))" \
-    --initial-cluster "$skiff_cluster" --quota-backend-bytes 8589934592 2>"$work/skiff-$i.log" &
+    --listen-client-urls "$scheme://127.0.0.1:$c" --listen-peer-urls "$scheme://127.0.0.1:$((c + 1))" \
+    --listen-metrics-urls "http://127.0.0.1:$((c + 2))" --listen-api-urls "" \
+    --initial-cluster "$skiff_cluster" --quota-backend-bytes 8589934592 $(member_tls "s$i") \
+    2>"$work/skiff-$i.log" &
   pids+=($!)
 done
-etcd_eps="127.0.0.1:40000,127.0.0.1:40010,127.0.0.1:40020"
-skiff_eps="127.0.0.1:41000,127.0.0.1:41010,127.0.0.1:41020"
+prefix=""
+[ "$mode" = tls ] && prefix="https://"
+etcd_eps="${prefix}127.0.0.1:40000,${prefix}127.0.0.1:40010,${prefix}127.0.0.1:40020"
+skiff_eps="${prefix}127.0.0.1:41000,${prefix}127.0.0.1:41010,${prefix}127.0.0.1:41020"
 etcd_metrics="http://127.0.0.1:40002/metrics,http://127.0.0.1:40012/metrics,http://127.0.0.1:40022/metrics"
 skiff_metrics="http://127.0.0.1:41002/metrics,http://127.0.0.1:41012/metrics,http://127.0.0.1:41022/metrics"
 for eps in "$etcd_eps" "$skiff_eps"; do
   for _ in $(seq 1 200); do
-    ETCDCTL_API=3 etcdctl --endpoints="$eps" endpoint health >/dev/null 2>&1 && break
+    ETCDCTL_API=3 etcdctl --endpoints="$eps" "${tls_client[@]}" endpoint health >/dev/null 2>&1 && break
     sleep 0.1
   done
-  ETCDCTL_API=3 etcdctl --endpoints="$eps" endpoint status -w table
+  ETCDCTL_API=3 etcdctl --endpoints="$eps" "${tls_client[@]}" endpoint status -w table
 done
 "$ETCD" --version | sed -n 1p
 "$SKIFF" version | sed -n 1p
@@ -148,6 +174,13 @@ fi
 
 # name | global flags | test and its flags (the same for both systems). Memory per watcher
 # first, while the members' heaps hold nothing the earlier tests left to free.
+if [ "$mode" = tls ]; then
+  tests=(
+    "put-1000-clients|--conns 100 --clients 1000|put --total $((200000 / scale)) --key-size 8 --val-size 256"
+    "put-1-client|--conns 1 --clients 1|put --total $((5000 / scale)) --key-size 8 --val-size 256"
+    "range-linearizable|--conns 100 --clients 1000|range foo --consistency l --total $((200000 / scale))"
+  )
+else
 tests=(
   "watch-memory|--conns 10 --clients 1|watch --watchers 100000 --streams 100 --puts 10 --put-rate 100"
   "put-1000-clients|--conns 100 --clients 1000|put --total $((200000 / scale)) --key-size 8 --val-size 256"
@@ -165,6 +198,7 @@ tests=(
   "sweep-put-c300|--conns 100 --clients 300|put --total $((100000 / scale)) --key-size 8 --val-size 256"
   "sweep-put-c1000|--conns 100 --clients 1000|put --total $((200000 / scale)) --key-size 8 --val-size 256"
 )
+fi
 results="$work/results.jsonl"
 for round in 1 2; do
   for system in etcd skiff; do
@@ -176,14 +210,14 @@ for round in 1 2; do
       [[ $test == watch* ]] && extra=(--metrics-urls "$metrics")
       echo "==> round $round, $system: $name"
       # shellcheck disable=SC2086
-      line=$("$SKIFF" bench kv --endpoints "$eps" $global --json $test "${extra[@]}" || true)
+      line=$("$SKIFF" bench kv --endpoints "$eps" "${tls_bench[@]}" $global --json $test "${extra[@]}" || true)
       echo "$line"
       echo "{\"round\": $round, \"system\": \"$system\", \"name\": \"$name\", \"report\": ${line:-null}}" >>"$results"
     done
   done
 done
 
-"$SKIFF" bench plot --results "$results" --prefix sweep-put --out "$work/puts-vs-clients.svg"
+[ "$mode" = tls ] || "$SKIFF" bench plot --results "$results" --prefix sweep-put --out "$work/puts-vs-clients.svg"
 
 python3 - "$results" <<'PY'
 import json, sys

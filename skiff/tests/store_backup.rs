@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Cluster, eventually, skiff_bin};
+use common::{Cluster, eventually};
 use etcd_client::{Client, GetOptions, PutOptions};
 
 /// Every key at `revision` (0: now), with what etcd reports per key.
@@ -35,18 +35,7 @@ async fn keyspace(client: &mut Client, revision: i64) -> Vec<(String, String, i6
 }
 
 fn skiff(args: &[&str]) -> (bool, String) {
-    let out = Command::new(skiff_bin())
-        .args(args)
-        .output()
-        .expect("run skiff");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    common::run_skiff(args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,21 +199,15 @@ async fn a_backup_under_write_load_restores_into_a_new_cluster_with_every_key_an
     );
     let put = back.put("/backup/new", "x", None).await.expect("put");
     assert_eq!(put.header().expect("header").revision(), revision + 1);
-    let old_id = client
-        .status()
-        .await
-        .expect("status")
-        .header()
-        .expect("header")
-        .cluster_id();
-    let new_id = back
-        .status()
-        .await
-        .expect("status")
-        .header()
-        .expect("header")
-        .cluster_id();
-    assert_ne!(old_id, new_id, "a restored cluster has a new cluster ID");
+    let cluster_id = async |c: &mut Client| {
+        let s = c.status().await.expect("status");
+        s.header().expect("header").cluster_id()
+    };
+    assert_ne!(
+        cluster_id(&mut client).await,
+        cluster_id(&mut back).await,
+        "a restored cluster has a new cluster ID"
+    );
     // The lease came back too.
     let ttl = back.lease_time_to_live(lease, None).await.expect("ttl");
     assert!(ttl.ttl() > 0, "lease {lease:x} restored");

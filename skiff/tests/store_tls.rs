@@ -10,21 +10,13 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Cluster, eventually, skiff_bin};
+use common::{Cluster, eventually};
 
 fn certs(dir: &Path, args: &[&str]) {
-    let out = Command::new(skiff_bin())
-        .arg("certs")
-        .arg("--dir")
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("run skiff certs");
-    assert!(
-        out.status.success(),
-        "skiff certs: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut all = vec!["certs", "--dir", dir.to_str().expect("utf8 path")];
+    all.extend_from_slice(args);
+    let (ok, out) = common::run_skiff(&all);
+    assert!(ok, "skiff certs: {out}");
 }
 
 /// etcdctl against `endpoint` with `ca` to trust and, when given, the client certificate

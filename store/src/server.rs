@@ -11,7 +11,6 @@ use anyhow::{Context, bail};
 use skiff_proto::etcd::{PbClusterServer, PbKvServer, PbLeaseServer, PbMaintenanceServer};
 use skiff_proto::raft::v1::raft_peer_server::RaftPeerServer;
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
 
 use skiff_proto::cluster::v1::cluster_server::ClusterServer;
 use skiff_proto::metrics::{self, Registry, Scrape, Sink};
@@ -155,26 +154,16 @@ pub async fn run(
                     return Ok(());
                 }
             };
-            let router = tonic::transport::Server::builder()
+            tonic::transport::Server::builder()
                 .trace_fn(|req| tracing::trace_span!("store.peer", method = %req.uri().path()))
                 .add_service(
                     RaftPeerServer::new(PeerService::new(member))
                         .max_decoding_message_size(usize::MAX)
                         .max_encoding_message_size(usize::MAX),
-                );
-            match tls {
-                Some(tls) => {
-                    router
-                        .serve_with_incoming_shutdown(crate::tls::incoming(l, tls), wait(stop))
-                        .await
-                }
-                None => {
-                    router
-                        .serve_with_incoming_shutdown(incoming(l), wait(stop))
-                        .await
-                }
-            }
-            .context("peer server")
+                )
+                .serve_with_incoming_shutdown(crate::tls::accept(l, tls), wait(stop))
+                .await
+                .context("peer server")
         });
     }
     let member = StoreMember::start(config, Some(crate::cluster::watch::tagger())).await?;
@@ -202,7 +191,7 @@ pub async fn run(
         let progress = listen.watch_progress_notify_interval;
         let cluster_api = cluster_api.clone();
         tasks.spawn(async move {
-            let router = tonic::transport::Server::builder()
+            tonic::transport::Server::builder()
                 // etcd serves `/health` and the like on its client URLs, over HTTP/1.1 too.
                 .accept_http1(true)
                 // One span per request (and per stream), named by its gRPC method.
@@ -239,20 +228,10 @@ pub async fn run(
                     ClusterServer::new(cluster_api.clone())
                         .max_decoding_message_size(limit)
                         .max_encoding_message_size(usize::MAX),
-                );
-            match tls {
-                Some(tls) => {
-                    router
-                        .serve_with_incoming_shutdown(crate::tls::incoming(l, tls), wait(stop))
-                        .await
-                }
-                None => {
-                    router
-                        .serve_with_incoming_shutdown(incoming(l), wait(stop))
-                        .await
-                }
-            }
-            .context("client server")
+                )
+                .serve_with_incoming_shutdown(crate::tls::accept(l, tls), wait(stop))
+                .await
+                .context("client server")
         });
     }
     for l in metrics {
@@ -346,14 +325,9 @@ fn oversized_as_grpc_go<B>(
     resp
 }
 
-/// Accepted connections with Nagle off. (The server builder's `tcp_nodelay` only applies to
-/// listeners tonic binds itself; without this, small Raft replies and responses waited out a
-/// 40 ms delayed-ACK round.)
-fn incoming(l: TcpListener) -> TcpIncoming {
-    TcpIncoming::from(l).with_nodelay(Some(true))
-}
-
-/// The same for axum's listeners, which leave Nagle on: a watch stream writes one small chunk
+/// Accepted connections with Nagle off for axum's listeners too (gRPC's are in
+/// [`crate::tls::accept`]; the server builder's `tcp_nodelay` only applies to listeners tonic
+/// binds itself), which leave Nagle on: a watch stream writes one small chunk
 /// per event with nothing coming back, so each waited for the client's delayed ACK.
 fn nodelay(l: TcpListener) -> axum::serve::TapIo<TcpListener, fn(&mut tokio::net::TcpStream)> {
     use axum::serve::ListenerExt as _;

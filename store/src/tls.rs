@@ -340,6 +340,97 @@ impl AsyncWrite for TlsConn {
     }
 }
 
+/// A connection a listener accepted: plain TCP, or TLS over it (`https://` URLs).
+#[derive(Debug)]
+pub enum Conn {
+    Plain(TcpStream),
+    Tls(Box<TlsConn>),
+}
+
+impl tonic::transport::server::Connected for Conn {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        match self {
+            Conn::Plain(c) => c.connect_info(),
+            Conn::Tls(c) => c.connect_info(),
+        }
+    }
+}
+
+macro_rules! both {
+    ($self:ident, $c:ident => $e:expr) => {
+        match $self.get_mut() {
+            Conn::Plain($c) => {
+                let $c = Pin::new($c);
+                $e
+            }
+            Conn::Tls($c) => {
+                let $c = Pin::new($c.as_mut());
+                $e
+            }
+        }
+    };
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        both!(self, c => c.poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        both!(self, c => c.poll_write(cx, buf))
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        both!(self, c => c.poll_flush(cx))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        both!(self, c => c.poll_shutdown(cx))
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        both!(self, c => c.poll_write_vectored(cx, bufs))
+    }
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Plain(c) => c.is_write_vectored(),
+            Conn::Tls(c) => c.is_write_vectored(),
+        }
+    }
+}
+
+/// What a listener serves: its connections, with TLS when `tls` is given, Nagle off either
+/// way (tonic's own `tcp_nodelay` covers only listeners it binds; without it small Raft
+/// replies and responses waited out a 40 ms delayed-ACK round).
+pub fn accept(
+    listener: TcpListener,
+    tls: Option<Arc<ServerConfig>>,
+) -> Pin<Box<dyn futures::Stream<Item = io::Result<Conn>> + Send>> {
+    use futures::StreamExt as _;
+    match tls {
+        Some(config) => {
+            Box::pin(incoming(listener, config).map(|c| c.map(|c| Conn::Tls(Box::new(c)))))
+        }
+        None => Box::pin(
+            tonic::transport::server::TcpIncoming::from(listener)
+                .with_nodelay(Some(true))
+                .map(|c| c.map(Conn::Plain)),
+        ),
+    }
+}
+
 /// How long a client has to finish its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -40,6 +40,15 @@ pub struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// CA to verify `https://` endpoints with (etcdctl's `--cacert`).
+    #[arg(long, requires = "cert")]
+    cacert: Option<std::path::PathBuf>,
+    /// Client certificate to present (etcdctl's `--cert`).
+    #[arg(long, requires_all = ["key", "cacert"])]
+    cert: Option<std::path::PathBuf>,
+    /// Its key (etcdctl's `--key`).
+    #[arg(long, requires = "cert")]
+    key: Option<std::path::PathBuf>,
     #[command(subcommand)]
     test: Test,
 }
@@ -192,10 +201,25 @@ async fn connect(a: &Args) -> Result<Vec<Client>> {
     if a.conns == 0 || a.clients == 0 || a.endpoints.is_empty() {
         bail!("--conns, --clients and --endpoints must not be empty or 0");
     }
+    let options = match (&a.cacert, &a.cert, &a.key) {
+        (Some(ca), Some(cert), Some(key)) => {
+            let read = |p: &std::path::Path| {
+                std::fs::read(p).with_context(|| format!("reading {}", p.display()))
+            };
+            Some(
+                etcd_client::ConnectOptions::new().with_tls(
+                    etcd_client::TlsOptions::new()
+                        .ca_certificate(etcd_client::Certificate::from_pem(read(ca)?))
+                        .identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?)),
+                ),
+            )
+        }
+        _ => None,
+    };
     let mut conns = Vec::new();
     for i in 0..a.conns {
         let ep = &a.endpoints[i % a.endpoints.len()];
-        let c = Client::connect([ep.as_str()], None)
+        let c = Client::connect([ep.as_str()], options.clone())
             .await
             .with_context(|| format!("connecting to {ep}"))?;
         conns.push(c);
@@ -292,6 +316,9 @@ pub async fn put_with(
         conns,
         clients,
         json: false,
+        cacert: None,
+        cert: None,
+        key: None,
         test: Test::Put(p),
     })
     .await

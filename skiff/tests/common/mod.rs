@@ -89,6 +89,22 @@ pub fn skiff_bin() -> &'static str {
     env!("CARGO_BIN_EXE_skiff")
 }
 
+/// Runs `skiff` with `args`: whether it succeeded, and what it printed (stdout, then stderr).
+pub fn run_skiff<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (bool, String) {
+    let out = Command::new(skiff_bin())
+        .args(args)
+        .output()
+        .expect("run skiff");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
 impl Cluster {
     /// Starts `n` members and waits for a leader.
     pub async fn start(n: usize) -> Cluster {
