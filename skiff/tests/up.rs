@@ -44,10 +44,50 @@ struct Up {
     /// The kubeconfig `up` merged its context into (never the user's own).
     kubeconfig: PathBuf,
     dir: PathBuf,
+    /// The base port it runs on.
+    base: u16,
 }
 
 impl Up {
+    /// Starts `up` on `base` and waits until it is ready. A range found free can be taken by
+    /// another process before `up` binds it; `up` then refuses to start, and a new cluster is
+    /// started on another free range (twice at most). A cluster resumed from `work` keeps its
+    /// ports, so that is never retried.
     fn start(work: &Path, base: u16, extra: &[&str]) -> Up {
+        let fresh = !work.join("cluster").join("cluster.json").exists();
+        let mut base = base;
+        for attempt in 1.. {
+            let mut up = Up::spawn(work, base, extra);
+            match up.wait_ready(Duration::from_secs(120)) {
+                Ok(()) => return up,
+                Err(out) if fresh && attempt < 3 && out.contains("are in use") => {
+                    eprintln!("ports of {base} taken before `up` bound them; another range");
+                    base = free_base();
+                }
+                Err(out) => panic!("`skiff up` exited before it was ready:\n{out}"),
+            }
+        }
+        unreachable!("the loop returns or panics")
+    }
+
+    /// Waits until `up` says it is ready; its output if it exits first.
+    fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + limit;
+        while !self.output().contains("ready in") {
+            if self.child.exited().is_some() {
+                return Err(self.output());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "`skiff up` was not ready within {limit:?}:\n{}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    fn spawn(work: &Path, base: u16, extra: &[&str]) -> Up {
         static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let out = work.join(format!("up-{n}.out"));
@@ -66,35 +106,17 @@ impl Up {
             .spawn()
             .expect("spawn skiff up")
             .tail_on_panic(usize::MAX);
-        let up = Up {
+        Up {
             child,
             config,
             kubeconfig,
             dir,
-        };
-        up.wait_output("ready in", Duration::from_secs(120));
-        up
+            base,
+        }
     }
 
     fn output(&self) -> String {
         std::fs::read_to_string(self.child.log()).unwrap_or_default()
-    }
-
-    fn wait_output(&self, what: &str, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        while !self.output().contains(what) {
-            assert!(
-                self.child.is_running(),
-                "`skiff up` exited before it printed {what:?}:\n{}",
-                self.output()
-            );
-            assert!(
-                Instant::now() < deadline,
-                "`skiff up` did not print {what:?} within {limit:?}:\n{}",
-                self.output()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
     }
 
     fn pid(&self) -> u32 {
@@ -218,8 +240,8 @@ async fn pods(api: &ClusterClient) -> Vec<skiff_proto::api::Pod> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn up_apply_run_delete_stop_resume() {
     let work = tempfile::tempdir().expect("temp dir");
-    let base = free_base();
-    let mut up = Up::start(work.path(), base, &["--nodes", "3"]);
+    let mut up = Up::start(work.path(), free_base(), &["--nodes", "3"]);
+    let base = up.base;
     assert!(up.output().contains("starting a three-member store quorum"));
     let api = ClusterClient::connect(&up.endpoints()).expect("client");
 
