@@ -293,58 +293,11 @@ pub fn client_config(
     Ok(Arc::new(config))
 }
 
-/// A TLS connection accepted on a listener, for tonic.
-#[derive(Debug)]
-pub struct TlsConn(tokio_rustls::server::TlsStream<TcpStream>);
-
-impl tonic::transport::server::Connected for TlsConn {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.0.get_ref().0.connect_info()
-    }
-}
-
-impl AsyncRead for TlsConn {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for TlsConn {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
-    }
-}
-
 /// A connection a listener accepted: plain TCP, or TLS over it (`https://` URLs).
 #[derive(Debug)]
 pub enum Conn {
     Plain(TcpStream),
-    Tls(Box<TlsConn>),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
 }
 
 impl tonic::transport::server::Connected for Conn {
@@ -352,7 +305,7 @@ impl tonic::transport::server::Connected for Conn {
     fn connect_info(&self) -> Self::ConnectInfo {
         match self {
             Conn::Plain(c) => c.connect_info(),
-            Conn::Tls(c) => c.connect_info(),
+            Conn::Tls(c) => c.get_ref().0.connect_info(),
         }
     }
 }
@@ -436,11 +389,12 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The TLS connections accepted on `listener`, handshakes done (each on its own task, so a
 /// slow or silent client holds up no one). The accepting task ends when the stream is dropped.
-pub fn incoming(
+fn incoming(
     listener: TcpListener,
     config: Arc<ServerConfig>,
-) -> impl futures::Stream<Item = io::Result<TlsConn>> + Send + 'static {
-    let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<TlsConn>>(64);
+) -> impl futures::Stream<Item = io::Result<tokio_rustls::server::TlsStream<TcpStream>>> + Send + 'static
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     let accept = tokio::spawn(async move {
         let mut handshakes = tokio::task::JoinSet::new();
@@ -462,7 +416,7 @@ pub fn incoming(
                     handshakes.spawn(async move {
                         match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                             Ok(Ok(tls)) => {
-                                let _ = tx.send(Ok(TlsConn(tls))).await;
+                                let _ = tx.send(Ok(tls)).await;
                             }
                             Ok(Err(e)) => log_refused(peer, &e.to_string()),
                             Err(_) => log_refused(peer, "no handshake within 10 s"),

@@ -209,10 +209,7 @@ impl PbMaintenanceService for MaintenanceService {
     }
 
     async fn hash(&self, _req: Request<PbHashRequest>) -> Result<Response<PbHashResponse>, Status> {
-        let member = self.member.clone();
-        let (hash, at, _) = tokio::task::spawn_blocking(move || hash_keyspace(&member, 0))
-            .await
-            .map_err(|e| Status::internal(e.to_string()))??;
+        let (hash, at, _) = self.member.hash_kv(0).await?;
         Ok(Response::new(PbHashResponse {
             header: header(&self.member, at),
             hash,
@@ -224,11 +221,7 @@ impl PbMaintenanceService for MaintenanceService {
         req: Request<PbHashKvRequest>,
     ) -> Result<Response<PbHashKvResponse>, Status> {
         let revision = req.into_inner().revision;
-        let member = self.member.clone();
-        let (hash, at, compacted) =
-            tokio::task::spawn_blocking(move || hash_keyspace(&member, revision))
-                .await
-                .map_err(|e| Status::internal(e.to_string()))??;
+        let (hash, at, compacted) = self.member.hash_kv(revision).await?;
         Ok(Response::new(PbHashKvResponse {
             header: header(&self.member, self.member.shared.read().revision()),
             hash,

@@ -50,11 +50,7 @@ impl StoreMember {
 
     /// One round of the check: the members whose hash differs from this leader's.
     async fn check_corruption(self: &Arc<Self>) -> Result<Vec<u64>, StoreError> {
-        let me = self.clone();
-        let (hash, revision, compacted) =
-            tokio::task::spawn_blocking(move || crate::etcd::maintenance::hash_keyspace(&me, 0))
-                .await
-                .map_err(StoreError::internal)??;
+        let (hash, revision, compacted) = self.hash_kv(0).await?;
         let raised: std::collections::BTreeSet<u64> = self
             .shared
             .read()

@@ -332,6 +332,16 @@ impl StoreMember {
         rx
     }
 
+    /// The hash of the keyspace at `revision` (0: the current one), read on a blocking task:
+    /// the hash, the revision hashed and the compaction revision (see
+    /// [`crate::etcd::maintenance`] for what is hashed).
+    pub async fn hash_kv(self: &Arc<Self>, revision: i64) -> Result<(u32, i64, i64), StoreError> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || crate::etcd::maintenance::hash_keyspace(&me, revision))
+            .await
+            .map_err(StoreError::internal)?
+    }
+
     /// Proposals of this member waiting to be applied or dropped.
     pub fn pending_proposals(&self) -> usize {
         self.proposer.pending()

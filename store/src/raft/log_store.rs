@@ -33,15 +33,18 @@ pub(crate) fn write_purged(db: &DB, last: LogId) -> Result<(), crate::error::Sto
         .map_err(crate::error::StoreError::internal)
 }
 
-/// The last purged log id (none: nothing purged).
-pub(crate) fn read_purged(db: &DB) -> Result<Option<LogId>, crate::error::StoreError> {
-    match db
-        .get_cf(backend::cf(db, CF_RAFT), PURGED)
-        .map_err(crate::error::StoreError::internal)?
-    {
-        Some(b) => backend::decode::<LogId>(&b)
-            .map(Some)
-            .map_err(crate::error::StoreError::internal),
+/// The last purged log id (none: nothing purged), before the log store is opened.
+pub(crate) fn read_purged(db: &DB) -> Result<Option<LogId>, StorageError> {
+    raft_meta(db, PURGED)
+}
+
+/// The value of `key` in the `raft` column family.
+fn raft_meta<T: serde::de::DeserializeOwned>(
+    db: &DB,
+    key: &[u8],
+) -> Result<Option<T>, StorageError> {
+    match db.get_cf(backend::cf(db, CF_RAFT), key).map_err(read_err)? {
+        Some(b) => backend::decode(&b).map(Some).map_err(read_err),
         None => Ok(None),
     }
 }
@@ -88,14 +91,7 @@ impl LogStore {
         &self,
         key: &[u8],
     ) -> Result<Option<T>, StorageError> {
-        match self
-            .db
-            .get_cf(backend::cf(&self.db, CF_RAFT), key)
-            .map_err(read_err)?
-        {
-            Some(b) => backend::decode(&b).map(Some).map_err(read_err),
-            None => Ok(None),
-        }
+        raft_meta(&self.db, key)
     }
 
     fn last_entry_id(&self) -> Result<Option<LogId>, StorageError> {

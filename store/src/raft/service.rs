@@ -108,13 +108,7 @@ impl RaftPeer for PeerService {
 
     async fn hash_kv(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let revision: i64 = decode(req.get_ref())?;
-        let member = self.member.clone();
-        let hashed = tokio::task::spawn_blocking(move || {
-            crate::etcd::maintenance::hash_keyspace(&member, revision)
-        })
-        .await
-        .map_err(|e| Status::internal(e.to_string()))?;
-        reply(&hashed)
+        reply(&self.member.hash_kv(revision).await)
     }
 
     async fn hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloResponse>, Status> {
