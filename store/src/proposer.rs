@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use openraft::error::{ClientWriteError, RaftError};
-use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use openraft::error::ClientWriteError;
+use tokio::sync::{RwLock, Semaphore, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -60,6 +60,9 @@ pub struct Proposer {
     held: Arc<watch::Sender<bool>>,
 }
 
+/// What openraft answers a write handed to it with, once the entry is applied or refused.
+type Written = oneshot::Receiver<openraft::raft::ClientWriteResult<crate::raft::TypeConfig>>;
+
 impl std::fmt::Debug for Proposer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Proposer").finish_non_exhaustive()
@@ -73,6 +76,10 @@ struct Log {
     proposals: Arc<Proposals>,
     timeout: Duration,
     held: watch::Receiver<bool>,
+    /// Taken (shared) from checking `held` until the entry is in Raft's queue, and (alone) by
+    /// [`Proposer::hold`]: once `hold` returns, no proposal that saw "not held" is still on
+    /// its way into the log.
+    entering: Arc<RwLock<()>>,
     /// Proposals that timed out, lost their leader or were dropped (etcd's
     /// `proposals_failed_total`).
     failed: prometheus_client::metrics::counter::Counter,
@@ -96,6 +103,7 @@ impl Proposer {
             proposals,
             timeout,
             held: held_rx,
+            entering: Arc::default(),
             failed,
         };
         let batches = log.clone();
@@ -112,6 +120,11 @@ impl Proposer {
         }
     }
 
+    /// The index of the last entry in this member's log (see [`Proposals::log_reaches`]).
+    pub fn log_end(&self) -> u64 {
+        self.log.proposals.log_end()
+    }
+
     /// Proposals of this member waiting for their fate (etcd's `proposals_pending`).
     pub fn pending(&self) -> usize {
         self.log.proposals.outstanding.load(Ordering::Relaxed)
@@ -119,10 +132,13 @@ impl Proposer {
 
     /// Holds every proposal not yet handed to Raft until the returned guard is dropped: a
     /// leader handing over stops its log from growing, so the transferee can catch up with
-    /// it. Held proposals count against their timeout; released, they go to Raft, which
-    /// refuses them if this member no longer leads, and the caller sends them to the leader.
-    pub fn hold(&self) -> Held {
+    /// it. Returns once every proposal that got past the gate before is in Raft's queue (so
+    /// Raft's next answer counts its entry). Held proposals count against their timeout;
+    /// released, they go to Raft, which refuses them if this member no longer leads, and the
+    /// caller sends them to the leader.
+    pub async fn hold(&self) -> Held {
         self.held.send_replace(true);
+        drop(self.log.entering.write().await);
         Held(self.held.clone())
     }
 
@@ -206,6 +222,26 @@ async fn commit(log: &Log, mut batch: Vec<Pending>) {
 }
 
 impl Log {
+    /// Hands `proposal` to Raft once proposals are not held.
+    async fn enter(&self, proposal: Proposal) -> Result<Written, StoreError> {
+        let mut held = self.held.clone();
+        loop {
+            if held.wait_for(|held| !*held).await.is_err() {
+                return Err(StoreError::Stopped);
+            }
+            let _entering = self.entering.read().await;
+            // `hold` may have begun between the two: it waits for this guard, so look again.
+            if *held.borrow() {
+                continue;
+            }
+            return self
+                .raft
+                .client_write_ff(proposal)
+                .await
+                .map_err(|_| StoreError::Stopped);
+        }
+    }
+
     /// One entry through the log, with the proposal timeout; errors as the API reports them.
     ///
     /// - `NoLeader`: the entry certainly was not applied and never will be (this member does
@@ -220,30 +256,28 @@ impl Log {
         // A leader cut off from its quorum never commits: give up (ambiguously) rather than
         // hang, as etcd's request timeout does.
         let decided = tokio::time::timeout(self.timeout, async {
-            let mut held = self.held.clone();
-            if held.wait_for(|held| !*held).await.is_err() {
-                return Err(StoreError::Stopped);
-            }
+            let mut written = self.enter(proposal).await?;
             tokio::select! {
                 biased;
                 fate = &mut ticket.fate => return fate.map_err(|_| StoreError::Stopped),
-                written = self.raft.client_write(proposal) => match written {
+                written = &mut written => match written {
                     // Applied: the state machine has already handed the response to the
                     // ticket; openraft's copy carries the revision only.
-                    Ok(_) => {}
+                    Ok(Ok(_)) => {}
                     // openraft says this both when it refused the entry (it never reached any
                     // log) and when a new leader overwrote it here (a copy may survive on
                     // another member and still be committed). Only the first is safe to send
                     // again; in the second the fate decides.
-                    Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+                    Ok(Err(ClientWriteError::ForwardToLeader(_))) => {
                         if ticket.appended_at().is_none() {
                             return Ok(Fate::Lost);
                         }
                     }
-                    Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
+                    Ok(Err(ClientWriteError::ChangeMembershipError(e))) => {
                         return Err(StoreError::Invalid(e.to_string()));
                     }
-                    Err(RaftError::Fatal(_)) => return Err(StoreError::Stopped),
+                    // Raft dropped the answer: it stopped.
+                    Err(_) => return Err(StoreError::Stopped),
                 },
             }
             (&mut ticket.fate).await.map_err(|_| StoreError::Stopped)
@@ -308,6 +342,9 @@ pub struct Proposals {
     waiting: Mutex<Waiting>,
     /// How many wait, read without the lock by the log store and state machine.
     outstanding: AtomicUsize,
+    /// The index of the last entry the log store was given (every entry, not only this
+    /// member's proposals).
+    log_end: AtomicU64,
 }
 
 #[derive(Default)]
@@ -383,6 +420,7 @@ impl Proposals {
             next: AtomicU64::new(1),
             waiting: Mutex::new(Waiting::default()),
             outstanding: AtomicUsize::new(0),
+            log_end: AtomicU64::new(0),
         })
     }
 
@@ -418,6 +456,17 @@ impl Proposals {
     }
 
     /// The log store appended the entry of proposal `id` at `index` (and synced it).
+    /// The log store was given entries up to `index` (appended, or about to be: Raft's core
+    /// waits for the store before it handles its next message).
+    pub fn log_reaches(&self, index: u64) {
+        self.log_end.store(index, Ordering::Release);
+    }
+
+    /// See [`Proposals::log_reaches`].
+    pub fn log_end(&self) -> u64 {
+        self.log_end.load(Ordering::Acquire)
+    }
+
     pub fn appended(&self, id: &ProposalId, index: u64) {
         if !self.mine(id) || self.outstanding.load(Ordering::Relaxed) == 0 {
             return;

@@ -155,7 +155,11 @@ impl Cluster {
         let mut store = StoreCommand {
             heartbeat_interval: Some(100),
             election_timeout: Some(1000),
-            log: Some("info,openraft=warn".into()),
+            // SKIFF_TEST_MEMBER_LOG widens it when a failure needs Raft's own reasoning.
+            log: Some(
+                std::env::var("SKIFF_TEST_MEMBER_LOG")
+                    .unwrap_or_else(|_| "info,openraft=warn".into()),
+            ),
             ..StoreCommand::default()
         };
         tune(&mut store);
@@ -348,17 +352,8 @@ impl Cluster {
     pub async fn wait_leader(&self, timeout: Duration) -> usize {
         let deadline = Instant::now() + timeout;
         loop {
-            for (i, m) in self.members.iter().enumerate() {
-                if !m.is_running() {
-                    continue;
-                }
-                if let Ok(mut c) = try_connect(&[m.endpoint()]).await
-                    && let Ok(s) = c.status().await
-                    && s.leader() == s.header().map_or(0, |h| h.member_id())
-                    && s.leader() != 0
-                {
-                    return i;
-                }
+            if let Some(i) = self.agreed_leader().await {
+                return i;
             }
             assert!(
                 Instant::now() < deadline,
@@ -367,6 +362,36 @@ impl Cluster {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// The member that leads, once every running member that answers (a majority at least)
+    /// names the same one and it names itself. One member's word is not enough: just after
+    /// a start, two candidates can each lead the same term for a moment (openraft orders
+    /// leaders of one term by node ID), and a test that stops "the leader" must stop the one
+    /// that stays.
+    async fn agreed_leader(&self) -> Option<usize> {
+        let mut leader = None;
+        let mut ids = vec![0; self.members.len()];
+        let mut answered = 0;
+        for (i, m) in self.members.iter().enumerate() {
+            if !m.is_running() {
+                continue;
+            }
+            let Ok(mut c) = try_connect(&[m.endpoint()]).await else {
+                continue;
+            };
+            let Ok(s) = c.status().await else { continue };
+            ids[i] = s.header().map_or(0, |h| h.member_id());
+            answered += 1;
+            if s.leader() == 0 || leader.is_some_and(|l| l != s.leader()) {
+                return None;
+            }
+            leader = Some(s.leader());
+        }
+        let leader = leader?;
+        (answered > self.members.len() / 2)
+            .then(|| ids.iter().position(|id| *id == leader))
+            .flatten()
     }
 
     /// Scrapes one value from member `i`'s /metrics.
@@ -386,9 +411,16 @@ impl Cluster {
 
 impl Drop for Cluster {
     /// The members go first (killed, their logs' tails printed if the test failed): their
-    /// logs live in `dir`.
+    /// logs live in `dir`, which a failed test leaves in place for whole logs.
     fn drop(&mut self) {
         self.members.clear();
+        if std::thread::panicking() {
+            self.dir.disable_cleanup(true);
+            eprintln!(
+                "members' data and logs kept in {}",
+                self.dir.path().display()
+            );
+        }
     }
 }
 

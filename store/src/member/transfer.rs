@@ -4,7 +4,9 @@
 //! openraft 0.9 has no transfer of its own; this one is built from what it has:
 //!
 //! 1. The leader holds new proposals back (they wait at the proposer, see
-//!    [`crate::proposer::Proposer::hold`]), so its log stops growing.
+//!    [`crate::proposer::Proposer::hold`]), so its log stops growing. Proposals already on
+//!    their way into Raft get there first: an entry appended after step 2 would give the
+//!    leader a longer log than the transferee's, and it would refuse its vote.
 //! 2. It waits until the transferee has every entry it has (replication metrics).
 //! 3. It tells the transferee to campaign at once (`TimeoutNow` on the peer service). The
 //!    transferee asks for votes in the next term with a log as long as the leader's.
@@ -162,7 +164,7 @@ impl StoreMember {
         let term = metrics.current_term;
         let started = Instant::now();
         let until = started + deadline;
-        let _held = self.proposer.hold();
+        let _held = self.proposer.hold().await;
         tracing::info!(
             to = %format_args!("{target:x}"),
             term,
@@ -223,14 +225,22 @@ impl StoreMember {
         }
     }
 
-    /// Waits until `target`'s log matches this leader's last entry.
+    /// Waits until `target`'s log matches this leader's last entry, after
+    /// [`crate::proposer::Proposer::hold`]. One round trip through Raft's core first: it
+    /// handles messages in order and gives each one's entries to the log store before the
+    /// next, so entries handed to it just before are counted (its metrics may not show them
+    /// yet), and with proposals held nothing follows them.
     async fn wait_caught_up(&self, target: u64, until: Instant) -> Result<(), StoreError> {
+        self.raft
+            .with_raft_state(|_| ())
+            .await
+            .map_err(|_| StoreError::Stopped)?;
+        let last = Some(self.proposer.log_end());
         let left = until.saturating_duration_since(Instant::now());
         self.raft
             .wait(Some(left))
             .metrics(
                 |m| {
-                    let last = m.last_log_index;
                     m.state != ServerState::Leader
                         || m.replication
                             .as_ref()

@@ -198,7 +198,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let cf = backend::cf(&self.db, CF_LOG);
         let mut batch = WriteBatch::default();
         let mut proposed = Vec::new();
+        let mut end = None;
         for e in entries {
+            end = Some(e.log_id.index);
             batch.put_cf(cf, e.log_id.index.to_be_bytes(), backend::encode(&e));
             if let EntryPayload::Normal(p) = &e.payload {
                 proposed.push((p.id, e.log_id.index));
@@ -215,6 +217,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         if res.is_ok() {
             for (id, index) in &proposed {
                 self.proposals.appended(id, *index);
+            }
+            if let Some(end) = end {
+                self.proposals.log_reaches(end);
             }
         }
         let failed = res.as_ref().err().map(|e| e.to_string());
