@@ -142,8 +142,9 @@ pub(crate) fn kubernetes_api(dir: &Path) -> Result<Option<String>> {
     Ok(read(dir)?.map(|l| l.api_url(0)))
 }
 
+/// The layout of the cluster in `dir`, and whether it exists already; a new one is not
+/// recorded yet (see [`save`]).
 pub(super) fn load_layout(dir: &Path, base_port: Option<u16>) -> Result<(Layout, bool)> {
-    let path = dir.join("cluster.json");
     match read(dir)? {
         Some(layout) => {
             if let Some(p) = base_port
@@ -173,9 +174,15 @@ pub(super) fn load_layout(dir: &Path, base_port: Option<u16>) -> Result<(Layout,
                     layout.base_port
                 );
             }
-            std::fs::write(&path, serde_json::to_vec_pretty(&layout)?)
-                .with_context(|| format!("writing {}", path.display()))?;
             Ok((layout, false))
         }
     }
+}
+
+/// Records a new cluster's layout in `dir`, once its ports were found free: a start refused
+/// for busy ports leaves nothing behind, so the next may take another range.
+pub(super) fn save(dir: &Path, layout: &Layout) -> Result<()> {
+    let path = dir.join("cluster.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(layout)?)
+        .with_context(|| format!("writing {}", path.display()))
 }

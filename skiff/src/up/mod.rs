@@ -107,6 +107,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "port(s) {busy:?} on 127.0.0.1 are in use; is another cluster running? (a new cluster can take --base-port)"
         );
     }
+    if !resumed {
+        layout::save(&dir, &layout)?;
+    }
     let exe = std::env::current_exe().context("finding the skiff binary")?;
     let exe = exe.to_string_lossy().to_string();
     let mut cluster = Cluster::new(dir.clone(), layout.clone());
