@@ -110,6 +110,10 @@ pub struct StoreCommand {
     pub tls: Option<StoreTls>,
     /// `--experimental-corrupt-check-time`.
     pub corrupt_check: Option<Duration>,
+    /// `--bcrypt-cost` (tests use the cheapest, 4).
+    pub bcrypt_cost: Option<u32>,
+    /// `--auth-token-ttl`.
+    pub auth_token_ttl: Option<Duration>,
 }
 
 /// One certificate for a member's client and peer URLs alike (as `skiff certs` makes them),
@@ -156,6 +160,8 @@ impl StoreCommand {
                 "experimental-corrupt-check-time",
                 self.corrupt_check.map(duration),
             )
+            .opt("bcrypt-cost", self.bcrypt_cost)
+            .opt("auth-token-ttl", self.auth_token_ttl.map(|d| d.as_secs()))
             .opt("log", self.log.as_ref());
         if let Some(tls) = &self.tls {
             a.flag("cert-file", &tls.cert)

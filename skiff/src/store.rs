@@ -177,6 +177,17 @@ pub struct Args {
     #[arg(long, env = "SKIFF_STORE_EXPERIMENTAL_CORRUPT_CHECK_TIME", default_value = "0s",
           value_parser = skiff_proto::duration::parse)]
     experimental_corrupt_check_time: Duration,
+    /// Kind of auth token: `simple` (etcd's default; JWT tokens are not supported).
+    #[arg(long, env = "SKIFF_STORE_AUTH_TOKEN", default_value = "simple")]
+    auth_token: String,
+    /// Seconds an auth token may go unused before it expires.
+    #[arg(long, env = "SKIFF_STORE_AUTH_TOKEN_TTL", default_value_t = 300)]
+    auth_token_ttl: u64,
+    /// bcrypt's cost for users' passwords (4 to 31; each step doubles the work of
+    /// authenticating).
+    #[arg(long, env = "SKIFF_STORE_BCRYPT_COST", default_value_t = skiff_store::auth::DEFAULT_BCRYPT_COST,
+          value_parser = clap::value_parser!(u32).range(4..=31))]
+    bcrypt_cost: u32,
     /// Interval of progress notifications to watchers that asked for them (e.g. 10m, 5s).
     #[arg(long, env = "SKIFF_STORE_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL", default_value = "10m", value_parser = skiff_proto::duration::parse)]
     experimental_watch_progress_notify_interval: Duration,
@@ -262,6 +273,9 @@ fn snapshot_status(file: &std::path::Path, json: bool) -> anyhow::Result<ExitCod
                 "totalKey": summary.keys,
                 "totalVersions": summary.versions,
                 "leases": summary.head.leases.len(),
+                "users": summary.head.auth.users.len(),
+                "roles": summary.head.auth.roles.len(),
+                "authEnabled": summary.head.auth.enabled,
                 "totalSize": size,
                 "clusterID": format!("{:x}", summary.source.cluster_id),
                 "memberID": format!("{:x}", summary.source.member_id),
@@ -270,14 +284,20 @@ fn snapshot_status(file: &std::path::Path, json: bool) -> anyhow::Result<ExitCod
             })
         );
     } else {
-        println!("REVISION  COMPACTED  KEYS  VERSIONS  LEASES  SIZE  FROM");
+        println!("REVISION  COMPACTED  KEYS  VERSIONS  LEASES  USERS  AUTH  SIZE  FROM");
         println!(
-            "{}  {}  {}  {}  {}  {}  {} ({:x}) of cluster {:x}",
+            "{}  {}  {}  {}  {}  {}  {}  {}  {} ({:x}) of cluster {:x}",
             summary.head.revision,
             summary.head.compacted,
             summary.keys,
             summary.versions,
             summary.head.leases.len(),
+            summary.head.auth.users.len(),
+            if summary.head.auth.enabled {
+                "on"
+            } else {
+                "off"
+            },
             size,
             summary.source.member_name,
             summary.source.member_id,
@@ -425,6 +445,16 @@ impl Args {
         if advertise_peer.iter().any(|u| u.starts_with("https://")) && tls.peer.is_none() {
             bail!("https:// peer URLs need --peer-cert-file and --peer-key-file");
         }
+        let simple = self.auth_token.split(',').next() == Some("simple");
+        if !simple {
+            bail!(
+                "--auth-token {:?}: only simple tokens are supported (JWT is not)",
+                self.auth_token
+            );
+        }
+        if self.auth_token_ttl == 0 {
+            bail!("--auth-token-ttl must be at least 1 (second)");
+        }
         let config = MemberConfig {
             data_dir: self
                 .data_dir
@@ -451,6 +481,8 @@ impl Args {
             tls,
             corrupt_check: (!self.experimental_corrupt_check_time.is_zero())
                 .then_some(self.experimental_corrupt_check_time),
+            auth_token_ttl: Duration::from_secs(self.auth_token_ttl),
+            bcrypt_cost: self.bcrypt_cost,
         };
         let listen = Listen {
             client_urls: self.listen_client_urls,
@@ -609,6 +641,8 @@ mod tests {
             auto_compaction_retention: Some(Duration::from_secs(300)),
             log: Some("info,openraft=warn".into()),
             corrupt_check: Some(Duration::from_secs(7)),
+            bcrypt_cost: Some(5),
+            auth_token_ttl: Some(Duration::from_secs(60)),
             tls: Some(skiff_launch::StoreTls {
                 cert: "/c/m0.pem".into(),
                 key: "/c/m0-key.pem".into(),
@@ -660,6 +694,8 @@ mod tests {
             Some(AutoCompaction::Periodic(Duration::from_secs(300)))
         );
         assert_eq!(a.experimental_corrupt_check_time, Duration::from_secs(7));
+        assert_eq!(Some(a.bcrypt_cost), cmd.bcrypt_cost);
+        assert_eq!(a.auth_token_ttl, 60);
         let tls = cmd.tls.as_ref().expect("tls");
         assert_eq!(a.cert_file.as_ref(), Some(&tls.cert));
         assert_eq!(a.key_file.as_ref(), Some(&tls.key));

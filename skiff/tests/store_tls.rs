@@ -2,7 +2,8 @@
 //! client certificates required on both, made by `skiff certs`. etcdctl (`--cacert --cert
 //! --key`) and the Rust etcd client work; a client without a certificate, or with one from
 //! another CA, is refused; a member whose peer certificate comes from another CA cannot join;
-//! a certificate replaced on disk is served from the next connection on.
+//! with etcd's auth on, a client certificate's CN is the user; a certificate replaced on disk
+//! is served from the next connection on.
 
 mod common;
 
@@ -62,7 +63,8 @@ async fn a_cluster_over_tls_serves_its_clients_and_keeps_strangers_out() {
     certs(
         &ours,
         &[
-            "--member", "m0", "--member", "m1", "--member", "m2", "--client", "root",
+            "--member", "m0", "--member", "m1", "--member", "m2", "--client", "root", "--client",
+            "carol",
         ],
     );
     certs(
@@ -155,6 +157,49 @@ async fn a_cluster_over_tls_serves_its_clients_and_keeps_strangers_out() {
     );
     let (ok, out) = etcdctl(&all, &ca, root, &["put", "/tls/c", "3"]);
     assert!(ok, "the cluster still takes writes: {out}");
+
+    // etcd's auth under --client-cert-auth: a request without a token is made by the user
+    // its certificate names (CN), who needs no password.
+    let carol = Some((ours.as_path(), "carol"));
+    for args in [
+        &["user", "add", "root", "--no-password"][..],
+        &["user", "add", "carol", "--no-password"],
+        &["role", "add", "c"],
+        &[
+            "role",
+            "grant-permission",
+            "c",
+            "readwrite",
+            "/carol/",
+            "--prefix=true",
+        ],
+        &["user", "grant-role", "carol", "c"],
+        &["auth", "enable"],
+    ] {
+        let (ok, out) = etcdctl(&urls[1], &ca, root, args);
+        assert!(ok, "{args:?}: {out}");
+    }
+    let (ok, out) = etcdctl(&urls[2], &ca, carol, &["put", "/carol/a", "1"]);
+    assert!(ok, "carol writes her prefix: {out}");
+    let (ok, out) = etcdctl(&urls[2], &ca, carol, &["put", "/tls/d", "1"]);
+    assert!(!ok && out.contains("permission denied"), "{out}");
+    let (ok, out) = etcdctl(
+        &urls[1],
+        &ca,
+        root,
+        &["get", "/carol/a", "--print-value-only"],
+    );
+    assert!(ok && out == "1\n", "{out}");
+    // She has no password: no password logs her in.
+    let (ok, out) = etcdctl(
+        &urls[1],
+        &ca,
+        carol,
+        &["--user=carol:guess", "get", "/carol/a"],
+    );
+    assert!(!ok && out.contains("authentication failed"), "{out}");
+    let (ok, out) = etcdctl(&urls[1], &ca, root, &["auth", "disable"]);
+    assert!(ok, "{out}");
 
     // Rotation: m0's certificate files replaced (here by one from the other CA, so the change
     // shows); new connections get the new one, with no restart.

@@ -41,7 +41,9 @@ use crate::mvcc::{Mvcc, SnapshotHead, StoredVersion};
 use crate::raft::{LogId, Member, StoredMembership, cluster_id, member_id};
 
 pub const MAGIC: &[u8; 8] = b"SKIFFBAK";
-const FILE_VERSION: u32 = 1;
+/// Version 2 added users and roles (etcd's auth state) to the head; version 1 files are
+/// still read, as having none.
+const FILE_VERSION: u32 = 2;
 /// Bytes of stored versions per frame.
 pub const FRAME_BYTES: usize = 256 * 1024;
 /// What comes before the trailing SHA-256 is padded to a multiple of this.
@@ -76,6 +78,60 @@ pub struct Summary {
 enum Frame {
     Versions(Vec<StoredVersion>),
     Head(Summary),
+}
+
+/// Version 1 of the file, whose head had no auth state.
+mod v1 {
+    use serde::Deserialize;
+
+    use crate::command::Alarm;
+    use crate::mvcc::{SnapshotHead, StoredVersion};
+
+    #[derive(Deserialize)]
+    pub(super) enum Frame {
+        Versions(Vec<StoredVersion>),
+        Head(Summary),
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Summary {
+        format: u32,
+        source: super::Source,
+        taken_at: u64,
+        head: Head,
+        versions: u64,
+        keys: u64,
+    }
+
+    #[derive(Deserialize)]
+    struct Head {
+        revision: i64,
+        compacted: i64,
+        leases: Vec<(i64, i64)>,
+        alarms: Vec<(u64, Alarm)>,
+    }
+
+    impl From<Frame> for super::Frame {
+        fn from(f: Frame) -> super::Frame {
+            match f {
+                Frame::Versions(v) => super::Frame::Versions(v),
+                Frame::Head(s) => super::Frame::Head(super::Summary {
+                    format: s.format,
+                    source: s.source,
+                    taken_at: s.taken_at,
+                    head: SnapshotHead {
+                        revision: s.head.revision,
+                        compacted: s.head.compacted,
+                        leases: s.head.leases,
+                        alarms: s.head.alarms,
+                        auth: Default::default(),
+                    },
+                    versions: s.versions,
+                    keys: s.keys,
+                }),
+            }
+        }
+    }
 }
 
 /// Writes a backup of `db` to `out` piece by piece: each call gets the next bytes of the file.
@@ -159,7 +215,7 @@ pub enum BackupError {
     },
     #[error("{}: not a Skiff backup (it does not start with {MAGIC:?}); etcd's own snapshot files are restored with etcdctl", path.display())]
     NotABackup { path: PathBuf },
-    #[error("{}: backup file version {found}; this build reads version {FILE_VERSION}", path.display())]
+    #[error("{}: backup file version {found}; this build reads versions 1 to {FILE_VERSION}", path.display())]
     Version { path: PathBuf, found: u32 },
     #[error("{}: the SHA-256 at its end does not match its contents: the file is truncated or damaged", path.display())]
     Checksum { path: PathBuf },
@@ -223,7 +279,7 @@ pub fn read(
     let mut head = [0u8; 12];
     file.read_exact(&mut head).map_err(io)?;
     let found = u32::from_be_bytes([head[8], head[9], head[10], head[11]]);
-    if found != FILE_VERSION {
+    if found != FILE_VERSION && found != 1 {
         return Err(BackupError::Version {
             path: path.to_path_buf(),
             found,
@@ -245,7 +301,12 @@ pub fn read(
         }
         let mut buf = vec![0u8; len];
         file.read_exact(&mut buf).map_err(io)?;
-        match backend::decode::<Frame>(&buf).map_err(|e| malformed(e.to_string()))? {
+        let frame = if found == 1 {
+            backend::decode::<v1::Frame>(&buf).map(Frame::from)
+        } else {
+            backend::decode::<Frame>(&buf)
+        };
+        match frame.map_err(|e| malformed(e.to_string()))? {
             Frame::Versions(v) => {
                 seen += v.len() as u64;
                 versions(&v)?;

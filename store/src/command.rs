@@ -136,6 +136,10 @@ pub struct TxnRequest {
     pub compare: Vec<Compare>,
     pub success: Vec<RequestOp>,
     pub failure: Vec<RequestOp>,
+    /// For a request through the etcd API: the auth revision its permissions were checked
+    /// at. Applied under a newer one, it is refused ([`StoreError::AuthOldRevision`]). None
+    /// for Skiff's own APIs, which etcd's auth does not govern.
+    pub auth_revision: Option<u64>,
 }
 
 impl TxnRequest {
@@ -145,6 +149,7 @@ impl TxnRequest {
             compare: Vec::new(),
             success: vec![op],
             failure: Vec::new(),
+            auth_revision: None,
         }
     }
 
@@ -271,6 +276,8 @@ pub enum Command {
     /// Transactions proposed together as one log entry (group commit): applied in order, each
     /// at its own revision, and written in one atomic batch with the entry's applied id.
     Batch(Vec<TxnRequest>),
+    /// A change to users, roles or permissions, or a token issued (see [`crate::auth`]).
+    Auth(crate::auth::AuthCommand),
 }
 
 impl Command {
@@ -317,6 +324,8 @@ pub enum Outcome {
     Nothing,
     /// One response per transaction of a `Batch`, in order.
     Batch(Vec<Response>),
+    /// An auth change applied (see [`crate::auth`]).
+    Auth,
 }
 
 /// The state machine's answer to one log entry: the store revision after applying it, and the

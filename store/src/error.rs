@@ -69,6 +69,40 @@ pub enum StoreError {
     /// A membership change refused because too few members are reachable for it to be safe.
     #[error("etcdserver: unhealthy cluster")]
     Unhealthy,
+    #[error("etcdserver: root user does not exist")]
+    RootUserNotExist,
+    #[error("etcdserver: root user does not have root role")]
+    RootRoleNotExist,
+    #[error("etcdserver: user name already exists")]
+    UserAlreadyExist,
+    #[error("etcdserver: user name is empty")]
+    UserEmpty,
+    #[error("etcdserver: user name not found")]
+    UserNotFound,
+    #[error("etcdserver: role name already exists")]
+    RoleAlreadyExist,
+    #[error("etcdserver: role name not found")]
+    RoleNotFound,
+    #[error("etcdserver: role name is empty")]
+    RoleEmpty,
+    #[error("etcdserver: authentication failed, invalid user ID or password")]
+    AuthFailed,
+    #[error("etcdserver: permission denied")]
+    PermissionDenied,
+    #[error("etcdserver: role is not granted to the user")]
+    RoleNotGranted,
+    #[error("etcdserver: permission is not granted to the role")]
+    PermissionNotGranted,
+    #[error("etcdserver: authentication is not enabled")]
+    AuthNotEnabled,
+    #[error("etcdserver: invalid auth token")]
+    InvalidAuthToken,
+    #[error("etcdserver: invalid auth management")]
+    InvalidAuthMgmt,
+    /// The auth state changed between checking a write and applying it: the client
+    /// authenticates again (etcd's clients do) and retries.
+    #[error("etcdserver: revision of auth store is old")]
+    AuthOldRevision,
 }
 
 impl StoreError {
@@ -77,7 +111,13 @@ impl StoreError {
         match self {
             Compacted { .. } | FutureRevision | LeaseTtlTooLarge => Code::OutOfRange,
             EmptyKey | KeyNotFound | ValueProvided | LeaseProvided | TooManyOps | DuplicateKey
-            | RequestTooLarge | MemberBadUrls | Invalid(_) => Code::InvalidArgument,
+            | RequestTooLarge | MemberBadUrls | Invalid(_) | UserEmpty | RoleEmpty | AuthFailed
+            | InvalidAuthMgmt | AuthOldRevision => Code::InvalidArgument,
+            PermissionDenied => Code::PermissionDenied,
+            InvalidAuthToken => Code::Unauthenticated,
+            RootUserNotExist | RootRoleNotExist | UserAlreadyExist | UserNotFound
+            | RoleAlreadyExist | RoleNotFound | RoleNotGranted | PermissionNotGranted
+            | AuthNotEnabled => Code::FailedPrecondition,
             NoSpace => Code::ResourceExhausted,
             Corrupt => Code::DataLoss,
             LeaseNotFound | MemberNotFound => Code::NotFound,

@@ -29,6 +29,7 @@
 //! | [`read_index`]| shared ReadIndex rounds for linearizable reads and keep-alives      |
 //! | [`reconfig`]  | checks on membership changes: peer URLs, strict reconfiguration     |
 
+pub mod auth;
 pub mod backend;
 pub mod backup;
 pub mod client_port;

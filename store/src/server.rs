@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use skiff_proto::etcd::{PbClusterServer, PbKvServer, PbLeaseServer, PbMaintenanceServer};
+use skiff_proto::etcd::{
+    PbAuthServer, PbClusterServer, PbKvServer, PbLeaseServer, PbMaintenanceServer,
+};
 use skiff_proto::raft::v1::raft_peer_server::RaftPeerServer;
 use tokio::net::TcpListener;
 
@@ -18,6 +20,7 @@ use skiff_proto::metrics::{self, Registry, Scrape, Sink};
 use crate::client_port::ClientPortLayer;
 use crate::cluster::ClusterApi;
 use crate::command::Alarm;
+use crate::etcd::auth::AuthService;
 use crate::etcd::cluster::ClusterService;
 use crate::etcd::kv::KvService;
 use crate::etcd::lease::LeaseService;
@@ -223,6 +226,9 @@ pub async fn run(
                 .add_service(
                     PbMaintenanceServer::new(MaintenanceService::new(m.clone()))
                         .max_decoding_message_size(limit),
+                )
+                .add_service(
+                    PbAuthServer::new(AuthService::new(m.clone())).max_decoding_message_size(limit),
                 )
                 .add_service(
                     ClusterServer::new(cluster_api.clone())

@@ -300,14 +300,42 @@ pub enum Conn {
     Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
 }
 
+/// What requests on a connection know of it (in their extensions): the TCP addresses, and
+/// the common name of the client certificate it presented, if it presented one (checked
+/// against the trusted CA by the handshake).
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub tcp: tonic::transport::server::TcpConnectInfo,
+    pub client_cn: Option<String>,
+}
+
 impl tonic::transport::server::Connected for Conn {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-    fn connect_info(&self) -> Self::ConnectInfo {
+    type ConnectInfo = ConnInfo;
+    fn connect_info(&self) -> ConnInfo {
         match self {
-            Conn::Plain(c) => c.connect_info(),
-            Conn::Tls(c) => c.get_ref().0.connect_info(),
+            Conn::Plain(c) => ConnInfo {
+                tcp: c.connect_info(),
+                client_cn: None,
+            },
+            Conn::Tls(c) => {
+                let (tcp, session) = c.get_ref();
+                ConnInfo {
+                    tcp: tcp.connect_info(),
+                    client_cn: session
+                        .peer_certificates()
+                        .and_then(|chain| chain.first())
+                        .and_then(|leaf| common_name(leaf)),
+                }
+            }
         }
     }
+}
+
+/// The subject's common name in a DER certificate.
+pub fn common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_owned)
 }
 
 macro_rules! both {

@@ -155,6 +155,9 @@ impl Cluster {
         let mut store = StoreCommand {
             heartbeat_interval: Some(100),
             election_timeout: Some(1000),
+            // Passwords hashed at bcrypt's cheapest cost: users are made and checked in
+            // milliseconds, even by a debug build.
+            bcrypt_cost: Some(4),
             // SKIFF_TEST_MEMBER_LOG widens it when a failure needs Raft's own reasoning.
             log: Some(
                 std::env::var("SKIFF_TEST_MEMBER_LOG")

@@ -162,6 +162,7 @@ impl ClusterApi {
                     count_only: true,
                     ..RangeRequest::default()
                 })],
+                auth_revision: None,
             }));
             proposed.push((i, pod_key));
         }
@@ -172,6 +173,7 @@ impl ClusterApi {
                     compare: Vec::new(),
                     success: ops,
                     failure: Vec::new(),
+                    auth_revision: None,
                 })
                 .await?;
             revision = rev;

@@ -172,6 +172,7 @@ fn unchanged_since(key: &str, mod_revision: i64, op: RequestOp) -> TxnRequest {
         )],
         success: vec![op],
         failure: vec![],
+        auth_revision: None,
     }
 }
 
@@ -531,6 +532,7 @@ impl ClusterApi {
                     key: key.as_bytes().to_vec(),
                     ..RangeRequest::default()
                 })],
+                auth_revision: None,
             };
             let (rev, resp) = self.write_txn(kind, txn).await?;
             if resp.succeeded {
@@ -581,6 +583,7 @@ impl ClusterApi {
                 ..PutRequest::default()
             })],
             failure: vec![],
+            auth_revision: None,
         })
         .await?;
         Ok(())

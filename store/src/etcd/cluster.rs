@@ -10,7 +10,7 @@ use skiff_proto::etcd::{
 };
 use tonic::{Request, Response, Status};
 
-use super::header;
+use super::{admin, header};
 use crate::member::{MemberInfo, StoreMember};
 
 #[derive(Debug, Clone)]
@@ -57,6 +57,7 @@ impl PbClusterService for ClusterService {
         &self,
         req: Request<PbMemberAddRequest>,
     ) -> Result<Response<PbMemberAddResponse>, Status> {
+        admin(&self.member, &req).await?;
         let req = req.into_inner();
         let id = self
             .member
@@ -80,6 +81,7 @@ impl PbClusterService for ClusterService {
         &self,
         req: Request<PbMemberRemoveRequest>,
     ) -> Result<Response<PbMemberRemoveResponse>, Status> {
+        admin(&self.member, &req).await?;
         let id = req.get_ref().id;
         self.member.remove_member(id).await?;
         self.settle(|ms| ms.iter().all(|m| m.id != id)).await;
@@ -93,6 +95,7 @@ impl PbClusterService for ClusterService {
         &self,
         req: Request<PbMemberUpdateRequest>,
     ) -> Result<Response<PbMemberUpdateResponse>, Status> {
+        admin(&self.member, &req).await?;
         let req = req.into_inner();
         self.member.update_member(req.id, req.peer_ur_ls).await?;
         Ok(Response::new(PbMemberUpdateResponse {
@@ -118,6 +121,7 @@ impl PbClusterService for ClusterService {
         &self,
         req: Request<PbMemberPromoteRequest>,
     ) -> Result<Response<PbMemberPromoteResponse>, Status> {
+        admin(&self.member, &req).await?;
         let id = req.get_ref().id;
         self.member.promote_member(id).await?;
         self.settle(|ms| ms.iter().any(|m| m.id == id && !m.is_learner))

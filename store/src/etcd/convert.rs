@@ -175,6 +175,7 @@ pub fn txn_request(t: PbTxnRequest, max_ops: usize) -> Result<TxnRequest, StoreE
             .into_iter()
             .map(|op| request_op(op, max_ops))
             .collect::<Result<_, _>>()?,
+        auth_revision: None,
     };
     check_intervals(&txn.success)?;
     check_intervals(&txn.failure)?;
@@ -317,6 +318,7 @@ mod tests {
             compare: vec![],
             success: vec![put("x")],
             failure: vec![put("x")],
+            auth_revision: None,
         });
         assert!(check_intervals(std::slice::from_ref(&nested)).is_ok());
         assert_eq!(
@@ -328,6 +330,7 @@ mod tests {
             compare: vec![],
             success: vec![put("x")],
             failure: vec![del("x", "")],
+            auth_revision: None,
         });
         assert!(check_intervals(std::slice::from_ref(&either)).is_ok());
         // A parent's delete covers a child's put.

@@ -10,7 +10,8 @@ use skiff_proto::etcd::{
 };
 use tonic::{Request, Response, Status};
 
-use super::{convert, header};
+use super::{caller, convert, header};
+use crate::auth::{Access, Caller};
 use crate::command::{Command, Outcome, RequestOp, ResponseOp, TxnRequest, TxnResponse};
 use crate::error::StoreError;
 use crate::member::StoreMember;
@@ -32,7 +33,13 @@ impl KvService {
         Ok(())
     }
 
-    async fn txn(&self, txn: TxnRequest) -> Result<(i64, TxnResponse), StoreError> {
+    /// Runs `txn` for `who`, once it may (see [`StoreMember::authorize_txn`]).
+    async fn txn(
+        &self,
+        who: &Caller,
+        mut txn: TxnRequest,
+    ) -> Result<(i64, TxnResponse), StoreError> {
+        self.member.authorize_txn(who, &mut txn)?;
         let resp = self.member.propose(Command::Txn(txn)).await?;
         match resp.result? {
             Outcome::Txn(t) => Ok((resp.revision, t)),
@@ -42,8 +49,8 @@ impl KvService {
         }
     }
 
-    async fn single(&self, op: RequestOp) -> Result<(i64, ResponseOp), StoreError> {
-        let (rev, mut t) = self.txn(TxnRequest::single(op)).await?;
+    async fn single(&self, who: &Caller, op: RequestOp) -> Result<(i64, ResponseOp), StoreError> {
+        let (rev, mut t) = self.txn(who, TxnRequest::single(op)).await?;
         let op = t
             .responses
             .pop()
@@ -59,9 +66,13 @@ type RangeStream =
     std::pin::Pin<Box<dyn futures::Stream<Item = Result<PbRangeStreamResponse, Status>> + Send>>;
 
 impl KvService {
-    async fn read(&self, req: PbRangeRequest) -> Result<PbRangeResponse, Status> {
+    async fn read(&self, req: Request<PbRangeRequest>) -> Result<PbRangeResponse, Status> {
+        let who = caller(&self.member, &req).await?;
+        let req = req.into_inner();
         let serializable = req.serializable;
         let range = convert::range_request(req)?;
+        self.member
+            .check_access(&who, Access::Read, &range.key, &range.range_end)?;
         if !serializable {
             self.member.linearizable_barrier().await?;
         }
@@ -81,7 +92,7 @@ impl PbKvService for KvService {
         &self,
         req: Request<PbRangeRequest>,
     ) -> Result<Response<PbRangeResponse>, Status> {
-        self.read(req.into_inner()).await.map(Response::new)
+        self.read(req).await.map(Response::new)
     }
 
     type RangeStreamStream = RangeStream;
@@ -92,7 +103,7 @@ impl PbKvService for KvService {
         &self,
         req: Request<PbRangeRequest>,
     ) -> Result<Response<Self::RangeStreamStream>, Status> {
-        let full = self.read(req.into_inner()).await?;
+        let full = self.read(req).await?;
         let mut parts = Vec::new();
         let mut kvs = full.kvs.into_iter().peekable();
         let mut first = true;
@@ -116,10 +127,11 @@ impl PbKvService for KvService {
     }
 
     async fn put(&self, req: Request<PbPutRequest>) -> Result<Response<PbPutResponse>, Status> {
+        let who = caller(&self.member, &req).await?;
         let req = req.into_inner();
         self.check_size(req.encoded_len())?;
         let put = convert::put_request(req)?;
-        let (rev, op) = self.single(RequestOp::Put(put)).await?;
+        let (rev, op) = self.single(&who, RequestOp::Put(put)).await?;
         let ResponseOp::Put(p) = op else {
             return Err(StoreError::internal("put answered with another op").into());
         };
@@ -132,10 +144,11 @@ impl PbKvService for KvService {
         &self,
         req: Request<PbDeleteRequest>,
     ) -> Result<Response<PbDeleteResponse>, Status> {
+        let who = caller(&self.member, &req).await?;
         let req = req.into_inner();
         self.check_size(req.encoded_len())?;
         let del = convert::delete_request(req)?;
-        let (rev, op) = self.single(RequestOp::DeleteRange(del)).await?;
+        let (rev, op) = self.single(&who, RequestOp::DeleteRange(del)).await?;
         let ResponseOp::DeleteRange(d) = op else {
             return Err(StoreError::internal("delete answered with another op").into());
         };
@@ -145,10 +158,11 @@ impl PbKvService for KvService {
     }
 
     async fn txn(&self, req: Request<PbTxnRequest>) -> Result<Response<PbTxnResponse>, Status> {
+        let who = caller(&self.member, &req).await?;
         let req = req.into_inner();
         self.check_size(req.encoded_len())?;
         let txn = convert::txn_request(req, self.member.config.max_txn_ops)?;
-        let (rev, t) = KvService::txn(self, txn).await?;
+        let (rev, t) = KvService::txn(self, &who, txn).await?;
         let mut out = convert::txn_response(t);
         out.header = header(&self.member, rev);
         Ok(Response::new(out))
@@ -158,6 +172,8 @@ impl PbKvService for KvService {
         &self,
         req: Request<PbCompactionRequest>,
     ) -> Result<Response<PbCompactionResponse>, Status> {
+        // Any user may compact, as in etcd: kube-apiserver does, rarely as root.
+        caller(&self.member, &req).await?;
         let req = req.into_inner();
         let resp = self
             .member

@@ -12,7 +12,7 @@ use skiff_proto::etcd::{
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::header;
+use super::{caller, header};
 use crate::command::{Command, Outcome};
 use crate::error::StoreError;
 use crate::member::StoreMember;
@@ -45,6 +45,7 @@ impl PbLeaseService for LeaseService {
         &self,
         req: Request<PbLeaseGrantRequest>,
     ) -> Result<Response<PbLeaseGrantResponse>, Status> {
+        caller(&self.member, &req).await?;
         let req = req.into_inner();
         if req.ttl > MAX_LEASE_TTL {
             return Err(StoreError::LeaseTtlTooLarge.into());
@@ -71,6 +72,9 @@ impl PbLeaseService for LeaseService {
         &self,
         req: Request<PbLeaseRevokeRequest>,
     ) -> Result<Response<PbLeaseRevokeResponse>, Status> {
+        // Revoking deletes the lease's keys: the caller must be able to write every one.
+        let who = caller(&self.member, &req).await?;
+        self.member.check_lease_revoke(&who, req.get_ref().id)?;
         let resp = self
             .member
             .propose(Command::LeaseRevoke {
@@ -89,6 +93,7 @@ impl PbLeaseService for LeaseService {
         &self,
         req: Request<Streaming<PbLeaseKeepAliveRequest>>,
     ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
+        caller(&self.member, &req).await?;
         let mut input = req.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         let member = self.member.clone();
@@ -127,6 +132,7 @@ impl PbLeaseService for LeaseService {
         &self,
         req: Request<PbLeaseTimeToLiveRequest>,
     ) -> Result<Response<PbLeaseTimeToLiveResponse>, Status> {
+        caller(&self.member, &req).await?;
         let req = req.into_inner();
         let (ttl, granted) = match self.member.time_to_live(req.id).await {
             Ok(t) => t,
@@ -162,8 +168,9 @@ impl PbLeaseService for LeaseService {
 
     async fn lease_leases(
         &self,
-        _req: Request<PbLeaseLeasesRequest>,
+        req: Request<PbLeaseLeasesRequest>,
     ) -> Result<Response<PbLeaseLeasesResponse>, Status> {
+        caller(&self.member, &req).await?;
         self.member.linearizable_barrier().await?;
         let mvcc = self.member.shared.read();
         Ok(Response::new(PbLeaseLeasesResponse {

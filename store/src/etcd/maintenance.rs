@@ -25,7 +25,7 @@ use skiff_proto::etcd::{
 };
 use tonic::{Request, Response, Status};
 
-use super::{API_VERSION, header};
+use super::{API_VERSION, admin, caller, header};
 use crate::command::{Alarm, Command, Outcome, RangeRequest};
 use crate::error::StoreError;
 use crate::member::{BackupPiece, StoreMember};
@@ -115,6 +115,11 @@ impl PbMaintenanceService for MaintenanceService {
         &self,
         req: Request<PbAlarmRequest>,
     ) -> Result<Response<PbAlarmResponse>, Status> {
+        // Listing needs a user, raising or disarming root.
+        let who = caller(&self.member, &req).await?;
+        if req.get_ref().action != 0 {
+            self.member.check_admin(&who)?;
+        }
         let req = req.into_inner();
         // GET reads every alarm whatever the type; etcd's NONE (0) raises or disarms NOSPACE.
         let alarm = match req.alarm {
@@ -190,8 +195,9 @@ impl PbMaintenanceService for MaintenanceService {
 
     async fn defragment(
         &self,
-        _req: Request<PbDefragmentRequest>,
+        req: Request<PbDefragmentRequest>,
     ) -> Result<Response<PbDefragmentResponse>, Status> {
+        admin(&self.member, &req).await?;
         let member = self.member.clone();
         tokio::task::spawn_blocking(move || {
             let mvcc = member.shared.read();
@@ -208,7 +214,8 @@ impl PbMaintenanceService for MaintenanceService {
         }))
     }
 
-    async fn hash(&self, _req: Request<PbHashRequest>) -> Result<Response<PbHashResponse>, Status> {
+    async fn hash(&self, req: Request<PbHashRequest>) -> Result<Response<PbHashResponse>, Status> {
+        admin(&self.member, &req).await?;
         let (hash, at, _) = self.member.hash_kv(0).await?;
         Ok(Response::new(PbHashResponse {
             header: header(&self.member, at),
@@ -220,6 +227,7 @@ impl PbMaintenanceService for MaintenanceService {
         &self,
         req: Request<PbHashKvRequest>,
     ) -> Result<Response<PbHashKvResponse>, Status> {
+        admin(&self.member, &req).await?;
         let revision = req.into_inner().revision;
         let (hash, at, compacted) = self.member.hash_kv(revision).await?;
         Ok(Response::new(PbHashKvResponse {
@@ -234,8 +242,9 @@ impl PbMaintenanceService for MaintenanceService {
 
     async fn snapshot(
         &self,
-        _req: Request<PbSnapshotRequest>,
+        req: Request<PbSnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
+        admin(&self.member, &req).await?;
         let pieces = self.member.backup();
         let header = header(&self.member, self.member.shared.read().revision());
         // One piece is held back, so the message that carries the last bytes says that
@@ -308,6 +317,7 @@ impl PbMaintenanceService for MaintenanceService {
         &self,
         req: Request<PbMoveLeaderRequest>,
     ) -> Result<Response<PbMoveLeaderResponse>, Status> {
+        admin(&self.member, &req).await?;
         let target = req.into_inner().target_id;
         self.member.move_leader(target).await?;
         Ok(Response::new(PbMoveLeaderResponse {

@@ -6,8 +6,12 @@ use std::sync::Arc;
 
 use skiff_proto::etcd::PbResponseHeader;
 
+use crate::auth::Caller;
+use crate::error::StoreError;
 use crate::member::StoreMember;
+use crate::tls::ConnInfo;
 
+pub mod auth;
 pub mod cluster;
 pub mod convert;
 pub mod kv;
@@ -26,6 +30,22 @@ pub fn header(member: &StoreMember, revision: i64) -> Option<PbResponseHeader> {
         revision,
         raft_term: member.term(),
     })
+}
+
+/// Who sent `req` (see [`StoreMember::caller`]).
+pub async fn caller<T>(
+    member: &StoreMember,
+    req: &tonic::Request<T>,
+) -> Result<Caller, StoreError> {
+    member
+        .caller(req.metadata(), req.extensions().get::<ConnInfo>())
+        .await
+}
+
+/// Refuses `req` unless auth is off or it comes from root.
+pub async fn admin<T>(member: &StoreMember, req: &tonic::Request<T>) -> Result<(), StoreError> {
+    let who = caller(member, req).await?;
+    member.check_admin(&who)
 }
 
 /// The services, ready to add to a tonic router.

@@ -28,8 +28,10 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::convert::{self, WatchRequest};
 use super::header;
+use crate::auth::Access;
 use crate::command::Event;
 use crate::member::StoreMember;
+use crate::tls::ConnInfo;
 use crate::watch::{Encoded, WatchEvents, WatchMessage};
 
 /// Messages a stream's queue holds before its watchers are parked and caught up from disk.
@@ -299,6 +301,10 @@ impl WatchService {
         &self,
         req: Request<Streaming<PbWatchRequest>>,
     ) -> Result<Response<WatchStream>, Status> {
+        // Each watch is checked when it is created, against who opened the stream then (a
+        // token may expire, or a permission go, while the stream stays open).
+        let metadata = req.metadata().clone();
+        let conn = req.extensions().get::<ConnInfo>().cloned();
         let mut input = req.into_inner();
         let member = self.member.clone();
         let hub = member.shared.hub.clone();
@@ -350,9 +356,24 @@ impl WatchService {
                         progress_notify,
                         spec,
                     } => {
+                        let allowed = match member.caller(&metadata, conn.as_ref()).await {
+                            Ok(who) => {
+                                member.check_access(&who, Access::Read, &spec.key, &spec.range_end)
+                            }
+                            Err(e) => Err(e),
+                        };
                         let Ok(permit) = tx.reserve().await else {
                             break;
                         };
+                        if let Err(e) = allowed {
+                            // etcd's answer: created and canceled at once, with no watch ID.
+                            permit.send(WatchMessage::Refused {
+                                watch_id: -1,
+                                revision: member.shared.read().revision(),
+                                reason: e.to_string(),
+                            });
+                            continue;
+                        }
                         let mvcc = member.shared.read();
                         // The hub queues `created`, or the refusal (created and canceled in
                         // one response, as etcd answers it), before any event.

@@ -13,6 +13,7 @@
 //! | [`transfer`]     | leadership transfer: MoveLeader, and handing over before stopping    |
 //! | [`corruption`]   | the leader's corruption check: members' hashes at one revision       |
 
+mod auth;
 mod auto_compaction;
 mod corruption;
 mod forward;
@@ -80,6 +81,10 @@ pub struct MemberConfig {
     /// How often the leader compares every member's keyspace hash with its own
     /// (`--experimental-corrupt-check-time`); never when `None`.
     pub corrupt_check: Option<Duration>,
+    /// How long an auth token may go unused before it expires (`--auth-token-ttl`).
+    pub auth_token_ttl: Duration,
+    /// bcrypt's cost for new passwords (`--bcrypt-cost`).
+    pub bcrypt_cost: u32,
 }
 
 impl Default for MemberConfig {
@@ -104,6 +109,8 @@ impl Default for MemberConfig {
             auto_compaction: None,
             tls: crate::tls::TlsSettings::default(),
             corrupt_check: None,
+            auth_token_ttl: crate::mvcc::DEFAULT_TOKEN_TTL,
+            bcrypt_cost: crate::auth::DEFAULT_BCRYPT_COST,
         }
     }
 }

@@ -73,7 +73,8 @@ impl StoreMember {
                 cid
             }
         };
-        let mvcc = Mvcc::open(db.clone()).map_err(anyhow::Error::new)?;
+        let mut mvcc = Mvcc::open(db.clone()).map_err(anyhow::Error::new)?;
+        mvcc.set_token_ttl(config.auth_token_ttl);
         let backlog = mvcc.backlog().clone();
         let shared = Shared::new(mvcc, tagger);
         // Every task of the member runs on `tasks` and stops with `cancel` (see `shutdown`).

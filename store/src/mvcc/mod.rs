@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use rocksdb::{DB, IteratorMode, WriteBatch};
 
+use crate::auth::{Auth, AuthCommand, AuthState};
 use crate::backend::{self, CF_KV, CF_LEASE, CF_META, Record};
 use crate::command::{Alarm, Command, DeleteRangeRequest, Event, Outcome, Response, TxnRequest};
 use crate::compaction::Backlog;
@@ -62,6 +63,10 @@ pub struct Mvcc {
     compacted: i64,
     leases: BTreeMap<i64, Lease>,
     alarms: BTreeSet<(u64, Alarm)>,
+    /// Users, roles and permissions (replicated), and this member's tokens.
+    auth: Auth,
+    /// How long a token may go unused (`--auth-token-ttl`).
+    token_ttl: std::time::Duration,
     /// Versions compaction dropped from the index that the backend still holds (see
     /// [`crate::compaction`]).
     backlog: Arc<Backlog>,
@@ -81,6 +86,10 @@ pub struct Applied {
 const META_REVISION: &[u8] = b"revision";
 const META_COMPACTED: &[u8] = b"compacted";
 const META_ALARMS: &[u8] = b"alarms";
+const META_AUTH: &[u8] = b"auth";
+
+/// etcd's `--auth-token-ttl` default.
+pub const DEFAULT_TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(300);
 
 fn io(e: rocksdb::Error) -> StoreError {
     StoreError::internal(e)
@@ -96,6 +105,8 @@ impl Mvcc {
             compacted: 0,
             leases: BTreeMap::new(),
             alarms: BTreeSet::new(),
+            auth: Auth::default(),
+            token_ttl: DEFAULT_TOKEN_TTL,
             backlog: Arc::new(Backlog::default()),
         };
         m.load()?;
@@ -119,6 +130,11 @@ impl Mvcc {
                 .collect(),
             None => BTreeSet::new(),
         };
+        let auth = match self.db.get_cf(meta, META_AUTH).map_err(io)? {
+            Some(b) => backend::decode(&b).map_err(StoreError::internal)?,
+            None => AuthState::default(),
+        };
+        self.auth.replace(auth);
         self.leases.clear();
         for item in self
             .db
@@ -186,6 +202,30 @@ impl Mvcc {
 
     pub fn alarms(&self) -> Vec<(u64, Alarm)> {
         self.alarms.iter().copied().collect()
+    }
+
+    /// Users, roles and permissions, and this member's tokens.
+    pub fn auth(&self) -> &Auth {
+        &self.auth
+    }
+
+    /// How long a token may go unused before it expires (`--auth-token-ttl`).
+    pub fn set_token_ttl(&mut self, ttl: std::time::Duration) {
+        self.token_ttl = ttl;
+    }
+
+    pub fn token_ttl(&self) -> std::time::Duration {
+        self.token_ttl
+    }
+
+    /// Refuses a transaction checked against an older auth state than the one in force.
+    fn check_auth_revision(&self, t: &TxnRequest) -> Result<(), StoreError> {
+        match t.auth_revision {
+            Some(checked) if self.auth.state.enabled && checked < self.auth.state.revision => {
+                Err(StoreError::AuthOldRevision)
+            }
+            _ => Ok(()),
+        }
     }
 
     pub fn key_count(&self) -> usize {
@@ -277,7 +317,8 @@ impl Mvcc {
             } else if self.no_space() && txn_has_put(t) {
                 Err(StoreError::NoSpace)
             } else {
-                self.txn(t, &mut w).map(Outcome::Txn)
+                self.check_auth_revision(t)
+                    .and_then(|()| self.txn(t, &mut w).map(Outcome::Txn))
             };
             if let Err(e @ StoreError::Internal(_)) = result {
                 return Err(e);
@@ -351,7 +392,21 @@ impl Mvcc {
         }
         match cmd {
             Command::Batch(_) => Err(StoreError::Invalid("a batch inside a batch".into())),
-            Command::Txn(t) => self.txn(t, w).map(Outcome::Txn),
+            Command::Txn(t) => {
+                self.check_auth_revision(t)?;
+                self.txn(t, w).map(Outcome::Txn)
+            }
+            Command::Auth(a) => {
+                self.auth.apply(a, self.token_ttl)?;
+                if !matches!(a, AuthCommand::Authenticate { .. }) {
+                    w.batch.put_cf(
+                        backend::cf(&self.db, CF_META),
+                        META_AUTH,
+                        backend::encode(&self.auth.state),
+                    );
+                }
+                Ok(Outcome::Auth)
+            }
             Command::Compact { revision } => self.compact(*revision, w).map(|_| Outcome::Compacted),
             Command::LeaseGrant { id, ttl } => {
                 if *id <= 0 {

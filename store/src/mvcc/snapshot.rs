@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use rocksdb::{DB, IteratorMode, WriteBatch};
 use serde::{Deserialize, Serialize};
 
-use super::{META_ALARMS, META_COMPACTED, META_REVISION, Mvcc, io, restore};
+use super::{META_ALARMS, META_AUTH, META_COMPACTED, META_REVISION, Mvcc, io, restore};
+use crate::auth::AuthState;
 use crate::backend::{self, CF_KV, CF_LEASE, CF_META, Record};
 use crate::command::Alarm;
 use crate::error::StoreError;
@@ -20,6 +21,7 @@ pub struct SnapshotPayload {
     pub compacted: i64,
     pub leases: Vec<(i64, i64)>,
     pub alarms: Vec<(u64, Alarm)>,
+    pub auth: AuthState,
     /// (versioned key, encoded record) in key order.
     pub kv: Vec<StoredVersion>,
 }
@@ -31,6 +33,7 @@ pub struct SnapshotHead {
     pub compacted: i64,
     pub leases: Vec<(i64, i64)>,
     pub alarms: Vec<(u64, Alarm)>,
+    pub auth: AuthState,
 }
 
 /// Raw values of metadata keys read alongside a snapshot (absent keys are `None`).
@@ -64,6 +67,7 @@ impl Mvcc {
                 compacted: head.compacted,
                 leases: head.leases,
                 alarms: head.alarms,
+                auth: head.auth,
                 kv,
             },
             extra,
@@ -91,6 +95,10 @@ impl Mvcc {
         let alarms = match snap.get_cf(meta_cf, META_ALARMS).map_err(io)? {
             Some(b) => backend::decode(&b).map_err(StoreError::internal)?,
             None => Vec::new(),
+        };
+        let auth = match snap.get_cf(meta_cf, META_AUTH).map_err(io)? {
+            Some(b) => backend::decode(&b).map_err(StoreError::internal)?,
+            None => AuthState::default(),
         };
         let mut leases = Vec::new();
         for item in snap.iterator_cf(backend::cf(db, CF_LEASE), IteratorMode::Start) {
@@ -127,6 +135,7 @@ impl Mvcc {
                 compacted,
                 leases,
                 alarms,
+                auth,
             },
             extra,
         ))
@@ -143,8 +152,8 @@ impl Mvcc {
     }
 
     /// Writes the rest of a snapshot's keyspace into `db` (a restore, after its versions):
-    /// the leases, the revision and compaction point, no alarms, and `meta` as in
-    /// [`apply`](Self::apply); synced.
+    /// the leases, the revision and compaction point, users and roles, no alarms, and `meta`
+    /// as in [`apply`](Self::apply); synced.
     pub fn restore_head(
         db: &DB,
         head: &SnapshotHead,
@@ -163,6 +172,7 @@ impl Mvcc {
             META_ALARMS,
             backend::encode(&Vec::<(u64, Alarm)>::new()),
         );
+        batch.put_cf(meta_cf, META_AUTH, backend::encode(&head.auth));
         for (k, v) in meta {
             batch.put_cf(meta_cf, k, v);
         }
@@ -197,6 +207,7 @@ impl Mvcc {
         batch.put_cf(meta_cf, META_REVISION, backend::encode(&payload.revision));
         batch.put_cf(meta_cf, META_COMPACTED, backend::encode(&payload.compacted));
         batch.put_cf(meta_cf, META_ALARMS, backend::encode(&payload.alarms));
+        batch.put_cf(meta_cf, META_AUTH, backend::encode(&payload.auth));
         for (k, v) in meta {
             batch.put_cf(meta_cf, k, v);
         }

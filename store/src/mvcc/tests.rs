@@ -219,6 +219,7 @@ fn run(ops: Vec<Op>) {
                         key: k(key),
                         ..RangeRequest::default()
                     })],
+                    auth_revision: None,
                 });
                 let a = m.apply(&cmd, &[]).expect("apply");
                 let current = model.current().get(&k(key)).map_or(0, |kv| kv.version);
@@ -444,9 +445,11 @@ fn txn_reads_see_its_own_writes_and_nested_compares_use_the_old_state() {
                     ..PutRequest::default()
                 })],
                 failure: vec![],
+                auth_revision: None,
             }),
         ],
         failure: vec![],
+        auth_revision: None,
     });
     let a = m.apply(&cmd, &[]).expect("apply");
     assert_eq!(a.response.revision, 2);
@@ -481,6 +484,7 @@ fn compare_on_missing_keys_uses_zero_values_except_value() {
             }],
             success: vec![],
             failure: vec![],
+            auth_revision: None,
         })
     };
     let succeeded =
@@ -516,6 +520,7 @@ fn failed_checks_write_nothing() {
             }),
         ],
         failure: vec![],
+        auth_revision: None,
     });
     let a = m.apply(&cmd, &[]).expect("apply");
     assert_eq!(a.response.result, Err(StoreError::LeaseNotFound));
@@ -704,6 +709,7 @@ fn reversed_ranges_are_empty() {
                 prev_kv: true,
             })],
             failure: Vec::new(),
+            auth_revision: None,
         });
         let a = m.apply(&del, &[]).expect("apply");
         let Ok(Outcome::Txn(t)) = a.response.result else {
@@ -797,6 +803,7 @@ fn cas(key: &str, version: i64, value: &str) -> TxnRequest {
             key: key.into(),
             ..RangeRequest::default()
         })],
+        auth_revision: None,
     }
 }
 
@@ -867,4 +874,76 @@ fn a_batch_is_its_transactions_one_by_one() {
     drop(batched);
     let reopened = Mvcc::open(db).expect("reopen");
     assert_eq!(reopened.revision(), alone.revision());
+}
+
+/// Auth changes are applied, persisted and carried by snapshots; a write checked at an older
+/// auth revision than the one in force when it is applied is refused, and nothing of it is
+/// written.
+#[test]
+fn auth_state_is_durable_travels_in_snapshots_and_fences_stale_writes() {
+    use crate::auth::{AuthCommand, PermKind, Permission};
+    let (dir, mut m) = open_temp();
+    for cmd in [
+        AuthCommand::UserAdd {
+            name: "root".into(),
+            password: None,
+        },
+        AuthCommand::UserGrantRole {
+            user: "root".into(),
+            role: "root".into(),
+        },
+        AuthCommand::RoleAdd { name: "r".into() },
+        AuthCommand::RoleGrantPermission {
+            name: "r".into(),
+            perm: Permission {
+                kind: PermKind::Write,
+                key: b"a".to_vec(),
+                range_end: Vec::new(),
+            },
+        },
+        AuthCommand::Enable,
+    ] {
+        let a = m.apply(&Command::Auth(cmd), &[]).expect("apply");
+        assert_eq!(a.response.result, Ok(Outcome::Auth));
+    }
+    let checked_at = m.auth().state.revision;
+    let stamped = |rev: u64| {
+        let Command::Txn(mut t) = put("a", "1") else {
+            unreachable!("put is a txn")
+        };
+        t.auth_revision = Some(rev);
+        Command::Txn(t)
+    };
+    let ok = m.apply(&stamped(checked_at), &[]).expect("apply");
+    assert!(ok.response.result.is_ok());
+    m.apply(
+        &Command::Auth(AuthCommand::RoleRevokePermission {
+            name: "r".into(),
+            key: b"a".to_vec(),
+            range_end: Vec::new(),
+        }),
+        &[],
+    )
+    .expect("revoke");
+    let before = m.revision();
+    let stale = m.apply(&stamped(checked_at), &[]).expect("apply");
+    assert_eq!(stale.response.result, Err(StoreError::AuthOldRevision));
+    assert_eq!(m.revision(), before, "nothing written");
+    // Refused changes leave the state alone; tokens are not part of it.
+    let refused = m
+        .apply(
+            &Command::Auth(AuthCommand::RoleAdd { name: "r".into() }),
+            &[],
+        )
+        .expect("apply");
+    assert_eq!(refused.response.result, Err(StoreError::RoleAlreadyExist));
+
+    let state = m.auth().state.clone();
+    drop(m);
+    let reopened = Mvcc::open(backend::open(dir.path()).expect("reopen")).expect("open");
+    assert_eq!(reopened.auth().state, state, "persisted with the keyspace");
+    let (payload, _) = Mvcc::snapshot_from(reopened.db(), &[]).expect("snapshot");
+    let (_fresh_dir, mut fresh) = open_temp();
+    fresh.install(&payload, &[]).expect("install");
+    assert_eq!(fresh.auth().state, state, "carried by a snapshot");
 }
