@@ -208,6 +208,7 @@ impl AuthState {
                 self.user_mut(name)?.password = password.clone();
             }
             UserGrantRole { user, role } => {
+                self.user(user)?;
                 if role != ROOT && !self.roles.contains_key(role) {
                     return Err(StoreError::RoleNotFound);
                 }

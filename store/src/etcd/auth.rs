@@ -62,6 +62,26 @@ impl AuthService {
         Ok(header(&self.member, revision))
     }
 
+    fn knows_user(&self, name: &str) -> bool {
+        self.member
+            .shared
+            .read()
+            .auth()
+            .state
+            .users
+            .contains_key(name)
+    }
+
+    fn knows_role(&self, name: &str) -> bool {
+        self.member
+            .shared
+            .read()
+            .auth()
+            .state
+            .roles
+            .contains_key(name)
+    }
+
     fn now(&self) -> Option<skiff_proto::etcd::PbResponseHeader> {
         header(&self.member, self.member.shared.read().revision())
     }
@@ -154,6 +174,9 @@ impl PbAuthService for AuthService {
     ) -> Result<Response<PbAuthUserAddResponse>, Status> {
         self.admin(&req).await?;
         let req = req.into_inner();
+        if req.name.is_empty() {
+            return Err(StoreError::UserEmpty.into());
+        }
         let no_password = req.options.is_some_and(|o| o.no_password);
         let password = self
             .password(req.password, req.hashed_password, no_password)
@@ -226,6 +249,11 @@ impl PbAuthService for AuthService {
     ) -> Result<Response<PbAuthUserChangePasswordResponse>, Status> {
         self.admin(&req).await?;
         let req = req.into_inner();
+        // A request with no password is refused either way; etcd names the unknown user first.
+        if req.password.is_empty() && req.hashed_password.is_empty() && !self.knows_user(&req.name)
+        {
+            return Err(StoreError::UserNotFound.into());
+        }
         let password = self
             .password(req.password, req.hashed_password, false)
             .await?;
@@ -351,6 +379,14 @@ impl PbAuthService for AuthService {
     ) -> Result<Response<PbAuthRoleGrantPermissionResponse>, Status> {
         self.admin(&req).await?;
         let req = req.into_inner();
+        let valid = req
+            .perm
+            .as_ref()
+            .is_some_and(|p| PermKind::from_number(p.perm_type).is_some() && !p.key.is_empty());
+        // A permission that is not one is refused either way; etcd names the unknown role first.
+        if !valid && !self.knows_role(&req.name) {
+            return Err(StoreError::RoleNotFound.into());
+        }
         let p = req
             .perm
             .ok_or_else(|| StoreError::Invalid("permission not given".into()))?;
