@@ -6,6 +6,7 @@
 //! dropped, dead with the harness if it dies.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
@@ -88,13 +89,48 @@ fn scheme() -> &'static str {
     if TLS.get().is_some() { "https" } else { "http" }
 }
 
-/// Connects a client to some endpoints, with the harness's timeouts.
+/// Whether the cluster of the run under way has etcd's auth on (an `--auth` campaign, once
+/// [`Cluster::enable_auth`] ran): clients then authenticate.
+static AUTH_ON: AtomicBool = AtomicBool::new(false);
+
+/// The users of an `--auth` campaign: root for the harness's own calls (membership changes,
+/// compaction, hashes), and a user with read and write on every key but not root for the
+/// workloads' clients, so every request goes through the permission checks.
+const ROOT_PASSWORD: &str = "jepsen-root";
+const CLIENT_USER: &str = "jepsen";
+const CLIENT_PASSWORD: &str = "jepsen-client";
+
+/// Who a connection is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Who {
+    Harness,
+    Client,
+}
+
+/// Connects the harness to some endpoints, with its timeouts.
 pub async fn connect(endpoints: &[String], timeout: Duration) -> anyhow::Result<Client> {
+    connect_as(endpoints, timeout, Who::Harness).await
+}
+
+/// Connects `who` to some endpoints, with the harness's timeouts; as a user when auth is on
+/// (its token renewed when a member that restarted no longer knows it).
+pub async fn connect_as(
+    endpoints: &[String],
+    timeout: Duration,
+    who: Who,
+) -> anyhow::Result<Client> {
     let mut opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(1))
         .with_timeout(timeout);
     if let Some(dir) = TLS.get() {
         opts = opts.with_tls(tls_options(dir)?);
+    }
+    if AUTH_ON.load(Ordering::Acquire) {
+        opts = match who {
+            Who::Harness => opts.with_user("root", ROOT_PASSWORD),
+            Who::Client => opts.with_user(CLIENT_USER, CLIENT_PASSWORD),
+        }
+        .with_auto_token_refresh(true);
     }
     tokio::time::timeout(timeout, Client::connect(endpoints, Some(opts)))
         .await
@@ -206,10 +242,32 @@ impl Cluster {
 
     /// Starts every member and waits until they agree on a leader.
     pub async fn start(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        AUTH_ON.store(false, Ordering::Release);
         for i in 0..self.len() {
             self.spawn(i, ClusterState::New)?;
         }
         self.wait_healthy(timeout).await
+    }
+
+    /// Turns etcd's auth on (an `--auth` campaign): root, and the workloads' user with read
+    /// and write on every key; from then on every connection authenticates.
+    pub async fn enable_auth(&self) -> anyhow::Result<()> {
+        let endpoints: Vec<String> = (0..self.len()).map(|i| self.endpoint(i)).collect();
+        let c = connect(&endpoints, Duration::from_secs(10)).await?;
+        let mut auth = c.auth_client();
+        auth.user_add("root", ROOT_PASSWORD, None).await?;
+        auth.user_grant_role("root", "root").await?;
+        auth.role_add(CLIENT_USER).await?;
+        auth.role_grant_permission(
+            CLIENT_USER,
+            etcd_client::Permission::read_write("").with_all_keys(),
+        )
+        .await?;
+        auth.user_add(CLIENT_USER, CLIENT_PASSWORD, None).await?;
+        auth.user_grant_role(CLIENT_USER, CLIENT_USER).await?;
+        auth.auth_enable().await.context("enabling auth")?;
+        AUTH_ON.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// kill -9 member `i`.

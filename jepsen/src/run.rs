@@ -46,6 +46,9 @@ pub struct Config {
     /// Members on `https://` client and peer URLs with certificates required on both, and
     /// clients presenting one (made by `skiff certs` in `<dir>/certs`).
     pub tls: bool,
+    /// etcd's auth on: the workloads' clients authenticate as a user with read and write on
+    /// every key (not root), the harness as root.
+    pub auth: bool,
 }
 
 impl Config {
@@ -151,6 +154,12 @@ pub async fn run_once(config: &Config, seed: u64) -> anyhow::Result<RunOutcome> 
         .start(Duration::from_secs(60))
         .await
         .context("starting the cluster")?;
+    if config.auth {
+        cluster
+            .enable_auth()
+            .await
+            .context("turning etcd's auth on")?;
+    }
 
     let recorder = Arc::new(Recorder::new());
     let traffic = CancellationToken::new();

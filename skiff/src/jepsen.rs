@@ -53,6 +53,11 @@ pub struct Args {
     /// `<report-dir>/certs`).
     #[arg(long)]
     tls: bool,
+    /// etcd's auth on: workload clients authenticate as a user with read and write on every
+    /// key (every request goes through the permission checks), the harness as root; tokens
+    /// are renewed when a restarted member no longer knows them.
+    #[arg(long)]
+    auth: bool,
 }
 
 fn nemeses(names: &[String]) -> anyhow::Result<Vec<Nemesis>> {
@@ -94,6 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         budget: args.budget,
         serializable_reads: args.serializable_reads,
         tls: args.tls,
+        auth: args.auth,
     };
     config.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -2,7 +2,9 @@
 //! against three real `skiff store` members in private network namespaces, while the
 //! nemesis partitions the network (iptables grudges) and kill -9s members (restarting them on
 //! their data directories). It runs with `--tls`: members on `https://` client and peer URLs
-//! with certificates required on both, so TLS handshakes are under the same faults.
+//! with certificates required on both, so TLS handshakes are under the same faults; and with
+//! `--auth`: etcd's auth on, every client request authenticated and permission-checked, tokens
+//! renewed after a killed member comes back without them.
 //!
 //! Property proven: under those faults every history the store produces is linearizable per
 //! key, in revision order across keys, and every watcher's stream is ordered, unique,
@@ -57,6 +59,7 @@ fn register_and_watch_stay_correct_under_partitions_and_kills() {
             "--seed",
             "7",
             "--tls",
+            "--auth",
             "--report-dir",
         ])
         .arg(dir.path())

@@ -18,7 +18,8 @@
 //! [`AuthState::check_admin`] for requests) live here once; the etcd services call them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -497,11 +498,36 @@ impl Tokens {
     }
 }
 
+/// Whether auth is on, and at which revision, readable without the keyspace lock: while auth
+/// is off (most clusters), a request costs no lock for it.
+#[derive(Debug, Default)]
+pub struct AuthGate {
+    enabled: AtomicBool,
+    revision: AtomicU64,
+}
+
+impl AuthGate {
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Acquire)
+    }
+
+    pub fn revision(&self) -> u64 {
+        self.revision.load(Ordering::Acquire)
+    }
+
+    fn set(&self, state: &AuthState) {
+        self.revision.store(state.revision, Ordering::Release);
+        self.enabled.store(state.enabled, Ordering::Release);
+    }
+}
+
 /// The auth state with this member's tokens: what the keyspace holds.
 #[derive(Debug, Default)]
 pub struct Auth {
     pub state: AuthState,
     pub tokens: Tokens,
+    /// Follows `state` (see [`AuthGate`]).
+    pub gate: Arc<AuthGate>,
 }
 
 impl Auth {
@@ -509,6 +535,7 @@ impl Auth {
     /// `Authenticate`, and dropped when its user goes, changes password, or auth is disabled.
     pub fn apply(&mut self, cmd: &AuthCommand, token_ttl: Duration) -> Result<(), StoreError> {
         self.state.apply(cmd)?;
+        self.gate.set(&self.state);
         match cmd {
             AuthCommand::Authenticate { user, token } => {
                 self.tokens.insert(token.clone(), user.clone(), token_ttl)
@@ -532,6 +559,7 @@ impl Auth {
                 .retain(|_, t| state.users.contains_key(&t.user));
         }
         self.state = state;
+        self.gate.set(&self.state);
     }
 }
 

@@ -147,9 +147,13 @@ impl Ctx {
     /// that does not fail over), or `None` if it cannot connect now.
     pub async fn client(&self, i: usize) -> Option<Client> {
         let (endpoint, _) = &self.members[i % self.members.len()];
-        cluster::connect(std::slice::from_ref(endpoint), OP_TIMEOUT)
-            .await
-            .ok()
+        cluster::connect_as(
+            std::slice::from_ref(endpoint),
+            OP_TIMEOUT,
+            cluster::Who::Client,
+        )
+        .await
+        .ok()
     }
 
     pub fn node_name(&self, i: usize) -> &str {

@@ -112,7 +112,8 @@ async fn session(
     let mut responses: Vec<Response> = Vec::new();
     let mut next = start;
     let result = async {
-        let mut c = cluster::connect(&[endpoint], super::OP_TIMEOUT).await?;
+        let mut c =
+            cluster::connect_as(&[endpoint], super::OP_TIMEOUT, cluster::Who::Client).await?;
         let opts = WatchOptions::new()
             .with_prefix()
             .with_start_revision(start)

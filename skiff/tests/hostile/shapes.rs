@@ -690,13 +690,7 @@ pub fn catalogue() -> Vec<Shape> {
         "FailedPrecondition",
         AsEtcd,
     );
-    add(
-        ROLE_ADD,
-        "empty name",
-        Pb::new(),
-        "InvalidArgument",
-        AsEtcd,
-    );
+    add(ROLE_ADD, "empty name", Pb::new(), "InvalidArgument", AsEtcd);
     add(
         ROLE_GET,
         "role \"nobody\"",

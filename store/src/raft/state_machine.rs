@@ -39,6 +39,8 @@ pub struct Shared {
     pub snapshots_installed: AtomicU64,
     /// What the member times and counts as it runs (etcd's metric names).
     pub metrics: crate::metrics::StoreMetrics,
+    /// Whether etcd's auth is on, without the keyspace lock.
+    pub auth_gate: Arc<crate::auth::AuthGate>,
 }
 
 impl Shared {
@@ -46,6 +48,7 @@ impl Shared {
     /// [`WatchHub::new`]).
     pub fn new(mvcc: Mvcc, tagger: Option<Tagger>) -> Arc<Shared> {
         Arc::new(Shared {
+            auth_gate: mvcc.auth().gate.clone(),
             mvcc: RwLock::new(mvcc),
             hub: Arc::new(WatchHub::new(tagger)),
             snapshots_installed: AtomicU64::new(0),
