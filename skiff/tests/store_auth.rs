@@ -13,8 +13,15 @@ use etcd_client::{
     Compare, CompareOp, ConnectOptions, GetOptions, Permission, Txn, TxnOp, WatchOptions,
 };
 
-/// etcdctl against `endpoints`, with `user` (`name:password`) when given.
-fn etcdctl(endpoints: &str, user: Option<&str>, args: &[&str]) -> (bool, String) {
+/// etcdctl against `endpoints`, with `user` (`name:password`) when given, and `stdin`.
+fn etcdctl_with(
+    endpoints: &str,
+    user: Option<&str>,
+    args: &[&str],
+    stdin: &[u8],
+) -> (bool, String) {
+    use std::io::Write as _;
+    use std::process::Stdio;
     let mut cmd = Command::new("etcdctl");
     cmd.env("ETCDCTL_API", "3")
         .arg(format!("--endpoints={endpoints}"))
@@ -22,15 +29,24 @@ fn etcdctl(endpoints: &str, user: Option<&str>, args: &[&str]) -> (bool, String)
     if let Some(u) = user {
         cmd.arg(format!("--user={u}"));
     }
-    let out = cmd.args(args).output().expect("etcdctl is installed");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    let mut child = cmd
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("etcdctl is installed");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin)
+        .expect("write stdin");
+    common::outcome(child.wait_with_output().expect("etcdctl output"))
+}
+
+fn etcdctl(endpoints: &str, user: Option<&str>, args: &[&str]) -> (bool, String) {
+    etcdctl_with(endpoints, user, args, b"")
 }
 
 fn ok(endpoints: &str, user: Option<&str>, args: &[&str]) -> String {
@@ -140,36 +156,12 @@ async fn users_roles_and_key_range_permissions_with_etcdctl() {
 
     // A transaction needs every key it touches: here the branch that would run is allowed,
     // the other is not.
-    let (allowed, out) = {
-        let mut child = Command::new("etcdctl");
-        child
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={m1}"))
-            .arg("--user=alice:alicepw")
-            .args(["txn"]);
-        let mut child = child
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("etcdctl");
-        use std::io::Write as _;
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(b"value(\"/app/config\") = \"v1\"\n\nput /app/log/2 ok\n\nput /secret/key stolen\n\n")
-            .expect("stdin");
-        let out = child.wait_with_output().expect("txn");
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
-    };
+    let (allowed, out) = etcdctl_with(
+        &m1,
+        ALICE,
+        &["txn"],
+        b"value(\"/app/config\") = \"v1\"\n\nput /app/log/2 ok\n\nput /secret/key stolen\n\n",
+    );
     assert!(!allowed && out.contains("permission denied"), "{out}");
     assert_eq!(
         ok(&m0, ROOT, &["get", "/secret/key", "--print-value-only"]),

@@ -44,15 +44,7 @@ fn etcdctl(
             dir.join(format!("{name}-key.pem")).display()
         ));
     }
-    let out = cmd.args(args).output().expect("etcdctl is installed");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    common::outcome(cmd.args(args).output().expect("etcdctl is installed"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

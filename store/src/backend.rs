@@ -7,7 +7,7 @@
 //! | `raft`        | `vote`, `committed`, `purged`    | bincode                             |
 //! | `kv`          | versioned key (see [`revision`]) | [`Record`]                          |
 //! | `lease`       | lease id (i64 BE)                | granted TTL (i64 BE)                |
-//! | `meta`        | `applied`, `membership`, `revision`, `compacted`, `alarms` | bincode   |
+//! | `meta`        | `applied`, `membership`, `revision`, `compacted`, `alarms`, `auth` | bincode |
 //! | `meta`        | `format`                         | [`FORMAT_VERSION`] (u32 BE)         |
 //!
 //! The `format` key versions everything in this table: a member refuses a data directory
@@ -35,8 +35,14 @@ pub const CF_META: &str = "meta";
 const FAMILIES: [&str; 5] = [CF_LOG, CF_RAFT, CF_KV, CF_LEASE, CF_META];
 
 /// The on-disk format this build reads and writes: the column families, keys and encodings
-/// in the table above. Raised whenever any of them changes meaning.
-pub const FORMAT_VERSION: u32 = 1;
+/// in the table above. Raised whenever any of them changes meaning. 2: etcd's auth (a
+/// transaction in the log carries the auth revision it was checked at; `meta` holds `auth`).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest format whose `kv` records this build reads: they have not changed since, so a
+/// backup's stored versions from any format from here to [`FORMAT_VERSION`] restore as they
+/// are.
+pub const RECORDS_SINCE: u32 = 1;
 
 const META_FORMAT: &[u8] = b"format";
 

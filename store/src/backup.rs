@@ -221,7 +221,7 @@ pub enum BackupError {
     Checksum { path: PathBuf },
     #[error("{}: {why}", path.display())]
     Malformed { path: PathBuf, why: String },
-    #[error("{}: the stored versions are in backend format {found}; this build reads format {}", path.display(), backend::FORMAT_VERSION)]
+    #[error("{}: the stored versions are in backend format {found}; this build reads formats {} to {}", path.display(), backend::RECORDS_SINCE, backend::FORMAT_VERSION)]
     Format { path: PathBuf, found: u32 },
     #[error("{}: {why}", dir.display())]
     DataDir { dir: PathBuf, why: String },
@@ -312,7 +312,7 @@ pub fn read(
                 versions(&v)?;
             }
             Frame::Head(summary) => {
-                if summary.format != backend::FORMAT_VERSION {
+                if !(backend::RECORDS_SINCE..=backend::FORMAT_VERSION).contains(&summary.format) {
                     return Err(BackupError::Format {
                         path: path.to_path_buf(),
                         found: summary.format,

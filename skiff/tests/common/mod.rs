@@ -91,10 +91,16 @@ pub fn skiff_bin() -> &'static str {
 
 /// Runs `skiff` with `args`: whether it succeeded, and what it printed (stdout, then stderr).
 pub fn run_skiff<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (bool, String) {
-    let out = Command::new(skiff_bin())
-        .args(args)
-        .output()
-        .expect("run skiff");
+    outcome(
+        Command::new(skiff_bin())
+            .args(args)
+            .output()
+            .expect("run skiff"),
+    )
+}
+
+/// Whether a finished command succeeded, and what it printed (stdout, then stderr).
+pub fn outcome(out: std::process::Output) -> (bool, String) {
     (
         out.status.success(),
         format!(

@@ -188,6 +188,9 @@ impl StoreMember {
             token: secret.clone(),
         })
         .await?;
+        // The entry may have been applied by the leader only (a follower forwards it): the
+        // index given with the token must be one by which this member knows it too.
+        self.linearizable_barrier().await?;
         Ok(format!("{secret}.{}", self.applied_index()))
     }
 }
