@@ -14,13 +14,18 @@
 #          both clusters on https:// client and peer URLs, client certificates required on
 #          both (made by `skiff certs`): puts from 1,000 clients and from one, and
 #          linearizable reads, etcd beside Skiff, instead of the whole race.
+#        bash scripts/race.sh auth [quick]
+#          the same three tests with etcd's auth off, then on (each request authenticated
+#          by token and permission-checked, as a user with read and write on the keys the
+#          tests touch, not root), etcd beside Skiff: what auth costs each.
 # SKIFF_BIN=path uses that skiff binary instead of building the release one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
 
 mode=race
-if [ "${1:-}" = stuck-watchers ] || [ "${1:-}" = compaction ] || [ "${1:-}" = tls ]; then
+if [ "${1:-}" = stuck-watchers ] || [ "${1:-}" = compaction ] || [ "${1:-}" = tls ] ||
+  [ "${1:-}" = auth ]; then
   mode=$1
   shift
 fi
@@ -174,7 +179,18 @@ fi
 
 # name | global flags | test and its flags (the same for both systems). Memory per watcher
 # first, while the members' heaps hold nothing the earlier tests left to free.
-if [ "$mode" = tls ]; then
+if [ "$mode" = auth ]; then
+  # Auth is turned on after the `off-` tests and off again after the `on-` ones (below).
+  auth_user=(--user bench:benchpw)
+  tests=(
+    "off-put-1000-clients|--conns 100 --clients 1000|put --total $((200000 / scale)) --key-size 8 --val-size 256"
+    "off-put-1-client|--conns 1 --clients 1|put --total $((5000 / scale)) --key-size 8 --val-size 256"
+    "off-range-linearizable|--conns 100 --clients 1000|range foo --consistency l --total $((200000 / scale))"
+    "on-put-1000-clients|--conns 100 --clients 1000 ${auth_user[*]}|put --total $((200000 / scale)) --key-size 8 --val-size 256"
+    "on-put-1-client|--conns 1 --clients 1 ${auth_user[*]}|put --total $((5000 / scale)) --key-size 8 --val-size 256"
+    "on-range-linearizable|--conns 100 --clients 1000 ${auth_user[*]}|range foo --consistency l --total $((200000 / scale))"
+  )
+elif [ "$mode" = tls ]; then
   tests=(
     "put-1000-clients|--conns 100 --clients 1000|put --total $((200000 / scale)) --key-size 8 --val-size 256"
     "put-1-client|--conns 1 --clients 1|put --total $((5000 / scale)) --key-size 8 --val-size 256"
@@ -206,6 +222,16 @@ for round in 1 2; do
     [ "$system" = skiff ] && eps=$skiff_eps metrics=$skiff_metrics
     for t in "${tests[@]}"; do
       IFS='|' read -r name global test <<<"$t"
+      if [ "$mode" = auth ] && [[ $name == on-put-1000-clients ]]; then
+        # Root, and a user with read and write from "0" on (the benchmark's keys and "foo").
+        ctl=(env ETCDCTL_API=3 etcdctl --endpoints="$eps")
+        "${ctl[@]}" user add root:rootpw >/dev/null
+        "${ctl[@]}" user add bench:benchpw >/dev/null
+        "${ctl[@]}" role add bench >/dev/null
+        "${ctl[@]}" role grant-permission bench readwrite 0 --from-key >/dev/null
+        "${ctl[@]}" user grant-role bench bench >/dev/null
+        "${ctl[@]}" auth enable >/dev/null
+      fi
       extra=()
       [[ $test == watch* ]] && extra=(--metrics-urls "$metrics")
       echo "==> round $round, $system: $name"
@@ -214,10 +240,17 @@ for round in 1 2; do
       echo "$line"
       echo "{\"round\": $round, \"system\": \"$system\", \"name\": \"$name\", \"report\": ${line:-null}}" >>"$results"
     done
+    if [ "$mode" = auth ]; then
+      ctl=(env ETCDCTL_API=3 etcdctl --endpoints="$eps" --user root:rootpw)
+      "${ctl[@]}" auth disable >/dev/null
+      "${ctl[@]}" user delete bench >/dev/null
+      "${ctl[@]}" user delete root >/dev/null
+      "${ctl[@]}" role delete bench >/dev/null
+    fi
   done
 done
 
-[ "$mode" = tls ] || "$SKIFF" bench plot --results "$results" --prefix sweep-put --out "$work/puts-vs-clients.svg"
+[ "$mode" = tls ] || [ "$mode" = auth ] || "$SKIFF" bench plot --results "$results" --prefix sweep-put --out "$work/puts-vs-clients.svg"
 
 python3 - "$results" <<'PY'
 import json, sys

@@ -49,6 +49,10 @@ pub struct Args {
     /// Its key (etcdctl's `--key`).
     #[arg(long, requires = "cert")]
     key: Option<std::path::PathBuf>,
+    /// `name:password` of the user to authenticate as, when the store has etcd's auth on
+    /// (etcd's benchmark `--user`).
+    #[arg(long)]
+    user: Option<String>,
     #[command(subcommand)]
     test: Test,
 }
@@ -201,7 +205,7 @@ async fn connect(a: &Args) -> Result<Vec<Client>> {
     if a.conns == 0 || a.clients == 0 || a.endpoints.is_empty() {
         bail!("--conns, --clients and --endpoints must not be empty or 0");
     }
-    let options = match (&a.cacert, &a.cert, &a.key) {
+    let mut options = match (&a.cacert, &a.cert, &a.key) {
         (Some(ca), Some(cert), Some(key)) => {
             let read = |p: &std::path::Path| {
                 std::fs::read(p).with_context(|| format!("reading {}", p.display()))
@@ -216,6 +220,12 @@ async fn connect(a: &Args) -> Result<Vec<Client>> {
         }
         _ => None,
     };
+    if let Some(user) = &a.user {
+        let (name, password) = user
+            .split_once(':')
+            .with_context(|| format!("--user {user:?}: expected name:password"))?;
+        options = Some(options.unwrap_or_default().with_user(name, password));
+    }
     let mut conns = Vec::new();
     for i in 0..a.conns {
         let ep = &a.endpoints[i % a.endpoints.len()];
@@ -319,6 +329,7 @@ pub async fn put_with(
         cacert: None,
         cert: None,
         key: None,
+        user: None,
         test: Test::Put(p),
     })
     .await
