@@ -241,11 +241,12 @@ for round in 1 2; do
       echo "{\"round\": $round, \"system\": \"$system\", \"name\": \"$name\", \"report\": ${line:-null}}" >>"$results"
     done
     if [ "$mode" = auth ]; then
-      ctl=(env ETCDCTL_API=3 etcdctl --endpoints="$eps" --user root:rootpw)
-      "${ctl[@]}" auth disable >/dev/null
-      "${ctl[@]}" user delete bench >/dev/null
-      "${ctl[@]}" user delete root >/dev/null
-      "${ctl[@]}" role delete bench >/dev/null
+      # Back to where the round began: no users or roles (etcdctl's `auth enable` added the
+      # root role), so the next round sets them up the same way.
+      ctl=(env ETCDCTL_API=3 etcdctl --endpoints="$eps")
+      "${ctl[@]}" --user root:rootpw auth disable >/dev/null
+      for u in bench root; do "${ctl[@]}" user delete "$u" >/dev/null; done
+      for r in bench root; do "${ctl[@]}" role delete "$r" >/dev/null; done
     fi
   done
 done
