@@ -2,9 +2,9 @@
 //! `skiff up` and kube-apiserver keep it), the backend stops growing, and a watcher that keeps
 //! reading sees every revision, none skipped, none twice.
 //!
-//! `cargo test --release -p skiff --test store_levelling -- --ignored --nocapture` (10 minutes: in
-//! three the peaks still rise; set
-//! `SKIFF_LEVELLING_SECS` for another length). It prints the backend size every 10 s.
+//! `cargo test --release -p skiff --test store_levelling -- --ignored --nocapture` (10 minutes:
+//! in three the peaks still rise; `SKIFF_LEVELLING_SECS` sets another length). It prints the
+//! backend size every 10 s.
 
 mod common;
 
