@@ -26,6 +26,10 @@ impl StoreMember {
         metadata: &MetadataMap,
         conn: Option<&ConnInfo>,
     ) -> Result<Caller, StoreError> {
+        // With auth off a token is ignored, whatever it holds (as etcd ignores it).
+        if !self.shared.auth_gate.enabled() {
+            return Ok(Caller::Anyone);
+        }
         let token = match metadata
             .get("token")
             .or_else(|| metadata.get("authorization"))
@@ -33,9 +37,6 @@ impl StoreMember {
             Some(t) => Some(t.to_str().map_err(|_| StoreError::InvalidAuthToken)?),
             None => None,
         };
-        if !self.shared.auth_gate.enabled() {
-            return Ok(Caller::Anyone);
-        }
         {
             let mvcc = self.shared.read();
             let auth = mvcc.auth();
