@@ -634,6 +634,80 @@ mod tests {
         s
     }
 
+    /// Keys over {0x00, 'a', 'b'} of up to three bytes. Every permission and request below
+    /// has its ends among the keys of up to two bytes (a single key's end is that key and a
+    /// zero byte, three bytes at most), so a key a grant misses inside a request can be found
+    /// among these: the start of the gap is such an end.
+    fn universe() -> Vec<Vec<u8>> {
+        let alphabet = [0u8, b'a', b'b'];
+        let mut keys = vec![Vec::new()];
+        let mut level = vec![Vec::new()];
+        for _ in 0..3 {
+            level = level
+                .iter()
+                .flat_map(|k: &Vec<u8>| {
+                    alphabet.iter().map(move |c| {
+                        let mut next = k.clone();
+                        next.push(*c);
+                        next
+                    })
+                })
+                .collect();
+            keys.extend(level.iter().cloned());
+        }
+        keys
+    }
+
+    /// Whether `key` is in etcd's `[start, range_end)`.
+    fn holds(start: &[u8], range_end: &[u8], key: &[u8]) -> bool {
+        match range_end {
+            [] => key == start,
+            [0] => key >= start,
+            end => key >= start && key < end,
+        }
+    }
+
+    fn short_key() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'b')], 1..=2)
+    }
+
+    /// A range as etcd encodes it: one key, `[key, end)`, or from `key` on.
+    fn range() -> impl proptest::strategy::Strategy<Value = (Vec<u8>, Vec<u8>)> {
+        use proptest::prelude::*;
+        (short_key(), 0u8..3, short_key()).prop_map(|(key, form, end)| match form {
+            0 => (key, Vec::new()),
+            1 => (key, end),
+            _ => (key, vec![0]),
+        })
+    }
+
+    proptest::proptest! {
+        /// The merged-interval check answers what checking every key would: a request is
+        /// allowed exactly when each key in it is in some range the user was granted.
+        #[test]
+        fn a_range_is_permitted_exactly_when_every_key_in_it_is(
+            grants in proptest::collection::vec(range(), 0..5),
+            (key, range_end) in range(),
+        ) {
+            let s = with_user(
+                grants
+                    .iter()
+                    .map(|(k, e)| Permission {
+                        kind: PermKind::Read,
+                        key: k.clone(),
+                        range_end: e.clone(),
+                    })
+                    .collect(),
+            );
+            let model = universe()
+                .iter()
+                .filter(|k| holds(&key, &range_end, k))
+                .all(|k| grants.iter().any(|(gk, ge)| holds(gk, ge, k)));
+            proptest::prop_assert_eq!(s.permitted("u", Access::Read, &key, &range_end), model);
+        }
+    }
+
     #[test]
     fn a_key_needs_a_range_that_holds_it() {
         let s = with_user(vec![
