@@ -159,14 +159,18 @@ impl StoreMember {
             .map_err(StoreError::internal)?
     }
 
-    /// etcd's Authenticate: checks `password` (here, off the async threads), and issues a
-    /// token every member knows once it is applied. Refused alike for an unknown user and a
+    /// etcd's Authenticate: checks `password` against the auth state as of now (after a
+    /// ReadIndex), off the async threads, and issues a token every member knows once it is
+    /// applied. Refused alike for an unknown user and a
     /// wrong password.
     pub async fn authenticate(
         self: &Arc<Self>,
         name: &str,
         password: String,
     ) -> Result<String, StoreError> {
+        // As etcd does: first catch up with everything committed, so a user added or auth
+        // enabled through another member a moment ago is known here.
+        self.linearizable_barrier().await?;
         let user = {
             let mvcc = self.shared.read();
             let state = &mvcc.auth().state;
