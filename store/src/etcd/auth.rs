@@ -36,8 +36,7 @@ impl AuthService {
 
     /// Refuses unless auth is off or the caller is root.
     async fn admin<T>(&self, req: &Request<T>) -> Result<(), StoreError> {
-        let who = caller(&self.member, req).await?;
-        self.member.check_admin(&who)
+        super::admin(&self.member, req).await
     }
 
     /// Refuses unless auth is off, the caller is root, or `allowed` says yes for it.
@@ -62,24 +61,15 @@ impl AuthService {
         Ok(header(&self.member, revision))
     }
 
-    fn knows_user(&self, name: &str) -> bool {
-        self.member
-            .shared
-            .read()
-            .auth()
-            .state
-            .users
-            .contains_key(name)
-    }
-
-    fn knows_role(&self, name: &str) -> bool {
-        self.member
-            .shared
-            .read()
-            .auth()
-            .state
-            .roles
-            .contains_key(name)
+    /// Whether this member's auth state has user `name` (`role`: a role of that name).
+    fn knows(&self, name: &str, role: bool) -> bool {
+        let mvcc = self.member.shared.read();
+        let state = &mvcc.auth().state;
+        if role {
+            state.roles.contains_key(name)
+        } else {
+            state.users.contains_key(name)
+        }
     }
 
     fn now(&self) -> Option<skiff_proto::etcd::PbResponseHeader> {
@@ -250,7 +240,9 @@ impl PbAuthService for AuthService {
         self.admin(&req).await?;
         let req = req.into_inner();
         // A request with no password is refused either way; etcd names the unknown user first.
-        if req.password.is_empty() && req.hashed_password.is_empty() && !self.knows_user(&req.name)
+        if req.password.is_empty()
+            && req.hashed_password.is_empty()
+            && !self.knows(&req.name, false)
         {
             return Err(StoreError::UserNotFound.into());
         }
@@ -384,7 +376,7 @@ impl PbAuthService for AuthService {
             .as_ref()
             .is_some_and(|p| PermKind::from_number(p.perm_type).is_some() && !p.key.is_empty());
         // A permission that is not one is refused either way; etcd names the unknown role first.
-        if !valid && !self.knows_role(&req.name) {
+        if !valid && !self.knows(&req.name, true) {
             return Err(StoreError::RoleNotFound.into());
         }
         let p = req
