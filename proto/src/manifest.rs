@@ -397,6 +397,12 @@ fn decode_typed<'de, D: serde::Deserializer<'de>>(kind: Kind, de: D) -> Result<O
         Kind::Event => Object::Event(typed(de)?),
         Kind::Deployment => Object::Deployment(typed(de)?),
         Kind::ReplicaSet => Object::ReplicaSet(typed(de)?),
+        Kind::Role => Object::Role(typed(de)?),
+        Kind::ClusterRole => Object::ClusterRole(typed(de)?),
+        Kind::RoleBinding => Object::RoleBinding(typed(de)?),
+        Kind::ClusterRoleBinding => Object::ClusterRoleBinding(typed(de)?),
+        Kind::SubjectAccessReview => Object::SubjectAccessReview(typed(de)?),
+        Kind::SelfSubjectAccessReview => Object::SelfSubjectAccessReview(typed(de)?),
     })
 }
 

@@ -163,7 +163,7 @@ fn strip(o: &Object) -> serde_json::Value {
 
 pub fn get(args: &GetArgs) -> Result<ExitCode> {
     let kind = Kind::from_cli(&args.kind)
-        .filter(|k| *k != Kind::Binding)
+        .filter(|k| k.is_stored())
         .with_context(|| {
             format!(
                 "unknown kind {:?}: try pods, nodes, namespaces, events, resourcequotas, \

@@ -44,7 +44,7 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<ExitCode> {
     let kind = Kind::from_cli(&args.kind)
-        .filter(|k| *k != Kind::Binding)
+        .filter(|k| k.is_stored())
         .with_context(|| format!("unknown kind {:?}: try pod, node or namespace", args.kind))?;
     let ns = if kind.is_namespaced() {
         args.namespace.as_str()

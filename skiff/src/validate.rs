@@ -193,7 +193,26 @@ fn summary(o: &Object) -> String {
             rs.replicas(),
             images(&rs.spec.template.spec)
         ),
+        Object::Role(r) => format!("{} rule(s)", r.rules.len()),
+        Object::ClusterRole(r) => format!("{} rule(s)", r.rules.len()),
+        Object::RoleBinding(b) => grant(&b.role_ref, &b.subjects),
+        Object::ClusterRoleBinding(b) => grant(&b.role_ref, &b.subjects),
+        Object::SubjectAccessReview(_) | Object::SelfSubjectAccessReview(_) => {
+            "access review".into()
+        }
     }
+}
+
+/// `ClusterRole/view to User alice, Group dev`.
+fn grant(
+    role: &skiff_proto::api::rbac::RoleRef,
+    subjects: &[skiff_proto::api::rbac::Subject],
+) -> String {
+    let to: Vec<_> = subjects
+        .iter()
+        .map(|s| format!("{} {}", s.kind, s.name))
+        .collect();
+    format!("{}/{} to {}", role.kind, role.name, to.join(", "))
 }
 
 /// The images of a pod template's containers, comma-separated.

@@ -9,6 +9,7 @@ use super::meta::IntOrString;
 use super::namespace::LimitRange;
 use super::object::Object;
 use super::pod::{Container, PodSpec, Probe};
+use super::rbac::{RBAC_GROUP, RoleRef, Subject};
 use super::vocabulary::{DeploymentStrategyType, RestartPolicy};
 
 /// The namespace objects land in when none is given.
@@ -39,7 +40,28 @@ pub fn apply(object: &mut Object) {
                 status.phase = "Active".to_owned();
             }
         }
-        Object::Node(_) | Object::ResourceQuota(_) | Object::Binding(_) => {}
+        Object::RoleBinding(b) => binding_defaults(&mut b.role_ref, &mut b.subjects),
+        Object::ClusterRoleBinding(b) => binding_defaults(&mut b.role_ref, &mut b.subjects),
+        Object::Node(_)
+        | Object::ResourceQuota(_)
+        | Object::Binding(_)
+        | Object::Role(_)
+        | Object::ClusterRole(_)
+        | Object::SubjectAccessReview(_)
+        | Object::SelfSubjectAccessReview(_) => {}
+    }
+}
+
+/// A binding's role and its users and groups are RBAC's own unless they say otherwise, as
+/// Kubernetes defaults them (service accounts belong to the core group).
+fn binding_defaults(role_ref: &mut RoleRef, subjects: &mut [Subject]) {
+    if role_ref.api_group.is_empty() {
+        role_ref.api_group = RBAC_GROUP.to_owned();
+    }
+    for s in subjects {
+        if s.api_group.is_empty() && matches!(s.kind.as_str(), "User" | "Group") {
+            s.api_group = RBAC_GROUP.to_owned();
+        }
     }
 }
 

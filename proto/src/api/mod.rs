@@ -12,6 +12,7 @@
 //! | `event`      | `Event`: what happened to an object, for `describe`     |
 //! | `apps`       | apps/v1 `Deployment`, `ReplicaSet` and the pod template   |
 //! | `namespace`  | `Namespace`, `ResourceQuota`, `LimitRange`, `Binding`       |
+//! | `rbac`       | `Role`, `ClusterRole`, their bindings, access reviews       |
 //! | `object`     | [`Object`], [`Kind`]: one enum over every kind, storage keys |
 //! | `vocabulary` | Kubernetes' fixed values as enums: phase, restart policy, conditions, taint effects |
 //! | `defaults`   | defaulting applied before validation                        |
@@ -26,6 +27,7 @@ pub mod namespace;
 pub mod node;
 pub mod object;
 pub mod pod;
+pub mod rbac;
 pub mod schema;
 #[cfg(test)]
 pub(crate) mod testing;

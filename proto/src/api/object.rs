@@ -9,6 +9,7 @@ use super::meta::ObjectMeta;
 use super::namespace::{Binding, LimitRange, Namespace, ResourceQuota};
 use super::node::Node;
 use super::pod::Pod;
+use super::rbac::{AccessReview, ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 
 /// The kinds the cluster API serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -22,10 +23,18 @@ pub enum Kind {
     Event,
     Deployment,
     ReplicaSet,
+    Role,
+    ClusterRole,
+    RoleBinding,
+    ClusterRoleBinding,
+    /// Asked, answered, never stored.
+    SubjectAccessReview,
+    /// Asked, answered, never stored.
+    SelfSubjectAccessReview,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 15] = [
         Kind::Pod,
         Kind::Node,
         Kind::Namespace,
@@ -35,6 +44,12 @@ impl Kind {
         Kind::Event,
         Kind::Deployment,
         Kind::ReplicaSet,
+        Kind::Role,
+        Kind::ClusterRole,
+        Kind::RoleBinding,
+        Kind::ClusterRoleBinding,
+        Kind::SubjectAccessReview,
+        Kind::SelfSubjectAccessReview,
     ];
 
     /// The `kind:` of a manifest.
@@ -49,6 +64,12 @@ impl Kind {
             Kind::Event => "Event",
             Kind::Deployment => "Deployment",
             Kind::ReplicaSet => "ReplicaSet",
+            Kind::Role => "Role",
+            Kind::ClusterRole => "ClusterRole",
+            Kind::RoleBinding => "RoleBinding",
+            Kind::ClusterRoleBinding => "ClusterRoleBinding",
+            Kind::SubjectAccessReview => "SubjectAccessReview",
+            Kind::SelfSubjectAccessReview => "SelfSubjectAccessReview",
         }
     }
 
@@ -64,6 +85,12 @@ impl Kind {
             Kind::Event => "events",
             Kind::Deployment => "deployments",
             Kind::ReplicaSet => "replicasets",
+            Kind::Role => "roles",
+            Kind::ClusterRole => "clusterroles",
+            Kind::RoleBinding => "rolebindings",
+            Kind::ClusterRoleBinding => "clusterrolebindings",
+            Kind::SubjectAccessReview => "subjectaccessreviews",
+            Kind::SelfSubjectAccessReview => "selfsubjectaccessreviews",
         }
     }
 
@@ -71,6 +98,10 @@ impl Kind {
     pub fn api_version(self) -> &'static str {
         match self {
             Kind::Deployment | Kind::ReplicaSet => "apps/v1",
+            Kind::Role | Kind::ClusterRole | Kind::RoleBinding | Kind::ClusterRoleBinding => {
+                "rbac.authorization.k8s.io/v1"
+            }
+            Kind::SubjectAccessReview | Kind::SelfSubjectAccessReview => "authorization.k8s.io/v1",
             _ => "v1",
         }
     }
@@ -90,7 +121,24 @@ impl Kind {
     }
 
     pub fn is_namespaced(self) -> bool {
-        !matches!(self, Kind::Node | Kind::Namespace)
+        !matches!(
+            self,
+            Kind::Node
+                | Kind::Namespace
+                | Kind::ClusterRole
+                | Kind::ClusterRoleBinding
+                | Kind::SubjectAccessReview
+                | Kind::SelfSubjectAccessReview
+        )
+    }
+
+    /// Whether objects of the kind are stored: a `Binding` is an instruction to bind a pod,
+    /// an access review a question; both are answered and kept nowhere.
+    pub fn is_stored(self) -> bool {
+        !matches!(
+            self,
+            Kind::Binding | Kind::SubjectAccessReview | Kind::SelfSubjectAccessReview
+        )
     }
 
     /// The manifest `kind:` (exact, as Kubernetes).
@@ -115,7 +163,13 @@ impl Kind {
             Kind::Event => &["ev"],
             Kind::Deployment => &["deploy"],
             Kind::ReplicaSet => &["rs"],
-            Kind::Binding => &[],
+            Kind::Binding
+            | Kind::Role
+            | Kind::ClusterRole
+            | Kind::RoleBinding
+            | Kind::ClusterRoleBinding
+            | Kind::SubjectAccessReview
+            | Kind::SelfSubjectAccessReview => &[],
         }
     }
 
@@ -172,6 +226,12 @@ pub enum Object {
     Event(Event),
     Deployment(Deployment),
     ReplicaSet(ReplicaSet),
+    Role(Role),
+    ClusterRole(ClusterRole),
+    RoleBinding(RoleBinding),
+    ClusterRoleBinding(ClusterRoleBinding),
+    SubjectAccessReview(AccessReview),
+    SelfSubjectAccessReview(AccessReview),
 }
 
 macro_rules! each_kind {
@@ -186,6 +246,12 @@ macro_rules! each_kind {
             Object::Event($o) => $e,
             Object::Deployment($o) => $e,
             Object::ReplicaSet($o) => $e,
+            Object::Role($o) => $e,
+            Object::ClusterRole($o) => $e,
+            Object::RoleBinding($o) => $e,
+            Object::ClusterRoleBinding($o) => $e,
+            Object::SubjectAccessReview($o) => $e,
+            Object::SelfSubjectAccessReview($o) => $e,
         }
     };
 }
@@ -252,6 +318,12 @@ impl Object {
             Object::Event(_) => Kind::Event,
             Object::Deployment(_) => Kind::Deployment,
             Object::ReplicaSet(_) => Kind::ReplicaSet,
+            Object::Role(_) => Kind::Role,
+            Object::ClusterRole(_) => Kind::ClusterRole,
+            Object::RoleBinding(_) => Kind::RoleBinding,
+            Object::ClusterRoleBinding(_) => Kind::ClusterRoleBinding,
+            Object::SubjectAccessReview(_) => Kind::SubjectAccessReview,
+            Object::SelfSubjectAccessReview(_) => Kind::SelfSubjectAccessReview,
         }
     }
 
@@ -305,6 +377,12 @@ impl Object {
             Kind::Event => Object::Event(decode(json)?),
             Kind::Deployment => Object::Deployment(decode(json)?),
             Kind::ReplicaSet => Object::ReplicaSet(decode(json)?),
+            Kind::Role => Object::Role(decode(json)?),
+            Kind::ClusterRole => Object::ClusterRole(decode(json)?),
+            Kind::RoleBinding => Object::RoleBinding(decode(json)?),
+            Kind::ClusterRoleBinding => Object::ClusterRoleBinding(decode(json)?),
+            Kind::SubjectAccessReview => Object::SubjectAccessReview(decode(json)?),
+            Kind::SelfSubjectAccessReview => Object::SelfSubjectAccessReview(decode(json)?),
         })
     }
 
@@ -331,6 +409,12 @@ impl Object {
             Kind::Event => Object::Event(typed(value)?),
             Kind::Deployment => Object::Deployment(typed(value)?),
             Kind::ReplicaSet => Object::ReplicaSet(typed(value)?),
+            Kind::Role => Object::Role(typed(value)?),
+            Kind::ClusterRole => Object::ClusterRole(typed(value)?),
+            Kind::RoleBinding => Object::RoleBinding(typed(value)?),
+            Kind::ClusterRoleBinding => Object::ClusterRoleBinding(typed(value)?),
+            Kind::SubjectAccessReview => Object::SubjectAccessReview(typed(value)?),
+            Kind::SelfSubjectAccessReview => Object::SelfSubjectAccessReview(typed(value)?),
         })
     }
 
@@ -365,6 +449,15 @@ mod tests {
             any::<Event>().prop_map(Object::Event).boxed(),
             any::<Deployment>().prop_map(Object::Deployment).boxed(),
             any::<ReplicaSet>().prop_map(Object::ReplicaSet).boxed(),
+            any::<Role>().prop_map(Object::Role).boxed(),
+            any::<ClusterRole>().prop_map(Object::ClusterRole).boxed(),
+            any::<RoleBinding>().prop_map(Object::RoleBinding).boxed(),
+            any::<ClusterRoleBinding>()
+                .prop_map(Object::ClusterRoleBinding)
+                .boxed(),
+            any::<AccessReview>()
+                .prop_map(Object::SubjectAccessReview)
+                .boxed(),
         ]
     }
 

@@ -14,7 +14,9 @@
 use std::fmt;
 
 use k8s_openapi::api::apps::v1 as apps;
+use k8s_openapi::api::authorization::v1 as authz;
 use k8s_openapi::api::core::v1 as k8s;
+use k8s_openapi::api::rbac::v1 as rbac;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -126,6 +128,12 @@ fn round_trip(kind: Kind, object: &Value) -> Result<Value, SchemaError> {
         Kind::Event => typed::<k8s::Event>(object),
         Kind::Deployment => typed::<apps::Deployment>(object),
         Kind::ReplicaSet => typed::<apps::ReplicaSet>(object),
+        Kind::Role => typed::<rbac::Role>(object),
+        Kind::ClusterRole => typed::<rbac::ClusterRole>(object),
+        Kind::RoleBinding => typed::<rbac::RoleBinding>(object),
+        Kind::ClusterRoleBinding => typed::<rbac::ClusterRoleBinding>(object),
+        Kind::SubjectAccessReview => typed::<authz::SubjectAccessReview>(object),
+        Kind::SelfSubjectAccessReview => typed::<authz::SelfSubjectAccessReview>(object),
     }
 }
 

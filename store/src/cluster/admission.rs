@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use skiff_proto::api::rbac::RoleRef;
 use skiff_proto::api::node::{DEFAULT_TOLERATION_SECONDS, TAINT_NOT_READY, TAINT_UNREACHABLE};
 use skiff_proto::api::{
     Kind, LabelSelector, Object, Pod, ResourceList, Taint, TaintEffect, Toleration,
@@ -371,6 +372,12 @@ pub fn with_spec(current: &Object, request: &Object) -> Result<Object> {
             new.status = cur.status.clone();
             selector_kept(current, &cur.spec.selector, &new.spec.selector)?;
         }
+        (Object::RoleBinding(cur), Object::RoleBinding(new)) => {
+            role_kept(current, &cur.role_ref, &new.role_ref)?;
+        }
+        (Object::ClusterRoleBinding(cur), Object::ClusterRoleBinding(new)) => {
+            role_kept(current, &cur.role_ref, &new.role_ref)?;
+        }
         _ => {}
     }
     if spec_changed(current, &next) {
@@ -390,6 +397,20 @@ fn selector_kept(current: &Object, old: &LabelSelector, new: &LabelSelector) -> 
         name: current.metadata().name.clone(),
         field: "spec.selector",
         why: "field is immutable",
+    })
+}
+
+/// A binding grants one role for its whole life, as in Kubernetes: granting another is a
+/// new binding (so whoever may bind the new role is checked again).
+fn role_kept(current: &Object, old: &RoleRef, new: &RoleRef) -> Result<()> {
+    if old == new {
+        return Ok(());
+    }
+    Err(ClusterError::Immutable {
+        kind: current.kind(),
+        name: current.metadata().name.clone(),
+        field: "roleRef",
+        why: "cannot change roleRef",
     })
 }
 

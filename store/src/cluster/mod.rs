@@ -86,7 +86,7 @@ pub fn conflict(kind: Kind, name: &str) -> ClusterError {
 
 pub fn parse_kind(kind: &str) -> Result<Kind> {
     Kind::from_name(kind)
-        .filter(|k| *k != Kind::Binding)
+        .filter(|k| k.is_stored())
         .ok_or_else(|| ClusterError::UnknownKind {
             kind: kind.to_string(),
         })
@@ -482,6 +482,11 @@ impl ClusterApi {
         let kind = object.kind();
         if kind == Kind::Binding {
             return Err(ClusterError::CreateBinding);
+        }
+        if !kind.is_stored() {
+            return Err(ClusterError::UnknownKind {
+                kind: kind.name().to_owned(),
+            });
         }
         {
             let m = object.metadata_mut();

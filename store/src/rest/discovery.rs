@@ -173,7 +173,7 @@ const READ_WRITE: &[&str] = &[
 const NAMESPACE_VERBS: &[&str] = &[CREATE, DELETE, GET, LIST, PATCH, UPDATE, WATCH];
 const STATUS_VERBS: &[&str] = &[GET, PATCH, UPDATE];
 
-static RESOURCES: [Resource; 9] = [
+static RESOURCES: [Resource; 15] = [
     Resource {
         kind: Kind::Pod,
         verbs: READ_WRITE,
@@ -291,6 +291,43 @@ static RESOURCES: [Resource; 9] = [
             },
         ],
         categories: &["all"],
+    },
+    Resource {
+        kind: Kind::Role,
+        verbs: READ_WRITE,
+        subresources: &[],
+        categories: &[],
+    },
+    Resource {
+        kind: Kind::ClusterRole,
+        verbs: READ_WRITE,
+        subresources: &[],
+        categories: &[],
+    },
+    Resource {
+        kind: Kind::RoleBinding,
+        verbs: READ_WRITE,
+        subresources: &[],
+        categories: &[],
+    },
+    Resource {
+        kind: Kind::ClusterRoleBinding,
+        verbs: READ_WRITE,
+        subresources: &[],
+        categories: &[],
+    },
+    // Reviews are questions: created, answered, never stored (`kubectl auth can-i`).
+    Resource {
+        kind: Kind::SelfSubjectAccessReview,
+        verbs: &[CREATE],
+        subresources: &[],
+        categories: &[],
+    },
+    Resource {
+        kind: Kind::SubjectAccessReview,
+        verbs: &[CREATE],
+        subresources: &[],
+        categories: &[],
     },
 ];
 
@@ -688,13 +725,19 @@ mod tests {
         }
     }
 
-    /// `/apis` lists apps/v1 in both forms, with the workloads and their `Scale`.
+    /// `/apis` lists apps/v1 first in both forms, with the workloads and their `Scale`,
+    /// then RBAC and access reviews.
     #[test]
     fn apps_is_the_other_group() {
-        let apps = json!({"groupVersion": "apps/v1", "version": "v1"});
+        let gv = |g: &str| json!({"groupVersion": format!("{g}/v1"), "version": "v1"});
+        let group = |g: &str| json!({"name": g, "preferredVersion": gv(g), "versions": [gv(g)]});
         assert_eq!(
             api_group_list()["groups"],
-            json!([{"name": "apps", "preferredVersion": apps, "versions": [apps]}])
+            json!([
+                group("apps"),
+                group("rbac.authorization.k8s.io"),
+                group("authorization.k8s.io")
+            ])
         );
         let aggregated = aggregated_groups();
         assert_eq!(aggregated["kind"], "APIGroupDiscoveryList");
@@ -761,7 +804,10 @@ mod tests {
         let groups: meta::APIGroupList =
             serde_json::from_value(api_group_list()).expect("APIGroupList");
         let names: Vec<&str> = groups.groups.iter().map(|g| g.name.as_str()).collect();
-        assert_eq!(names, ["apps"]);
+        assert_eq!(
+            names,
+            ["apps", "rbac.authorization.k8s.io", "authorization.k8s.io"]
+        );
         let list: meta::APIResourceList =
             serde_json::from_value(core_v1_resources()).expect("APIResourceList");
         let eviction = list
@@ -805,7 +851,15 @@ mod tests {
         assert_eq!(GroupVersion::CORE_V1.path(), "api/v1");
         assert_eq!(GroupVersion::of(Kind::Pod), GroupVersion::CORE_V1);
         assert_eq!(GroupVersion::of(Kind::ReplicaSet), apps);
-        assert_eq!(group_versions(), vec![GroupVersion::CORE_V1, apps]);
+        assert_eq!(
+            group_versions(),
+            vec![
+                GroupVersion::CORE_V1,
+                apps,
+                GroupVersion::parse("rbac.authorization.k8s.io/v1"),
+                GroupVersion::parse("authorization.k8s.io/v1")
+            ]
+        );
     }
 
     /// kubectl's and client-go's discovery `Accept` headers choose the aggregated document;

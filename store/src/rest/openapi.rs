@@ -28,9 +28,11 @@ use std::fmt::Write as _;
 use std::sync::OnceLock;
 
 use k8s_openapi::api::apps::v1 as apps;
+use k8s_openapi::api::authorization::v1 as authorization;
 use k8s_openapi::api::autoscaling::v1 as autoscaling;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
+use k8s_openapi::api::rbac::v1 as rbac;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::schemars::JsonSchema;
 use k8s_openapi::schemars::generate::{SchemaGenerator, SchemaSettings};
@@ -128,6 +130,18 @@ fn kind_schema(gv: GroupVersion, kind: &str, generator: &mut SchemaGenerator) ->
         ("apps", "v1", "Deployment") => add::<apps::Deployment>(generator),
         ("apps", "v1", "ReplicaSet") => add::<apps::ReplicaSet>(generator),
         ("autoscaling", "v1", "Scale") => add::<autoscaling::Scale>(generator),
+        ("rbac.authorization.k8s.io", "v1", "Role") => add::<rbac::Role>(generator),
+        ("rbac.authorization.k8s.io", "v1", "ClusterRole") => add::<rbac::ClusterRole>(generator),
+        ("rbac.authorization.k8s.io", "v1", "RoleBinding") => add::<rbac::RoleBinding>(generator),
+        ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => {
+            add::<rbac::ClusterRoleBinding>(generator)
+        }
+        ("authorization.k8s.io", "v1", "SubjectAccessReview") => {
+            add::<authorization::SubjectAccessReview>(generator)
+        }
+        ("authorization.k8s.io", "v1", "SelfSubjectAccessReview") => {
+            add::<authorization::SelfSubjectAccessReview>(generator)
+        }
         _ => return None,
     })
 }
@@ -965,7 +979,13 @@ mod tests {
     #[test]
     fn index_hash_is_the_documents() {
         let index = index();
-        for path in ["api/v1", "apis/apps/v1"] {
+        let paths = [
+            "api/v1",
+            "apis/apps/v1",
+            "apis/rbac.authorization.k8s.io/v1",
+            "apis/authorization.k8s.io/v1",
+        ];
+        for path in paths {
             let url = index["paths"][path]["serverRelativeURL"]
                 .as_str()
                 .unwrap_or_else(|| panic!("{path} in the index"));
@@ -978,7 +998,7 @@ mod tests {
             assert_eq!(hash(path), Some(expected.as_str()));
         }
         assert_eq!(document("apis/autoscaling/v1"), None);
-        assert_eq!(index["paths"].as_object().map(Map::len), Some(2));
+        assert_eq!(index["paths"].as_object().map(Map::len), Some(paths.len()));
     }
 
     /// Every reference resolves within the document's own components, and references use

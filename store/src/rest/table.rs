@@ -316,6 +316,20 @@ const RESOURCE_QUOTA_COLUMNS: &[Column] = &[
     ),
 ];
 
+/// RoleBindings and ClusterRoleBindings: the role, and (wide) who it is granted to.
+const ROLE_BINDING_COLUMNS: &[Column] = &[
+    NAME,
+    column("Role", 0, "Role is the role this binding grants."),
+    AGE,
+    column("Users", 1, "Users are the users the role is granted to."),
+    column("Groups", 1, "Groups are the groups the role is granted to."),
+    column(
+        "ServiceAccounts",
+        1,
+        "ServiceAccounts are the service accounts the role is granted to.",
+    ),
+];
+
 const fn integer_column(name: &'static str, description: &'static str) -> Column {
     Column {
         kind: ColumnType::Integer,
@@ -416,6 +430,7 @@ enum Printer {
     ResourceQuota,
     Deployment,
     ReplicaSet,
+    RoleBinding,
     /// Kubernetes' default table, for kinds without a printer.
     Default,
 }
@@ -430,7 +445,13 @@ impl Printer {
             Kind::ResourceQuota => Printer::ResourceQuota,
             Kind::Deployment => Printer::Deployment,
             Kind::ReplicaSet => Printer::ReplicaSet,
-            Kind::LimitRange | Kind::Binding => Printer::Default,
+            Kind::RoleBinding | Kind::ClusterRoleBinding => Printer::RoleBinding,
+            Kind::LimitRange
+            | Kind::Binding
+            | Kind::Role
+            | Kind::ClusterRole
+            | Kind::SubjectAccessReview
+            | Kind::SelfSubjectAccessReview => Printer::Default,
         }
     }
 
@@ -443,6 +464,7 @@ impl Printer {
             Printer::ResourceQuota => RESOURCE_QUOTA_COLUMNS,
             Printer::Deployment => DEPLOYMENT_COLUMNS,
             Printer::ReplicaSet => REPLICA_SET_COLUMNS,
+            Printer::RoleBinding => ROLE_BINDING_COLUMNS,
             Printer::Default => DEFAULT_COLUMNS,
         }
     }
@@ -460,6 +482,7 @@ impl Printer {
             Printer::ResourceQuota => Row::cells(resource_quota_cells(object, now)),
             Printer::Deployment => Row::cells(deployment_cells(object, now)),
             Printer::ReplicaSet => Row::cells(replica_set_cells(object, now)),
+            Printer::RoleBinding => Row::cells(role_binding_cells(object, now)),
             Printer::Default => Row::cells(vec![name(object).into(), created_at(object).into()]),
         }
     }
@@ -912,6 +935,35 @@ fn event_cells(event: &Value, now: DateTime<Utc>) -> Vec<Value> {
 
 /// kubectl's quota row: `used/hard` of every hard limit, sorted by resource name; those named
 /// `limits.*` in the Limit column, the rest in Request.
+/// kubectl's cells of a binding: `ClusterRole/view`, and its subjects by kind (service
+/// accounts as `namespace/name`).
+fn role_binding_cells(binding: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let role = format!(
+        "{}/{}",
+        text(binding, "/roleRef/kind"),
+        text(binding, "/roleRef/name")
+    );
+    let of_kind = |kind: &str| {
+        items(binding, "/subjects")
+            .iter()
+            .filter(|s| text(s, "/kind") == kind)
+            .map(|s| match text(s, "/namespace") {
+                ns if kind == "ServiceAccount" => format!("{ns}/{}", text(s, "/name")),
+                _ => text(s, "/name").to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    vec![
+        name(binding).into(),
+        role.into(),
+        age(binding, now).into(),
+        of_kind("User").into(),
+        of_kind("Group").into(),
+        of_kind("ServiceAccount").into(),
+    ]
+}
+
 fn resource_quota_cells(quota: &Value, now: DateTime<Utc>) -> Vec<Value> {
     let mut request = Vec::new();
     let mut limit = Vec::new();

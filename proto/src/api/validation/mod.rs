@@ -13,15 +13,17 @@
 //! | `pod`       | the pod spec: containers, ports, probes, affinity, tolerations, spread |
 //! | `kinds`     | Node, Namespace, ResourceQuota, LimitRange, Binding, Event             |
 //! | `apps`      | Deployment and ReplicaSet: selector, template, rollout strategy        |
+//! | `rbac`      | roles' rules, bindings' role and subjects, access reviews               |
 
 use std::fmt;
 
-use super::object::Object;
+use super::object::{Kind, Object};
 
 mod apps;
 mod kinds;
 mod names;
 mod pod;
+mod rbac;
 mod resources;
 
 pub use kinds::MAX_EVENT_MESSAGE;
@@ -124,7 +126,10 @@ impl Errors {
 /// Validates a defaulted object of any kind.
 pub fn validate(object: &Object) -> Result<(), ValidationErrors> {
     let mut errs = Errors::default();
-    names::validate_meta(&mut errs, object.kind(), object.metadata());
+    // A review is a question, not an object: it has no name.
+    if object.kind().is_stored() || object.kind() == Kind::Binding {
+        names::validate_meta(&mut errs, object.kind(), object.metadata());
+    }
     match object {
         Object::Pod(p) => pod::validate_pod(&mut errs, p),
         Object::Node(n) => kinds::validate_node(&mut errs, n),
@@ -135,6 +140,14 @@ pub fn validate(object: &Object) -> Result<(), ValidationErrors> {
         Object::Event(e) => kinds::validate_event(&mut errs, e),
         Object::Deployment(d) => apps::validate_deployment(&mut errs, d),
         Object::ReplicaSet(rs) => apps::validate_replica_set(&mut errs, rs),
+        Object::Role(r) => rbac::validate_rules(&mut errs, &r.rules, true),
+        Object::ClusterRole(r) => rbac::validate_rules(&mut errs, &r.rules, false),
+        Object::RoleBinding(b) => rbac::validate_binding(&mut errs, &b.role_ref, &b.subjects, true),
+        Object::ClusterRoleBinding(b) => {
+            rbac::validate_binding(&mut errs, &b.role_ref, &b.subjects, false)
+        }
+        Object::SubjectAccessReview(r) => rbac::validate_review(&mut errs, r, true),
+        Object::SelfSubjectAccessReview(r) => rbac::validate_review(&mut errs, r, false),
     }
     errs.finish()
 }

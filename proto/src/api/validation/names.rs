@@ -79,6 +79,13 @@ pub(super) fn validate_meta(errs: &mut Errors, kind: Kind, m: &ObjectMeta) {
         if !is_dns1123_label(&m.name) {
             errs.add(&path.field("name"), dns1123_label_message(&m.name));
         }
+    } else if matches!(
+        kind,
+        Kind::Role | Kind::ClusterRole | Kind::RoleBinding | Kind::ClusterRoleBinding
+    ) {
+        if let Some(problem) = super::rbac::path_segment_problem(&m.name) {
+            errs.add(&path.field("name"), format!("invalid value: {problem}"));
+        }
     } else if !is_dns1123_subdomain(&m.name) {
         errs.add(&path.field("name"), dns1123_subdomain_message(&m.name));
     }

@@ -65,7 +65,16 @@ pub(super) fn for_kind(kind: Kind) -> &'static Schema {
         Kind::Namespace => &NAMESPACE,
         Kind::Deployment | Kind::ReplicaSet => &WORKLOAD,
         // No list of these kinds has a merge strategy beyond those of their metadata.
-        Kind::ResourceQuota | Kind::LimitRange | Kind::Binding | Kind::Event => &METADATA_ONLY,
+        Kind::ResourceQuota
+        | Kind::LimitRange
+        | Kind::Binding
+        | Kind::Event
+        | Kind::Role
+        | Kind::ClusterRole
+        | Kind::RoleBinding
+        | Kind::ClusterRoleBinding
+        | Kind::SubjectAccessReview
+        | Kind::SelfSubjectAccessReview => &METADATA_ONLY,
     }
 }
 
