@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `ca.pem`, `ca-key.pem` | the CA (kept and reused when the directory already has one) |
 //! | `<member>.pem`, `<member>-key.pem` | a member's certificate, for its client and peer URLs alike (server and client use; the hosts as SANs) |
-//! | `<client>.pem`, `<client>-key.pem` | a client's certificate (CN = the name: the user under client certificate authentication) |
+//! | `<client>.pem`, `<client>-key.pem` | a client's certificate (CN = the name: the etcd user under client certificate authentication, the Kubernetes user under `--client-ca-file`; a `/GROUP` after the name its O, a Kubernetes group) |
 
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
@@ -28,7 +28,8 @@ pub struct Args {
     /// A member to make a certificate for (repeatable).
     #[arg(long = "member")]
     members: Vec<String>,
-    /// A client to make a certificate for (repeatable); its name is the certificate's CN.
+    /// A client to make a certificate for (repeatable): `NAME[/GROUP]`, the name its CN
+    /// (and file name), the group its O (`admin/system:masters`).
     #[arg(long = "client")]
     clients: Vec<String>,
     /// Host names and IP addresses the members' certificates are valid for (comma-separated);
@@ -63,8 +64,19 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         let params = leaf(name, &hosts, a.days, true)?;
         issue(&a.dir, name, params, &ca, &ca_key, a.force)?;
     }
-    for name in &a.clients {
-        let params = leaf(name, &[], a.days, false)?;
+    for spec in &a.clients {
+        let (name, group) = match spec.split_once('/') {
+            Some((name, group)) => (name, Some(group)),
+            None => (spec.as_str(), None),
+        };
+        let mut params = leaf(name, &[], a.days, false)?;
+        match group {
+            Some(g) if g.is_empty() || g.contains('/') => {
+                bail!("--client {spec:?}: expected NAME or NAME/GROUP (one group a certificate)")
+            }
+            Some(g) => params.distinguished_name.push(DnType::OrganizationName, g),
+            None => {}
+        }
         issue(&a.dir, name, params, &ca, &ca_key, a.force)?;
     }
     println!(
@@ -73,7 +85,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         a.members
             .iter()
             .chain(&a.clients)
-            .cloned()
+            .map(|c| c.split('/').next().unwrap_or_default().to_owned())
             .collect::<Vec<_>>()
             .join(", "),
         a.dir.display()

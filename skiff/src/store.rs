@@ -188,6 +188,29 @@ pub struct Args {
     #[arg(long, env = "SKIFF_STORE_BCRYPT_COST", default_value_t = skiff_store::auth::DEFAULT_BCRYPT_COST,
           value_parser = clap::value_parser!(u32).range(4..=31))]
     bcrypt_cost: u32,
+    /// kube-apiserver's: the CA of client certificates that name Kubernetes users (CN) and
+    /// groups (O), on the client URLs (the cluster API) and the Kubernetes API URLs. A
+    /// certificate is then asked for, and checked when presented, without being required.
+    #[arg(long, env = "SKIFF_STORE_CLIENT_CA_FILE")]
+    client_ca_file: Option<PathBuf>,
+    /// Who may do what on the Kubernetes API (both faces), asked in order: `AlwaysAllow`
+    /// (everything; kube-apiserver's default) or `RBAC` (roles and bindings; the bootstrap
+    /// roles are created at start), comma-separated.
+    #[arg(
+        long,
+        env = "SKIFF_STORE_AUTHORIZATION_MODE",
+        value_delimiter = ',',
+        default_value = "AlwaysAllow"
+    )]
+    authorization_mode: Vec<skiff_store::access::Mode>,
+    /// Bearer tokens for the Kubernetes API, kube-apiserver's CSV: `token,user,uid,"group1,group2"`.
+    #[arg(long, env = "SKIFF_STORE_TOKEN_AUTH_FILE")]
+    token_auth_file: Option<PathBuf>,
+    /// A request without credentials is `system:anonymous` (and authorized as such); off:
+    /// it is refused with 401.
+    #[arg(long, env = "SKIFF_STORE_ANONYMOUS_AUTH", num_args = 0..=1, default_value_t = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    anonymous_auth: bool,
     /// Interval of progress notifications to watchers that asked for them (e.g. 10m, 5s).
     #[arg(long, env = "SKIFF_STORE_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL", default_value = "10m", value_parser = skiff_proto::duration::parse)]
     experimental_watch_progress_notify_interval: Duration,
@@ -421,12 +444,14 @@ impl Args {
                 key: self.key_file.clone().unwrap_or_default(),
                 trusted_ca: self.trusted_ca_file.clone(),
                 client_cert_auth: self.client_cert_auth,
+                client_ca: self.client_ca_file.clone(),
             }),
             peer: self.peer_cert_file.map(|cert| skiff_store::tls::TlsFiles {
                 cert,
                 key: self.peer_key_file.clone().unwrap_or_default(),
                 trusted_ca: self.peer_trusted_ca_file.clone(),
                 client_cert_auth: self.peer_client_cert_auth,
+                client_ca: None,
             }),
             cipher_suites: self
                 .cipher_suites
@@ -451,6 +476,14 @@ impl Args {
                 "--auth-token {:?}: only simple tokens are supported (JWT is not)",
                 self.auth_token
             );
+        }
+        if self.client_ca_file.is_some() && tls.client.is_none() {
+            bail!(
+                "--client-ca-file needs --cert-file and --key-file (https:// client or API URLs)"
+            );
+        }
+        if self.authorization_mode.is_empty() {
+            bail!("--authorization-mode needs at least one mode: AlwaysAllow or RBAC");
         }
         if self.auth_token_ttl == 0 {
             bail!("--auth-token-ttl must be at least 1 (second)");
@@ -483,6 +516,11 @@ impl Args {
                 .then_some(self.experimental_corrupt_check_time),
             auth_token_ttl: Duration::from_secs(self.auth_token_ttl),
             bcrypt_cost: self.bcrypt_cost,
+            access: skiff_store::access::AccessConfig {
+                modes: self.authorization_mode,
+                token_auth_file: self.token_auth_file,
+                anonymous: self.anonymous_auth,
+            },
         };
         let listen = Listen {
             client_urls: self.listen_client_urls,

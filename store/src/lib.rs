@@ -18,6 +18,7 @@
 //! | [`watch`]     | watch fan-out: synced and parked watchers, catch-up from disk       |
 //! | [`raft`]      | openraft type config, RocksDB log and state machine, peer transport |
 //! | [`cluster`]   | the typed cluster API: Pods, Nodes, admission, batch Bind, watches  |
+//! | [`access`]    | the Kubernetes API's authentication (certificates, tokens) and RBAC |
 //! | [`etcd`]      | the etcd v3 services: KV, Watch, Lease, Cluster, Maintenance        |
 //! | [`rest`]      | the Kubernetes REST API: a second face of the cluster API           |
 //! | [`server`]    | serving a member: client, peer, API and metrics listeners           |
@@ -29,6 +30,7 @@
 //! | [`read_index`]| shared ReadIndex rounds for linearizable reads and keep-alives      |
 //! | [`reconfig`]  | checks on membership changes: peer URLs, strict reconfiguration     |
 
+pub mod access;
 pub mod auth;
 pub mod backend;
 pub mod backup;

@@ -99,15 +99,37 @@ pub async fn run(
     listen: Listen,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    use crate::tls::ClientCerts;
     let provider = crate::tls::provider(&config.tls.cipher_suites)?;
     let client_tls = match &config.tls.client {
-        Some(files) => Some(crate::tls::server_config(files, provider.clone())?),
+        Some(files) => Some(crate::tls::server_config(
+            files,
+            provider.clone(),
+            ClientCerts::AsConfigured,
+        )?),
+        None => None,
+    };
+    // The Kubernetes API serves the client URLs' certificate; a client certificate is
+    // optional there (a bearer token may name the user instead).
+    let api_tls = match &config.tls.client {
+        Some(files) => Some(crate::tls::server_config(
+            files,
+            provider.clone(),
+            ClientCerts::Optional,
+        )?),
         None => None,
     };
     let peer_tls = match &config.tls.peer {
-        Some(files) => Some(crate::tls::server_config(files, provider)?),
+        Some(files) => Some(crate::tls::server_config(
+            files,
+            provider,
+            ClientCerts::AsConfigured,
+        )?),
         None => None,
     };
+    // A token file that does not load fails the start, before the data directory is touched.
+    let access =
+        Arc::new(crate::access::Access::new(config.access.clone()).context("--token-auth-file")?);
     // Bind first: a taken port fails the start before anything touches the data directory.
     let client = bind_all(
         &listen.client_urls,
@@ -132,15 +154,13 @@ pub async fn run(
         )
         .await?,
     );
-    let kube_api = plain(
-        bind_all(
-            &listen.api_urls,
-            "the Kubernetes API",
-            None,
-            "the Kubernetes API is served over plain HTTP only, for now",
-        )
-        .await?,
-    );
+    let kube_api = bind_all(
+        &listen.api_urls,
+        "the Kubernetes API",
+        api_tls.as_ref(),
+        "https:// needs --cert-file and --key-file (the Kubernetes API serves the client URLs' certificate)",
+    )
+    .await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     // Peers must be reachable while the member starts (a joining member says hello first).
@@ -172,9 +192,18 @@ pub async fn run(
     let member = StoreMember::start(config, Some(crate::cluster::watch::tagger())).await?;
     let _ = member_tx.send(Some(member.clone()));
     let limit = member.config.max_request_bytes + GRPC_OVERHEAD;
-    // One cluster API behind both faces: they share its event lease and UID sequence.
-    let cluster_api = ClusterApi::new(member.clone());
-    for l in kube_api {
+    // One cluster API behind both faces: they share its event lease, UID sequence and
+    // access rules.
+    let cluster_api = ClusterApi::with_access(member.clone(), access.clone());
+    if access.config.rbac() {
+        let (api, policy, stop) = (
+            cluster_api.clone(),
+            access.policy().clone(),
+            stop_rx.clone(),
+        );
+        tasks.spawn(crate::access::policy::maintain(api, policy, true, stop));
+    }
+    for (l, tls) in kube_api {
         let address = l
             .local_addr()
             .context("the Kubernetes API listener")?
@@ -182,10 +211,13 @@ pub async fn run(
         let router = crate::rest::router(cluster_api.clone(), address);
         let stop = stop_rx.clone();
         tasks.spawn(async move {
-            axum::serve(nodelay(l), router)
-                .with_graceful_shutdown(wait(stop))
-                .await
-                .context("Kubernetes API server")
+            axum::serve(
+                crate::tls::ApiListener::new(l, tls),
+                router.into_make_service_with_connect_info::<crate::tls::ApiPeer>(),
+            )
+            .with_graceful_shutdown(wait(stop))
+            .await
+            .context("Kubernetes API server")
         });
     }
     for (l, tls) in client {
@@ -329,20 +361,6 @@ fn oversized_as_grpc_go<B>(
         tracing::debug!("could not rewrite an oversized request's status");
     }
     resp
-}
-
-/// Accepted connections with Nagle off for axum's listeners too (gRPC's are in
-/// [`crate::tls::accept`]; the server builder's `tcp_nodelay` only applies to listeners tonic
-/// binds itself), which leave Nagle on: a watch stream writes one small chunk
-/// per event with nothing coming back, so each waited for the client's delayed ACK.
-fn nodelay(l: TcpListener) -> axum::serve::TapIo<TcpListener, fn(&mut tokio::net::TcpStream)> {
-    use axum::serve::ListenerExt as _;
-    fn set(tcp: &mut tokio::net::TcpStream) {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not turn Nagle off on an accepted connection");
-        }
-    }
-    l.tap_io(set)
 }
 
 async fn wait(mut stop: tokio::sync::watch::Receiver<bool>) {

@@ -9,6 +9,11 @@
 //! | `--peer-trusted-ca-file` | the CA peers' certificates (served and presented) must chain to |
 //! | `--peer-client-cert-auth` | peers dialling in must present one |
 //! | `--cipher-suites` | the TLS 1.2 suites allowed, by IANA name; TLS 1.3's are always on, as in Go |
+//! | `--client-ca-file` | kube-apiserver's: a client certificate from this CA, when one is presented, names the Kubernetes user (CN) and groups (O) on the client and API URLs |
+//!
+//! The Kubernetes API URLs (`https://`) serve the client URLs' certificate. There a client
+//! certificate is asked for but not required (a client may bring a bearer token instead),
+//! and one that is presented must chain to `--client-ca-file` or `--trusted-ca-file`.
 //!
 //! A URL is served with TLS when it is `https://`. A member's certificate and key (served, and
 //! presented when it dials a peer) are read again when their files change (checked at most once a second, on a handshake), so a
@@ -40,6 +45,20 @@ pub struct TlsFiles {
     pub trusted_ca: Option<PathBuf>,
     /// The other side must present a certificate from `trusted_ca`.
     pub client_cert_auth: bool,
+    /// The CA of the client certificates that name Kubernetes users; when given, a client
+    /// certificate is asked for (and checked) even where none is required.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Whether a listener asks its clients for a certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientCerts {
+    /// As the files say: required under `client_cert_auth`, else asked for when there is a
+    /// `client_ca`, else not asked for.
+    AsConfigured,
+    /// Asked for when there is a CA to check them against, never required (the Kubernetes
+    /// API, where a bearer token may stand in for one).
+    Optional,
 }
 
 /// A member's TLS settings (none: plain TCP only).
@@ -244,30 +263,53 @@ impl rustls::client::ResolvesClientCert for Reloading {
 }
 
 /// What `files` serves: its certificate (reloaded on change), and client certificates
-/// required when `client_cert_auth`.
+/// required when `client_cert_auth` (unless `certs` makes them optional), asked for and
+/// checked when there is a CA for them.
 pub fn server_config(
     files: &TlsFiles,
     provider: Arc<CryptoProvider>,
+    certs: ClientCerts,
 ) -> Result<Arc<ServerConfig>, TlsError> {
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Config(e.to_string()))?;
-    let builder = if files.client_cert_auth {
-        let ca = files.trusted_ca.as_ref().ok_or_else(|| {
-            TlsError::Config(
-                "client certificate authentication needs the trusted CA file to check them against"
-                    .into(),
-            )
-        })?;
-        let verifier = WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider.clone())
-            .build()
-            .map_err(|e| TlsError::Invalid {
-                path: ca.clone(),
-                why: e.to_string(),
-            })?;
-        builder.with_client_cert_verifier(verifier)
-    } else {
+    let required = files.client_cert_auth && certs == ClientCerts::AsConfigured;
+    if required && files.trusted_ca.is_none() {
+        return Err(TlsError::Config(
+            "client certificate authentication needs the trusted CA file to check them against"
+                .into(),
+        ));
+    }
+    let cas: Vec<&PathBuf> = files
+        .trusted_ca
+        .iter()
+        .filter(|_| files.client_cert_auth)
+        .chain(&files.client_ca)
+        .collect();
+    let builder = if cas.is_empty() {
         builder.with_no_client_auth()
+    } else {
+        let mut store = RootCertStore::empty();
+        for ca in &cas {
+            for cert in certificates(ca)? {
+                store.add(cert).map_err(|e| TlsError::Invalid {
+                    path: ca.to_path_buf(),
+                    why: format!("not a usable CA certificate: {e}"),
+                })?;
+            }
+        }
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider.clone());
+        let verifier = if required {
+            verifier
+        } else {
+            verifier.allow_unauthenticated()
+        };
+        let verifier = verifier.build().map_err(|e| TlsError::Invalid {
+            path: cas[0].clone(),
+            why: e.to_string(),
+        })?;
+        builder.with_client_cert_verifier(verifier)
     };
     let mut config = builder.with_cert_resolver(Arc::new(Reloading::new(files, provider)?));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -301,12 +343,20 @@ pub enum Conn {
 }
 
 /// What requests on a connection know of it (in their extensions): the TCP addresses, and
-/// the common name of the client certificate it presented, if it presented one (checked
-/// against the trusted CA by the handshake).
+/// the subject of the client certificate it presented, if it presented one (checked against
+/// the trusted CA by the handshake).
 #[derive(Debug, Clone)]
 pub struct ConnInfo {
     pub tcp: tonic::transport::server::TcpConnectInfo,
-    pub client_cn: Option<String>,
+    pub client: Option<Subject>,
+}
+
+/// Who a client certificate names: its common name and organizations (a Kubernetes user
+/// and groups; an etcd user, the CN alone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    pub common_name: String,
+    pub organizations: Vec<String>,
 }
 
 impl tonic::transport::server::Connected for Conn {
@@ -315,27 +365,96 @@ impl tonic::transport::server::Connected for Conn {
         match self {
             Conn::Plain(c) => ConnInfo {
                 tcp: c.connect_info(),
-                client_cn: None,
+                client: None,
             },
             Conn::Tls(c) => {
                 let (tcp, session) = c.get_ref();
                 ConnInfo {
                     tcp: tcp.connect_info(),
-                    client_cn: session
+                    client: session
                         .peer_certificates()
                         .and_then(|chain| chain.first())
-                        .and_then(|leaf| common_name(leaf)),
+                        .and_then(|leaf| subject(leaf)),
                 }
             }
         }
     }
 }
 
-/// The subject's common name in a DER certificate.
-pub fn common_name(der: &[u8]) -> Option<String> {
+/// The common name and organizations of a DER certificate's subject; `None` without a CN.
+pub fn subject(der: &[u8]) -> Option<Subject> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    let cn = cert.subject().iter_common_name().next()?;
-    cn.as_str().ok().map(str::to_owned)
+    let name = cert.subject();
+    let cn = name.iter_common_name().next()?.as_str().ok()?.to_owned();
+    let organizations = name
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_owned))
+        .collect();
+    Some(Subject {
+        common_name: cn,
+        organizations,
+    })
+}
+
+/// The Kubernetes API's listener for axum: its connections (TLS handshakes done off the
+/// accepting task), each with what its requests know of it ([`ConnInfo`]).
+pub struct ApiListener {
+    incoming: Pin<Box<dyn futures::Stream<Item = io::Result<Conn>> + Send>>,
+}
+
+impl std::fmt::Debug for ApiListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiListener").finish_non_exhaustive()
+    }
+}
+
+impl ApiListener {
+    pub fn new(listener: TcpListener, tls: Option<Arc<ServerConfig>>) -> ApiListener {
+        ApiListener {
+            incoming: accept(listener, tls),
+        }
+    }
+}
+
+impl axum::serve::Listener for ApiListener {
+    type Io = Conn;
+    type Addr = Option<ConnInfo>;
+
+    async fn accept(&mut self) -> (Conn, Option<ConnInfo>) {
+        use futures::StreamExt as _;
+        use tonic::transport::server::Connected as _;
+        loop {
+            match self.incoming.next().await {
+                Some(Ok(conn)) => {
+                    let info = conn.connect_info();
+                    return (conn, Some(info));
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "accepting a Kubernetes API connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                // The accepting task is gone (it never ends while the stream lives).
+                None => std::future::pending::<()>().await,
+            }
+        }
+    }
+
+    /// Not known per connection: the server's own address has no client.
+    fn local_addr(&self) -> io::Result<Option<ConnInfo>> {
+        Ok(None)
+    }
+}
+
+/// What a Kubernetes API request knows of its connection (axum's `ConnectInfo`).
+#[derive(Debug, Clone)]
+pub struct ApiPeer(pub Option<ConnInfo>);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, ApiListener>>
+    for ApiPeer
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, ApiListener>) -> ApiPeer {
+        ApiPeer(stream.remote_addr().clone())
+    }
 }
 
 macro_rules! both {
@@ -552,14 +671,24 @@ mod tests {
             key: dir.path().join("nope-key.pem"),
             ..TlsFiles::default()
         };
-        let e = server_config(&missing, provider(&[]).expect("provider")).expect_err("missing");
+        let e = server_config(
+            &missing,
+            provider(&[]).expect("provider"),
+            ClientCerts::AsConfigured,
+        )
+        .expect_err("missing");
         assert!(e.to_string().contains("nope.pem"), "{e}");
         std::fs::write(dir.path().join("empty.pem"), "").expect("write");
         let empty = TlsFiles {
             cert: dir.path().join("empty.pem"),
             ..missing
         };
-        let e = server_config(&empty, provider(&[]).expect("provider")).expect_err("empty");
+        let e = server_config(
+            &empty,
+            provider(&[]).expect("provider"),
+            ClientCerts::AsConfigured,
+        )
+        .expect_err("empty");
         assert!(e.to_string().contains("no PEM certificate"), "{e}");
     }
 }

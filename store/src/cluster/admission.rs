@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use skiff_proto::api::rbac::RoleRef;
 use skiff_proto::api::node::{DEFAULT_TOLERATION_SECONDS, TAINT_NOT_READY, TAINT_UNREACHABLE};
+use skiff_proto::api::rbac::RoleRef;
 use skiff_proto::api::{
     Kind, LabelSelector, Object, Pod, ResourceList, Taint, TaintEffect, Toleration,
 };

@@ -122,6 +122,12 @@ pub enum ClusterError {
         #[source]
         source: DecodeError,
     },
+    /// No user: credentials that are wrong, or none where anonymous requests are off.
+    #[error(transparent)]
+    Unauthorized(#[from] crate::access::Unauthorized),
+    /// The user may not do this (authorization; [`ClusterError::Forbidden`] is admission's).
+    #[error(transparent)]
+    Denied(Box<crate::access::Forbidden>),
     /// The keyspace, Raft or leases below: etcd's codes and messages.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -173,6 +179,8 @@ impl ClusterError {
             }
             Contended { .. } | WatchCanceled { .. } | FutureRevision { .. } => Code::Unavailable,
             WatchRefused { .. } | DeleteWithoutPrevious { .. } | Stored { .. } => Code::Internal,
+            Unauthorized(_) => Code::Unauthenticated,
+            Denied(_) => Code::PermissionDenied,
             Store(e) => e.code(),
         }
     }

@@ -19,6 +19,7 @@ use skiff_proto::api::schema::{self, FieldValidation};
 use skiff_proto::api::{DeletionPropagation, Kind, Object, PodPhase, Time, defaults, validation};
 use skiff_proto::cluster::v1 as pb;
 
+use crate::access::{Access, Attributes, User};
 use crate::command::{
     Command, Compare, CompareResult, CompareTarget, DeleteRangeRequest, KeyValue, Outcome,
     PutRequest, RangeRequest, RequestOp, ResponseOp, TxnRequest, TxnResponse,
@@ -52,6 +53,8 @@ pub struct ClusterApi {
     event_lease: Arc<Mutex<Option<(i64, Instant)>>>,
     /// The fencing token every write of this handle carries (see [`ClusterApi::fenced`]).
     fence: Option<Arc<(String, i64)>>,
+    /// Who may do what, for both faces.
+    pub access: Arc<Access>,
 }
 
 /// An object as stored, with its mod revision.
@@ -260,13 +263,47 @@ fn compare(key: &str, target: CompareTarget, result: CompareResult) -> Compare {
 }
 
 impl ClusterApi {
+    /// The API of `member`, open to everyone (no authentication, everything allowed).
     pub fn new(member: Arc<StoreMember>) -> Self {
+        ClusterApi::with_access(member, Arc::new(Access::open()))
+    }
+
+    pub fn with_access(member: Arc<StoreMember>, access: Arc<Access>) -> Self {
         ClusterApi {
             member,
             uid_seq: Arc::new(AtomicU64::new(0)),
             event_lease: Arc::new(Mutex::new(None)),
             fence: None,
+            access,
         }
+    }
+
+    /// Whether `user` may do `attributes`: the one check both faces make.
+    pub fn authorize(&self, user: &User, attributes: Attributes) -> Result<()> {
+        self.access
+            .check(user, attributes, || self.access.policy().rules(self))
+            .map_err(ClusterError::Denied)
+    }
+
+    /// Whether `user` may do `verb` on objects of `kind` (a subresource of them, one object
+    /// when `name` is given) in `namespace`.
+    pub fn authorize_kind(
+        &self,
+        user: &User,
+        verb: &str,
+        kind: Kind,
+        subresource: Option<&str>,
+        namespace: &str,
+        name: &str,
+    ) -> Result<()> {
+        if self.access.allows_everything() {
+            return Ok(());
+        }
+        let ns = if kind.is_namespaced() { namespace } else { "" };
+        self.authorize(
+            user,
+            Attributes::resource(verb, kind.group(), kind.plural(), subresource, ns, name),
+        )
     }
 
     /// This API with every write fenced: it commits only while the etcd key `key` still has

@@ -1,4 +1,6 @@
-//! The gRPC face of the cluster API.
+//! The gRPC face of the cluster API. Each request is authenticated (the connection's
+//! client certificate, else an `authorization: Bearer` token) and authorized as the REST
+//! face authorizes the same verb on the same resource.
 
 use std::pin::Pin;
 
@@ -12,6 +14,41 @@ use tonic::{Request, Response, Status};
 use super::list::ReadAt;
 use super::watch::Filter;
 use super::{ClusterApi, ClusterError, from_pb, header, not_found, parse_kind, to_pb};
+use crate::access::User;
+use crate::tls::ConnInfo;
+
+/// Who sent a request: its connection's client certificate, else its bearer token, else
+/// anonymous (when allowed).
+fn user<T>(api: &ClusterApi, req: &Request<T>) -> Result<User, ClusterError> {
+    let cert = req
+        .extensions()
+        .get::<ConnInfo>()
+        .and_then(|c| c.client.as_ref());
+    let bearer = req
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::access::bearer);
+    Ok(api.access.authenticate(bearer, cert)?)
+}
+
+/// Authenticates the request and checks `verb` on `kind` (a subresource of it; one object
+/// when `name` is given) in `namespace`.
+fn authorize<T>(
+    api: &ClusterApi,
+    req: &Request<T>,
+    verb: &str,
+    kind: Kind,
+    subresource: Option<&str>,
+    namespace: &str,
+    name: &str,
+) -> Result<(), ClusterError> {
+    if api.access.allows_everything() {
+        return Ok(());
+    }
+    let user = user(api, req)?;
+    api.authorize_kind(&user, verb, kind, subresource, namespace, name)
+}
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
 
@@ -43,6 +80,17 @@ fn key_parts(key: Option<pb::ObjectKey>) -> super::Result<(Kind, String, String)
     Ok((kind, ns, key.name))
 }
 
+/// The namespace an object is written to: its own, `default` when a namespaced object names
+/// none (as defaulting will), none for a cluster-scoped one.
+fn namespace_of(object: &skiff_proto::api::Object) -> &str {
+    let ns = object.metadata().namespace.as_str();
+    match (object.kind().is_namespaced(), ns) {
+        (false, _) => "",
+        (true, "") => skiff_proto::api::defaults::DEFAULT_NAMESPACE,
+        (true, ns) => ns,
+    }
+}
+
 /// The API a request writes through: fenced when it carries a fence.
 fn fenced(api: &ClusterApi, fence: Option<pb::Fence>) -> ClusterApi {
     match fence {
@@ -57,8 +105,10 @@ impl Cluster for ClusterApi {
         &self,
         req: Request<pb::CreateRequest>,
     ) -> Result<Response<pb::ObjectResponse>, Status> {
+        let object = from_pb(req.get_ref().object.clone())?;
+        let ns = namespace_of(&object);
+        authorize(self, &req, "create", object.kind(), None, ns, "")?;
         let req = req.into_inner();
-        let object = from_pb(req.object)?;
         let api = fenced(self, req.fence);
         let (rev, created) = ClusterApi::create(&api, object, req.dry_run).await?;
         Ok(object_response(self, rev, &created))
@@ -68,8 +118,9 @@ impl Cluster for ClusterApi {
         &self,
         req: Request<pb::GetRequest>,
     ) -> Result<Response<pb::ObjectResponse>, Status> {
+        let (kind, ns, name) = key_parts(req.get_ref().key.clone())?;
+        authorize(self, &req, "get", kind, None, &ns, &name)?;
         let req = req.into_inner();
-        let (kind, ns, name) = key_parts(req.key)?;
         self.barrier(req.serializable).await?;
         let (rev, found) = self.get_local(kind, &ns, &name)?;
         let found = found.ok_or_else(|| not_found(kind, &name))?;
@@ -80,8 +131,9 @@ impl Cluster for ClusterApi {
         &self,
         req: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
+        let kind = parse_kind(&req.get_ref().kind)?;
+        authorize(self, &req, "list", kind, None, &req.get_ref().namespace, "")?;
         let req = req.into_inner();
-        let kind = parse_kind(&req.kind)?;
         let filter = Filter::parse(kind, req.selectors.as_ref())?;
         let read = if req.serializable {
             ReadAt::Any
@@ -112,6 +164,16 @@ impl Cluster for ClusterApi {
         &self,
         req: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
+        let kind = parse_kind(&req.get_ref().kind)?;
+        authorize(
+            self,
+            &req,
+            "watch",
+            kind,
+            None,
+            &req.get_ref().namespace,
+            "",
+        )?;
         let rx = ClusterApi::watch(self, req.into_inner())?;
         Ok(Response::new(Box::pin(
             ReceiverStream::new(rx).map(|r| r.map_err(Status::from)),
@@ -122,8 +184,10 @@ impl Cluster for ClusterApi {
         &self,
         req: Request<pb::UpdateRequest>,
     ) -> Result<Response<pb::ObjectResponse>, Status> {
+        let object = from_pb(req.get_ref().object.clone())?;
+        let (ns, name) = (namespace_of(&object), &object.metadata().name);
+        authorize(self, &req, "update", object.kind(), None, ns, name)?;
         let req = req.into_inner();
-        let object = from_pb(req.object)?;
         let api = fenced(self, req.fence);
         let (rev, o) = ClusterApi::update(&api, object, false, req.dry_run).await?;
         Ok(object_response(self, rev, &o))
@@ -133,8 +197,18 @@ impl Cluster for ClusterApi {
         &self,
         req: Request<pb::UpdateRequest>,
     ) -> Result<Response<pb::ObjectResponse>, Status> {
+        let object = from_pb(req.get_ref().object.clone())?;
+        let (ns, name) = (namespace_of(&object), &object.metadata().name);
+        authorize(
+            self,
+            &req,
+            "update",
+            object.kind(),
+            Some("status"),
+            ns,
+            name,
+        )?;
         let req = req.into_inner();
-        let object = from_pb(req.object)?;
         let api = fenced(self, req.fence);
         let (rev, o) = ClusterApi::update(&api, object, true, req.dry_run).await?;
         Ok(object_response(self, rev, &o))
@@ -144,8 +218,9 @@ impl Cluster for ClusterApi {
         &self,
         req: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::ObjectResponse>, Status> {
+        let (kind, ns, name) = key_parts(req.get_ref().key.clone())?;
+        authorize(self, &req, "delete", kind, None, &ns, &name)?;
         let req = req.into_inner();
-        let (kind, ns, name) = key_parts(req.key)?;
         if req.grace_period_seconds.is_some_and(|g| g < 0) {
             return Err(ClusterError::NegativeGrace.into());
         }
@@ -173,6 +248,15 @@ impl Cluster for ClusterApi {
         &self,
         req: Request<pb::BindRequest>,
     ) -> Result<Response<pb::BindResponse>, Status> {
+        let namespaces: std::collections::BTreeSet<&str> = req
+            .get_ref()
+            .bindings
+            .iter()
+            .map(|b| b.namespace.as_str())
+            .collect();
+        for ns in namespaces {
+            authorize(self, &req, "create", Kind::Pod, Some("binding"), ns, "")?;
+        }
         let req = req.into_inner();
         let (rev, results) = ClusterApi::bind(
             self,

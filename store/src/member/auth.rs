@@ -44,9 +44,17 @@ impl StoreMember {
                 return Ok(Caller::Anyone);
             }
             let Some(token) = token else {
+                // etcd names the user by the certificate's CN under --client-cert-auth only.
+                let required = self
+                    .config
+                    .tls
+                    .client
+                    .as_ref()
+                    .is_some_and(|f| f.client_cert_auth);
                 return conn
-                    .and_then(|c| c.client_cn.clone())
-                    .map(Caller::User)
+                    .and_then(|c| c.client.as_ref())
+                    .filter(|_| required)
+                    .map(|s| Caller::User(s.common_name.clone()))
                     .ok_or(StoreError::UserEmpty);
             };
             let (secret, _) = auth::split_token(token).ok_or(StoreError::InvalidAuthToken)?;

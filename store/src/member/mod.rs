@@ -78,6 +78,8 @@ pub struct MemberConfig {
     pub auto_compaction: Option<AutoCompaction>,
     /// Certificates for `https://` client and peer URLs.
     pub tls: crate::tls::TlsSettings,
+    /// Authentication and authorization of the Kubernetes API (both faces).
+    pub access: crate::access::AccessConfig,
     /// How often the leader compares every member's keyspace hash with its own
     /// (`--experimental-corrupt-check-time`); never when `None`.
     pub corrupt_check: Option<Duration>,
@@ -108,6 +110,7 @@ impl Default for MemberConfig {
             compactor: CompactorConfig::default(),
             auto_compaction: None,
             tls: crate::tls::TlsSettings::default(),
+            access: crate::access::AccessConfig::default(),
             corrupt_check: None,
             auth_token_ttl: crate::mvcc::DEFAULT_TOKEN_TTL,
             bcrypt_cost: crate::auth::DEFAULT_BCRYPT_COST,

@@ -18,6 +18,11 @@
 //! | [`watch`]     | watch streams: initial events, bookmarks, 410 Expired             |
 //! | [`logs`]      | `pods/log` through the agent of the pod's node                    |
 //! | [`exec`]      | `pods/exec` and `pods/attach` over WebSocket, through the agent   |
+//! | [`review`]    | access reviews: `kubectl auth can-i`                               |
+//!
+//! Every request is authenticated first ([`crate::access`]): the user rides in the
+//! request's extensions. A request for a path that is no resource (discovery, OpenAPI,
+//! health) is authorized there; a resource request once its verb and target are known.
 
 pub mod discovery;
 pub mod exec;
@@ -26,6 +31,7 @@ pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod request;
+pub mod review;
 pub mod scale;
 pub mod status;
 pub mod table;
@@ -37,14 +43,18 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ws::{WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{ConnectInfo, Extension, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use serde_json::json;
 
-use crate::cluster::ClusterApi;
+use crate::access::{Attributes, User};
+use crate::cluster::{ClusterApi, ClusterError};
+use crate::tls::ApiPeer;
 use request::{Accept, Params, Target, read_body};
+use skiff_proto::api::Kind;
 use status::{ApiError, Reason};
 use verbs::json_response;
 
@@ -62,6 +72,7 @@ struct Rest {
 /// `/api/v1`. `address` is where clients reach it (`127.0.0.1:6443`).
 pub fn router(api: ClusterApi, address: String) -> Router {
     let state = Arc::new(Rest { api, address });
+    let authn = middleware::from_fn_with_state(state.clone(), authenticate);
     Router::new()
         .route("/version", get(version))
         .route("/healthz", get(health))
@@ -84,7 +95,50 @@ pub fn router(api: ClusterApi, address: String) -> Router {
         .route("/apis/{group}/{version}", get(group_version))
         .route("/apis/{group}/{version}/{*rest}", any(group_resource))
         .fallback(not_found)
+        .layer(authn)
         .with_state(state)
+}
+
+/// Whether a path names resources (`/api/v1/pods`, `/apis/apps/v1/deployments`) rather
+/// than discovery, OpenAPI or health: kube-apiserver's split between resource and
+/// non-resource requests.
+fn is_resource_path(path: &str) -> bool {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match parts.first() {
+        Some(&"api") => parts.len() >= 3,
+        Some(&"apis") => parts.len() >= 4,
+        _ => false,
+    }
+}
+
+/// Finds the request's user (401 when its credentials are wrong, or missing where anonymous
+/// requests are off) and authorizes paths that are no resource; the user goes on in the
+/// request's extensions.
+async fn authenticate(State(rest): State<Arc<Rest>>, mut req: Request, next: Next) -> Response {
+    let access = &rest.api.access;
+    let cert = req
+        .extensions()
+        .get::<ConnectInfo<ApiPeer>>()
+        .and_then(|c| c.0.0.as_ref())
+        .and_then(|c| c.client.clone());
+    let bearer = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::access::bearer);
+    let user = match access.authenticate(bearer, cert.as_ref()) {
+        Ok(user) => user,
+        Err(e) => return ApiError::from(ClusterError::from(e)).into_response(),
+    };
+    let path = req.uri().path();
+    if !access.allows_everything() && !is_resource_path(path) {
+        let verb = req.method().as_str().to_ascii_lowercase();
+        if let Err(e) = rest.api.authorize(&user, Attributes::path(&verb, path)) {
+            return ApiError::from(e).into_response();
+        }
+    }
+    req.extensions_mut().insert(user);
+    next.run(req).await
 }
 
 async fn not_found(uri: axum::http::Uri) -> ApiError {
@@ -200,6 +254,7 @@ async fn openapi_document(Path(path): Path<String>) -> Result<Response, ApiError
 /// `pods/<name>/exec` and `pods/<name>/attach`: a WebSocket upgrade, relayed to the agent.
 async fn pod_session(
     State(rest): State<Arc<Rest>>,
+    Extension(user): Extension<User>,
     uri: axum::http::Uri,
     method: Method,
     RawQuery(query): RawQuery,
@@ -208,6 +263,14 @@ async fn pod_session(
     let path = uri.path().trim_start_matches("/api/v1/");
     let target = Target::parse("v1", path)?;
     let params = Params::parse(query.as_deref())?;
+    rest.api.authorize_kind(
+        &user,
+        "create",
+        target.kind,
+        target.subresource.as_deref(),
+        &target.namespace,
+        &target.name,
+    )?;
     exec::session(&rest.api, &target, &params, &method, upgrade.ok()).await
 }
 
@@ -230,6 +293,7 @@ async fn group_version(Path((group, version)): Path<(String, String)>) -> Respon
 /// Every request under `/api/v1/`.
 async fn core_resource(
     State(rest): State<Arc<Rest>>,
+    Extension(user): Extension<User>,
     Path(path): Path<String>,
     method: Method,
     RawQuery(query): RawQuery,
@@ -237,12 +301,13 @@ async fn core_resource(
     body: Body,
 ) -> Result<Response, ApiError> {
     let target = Target::parse("v1", &path)?;
-    resource(rest, target, method, query, headers, body).await
+    resource(rest, &user, target, method, query, headers, body).await
 }
 
 /// Every request under `/apis/<group>/<version>/`.
 async fn group_resource(
     State(rest): State<Arc<Rest>>,
+    Extension(user): Extension<User>,
     Path((group, version, path)): Path<(String, String, String)>,
     method: Method,
     RawQuery(query): RawQuery,
@@ -250,7 +315,7 @@ async fn group_resource(
     body: Body,
 ) -> Result<Response, ApiError> {
     let target = Target::parse(&format!("{group}/{version}"), &path)?;
-    resource(rest, target, method, query, headers, body).await
+    resource(rest, &user, target, method, query, headers, body).await
 }
 
 /// The verbs served at `target`'s path. A subresource the resource does not have is no path
@@ -277,6 +342,7 @@ fn served_verbs(target: &Target) -> Result<&'static [&'static str], ApiError> {
 /// A request for a resource: the path named it, the method and query name the verb.
 async fn resource(
     rest: Arc<Rest>,
+    user: &User,
     target: Target,
     method: Method,
     query: Option<String>,
@@ -310,6 +376,14 @@ async fn resource(
             ),
         ));
     }
+    api.authorize_kind(
+        user,
+        verb,
+        target.kind,
+        sub,
+        &target.namespace,
+        &target.name,
+    )?;
     match verb {
         "watch" => watch::watch(api, &target, &params, accept).await,
         "list" => verbs::list(api, &target, &params, accept).await,
@@ -321,6 +395,9 @@ async fn resource(
             match sub {
                 Some("binding") => verbs::bind(api, &target, &headers, &body).await,
                 Some("eviction") => verbs::evict(api, &target, &params, &headers, &body).await,
+                _ if !target.kind.is_stored() && target.kind != Kind::Binding => {
+                    review::create(api, user, &target, &params, &headers, &body).await
+                }
                 _ => verbs::create(api, &target, &params, accept, &headers, &body).await,
             }
         }
@@ -352,7 +429,6 @@ async fn resource(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use skiff_proto::api::Kind;
 
     fn target(kind: Kind, sub: Option<&str>) -> Target {
         Target {

@@ -5,12 +5,15 @@
 //! of the API speaks, so decoding, validation and storage stay the JSON path's; answers are
 //! JSON, which client-go accepts alongside protobuf.
 //!
-//! Only what a client can send here is read: Namespace, ResourceQuota, the policy/v1 Eviction
-//! and the DeleteOptions of a delete. Server-owned fields (timestamps, `managedFields`, `resourceVersion`)
+//! Only what a client can send here is read: Namespace, ResourceQuota, the policy/v1 Eviction,
+//! the DeleteOptions of a delete, the RBAC kinds (`kubectl create role`, `create
+//! rolebinding` ...) and access reviews (`kubectl auth can-i`). Server-owned fields (timestamps, `managedFields`, `resourceVersion`)
 //! are not carried over, as the server sets them.
 
+use k8s_pb::api::authorization::v1 as authz;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::api::policy::v1 as policy;
+use k8s_pb::api::rbac::v1 as rbac;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
 use prost::Message;
@@ -106,10 +109,71 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
                 _ => Map::new(),
             }
         }
+        ("rbac.authorization.k8s.io/v1", "Role") => {
+            let r = rbac::Role::decode(raw.as_slice()).map_err(|e| bad("Role", e))?;
+            let mut o = object(r.metadata);
+            o.insert("rules".into(), rules(r.rules));
+            o
+        }
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
+            let r = rbac::ClusterRole::decode(raw.as_slice()).map_err(|e| bad("ClusterRole", e))?;
+            let mut o = object(r.metadata);
+            o.insert("rules".into(), rules(r.rules));
+            if let Some(a) = r.aggregation_rule {
+                let selectors: Vec<Value> = a
+                    .cluster_role_selectors
+                    .into_iter()
+                    .map(|s| json!({ "matchLabels": s.match_labels }))
+                    .collect();
+                o.insert(
+                    "aggregationRule".into(),
+                    json!({ "clusterRoleSelectors": selectors }),
+                );
+            }
+            o
+        }
+        ("rbac.authorization.k8s.io/v1", "RoleBinding") => {
+            let b = rbac::RoleBinding::decode(raw.as_slice()).map_err(|e| bad("RoleBinding", e))?;
+            binding(b.metadata, b.subjects, b.role_ref)
+        }
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+            let b = rbac::ClusterRoleBinding::decode(raw.as_slice())
+                .map_err(|e| bad("ClusterRoleBinding", e))?;
+            binding(b.metadata, b.subjects, b.role_ref)
+        }
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => {
+            let r = authz::SelfSubjectAccessReview::decode(raw.as_slice())
+                .map_err(|e| bad("SelfSubjectAccessReview", e))?;
+            let mut o = object(r.metadata);
+            let spec = r.spec.unwrap_or_default();
+            o.insert(
+                "spec".into(),
+                review_spec(spec.resource_attributes, spec.non_resource_attributes),
+            );
+            o
+        }
+        ("authorization.k8s.io/v1", "SubjectAccessReview") => {
+            let r = authz::SubjectAccessReview::decode(raw.as_slice())
+                .map_err(|e| bad("SubjectAccessReview", e))?;
+            let mut o = object(r.metadata);
+            let spec = r.spec.unwrap_or_default();
+            let mut s = review_spec(spec.resource_attributes, spec.non_resource_attributes);
+            if let Some(user) = spec.user.filter(|u| !u.is_empty()) {
+                s["user"] = json!(user);
+            }
+            if !spec.groups.is_empty() {
+                s["groups"] = json!(spec.groups);
+            }
+            if let Some(uid) = spec.uid.filter(|u| !u.is_empty()) {
+                s["uid"] = json!(uid);
+            }
+            o.insert("spec".into(), s);
+            o
+        }
         _ => {
             return Err(unsupported(format!(
-                "{MEDIA_TYPE} bodies are read for Namespace, ResourceQuota, Eviction and \
-                 DeleteOptions; send \
+                "{MEDIA_TYPE} bodies are read for Namespace, ResourceQuota, Eviction, \
+                 DeleteOptions, the RBAC kinds and access reviews; send \
                  {kind} ({api_version}) as application/json"
             )));
         }
@@ -166,6 +230,96 @@ fn object(m: Option<meta::ObjectMeta>) -> Map<String, Value> {
     let mut o = Map::new();
     o.insert("metadata".into(), Value::Object(meta));
     o
+}
+
+fn rules(rules: Vec<rbac::PolicyRule>) -> Value {
+    let rules: Vec<Value> = rules
+        .into_iter()
+        .map(|r| {
+            let mut o = Map::new();
+            let mut put = |k: &str, v: Vec<String>| {
+                if !v.is_empty() {
+                    o.insert(k.into(), json!(v));
+                }
+            };
+            put("verbs", r.verbs);
+            put("apiGroups", r.api_groups);
+            put("resources", r.resources);
+            put("resourceNames", r.resource_names);
+            put("nonResourceURLs", r.non_resource_ur_ls);
+            Value::Object(o)
+        })
+        .collect();
+    Value::Array(rules)
+}
+
+fn binding(
+    metadata: Option<meta::ObjectMeta>,
+    subjects: Vec<rbac::Subject>,
+    role_ref: Option<rbac::RoleRef>,
+) -> Map<String, Value> {
+    let mut o = object(metadata);
+    let subjects: Vec<Value> = subjects
+        .into_iter()
+        .map(|s| {
+            let mut v = json!({
+                "kind": s.kind.unwrap_or_default(),
+                "name": s.name.unwrap_or_default(),
+            });
+            if let Some(g) = s.api_group.filter(|g| !g.is_empty()) {
+                v["apiGroup"] = json!(g);
+            }
+            if let Some(ns) = s.namespace.filter(|n| !n.is_empty()) {
+                v["namespace"] = json!(ns);
+            }
+            v
+        })
+        .collect();
+    if !subjects.is_empty() {
+        o.insert("subjects".into(), Value::Array(subjects));
+    }
+    if let Some(r) = role_ref {
+        o.insert(
+            "roleRef".into(),
+            json!({
+                "apiGroup": r.api_group.unwrap_or_default(),
+                "kind": r.kind.unwrap_or_default(),
+                "name": r.name.unwrap_or_default(),
+            }),
+        );
+    }
+    o
+}
+
+/// The request an access review asks about, as JSON.
+fn review_spec(
+    resource: Option<authz::ResourceAttributes>,
+    path: Option<authz::NonResourceAttributes>,
+) -> Value {
+    let mut spec = Map::new();
+    if let Some(r) = resource {
+        let mut o = Map::new();
+        let mut put = |k: &str, v: Option<String>| {
+            if let Some(v) = v.filter(|v| !v.is_empty()) {
+                o.insert(k.into(), json!(v));
+            }
+        };
+        put("namespace", r.namespace);
+        put("verb", r.verb);
+        put("group", r.group);
+        put("version", r.version);
+        put("resource", r.resource);
+        put("subresource", r.subresource);
+        put("name", r.name);
+        spec.insert("resourceAttributes".into(), Value::Object(o));
+    }
+    if let Some(p) = path {
+        spec.insert(
+            "nonResourceAttributes".into(),
+            json!({ "path": p.path.unwrap_or_default(), "verb": p.verb.unwrap_or_default() }),
+        );
+    }
+    Value::Object(spec)
 }
 
 fn delete_options(d: meta::DeleteOptions) -> Value {
@@ -270,6 +424,66 @@ mod tests {
     }
 
     /// A body without the prefix, a kind not read, and bytes that do not decode are refused.
+    /// `kubectl create rolebinding` and `kubectl auth can-i` send protobuf: read as the
+    /// JSON they mean.
+    #[test]
+    fn rbac_and_reviews() {
+        let b = rbac::RoleBinding {
+            metadata: Some(meta::ObjectMeta {
+                name: Some("bob-view".into()),
+                namespace: Some("dev".into()),
+                ..Default::default()
+            }),
+            subjects: vec![rbac::Subject {
+                kind: Some("User".into()),
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                name: Some("bob".into()),
+                namespace: None,
+            }],
+            role_ref: Some(rbac::RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                kind: Some("ClusterRole".into()),
+                name: Some("view".into()),
+            }),
+        };
+        let raw = envelope(
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding",
+            b.encode_to_vec(),
+        );
+        assert_eq!(
+            to_json(&raw).unwrap(),
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "bob-view", "namespace": "dev"},
+                "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "bob"}],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}
+            })
+        );
+        let r = authz::SelfSubjectAccessReview {
+            metadata: None,
+            spec: Some(authz::SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(authz::ResourceAttributes {
+                    namespace: Some("dev".into()),
+                    verb: Some("list".into()),
+                    resource: Some("pods".into()),
+                    ..Default::default()
+                }),
+                non_resource_attributes: None,
+            }),
+            status: None,
+        };
+        let raw = envelope(
+            "authorization.k8s.io/v1",
+            "SelfSubjectAccessReview",
+            r.encode_to_vec(),
+        );
+        assert_eq!(
+            to_json(&raw).unwrap()["spec"],
+            json!({"resourceAttributes": {"namespace": "dev", "verb": "list", "resource": "pods"}})
+        );
+    }
+
     #[test]
     fn refused() {
         assert_eq!(to_json(b"{}").unwrap_err().reason, Reason::BadRequest);

@@ -23,6 +23,7 @@ pub enum Reason {
     Conflict,
     Invalid,
     Forbidden,
+    Unauthorized,
     MethodNotAllowed,
     NotAcceptable,
     UnsupportedMediaType,
@@ -43,6 +44,7 @@ impl Reason {
             Reason::Conflict => "Conflict",
             Reason::Invalid => "Invalid",
             Reason::Forbidden => "Forbidden",
+            Reason::Unauthorized => "Unauthorized",
             Reason::MethodNotAllowed => "MethodNotAllowed",
             Reason::NotAcceptable => "NotAcceptable",
             Reason::UnsupportedMediaType => "UnsupportedMediaType",
@@ -62,6 +64,7 @@ impl Reason {
             Reason::AlreadyExists | Reason::Conflict => StatusCode::CONFLICT,
             Reason::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
             Reason::Forbidden => StatusCode::FORBIDDEN,
+            Reason::Unauthorized => StatusCode::UNAUTHORIZED,
             Reason::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Reason::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
             Reason::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -244,6 +247,14 @@ impl From<ClusterError> for ApiError {
             Forbidden { kind, name, .. } => {
                 ApiError::new(Reason::Forbidden, message).about(resource(kind), name)
             }
+            Unauthorized(_) => ApiError::new(Reason::Unauthorized, message),
+            Denied(f) => match &f.attributes {
+                crate::access::Attributes::Resource(r) => ApiError::new(Reason::Forbidden, message)
+                    .about(r.resource.clone(), r.name.clone()),
+                crate::access::Attributes::NonResource(_) => {
+                    ApiError::new(Reason::Forbidden, message)
+                }
+            },
             NamespaceNotEmpty { name, .. } => {
                 ApiError::new(Reason::Conflict, message).about("namespaces", name)
             }

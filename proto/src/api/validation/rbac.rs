@@ -101,7 +101,11 @@ pub(super) fn validate_binding(
                     errs.one_of(&p.field("apiGroup"), &s.api_group, &[RBAC_GROUP]);
                 }
             }
-            other => errs.one_of(&p.field("kind"), other, &["ServiceAccount", "User", "Group"]),
+            other => errs.one_of(
+                &p.field("kind"),
+                other,
+                &["ServiceAccount", "User", "Group"],
+            ),
         }
     }
 }
@@ -159,7 +163,8 @@ mod tests {
                 "rules[2].resources: required value: resource rules must supply at least one resource",
             ]
         );
-        let cluster = "metadata: {name: health}\nrules:\n- {verbs: [get], nonResourceURLs: ['/healthz']}\n";
+        let cluster =
+            "metadata: {name: health}\nrules:\n- {verbs: [get], nonResourceURLs: ['/healthz']}\n";
         assert_eq!(errors(Kind::ClusterRole, cluster), Vec::<String>::new());
     }
 
@@ -192,7 +197,9 @@ mod tests {
         );
         assert_eq!(
             errors(Kind::SelfSubjectAccessReview, "spec: {}\n"),
-            ["spec.resourceAttributes: required value: exactly one of nonResourceAttributes or resourceAttributes must be specified"]
+            [
+                "spec.resourceAttributes: required value: exactly one of nonResourceAttributes or resourceAttributes must be specified"
+            ]
         );
     }
 }

@@ -1,0 +1,296 @@
+//! The ClusterRoles and ClusterRoleBindings a cluster starts with, as kube-apiserver's
+//! bootstrap policy has them (for the resources Skiff serves): `cluster-admin` for
+//! `system:masters`; discovery and health for everyone; `kubectl auth can-i` for every
+//! authenticated user; the user-facing `admin`, `edit` and `view`; and the roles of Skiff's
+//! own components, bound to the users their certificates name.
+//!
+//! Each member creates the ones that are missing when it starts with RBAC on; one that an
+//! administrator has changed is left as it is.
+
+use skiff_proto::api::ObjectMeta;
+use skiff_proto::api::rbac::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, RBAC_GROUP, RoleRef, Subject,
+};
+
+use super::{AUTHENTICATED, MASTERS, UNAUTHENTICATED};
+
+/// The user the scheduler's certificate names.
+pub const SCHEDULER: &str = "system:kube-scheduler";
+/// The user the controller manager's certificate names.
+pub const CONTROLLER_MANAGER: &str = "system:kube-controller-manager";
+/// The group of every node agent (`CN=system:node:<name>`).
+pub const NODES: &str = "system:nodes";
+
+/// The label Kubernetes puts on its bootstrap objects.
+const BOOTSTRAP_LABEL: (&str, &str) = ("kubernetes.io/bootstrapping", "rbac-defaults");
+
+const READ: &[&str] = &["get", "list", "watch"];
+const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
+const ALL_VERBS: &[&str] = &[
+    "get",
+    "list",
+    "watch",
+    "create",
+    "delete",
+    "deletecollection",
+    "patch",
+    "update",
+];
+
+fn strings(l: &[&str]) -> Vec<String> {
+    l.iter().map(|s| s.to_string()).collect()
+}
+
+fn rule(verbs: &[&str], group: &str, resources: &[&str]) -> PolicyRule {
+    PolicyRule {
+        verbs: strings(verbs),
+        api_groups: vec![group.to_owned()],
+        resources: strings(resources),
+        resource_names: vec![],
+        non_resource_urls: vec![],
+    }
+}
+
+fn paths(verbs: &[&str], urls: &[&str]) -> PolicyRule {
+    PolicyRule {
+        verbs: strings(verbs),
+        non_resource_urls: strings(urls),
+        ..PolicyRule::default()
+    }
+}
+
+fn meta(name: &str) -> ObjectMeta {
+    let mut m = ObjectMeta {
+        name: name.to_owned(),
+        ..ObjectMeta::default()
+    };
+    m.labels
+        .insert(BOOTSTRAP_LABEL.0.to_owned(), BOOTSTRAP_LABEL.1.to_owned());
+    m
+}
+
+fn role(name: &str, rules: Vec<PolicyRule>) -> ClusterRole {
+    ClusterRole {
+        metadata: meta(name),
+        rules,
+        ..ClusterRole::default()
+    }
+}
+
+/// A binding named as its role, to users or groups (`("Group", "system:masters")`).
+fn binding(role: &str, subjects: &[(&str, &str)]) -> ClusterRoleBinding {
+    ClusterRoleBinding {
+        metadata: meta(role),
+        subjects: subjects
+            .iter()
+            .map(|(kind, name)| Subject {
+                kind: (*kind).to_owned(),
+                api_group: RBAC_GROUP.to_owned(),
+                name: (*name).to_owned(),
+                namespace: String::new(),
+            })
+            .collect(),
+        role_ref: RoleRef {
+            api_group: RBAC_GROUP.to_owned(),
+            kind: "ClusterRole".to_owned(),
+            name: role.to_owned(),
+        },
+        ..ClusterRoleBinding::default()
+    }
+}
+
+/// What `view` reads: the namespaced objects, not secrets of access (roles, bindings).
+fn view_rules() -> Vec<PolicyRule> {
+    vec![
+        rule(
+            READ,
+            "",
+            &[
+                "pods",
+                "pods/log",
+                "pods/status",
+                "events",
+                "limitranges",
+                "resourcequotas",
+                "resourcequotas/status",
+                "namespaces",
+                "namespaces/status",
+                "bindings",
+            ],
+        ),
+        rule(
+            READ,
+            "apps",
+            &[
+                "deployments",
+                "deployments/scale",
+                "deployments/status",
+                "replicasets",
+                "replicasets/scale",
+                "replicasets/status",
+            ],
+        ),
+    ]
+}
+
+/// What `edit` adds: writing the workloads and their pods, exec and attach, evictions.
+fn edit_rules() -> Vec<PolicyRule> {
+    let mut rules = view_rules();
+    rules.extend([
+        rule(WRITE, "", &["pods", "pods/eviction"]),
+        rule(&["create", "get"], "", &["pods/exec", "pods/attach"]),
+        rule(
+            WRITE,
+            "apps",
+            &[
+                "deployments",
+                "deployments/scale",
+                "replicasets",
+                "replicasets/scale",
+            ],
+        ),
+    ]);
+    rules
+}
+
+/// What `admin` adds: granting access within the namespace.
+fn admin_rules() -> Vec<PolicyRule> {
+    let mut rules = edit_rules();
+    rules.push(rule(ALL_VERBS, RBAC_GROUP, &["roles", "rolebindings"]));
+    rules
+}
+
+fn scheduler_rules() -> Vec<PolicyRule> {
+    vec![
+        rule(READ, "", &["pods", "nodes", "namespaces"]),
+        rule(&["create"], "", &["pods/binding", "bindings"]),
+        rule(&["patch", "update"], "", &["pods/status"]),
+        rule(&["create", "patch", "update"], "", &["events"]),
+    ]
+}
+
+fn controller_manager_rules() -> Vec<PolicyRule> {
+    vec![
+        rule(ALL_VERBS, "", &["pods", "events"]),
+        rule(&["patch", "update"], "", &["pods/status"]),
+        rule(
+            &["get", "list", "watch", "update", "patch", "delete"],
+            "",
+            &["nodes"],
+        ),
+        rule(&["patch", "update"], "", &["nodes/status"]),
+        rule(READ, "", &["namespaces", "resourcequotas", "limitranges"]),
+        rule(ALL_VERBS, "apps", &["deployments", "replicasets"]),
+        rule(
+            &["patch", "update"],
+            "apps",
+            &["deployments/status", "replicasets/status"],
+        ),
+    ]
+}
+
+/// A node agent's rules, until the node authorizer confines each agent to its own node.
+fn node_rules() -> Vec<PolicyRule> {
+    vec![
+        rule(
+            &[
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ],
+            "",
+            &["nodes"],
+        ),
+        rule(&["patch", "update"], "", &["nodes/status"]),
+        rule(&["get", "list", "watch", "delete"], "", &["pods"]),
+        rule(&["patch", "update"], "", &["pods/status"]),
+        rule(&["create", "patch", "update"], "", &["events"]),
+        rule(READ, "", &["namespaces"]),
+    ]
+}
+
+/// The bootstrap ClusterRoles.
+pub fn cluster_roles() -> Vec<ClusterRole> {
+    vec![
+        role(
+            "cluster-admin",
+            vec![rule(&["*"], "*", &["*"]), paths(&["*"], &["*"])],
+        ),
+        role(
+            "system:discovery",
+            vec![paths(
+                &["get"],
+                &[
+                    "/api",
+                    "/api/*",
+                    "/apis",
+                    "/apis/*",
+                    "/openapi",
+                    "/openapi/*",
+                    "/version",
+                    "/version/",
+                ],
+            )],
+        ),
+        role(
+            "system:public-info-viewer",
+            vec![paths(
+                &["get"],
+                &["/healthz", "/livez", "/readyz", "/version", "/version/"],
+            )],
+        ),
+        role(
+            "system:basic-user",
+            vec![rule(
+                &["create"],
+                "authorization.k8s.io",
+                &["selfsubjectaccessreviews"],
+            )],
+        ),
+        role("view", view_rules()),
+        role("edit", edit_rules()),
+        role("admin", admin_rules()),
+        role(SCHEDULER, scheduler_rules()),
+        role(CONTROLLER_MANAGER, controller_manager_rules()),
+        role("system:node", node_rules()),
+    ]
+}
+
+/// The bootstrap ClusterRoleBindings.
+pub fn cluster_role_bindings() -> Vec<ClusterRoleBinding> {
+    vec![
+        binding("cluster-admin", &[("Group", MASTERS)]),
+        binding("system:discovery", &[("Group", AUTHENTICATED)]),
+        binding(
+            "system:public-info-viewer",
+            &[("Group", AUTHENTICATED), ("Group", UNAUTHENTICATED)],
+        ),
+        binding("system:basic-user", &[("Group", AUTHENTICATED)]),
+        binding(SCHEDULER, &[("User", SCHEDULER)]),
+        binding(CONTROLLER_MANAGER, &[("User", CONTROLLER_MANAGER)]),
+        binding("system:node", &[("Group", NODES)]),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skiff_proto::api::{Object, validation};
+
+    /// Every bootstrap object is valid, and every binding names a bootstrap role.
+    #[test]
+    fn bootstrap_objects_are_valid() {
+        let roles = cluster_roles();
+        for r in &roles {
+            validation::validate(&Object::ClusterRole(r.clone()))
+                .unwrap_or_else(|e| panic!("{}: {e}", r.metadata.name));
+        }
+        for b in cluster_role_bindings() {
+            validation::validate(&Object::ClusterRoleBinding(b.clone()))
+                .unwrap_or_else(|e| panic!("{}: {e}", b.metadata.name));
+            assert!(
+                roles.iter().any(|r| r.metadata.name == b.role_ref.name),
+                "{}",
+                b.role_ref.name
+            );
+        }
+    }
+}

@@ -1,0 +1,427 @@
+//! Who is asking, and whether they may: the Kubernetes API's authentication and
+//! authorization, one implementation behind both faces (the REST API and the gRPC cluster
+//! API), as kube-apiserver puts them in front of every request.
+//!
+//! ```text
+//!  client certificate (CN, O) ─┐
+//!  bearer token (token file)  ─┼─► authn ─► User { name, groups }
+//!  neither: system:anonymous  ─┘                │
+//!  the request: verb + resource or path ─► Attributes
+//!                                               ▼
+//!          system:masters ─► allowed; else each --authorization-mode in turn
+//!          (AlwaysAllow, RBAC over the stored roles and bindings) ─► allowed, or 403
+//! ```
+//!
+//! | module        | what                                                                 |
+//! |---------------|----------------------------------------------------------------------|
+//! | [`authn`]     | users from client certificates, the static token file, or anonymous  |
+//! | [`rbac`]      | what a set of roles and bindings allows (pure, the rules of Kubernetes' RBAC) |
+//! | [`bootstrap`] | the ClusterRoles and ClusterRoleBindings every cluster starts with   |
+//! | [`policy`]    | the store's roles and bindings, read again when the watch hub says they changed |
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use skiff_proto::api::rbac::{NonResourceAttributes, ResourceAttributes};
+
+pub mod authn;
+pub mod bootstrap;
+pub mod policy;
+pub mod rbac;
+
+pub use authn::{Authenticator, User};
+pub use policy::Policy;
+
+/// The group whose members may do anything, whatever the roles say (kube-apiserver's
+/// privileged group).
+pub const MASTERS: &str = "system:masters";
+/// Every user who presented valid credentials.
+pub const AUTHENTICATED: &str = "system:authenticated";
+/// The group of the anonymous user.
+pub const UNAUTHENTICATED: &str = "system:unauthenticated";
+/// Who a request without credentials is, when anonymous requests are allowed.
+pub const ANONYMOUS: &str = "system:anonymous";
+
+/// What a request does, in the terms rules are written in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attributes {
+    /// A verb on a resource (or one of its subresources), in a namespace or cluster-wide.
+    Resource(ResourceAttributes),
+    /// A verb (`get`, `post` ...) on a path that is no resource: `/healthz`, `/api`.
+    NonResource(NonResourceAttributes),
+}
+
+impl Attributes {
+    /// A verb on objects of a resource.
+    pub fn resource(
+        verb: &str,
+        group: &str,
+        resource: &str,
+        subresource: Option<&str>,
+        namespace: &str,
+        name: &str,
+    ) -> Attributes {
+        Attributes::Resource(ResourceAttributes {
+            namespace: namespace.to_owned(),
+            verb: verb.to_owned(),
+            group: group.to_owned(),
+            version: String::new(),
+            resource: resource.to_owned(),
+            subresource: subresource.unwrap_or_default().to_owned(),
+            name: name.to_owned(),
+        })
+    }
+
+    pub fn path(verb: &str, path: &str) -> Attributes {
+        Attributes::NonResource(NonResourceAttributes {
+            path: path.to_owned(),
+            verb: verb.to_owned(),
+        })
+    }
+
+    pub fn verb(&self) -> &str {
+        match self {
+            Attributes::Resource(r) => &r.verb,
+            Attributes::NonResource(p) => &p.verb,
+        }
+    }
+}
+
+/// A request refused: kube-apiserver's 403, with its wording (`pods "web" is forbidden:
+/// User "alice" cannot get resource "pods" in API group "" in the namespace "team"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forbidden {
+    pub user: String,
+    pub attributes: Attributes,
+    /// Why the authorizers said no, when one said more than no.
+    pub reason: String,
+}
+
+impl Forbidden {
+    /// The resource a refusal concerns, qualified by its group (`deployments.apps`), as
+    /// the Status details and message name it; empty for a path.
+    pub fn qualified_resource(&self) -> String {
+        match &self.attributes {
+            Attributes::Resource(r) if r.group.is_empty() => r.resource.clone(),
+            Attributes::Resource(r) => format!("{}.{}", r.resource, r.group),
+            Attributes::NonResource(_) => String::new(),
+        }
+    }
+}
+
+impl fmt::Display for Forbidden {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let user = &self.user;
+        match &self.attributes {
+            Attributes::NonResource(p) => write!(
+                f,
+                "forbidden: User {user:?} cannot {} path {:?}",
+                p.verb, p.path
+            )?,
+            Attributes::Resource(r) => {
+                let qualified = self.qualified_resource();
+                if r.name.is_empty() {
+                    write!(f, "{qualified} is forbidden: ")?;
+                } else {
+                    write!(f, "{qualified} {:?} is forbidden: ", r.name)?;
+                }
+                let mut resource = r.resource.clone();
+                if !r.subresource.is_empty() {
+                    resource = format!("{resource}/{}", r.subresource);
+                }
+                write!(
+                    f,
+                    "User {user:?} cannot {} resource {resource:?} in API group {:?}",
+                    r.verb, r.group
+                )?;
+                if r.namespace.is_empty() {
+                    f.write_str(" at the cluster scope")?;
+                } else {
+                    write!(f, " in the namespace {:?}", r.namespace)?;
+                }
+            }
+        }
+        if !self.reason.is_empty() {
+            write!(f, ": {}", self.reason)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Forbidden {}
+
+/// No credentials that name a user (and anonymous requests are off), or credentials that
+/// are wrong: kube-apiserver's 401, which says no more than `Unauthorized`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("Unauthorized")]
+pub struct Unauthorized;
+
+/// One authorizer of `--authorization-mode`; the modes are asked in order and the first
+/// that allows a request lets it through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Everything is allowed: kube-apiserver's default, and a cluster without security.
+    AlwaysAllow,
+    /// Role-based access control over the stored roles and bindings.
+    Rbac,
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "AlwaysAllow" => Ok(Mode::AlwaysAllow),
+            "RBAC" => Ok(Mode::Rbac),
+            other => Err(format!(
+                "unknown authorization mode {other:?}: the modes are AlwaysAllow and RBAC"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::AlwaysAllow => "AlwaysAllow",
+            Mode::Rbac => "RBAC",
+        })
+    }
+}
+
+/// A member's authentication and authorization settings (kube-apiserver's flags).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessConfig {
+    /// `--authorization-mode`: asked in order.
+    pub modes: Vec<Mode>,
+    /// `--token-auth-file`: static bearer tokens (`token,user,uid,"group1,group2"`).
+    pub token_auth_file: Option<PathBuf>,
+    /// `--anonymous-auth`: a request without credentials is `system:anonymous` (else 401).
+    pub anonymous: bool,
+}
+
+impl Default for AccessConfig {
+    fn default() -> AccessConfig {
+        AccessConfig {
+            modes: vec![Mode::AlwaysAllow],
+            token_auth_file: None,
+            anonymous: true,
+        }
+    }
+}
+
+impl AccessConfig {
+    pub fn rbac(&self) -> bool {
+        self.modes.contains(&Mode::Rbac)
+    }
+}
+
+/// The decision of the authorizers, with why (the answer of an access review).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    pub reason: String,
+}
+
+/// Authentication and authorization of one member, shared by both faces.
+#[derive(Debug)]
+pub struct Access {
+    pub config: AccessConfig,
+    authn: Authenticator,
+    policy: Arc<Policy>,
+}
+
+impl Access {
+    /// Reads the token file, if any; an unreadable or malformed one fails the start.
+    pub fn new(config: AccessConfig) -> Result<Access, authn::TokenFileError> {
+        let authn = Authenticator::new(config.token_auth_file.as_deref(), config.anonymous)?;
+        Ok(Access {
+            config,
+            authn,
+            policy: Arc::new(Policy::default()),
+        })
+    }
+
+    /// Everything allowed, no token file: a member without security.
+    pub fn open() -> Access {
+        Access::new(AccessConfig::default()).expect("invariant: no token file to read")
+    }
+
+    pub fn policy(&self) -> &Arc<Policy> {
+        &self.policy
+    }
+
+    pub fn authenticate(
+        &self,
+        bearer: Option<&str>,
+        cert: Option<&crate::tls::Subject>,
+    ) -> Result<User, Unauthorized> {
+        self.authn.authenticate(bearer, cert)
+    }
+
+    /// What the authorizers say of `user` doing `attributes`; `rules` gives RBAC's view of
+    /// the store (read only when RBAC is asked).
+    pub fn decide(
+        &self,
+        user: &User,
+        attributes: &Attributes,
+        rules: impl FnOnce() -> Arc<rbac::Rules>,
+    ) -> Decision {
+        if user.groups.iter().any(|g| g == MASTERS) {
+            return Decision {
+                allowed: true,
+                reason: format!("allowed to the group {MASTERS:?}"),
+            };
+        }
+        let mut rules = Some(rules);
+        for mode in &self.config.modes {
+            match mode {
+                Mode::AlwaysAllow => {
+                    return Decision {
+                        allowed: true,
+                        reason: String::new(),
+                    };
+                }
+                Mode::Rbac => {
+                    let Some(load) = rules.take() else { continue };
+                    if let Some(reason) = load().allows(user, attributes) {
+                        return Decision {
+                            allowed: true,
+                            reason: format!("RBAC: {reason}"),
+                        };
+                    }
+                }
+            }
+        }
+        Decision {
+            allowed: false,
+            reason: String::new(),
+        }
+    }
+
+    /// Whether every authorizer is `AlwaysAllow`: nothing to check, no user to find.
+    pub fn allows_everything(&self) -> bool {
+        self.config.modes.first() == Some(&Mode::AlwaysAllow)
+    }
+
+    /// `Ok` when allowed, else the 403 to answer.
+    pub fn check(
+        &self,
+        user: &User,
+        attributes: Attributes,
+        rules: impl FnOnce() -> Arc<rbac::Rules>,
+    ) -> Result<(), Box<Forbidden>> {
+        let d = self.decide(user, &attributes, rules);
+        if d.allowed {
+            Ok(())
+        } else {
+            Err(Box::new(Forbidden {
+                user: user.name.clone(),
+                attributes,
+                reason: d.reason,
+            }))
+        }
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header value.
+pub fn bearer(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(name: &str, groups: &[&str]) -> User {
+        User {
+            name: name.into(),
+            uid: String::new(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        }
+    }
+
+    /// Refusals read as kube-apiserver's, for every shape of request.
+    #[test]
+    fn forbidden_messages() {
+        let f = |attributes| {
+            Forbidden {
+                user: "alice".into(),
+                attributes,
+                reason: String::new(),
+            }
+            .to_string()
+        };
+        assert_eq!(
+            f(Attributes::resource("list", "", "pods", None, "team", "")),
+            "pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"team\""
+        );
+        assert_eq!(
+            f(Attributes::resource(
+                "get",
+                "apps",
+                "deployments",
+                Some("scale"),
+                "team",
+                "web"
+            )),
+            "deployments.apps \"web\" is forbidden: User \"alice\" cannot get resource \"deployments/scale\" in API group \"apps\" in the namespace \"team\""
+        );
+        assert_eq!(
+            f(Attributes::resource("list", "", "nodes", None, "", "")),
+            "nodes is forbidden: User \"alice\" cannot list resource \"nodes\" in API group \"\" at the cluster scope"
+        );
+        assert_eq!(
+            f(Attributes::path("get", "/metrics")),
+            "forbidden: User \"alice\" cannot get path \"/metrics\""
+        );
+    }
+
+    /// The privileged group needs no role; AlwaysAllow allows; RBAC alone allows nothing
+    /// it does not grant.
+    #[test]
+    fn modes_in_order() {
+        let none = || Arc::new(rbac::Rules::default());
+        let get = Attributes::resource("get", "", "pods", None, "team", "web");
+        let rbac_only = Access::new(AccessConfig {
+            modes: vec![Mode::Rbac],
+            ..AccessConfig::default()
+        })
+        .unwrap();
+        assert!(
+            rbac_only
+                .decide(&user("root", &[MASTERS]), &get, none)
+                .allowed
+        );
+        assert!(
+            !rbac_only
+                .decide(&user("alice", &[AUTHENTICATED]), &get, none)
+                .allowed
+        );
+        let open = Access::open();
+        assert!(open.allows_everything());
+        assert!(open.decide(&user("alice", &[]), &get, none).allowed);
+        let e = rbac_only
+            .check(&user("alice", &[]), get, none)
+            .expect_err("no role");
+        assert!(
+            e.to_string().starts_with("pods \"web\" is forbidden"),
+            "{e}"
+        );
+        assert_eq!(
+            "Node".parse::<Mode>().map_err(|e| e.contains("RBAC")),
+            Err(true)
+        );
+    }
+
+    #[test]
+    fn bearer_headers() {
+        assert_eq!(bearer("Bearer abc"), Some("abc"));
+        assert_eq!(bearer("bearer  abc "), Some("abc"));
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearer "), None);
+    }
+}

@@ -1,0 +1,190 @@
+//! The store's roles and bindings as RBAC reads them, kept current.
+//!
+//! The compiled [`Rules`] are read again from the member's keyspace when they may have
+//! changed: a watch on each RBAC kind marks them stale on every event, and the next request
+//! that needs them reads them (one request at a time reads; the others wait for it). Marking
+//! happens after a change is applied, and a read clears the mark before it reads, so a
+//! change is never lost between the two: at worst the rules are read twice. Like
+//! kube-apiserver's informers, a member authorizes by what it has applied.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use skiff_proto::api::{Kind, Object};
+use skiff_proto::backoff::Backoff;
+use skiff_proto::cluster::v1 as pb;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::bootstrap;
+use super::rbac::Rules;
+use crate::cluster::{ClusterApi, ClusterError};
+
+/// The RBAC kinds, whose objects make the rules.
+const KINDS: [Kind; 4] = [
+    Kind::Role,
+    Kind::ClusterRole,
+    Kind::RoleBinding,
+    Kind::ClusterRoleBinding,
+];
+
+#[derive(Debug)]
+pub struct Policy {
+    stale: AtomicBool,
+    /// Held while the rules are read, so concurrent requests read them once.
+    reading: Mutex<()>,
+    rules: RwLock<Arc<Rules>>,
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy {
+            stale: AtomicBool::new(true),
+            reading: Mutex::new(()),
+            rules: RwLock::new(Arc::new(Rules::default())),
+        }
+    }
+}
+
+impl Policy {
+    /// The rules as of every RBAC change this member has been told of.
+    pub fn rules(&self, api: &ClusterApi) -> Arc<Rules> {
+        if self.stale.load(Ordering::Acquire) {
+            let _reading = self.reading.lock().unwrap_or_else(|p| p.into_inner());
+            if self.stale.swap(false, Ordering::AcqRel) {
+                match read(api) {
+                    Ok(rules) => {
+                        *self.rules.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(rules);
+                    }
+                    Err(e) => {
+                        // Kept stale: the next request tries again; this one has the last rules.
+                        self.stale.store(true, Ordering::Release);
+                        tracing::warn!(error = %e, "reading the RBAC roles and bindings");
+                    }
+                }
+            }
+        }
+        self.rules.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn invalidate(&self) {
+        self.stale.store(true, Ordering::Release);
+    }
+}
+
+fn read(api: &ClusterApi) -> Result<Rules, ClusterError> {
+    let mut objects = Vec::new();
+    for kind in KINDS {
+        let (key, end) = crate::cluster::watch::key_range(kind, "");
+        let (_, items) = api.range(kind, &key, &end, 0)?;
+        objects.extend(items.into_iter().map(|s| s.object));
+    }
+    let (mut roles, mut cluster_roles, mut bindings, mut cluster_bindings) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for o in objects {
+        match o {
+            Object::Role(r) => roles.push(r),
+            Object::ClusterRole(r) => cluster_roles.push(r),
+            Object::RoleBinding(b) => bindings.push(b),
+            Object::ClusterRoleBinding(b) => cluster_bindings.push(b),
+            _ => {}
+        }
+    }
+    Ok(Rules::new(
+        &roles,
+        &cluster_roles,
+        &bindings,
+        &cluster_bindings,
+    ))
+}
+
+/// Keeps `policy` current (watching the RBAC kinds, watching again when a watch ends) and,
+/// with `bootstrap`, creates the bootstrap roles and bindings that are missing. Runs until
+/// `stop` is set.
+pub async fn maintain(
+    api: ClusterApi,
+    policy: Arc<Policy>,
+    bootstrap: bool,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let work = async {
+        tokio::join!(
+            async {
+                if bootstrap {
+                    create_bootstrap(&api).await;
+                }
+            },
+            watch(&api, &policy)
+        )
+    };
+    tokio::select! {
+        _ = work => {}
+        _ = stop.wait_for(|s| *s) => {}
+    }
+    Ok(())
+}
+
+async fn watch(api: &ClusterApi, policy: &Policy) {
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    loop {
+        let mut streams = Vec::new();
+        for kind in KINDS {
+            let req = pb::WatchRequest {
+                kind: kind.name().to_owned(),
+                ..pb::WatchRequest::default()
+            };
+            match api.watch(req) {
+                Ok(rx) => streams.push(ReceiverStream::new(rx)),
+                Err(e) => tracing::warn!(error = %e, %kind, "watching RBAC objects"),
+            }
+        }
+        // Whatever happened before the watches began is read on the next request.
+        policy.invalidate();
+        if streams.len() == KINDS.len() {
+            let mut events = futures::stream::select_all(streams);
+            while let Some(event) = events.next().await {
+                if let Err(e) = event {
+                    tracing::info!(error = %e, "an RBAC watch ended; watching again");
+                    break;
+                }
+                policy.invalidate();
+                backoff.reset();
+            }
+        }
+        backoff.wait().await;
+    }
+}
+
+/// Creates each missing bootstrap object; tries again (with back-off) while the store
+/// cannot take writes.
+async fn create_bootstrap(api: &ClusterApi) {
+    let objects: Vec<Object> = bootstrap::cluster_roles()
+        .into_iter()
+        .map(Object::ClusterRole)
+        .chain(
+            bootstrap::cluster_role_bindings()
+                .into_iter()
+                .map(Object::ClusterRoleBinding),
+        )
+        .collect();
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    let mut missing = objects;
+    while !missing.is_empty() {
+        let mut failed = Vec::new();
+        for o in missing {
+            match api.create(o.clone(), false).await {
+                Ok(_) | Err(ClusterError::AlreadyExists { .. }) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, object = %o.display_name(), "creating a bootstrap RBAC object; trying again");
+                    failed.push(o);
+                }
+            }
+        }
+        missing = failed;
+        if !missing.is_empty() {
+            backoff.wait().await;
+        }
+    }
+    tracing::info!("the bootstrap RBAC roles and bindings are in place");
+}
