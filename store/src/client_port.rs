@@ -4,6 +4,13 @@
 //! how it ended (`grpc_server_handled_total`).
 //!
 //! A request is gRPC when its `content-type` says so; anything else goes to the HTTP routes.
+//!
+//! Under Kubernetes RBAC the etcd services are the cluster's back end, as etcd is behind
+//! kube-apiserver: a call to one is a request for the path that names it
+//! (`/etcdserverpb.KV/Range`, verb `post`), made by the user its client certificate names,
+//! and refused (PERMISSION_DENIED) unless a ClusterRole grants that path. `cluster-admin`
+//! grants every path; the scheduler and the controller manager hold their leadership keys
+//! through KV, Lease and Watch; node agents get none of it.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -15,19 +22,41 @@ use tonic::body::Body;
 use tonic::codegen::http;
 use tower::ServiceExt;
 
+use crate::access::Attributes;
+use crate::cluster::ClusterApi;
 use crate::metrics::GrpcLabels;
+use crate::tls::ConnInfo;
 
 /// Puts the HTTP routes beside the gRPC services of a tonic server, and counts its calls.
 #[derive(Debug, Clone)]
 pub struct ClientPortLayer {
     http: axum::Router,
     handled: Family<GrpcLabels, Counter>,
+    /// The API whose access rules gate the etcd services, when they are gated (RBAC).
+    gate: Option<ClusterApi>,
 }
 
 impl ClientPortLayer {
-    pub fn new(http: axum::Router, handled: Family<GrpcLabels, Counter>) -> Self {
-        ClientPortLayer { http, handled }
+    pub fn new(http: axum::Router, handled: Family<GrpcLabels, Counter>, api: &ClusterApi) -> Self {
+        ClientPortLayer {
+            http,
+            handled,
+            gate: api.access.config.rbac().then(|| api.clone()),
+        }
     }
+}
+
+/// Whether the etcd service call at `path` may be made on `conn`; the status to answer if not.
+fn etcd_gate(api: &ClusterApi, path: &str, conn: Option<&ConnInfo>) -> Result<(), tonic::Status> {
+    if !path.starts_with("/etcdserverpb.") {
+        return Ok(());
+    }
+    let user = api
+        .access
+        .authenticate(None, conn.and_then(|c| c.client.as_ref()))
+        .map_err(|e| tonic::Status::unauthenticated(e.to_string()))?;
+    api.authorize(&user, Attributes::path("post", path))
+        .map_err(|e| tonic::Status::permission_denied(e.to_string()))
 }
 
 impl<S> tower::Layer<S> for ClientPortLayer {
@@ -37,6 +66,7 @@ impl<S> tower::Layer<S> for ClientPortLayer {
             grpc,
             http: self.http.clone(),
             handled: self.handled.clone(),
+            gate: self.gate.clone(),
         }
     }
 }
@@ -46,6 +76,7 @@ pub struct ClientPort<S> {
     grpc: S,
     http: axum::Router,
     handled: Family<GrpcLabels, Counter>,
+    gate: Option<ClusterApi>,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -80,6 +111,11 @@ where
                 };
                 Ok(resp.map(Body::new))
             });
+        }
+        if let Some(api) = &self.gate
+            && let Err(status) = etcd_gate(api, req.uri().path(), req.extensions().get())
+        {
+            return Box::pin(async move { Ok(status.into_http()) });
         }
         let (service, method) = split_path(req.uri().path());
         let labels = GrpcLabels {

@@ -239,6 +239,7 @@ pub async fn run(
                 .layer(ClientPortLayer::new(
                     http_routes(m.clone()),
                     m.shared.metrics.grpc_handled.clone(),
+                    &cluster_api,
                 ))
                 .add_service(
                     PbKvServer::new(KvService::new(m.clone())).max_decoding_message_size(limit),

@@ -160,8 +160,22 @@ fn admin_rules() -> Vec<PolicyRule> {
     rules
 }
 
+/// The etcd services a leader-elected component holds its leadership key through (see
+/// [`crate::client_port`]).
+fn leadership() -> PolicyRule {
+    paths(
+        &["post"],
+        &[
+            "/etcdserverpb.KV/*",
+            "/etcdserverpb.Lease/*",
+            "/etcdserverpb.Watch/*",
+        ],
+    )
+}
+
 fn scheduler_rules() -> Vec<PolicyRule> {
     vec![
+        leadership(),
         rule(READ, "", &["pods", "nodes", "namespaces"]),
         rule(&["create"], "", &["pods/binding", "bindings"]),
         rule(&["patch", "update"], "", &["pods/status"]),
@@ -171,6 +185,7 @@ fn scheduler_rules() -> Vec<PolicyRule> {
 
 fn controller_manager_rules() -> Vec<PolicyRule> {
     vec![
+        leadership(),
         rule(ALL_VERBS, "", &["pods", "events"]),
         rule(&["patch", "update"], "", &["pods/status"]),
         rule(

@@ -99,6 +99,84 @@ pub fn router(api: ClusterApi, address: String) -> Router {
         .with_state(state)
 }
 
+/// The user a request acts as: its own, or the one its `Impersonate-User` (and
+/// `Impersonate-Group`) headers name when it may impersonate them (the `impersonate` verb
+/// on `users`, `groups`, or the service account), as kube-apiserver allows `kubectl --as`.
+fn impersonated(api: &ClusterApi, user: User, headers: &HeaderMap) -> Result<User, ApiError> {
+    let values = |name: &str| -> Vec<String> {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .collect()
+    };
+    let (names, groups, uids) = (
+        values("impersonate-user"),
+        values("impersonate-group"),
+        values("impersonate-uid"),
+    );
+    let extras = headers
+        .keys()
+        .any(|k| k.as_str().starts_with("impersonate-extra-"));
+    if names.is_empty() {
+        if groups.is_empty() && uids.is_empty() && !extras {
+            return Ok(user);
+        }
+        return Err(ApiError::bad_request(
+            "Impersonate-Group, Impersonate-Uid and Impersonate-Extra need Impersonate-User",
+        ));
+    }
+    if names.len() > 1 || uids.len() > 1 {
+        return Err(ApiError::bad_request(
+            "at most one Impersonate-User and one Impersonate-Uid",
+        ));
+    }
+    if extras {
+        return Err(ApiError::bad_request(
+            "Impersonate-Extra headers are not supported",
+        ));
+    }
+    let name = names[0].clone();
+    let target = match name
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'))
+    {
+        Some((ns, sa)) => Attributes::resource("impersonate", "", "serviceaccounts", None, ns, sa),
+        None => Attributes::resource("impersonate", "", "users", None, "", &name),
+    };
+    api.authorize(&user, target)?;
+    for g in &groups {
+        api.authorize(
+            &user,
+            Attributes::resource("impersonate", "", "groups", None, "", g),
+        )?;
+    }
+    for uid in &uids {
+        api.authorize(
+            &user,
+            Attributes::resource(
+                "impersonate",
+                "authentication.k8s.io",
+                "uids",
+                None,
+                "",
+                uid,
+            ),
+        )?;
+    }
+    let mut groups = groups;
+    if name != crate::access::ANONYMOUS && !groups.iter().any(|g| g == crate::access::AUTHENTICATED)
+    {
+        groups.push(crate::access::AUTHENTICATED.to_owned());
+    }
+    Ok(User {
+        name,
+        uid: uids.into_iter().next().unwrap_or_default(),
+        groups,
+    })
+}
+
 /// Whether a path names resources (`/api/v1/pods`, `/apis/apps/v1/deployments`) rather
 /// than discovery, OpenAPI or health: kube-apiserver's split between resource and
 /// non-resource requests.
@@ -129,6 +207,10 @@ async fn authenticate(State(rest): State<Arc<Rest>>, mut req: Request, next: Nex
     let user = match access.authenticate(bearer, cert.as_ref()) {
         Ok(user) => user,
         Err(e) => return ApiError::from(ClusterError::from(e)).into_response(),
+    };
+    let user = match impersonated(&rest.api, user, req.headers()) {
+        Ok(user) => user,
+        Err(e) => return e.into_response(),
     };
     let path = req.uri().path();
     if !access.allows_everything() && !is_resource_path(path) {
