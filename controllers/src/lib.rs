@@ -87,6 +87,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, Clone)]
 pub struct Config {
     pub endpoints: Vec<String>,
+    /// TLS to the store, with the certificate that names this component.
+    pub tls: Option<skiff_proto::tls::ClientTls>,
     /// Workers of the Deployment and ReplicaSet controllers each
     /// (kube-controller-manager's `--concurrent-deployment-syncs`, `--concurrent-replicaset-syncs`).
     pub workers: usize,
@@ -132,6 +134,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             endpoints: Vec::new(),
+            tls: None,
             workers: 5,
             gc_workers: 20,
             metrics_addr: None,
@@ -252,13 +255,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     tokio::pin!(shutdown);
     let mut leadership = if config.leader_elect {
         tokio::select! {
-            l = skiff_proto::leader::acquire(&config.endpoints, LEADER_KEY, &config.identity, config.lease_ttl) => Some(l?),
+            l = skiff_proto::leader::acquire(&config.endpoints, config.tls.as_ref(), LEADER_KEY, &config.identity, config.lease_ttl) => Some(l?),
             () = &mut shutdown => return Ok(()),
         }
     } else {
         None
     };
-    let client = ClusterClient::connect(&config.endpoints)?;
+    let client = ClusterClient::connect_with(&config.endpoints, config.tls.as_ref())?;
     // Every write a controller makes is fenced by the leadership; events are not (a deposed
     // leader's last events are harmless).
     let writer = match &leadership {

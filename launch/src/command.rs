@@ -114,6 +114,9 @@ pub struct StoreCommand {
     pub bcrypt_cost: Option<u32>,
     /// `--auth-token-ttl`.
     pub auth_token_ttl: Option<Duration>,
+    /// Kubernetes security on top of `tls`: client certificates from its CA name Kubernetes
+    /// users (`--client-ca-file`) and RBAC authorizes them (`--authorization-mode RBAC`).
+    pub rbac: bool,
 }
 
 /// One certificate for a member's client and peer URLs alike (as `skiff certs` makes them),
@@ -172,8 +175,32 @@ impl StoreCommand {
                 .flag("peer-key-file", &tls.key)
                 .flag("peer-trusted-ca-file", &tls.ca)
                 .flag("peer-client-cert-auth", "true");
+            if self.rbac {
+                a.flag("client-ca-file", &tls.ca)
+                    .flag("authorization-mode", "RBAC");
+            }
         }
         a.0
+    }
+}
+
+/// How a component reaches the store over TLS: the CA, and the client certificate (with
+/// its key) that names it (`--cacert`, `--cert`, `--key`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientCert {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl Argv {
+    fn client_cert(&mut self, tls: Option<&ClientCert>) -> &mut Argv {
+        if let Some(t) = tls {
+            self.flag("cacert", &t.ca)
+                .flag("cert", &t.cert)
+                .flag("key", &t.key);
+        }
+        self
     }
 }
 
@@ -182,6 +209,7 @@ impl StoreCommand {
 pub struct SchedulerCommand {
     /// Store members' client endpoints (`host:port`).
     pub endpoints: Vec<String>,
+    pub tls: Option<ClientCert>,
     pub metrics_addr: Option<SocketAddr>,
     /// Seconds.
     pub lease_ttl: Option<Duration>,
@@ -192,6 +220,7 @@ impl SchedulerCommand {
     pub fn args(&self) -> Vec<OsString> {
         let mut a = Argv(vec!["scheduler".into()]);
         a.list("endpoints", &self.endpoints)
+            .client_cert(self.tls.as_ref())
             .opt("metrics-addr", self.metrics_addr)
             .opt("lease-ttl", self.lease_ttl.map(duration))
             .opt("log", self.log.as_ref());
@@ -204,6 +233,7 @@ impl SchedulerCommand {
 pub struct ControllerManagerCommand {
     /// Store members' client endpoints (`host:port`).
     pub endpoints: Vec<String>,
+    pub tls: Option<ClientCert>,
     pub metrics_addr: Option<SocketAddr>,
     pub lease_ttl: Option<Duration>,
     pub node_monitor_grace_period: Option<Duration>,
@@ -216,6 +246,7 @@ impl ControllerManagerCommand {
     pub fn args(&self) -> Vec<OsString> {
         let mut a = Argv(vec!["controller-manager".into()]);
         a.list("endpoints", &self.endpoints)
+            .client_cert(self.tls.as_ref())
             .opt("metrics-addr", self.metrics_addr)
             .opt("lease-ttl", self.lease_ttl.map(duration))
             .opt(
@@ -233,6 +264,7 @@ impl ControllerManagerCommand {
 pub struct NodeCommand {
     /// Store members' client endpoints (`host:port`).
     pub endpoints: Vec<String>,
+    pub tls: Option<ClientCert>,
     pub runtime: RuntimeKind,
     pub name: Option<String>,
     /// Nodes in this process (simulated runtime), named `<name_prefix><i>`.
@@ -261,6 +293,7 @@ impl NodeCommand {
     pub fn new(runtime: RuntimeKind, endpoints: Vec<String>) -> NodeCommand {
         NodeCommand {
             endpoints,
+            tls: None,
             runtime,
             name: None,
             count: None,
@@ -282,6 +315,7 @@ impl NodeCommand {
     pub fn args(&self) -> Vec<OsString> {
         let mut a = Argv(vec!["node".into()]);
         a.list("endpoints", &self.endpoints)
+            .client_cert(self.tls.as_ref())
             .flag("runtime", self.runtime.as_str())
             .opt("name", self.name.as_ref())
             .opt("count", self.count)

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 pub use child::{Child, Launch};
 pub use command::{
-    ClusterState, ControllerManagerCommand, NodeCommand, RuntimeKind, SchedulerCommand,
+    ClientCert, ClusterState, ControllerManagerCommand, NodeCommand, RuntimeKind, SchedulerCommand,
     StoreCommand, StoreTls,
 };
 pub use containerd::Containerd;

@@ -16,6 +16,7 @@ use crate::backoff::Backoff;
 use crate::cluster::v1 as pb;
 use crate::cluster::v1::cluster_client::ClusterClient as Raw;
 use crate::cluster::v1::watch_event::Type;
+use crate::tls::ClientTls;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -29,6 +30,10 @@ pub enum ClientError {
     },
     #[error("no endpoints given")]
     NoEndpoints,
+    #[error("endpoint {endpoint}: https needs the CA to check the store's certificate (--cacert)")]
+    NoCa { endpoint: String },
+    #[error("TLS: {0}")]
+    TlsFile(#[from] crate::tls::TlsFileError),
     #[error("server sent a {kind} that does not decode: {source}")]
     Decode { kind: String, source: DecodeError },
 }
@@ -180,17 +185,24 @@ impl WatchParams {
 impl ClusterClient {
     /// Connects (lazily) to every endpoint (`host:port` or `http://host:port`).
     pub fn connect(endpoints: &[String]) -> Result<Self> {
+        Self::connect_with(endpoints, None)
+    }
+
+    /// A client of `endpoints`, over TLS with `tls` (every endpoint then `https://`).
+    pub fn connect_with(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Self> {
         if endpoints.is_empty() {
             return Err(ClientError::NoEndpoints);
         }
+        let tls_config = tls.map(ClientTls::config).transpose()?;
         let mut eps = Vec::new();
         for e in endpoints {
-            let url = if e.contains("://") {
-                e.clone()
-            } else {
-                format!("http://{e}")
-            };
-            let ep = Endpoint::from_shared(url)
+            if tls.is_none() && e.starts_with("https://") {
+                return Err(ClientError::NoCa {
+                    endpoint: e.clone(),
+                });
+            }
+            let url = crate::tls::url(e, tls.is_some());
+            let mut ep = Endpoint::from_shared(url)
                 .map_err(|source| ClientError::Endpoint {
                     endpoint: e.clone(),
                     source,
@@ -198,6 +210,14 @@ impl ClusterClient {
                 .connect_timeout(Duration::from_secs(2))
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(10));
+            if let Some(c) = &tls_config {
+                ep = ep
+                    .tls_config(c.clone())
+                    .map_err(|source| ClientError::Endpoint {
+                        endpoint: e.clone(),
+                        source,
+                    })?;
+            }
             eps.push(ep);
         }
         let channel = Channel::balance_list(eps.into_iter());

@@ -21,6 +21,7 @@ use etcd_client::{
 use tokio::sync::watch;
 
 use crate::backoff::Backoff;
+use crate::tls::ClientTls;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -28,6 +29,8 @@ pub enum Error {
     Etcd(#[from] etcd_client::Error),
     #[error("leader election: the store answered without a header")]
     NoHeader,
+    #[error("leader election: {0}")]
+    Tls(#[from] crate::tls::TlsFileError),
 }
 
 /// A held leadership: the fencing token and a signal that turns true when it is lost.
@@ -69,20 +72,25 @@ impl Leadership {
 }
 
 /// Waits until this process leads on `key`; `identity` is stored as the key's value.
+/// Over TLS with `tls` (the certificate naming a user the store lets hold the key).
 pub async fn acquire(
     endpoints: &[String],
+    tls: Option<&ClientTls>,
     key: &str,
     identity: &str,
     ttl: Duration,
 ) -> Result<Leadership, Error> {
     let endpoints: Vec<String> = endpoints
         .iter()
-        .map(|e| e.trim_start_matches("http://").to_string())
+        .map(|e| crate::tls::url(e, tls.is_some()))
         .collect();
-    let opts = ConnectOptions::new()
+    let mut opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(2))
         .with_timeout(Duration::from_secs(5))
         .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+    if let Some(t) = tls {
+        opts = opts.with_tls(t.config()?);
+    }
     let mut client = Client::connect(&endpoints, Some(opts)).await?;
     let ttl_s = ttl.as_secs().max(2) as i64;
     loop {

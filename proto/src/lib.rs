@@ -12,6 +12,7 @@
 //! | [`backoff`]  | the back-off with jitter every retry loop uses                          |
 //! | [`duration`] | the parser of every duration flag (`500ms`, `1h30m`)                    |
 //! | [`leader`]   | leader election on a leased etcd key, and its fencing token             |
+//! | [`tls`]      | TLS to the store: the CA, and the client certificate that names a component |
 //! | [`metrics`]  | the Prometheus registry, process metrics and `/metrics` every process serves |
 //! | [`http`]     | the HTTP client of probes, metric scrapes and the REST benchmark        |
 //! | [`raft`]     | the peer service between store members (generated, peer port only)     |
@@ -32,6 +33,7 @@ pub mod metrics;
 pub mod quantity;
 pub mod recorder;
 pub mod selector;
+pub mod tls;
 
 /// The typed cluster API: `skiff.cluster.v1`.
 pub mod cluster {

@@ -67,9 +67,9 @@ pub fn apply(args: &ApplyArgs) -> Result<ExitCode> {
     let Some(docs) = crate::validate::load_or_report(&args.files, "was created") else {
         return Ok(ExitCode::FAILURE);
     };
-    let endpoints = args.endpoints.resolve()?;
+    let store = args.endpoints.resolve()?;
     runtime()?.block_on(async {
-        let api = ClusterClient::connect(&endpoints)?;
+        let api = store.connect()?;
         let mut failed = 0;
         for d in docs {
             let name = d.object.display_name();
@@ -176,7 +176,7 @@ pub fn get(args: &GetArgs) -> Result<ExitCode> {
     } else {
         args.namespace.as_str()
     };
-    let endpoints = args.endpoints.resolve()?;
+    let store = args.endpoints.resolve()?;
     let fields = match &args.name {
         // A watch of one object follows its name.
         Some(name) if args.watch => {
@@ -190,7 +190,7 @@ pub fn get(args: &GetArgs) -> Result<ExitCode> {
         _ => args.field_selector.clone(),
     };
     runtime()?.block_on(async {
-        let api = ClusterClient::connect(&endpoints)?;
+        let api = store.connect()?;
         let (items, revision) = match &args.name {
             Some(name) if !args.watch => match api.get(kind, ns, name).await? {
                 Some(o) => (vec![o], 0),

@@ -192,6 +192,7 @@ fn api_url(given: Option<&str>, endpoints: &[String]) -> Result<String> {
     if let Some(ClientConfig {
         endpoints: configured,
         data_dir: Some(dir),
+        ..
     }) = ClientConfig::load(&file)?
         && configured == endpoints
         && let Some(url) = crate::up::kubernetes_api(&dir)?
@@ -208,9 +209,9 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     if a.pods == 0 || a.clients == 0 {
         bail!("--pods and --clients must be at least 1");
     }
-    let endpoints = a.endpoints.resolve()?;
-    let base = api_url(a.api_url.as_deref(), &endpoints)?;
-    let api = ClusterClient::connect(&endpoints)?;
+    let store = a.endpoints.resolve()?;
+    let base = api_url(a.api_url.as_deref(), &store.endpoints)?;
+    let api = store.connect()?;
     let http = HttpClient::new();
     let (ns, namespace) = crate::bench::fresh_namespace(&api, "api").await?;
     let revision = namespace
@@ -222,7 +223,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         "{} pods through each face into namespace {ns}, {} clients each; gRPC {}, REST {base} …",
         a.pods,
         a.clients,
-        endpoints.join(",")
+        store.endpoints.join(",")
     );
 
     let grpc_seen = Arrivals::default();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use skiff_proto::api::{Kind, Object, PodPhase};
-use skiff_proto::client::{ClusterClient, Event, ListParams, WatchParams};
+use skiff_proto::client::{Event, ListParams, WatchParams};
 
 use crate::config::Endpoints;
 
@@ -48,7 +48,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     if a.replicas <= 0 {
         bail!("--replicas must be at least 1");
     }
-    let api = ClusterClient::connect(&a.endpoints.resolve()?)?;
+    let api = a.endpoints.resolve()?.connect()?;
     let ready = crate::bench::ready_nodes(&api).await?;
     let (ns, _) = crate::bench::fresh_namespace(&api, "deploy").await?;
     let (_, revision) = api.list(Kind::Pod, &ListParams::default()).await?;

@@ -13,7 +13,7 @@ use anyhow::{Result, bail};
 use futures::StreamExt;
 use parking_lot::Mutex;
 use skiff_proto::api::{Kind, Object, PodPhase};
-use skiff_proto::client::{ClusterClient, Event, ListParams, WatchParams};
+use skiff_proto::client::{Event, ListParams, WatchParams};
 
 use crate::config::Endpoints;
 use skiff_scheduler::bench::Latencies;
@@ -74,7 +74,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     if a.pods == 0 || a.concurrency == 0 {
         bail!("--pods and --concurrency must be at least 1");
     }
-    let api = ClusterClient::connect(&a.endpoints.resolve()?)?;
+    let api = a.endpoints.resolve()?.connect()?;
     let ready = crate::bench::ready_nodes(&api).await?;
     let (_, revision) = api.list(Kind::Pod, &ListParams::default()).await?;
     let (ns, _) = crate::bench::fresh_namespace(&api, "startup").await?;

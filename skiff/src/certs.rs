@@ -57,11 +57,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
     std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;
     let (ca, ca_key) = ca(&a.dir, a.days)?;
     for name in &a.members {
-        let mut hosts = a.hosts.clone();
-        if !hosts.contains(name) {
-            hosts.push(name.clone());
-        }
-        let params = leaf(name, &hosts, a.days, true)?;
+        let params = member(name, &a.hosts, a.days)?;
         issue(&a.dir, name, params, &ca, &ca_key, a.force)?;
     }
     for spec in &a.clients {
@@ -69,14 +65,10 @@ pub fn run(a: &Args) -> Result<ExitCode> {
             Some((name, group)) => (name, Some(group)),
             None => (spec.as_str(), None),
         };
-        let mut params = leaf(name, &[], a.days, false)?;
-        match group {
-            Some(g) if g.is_empty() || g.contains('/') => {
-                bail!("--client {spec:?}: expected NAME or NAME/GROUP (one group a certificate)")
-            }
-            Some(g) => params.distinguished_name.push(DnType::OrganizationName, g),
-            None => {}
+        if group.is_some_and(|g| g.is_empty() || g.contains('/')) {
+            bail!("--client {spec:?}: expected NAME or NAME/GROUP (one group a certificate)")
         }
+        let params = client(name, group, a.days)?;
         issue(&a.dir, name, params, &ca, &ca_key, a.force)?;
     }
     println!(
@@ -91,6 +83,56 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         a.dir.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// A member's certificate: serving and dialling, for `hosts` and its own name.
+fn member(name: &str, hosts: &[String], days: i64) -> Result<CertificateParams> {
+    let mut hosts = hosts.to_vec();
+    if !hosts.iter().any(|h| h == name) {
+        hosts.push(name.to_owned());
+    }
+    leaf(name, &hosts, days, true)
+}
+
+/// A client's certificate: CN `name` (the user), O `group` (its group) when given.
+fn client(name: &str, group: Option<&str>, days: i64) -> Result<CertificateParams> {
+    let mut params = leaf(name, &[], days, false)?;
+    if let Some(g) = group {
+        params.distinguished_name.push(DnType::OrganizationName, g);
+    }
+    Ok(params)
+}
+
+/// A client certificate of a local cluster: its file name, CN (user) and O (group).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientIdentity<'a> {
+    pub file: &'a str,
+    pub user: &'a str,
+    pub group: Option<&'a str>,
+}
+
+/// How long the certificates of a local cluster are valid.
+const LOCAL_DAYS: i64 = 365;
+
+/// The certificates of a local cluster in `dir`, made where missing (a resumed cluster keeps
+/// the ones it has): the CA, each member's (valid for `hosts`), each client's.
+pub fn ensure(
+    dir: &Path,
+    members: &[&str],
+    hosts: &[String],
+    clients: &[ClientIdentity<'_>],
+) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let (ca, ca_key) = ca(dir, LOCAL_DAYS)?;
+    let missing = |file: &str| !dir.join(format!("{file}.pem")).exists();
+    for m in members.iter().filter(|m| missing(m)) {
+        issue(dir, m, member(m, hosts, LOCAL_DAYS)?, &ca, &ca_key, true)?;
+    }
+    for c in clients.iter().filter(|c| missing(c.file)) {
+        let params = client(c.user, c.group, LOCAL_DAYS)?;
+        issue(dir, c.file, params, &ca, &ca_key, true)?;
+    }
+    Ok(())
 }
 
 /// Valid from yesterday (clocks drift) to `days` from now.

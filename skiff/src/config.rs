@@ -7,12 +7,18 @@
 //! # written by skiff up
 //! endpoints: [127.0.0.1:2379, 127.0.0.1:2389, 127.0.0.1:2399]
 //! dataDir: /root/.skiff/up
+//! tls: {ca: /root/.skiff/up/certs/ca.pem, cert: /root/.skiff/up/certs/admin.pem, key: /root/.skiff/up/certs/admin-key.pem}
 //! ```
+//!
+//! TLS comes from `--cacert`, `--cert` and `--key` (etcdctl's flags) when given, else from
+//! the file when the endpoints come from it too.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
+use skiff_proto::client::ClusterClient;
+use skiff_proto::tls::ClientTls;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -22,6 +28,9 @@ pub struct ClientConfig {
     /// The `skiff up` directory the cluster runs from (logs, data), when it was started so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<PathBuf>,
+    /// TLS to the members, and the certificate the CLI presents (an admin's, from `up`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ClientTls>,
 }
 
 /// The configuration file: `$SKIFF_CONFIG`, else `~/.skiff/config`.
@@ -62,6 +71,31 @@ impl ClientConfig {
     }
 }
 
+/// TLS to the store: etcdctl's `--cacert`, `--cert` and `--key`, for every command that
+/// talks to it.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TlsArgs {
+    /// CA the store's certificates chain to; the endpoints are then `https`.
+    #[arg(long, env = "SKIFF_CACERT")]
+    cacert: Option<PathBuf>,
+    /// Client certificate (PEM) naming who this is: its CN the user, its O the group.
+    #[arg(long, env = "SKIFF_CERT", requires = "cacert", requires = "key")]
+    cert: Option<PathBuf>,
+    /// The client certificate's key (PEM).
+    #[arg(long, env = "SKIFF_KEY", requires = "cert")]
+    key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    pub fn client_tls(&self) -> Option<ClientTls> {
+        self.cacert.as_ref().map(|ca| ClientTls {
+            ca: ca.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+        })
+    }
+}
+
 /// `--endpoints` / `SKIFF_ENDPOINTS` for every client command, falling back to the file.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Endpoints {
@@ -69,22 +103,80 @@ pub struct Endpoints {
     /// $SKIFF_CONFIG or ~/.skiff/config, which `skiff up` writes].
     #[arg(long = "endpoints", env = "SKIFF_ENDPOINTS", value_delimiter = ',')]
     endpoints: Vec<String>,
+    #[command(flatten)]
+    tls: TlsArgs,
+}
+
+/// Where the store is and how to reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Store {
+    pub endpoints: Vec<String>,
+    pub tls: Option<ClientTls>,
+}
+
+impl Store {
+    /// A cluster API client (made inside the runtime that will drive it).
+    pub fn connect(&self) -> Result<ClusterClient> {
+        ClusterClient::connect_with(&self.endpoints, self.tls.as_ref())
+            .context("cluster API endpoints")
+    }
+
+    /// `endpoint` as a URL with this store's scheme.
+    pub fn url(&self, endpoint: &str) -> String {
+        skiff_proto::tls::url(endpoint, self.tls.is_some())
+    }
+
+    /// An etcd client of `endpoints` (some or all of this store's), with this store's TLS
+    /// and `options`.
+    pub async fn etcd(
+        &self,
+        endpoints: &[String],
+        options: etcd_client::ConnectOptions,
+    ) -> Result<etcd_client::Client> {
+        let urls: Vec<String> = endpoints.iter().map(|e| self.url(e)).collect();
+        let options = match &self.tls {
+            Some(t) => options.with_tls(t.config()?),
+            None => options,
+        };
+        Ok(etcd_client::Client::connect(&urls, Some(options)).await?)
+    }
+
+    /// The environment that points a `skiff` or `etcdctl` child at this store: `prefix`
+    /// `SKIFF` gives `SKIFF_CACERT` and the like, `ETCDCTL` etcdctl's own.
+    pub fn tls_env(&self, prefix: &str) -> Vec<(String, PathBuf)> {
+        let Some(t) = &self.tls else {
+            return Vec::new();
+        };
+        let mut env = vec![(format!("{prefix}_CACERT"), t.ca.clone())];
+        if let (Some(cert), Some(key)) = (&t.cert, &t.key) {
+            env.push((format!("{prefix}_CERT"), cert.clone()));
+            env.push((format!("{prefix}_KEY"), key.clone()));
+        }
+        env
+    }
 }
 
 impl Endpoints {
-    pub fn resolve(&self) -> Result<Vec<String>> {
+    pub fn resolve(&self) -> Result<Store> {
         let given: Vec<String> = self
             .endpoints
             .iter()
             .map(|e| e.trim().to_string())
             .filter(|e| !e.is_empty())
             .collect();
+        let flags = self.tls.client_tls();
         if !given.is_empty() {
-            return Ok(given);
+            return Ok(Store {
+                endpoints: given,
+                tls: flags,
+            });
         }
         let file = path();
         match ClientConfig::load(&file)? {
-            Some(c) if !c.endpoints.is_empty() => Ok(c.endpoints),
+            Some(c) if !c.endpoints.is_empty() => Ok(Store {
+                endpoints: c.endpoints,
+                tls: flags.or(c.tls),
+            }),
             Some(_) => bail!("{} lists no endpoints", file.display()),
             None => bail!(
                 "no cluster to talk to: pass --endpoints, set SKIFF_ENDPOINTS, or start one with `skiff up` (which writes {})",
@@ -106,6 +198,11 @@ mod tests {
         let c = ClientConfig {
             endpoints: vec!["127.0.0.1:2379".into(), "127.0.0.1:2389".into()],
             data_dir: Some(PathBuf::from("/tmp/x")),
+            tls: Some(ClientTls {
+                ca: "/c/ca.pem".into(),
+                cert: Some("/c/admin.pem".into()),
+                key: Some("/c/admin-key.pem".into()),
+            }),
         };
         c.save(&path).expect("save");
         assert_eq!(ClientConfig::load(&path).expect("load"), Some(c));

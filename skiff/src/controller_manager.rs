@@ -12,6 +12,8 @@ pub struct Args {
     /// Store members' client endpoints (host:port), comma-separated.
     #[arg(long, env = "SKIFF_ENDPOINTS", value_delimiter = ',', required = true)]
     endpoints: Vec<String>,
+    #[command(flatten)]
+    tls: crate::config::TlsArgs,
     /// Objects of each kind synced at once (kube-controller-manager's
     /// `--concurrent-*-syncs`).
     #[arg(long, default_value_t = 5)]
@@ -36,6 +38,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = Config {
         endpoints: args.endpoints,
+        tls: args.tls.client_tls(),
         workers: args.workers,
         gc_workers: args.gc_workers,
         metrics_addr: args.metrics_addr,
@@ -64,6 +67,11 @@ mod tests {
 
         let cmd = ControllerManagerCommand {
             endpoints: vec!["127.0.0.1:1".into()],
+            tls: Some(skiff_launch::ClientCert {
+                ca: "/c/ca.pem".into(),
+                cert: "/c/x.pem".into(),
+                key: "/c/x-key.pem".into(),
+            }),
             metrics_addr: Some("127.0.0.1:3".parse().expect("address")),
             lease_ttl: Some(std::time::Duration::from_secs(2)),
             node_monitor_grace_period: Some(std::time::Duration::from_secs(7)),
@@ -77,6 +85,10 @@ mod tests {
             other => panic!("not `skiff controller-manager`: {other:?}"),
         };
         assert_eq!(a.endpoints, cmd.endpoints);
+        let tls = a.tls.client_tls().expect("tls");
+        assert_eq!(Some(tls.ca), cmd.tls.as_ref().map(|t| t.ca.clone()));
+        assert_eq!(tls.cert, cmd.tls.as_ref().map(|t| t.cert.clone()));
+        assert_eq!(tls.key, cmd.tls.as_ref().map(|t| t.key.clone()));
         assert_eq!(a.metrics_addr, cmd.metrics_addr);
         assert_eq!(Some(a.leadership.lease_ttl), cmd.lease_ttl);
         assert_eq!(

@@ -55,9 +55,9 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     if grace.is_some_and(|g| g < 0) {
         anyhow::bail!("--grace-period must be 0 or more");
     }
-    let endpoints = args.endpoints.resolve()?;
+    let store = args.endpoints.resolve()?;
     runtime()?.block_on(async {
-        let api = ClusterClient::connect(&endpoints)?;
+        let api = store.connect()?;
         let mut failed = false;
         let mut waiting = Vec::new();
         for name in &args.names {

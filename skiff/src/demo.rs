@@ -12,6 +12,7 @@ use anyhow::{Context, Result, bail};
 use skiff_proto::api::{Kind, Object, PodPhase};
 use skiff_proto::client::{ClusterClient, ListParams};
 
+use crate::config::Store;
 use crate::up::{Cluster, wait_for};
 
 /// The example manifests the demo applies (`node.yaml` is a node without an agent, for
@@ -43,11 +44,12 @@ async fn rolled_out(api: &ClusterClient) -> bool {
 }
 
 /// Runs `skiff ARGS` as a user would, echoing the command and its output.
-fn skiff(exe: &str, endpoints: &[String], args: &[&str]) -> Result<()> {
+fn skiff(exe: &str, store: &Store, args: &[&str]) -> Result<()> {
     println!("$ skiff {}", args.join(" "));
     let out = Command::new(exe)
         .args(args)
-        .env("SKIFF_ENDPOINTS", endpoints.join(","))
+        .env("SKIFF_ENDPOINTS", store.endpoints.join(","))
+        .envs(store.tls_env("SKIFF"))
         .output()
         .with_context(|| format!("skiff {}", args.join(" ")))?;
     print!("{}", String::from_utf8_lossy(&out.stdout));
@@ -65,8 +67,12 @@ pub fn run(
     exe: &str,
     dir: &Path,
 ) -> Result<()> {
-    let endpoints = cluster.endpoints();
-    let api = ClusterClient::connect(&endpoints)?;
+    let store = Store {
+        endpoints: cluster.endpoints(),
+        tls: cluster.client_tls(),
+    };
+    let endpoints = store.endpoints.clone();
+    let api = store.connect()?;
     println!("==> the example workload");
     let mut apply = vec!["apply"];
     let files: Vec<String> = MANIFESTS
@@ -76,7 +82,7 @@ pub fn run(
     for f in &files {
         apply.extend(["-f", f.as_str()]);
     }
-    skiff(exe, &endpoints, &apply)?;
+    skiff(exe, &store, &apply)?;
     let started = Instant::now();
     rt.block_on(wait_for(
         cluster,
@@ -110,14 +116,14 @@ pub fn run(
         "every pod is running (or finished) {:.1} s after apply\n",
         started.elapsed().as_secs_f64()
     );
-    skiff(exe, &endpoints, &["get", "pods", "-A", "-o", "wide"])?;
-    skiff(exe, &endpoints, &["get", "deployments"])?;
-    skiff(exe, &endpoints, &["get", "nodes"])?;
-    skiff(exe, &endpoints, &["describe", "pod", "web"])?;
+    skiff(exe, &store, &["get", "pods", "-A", "-o", "wide"])?;
+    skiff(exe, &store, &["get", "deployments"])?;
+    skiff(exe, &store, &["get", "nodes"])?;
+    skiff(exe, &store, &["describe", "pod", "web"])?;
     // The same objects through the etcd v3 API, with etcd's own client.
-    etcdctl(&endpoints, &["endpoint", "status", "-w", "table"]);
+    etcdctl(&store, &["endpoint", "status", "-w", "table"]);
     etcdctl(
-        &endpoints,
+        &store,
         &["get", "--prefix", "--keys-only", "/registry/pods/"],
     );
 
@@ -146,10 +152,10 @@ pub fn run(
         "rolled out one pod at a time (never fewer than 3 available) in {:.1} s\n",
         rolling.elapsed().as_secs_f64()
     );
-    skiff(exe, &endpoints, &["get", "replicasets", "-o", "wide"])?;
+    skiff(exe, &store, &["get", "replicasets", "-o", "wide"])?;
 
     println!("==> kill -9 of the store leader");
-    let leader = rt.block_on(leader(&endpoints))?;
+    let leader = rt.block_on(leader(&store))?;
     let killed_at = Instant::now();
     cluster.kill_member(leader);
     let others: Vec<String> = endpoints
@@ -159,11 +165,12 @@ pub fn run(
         .map(|(_, e)| e.clone())
         .collect();
     let unavailable = rt.block_on(async {
-        let mut client = etcd_client::Client::connect(
-            &others,
-            Some(etcd_client::ConnectOptions::new().with_timeout(Duration::from_secs(2))),
-        )
-        .await?;
+        let mut client = store
+            .etcd(
+                &others,
+                etcd_client::ConnectOptions::new().with_timeout(Duration::from_secs(2)),
+            )
+            .await?;
         loop {
             if client.put("/demo/after-kill", "ok", None).await.is_ok() {
                 return Ok::<_, anyhow::Error>(killed_at.elapsed());
@@ -185,8 +192,8 @@ pub fn run(
         Duration::from_secs(30),
         "the killed member to serve again",
         || async {
-            let Ok(mut c) = etcd_client::Client::connect([endpoints[leader].as_str()], None).await
-            else {
+            let one = [endpoints[leader].clone()];
+            let Ok(mut c) = store.etcd(&one, etcd_client::ConnectOptions::new()).await else {
                 return false;
             };
             let opts = etcd_client::GetOptions::new().with_serializable();
@@ -201,9 +208,9 @@ pub fn run(
     );
 
     println!("==> graceful deletion");
-    skiff(exe, &endpoints, &["delete", "pod", "web", "hello"])?;
+    skiff(exe, &store, &["delete", "pod", "web", "hello"])?;
     // The garbage collector takes the Deployment's ReplicaSets and pods after it.
-    skiff(exe, &endpoints, &["delete", "deployment", DEPLOYMENT])?;
+    skiff(exe, &store, &["delete", "deployment", DEPLOYMENT])?;
     rt.block_on(wait_for(
         cluster,
         Duration::from_secs(60),
@@ -213,16 +220,23 @@ pub fn run(
             matches!(api.list(Kind::Pod, &selected).await, Ok((pods, _)) if pods.is_empty())
         },
     ))?;
-    skiff(exe, &endpoints, &["get", "pods", "-A"])?;
+    skiff(exe, &store, &["get", "pods", "-A"])?;
     Ok(())
 }
 
 /// Runs Debian's `etcdctl` against the cluster when it is installed.
-fn etcdctl(endpoints: &[String], args: &[&str]) {
-    let ep = format!("--endpoints={}", endpoints.join(","));
-    println!("$ ETCDCTL_API=3 etcdctl {ep} {}", args.join(" "));
+fn etcdctl(store: &Store, args: &[&str]) {
+    let urls: Vec<String> = store.endpoints.iter().map(|e| store.url(e)).collect();
+    let ep = format!("--endpoints={}", urls.join(","));
+    let tls = if store.tls.is_some() {
+        " (ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY: the admin's)"
+    } else {
+        ""
+    };
+    println!("$ ETCDCTL_API=3 etcdctl {ep} {}{tls}", args.join(" "));
     match Command::new("etcdctl")
         .env("ETCDCTL_API", "3")
+        .envs(store.tls_env("ETCDCTL"))
         .arg(&ep)
         .args(args)
         .output()
@@ -241,9 +255,11 @@ fn etcdctl(endpoints: &[String], args: &[&str]) {
 }
 
 /// The index (in `endpoints`) of the member that leads.
-async fn leader(endpoints: &[String]) -> Result<usize> {
-    for (i, e) in endpoints.iter().enumerate() {
-        let mut c = etcd_client::Client::connect([e.as_str()], None).await?;
+async fn leader(store: &Store) -> Result<usize> {
+    for (i, e) in store.endpoints.iter().enumerate() {
+        let mut c = store
+            .etcd(std::slice::from_ref(e), etcd_client::ConnectOptions::new())
+            .await?;
         let s = c.status().await?;
         let me = s.header().map_or(0, |h| h.member_id());
         if s.leader() == me {

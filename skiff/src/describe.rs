@@ -13,7 +13,7 @@ use skiff_proto::api::{
     ConditionStatus, Container, Deployment, Event, Kind, Node, Object, Pod, PodPhase,
     PodTemplateSpec, ReplicaSet, Time, WorkloadCondition,
 };
-use skiff_proto::client::{ClusterClient, ListParams};
+use skiff_proto::client::ListParams;
 use skiff_proto::quantity::Quantity;
 
 use crate::apply::{pod_status, runtime, selector_text, since};
@@ -48,9 +48,9 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         .with_context(|| {
             format!("cannot describe {kind_word:?}: try pod, node, deployment or replicaset")
         })?;
-    let endpoints = args.endpoints.resolve()?;
+    let store = args.endpoints.resolve()?;
     runtime()?.block_on(async {
-        let api = ClusterClient::connect(&endpoints)?;
+        let api = store.connect()?;
         let ns = if kind.is_namespaced() {
             args.namespace.as_str()
         } else {

@@ -80,6 +80,8 @@ pub struct Args {
     /// Cluster API endpoints (store members' client addresses), comma-separated.
     #[arg(long, default_value = "127.0.0.1:2379", value_delimiter = ',')]
     endpoints: Vec<String>,
+    #[command(flatten)]
+    tls: crate::config::TlsArgs,
     /// Which container runtime runs the pods.
     #[arg(long, value_enum, default_value = "cri")]
     runtime: RuntimeKind,
@@ -251,7 +253,7 @@ async fn logs(a: LogsArgs) -> anyhow::Result<()> {
     use skiff_node::logs::pb;
     use skiff_proto::api::{Kind, Object};
     use skiff_proto::logs::{ENDPOINT_ANNOTATION, text_of};
-    let api = ClusterClient::connect(&a.endpoints.resolve()?).context("cluster API endpoints")?;
+    let api = a.endpoints.resolve()?.connect()?;
     let Some(Object::Pod(pod)) = api.get(Kind::Pod, &a.namespace, &a.pod).await? else {
         bail!("pods \"{}\" not found in namespace {}", a.pod, a.namespace);
     };
@@ -376,7 +378,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ),
             None => None,
         };
-        let client = ClusterClient::connect(&args.endpoints).context("cluster API endpoints")?;
+        let client = ClusterClient::connect_with(&args.endpoints, args.tls.client_tls().as_ref())
+            .context("cluster API endpoints")?;
         let cancel = CancellationToken::new();
         let stop = cancel.clone();
         tokio::spawn(async move {

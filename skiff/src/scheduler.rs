@@ -11,6 +11,8 @@ pub struct Args {
     /// Store members' client endpoints (host:port), comma-separated.
     #[arg(long, env = "SKIFF_ENDPOINTS", value_delimiter = ',', required = true)]
     endpoints: Vec<String>,
+    #[command(flatten)]
+    tls: crate::config::TlsArgs,
     /// Worker threads placing batches in parallel (default: one per core).
     #[arg(long)]
     workers: Option<usize>,
@@ -43,6 +45,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let defaults = Config::default();
     let config = Config {
         endpoints: args.endpoints,
+        tls: args.tls.client_tls(),
         workers: args.workers.unwrap_or(defaults.workers).max(1),
         batch: args.batch.max(1),
         bind_batch: args.bind_batch.max(1),
@@ -74,6 +77,11 @@ mod tests {
 
         let cmd = SchedulerCommand {
             endpoints: vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()],
+            tls: Some(skiff_launch::ClientCert {
+                ca: "/c/ca.pem".into(),
+                cert: "/c/x.pem".into(),
+                key: "/c/x-key.pem".into(),
+            }),
             metrics_addr: Some("127.0.0.1:3".parse().expect("address")),
             lease_ttl: Some(std::time::Duration::from_secs(2)),
             log: Some("info".into()),
@@ -86,6 +94,8 @@ mod tests {
             other => panic!("not `skiff scheduler`: {other:?}"),
         };
         assert_eq!(a.endpoints, cmd.endpoints);
+        let tls = a.tls.client_tls().expect("tls");
+        assert_eq!(tls.cert, cmd.tls.as_ref().map(|t| t.cert.clone()));
         assert_eq!(a.metrics_addr, cmd.metrics_addr);
         assert_eq!(Some(a.leadership.lease_ttl), cmd.lease_ttl);
     }

@@ -686,6 +686,7 @@ mod tests {
                 key: "/c/m0-key.pem".into(),
                 ca: "/c/ca.pem".into(),
             }),
+            rbac: true,
         };
         let cli = crate::Cli::try_parse_from(std::iter::once("skiff".into()).chain(cmd.args()))
             .expect("the launch crate's argv parses");
@@ -742,6 +743,8 @@ mod tests {
         assert_eq!(a.peer_key_file.as_ref(), Some(&tls.key));
         assert_eq!(a.peer_trusted_ca_file.as_ref(), Some(&tls.ca));
         assert!(a.client_cert_auth && a.peer_client_cert_auth);
+        assert_eq!(a.client_ca_file.as_ref(), Some(&tls.ca));
+        assert_eq!(a.authorization_mode, [skiff_store::access::Mode::Rbac]);
 
         // Unset options stay at the command's defaults.
         let least = StoreCommand {

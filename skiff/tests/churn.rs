@@ -128,6 +128,7 @@ fn scheduler(cluster: &Cluster) -> Child {
         metrics_addr: Some(SocketAddr::from(([127, 0, 0, 1], free_port()))),
         lease_ttl: Some(Duration::from_secs(2)),
         log: Some("info".into()),
+        ..SchedulerCommand::default()
     };
     Launch::new(
         "scheduler",

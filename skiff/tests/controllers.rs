@@ -90,6 +90,7 @@ fn start_control(cluster: &Cluster, nodes: usize, managers: usize) -> Control {
                     node_monitor_grace_period: Some(NODE_GRACE),
                     node_eviction_rate: Some(100.0),
                     log: Some("info".into()),
+                    ..ControllerManagerCommand::default()
                 };
                 (spawn(cluster, &format!("cm-{i}"), cm.args()), metrics)
             })

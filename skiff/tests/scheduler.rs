@@ -53,6 +53,7 @@ impl Scheduler {
             metrics_addr: Some(metrics),
             lease_ttl: Some(Duration::from_secs(2)),
             log: Some("info".into()),
+            ..SchedulerCommand::default()
         };
         let log = cluster.dir.path().join(format!("{name}.log"));
         let child = Launch::new(name, skiff_bin(), log)

@@ -192,6 +192,12 @@ impl Up {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// A cluster API client with the admin's certificate `up` made.
+    fn client(&self) -> ClusterClient {
+        let tls = skiff_proto::tls::ClientTls::in_dir(&self.dir.join("certs"), "admin");
+        ClusterClient::connect_with(&self.endpoints(), Some(&tls)).expect("client")
+    }
+
     fn endpoints(&self) -> Vec<String> {
         let text = std::fs::read_to_string(&self.config).expect("client configuration");
         text.lines()
@@ -243,7 +249,7 @@ async fn up_apply_run_delete_stop_resume() {
     let mut up = Up::start(work.path(), free_base(), &["--nodes", "3"]);
     let base = up.base;
     assert!(up.output().contains("starting a three-member store quorum"));
-    let api = ClusterClient::connect(&up.endpoints()).expect("client");
+    let api = up.client();
 
     let mut manifest = String::new();
     for i in 0..100 {
@@ -391,7 +397,7 @@ async fn up_with_containerd_runs_logs_and_stops_a_busybox_pod() {
     let work = tempfile::tempdir().expect("temp dir");
     let base = free_base();
     let up = Up::start(work.path(), base, &["--runtime", "cri", "--nodes", "1"]);
-    let api = ClusterClient::connect(&up.endpoints()).expect("client");
+    let api = up.client();
     let manifest = work.path().join("hello.yaml");
     std::fs::write(
         &manifest,

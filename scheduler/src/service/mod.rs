@@ -68,6 +68,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, Clone)]
 pub struct Config {
     pub endpoints: Vec<String>,
+    /// TLS to the store, with the certificate that names this component.
+    pub tls: Option<skiff_proto::tls::ClientTls>,
     pub workers: usize,
     /// Most pods of one signature per engine batch.
     pub batch: usize,
@@ -91,6 +93,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             endpoints: Vec::new(),
+            tls: None,
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             batch: 256,
             bind_batch: 1000,
@@ -121,13 +124,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     tokio::pin!(shutdown);
     let mut leadership = if config.leader_elect {
         tokio::select! {
-            l = skiff_proto::leader::acquire(&config.endpoints, LEADER_KEY, &config.identity, config.lease_ttl) => Some(l?),
+            l = skiff_proto::leader::acquire(&config.endpoints, config.tls.as_ref(), LEADER_KEY, &config.identity, config.lease_ttl) => Some(l?),
             () = &mut shutdown => return Ok(()),
         }
     } else {
         None
     };
-    let client = ClusterClient::connect(&config.endpoints)?;
+    let client = ClusterClient::connect_with(&config.endpoints, config.tls.as_ref())?;
     let core = Arc::new(Core::new(Kernels::auto()));
     let handlers = Arc::new(Handlers::new(core.clone(), &config.scheduler_name));
     let shared = Arc::new(Shared {

@@ -30,10 +30,19 @@ pub struct Written {
     pub previous_context: Option<String>,
 }
 
+/// The files of a secured cluster: the CA kubectl checks the server against, and the client
+/// certificate (with its key) that names the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
 /// Merges the `skiff` cluster (at `server`), user and context into the kubeconfig at `path`
 /// and makes the context current. The file is replaced atomically and readable by its owner
 /// only, as kubectl writes it.
-pub fn write(path: &Path, server: &str) -> Result<Written> {
+pub fn write(path: &Path, server: &str, credentials: Option<&Credentials>) -> Result<Written> {
     let mut config = match std::fs::read_to_string(path) {
         Ok(text) if !text.trim().is_empty() => serde_yaml_ng::from_str::<Value>(&text)
             .with_context(|| format!("{}: not a kubeconfig (YAML)", path.display()))?,
@@ -41,7 +50,7 @@ pub fn write(path: &Path, server: &str) -> Result<Written> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Value::Mapping(Mapping::new()),
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
-    let written = merge(&mut config, server)
+    let written = merge(&mut config, server, credentials)
         .with_context(|| format!("{}: not a kubeconfig", path.display()))?;
     let text = serde_yaml_ng::to_string(&config).context("encoding the kubeconfig")?;
     if let Some(dir) = path.parent() {
@@ -90,7 +99,7 @@ fn upsert(config: &mut Mapping, key: &str, field: &str, body: Value) -> Result<(
     Ok(())
 }
 
-fn merge(config: &mut Value, server: &str) -> Result<Written> {
+fn merge(config: &mut Value, server: &str, credentials: Option<&Credentials>) -> Result<Written> {
     if config.is_null() {
         *config = Value::Mapping(Mapping::new());
     }
@@ -101,10 +110,17 @@ fn merge(config: &mut Value, server: &str) -> Result<Written> {
         .or_insert_with(|| Value::from("v1"));
     map.entry(Value::from("kind"))
         .or_insert_with(|| Value::from("Config"));
+    let path = |p: &Path| Value::from(p.to_string_lossy().into_owned());
     let mut cluster = Mapping::new();
     cluster.insert(Value::from("server"), Value::from(server));
+    let mut user = Mapping::new();
+    if let Some(c) = credentials {
+        cluster.insert(Value::from("certificate-authority"), path(&c.ca));
+        user.insert(Value::from("client-certificate"), path(&c.cert));
+        user.insert(Value::from("client-key"), path(&c.key));
+    }
     upsert(map, "clusters", "cluster", Value::Mapping(cluster))?;
-    upsert(map, "users", "user", Value::Mapping(Mapping::new()))?;
+    upsert(map, "users", "user", Value::Mapping(user))?;
     let mut context = Mapping::new();
     context.insert(Value::from("cluster"), Value::from(NAME));
     context.insert(Value::from("user"), Value::from(NAME));
@@ -135,9 +151,9 @@ mod tests {
             "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: {server: https://prod:6443}\nusers:\n- name: admin\n  user: {token: t}\ncontexts:\n- name: prod\n  context: {cluster: prod, user: admin}\ncurrent-context: prod\npreferences: {colors: true}\n",
         )
         .unwrap();
-        let w = write(&path, "http://127.0.0.1:2382").unwrap();
+        let w = write(&path, "http://127.0.0.1:2382", None).unwrap();
         assert_eq!(w.previous_context.as_deref(), Some("prod"));
-        let w = write(&path, "http://127.0.0.1:2482").unwrap();
+        let w = write(&path, "http://127.0.0.1:2482", None).unwrap();
         assert_eq!(w.previous_context, None);
         let v: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(v["current-context"].as_str(), Some("skiff"));
@@ -155,12 +171,32 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
     }
 
+    /// A secured cluster's entry names the CA and the client certificate and key.
+    #[test]
+    fn credentials_go_into_the_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        let creds = Credentials {
+            ca: "/c/ca.pem".into(),
+            cert: "/c/admin.pem".into(),
+            key: "/c/admin-key.pem".into(),
+        };
+        write(&path, "https://127.0.0.1:2382", Some(&creds)).unwrap();
+        let v: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let cluster = &v["clusters"][0]["cluster"];
+        assert_eq!(cluster["certificate-authority"].as_str(), Some("/c/ca.pem"));
+        assert_eq!(cluster["server"].as_str(), Some("https://127.0.0.1:2382"));
+        let user = &v["users"][0]["user"];
+        assert_eq!(user["client-certificate"].as_str(), Some("/c/admin.pem"));
+        assert_eq!(user["client-key"].as_str(), Some("/c/admin-key.pem"));
+    }
+
     /// A missing file (and its directory) is created.
     #[test]
     fn creates_a_new_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(".kube").join("config");
-        let w = write(&path, "http://127.0.0.1:2382").unwrap();
+        let w = write(&path, "http://127.0.0.1:2382", None).unwrap();
         assert_eq!(w.previous_context, None);
         let v: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(v["kind"].as_str(), Some("Config"));

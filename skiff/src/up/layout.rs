@@ -1,5 +1,6 @@
 //! Where a cluster lives and which ports it takes: `<data-dir>/cluster.json` holds the base
-//! port it was created with, `<data-dir>/up.lock` keeps a second `up` away.
+//! port it was created with and whether it is secured (TLS, certificates in
+//! `<data-dir>/certs`, RBAC), `<data-dir>/up.lock` keeps a second `up` away.
 //!
 //! ```text
 //!  member i:  client base+10i   peer base+10i+1   metrics base+10i+2   Kubernetes API base+10i+3
@@ -23,6 +24,10 @@ use super::MEMBERS;
 #[serde(rename_all = "camelCase")]
 pub(super) struct Layout {
     base_port: u16,
+    /// TLS on every store URL, certificates for every component, RBAC. Layouts written
+    /// before clusters were secured have none, and resume as they were.
+    #[serde(default)]
+    pub(super) tls: bool,
 }
 
 impl Layout {
@@ -39,8 +44,12 @@ impl Layout {
     pub(super) fn api(&self, i: usize) -> u16 {
         self.client(i) + 3
     }
+    /// `https` for a secured cluster, else `http`.
+    pub(super) fn scheme(&self) -> &'static str {
+        if self.tls { "https" } else { "http" }
+    }
     pub(super) fn api_url(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.api(i))
+        format!("{}://127.0.0.1:{}", self.scheme(), self.api(i))
     }
     pub(super) fn scheduler_metrics(&self) -> u16 {
         self.base_port + 30
@@ -79,7 +88,7 @@ impl Layout {
             .map(|(i, m)| {
                 (
                     (*m).to_string(),
-                    format!("http://127.0.0.1:{}", self.peer(i)),
+                    format!("{}://127.0.0.1:{}", self.scheme(), self.peer(i)),
                 )
             })
             .collect()
@@ -144,9 +153,25 @@ pub(crate) fn kubernetes_api(dir: &Path) -> Result<Option<String>> {
 
 /// The layout of the cluster in `dir`, and whether it exists already; a new one is not
 /// recorded yet (see [`save`]).
-pub(super) fn load_layout(dir: &Path, base_port: Option<u16>) -> Result<(Layout, bool)> {
+pub(super) fn load_layout(dir: &Path, base_port: Option<u16>, tls: bool) -> Result<(Layout, bool)> {
     match read(dir)? {
         Some(layout) => {
+            if layout.tls != tls {
+                bail!(
+                    "{} holds a cluster created {}; it stays so ({}, or use another --data-dir)",
+                    dir.display(),
+                    if layout.tls {
+                        "with TLS and RBAC"
+                    } else {
+                        "without TLS (--insecure)"
+                    },
+                    if layout.tls {
+                        "drop --insecure"
+                    } else {
+                        "pass --insecure"
+                    }
+                );
+            }
             if let Some(p) = base_port
                 && p != layout.base_port
             {
@@ -164,10 +189,10 @@ pub(super) fn load_layout(dir: &Path, base_port: Option<u16>) -> Result<(Layout,
             let base_port = base_port.unwrap_or_else(|| {
                 (0..50)
                     .map(|i| 2379 + 100 * i)
-                    .find(|b| Layout { base_port: *b }.ports().into_iter().all(free))
+                    .find(|b| Layout { base_port: *b, tls }.ports().into_iter().all(free))
                     .unwrap_or(2379)
             });
-            let layout = Layout { base_port };
+            let layout = Layout { base_port, tls };
             if u32::from(layout.base_port) + 40 > u32::from(u16::MAX) {
                 bail!(
                     "--base-port {} leaves no room for the cluster's ports",

@@ -14,6 +14,13 @@
 //!            └─ supervises: a member that dies is started again on its data directory
 //! ```
 //!
+//! Unless `--insecure`, the cluster is secured as a production one is: a CA and a
+//! certificate for every member and component in `<data-dir>/certs` (keys readable by
+//! their owner only), TLS on every member's client, peer and Kubernetes API URLs, each
+//! component presenting the certificate that names it (`system:kube-scheduler`,
+//! `system:kube-controller-manager`, a node in `system:nodes`), and RBAC deciding what each
+//! may do; the CLI and kubectl are given an admin's certificate (`system:masters`).
+//!
 //! Ctrl-C (or SIGTERM) stops the agents, then the controller manager and the scheduler, then
 //! the members, each with
 //! SIGTERM and SIGKILL after a deadline. Children die with this process even when it is
@@ -42,7 +49,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use skiff_launch::{
     Containerd, ControllerManagerCommand, Launch, NodeCommand, RuntimeKind, SchedulerCommand,
-    StoreCommand,
+    StoreCommand, StoreTls,
 };
 use skiff_proto::api::{Kind, Object};
 use skiff_proto::client::{ClusterClient, ListParams};
@@ -86,6 +93,10 @@ pub struct Args {
     /// The manifests the demo applies.
     #[arg(long, default_value = "examples")]
     demo_dir: PathBuf,
+    /// Plain TCP and no authorization (everything allowed), as before security: for
+    /// benchmarks that compare against an unsecured etcd. Fixed when the cluster is created.
+    #[arg(long)]
+    insecure: bool,
     /// The kubeconfig to merge the `skiff` context into [default: the first file of
     /// $KUBECONFIG, else ~/.kube/config].
     #[arg(long)]
@@ -96,7 +107,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let started = Instant::now();
     check(&args)?;
     let (dir, _lock) = open_dir(&args)?;
-    let (layout, resumed) = layout::load_layout(&dir, args.base_port)?;
+    let (layout, resumed) = layout::load_layout(&dir, args.base_port, !args.insecure)?;
     let busy: Vec<u16> = layout
         .ports()
         .into_iter()
@@ -109,6 +120,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     if !resumed {
         layout::save(&dir, &layout)?;
+    }
+    if layout.tls {
+        let hosts = ["127.0.0.1".to_owned(), "localhost".to_owned()];
+        crate::certs::ensure(&dir.join(CERTS), &MEMBERS, &hosts, &identities(&args))?;
     }
     let exe = std::env::current_exe().context("finding the skiff binary")?;
     let exe = exe.to_string_lossy().to_string();
@@ -127,7 +142,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // Clients spawn their connection tasks on the runtime they are made in.
     let _guard = rt.enter();
     let endpoints = cluster.endpoints();
-    let api = ClusterClient::connect(&endpoints)?;
+    let api = ClusterClient::connect_with(&endpoints, cluster.client_tls().as_ref())?;
     rt.block_on(wait_for(
         &mut cluster,
         Duration::from_secs(60),
@@ -156,11 +171,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let client_config = ClientConfig {
         endpoints: endpoints.clone(),
         data_dir: Some(dir.clone()),
+        tls: cluster.client_tls(),
     };
     client_config.save(&config_path)?;
     let kubeconfig_path = args.kubeconfig.clone().unwrap_or_else(kubeconfig::path);
     let kube_server = layout.api_url(0);
-    let kube = kubeconfig::write(&kubeconfig_path, &kube_server)?;
+    let credentials = cluster.client_tls().map(|t| kubeconfig::Credentials {
+        ca: t.ca,
+        cert: t.cert.unwrap_or_default(),
+        key: t.key.unwrap_or_default(),
+    });
+    let kube = kubeconfig::write(&kubeconfig_path, &kube_server, credentials.as_ref())?;
     println!(
         "ready in {:.1} s (quorum in {:.1} s): 3 store members, the scheduler, the controller manager, {} {} node(s)",
         ready_at.as_secs_f64(),
@@ -177,6 +198,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         &config_path,
         previous.is_some_and(|p| p != client_config),
     );
+    if layout.tls {
+        println!(
+            "  security: TLS everywhere, RBAC; certificates in {} (admin: system:masters)",
+            dir.join(CERTS).display()
+        );
+    } else {
+        println!("  security: none (--insecure): plain TCP, every request allowed");
+    }
     println!(
         "  kubectl: context \"{}\" in {} is now current{}",
         kubeconfig::NAME,
@@ -209,6 +238,68 @@ pub fn run(args: Args) -> Result<ExitCode> {
     })
 }
 
+/// Where a secured cluster's certificates live, under its directory.
+const CERTS: &str = "certs";
+/// The CLI's and kubectl's certificate file.
+const ADMIN: &str = "admin";
+
+/// The client certificates of a secured cluster: the admin, the scheduler, the controller
+/// manager and the node agents (one certificate per agent process: a lone node's names it,
+/// the simulated nodes of one process share the process's).
+fn identities(args: &Args) -> Vec<crate::certs::ClientIdentity<'static>> {
+    use crate::certs::ClientIdentity;
+    use skiff_store::access::bootstrap::{CONTROLLER_MANAGER, NODES, SCHEDULER};
+    let nodes_user = if args.nodes == 1 {
+        "system:node:node-0"
+    } else {
+        "system:node:simulated"
+    };
+    vec![
+        ClientIdentity {
+            file: ADMIN,
+            user: "admin",
+            group: Some(skiff_store::access::MASTERS),
+        },
+        ClientIdentity {
+            file: "scheduler",
+            user: SCHEDULER,
+            group: None,
+        },
+        ClientIdentity {
+            file: "controller-manager",
+            user: CONTROLLER_MANAGER,
+            group: None,
+        },
+        ClientIdentity {
+            file: "nodes",
+            user: nodes_user,
+            group: Some(NODES),
+        },
+    ]
+}
+
+impl Cluster {
+    /// A component's TLS to the store: the CA and the certificate `file` (none when the
+    /// cluster is not secured).
+    fn client_cert(&self, file: &str) -> Option<skiff_launch::ClientCert> {
+        self.layout.tls.then(|| {
+            let dir = self.dir.join(CERTS);
+            skiff_launch::ClientCert {
+                ca: dir.join("ca.pem"),
+                cert: dir.join(format!("{file}.pem")),
+                key: dir.join(format!("{file}-key.pem")),
+            }
+        })
+    }
+
+    /// The admin's TLS to the store (the CLI's, kubectl's and this process's own).
+    pub fn client_tls(&self) -> Option<skiff_proto::tls::ClientTls> {
+        self.layout
+            .tls
+            .then(|| skiff_proto::tls::ClientTls::in_dir(&self.dir.join(CERTS), ADMIN))
+    }
+}
+
 /// Flags that cannot go together.
 fn check(args: &Args) -> Result<()> {
     if args.runtime == RuntimeKind::Cri && args.nodes != 1 {
@@ -236,13 +327,21 @@ fn open_dir(args: &Args) -> Result<(PathBuf, std::fs::File)> {
 fn start_members(cluster: &mut Cluster, exe: &str) -> Result<()> {
     let layout = cluster.layout.clone();
     for (i, m) in MEMBERS.iter().enumerate() {
+        let scheme = layout.scheme();
+        let certs = cluster.dir.join(CERTS);
         let store = StoreCommand {
             name: (*m).into(),
             data_dir: cluster.dir.join("store").join(m),
-            listen_client_url: format!("http://127.0.0.1:{}", layout.client(i)),
-            listen_peer_url: format!("http://127.0.0.1:{}", layout.peer(i)),
+            listen_client_url: format!("{scheme}://127.0.0.1:{}", layout.client(i)),
+            listen_peer_url: format!("{scheme}://127.0.0.1:{}", layout.peer(i)),
             listen_metrics_url: Some(format!("http://127.0.0.1:{}", layout.metrics(i))),
-            listen_api_url: Some(format!("http://127.0.0.1:{}", layout.api(i))),
+            listen_api_url: Some(layout.api_url(i)),
+            tls: layout.tls.then(|| StoreTls {
+                cert: certs.join(format!("{m}.pem")),
+                key: certs.join(format!("{m}-key.pem")),
+                ca: certs.join("ca.pem"),
+            }),
+            rbac: layout.tls,
             initial_cluster: layout.initial_cluster(),
             // As kube-apiserver compacts its etcd: five minutes of history.
             auto_compaction_retention: Some(Duration::from_secs(300)),
@@ -260,6 +359,7 @@ fn start_members(cluster: &mut Cluster, exe: &str) -> Result<()> {
 fn start_scheduler(cluster: &mut Cluster, exe: &str) -> Result<()> {
     let scheduler = SchedulerCommand {
         endpoints: cluster.endpoints(),
+        tls: cluster.client_cert("scheduler"),
         metrics_addr: Some(SocketAddr::from((
             Ipv4Addr::LOCALHOST,
             cluster.layout.scheduler_metrics(),
@@ -276,6 +376,7 @@ fn start_scheduler(cluster: &mut Cluster, exe: &str) -> Result<()> {
 fn start_controller_manager(cluster: &mut Cluster, exe: &str) -> Result<()> {
     let cm = ControllerManagerCommand {
         endpoints: cluster.endpoints(),
+        tls: cluster.client_cert("controller-manager"),
         metrics_addr: Some(SocketAddr::from((
             Ipv4Addr::LOCALHOST,
             cluster.layout.controller_metrics(),
@@ -300,6 +401,7 @@ fn start_nodes(cluster: &mut Cluster, exe: &str, args: &Args) -> Result<Vec<Stri
         ))),
         max_pods: Some(args.max_pods),
         heartbeat_interval: Some(Duration::from_secs(5)),
+        tls: cluster.client_cert("nodes"),
         ..NodeCommand::new(args.runtime, cluster.endpoints())
     };
     let names: Vec<String> = match args.runtime {
@@ -363,7 +465,14 @@ async fn nodes_ready(api: &ClusterClient, names: &[String]) -> bool {
 fn print_endpoints(layout: &Layout, dir: &Path, config_path: &Path, replaced: bool) {
     let endpoints = layout.endpoints();
     println!();
-    println!("  etcd v3 + cluster API   {}", endpoints.join(","));
+    println!(
+        "  etcd v3 + cluster API   {}",
+        endpoints
+            .iter()
+            .map(|e| format!("{}://{e}", layout.scheme()))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
     println!(
         "  Kubernetes API          {}",
         (0..MEMBERS.len())
@@ -400,9 +509,25 @@ fn print_endpoints(layout: &Layout, dir: &Path, config_path: &Path, replaced: bo
     println!("  skiff apply -f examples/pod.yaml");
     println!("  skiff get pods -o wide");
     println!("  skiff describe pod hello");
+    let scheme = layout.scheme();
+    let urls: Vec<String> = endpoints
+        .iter()
+        .map(|e| format!("{scheme}://{e}"))
+        .collect();
+    let tls = if layout.tls {
+        let certs = dir.join(CERTS);
+        format!(
+            " --cacert {} --cert {} --key {}",
+            certs.join("ca.pem").display(),
+            certs.join(format!("{ADMIN}.pem")).display(),
+            certs.join(format!("{ADMIN}-key.pem")).display()
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "  ETCDCTL_API=3 etcdctl --endpoints={} endpoint status -w table",
-        endpoints.join(",")
+        "  ETCDCTL_API=3 etcdctl --endpoints={}{tls} endpoint status -w table",
+        urls.join(",")
     );
     println!();
 }
