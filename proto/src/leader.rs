@@ -72,7 +72,10 @@ impl Leadership {
 }
 
 /// Waits until this process leads on `key`; `identity` is stored as the key's value.
-/// Over TLS with `tls` (the certificate naming a user the store lets hold the key).
+/// Over TLS with `tls` (the certificate naming a user the store lets hold the key). The
+/// store failing or refusing (not reachable yet, no permission yet while the cluster's
+/// roles are being created) is logged and tried again with back-off, as kube-scheduler's
+/// leader election does; only unreadable TLS files end it.
 pub async fn acquire(
     endpoints: &[String],
     tls: Option<&ClientTls>,
@@ -91,9 +94,36 @@ pub async fn acquire(
     if let Some(t) = tls {
         opts = opts.with_tls(t.config()?);
     }
-    let mut client = Client::connect(&endpoints, Some(opts)).await?;
-    let ttl_s = ttl.as_secs().max(2) as i64;
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
+        let round = async {
+            let mut client = Client::connect(&endpoints, Some(opts.clone())).await?;
+            loop {
+                if let Some(l) = attempt(&mut client, key, identity, ttl).await? {
+                    return Ok::<_, Error>(l);
+                }
+            }
+        };
+        match round.await {
+            Ok(l) => return Ok(l),
+            Err(e) => {
+                tracing::warn!(error = %e, key, "leader election failed; trying again");
+                backoff.wait().await;
+            }
+        }
+    }
+}
+
+/// One round: the leadership when this process took it, else `None` once the holder's key
+/// is gone (after standing by for it).
+async fn attempt(
+    client: &mut Client,
+    key: &str,
+    identity: &str,
+    ttl: Duration,
+) -> Result<Option<Leadership>, Error> {
+    let ttl_s = ttl.as_secs().max(2) as i64;
+    {
         let lease = client.lease_grant(ttl_s, None).await?.id();
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
@@ -109,14 +139,14 @@ pub async fn acquire(
             let (tx, rx) = watch::channel(false);
             let keeper = tokio::spawn(keep_alive(client.clone(), lease, ttl, tx));
             tracing::info!(key, identity, revision, "became the leader");
-            return Ok(Leadership {
+            return Ok(Some(Leadership {
                 key: key.to_string(),
                 revision,
                 lease,
                 lost: rx,
                 keeper,
-                client,
-            });
+                client: client.clone(),
+            }));
         }
         let _ = client.lease_revoke(lease).await;
         let holder = resp.op_responses().into_iter().find_map(|r| match r {
@@ -127,7 +157,7 @@ pub async fn acquire(
             _ => None,
         });
         let Some((holder, mod_revision)) = holder else {
-            continue; // deleted in between: try again
+            return Ok(None); // deleted in between: try again
         };
         tracing::info!(leader = holder, "standing by");
         // Wait for the key to go away, from just after the version we saw.
@@ -137,13 +167,15 @@ pub async fn acquire(
                 Some(WatchOptions::new().with_start_revision(mod_revision + 1)),
             )
             .await?;
-        'wait: while let Some(r) = stream.message().await? {
-            for e in r.events() {
-                if e.event_type() == EventType::Delete {
-                    break 'wait;
-                }
+        while let Some(r) = stream.message().await? {
+            if r.events()
+                .iter()
+                .any(|e| e.event_type() == EventType::Delete)
+            {
+                return Ok(None);
             }
         }
+        Ok(None)
     }
 }
 

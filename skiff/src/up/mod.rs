@@ -154,6 +154,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
         },
     ))?;
     let quorum_at = started.elapsed();
+    if layout.tls {
+        // The members create the bootstrap roles as they start; the components need theirs.
+        rt.block_on(wait_for(
+            &mut cluster,
+            Duration::from_secs(60),
+            "the cluster's bootstrap roles",
+            || async {
+                let last = skiff_store::access::bootstrap::cluster_role_bindings()
+                    .pop()
+                    .map(|b| b.metadata.name)
+                    .unwrap_or_default();
+                matches!(
+                    api.get(Kind::ClusterRoleBinding, "", &last).await,
+                    Ok(Some(_))
+                )
+            },
+        ))?;
+    }
 
     start_scheduler(&mut cluster, &exe)?;
     start_controller_manager(&mut cluster, &exe)?;

@@ -90,6 +90,12 @@ impl Cluster {
                         p.child.name(),
                         p.child.log().display()
                     );
+                    // The reason is usually in its last words.
+                    let log = std::fs::read_to_string(p.child.log()).unwrap_or_default();
+                    let lines: Vec<&str> = log.lines().collect();
+                    for line in &lines[lines.len().saturating_sub(3)..] {
+                        eprintln!("  | {line}");
+                    }
                     healthy = false;
                 }
             }
