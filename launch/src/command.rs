@@ -117,6 +117,8 @@ pub struct StoreCommand {
     /// Kubernetes security on top of `tls`: client certificates from its CA name Kubernetes
     /// users (`--client-ca-file`) and RBAC authorizes them (`--authorization-mode RBAC`).
     pub rbac: bool,
+    /// `--token-auth-file`: static bearer tokens for the Kubernetes API.
+    pub token_auth_file: Option<PathBuf>,
 }
 
 /// One certificate for a member's client and peer URLs alike (as `skiff certs` makes them),
@@ -166,6 +168,9 @@ impl StoreCommand {
             .opt("bcrypt-cost", self.bcrypt_cost)
             .opt("auth-token-ttl", self.auth_token_ttl.map(|d| d.as_secs()))
             .opt("log", self.log.as_ref());
+        if let Some(f) = &self.token_auth_file {
+            a.flag("token-auth-file", f);
+        }
         if let Some(tls) = &self.tls {
             a.flag("cert-file", &tls.cert)
                 .flag("key-file", &tls.key)

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `ca.pem`, `ca-key.pem` | the CA (kept and reused when the directory already has one) |
 //! | `<member>.pem`, `<member>-key.pem` | a member's certificate, for its client and peer URLs alike (server and client use; the hosts as SANs) |
-//! | `<client>.pem`, `<client>-key.pem` | a client's certificate (CN = the name: the etcd user under client certificate authentication, the Kubernetes user under `--client-ca-file`; a `/GROUP` after the name its O, a Kubernetes group) |
+//! | `<client>.pem`, `<client>-key.pem` | a client's certificate (CN = the name: the etcd user under client certificate authentication, the Kubernetes user under `--client-ca-file`; a `/GROUP` after the name its O, a Kubernetes group; colons in the name are dashes in the file's: `system-node-n1.pem`) |
 
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
@@ -69,7 +69,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
             bail!("--client {spec:?}: expected NAME or NAME/GROUP (one group a certificate)")
         }
         let params = client(name, group, a.days)?;
-        issue(&a.dir, name, params, &ca, &ca_key, a.force)?;
+        issue(&a.dir, &file_name(name), params, &ca, &ca_key, a.force)?;
     }
     println!(
         "CA {}; certificates for {} in {}",
@@ -77,12 +77,19 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         a.members
             .iter()
             .chain(&a.clients)
-            .map(|c| c.split('/').next().unwrap_or_default().to_owned())
+            .map(|c| file_name(c.split('/').next().unwrap_or_default()))
             .collect::<Vec<_>>()
             .join(", "),
         a.dir.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The file name of a client's certificate: its name with colons as dashes
+/// (`system:node:n1` → `system-node-n1.pem`), since curl and others read a colon in a
+/// certificate path as the start of a password.
+fn file_name(name: &str) -> String {
+    name.replace(':', "-")
 }
 
 /// A member's certificate: serving and dialling, for `hosts` and its own name.

@@ -687,6 +687,7 @@ mod tests {
                 ca: "/c/ca.pem".into(),
             }),
             rbac: true,
+            token_auth_file: Some("/c/tokens.csv".into()),
         };
         let cli = crate::Cli::try_parse_from(std::iter::once("skiff".into()).chain(cmd.args()))
             .expect("the launch crate's argv parses");
@@ -745,6 +746,7 @@ mod tests {
         assert!(a.client_cert_auth && a.peer_client_cert_auth);
         assert_eq!(a.client_ca_file.as_ref(), Some(&tls.ca));
         assert_eq!(a.authorization_mode, [skiff_store::access::Mode::Rbac]);
+        assert_eq!(a.token_auth_file, cmd.token_auth_file);
 
         // Unset options stay at the command's defaults.
         let least = StoreCommand {

@@ -1,0 +1,478 @@
+//! Who may do what on a secured member (TLS, client certificates from the cluster's CA,
+//! a static token file, RBAC), through every face a client reaches it by: the Kubernetes
+//! REST API (curl, kubectl), the gRPC cluster API (Skiff's own client) and the etcd API
+//! (etcdctl). Each row of each table is one identity doing one thing, and the answer
+//! kube-apiserver would give it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{free_port, run_skiff, skiff_bin};
+use skiff_launch::{Child, Launch, StoreCommand, StoreTls};
+use skiff_proto::api::{Kind, Object};
+use skiff_proto::client::{ClusterClient, Code, ListParams};
+use skiff_proto::tls::ClientTls;
+
+/// Who sends a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Who {
+    /// `admin`, in `system:masters`.
+    Admin,
+    Scheduler,
+    /// `system:node:n1`, in `system:nodes`.
+    Node,
+    /// A certificate from the cluster's CA and no role.
+    Alice,
+    /// A token from the token file, in group `dev`.
+    Bob,
+    Anonymous,
+    BadToken,
+    /// A certificate from another CA.
+    Stranger,
+}
+
+const TOKEN_FILE: &str = "t-bob,bob,1002,\"dev\"\n";
+
+struct Secured {
+    dir: tempfile::TempDir,
+    api: String,
+    client: String,
+    _member: Child,
+}
+
+impl Secured {
+    fn certs(&self) -> PathBuf {
+        self.dir.path().join("certs")
+    }
+
+    fn file(&self, who: Who) -> Option<&'static str> {
+        match who {
+            Who::Admin => Some("admin"),
+            Who::Scheduler => Some("system-kube-scheduler"),
+            Who::Node => Some("system-node-n1"),
+            Who::Alice => Some("alice"),
+            _ => None,
+        }
+    }
+
+    fn cert_dir(&self, who: Who) -> PathBuf {
+        if who == Who::Stranger {
+            self.dir.path().join("other")
+        } else {
+            self.certs()
+        }
+    }
+
+    /// curl as `who`: the HTTP status and the body.
+    fn curl(&self, who: Who, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+        self.curl_with(who, method, path, body, &[])
+    }
+
+    fn curl_with(
+        &self,
+        who: Who,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[&str],
+    ) -> (u16, String) {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-s", "-S", "--max-time", "10", "-X", method])
+            .arg("--cacert")
+            .arg(self.certs().join("ca.pem"))
+            .args(["-w", "\n%{http_code}"]);
+        let file = self.file(who).or((who == Who::Stranger).then_some("admin"));
+        if let Some(f) = file {
+            let dir = self.cert_dir(who);
+            cmd.arg("--cert")
+                .arg(dir.join(format!("{f}.pem")))
+                .arg("--key")
+                .arg(dir.join(format!("{f}-key.pem")));
+        }
+        match who {
+            Who::Bob => {
+                cmd.args(["-H", "Authorization: Bearer t-bob"]);
+            }
+            Who::BadToken => {
+                cmd.args(["-H", "Authorization: Bearer nope"]);
+            }
+            _ => {}
+        }
+        for h in headers {
+            cmd.args(["-H", h]);
+        }
+        if let Some(b) = body {
+            cmd.args(["-H", "Content-Type: application/json", "--data", b]);
+        }
+        let out = cmd
+            .arg(format!("{}{path}", self.api))
+            .output()
+            .expect("curl is installed (scripts/common.sh installs it)");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.trim().parse().unwrap_or(0), body.to_owned())
+    }
+
+    /// The cluster API as `who` (a certificate, or none: anonymous).
+    fn grpc(&self, who: Who) -> ClusterClient {
+        let tls = match self.file(who) {
+            Some(f) => ClientTls::in_dir(&self.certs(), f),
+            None => ClientTls {
+                ca: self.certs().join("ca.pem"),
+                cert: None,
+                key: None,
+            },
+        };
+        ClusterClient::connect_with(std::slice::from_ref(&self.client), Some(&tls)).expect("client")
+    }
+
+    fn etcdctl(&self, who: Who, args: &[&str]) -> (bool, String) {
+        let mut cmd = Command::new("etcdctl");
+        cmd.env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.client))
+            .args(["--command-timeout=5s", "--dial-timeout=2s"])
+            .arg(format!(
+                "--cacert={}",
+                self.certs().join("ca.pem").display()
+            ));
+        if let Some(f) = self.file(who) {
+            cmd.arg(format!(
+                "--cert={}",
+                self.certs().join(format!("{f}.pem")).display()
+            ))
+            .arg(format!(
+                "--key={}",
+                self.certs().join(format!("{f}-key.pem")).display()
+            ));
+        }
+        common::outcome(cmd.args(args).output().expect("etcdctl is installed"))
+    }
+}
+
+fn make_certs(dir: &Path, clients: &[&str]) {
+    let mut args = vec![
+        "certs",
+        "--dir",
+        dir.to_str().expect("utf8"),
+        "--member",
+        "m0",
+    ];
+    for c in clients {
+        args.extend(["--client", c]);
+    }
+    let (ok, out) = run_skiff(&args);
+    assert!(ok, "skiff certs: {out}");
+}
+
+/// One member with everything on: https client, peer and API URLs, client certificates
+/// from its CA naming Kubernetes users, the token file, RBAC. Waits until the bootstrap
+/// roles are in place.
+async fn secured() -> Secured {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = dir.path().join("certs");
+    make_certs(
+        &certs,
+        &[
+            "admin/system:masters",
+            "system:kube-scheduler",
+            "system:node:n1/system:nodes",
+            "alice",
+        ],
+    );
+    make_certs(&dir.path().join("other"), &["admin/system:masters"]);
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, TOKEN_FILE).expect("token file");
+    let (client, peer, api) = (free_port(), free_port(), free_port());
+    let store = StoreCommand {
+        name: "m0".into(),
+        data_dir: dir.path().join("m0"),
+        listen_client_url: format!("https://127.0.0.1:{client}"),
+        listen_peer_url: format!("https://127.0.0.1:{peer}"),
+        listen_api_url: Some(format!("https://127.0.0.1:{api}")),
+        initial_cluster: vec![("m0".into(), format!("https://127.0.0.1:{peer}"))],
+        tls: Some(StoreTls {
+            cert: certs.join("m0.pem"),
+            key: certs.join("m0-key.pem"),
+            ca: certs.join("ca.pem"),
+        }),
+        rbac: true,
+        token_auth_file: Some(tokens),
+        ..StoreCommand::default()
+    };
+    let member = Launch::new("m0", skiff_bin(), dir.path().join("m0.log"))
+        .args(store.args())
+        .spawn()
+        .expect("spawn skiff store")
+        .tail_on_panic(40);
+    let s = Secured {
+        api: format!("https://127.0.0.1:{api}"),
+        client: format!("127.0.0.1:{client}"),
+        dir,
+        _member: member,
+    };
+    let admin = s.grpc(Who::Admin);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // The last bootstrap binding: the others were created before it.
+        if let Ok(Some(_)) = admin.get(Kind::ClusterRoleBinding, "", "system:node").await {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no bootstrap roles within 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    s
+}
+
+/// The Kubernetes REST API, identity by identity: kube-apiserver's codes (401 for wrong
+/// credentials, 403 for a user the roles do not allow) and its wording.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_requests_are_authenticated_and_authorized() {
+    use Who::*;
+    let s = secured().await;
+    let ns = r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"dev"}}"#;
+    #[rustfmt::skip]
+    let table: &[(Who, &str, &str, Option<&str>, u16)] = &[
+        (Admin, "GET", "/api/v1/namespaces/default/pods", None, 200),
+        (Scheduler, "GET", "/api/v1/namespaces/default/pods", None, 200),
+        (Node, "GET", "/api/v1/namespaces/default/pods", None, 200),
+        (Alice, "GET", "/api/v1/namespaces/default/pods", None, 403),
+        (Bob, "GET", "/api/v1/namespaces/default/pods", None, 403),
+        (Anonymous, "GET", "/api/v1/namespaces/default/pods", None, 403),
+        (BadToken, "GET", "/api/v1/namespaces/default/pods", None, 401),
+        (Scheduler, "GET", "/api/v1/nodes", None, 200),
+        (Alice, "GET", "/api/v1/nodes", None, 403),
+        (Scheduler, "POST", "/api/v1/namespaces", Some(ns), 403),
+        (Node, "POST", "/api/v1/namespaces", Some(ns), 403),
+        (Admin, "POST", "/api/v1/namespaces", Some(ns), 201),
+        (Alice, "DELETE", "/apis/rbac.authorization.k8s.io/v1/clusterroles/cluster-admin", None, 403),
+        // Health and version for everyone; discovery for the authenticated only.
+        (Anonymous, "GET", "/healthz", None, 200),
+        (Anonymous, "GET", "/version", None, 200),
+        (Anonymous, "GET", "/api", None, 403),
+        (Alice, "GET", "/api", None, 200),
+        (Bob, "GET", "/apis", None, 200),
+        (BadToken, "GET", "/healthz", None, 401),
+    ];
+    for (who, method, path, body, want) in table {
+        let (code, text) = s.curl(*who, method, path, *body);
+        assert_eq!(code, *want, "{who:?} {method} {path}: {text}");
+    }
+    // A certificate from another CA does not get as far as a request.
+    let (code, _) = s.curl(Stranger, "GET", "/healthz", None);
+    assert_eq!(code, 0, "a certificate from another CA was accepted");
+
+    // The refusal reads as kube-apiserver's.
+    let (_, text) = s.curl(Alice, "GET", "/api/v1/namespaces/default/pods/web", None);
+    let status: serde_json::Value = serde_json::from_str(&text).expect("a Status");
+    assert_eq!(status["reason"], "Forbidden");
+    assert_eq!(
+        status["message"],
+        "pods \"web\" is forbidden: User \"alice\" cannot get resource \"pods\" in API group \"\" in the namespace \"default\""
+    );
+    let (_, text) = s.curl(BadToken, "GET", "/api", None);
+    assert!(text.contains("\"reason\":\"Unauthorized\""), "{text}");
+
+    // A RoleBinding lets bob (by his group) read pods in dev, and nothing more.
+    let binding = r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding",
+        "metadata":{"name":"dev-view","namespace":"dev"},
+        "roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"view"},
+        "subjects":[{"kind":"Group","name":"dev"}]}"#;
+    let (code, text) = s.curl(
+        Admin,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/dev/rolebindings",
+        Some(binding),
+    );
+    assert_eq!(code, 201, "{text}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.curl(Bob, "GET", "/api/v1/namespaces/dev/pods", None).0 != 200 {
+        assert!(Instant::now() < deadline, "the binding never took effect");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},
+        "spec":{"containers":[{"name":"c","image":"busybox"}]}}"#;
+    #[rustfmt::skip]
+    let after: &[(Who, &str, &str, Option<&str>, u16)] = &[
+        (Bob, "POST", "/api/v1/namespaces/dev/pods", Some(pod), 403),
+        (Bob, "GET", "/api/v1/namespaces/default/pods", None, 403),
+        (Alice, "GET", "/api/v1/namespaces/dev/pods", None, 403),
+    ];
+    for (who, method, path, body, want) in after {
+        let (code, text) = s.curl(*who, method, path, *body);
+        assert_eq!(code, *want, "{who:?} {method} {path}: {text}");
+    }
+
+    // Impersonation needs the impersonate verb: the admin may act as bob (and is then
+    // refused what bob is refused); bob may not act as the admin.
+    let as_bob = ["Impersonate-User: bob", "Impersonate-Group: dev"];
+    let (code, _) = s.curl_with(Admin, "GET", "/api/v1/namespaces/dev/pods", None, &as_bob);
+    assert_eq!(code, 200);
+    let (code, text) = s.curl_with(
+        Admin,
+        "GET",
+        "/api/v1/namespaces/default/pods",
+        None,
+        &as_bob,
+    );
+    assert_eq!(code, 403, "{text}");
+    assert!(text.contains("User \\\"bob\\\""), "{text}");
+    let (code, text) = s.curl_with(
+        Bob,
+        "GET",
+        "/api/v1/namespaces/default/pods",
+        None,
+        &["Impersonate-User: admin"],
+    );
+    assert_eq!(code, 403, "{text}");
+    assert!(
+        text.contains("cannot impersonate resource \\\"users\\\""),
+        "{text}"
+    );
+
+    // An access review answers what the request itself would get.
+    let review = r#"{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview",
+        "spec":{"resourceAttributes":{"namespace":"dev","verb":"list","resource":"pods"}}}"#;
+    let path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    let (code, text) = s.curl(Bob, "POST", path, Some(review));
+    assert_eq!(code, 201, "{text}");
+    let answer: serde_json::Value = serde_json::from_str(&text).expect("a review");
+    assert_eq!(answer["status"]["allowed"], true, "{text}");
+    let (_, text) = s.curl(Alice, "POST", path, Some(review));
+    let answer: serde_json::Value = serde_json::from_str(&text).expect("a review");
+    assert_eq!(answer["status"]["allowed"], false, "{text}");
+
+    // kubectl, as a user would run it.
+    if kubectl_on_path() {
+        let kubectl = |args: &[&str]| {
+            let out = Command::new("kubectl")
+                .arg(format!("--server={}", s.api))
+                .arg(format!(
+                    "--certificate-authority={}",
+                    s.certs().join("ca.pem").display()
+                ))
+                .arg("--token=t-bob")
+                .args(args)
+                .env("KUBECONFIG", s.dir.path().join("none"))
+                .output()
+                .expect("kubectl");
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        };
+        assert_eq!(
+            kubectl(&["auth", "can-i", "list", "pods", "-n", "dev"]),
+            "yes"
+        );
+        assert_eq!(
+            kubectl(&["auth", "can-i", "create", "pods", "-n", "dev"]),
+            "no"
+        );
+        assert_eq!(
+            kubectl(&["auth", "can-i", "list", "pods", "-n", "default"]),
+            "no"
+        );
+    } else {
+        eprintln!("kubectl auth can-i not checked: kubectl is not on PATH");
+    }
+}
+
+/// The gRPC cluster API and the etcd API answer to the same rules: the scheduler binds, a
+/// node may not create workloads, no certificate is anonymous, and under RBAC the etcd
+/// keyspace is the cluster-admin's (and the leader-elected components' for their keys).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_and_etcd_requests_are_authorized() {
+    let s = secured().await;
+    let admin = s.grpc(Who::Admin);
+    let node: Object = serde_json::from_value::<skiff_proto::api::Node>(serde_json::json!({
+        "metadata": {"name": "n1"},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}
+    }))
+    .map(Object::Node)
+    .expect("node");
+    admin.create(&node).await.expect("admin creates a node");
+    let pod: Object = serde_json::from_value::<skiff_proto::api::Pod>(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }))
+    .map(Object::Pod)
+    .expect("pod");
+    admin.create(&pod).await.expect("admin creates a pod");
+
+    let scheduler = s.grpc(Who::Scheduler);
+    let results = scheduler
+        .bind(vec![skiff_proto::cluster::v1::Binding {
+            namespace: "default".into(),
+            pod: "p".into(),
+            node: "n1".into(),
+            pod_resource_version: 0,
+        }])
+        .await
+        .expect("the scheduler binds");
+    let bound = skiff_proto::cluster::v1::bind_result::Outcome::Bound as i32;
+    assert!(results.iter().all(|r| r.outcome == bound), "{results:?}");
+    let denied = scheduler
+        .list(Kind::Deployment, &ListParams::default())
+        .await
+        .expect_err("the scheduler does not read deployments");
+    assert_eq!(denied.code(), Some(Code::PermissionDenied), "{denied:?}");
+
+    let agent = s.grpc(Who::Node);
+    let deployment: Object =
+        serde_json::from_value::<skiff_proto::api::Deployment>(serde_json::json!({
+            "metadata": {"name": "d", "namespace": "default"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "d"}},
+                "template": {"metadata": {"labels": {"app": "d"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+            }
+        }))
+        .map(Object::Deployment)
+        .expect("deployment");
+    let denied = agent
+        .create(&deployment)
+        .await
+        .expect_err("a node creates no deployment");
+    assert_eq!(denied.code(), Some(Code::PermissionDenied), "{denied:?}");
+    assert!(
+        denied.to_string().contains(
+            "User \"system:node:n1\" cannot create resource \"deployments\" in API group \"apps\""
+        ),
+        "{denied}"
+    );
+    let (pods, _) = agent
+        .list(Kind::Pod, &ListParams::default())
+        .await
+        .expect("a node reads pods");
+    assert_eq!(pods.len(), 1);
+
+    // The client port requires a certificate (as etcd's under --client-cert-auth): without
+    // one there is no connection to make a request on.
+    let anonymous = s.grpc(Who::Anonymous);
+    let refused = anonymous
+        .list(Kind::Pod, &ListParams::default())
+        .await
+        .expect_err("anonymous reads nothing");
+    assert_ne!(refused.code(), Some(Code::Ok), "{refused:?}");
+
+    let (ok, out) = s.etcdctl(Who::Admin, &["put", "/x", "1"]);
+    assert!(ok, "{out}");
+    let (ok, out) = s.etcdctl(Who::Node, &["get", "--prefix", "/registry/"]);
+    assert!(!ok && out.contains("PermissionDenied"), "{out}");
+    assert!(out.contains("/etcdserverpb.KV/Range"), "{out}");
+    let (ok, out) = s.etcdctl(Who::Alice, &["put", "/x", "2"]);
+    assert!(!ok && out.contains("PermissionDenied"), "{out}");
+    let (ok, out) = s.etcdctl(Who::Scheduler, &["lease", "grant", "10"]);
+    assert!(
+        ok,
+        "the scheduler holds its leadership through a lease: {out}"
+    );
+}
+
+fn kubectl_on_path() -> bool {
+    Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
