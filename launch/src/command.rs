@@ -115,7 +115,8 @@ pub struct StoreCommand {
     /// `--auth-token-ttl`.
     pub auth_token_ttl: Option<Duration>,
     /// Kubernetes security on top of `tls`: client certificates from its CA name Kubernetes
-    /// users (`--client-ca-file`) and RBAC authorizes them (`--authorization-mode RBAC`).
+    /// users (`--client-ca-file`), and the node authorizer then RBAC authorize them
+    /// (`--authorization-mode Node,RBAC`).
     pub rbac: bool,
     /// `--token-auth-file`: static bearer tokens for the Kubernetes API.
     pub token_auth_file: Option<PathBuf>,
@@ -182,7 +183,7 @@ impl StoreCommand {
                 .flag("peer-client-cert-auth", "true");
             if self.rbac {
                 a.flag("client-ca-file", &tls.ca)
-                    .flag("authorization-mode", "RBAC");
+                    .flag("authorization-mode", "Node,RBAC");
             }
         }
         a.0

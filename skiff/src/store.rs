@@ -193,9 +193,10 @@ pub struct Args {
     /// certificate is then asked for, and checked when presented, without being required.
     #[arg(long, env = "SKIFF_STORE_CLIENT_CA_FILE")]
     client_ca_file: Option<PathBuf>,
-    /// Who may do what on the Kubernetes API (both faces), asked in order: `AlwaysAllow`
-    /// (everything; kube-apiserver's default) or `RBAC` (roles and bindings; the bootstrap
-    /// roles are created at start), comma-separated.
+    /// Who may do what on the Kubernetes API (both faces), asked in order, comma-separated:
+    /// `AlwaysAllow` (everything; kube-apiserver's default), `Node` (node agents reach their
+    /// own Node and pods) and `RBAC` (roles and bindings; the bootstrap roles are created at
+    /// start), as `Node,RBAC`.
     #[arg(
         long,
         env = "SKIFF_STORE_AUTHORIZATION_MODE",
@@ -745,7 +746,13 @@ mod tests {
         assert_eq!(a.peer_trusted_ca_file.as_ref(), Some(&tls.ca));
         assert!(a.client_cert_auth && a.peer_client_cert_auth);
         assert_eq!(a.client_ca_file.as_ref(), Some(&tls.ca));
-        assert_eq!(a.authorization_mode, [skiff_store::access::Mode::Rbac]);
+        assert_eq!(
+            a.authorization_mode,
+            [
+                skiff_store::access::Mode::Node,
+                skiff_store::access::Mode::Rbac
+            ]
+        );
         assert_eq!(a.token_auth_file, cmd.token_auth_file);
 
         // Unset options stay at the command's defaults.

@@ -1,7 +1,7 @@
 //! Who may do what on a secured member (TLS, client certificates from the cluster's CA,
 //! a static token file, RBAC), through every face a client reaches it by: the Kubernetes
 //! REST API (curl, kubectl), the gRPC cluster API (Skiff's own client) and the etcd API
-//! (etcdctl). Each row of each table is one identity doing one thing, and the answer
+//! (etcdctl), with `--authorization-mode Node,RBAC` as `skiff up` runs it. Each row of each table is one identity doing one thing, and the answer
 //! kube-apiserver would give it.
 
 mod common;
@@ -237,7 +237,13 @@ async fn rest_requests_are_authenticated_and_authorized() {
     let table: &[(Who, &str, &str, Option<&str>, u16)] = &[
         (Admin, "GET", "/api/v1/namespaces/default/pods", None, 200),
         (Scheduler, "GET", "/api/v1/namespaces/default/pods", None, 200),
-        (Node, "GET", "/api/v1/namespaces/default/pods", None, 200),
+        // A node lists the pods bound to it, and only through the selector that says so.
+        (Node, "GET", "/api/v1/namespaces/default/pods", None, 403),
+        (Node, "GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", None, 200),
+        (Node, "GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn2", None, 403),
+        (Node, "GET", "/api/v1/nodes", None, 403),
+        (Node, "GET", "/api/v1/nodes/n1", None, 404),
+        (Node, "GET", "/api/v1/nodes/n2", None, 403),
         (Alice, "GET", "/api/v1/namespaces/default/pods", None, 403),
         (Bob, "GET", "/api/v1/namespaces/default/pods", None, 403),
         (Anonymous, "GET", "/api/v1/namespaces/default/pods", None, 403),
@@ -417,6 +423,18 @@ async fn grpc_and_etcd_requests_are_authorized() {
         .expect_err("the scheduler does not read deployments");
     assert_eq!(denied.code(), Some(Code::PermissionDenied), "{denied:?}");
 
+    // A second pod, bound to another node.
+    let theirs: Object = serde_json::from_value::<skiff_proto::api::Pod>(serde_json::json!({
+        "metadata": {"name": "q", "namespace": "default"},
+        "spec": {"nodeName": "n2", "containers": [{"name": "c", "image": "busybox"}]}
+    }))
+    .map(Object::Pod)
+    .expect("pod");
+    admin
+        .create(&theirs)
+        .await
+        .expect("admin creates a pod on n2");
+
     let agent = s.grpc(Who::Node);
     let deployment: Object =
         serde_json::from_value::<skiff_proto::api::Deployment>(serde_json::json!({
@@ -440,11 +458,81 @@ async fn grpc_and_etcd_requests_are_authorized() {
         ),
         "{denied}"
     );
-    let (pods, _) = agent
+    // The node authorizer: n1 reads and writes its own pods and Node only, and lists pods
+    // only through the selector that names it (a stolen certificate reads no more).
+    let denied = agent
         .list(Kind::Pod, &ListParams::default())
         .await
-        .expect("a node reads pods");
+        .expect_err("a node lists only its own pods");
+    assert_eq!(denied.code(), Some(Code::PermissionDenied), "{denied:?}");
+    let denied = agent
+        .list(Kind::Pod, &ListParams::default().fields("spec.nodeName=n2"))
+        .await
+        .expect_err("nor another node's");
+    assert_eq!(denied.code(), Some(Code::PermissionDenied), "{denied:?}");
+    let (pods, _) = agent
+        .list(Kind::Pod, &ListParams::default().fields("spec.nodeName=n1"))
+        .await
+        .expect("a node lists its pods");
     assert_eq!(pods.len(), 1);
+    let Some(Object::Pod(mut mine)) = agent.get(Kind::Pod, "default", "p").await.expect("get")
+    else {
+        panic!("the bound pod");
+    };
+    let denied = agent
+        .get(Kind::Pod, "default", "q")
+        .await
+        .expect_err("another node's pod");
+    assert_eq!(denied.code(), Some(Code::PermissionDenied), "{denied:?}");
+    mine.status.get_or_insert_with(Default::default).message = "running".into();
+    agent
+        .update_status(&Object::Pod(mine))
+        .await
+        .expect("a node writes its pod's status");
+    let Some(Object::Pod(mut other)) = admin.get(Kind::Pod, "default", "q").await.expect("get")
+    else {
+        panic!("the other pod");
+    };
+    other.status.get_or_insert_with(Default::default).message = "hijacked".into();
+    let denied = agent
+        .update_status(&Object::Pod(other))
+        .await
+        .expect_err("not another node's pod's status");
+    assert_eq!(denied.code(), Some(Code::PermissionDenied), "{denied:?}");
+
+    // NodeRestriction: its own Node, but not its restricted labels or its taints.
+    let Some(Object::Node(mut own)) = agent.get(Kind::Node, "", "n1").await.expect("own node")
+    else {
+        panic!("node n1");
+    };
+    own.metadata
+        .labels
+        .insert("node-restriction.kubernetes.io/pci".into(), "yes".into());
+    let refused = agent
+        .update(&Object::Node(own))
+        .await
+        .expect_err("a node labels itself into a restricted group");
+    assert!(
+        refused
+            .to_string()
+            .contains("node-restriction.kubernetes.io/"),
+        "{refused}"
+    );
+    let other_node: Object = serde_json::from_value::<skiff_proto::api::Node>(
+        serde_json::json!({"metadata": {"name": "n3"}}),
+    )
+    .map(Object::Node)
+    .expect("node");
+    let refused = agent
+        .create(&other_node)
+        .await
+        .expect_err("a node registers only itself");
+    assert!(
+        refused
+            .to_string()
+            .contains("not allowed to modify node \"n3\""),
+        "{refused}"
+    );
 
     // The client port requires a certificate (as etcd's under --client-cert-auth): without
     // one there is no connection to make a request on.

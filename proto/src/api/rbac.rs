@@ -183,6 +183,19 @@ pub struct ResourceAttributes {
     pub subresource: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
+    /// The list's or watch's field selector (what the node authorizer reads: an agent lists
+    /// the pods of `spec.nodeName=<itself>` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field_selector: Option<FieldSelectorAttributes>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[serde(rename_all = "camelCase")]
+pub struct FieldSelectorAttributes {
+    /// The selector as a client wrote it (`spec.nodeName=n1`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub raw_selector: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

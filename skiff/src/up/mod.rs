@@ -173,6 +173,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         ))?;
     }
 
+    if layout.tls && args.nodes > 1 {
+        rt.block_on(grant_simulated_nodes(&api))?;
+    }
     start_scheduler(&mut cluster, &exe)?;
     start_controller_manager(&mut cluster, &exe)?;
     let names = start_nodes(&mut cluster, &exe, &args)?;
@@ -260,6 +263,25 @@ pub fn run(args: Args) -> Result<ExitCode> {
 const CERTS: &str = "certs";
 /// The CLI's and kubectl's certificate file.
 const ADMIN: &str = "admin";
+/// The user (and group) of a process hosting many simulated nodes.
+const SIMULATED_NODES: &str = "skiff:simulated-nodes";
+
+/// Binds `system:node`'s rules (every node's) to the process of the simulated nodes: the
+/// node authorizer confines a node agent to one node, and that process is many.
+async fn grant_simulated_nodes(api: &ClusterClient) -> Result<()> {
+    let binding: skiff_proto::api::rbac::ClusterRoleBinding = serde_json::from_value(
+        serde_json::json!({
+            "metadata": {"name": SIMULATED_NODES},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": SIMULATED_NODES}],
+        }),
+    )?;
+    match api.create(&Object::ClusterRoleBinding(binding)).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Some(skiff_proto::client::Code::AlreadyExists) => Ok(()),
+        Err(e) => Err(e).context("granting the simulated nodes their rules"),
+    }
+}
 
 /// The client certificates of a secured cluster: the admin, the scheduler, the controller
 /// manager and the node agents (one certificate per agent process: a lone node's names it,
@@ -267,10 +289,12 @@ const ADMIN: &str = "admin";
 fn identities(args: &Args) -> Vec<crate::certs::ClientIdentity<'static>> {
     use crate::certs::ClientIdentity;
     use skiff_store::access::bootstrap::{CONTROLLER_MANAGER, NODES, SCHEDULER};
-    let nodes_user = if args.nodes == 1 {
-        "system:node:node-0"
+    // A lone node is a node agent like any; many simulated nodes in one process are one
+    // client, which `up` grants every node's rules (see `grant_simulated_nodes`).
+    let (nodes_user, nodes_group) = if args.nodes == 1 {
+        ("system:node:node-0", NODES)
     } else {
-        "system:node:simulated"
+        (SIMULATED_NODES, SIMULATED_NODES)
     };
     vec![
         ClientIdentity {
@@ -291,7 +315,7 @@ fn identities(args: &Args) -> Vec<crate::certs::ClientIdentity<'static>> {
         ClientIdentity {
             file: "nodes",
             user: nodes_user,
-            group: Some(NODES),
+            group: Some(nodes_group),
         },
     ]
 }

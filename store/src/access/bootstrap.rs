@@ -4,6 +4,9 @@
 //! authenticated user; the user-facing `admin`, `edit` and `view`; and the roles of Skiff's
 //! own components, bound to the users their certificates name.
 //!
+//! `system:node` is bound to no one: node agents are authorized by the node authorizer
+//! ([`super::node`]), which confines each to its own Node and pods.
+//!
 //! Each member creates the ones that are missing when it starts with RBAC on; one that an
 //! administrator has changed is left as it is.
 
@@ -18,8 +21,7 @@ use super::{AUTHENTICATED, MASTERS, UNAUTHENTICATED};
 pub const SCHEDULER: &str = "system:kube-scheduler";
 /// The user the controller manager's certificate names.
 pub const CONTROLLER_MANAGER: &str = "system:kube-controller-manager";
-/// The group of every node agent (`CN=system:node:<name>`).
-pub const NODES: &str = "system:nodes";
+pub use super::NODES;
 
 /// The label Kubernetes puts on its bootstrap objects.
 const BOOTSTRAP_LABEL: (&str, &str) = ("kubernetes.io/bootstrapping", "rbac-defaults");
@@ -204,7 +206,8 @@ fn controller_manager_rules() -> Vec<PolicyRule> {
     ]
 }
 
-/// A node agent's rules, until the node authorizer confines each agent to its own node.
+/// What a node agent does, to every node and pod: bound to no one by default (see
+/// [`cluster_role_bindings`]).
 fn node_rules() -> Vec<PolicyRule> {
     vec![
         rule(
@@ -281,7 +284,10 @@ pub fn cluster_role_bindings() -> Vec<ClusterRoleBinding> {
         binding("system:basic-user", &[("Group", AUTHENTICATED)]),
         binding(SCHEDULER, &[("User", SCHEDULER)]),
         binding(CONTROLLER_MANAGER, &[("User", CONTROLLER_MANAGER)]),
-        binding("system:node", &[("Group", NODES)]),
+        // As in Kubernetes, nobody: the node authorizer confines each agent to its own
+        // Node and pods. A binding of this role grants a process every node's (Skiff's
+        // simulated nodes, many in one process, are given it by `skiff up`).
+        binding("system:node", &[]),
     ]
 }
 

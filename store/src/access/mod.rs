@@ -9,12 +9,14 @@
 //!  the request: verb + resource or path ─► Attributes
 //!                                               ▼
 //!          system:masters ─► allowed; else each --authorization-mode in turn
-//!          (AlwaysAllow, RBAC over the stored roles and bindings) ─► allowed, or 403
+//!          (AlwaysAllow; Node: an agent's own Node and pods; RBAC over the stored roles
+//!          and bindings) ─► allowed, or 403
 //! ```
 //!
 //! | module        | what                                                                 |
 //! |---------------|----------------------------------------------------------------------|
 //! | [`authn`]     | users from client certificates, the static token file, or anonymous  |
+//! | [`node`]      | the node authorizer and NodeRestriction: an agent's own Node and pods only |
 //! | [`rbac`]      | what a set of roles and bindings allows (pure, the rules of Kubernetes' RBAC) |
 //! | [`bootstrap`] | the ClusterRoles and ClusterRoleBindings every cluster starts with   |
 //! | [`policy`]    | the store's roles and bindings, read again when the watch hub says they changed |
@@ -28,6 +30,7 @@ use skiff_proto::api::rbac::{NonResourceAttributes, ResourceAttributes};
 
 pub mod authn;
 pub mod bootstrap;
+pub mod node;
 pub mod policy;
 pub mod rbac;
 
@@ -37,6 +40,8 @@ pub use policy::Policy;
 /// The group whose members may do anything, whatever the roles say (kube-apiserver's
 /// privileged group).
 pub const MASTERS: &str = "system:masters";
+/// The group of every node agent (`CN=system:node:<name>`).
+pub const NODES: &str = "system:nodes";
 /// Every user who presented valid credentials.
 pub const AUTHENTICATED: &str = "system:authenticated";
 /// The group of the anonymous user.
@@ -71,7 +76,20 @@ impl Attributes {
             resource: resource.to_owned(),
             subresource: subresource.unwrap_or_default().to_owned(),
             name: name.to_owned(),
+            field_selector: None,
         })
+    }
+
+    /// With the field selector of a list or watch (empty: none).
+    pub fn with_fields(mut self, selector: &str) -> Attributes {
+        if let Attributes::Resource(r) = &mut self
+            && !selector.is_empty()
+        {
+            r.field_selector = Some(skiff_proto::api::rbac::FieldSelectorAttributes {
+                raw_selector: selector.to_owned(),
+            });
+        }
+        self
     }
 
     pub fn path(verb: &str, path: &str) -> Attributes {
@@ -164,6 +182,8 @@ pub struct Unauthorized;
 pub enum Mode {
     /// Everything is allowed: kube-apiserver's default, and a cluster without security.
     AlwaysAllow,
+    /// Node agents reach their own Node and the pods bound to it ([`node`]).
+    Node,
     /// Role-based access control over the stored roles and bindings.
     Rbac,
 }
@@ -173,9 +193,10 @@ impl FromStr for Mode {
     fn from_str(s: &str) -> Result<Mode, String> {
         match s {
             "AlwaysAllow" => Ok(Mode::AlwaysAllow),
+            "Node" => Ok(Mode::Node),
             "RBAC" => Ok(Mode::Rbac),
             other => Err(format!(
-                "unknown authorization mode {other:?}: the modes are AlwaysAllow and RBAC"
+                "unknown authorization mode {other:?}: the modes are AlwaysAllow, Node and RBAC"
             )),
         }
     }
@@ -185,6 +206,7 @@ impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Mode::AlwaysAllow => "AlwaysAllow",
+            Mode::Node => "Node",
             Mode::Rbac => "RBAC",
         })
     }
@@ -215,6 +237,12 @@ impl AccessConfig {
     pub fn rbac(&self) -> bool {
         self.modes.contains(&Mode::Rbac)
     }
+}
+
+/// What the authorizers may ask of the store about a request.
+pub trait Facts: node::Graph {
+    /// RBAC's view of the stored roles and bindings.
+    fn rules(&self) -> Arc<rbac::Rules>;
 }
 
 /// The decision of the authorizers, with why (the answer of an access review).
@@ -260,38 +288,29 @@ impl Access {
         self.authn.authenticate(bearer, cert)
     }
 
-    /// What the authorizers say of `user` doing `attributes`; `rules` gives RBAC's view of
-    /// the store (read only when RBAC is asked).
-    pub fn decide(
-        &self,
-        user: &User,
-        attributes: &Attributes,
-        rules: impl FnOnce() -> Arc<rbac::Rules>,
-    ) -> Decision {
+    /// What the authorizers say of `user` doing `attributes`; `facts` gives what they read
+    /// of the store (asked only by the modes that need it).
+    pub fn decide(&self, user: &User, attributes: &Attributes, facts: &dyn Facts) -> Decision {
         if user.groups.iter().any(|g| g == MASTERS) {
             return Decision {
                 allowed: true,
                 reason: format!("allowed to the group {MASTERS:?}"),
             };
         }
-        let mut rules = Some(rules);
         for mode in &self.config.modes {
-            match mode {
-                Mode::AlwaysAllow => {
-                    return Decision {
-                        allowed: true,
-                        reason: String::new(),
-                    };
-                }
-                Mode::Rbac => {
-                    let Some(load) = rules.take() else { continue };
-                    if let Some(reason) = load().allows(user, attributes) {
-                        return Decision {
-                            allowed: true,
-                            reason: format!("RBAC: {reason}"),
-                        };
-                    }
-                }
+            let reason = match mode {
+                Mode::AlwaysAllow => Some(String::new()),
+                Mode::Node => node::node_of(user).and_then(|n| node::allows(n, attributes, facts)),
+                Mode::Rbac => facts
+                    .rules()
+                    .allows(user, attributes)
+                    .map(|r| format!("RBAC: {r}")),
+            };
+            if let Some(reason) = reason {
+                return Decision {
+                    allowed: true,
+                    reason,
+                };
             }
         }
         Decision {
@@ -310,9 +329,9 @@ impl Access {
         &self,
         user: &User,
         attributes: Attributes,
-        rules: impl FnOnce() -> Arc<rbac::Rules>,
+        facts: &dyn Facts,
     ) -> Result<(), Box<Forbidden>> {
-        let d = self.decide(user, &attributes, rules);
+        let d = self.decide(user, &attributes, facts);
         if d.allowed {
             Ok(())
         } else {
@@ -380,11 +399,26 @@ mod tests {
         );
     }
 
+    /// No roles, no pods.
+    struct Empty;
+
+    impl node::Graph for Empty {
+        fn pod_node(&self, _: &str, _: &str) -> Option<String> {
+            None
+        }
+    }
+
+    impl Facts for Empty {
+        fn rules(&self) -> Arc<rbac::Rules> {
+            Arc::new(rbac::Rules::default())
+        }
+    }
+
     /// The privileged group needs no role; AlwaysAllow allows; RBAC alone allows nothing
-    /// it does not grant.
+    /// it does not grant; the node authorizer speaks for node agents only.
     #[test]
     fn modes_in_order() {
-        let none = || Arc::new(rbac::Rules::default());
+        let none = &Empty;
         let get = Attributes::resource("get", "", "pods", None, "team", "web");
         let rbac_only = Access::new(AccessConfig {
             modes: vec![Mode::Rbac],
@@ -412,8 +446,26 @@ mod tests {
             "{e}"
         );
         assert_eq!(
-            "Node".parse::<Mode>().map_err(|e| e.contains("RBAC")),
+            "Nodes".parse::<Mode>().map_err(|e| e.contains("RBAC")),
             Err(true)
+        );
+        let node_rbac = Access::new(AccessConfig {
+            modes: vec![Mode::Node, Mode::Rbac],
+            ..AccessConfig::default()
+        })
+        .unwrap();
+        let n1 = user("system:node:n1", &[NODES]);
+        let own = Attributes::resource("get", "", "nodes", None, "", "n1");
+        assert!(node_rbac.decide(&n1, &own, none).allowed);
+        assert!(
+            !node_rbac
+                .decide(&user("system:node:n1", &[]), &own, none)
+                .allowed
+        );
+        assert!(
+            !node_rbac
+                .decide(&user("alice", &[NODES]), &own, none)
+                .allowed
         );
     }
 

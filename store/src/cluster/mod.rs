@@ -55,6 +55,30 @@ pub struct ClusterApi {
     fence: Option<Arc<(String, i64)>>,
     /// Who may do what, for both faces.
     pub access: Arc<Access>,
+    /// Who the writes of this handle are made for, when a face knows it: admission
+    /// (NodeRestriction) judges what a node agent writes.
+    requester: Option<Arc<User>>,
+}
+
+impl crate::access::node::Graph for ClusterApi {
+    fn pod_node(&self, namespace: &str, name: &str) -> Option<String> {
+        match self.get_local(Kind::Pod, namespace, name) {
+            Ok((
+                _,
+                Some(Stored {
+                    object: Object::Pod(p),
+                    ..
+                }),
+            )) => Some(p.spec.node_name),
+            _ => None,
+        }
+    }
+}
+
+impl crate::access::Facts for ClusterApi {
+    fn rules(&self) -> Arc<crate::access::rbac::Rules> {
+        self.access.policy().rules(self)
+    }
 }
 
 /// An object as stored, with its mod revision.
@@ -275,18 +299,41 @@ impl ClusterApi {
             event_lease: Arc::new(Mutex::new(None)),
             fence: None,
             access,
+            requester: None,
         }
+    }
+
+    /// This API writing for `user` (see [`ClusterApi::requester`]).
+    pub fn as_user(&self, user: &User) -> ClusterApi {
+        ClusterApi {
+            requester: Some(Arc::new(user.clone())),
+            ..self.clone()
+        }
+    }
+
+    /// NodeRestriction: what a node agent may write to a Node (`current` is what an update
+    /// replaces).
+    fn restrict(&self, current: Option<&Object>, next: &Object) -> Result<()> {
+        let Some(user) = &self.requester else {
+            return Ok(());
+        };
+        crate::access::node::restrict(user, current, next).map_err(|why| ClusterError::Forbidden {
+            kind: next.kind(),
+            name: next.metadata().name.clone(),
+            why,
+        })
     }
 
     /// Whether `user` may do `attributes`: the one check both faces make.
     pub fn authorize(&self, user: &User, attributes: Attributes) -> Result<()> {
         self.access
-            .check(user, attributes, || self.access.policy().rules(self))
+            .check(user, attributes, self)
             .map_err(ClusterError::Denied)
     }
 
     /// Whether `user` may do `verb` on objects of `kind` (a subresource of them, one object
-    /// when `name` is given) in `namespace`.
+    /// when `name` is given) in `namespace`; `fields` is a list's or watch's field selector.
+    #[allow(clippy::too_many_arguments)]
     pub fn authorize_kind(
         &self,
         user: &User,
@@ -295,6 +342,7 @@ impl ClusterApi {
         subresource: Option<&str>,
         namespace: &str,
         name: &str,
+        fields: &str,
     ) -> Result<()> {
         if self.access.allows_everything() {
             return Ok(());
@@ -302,7 +350,8 @@ impl ClusterApi {
         let ns = if kind.is_namespaced() { namespace } else { "" };
         self.authorize(
             user,
-            Attributes::resource(verb, kind.group(), kind.plural(), subresource, ns, name),
+            Attributes::resource(verb, kind.group(), kind.plural(), subresource, ns, name)
+                .with_fields(fields),
         )
     }
 
@@ -544,6 +593,7 @@ impl ClusterApi {
             }
         }
         defaults::apply(&mut object);
+        self.restrict(None, &object)?;
         if object.kind().is_namespaced() && object.metadata().namespace == "default" {
             self.ensure_default_namespace().await?;
         }
@@ -633,6 +683,7 @@ impl ClusterApi {
 
     /// Writes `next` over `current` if the key still has `current`'s mod revision.
     pub async fn replace(&self, current: &Stored, next: &Object) -> Result<Option<(i64, Object)>> {
+        self.restrict(Some(&current.object), next)?;
         let key = next.key();
         let kind = next.kind();
         let put = RequestOp::Put(PutRequest {

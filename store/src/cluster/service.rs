@@ -32,22 +32,55 @@ fn user<T>(api: &ClusterApi, req: &Request<T>) -> Result<User, ClusterError> {
     Ok(api.access.authenticate(bearer, cert)?)
 }
 
-/// Authenticates the request and checks `verb` on `kind` (a subresource of it; one object
-/// when `name` is given) in `namespace`.
+/// What a request is asked about: a verb on a kind (a subresource of it; one object when
+/// `name` is given) in a namespace, with a list's or watch's field selector.
+struct Ask<'a> {
+    verb: &'a str,
+    kind: Kind,
+    subresource: Option<&'a str>,
+    namespace: &'a str,
+    name: &'a str,
+    fields: &'a str,
+}
+
+impl<'a> Ask<'a> {
+    fn new(verb: &'a str, kind: Kind, namespace: &'a str, name: &'a str) -> Ask<'a> {
+        Ask {
+            verb,
+            kind,
+            subresource: None,
+            namespace,
+            name,
+            fields: "",
+        }
+    }
+}
+
+/// Authenticates the request and checks what it asks; the API to serve it with, writing for
+/// its user (so admission knows who writes).
 fn authorize<T>(
     api: &ClusterApi,
     req: &Request<T>,
-    verb: &str,
-    kind: Kind,
-    subresource: Option<&str>,
-    namespace: &str,
-    name: &str,
-) -> Result<(), ClusterError> {
+    ask: Ask<'_>,
+) -> Result<ClusterApi, ClusterError> {
     if api.access.allows_everything() {
-        return Ok(());
+        return Ok(api.clone());
     }
     let user = user(api, req)?;
-    api.authorize_kind(&user, verb, kind, subresource, namespace, name)
+    api.authorize_kind(
+        &user,
+        ask.verb,
+        ask.kind,
+        ask.subresource,
+        ask.namespace,
+        ask.name,
+        ask.fields,
+    )?;
+    Ok(api.as_user(&user))
+}
+
+fn fields(selectors: Option<&pb::Selectors>) -> &str {
+    selectors.map_or("", |s| s.field_selector.as_str())
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
@@ -107,9 +140,9 @@ impl Cluster for ClusterApi {
     ) -> Result<Response<pb::ObjectResponse>, Status> {
         let object = from_pb(req.get_ref().object.clone())?;
         let ns = namespace_of(&object);
-        authorize(self, &req, "create", object.kind(), None, ns, "")?;
+        let me = authorize(self, &req, Ask::new("create", object.kind(), ns, ""))?;
         let req = req.into_inner();
-        let api = fenced(self, req.fence);
+        let api = fenced(&me, req.fence);
         let (rev, created) = ClusterApi::create(&api, object, req.dry_run).await?;
         Ok(object_response(self, rev, &created))
     }
@@ -119,7 +152,7 @@ impl Cluster for ClusterApi {
         req: Request<pb::GetRequest>,
     ) -> Result<Response<pb::ObjectResponse>, Status> {
         let (kind, ns, name) = key_parts(req.get_ref().key.clone())?;
-        authorize(self, &req, "get", kind, None, &ns, &name)?;
+        authorize(self, &req, Ask::new("get", kind, &ns, &name))?;
         let req = req.into_inner();
         self.barrier(req.serializable).await?;
         let (rev, found) = self.get_local(kind, &ns, &name)?;
@@ -132,7 +165,12 @@ impl Cluster for ClusterApi {
         req: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
         let kind = parse_kind(&req.get_ref().kind)?;
-        authorize(self, &req, "list", kind, None, &req.get_ref().namespace, "")?;
+        let r = req.get_ref();
+        let ask = Ask {
+            fields: fields(r.selectors.as_ref()),
+            ..Ask::new("list", kind, &r.namespace, "")
+        };
+        authorize(self, &req, ask)?;
         let req = req.into_inner();
         let filter = Filter::parse(kind, req.selectors.as_ref())?;
         let read = if req.serializable {
@@ -165,15 +203,12 @@ impl Cluster for ClusterApi {
         req: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let kind = parse_kind(&req.get_ref().kind)?;
-        authorize(
-            self,
-            &req,
-            "watch",
-            kind,
-            None,
-            &req.get_ref().namespace,
-            "",
-        )?;
+        let r = req.get_ref();
+        let ask = Ask {
+            fields: fields(r.selectors.as_ref()),
+            ..Ask::new("watch", kind, &r.namespace, "")
+        };
+        authorize(self, &req, ask)?;
         let rx = ClusterApi::watch(self, req.into_inner())?;
         Ok(Response::new(Box::pin(
             ReceiverStream::new(rx).map(|r| r.map_err(Status::from)),
@@ -186,9 +221,9 @@ impl Cluster for ClusterApi {
     ) -> Result<Response<pb::ObjectResponse>, Status> {
         let object = from_pb(req.get_ref().object.clone())?;
         let (ns, name) = (namespace_of(&object), &object.metadata().name);
-        authorize(self, &req, "update", object.kind(), None, ns, name)?;
+        let me = authorize(self, &req, Ask::new("update", object.kind(), ns, name))?;
         let req = req.into_inner();
-        let api = fenced(self, req.fence);
+        let api = fenced(&me, req.fence);
         let (rev, o) = ClusterApi::update(&api, object, false, req.dry_run).await?;
         Ok(object_response(self, rev, &o))
     }
@@ -199,17 +234,13 @@ impl Cluster for ClusterApi {
     ) -> Result<Response<pb::ObjectResponse>, Status> {
         let object = from_pb(req.get_ref().object.clone())?;
         let (ns, name) = (namespace_of(&object), &object.metadata().name);
-        authorize(
-            self,
-            &req,
-            "update",
-            object.kind(),
-            Some("status"),
-            ns,
-            name,
-        )?;
+        let ask = Ask {
+            subresource: Some("status"),
+            ..Ask::new("update", object.kind(), ns, name)
+        };
+        let me = authorize(self, &req, ask)?;
         let req = req.into_inner();
-        let api = fenced(self, req.fence);
+        let api = fenced(&me, req.fence);
         let (rev, o) = ClusterApi::update(&api, object, true, req.dry_run).await?;
         Ok(object_response(self, rev, &o))
     }
@@ -219,7 +250,7 @@ impl Cluster for ClusterApi {
         req: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::ObjectResponse>, Status> {
         let (kind, ns, name) = key_parts(req.get_ref().key.clone())?;
-        authorize(self, &req, "delete", kind, None, &ns, &name)?;
+        let me = authorize(self, &req, Ask::new("delete", kind, &ns, &name))?;
         let req = req.into_inner();
         if req.grace_period_seconds.is_some_and(|g| g < 0) {
             return Err(ClusterError::NegativeGrace.into());
@@ -230,7 +261,7 @@ impl Cluster for ClusterApi {
             .map(str::parse::<DeletionPropagation>)
             .transpose()
             .map_err(|source| ClusterError::BadPropagation { source })?;
-        let api = fenced(self, req.fence);
+        let api = fenced(&me, req.fence);
         let (rev, o) = ClusterApi::delete(
             &api,
             kind,
@@ -255,7 +286,11 @@ impl Cluster for ClusterApi {
             .map(|b| b.namespace.as_str())
             .collect();
         for ns in namespaces {
-            authorize(self, &req, "create", Kind::Pod, Some("binding"), ns, "")?;
+            let ask = Ask {
+                subresource: Some("binding"),
+                ..Ask::new("create", Kind::Pod, ns, "")
+            };
+            authorize(self, &req, ask)?;
         }
         let req = req.into_inner();
         let (rev, results) = ClusterApi::bind(

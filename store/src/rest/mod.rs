@@ -177,6 +177,14 @@ fn impersonated(api: &ClusterApi, user: User, headers: &HeaderMap) -> Result<Use
     })
 }
 
+/// `e`, once the request's body has been read (and dropped): answering before a client has
+/// sent its body closes the connection on data still in flight, and the client sees a reset
+/// instead of the refusal.
+async fn refuse(body: Body, e: ApiError) -> ApiError {
+    let _ = read_body(body).await;
+    e
+}
+
 /// Whether a path names resources (`/api/v1/pods`, `/apis/apps/v1/deployments`) rather
 /// than discovery, OpenAPI or health: kube-apiserver's split between resource and
 /// non-resource requests.
@@ -206,17 +214,21 @@ async fn authenticate(State(rest): State<Arc<Rest>>, mut req: Request, next: Nex
         .and_then(crate::access::bearer);
     let user = match access.authenticate(bearer, cert.as_ref()) {
         Ok(user) => user,
-        Err(e) => return ApiError::from(ClusterError::from(e)).into_response(),
+        Err(e) => {
+            return refuse(req.into_body(), ClusterError::from(e).into())
+                .await
+                .into_response();
+        }
     };
     let user = match impersonated(&rest.api, user, req.headers()) {
         Ok(user) => user,
-        Err(e) => return e.into_response(),
+        Err(e) => return refuse(req.into_body(), e).await.into_response(),
     };
     let path = req.uri().path();
     if !access.allows_everything() && !is_resource_path(path) {
         let verb = req.method().as_str().to_ascii_lowercase();
         if let Err(e) = rest.api.authorize(&user, Attributes::path(&verb, path)) {
-            return ApiError::from(e).into_response();
+            return refuse(req.into_body(), e.into()).await.into_response();
         }
     }
     req.extensions_mut().insert(user);
@@ -352,6 +364,7 @@ async fn pod_session(
         target.subresource.as_deref(),
         &target.namespace,
         &target.name,
+        "",
     )?;
     exec::session(&rest.api, &target, &params, &method, upgrade.ok()).await
 }
@@ -433,7 +446,7 @@ async fn resource(
 ) -> Result<Response, ApiError> {
     let params = Params::parse(query.as_deref())?;
     let accept = Accept::negotiate(&headers)?;
-    let api = &rest.api;
+    let api = &rest.api.as_user(user);
     let collection = target.is_collection();
     let sub = target.subresource.as_deref();
     let allowed = served_verbs(&target)?;
@@ -458,14 +471,17 @@ async fn resource(
             ),
         ));
     }
-    api.authorize_kind(
+    if let Err(e) = api.authorize_kind(
         user,
         verb,
         target.kind,
         sub,
         &target.namespace,
         &target.name,
-    )?;
+        &params.field_selector,
+    ) {
+        return Err(refuse(body, e.into()).await);
+    }
     match verb {
         "watch" => watch::watch(api, &target, &params, accept).await,
         "list" => verbs::list(api, &target, &params, accept).await,

@@ -85,9 +85,7 @@ fn answer(
             ));
         }
     };
-    let decision = api
-        .access
-        .decide(subject, &attributes, || api.access.policy().rules(api));
+    let decision = api.access.decide(subject, &attributes, api);
     review.status = Some(AccessReviewStatus {
         allowed: decision.allowed,
         denied: false,

@@ -1,0 +1,238 @@
+//! The node authorizer and NodeRestriction: a node agent (`system:node:<name>` in
+//! `system:nodes`) may touch its own Node and the pods bound to it, and nothing of its
+//! neighbours', as kube-apiserver's Node mode and NodeRestriction admission confine kubelets.
+//!
+//! | request of node N | allowed when |
+//! |---|---|
+//! | get, update, patch, delete `nodes` (and `nodes/status`) | the node is N |
+//! | create `nodes` | always here; NodeRestriction then requires the name N |
+//! | list, watch `nodes` | the field selector pins `metadata.name=N` |
+//! | get, update, patch, delete `pods` (and `pods/status`) | the stored pod is bound to N |
+//! | list, watch `pods` | the field selector pins `spec.nodeName=N` |
+//! | create, update, patch `events` | always |
+//!
+//! Anything else gets no opinion here, and the next mode (RBAC) decides; a node user is
+//! bound to no role by the bootstrap policy, so that is a refusal unless an administrator
+//! grants more. NodeRestriction ([`restrict`]) then holds what a node writes to its own
+//! Node: not another node's name, not labels under `node-restriction.kubernetes.io/`, not
+//! taints.
+
+use skiff_proto::api::{Kind, Object};
+use skiff_proto::selector::FieldQuery;
+
+use super::{Attributes, NODES, User};
+
+/// The prefix of a node agent's user name.
+const NODE_USER: &str = "system:node:";
+
+/// Labels a node may not give itself (they are for administrators to steer workloads to
+/// nodes that cannot claim them).
+pub const RESTRICTED_LABELS: &str = "node-restriction.kubernetes.io/";
+
+/// The node `user` is the agent of, when it is one.
+pub fn node_of(user: &User) -> Option<&str> {
+    let name = user.name.strip_prefix(NODE_USER)?;
+    (!name.is_empty() && user.groups.iter().any(|g| g == NODES)).then_some(name)
+}
+
+/// What the store knows that the decision needs.
+pub trait Graph {
+    /// The node a stored pod is bound to (empty when unbound); `None` when there is no
+    /// such pod.
+    fn pod_node(&self, namespace: &str, name: &str) -> Option<String>;
+}
+
+/// `Some(reason)` when node `node` may make the request; `None`: no opinion.
+pub fn allows(node: &str, attributes: &Attributes, graph: &dyn Graph) -> Option<String> {
+    let Attributes::Resource(r) = attributes else {
+        return None;
+    };
+    if !r.group.is_empty() {
+        return None;
+    }
+    let pinned = |field: &str| {
+        let raw = r
+            .field_selector
+            .as_ref()
+            .map(|f| f.raw_selector.as_str())
+            .unwrap_or_default();
+        let kind = Kind::from_plural(&r.resource).unwrap_or(Kind::Pod);
+        FieldQuery::parse(kind, raw)
+            .ok()
+            .is_some_and(|q| q.equality(field) == Some(node))
+    };
+    let sub = r.subresource.as_str();
+    let allowed = match (r.resource.as_str(), sub, r.verb.as_str()) {
+        ("nodes", "" | "status", "get" | "update" | "patch" | "delete") => r.name == node,
+        ("nodes", "", "create") => true,
+        ("nodes", "", "list" | "watch") => pinned("metadata.name"),
+        ("pods", "" | "status", "get" | "update" | "patch" | "delete") => {
+            !r.name.is_empty() && graph.pod_node(&r.namespace, &r.name).as_deref() == Some(node)
+        }
+        ("pods", "", "list" | "watch") => pinned("spec.nodeName"),
+        ("events", "", "create" | "update" | "patch") => true,
+        _ => false,
+    };
+    allowed.then(|| format!("allowed by the node authorizer to node {node:?}"))
+}
+
+/// NodeRestriction: what a node agent may write to a Node. `current` is the stored object
+/// an update replaces (none for a create).
+pub fn restrict(user: &User, current: Option<&Object>, next: &Object) -> Result<(), String> {
+    let Some(node) = node_of(user) else {
+        return Ok(());
+    };
+    let Object::Node(new) = next else {
+        return Ok(());
+    };
+    if new.metadata.name != node {
+        return Err(format!(
+            "node {node:?} is not allowed to modify node {:?}",
+            new.metadata.name
+        ));
+    }
+    let restricted = |o: Option<&Object>| -> Vec<(String, String)> {
+        o.map(|o| {
+            o.metadata()
+                .labels
+                .iter()
+                .filter(|(k, _)| k.starts_with(RESTRICTED_LABELS))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+    };
+    if restricted(current) != restricted(Some(next)) {
+        return Err(format!(
+            "is not allowed to modify labels with the prefix {RESTRICTED_LABELS:?}"
+        ));
+    }
+    let taints = |o: Option<&Object>| match o {
+        Some(Object::Node(n)) => n.spec.taints.clone(),
+        _ => Vec::new(),
+    };
+    if taints(current) != taints(Some(next)) {
+        return Err("is not allowed to modify taints".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skiff_proto::api::rbac::FieldSelectorAttributes;
+    use std::collections::HashMap;
+
+    struct Pods(HashMap<(&'static str, &'static str), &'static str>);
+
+    impl Graph for Pods {
+        fn pod_node(&self, namespace: &str, name: &str) -> Option<String> {
+            self.0.get(&(namespace, name)).map(|n| n.to_string())
+        }
+    }
+
+    fn req(
+        verb: &str,
+        resource: &str,
+        sub: &str,
+        ns: &str,
+        name: &str,
+        fields: &str,
+    ) -> Attributes {
+        let mut a = Attributes::resource(
+            verb,
+            "",
+            resource,
+            Some(sub).filter(|s| !s.is_empty()),
+            ns,
+            name,
+        );
+        if let Attributes::Resource(r) = &mut a
+            && !fields.is_empty()
+        {
+            r.field_selector = Some(FieldSelectorAttributes {
+                raw_selector: fields.into(),
+            });
+        }
+        a
+    }
+
+    /// Node n1 reaches its own Node and pods, never n2's, and lists only through the
+    /// selector that names itself.
+    #[test]
+    fn a_node_sees_only_its_own() {
+        let graph = Pods(HashMap::from([
+            (("default", "mine"), "n1"),
+            (("default", "theirs"), "n2"),
+            (("default", "pending"), ""),
+        ]));
+        #[rustfmt::skip]
+        let table = [
+            (req("get", "nodes", "", "", "n1", ""), true),
+            (req("update", "nodes", "status", "", "n1", ""), true),
+            (req("get", "nodes", "", "", "n2", ""), false),
+            (req("patch", "nodes", "status", "", "n2", ""), false),
+            (req("list", "nodes", "", "", "", ""), false),
+            (req("watch", "nodes", "", "", "", "metadata.name=n1"), true),
+            (req("watch", "nodes", "", "", "", "metadata.name=n2"), false),
+            (req("get", "pods", "", "default", "mine", ""), true),
+            (req("update", "pods", "status", "default", "mine", ""), true),
+            (req("delete", "pods", "", "default", "mine", ""), true),
+            (req("get", "pods", "", "default", "theirs", ""), false),
+            (req("update", "pods", "status", "default", "theirs", ""), false),
+            (req("get", "pods", "", "default", "pending", ""), false),
+            (req("get", "pods", "", "default", "missing", ""), false),
+            (req("list", "pods", "", "", "", ""), false),
+            (req("watch", "pods", "", "", "", "spec.nodeName=n1"), true),
+            (req("list", "pods", "", "", "", "spec.nodeName=n2"), false),
+            (req("watch", "pods", "", "", "", "spec.nodeName!=n1"), false),
+            (req("create", "pods", "", "default", "", ""), false),
+            (req("create", "events", "", "default", "", ""), true),
+            (req("get", "pods", "log", "default", "mine", ""), false),
+            (Attributes::path("get", "/healthz"), false),
+        ];
+        for (a, want) in table {
+            assert_eq!(allows("n1", &a, &graph).is_some(), want, "{a:?}");
+        }
+    }
+
+    fn node(name: &str, labels: &[(&str, &str)], taint: bool) -> Object {
+        let mut v = serde_json::json!({"metadata": {"name": name, "labels": {}}, "spec": {}});
+        for (k, l) in labels {
+            v["metadata"]["labels"][*k] = (*l).into();
+        }
+        if taint {
+            v["spec"]["taints"] = serde_json::json!([{"key": "k", "effect": "NoSchedule"}]);
+        }
+        Object::from_value(Kind::Node, v).expect("node")
+    }
+
+    #[test]
+    fn node_restriction() {
+        let n1 = User {
+            name: "system:node:n1".into(),
+            uid: String::new(),
+            groups: vec![NODES.into()],
+        };
+        let plain = node("n1", &[("zone", "a")], false);
+        assert_eq!(restrict(&n1, None, &plain), Ok(()));
+        assert!(restrict(&n1, None, &node("n2", &[], false)).is_err());
+        let fenced = node(
+            "n1",
+            &[("node-restriction.kubernetes.io/pci", "yes")],
+            false,
+        );
+        assert!(restrict(&n1, Some(&plain), &fenced).is_err());
+        assert!(restrict(&n1, None, &fenced).is_err());
+        // Kept as the administrator set it: fine.
+        assert_eq!(restrict(&n1, Some(&fenced), &fenced), Ok(()));
+        assert!(restrict(&n1, Some(&plain), &node("n1", &[("zone", "a")], true)).is_err());
+        let admin = User {
+            name: "admin".into(),
+            uid: String::new(),
+            groups: vec![super::super::MASTERS.into()],
+        };
+        assert_eq!(restrict(&admin, Some(&plain), &fenced), Ok(()));
+        assert_eq!(node_of(&admin), None);
+    }
+}
