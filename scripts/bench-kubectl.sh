@@ -81,8 +81,10 @@ stop_cluster() {
 }
 trap stop_cluster EXIT
 
-echo "==> skiff up --nodes $NODES --max-pods $MAX_PODS --base-port $base (in $work)"
-"$SKIFF" up --data-dir "$work/up" --nodes "$NODES" --max-pods "$MAX_PODS" \
+# --insecure: `skiff bench api` speaks plain HTTP, and the figures stay comparable with
+# those taken before clusters were secured.
+echo "==> skiff up --insecure --nodes $NODES --max-pods $MAX_PODS --base-port $base (in $work)"
+"$SKIFF" up --insecure --data-dir "$work/up" --nodes "$NODES" --max-pods "$MAX_PODS" \
   --base-port "$base" --kubeconfig "$KUBECONFIG" >"$work/up.log" 2>&1 &
 up_pid=$!
 t0=$(date +%s)

@@ -211,6 +211,11 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     }
     let store = a.endpoints.resolve()?;
     let base = api_url(a.api_url.as_deref(), &store.endpoints)?;
+    if base.starts_with("https://") {
+        bail!(
+            "{base}: the REST benchmark speaks plain HTTP; run it against a cluster started with `skiff up --insecure`"
+        );
+    }
     let api = store.connect()?;
     let http = HttpClient::new();
     let (ns, namespace) = crate::bench::fresh_namespace(&api, "api").await?;
