@@ -120,6 +120,8 @@ pub struct StoreCommand {
     pub rbac: bool,
     /// `--token-auth-file`: static bearer tokens for the Kubernetes API.
     pub token_auth_file: Option<PathBuf>,
+    /// `--audit-log-path`: the Kubernetes API's audit log.
+    pub audit_log: Option<PathBuf>,
 }
 
 /// One certificate for a member's client and peer URLs alike (as `skiff certs` makes them),
@@ -171,6 +173,9 @@ impl StoreCommand {
             .opt("log", self.log.as_ref());
         if let Some(f) = &self.token_auth_file {
             a.flag("token-auth-file", f);
+        }
+        if let Some(f) = &self.audit_log {
+            a.flag("audit-log-path", f);
         }
         if let Some(tls) = &self.tls {
             a.flag("cert-file", &tls.cert)

@@ -212,6 +212,18 @@ pub struct Args {
     #[arg(long, env = "SKIFF_STORE_ANONYMOUS_AUTH", num_args = 0..=1, default_value_t = true,
           default_missing_value = "true", action = clap::ArgAction::Set)]
     anonymous_auth: bool,
+    /// kube-apiserver's: where the Kubernetes API's audit log goes (JSON lines, one
+    /// `audit.k8s.io/v1` Event per request); none: no audit log.
+    #[arg(long, env = "SKIFF_STORE_AUDIT_LOG_PATH")]
+    audit_log_path: Option<PathBuf>,
+    /// kube-apiserver's audit policy (`audit.k8s.io/v1` Policy, YAML): the level of each
+    /// request; without one every request is logged at `Metadata`.
+    #[arg(
+        long,
+        env = "SKIFF_STORE_AUDIT_POLICY_FILE",
+        requires = "audit_log_path"
+    )]
+    audit_policy_file: Option<PathBuf>,
     /// Interval of progress notifications to watchers that asked for them (e.g. 10m, 5s).
     #[arg(long, env = "SKIFF_STORE_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL", default_value = "10m", value_parser = skiff_proto::duration::parse)]
     experimental_watch_progress_notify_interval: Duration,
@@ -521,6 +533,12 @@ impl Args {
                 modes: self.authorization_mode,
                 token_auth_file: self.token_auth_file,
                 anonymous: self.anonymous_auth,
+                audit: self
+                    .audit_log_path
+                    .map(|path| skiff_store::access::AuditConfig {
+                        path,
+                        policy: self.audit_policy_file,
+                    }),
             },
         };
         let listen = Listen {
@@ -689,6 +707,7 @@ mod tests {
             }),
             rbac: true,
             token_auth_file: Some("/c/tokens.csv".into()),
+            audit_log: Some("/l/audit.log".into()),
         };
         let cli = crate::Cli::try_parse_from(std::iter::once("skiff".into()).chain(cmd.args()))
             .expect("the launch crate's argv parses");
@@ -754,6 +773,7 @@ mod tests {
             ]
         );
         assert_eq!(a.token_auth_file, cmd.token_auth_file);
+        assert_eq!(a.audit_log_path, cmd.audit_log);
 
         // Unset options stay at the command's defaults.
         let least = StoreCommand {

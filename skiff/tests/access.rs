@@ -200,6 +200,7 @@ async fn secured() -> Secured {
         }),
         rbac: true,
         token_auth_file: Some(tokens),
+        audit_log: Some(dir.path().join("audit.log")),
         ..StoreCommand::default()
     };
     let member = Launch::new("m0", skiff_bin(), dir.path().join("m0.log"))
@@ -349,6 +350,55 @@ async fn rest_requests_are_authenticated_and_authorized() {
     let (_, text) = s.curl(Alice, "POST", path, Some(review));
     let answer: serde_json::Value = serde_json::from_str(&text).expect("a review");
     assert_eq!(answer["status"]["allowed"], false, "{text}");
+
+    // The audit log: every request, refused or not, as kube-apiserver's events.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let events = loop {
+        let text = std::fs::read_to_string(s.dir.path().join("audit.log")).unwrap_or_default();
+        let events: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("an audit line is JSON"))
+            .collect();
+        if events.iter().any(|e| e["requestURI"] == path) || Instant::now() > deadline {
+            break events;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let find = |user: &str, uri: &str| {
+        events
+            .iter()
+            .find(|e| e["user"]["username"] == user && e["requestURI"] == uri)
+            .unwrap_or_else(|| panic!("no event of {user} {uri} in {events:#?}"))
+    };
+    let forbidden = find("alice", "/api/v1/namespaces/default/pods/web");
+    assert_eq!(forbidden["kind"], "Event");
+    assert_eq!(forbidden["verb"], "get");
+    assert_eq!(forbidden["responseStatus"]["code"], 403);
+    assert_eq!(
+        forbidden["annotations"]["authorization.k8s.io/decision"],
+        "forbid"
+    );
+    assert_eq!(
+        forbidden["objectRef"],
+        serde_json::json!({"resource": "pods", "namespace": "default", "name": "web", "apiVersion": "v1"})
+    );
+    let created = find("admin", "/api/v1/namespaces");
+    assert_eq!(created["verb"], "create");
+    assert_eq!(created["responseStatus"]["code"], 201);
+    assert_eq!(
+        created["annotations"]["authorization.k8s.io/decision"],
+        "allow"
+    );
+    assert_eq!(created["level"], "Metadata");
+    let acting = events
+        .iter()
+        .find(|e| e["impersonatedUser"]["username"] == "bob")
+        .expect("the admin acting as bob");
+    assert_eq!(acting["user"]["username"], "admin");
+    let unknown = find("", "/api");
+    assert_eq!(unknown["responseStatus"]["code"], 401);
+    assert!(unknown.get("annotations").is_none(), "{unknown}");
+    assert!(forbidden["sourceIPs"][0] == "127.0.0.1", "{forbidden}");
 
     // kubectl, as a user would run it.
     if kubectl_on_path() {
@@ -542,6 +592,45 @@ async fn grpc_and_etcd_requests_are_authorized() {
         .await
         .expect_err("anonymous reads nothing");
     assert_ne!(refused.code(), Some(Code::Ok), "{refused:?}");
+
+    // The cluster API's calls are in the audit log too, when they have ended.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let events = loop {
+        let text = std::fs::read_to_string(s.dir.path().join("audit.log")).unwrap_or_default();
+        let events: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("an audit line is JSON"))
+            .collect();
+        let refused_list = |e: &serde_json::Value| {
+            e["user"]["username"] == "system:node:n1" && e["responseStatus"]["code"] == 403
+        };
+        if events.iter().any(refused_list) || Instant::now() > deadline {
+            break events;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let bind = events
+        .iter()
+        .find(|e| e["requestURI"] == "/skiff.cluster.v1.Cluster/Bind")
+        .unwrap_or_else(|| panic!("no Bind in {events:#?}"));
+    assert_eq!(bind["user"]["username"], "system:kube-scheduler");
+    assert_eq!(bind["verb"], "create");
+    assert_eq!(bind["objectRef"]["subresource"], "binding");
+    assert_eq!(bind["responseStatus"]["code"], 200);
+    assert_eq!(
+        bind["annotations"]["authorization.k8s.io/decision"],
+        "allow"
+    );
+    let refused = events
+        .iter()
+        .find(|e| {
+            e["user"]["username"] == "system:node:n1"
+                && e["verb"] == "list"
+                && e["annotations"]["authorization.k8s.io/decision"] == "forbid"
+        })
+        .unwrap_or_else(|| panic!("no refused list of n1 in {events:#?}"));
+    assert_eq!(refused["responseStatus"]["code"], 403);
+    assert_eq!(refused["requestURI"], "/skiff.cluster.v1.Cluster/List");
 
     let (ok, out) = s.etcdctl(Who::Admin, &["put", "/x", "1"]);
     assert!(ok, "{out}");

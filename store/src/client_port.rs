@@ -23,6 +23,7 @@ use tonic::codegen::http;
 use tower::ServiceExt;
 
 use crate::access::Attributes;
+use crate::access::audit::{AuditLog, Level, Record, Slot, http_code};
 use crate::cluster::ClusterApi;
 use crate::metrics::GrpcLabels;
 use crate::tls::ConnInfo;
@@ -34,6 +35,8 @@ pub struct ClientPortLayer {
     handled: Family<GrpcLabels, Counter>,
     /// The API whose access rules gate the etcd services, when they are gated (RBAC).
     gate: Option<ClusterApi>,
+    /// The API whose audit log records the cluster API's calls, when one is kept.
+    audit: Option<ClusterApi>,
 }
 
 impl ClientPortLayer {
@@ -42,6 +45,7 @@ impl ClientPortLayer {
             http,
             handled,
             gate: api.access.config.rbac().then(|| api.clone()),
+            audit: api.access.audit.is_some().then(|| api.clone()),
         }
     }
 }
@@ -67,6 +71,7 @@ impl<S> tower::Layer<S> for ClientPortLayer {
             http: self.http.clone(),
             handled: self.handled.clone(),
             gate: self.gate.clone(),
+            audit: self.audit.clone(),
         }
     }
 }
@@ -77,6 +82,7 @@ pub struct ClientPort<S> {
     http: axum::Router,
     handled: Family<GrpcLabels, Counter>,
     gate: Option<ClusterApi>,
+    audit: Option<ClusterApi>,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -96,7 +102,7 @@ where
         self.grpc.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
         let grpc = req
             .headers()
             .get(http::header::CONTENT_TYPE)
@@ -117,6 +123,32 @@ where
         {
             return Box::pin(async move { Ok(status.into_http()) });
         }
+        // Calls of the cluster API go to the audit log, when one is kept: the handler says
+        // who asked what through the slot, the event is written when the call has ended.
+        let audit = self
+            .audit
+            .as_ref()
+            .filter(|_| req.uri().path().starts_with(CLUSTER_API))
+            .map(|api| {
+                let slot = Slot::default();
+                req.extensions_mut().insert(slot.clone());
+                let conn = req.extensions().get::<ConnInfo>();
+                Pending {
+                    api: api.clone(),
+                    slot,
+                    uri: req.uri().path().to_owned(),
+                    source_ip: conn
+                        .and_then(|c| c.tcp.remote_addr())
+                        .map(|a| a.ip().to_string()),
+                    user_agent: req
+                        .headers()
+                        .get(http::header::USER_AGENT)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned(),
+                    received: chrono::Utc::now(),
+                }
+            });
         let (service, method) = split_path(req.uri().path());
         let labels = GrpcLabels {
             grpc_type: grpc_type(&service, &method),
@@ -130,7 +162,7 @@ where
         let mut inner = std::mem::replace(&mut self.grpc, ready);
         Box::pin(async move {
             let resp = inner.call(req).await?;
-            Ok(count(resp, labels, handled))
+            Ok(count(resp, labels, handled, audit))
         })
     }
 }
@@ -141,20 +173,25 @@ fn count(
     resp: http::Response<Body>,
     labels: GrpcLabels,
     handled: Family<GrpcLabels, Counter>,
+    mut audit: Option<Pending>,
 ) -> http::Response<Body> {
-    let record = move |headers: &http::HeaderMap, labels: &GrpcLabels| {
-        if let Some(code) = headers.get("grpc-status") {
-            let code = code_name(code.to_str().ok().and_then(|c| c.parse().ok()));
-            handled
-                .get_or_create(&GrpcLabels {
-                    grpc_code: code,
-                    ..labels.clone()
-                })
-                .inc();
-            true
-        } else {
-            false
+    let mut record = move |headers: &http::HeaderMap, labels: &GrpcLabels| {
+        let Some(code) = headers
+            .get("grpc-status")
+            .map(|c| c.to_str().ok().and_then(|c| c.parse::<i32>().ok()))
+        else {
+            return false;
+        };
+        handled
+            .get_or_create(&GrpcLabels {
+                grpc_code: code_name(code),
+                ..labels.clone()
+            })
+            .inc();
+        if let Some(a) = audit.take() {
+            a.done(code.map_or(tonic::Code::Unknown, tonic::Code::from_i32));
         }
+        true
     };
     if record(resp.headers(), &labels) {
         return resp;
@@ -167,6 +204,63 @@ fn count(
             frame
         }))
     })
+}
+
+/// The path prefix of the cluster API's calls.
+const CLUSTER_API: &str = "/skiff.cluster.v1.Cluster/";
+
+/// A cluster API call on its way, for the audit log.
+struct Pending {
+    api: ClusterApi,
+    slot: Slot,
+    uri: String,
+    source_ip: Option<String>,
+    user_agent: String,
+    received: chrono::DateTime<chrono::Utc>,
+}
+
+impl Pending {
+    /// Writes the call's event, at the level the policy gives who asked what; a call that
+    /// ended before its handler knew either (it did not decode, its credentials were
+    /// wrong) is written as a path.
+    fn done(self, code: tonic::Code) {
+        let Some(log) = self.api.access.audit.as_ref() else {
+            return;
+        };
+        let asked = self.slot.take();
+        let (user, attributes, allowed) = match asked {
+            Some(a) => (a.user, a.attributes, Some(a.allowed)),
+            None => (
+                crate::access::User {
+                    name: String::new(),
+                    uid: String::new(),
+                    groups: Vec::new(),
+                },
+                Attributes::path("post", &self.uri),
+                None,
+            ),
+        };
+        let level = log.policy.level(&user, &attributes);
+        if level == Level::None {
+            return;
+        }
+        log.record(&Record {
+            level,
+            id: AuditLog::new_id(),
+            uri: self.uri,
+            user,
+            impersonated: None,
+            source_ip: self.source_ip,
+            user_agent: self.user_agent,
+            attributes,
+            decision: allowed.map(|a| if a { "allow" } else { "forbid" }),
+            code: http_code(code),
+            received: self.received,
+            done: chrono::Utc::now(),
+            request_object: None,
+            response_object: None,
+        });
+    }
 }
 
 fn split_path(path: &str) -> (String, String) {

@@ -127,9 +127,9 @@ pub async fn run(
         )?),
         None => None,
     };
-    // A token file that does not load fails the start, before the data directory is touched.
-    let access =
-        Arc::new(crate::access::Access::new(config.access.clone()).context("--token-auth-file")?);
+    // A token file or audit policy that does not load fails the start, before the data
+    // directory is touched.
+    let access = Arc::new(crate::access::Access::new(config.access.clone())?);
     // Bind first: a taken port fails the start before anything touches the data directory.
     let client = bind_all(
         &listen.client_urls,

@@ -384,6 +384,10 @@ fn start_members(cluster: &mut Cluster, exe: &str) -> Result<()> {
                 ca: certs.join("ca.pem"),
             }),
             rbac: layout.tls,
+            // Every request to the Kubernetes API, at Metadata, as kube-apiserver logs it.
+            audit_log: layout
+                .tls
+                .then(|| cluster.logs().join(format!("audit-{m}.log"))),
             initial_cluster: layout.initial_cluster(),
             // As kube-apiserver compacts its etcd: five minutes of history.
             auto_compaction_retention: Some(Duration::from_secs(300)),

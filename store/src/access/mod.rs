@@ -15,6 +15,7 @@
 //!
 //! | module        | what                                                                 |
 //! |---------------|----------------------------------------------------------------------|
+//! | [`audit`]     | the audit log: kube-apiserver's events, JSON lines, a policy for levels |
 //! | [`authn`]     | users from client certificates, the static token file, or anonymous  |
 //! | [`node`]      | the node authorizer and NodeRestriction: an agent's own Node and pods only |
 //! | [`rbac`]      | what a set of roles and bindings allows (pure, the rules of Kubernetes' RBAC) |
@@ -28,12 +29,14 @@ use std::sync::Arc;
 
 use skiff_proto::api::rbac::{NonResourceAttributes, ResourceAttributes};
 
+pub mod audit;
 pub mod authn;
 pub mod bootstrap;
 pub mod node;
 pub mod policy;
 pub mod rbac;
 
+pub use audit::AuditLog;
 pub use authn::{Authenticator, User};
 pub use policy::Policy;
 
@@ -221,6 +224,29 @@ pub struct AccessConfig {
     pub token_auth_file: Option<PathBuf>,
     /// `--anonymous-auth`: a request without credentials is `system:anonymous` (else 401).
     pub anonymous: bool,
+    /// `--audit-log-path` and `--audit-policy-file`: the REST API's audit log.
+    pub audit: Option<AuditConfig>,
+}
+
+/// Where the audit log goes, and its policy (none: every request at `Metadata`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditConfig {
+    pub path: PathBuf,
+    pub policy: Option<PathBuf>,
+}
+
+/// Settings that could not be used at start.
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    #[error("--token-auth-file {0}")]
+    Tokens(#[from] authn::TokenFileError),
+    #[error("--audit-policy-file {0}")]
+    Policy(#[from] audit::PolicyError),
+    #[error("--audit-log-path {}: {source}", path.display())]
+    Log {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 impl Default for AccessConfig {
@@ -229,6 +255,7 @@ impl Default for AccessConfig {
             modes: vec![Mode::AlwaysAllow],
             token_auth_file: None,
             anonymous: true,
+            audit: None,
         }
     }
 }
@@ -258,22 +285,41 @@ pub struct Access {
     pub config: AccessConfig,
     authn: Authenticator,
     policy: Arc<Policy>,
+    /// The audit log, when one is kept.
+    pub audit: Option<AuditLog>,
 }
 
 impl Access {
-    /// Reads the token file, if any; an unreadable or malformed one fails the start.
-    pub fn new(config: AccessConfig) -> Result<Access, authn::TokenFileError> {
+    /// Reads the token file and the audit policy and opens the audit log (its writer runs on
+    /// the current runtime), when configured; any that cannot be used fails the start.
+    pub fn new(config: AccessConfig) -> Result<Access, AccessError> {
         let authn = Authenticator::new(config.token_auth_file.as_deref(), config.anonymous)?;
+        let audit = match &config.audit {
+            Some(a) => {
+                let policy = match &a.policy {
+                    Some(p) => audit::Policy::load(p)?,
+                    None => audit::Policy::metadata_for_all(),
+                };
+                Some(
+                    AuditLog::open(&a.path, policy).map_err(|source| AccessError::Log {
+                        path: a.path.clone(),
+                        source,
+                    })?,
+                )
+            }
+            None => None,
+        };
         Ok(Access {
             config,
             authn,
             policy: Arc::new(Policy::default()),
+            audit,
         })
     }
 
     /// Everything allowed, no token file: a member without security.
     pub fn open() -> Access {
-        Access::new(AccessConfig::default()).expect("invariant: no token file to read")
+        Access::new(AccessConfig::default()).expect("invariant: no file to read")
     }
 
     pub fn policy(&self) -> &Arc<Policy> {

@@ -60,6 +60,22 @@ pub struct ClusterApi {
     requester: Option<Arc<User>>,
 }
 
+/// The attributes of `verb` on objects of `kind` (a subresource of them; one object when
+/// `name` is given) in `namespace` (none for a cluster-scoped kind), with a list's or
+/// watch's field selector.
+pub fn kind_attributes(
+    verb: &str,
+    kind: Kind,
+    subresource: Option<&str>,
+    namespace: &str,
+    name: &str,
+    fields: &str,
+) -> Attributes {
+    let ns = if kind.is_namespaced() { namespace } else { "" };
+    Attributes::resource(verb, kind.group(), kind.plural(), subresource, ns, name)
+        .with_fields(fields)
+}
+
 impl crate::access::node::Graph for ClusterApi {
     fn pod_node(&self, namespace: &str, name: &str) -> Option<String> {
         match self.get_local(Kind::Pod, namespace, name) {
@@ -347,11 +363,9 @@ impl ClusterApi {
         if self.access.allows_everything() {
             return Ok(());
         }
-        let ns = if kind.is_namespaced() { namespace } else { "" };
         self.authorize(
             user,
-            Attributes::resource(verb, kind.group(), kind.plural(), subresource, ns, name)
-                .with_fields(fields),
+            kind_attributes(verb, kind, subresource, namespace, name, fields),
         )
     }
 

@@ -13,8 +13,11 @@ use tonic::{Request, Response, Status};
 
 use super::list::ReadAt;
 use super::watch::Filter;
-use super::{ClusterApi, ClusterError, from_pb, header, not_found, parse_kind, to_pb};
+use super::{
+    ClusterApi, ClusterError, from_pb, header, kind_attributes, not_found, parse_kind, to_pb,
+};
 use crate::access::User;
+use crate::access::audit::{Asked, Slot};
 use crate::tls::ConnInfo;
 
 /// Who sent a request: its connection's client certificate, else its bearer token, else
@@ -57,25 +60,39 @@ impl<'a> Ask<'a> {
 }
 
 /// Authenticates the request and checks what it asks; the API to serve it with, writing for
-/// its user (so admission knows who writes).
+/// its user (so admission knows who writes). Who asked what, and the answer, go to the
+/// audit log's slot when the call is audited.
 fn authorize<T>(
     api: &ClusterApi,
     req: &Request<T>,
     ask: Ask<'_>,
 ) -> Result<ClusterApi, ClusterError> {
-    if api.access.allows_everything() {
+    let slot = req.extensions().get::<Slot>();
+    if api.access.allows_everything() && slot.is_none() {
         return Ok(api.clone());
     }
     let user = user(api, req)?;
-    api.authorize_kind(
-        &user,
+    let attributes = kind_attributes(
         ask.verb,
         ask.kind,
         ask.subresource,
         ask.namespace,
         ask.name,
         ask.fields,
-    )?;
+    );
+    let answer = if api.access.allows_everything() {
+        Ok(())
+    } else {
+        api.authorize(&user, attributes.clone())
+    };
+    if let Some(slot) = slot {
+        slot.fill(Asked {
+            user: user.clone(),
+            attributes,
+            allowed: answer.is_ok(),
+        });
+    }
+    answer?;
     Ok(api.as_user(&user))
 }
 

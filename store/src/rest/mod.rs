@@ -50,6 +50,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use serde_json::json;
 
+use crate::access::audit::{AuditLog, Level, Record};
 use crate::access::{Attributes, User};
 use crate::cluster::{ClusterApi, ClusterError};
 use crate::tls::ApiPeer;
@@ -177,12 +178,19 @@ fn impersonated(api: &ClusterApi, user: User, headers: &HeaderMap) -> Result<Use
     })
 }
 
-/// `e`, once the request's body has been read (and dropped): answering before a client has
-/// sent its body closes the connection on data still in flight, and the client sees a reset
-/// instead of the refusal.
-async fn refuse(body: Body, e: ApiError) -> ApiError {
+/// A response that refuses a request for who sent it (authentication or authorization), as
+/// the audit log tells refusals apart.
+#[derive(Debug, Clone, Copy)]
+struct Refused;
+
+/// The answer `e`, once the request's body has been read (and dropped): answering before a
+/// client has sent its body closes the connection on data still in flight, and the client
+/// sees a reset instead of the refusal.
+async fn refused(body: Body, e: ApiError) -> Response {
     let _ = read_body(body).await;
-    e
+    let mut r = e.into_response();
+    r.extensions_mut().insert(Refused);
+    r
 }
 
 /// Whether a path names resources (`/api/v1/pods`, `/apis/apps/v1/deployments`) rather
@@ -199,40 +207,179 @@ fn is_resource_path(path: &str) -> bool {
 
 /// Finds the request's user (401 when its credentials are wrong, or missing where anonymous
 /// requests are off) and authorizes paths that are no resource; the user goes on in the
-/// request's extensions.
+/// request's extensions. Every request, refused or not, goes to the audit log when one is
+/// kept.
 async fn authenticate(State(rest): State<Arc<Rest>>, mut req: Request, next: Next) -> Response {
+    let received = chrono::Utc::now();
     let access = &rest.api.access;
-    let cert = req
+    let conn = req
         .extensions()
         .get::<ConnectInfo<ApiPeer>>()
-        .and_then(|c| c.0.0.as_ref())
-        .and_then(|c| c.client.clone());
+        .and_then(|c| c.0.0.clone());
+    let attributes = request_attributes(req.method(), req.uri());
+    let mut audit = access.audit.as_ref().map(|log| Audit {
+        log,
+        uri: req
+            .uri()
+            .path_and_query()
+            .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned()),
+        impersonator: None,
+        source_ip: conn
+            .as_ref()
+            .and_then(|c| c.tcp.remote_addr().map(|a| a.ip().to_string())),
+        user_agent: req
+            .headers()
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
+        received,
+        request_object: None,
+    });
     let bearer = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(crate::access::bearer);
-    let user = match access.authenticate(bearer, cert.as_ref()) {
+    let real = match access.authenticate(bearer, conn.as_ref().and_then(|c| c.client.as_ref())) {
         Ok(user) => user,
         Err(e) => {
-            return refuse(req.into_body(), ClusterError::from(e).into())
-                .await
-                .into_response();
+            let r = refused(req.into_body(), ClusterError::from(e).into()).await;
+            let nobody = User {
+                name: String::new(),
+                uid: String::new(),
+                groups: Vec::new(),
+            };
+            return audited(audit.as_mut(), &nobody, attributes, r).await;
         }
     };
-    let user = match impersonated(&rest.api, user, req.headers()) {
+    let user = match impersonated(&rest.api, real.clone(), req.headers()) {
         Ok(user) => user,
-        Err(e) => return refuse(req.into_body(), e).await.into_response(),
-    };
-    let path = req.uri().path();
-    if !access.allows_everything() && !is_resource_path(path) {
-        let verb = req.method().as_str().to_ascii_lowercase();
-        if let Err(e) = rest.api.authorize(&user, Attributes::path(&verb, path)) {
-            return refuse(req.into_body(), e.into()).await.into_response();
+        Err(e) => {
+            let r = refused(req.into_body(), e).await;
+            return audited(audit.as_mut(), &real, attributes, r).await;
         }
+    };
+    if user != real
+        && let Some(a) = audit.as_mut()
+    {
+        a.impersonator = Some(real);
     }
-    req.extensions_mut().insert(user);
-    next.run(req).await
+    let level = audit
+        .as_ref()
+        .map_or(Level::None, |a| a.log.policy.level(&user, &attributes));
+    if level == Level::None {
+        audit = None;
+    }
+    if let Some(a) = audit.as_mut()
+        && level >= Level::Request
+        && matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH)
+    {
+        // The body is read here for the log, and handed on as it came.
+        let (parts, body) = req.into_parts();
+        let bytes = match read_body(body).await {
+            Ok(b) => b,
+            Err(e) => return audited(Some(a), &user, attributes, e.into_response()).await,
+        };
+        a.request_object = serde_json::from_slice(&bytes).ok();
+        req = Request::from_parts(parts, Body::from(bytes));
+    }
+    let path = req.uri().path();
+    if !access.allows_everything()
+        && !is_resource_path(path)
+        && let Err(e) = rest.api.authorize(&user, attributes.clone())
+    {
+        let r = refused(req.into_body(), e.into()).await;
+        return audited(audit.as_mut(), &user, attributes, r).await;
+    }
+    req.extensions_mut().insert(user.clone());
+    let response = next.run(req).await;
+    audited(audit.as_mut(), &user, attributes, response).await
+}
+
+/// What the audit log is told of a request being served.
+struct Audit<'a> {
+    log: &'a AuditLog,
+    uri: String,
+    /// Who sent a request that acts as another user.
+    impersonator: Option<User>,
+    source_ip: Option<String>,
+    user_agent: String,
+    received: chrono::DateTime<chrono::Utc>,
+    request_object: Option<serde_json::Value>,
+}
+
+/// The biggest response body the audit log keeps at `RequestResponse`.
+const AUDITED_RESPONSE: usize = 1 << 20;
+
+/// Writes the request's event (when the log keeps one) and hands `response` on.
+async fn audited(
+    audit: Option<&mut Audit<'_>>,
+    user: &User,
+    attributes: Attributes,
+    response: Response,
+) -> Response {
+    let Some(a) = audit else {
+        return response;
+    };
+    let level = a.log.policy.level(user, &attributes);
+    if level == Level::None {
+        return response;
+    }
+    let refused = response.extensions().get::<Refused>().is_some();
+    let code = response.status().as_u16();
+    let streaming = attributes.verb() == "watch"
+        || response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_none_or(|t| !t.starts_with("application/json"));
+    let (response, response_object) = if level == Level::RequestResponse && !streaming {
+        let (parts, body) = response.into_parts();
+        match axum::body::to_bytes(body, AUDITED_RESPONSE).await {
+            Ok(bytes) => {
+                let object = serde_json::from_slice(&bytes).ok();
+                (Response::from_parts(parts, Body::from(bytes)), object)
+            }
+            Err(e) => (
+                ApiError::new(
+                    Reason::InternalError,
+                    format!("reading the response for the audit log: {e}"),
+                )
+                .into_response(),
+                None,
+            ),
+        }
+    } else {
+        (response, None)
+    };
+    let (user, impersonated) = match a.impersonator.take() {
+        Some(real) => (real, Some(user.clone())),
+        None => (user.clone(), None),
+    };
+    a.log.record(&Record {
+        level,
+        id: AuditLog::new_id(),
+        uri: a.uri.clone(),
+        user,
+        impersonated,
+        source_ip: a.source_ip.clone(),
+        user_agent: a.user_agent.clone(),
+        attributes,
+        decision: if code == 401 {
+            None
+        } else if refused {
+            Some("forbid")
+        } else {
+            Some("allow")
+        },
+        code,
+        received: a.received,
+        done: chrono::Utc::now(),
+        request_object: a.request_object.take(),
+        response_object,
+    });
+    response
 }
 
 async fn not_found(uri: axum::http::Uri) -> ApiError {
@@ -357,7 +504,7 @@ async fn pod_session(
     let path = uri.path().trim_start_matches("/api/v1/");
     let target = Target::parse("v1", path)?;
     let params = Params::parse(query.as_deref())?;
-    rest.api.authorize_kind(
+    if let Err(e) = rest.api.authorize_kind(
         &user,
         "create",
         target.kind,
@@ -365,7 +512,9 @@ async fn pod_session(
         &target.namespace,
         &target.name,
         "",
-    )?;
+    ) {
+        return Ok(refused(Body::empty(), e.into()).await);
+    }
     exec::session(&rest.api, &target, &params, &method, upgrade.ok()).await
 }
 
@@ -413,6 +562,65 @@ async fn group_resource(
     resource(rest, &user, target, method, query, headers, body).await
 }
 
+/// The Kubernetes verb of a request for a resource: its method, and whether it names a
+/// collection or asks for a watch; empty when no verb fits.
+fn verb_of(method: &Method, collection: bool, watch: bool) -> &'static str {
+    match (method, collection, watch) {
+        (&Method::GET, _, true) => "watch",
+        (&Method::GET, true, false) => "list",
+        (&Method::GET, false, false) => "get",
+        (&Method::POST, _, _) => "create",
+        (&Method::PUT, false, _) => "update",
+        (&Method::PATCH, false, _) => "patch",
+        (&Method::DELETE, false, _) => "delete",
+        (&Method::DELETE, true, _) => "deletecollection",
+        _ => "",
+    }
+}
+
+/// What a request asks, as the authorizers and the audit log name it: a verb on a resource
+/// for resource paths (one that does not parse is taken as a path), else a verb on a path.
+fn request_attributes(method: &Method, uri: &axum::http::Uri) -> Attributes {
+    let path = uri.path();
+    let as_path = || Attributes::path(&method.as_str().to_ascii_lowercase(), path);
+    if !is_resource_path(path) {
+        return as_path();
+    }
+    let parts: Vec<&str> = path.trim_matches('/').splitn(4, '/').collect();
+    let (api_version, rest) = match parts.as_slice() {
+        ["api", v, rest @ ..] => ((*v).to_owned(), rest.join("/")),
+        ["apis", g, v, rest] => (format!("{g}/{v}"), (*rest).to_owned()),
+        _ => return as_path(),
+    };
+    let Ok(target) = Target::parse(&api_version, &rest) else {
+        return as_path();
+    };
+    let params = Params::parse(uri.query()).unwrap_or_default();
+    let verb = verb_of(method, target.is_collection(), params.watch);
+    let fields = params.field_selector;
+    let mut a = Attributes::resource(
+        verb,
+        target.kind.group(),
+        target.kind.plural(),
+        target.subresource.as_deref(),
+        if target.kind.is_namespaced() {
+            &target.namespace
+        } else {
+            ""
+        },
+        &target.name,
+    )
+    .with_fields(&fields);
+    if let Attributes::Resource(r) = &mut a {
+        r.version = api_version
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+    }
+    a
+}
+
 /// The verbs served at `target`'s path. A subresource the resource does not have is no path
 /// at all: 404, as kube-apiserver answers (405 is for a verb a served path does not take).
 fn served_verbs(target: &Target) -> Result<&'static [&'static str], ApiError> {
@@ -450,17 +658,7 @@ async fn resource(
     let collection = target.is_collection();
     let sub = target.subresource.as_deref();
     let allowed = served_verbs(&target)?;
-    let verb = match (&method, collection, params.watch) {
-        (&Method::GET, true, true) | (&Method::GET, false, true) => "watch",
-        (&Method::GET, true, false) => "list",
-        (&Method::GET, false, false) => "get",
-        (&Method::POST, _, _) => "create",
-        (&Method::PUT, false, _) => "update",
-        (&Method::PATCH, false, _) => "patch",
-        (&Method::DELETE, false, _) => "delete",
-        (&Method::DELETE, true, _) => "deletecollection",
-        _ => "",
-    };
+    let verb = verb_of(&method, collection, params.watch);
     if verb.is_empty() || !allowed.contains(&verb) {
         return Err(ApiError::new(
             Reason::MethodNotAllowed,
@@ -480,7 +678,7 @@ async fn resource(
         &target.name,
         &params.field_selector,
     ) {
-        return Err(refuse(body, e.into()).await);
+        return Ok(refused(body, e.into()).await);
     }
     match verb {
         "watch" => watch::watch(api, &target, &params, accept).await,

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# What security costs: the same cluster and load, secured (TLS on every URL, client
+# certificates, Node+RBAC authorization, the audit log; `skiff up`'s default) and not
+# (`skiff up --insecure`), alternated in one run. For each, on a fresh `skiff up` with
+# simulated nodes: `skiff bench startup` (pods created through the cluster API: creates/s and
+# create → Running percentiles), then `kubectl get pods -A` timed RUNS times over those pods
+# (the REST API's list latency).
+#
+# Usage: bash scripts/bench-security.sh
+#   PODS=3000 NODES=100    pods created per round, and the simulated nodes that take them
+#   ROUNDS=2               rounds of (insecure, secure)
+#   RUNS=10                timed `kubectl get` runs per round
+#   SKIFF_BIN=path         this skiff binary instead of the target directory's
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/common.sh
+
+PODS=${PODS:-3000}
+NODES=${NODES:-100}
+ROUNDS=${ROUNDS:-2}
+RUNS=${RUNS:-10}
+
+if [ -n "${SKIFF_BIN:-}" ]; then
+  SKIFF=$SKIFF_BIN
+  build="given binary"
+elif [ -x "$CARGO_TARGET_DIR/release/skiff" ]; then
+  SKIFF=$CARGO_TARGET_DIR/release/skiff
+  build="release build"
+else
+  require_cargo
+  echo "==> no release binary in $CARGO_TARGET_DIR: building debug"
+  cargo build --locked --workspace
+  SKIFF=$CARGO_TARGET_DIR/debug/skiff
+  build="debug build"
+fi
+echo "==> $SKIFF ($build, built $(date -r "$SKIFF" '+%F %T'))"
+have_kubectl=1
+command -v kubectl >/dev/null || { have_kubectl=0; echo "kubectl is not on PATH: list latency not measured"; }
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+free_base() {
+  for b in $(seq 43000 100 47900); do
+    local ok=1
+    for off in 0 1 2 3 10 11 12 13 20 21 22 23 30 31 32 33; do
+      port_free $((b + off)) || { ok=0; break; }
+    done
+    if [ $ok = 1 ]; then echo "$b"; return; fi
+  done
+  echo "no free port range in 43000..47999" >&2
+  exit 1
+}
+
+up_pid=""
+stop_cluster() {
+  if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
+    kill -INT "$up_pid"
+    for _ in $(seq 1 600); do
+      kill -0 "$up_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$up_pid" 2>/dev/null && kill -KILL "$up_pid"
+    wait "$up_pid" 2>/dev/null || true
+  fi
+  up_pid=""
+}
+trap stop_cluster EXIT
+
+results=$(mktemp /tmp/skiff-security.XXXXXX)
+# One round: MODE is "insecure" or "secure".
+round() {
+  local mode=$1 work base flags=""
+  work=$(mktemp -d /tmp/skiff-security-run.XXXXXX)
+  base=$(free_base)
+  [ "$mode" = insecure ] && flags="--insecure"
+  export SKIFF_CONFIG=$work/config KUBECONFIG=$work/kubeconfig
+  # shellcheck disable=SC2086
+  "$SKIFF" up $flags --data-dir "$work/up" --nodes "$NODES" --base-port "$base" \
+    >"$work/up.log" 2>&1 &
+  up_pid=$!
+  until grep -q '^ready in' "$work/up.log"; do
+    kill -0 "$up_pid" 2>/dev/null || { cat "$work/up.log"; echo "skiff up exited" >&2; exit 1; }
+    sleep 0.2
+  done
+  echo "==> $mode: skiff bench startup --pods $PODS ($NODES simulated nodes)"
+  "$SKIFF" bench startup --pods "$PODS" --keep | tee "$work/startup.txt"
+  local creates p50 p99 list="-"
+  # startup: N of N pods Running in T s (R pods/s end to end); created in T s (C/s), …
+  creates=$(sed -nE 's/.*created in [0-9.]+ s \(([0-9]+)\/s\).*/\1/p' "$work/startup.txt" | head -1)
+  # "  create sent → Running  p50  X ms   p90  Y ms   p99  Z ms   max  W ms"
+  p50=$(awk '/create sent → Running/ {for (i = 1; i <= NF; i++) if ($i == "p50") print $(i+1)" ms"}' "$work/startup.txt")
+  p99=$(awk '/create sent → Running/ {for (i = 1; i <= NF; i++) if ($i == "p99") print $(i+1)" ms"}' "$work/startup.txt")
+  if [ $have_kubectl = 1 ]; then
+    local times=()
+    for _ in $(seq 1 "$RUNS"); do
+      local t0 t1
+      t0=$(date +%s%N)
+      kubectl get pods -A --no-headers >/dev/null
+      t1=$(date +%s%N)
+      times+=($(((t1 - t0) / 1000000)))
+    done
+    list=$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]" ms"}')
+  fi
+  echo "$mode|$creates|${p50:--}|${p99:--}|$list" >>"$results"
+  stop_cluster
+  rm -rf "$work"
+}
+
+for _ in $(seq 1 "$ROUNDS"); do
+  round insecure
+  round secure
+done
+
+echo
+echo "| cluster | creates/s | create → Running p50 | p99 | kubectl get pods -A ($PODS pods), median of $RUNS |"
+echo "|---|---|---|---|---|"
+while IFS='|' read -r mode creates p50 p99 list; do
+  echo "| $mode | $creates | $p50 | $p99 | $list |"
+done <"$results"
+rm -f "$results"
