@@ -267,9 +267,36 @@ async fn rest_requests_are_authenticated_and_authorized() {
         let (code, text) = s.curl(*who, method, path, *body);
         assert_eq!(code, *want, "{who:?} {method} {path}: {text}");
     }
-    // A certificate from another CA does not get as far as a request.
+    // A certificate from another CA, or one of ours that has expired, does not get as far
+    // as a request.
     let (code, _) = s.curl(Stranger, "GET", "/healthz", None);
     assert_eq!(code, 0, "a certificate from another CA was accepted");
+    expired_certificate(&s.certs(), "expired");
+    let mut cmd = Command::new("curl");
+    let out = cmd
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "10",
+        ])
+        .arg("--cacert")
+        .arg(s.certs().join("ca.pem"))
+        .arg("--cert")
+        .arg(s.certs().join("expired.pem"))
+        .arg("--key")
+        .arg(s.certs().join("expired-key.pem"))
+        .arg(format!("{}/healthz", s.api))
+        .output()
+        .expect("curl");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "000",
+        "an expired certificate was accepted"
+    );
 
     // The refusal reads as kube-apiserver's.
     let (_, text) = s.curl(Alice, "GET", "/api/v1/namespaces/default/pods/web", None);
@@ -644,6 +671,36 @@ async fn grpc_and_etcd_requests_are_authorized() {
         ok,
         "the scheduler holds its leadership through a lease: {out}"
     );
+}
+
+/// A client certificate `name` signed by the CA in `dir` that expired yesterday (the CA is
+/// signed again with its own key under its own name, as `skiff certs` does).
+fn expired_certificate(dir: &Path, name: &str) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+        KeyUsagePurpose,
+    };
+    let ca_key =
+        KeyPair::from_pem(&std::fs::read_to_string(dir.join("ca-key.pem")).expect("CA key"))
+            .expect("CA key");
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name.push(DnType::CommonName, "skiff CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca = ca.self_signed(&ca_key).expect("CA");
+    let mut leaf = CertificateParams::default();
+    leaf.distinguished_name.push(DnType::CommonName, "alice");
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    leaf.use_authority_key_identifier_extension = true;
+    leaf.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    leaf.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    let key = KeyPair::generate().expect("key");
+    let cert = leaf.signed_by(&key, &ca, &ca_key).expect("signed");
+    std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).expect("write");
+    std::fs::write(dir.join(format!("{name}-key.pem")), key.serialize_pem()).expect("write");
 }
 
 fn kubectl_on_path() -> bool {
