@@ -378,6 +378,35 @@ async fn rest_requests_are_authenticated_and_authorized() {
     let answer: serde_json::Value = serde_json::from_str(&text).expect("a review");
     assert_eq!(answer["status"]["allowed"], false, "{text}");
 
+    // PodSecurity: a namespace labelled restricted takes hardened pods only, saying why.
+    let restricted = r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"locked",
+        "labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}"#;
+    let (code, text) = s.curl(Admin, "POST", "/api/v1/namespaces", Some(restricted));
+    assert_eq!(code, 201, "{text}");
+    let (code, text) = s.curl(Admin, "POST", "/api/v1/namespaces/locked/pods", Some(pod));
+    assert_eq!(code, 403, "{text}");
+    assert!(
+        text.contains(
+            "violates PodSecurity \\\"restricted:latest\\\": allowPrivilegeEscalation != false"
+        ),
+        "{text}"
+    );
+    let hardened = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"h"},
+        "spec":{"securityContext":{"runAsNonRoot":true,"seccompProfile":{"type":"RuntimeDefault"}},
+        "containers":[{"name":"c","image":"busybox","securityContext":{
+            "allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}}}]}}"#;
+    let (code, text) = s.curl(
+        Admin,
+        "POST",
+        "/api/v1/namespaces/locked/pods",
+        Some(hardened),
+    );
+    assert_eq!(code, 201, "{text}");
+    let typo = r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"typo",
+        "labels":{"pod-security.kubernetes.io/enforce":"strict"}}}"#;
+    let (code, text) = s.curl(Admin, "POST", "/api/v1/namespaces", Some(typo));
+    assert_eq!(code, 422, "{text}");
+
     // The audit log: every request, refused or not, as kube-apiserver's events.
     let deadline = Instant::now() + Duration::from_secs(10);
     let events = loop {

@@ -13,7 +13,7 @@ use skiff_proto::api::{
 };
 use skiff_proto::quantity::Quantity;
 
-use super::{ClusterApi, ClusterError, Result, not_found, prefix_end};
+use super::{ClusterApi, ClusterError, Result, not_found, pod_security, prefix_end};
 use crate::command::{Compare, CompareResult, CompareTarget};
 
 fn forbidden(object: &Object, why: String) -> ClusterError {
@@ -33,7 +33,7 @@ pub fn admit_create(api: &ClusterApi, object: &mut Object) -> Result<Vec<Compare
     }
     let ns = object.metadata().namespace.clone();
     let (_, found) = api.get_local(Kind::Namespace, "", &ns)?;
-    match found {
+    let namespace = match found {
         None => {
             return Err(not_found(Kind::Namespace, &ns));
         }
@@ -45,8 +45,8 @@ pub fn admit_create(api: &ClusterApi, object: &mut Object) -> Result<Vec<Compare
                 ),
             ));
         }
-        Some(_) => {}
-    }
+        Some(n) => n.object,
+    };
     // The namespace must still exist when the write lands.
     guards.push(Compare {
         key: Kind::Namespace.key("", &ns).into_bytes(),
@@ -54,6 +54,13 @@ pub fn admit_create(api: &ClusterApi, object: &mut Object) -> Result<Vec<Compare
         result: CompareResult::Greater,
         target: CompareTarget::Create(0),
     });
+    if matches!(object, Object::Pod(_)) {
+        let level = pod_security::Level::of_namespace(&namespace.metadata().labels);
+        let violations = pod_security::violations(level, &object.to_json_value());
+        if !violations.is_empty() {
+            return Err(forbidden(object, pod_security::refusal(level, &violations)));
+        }
+    }
     let Object::Pod(pod) = object else {
         return Ok(guards);
     };

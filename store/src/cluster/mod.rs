@@ -32,6 +32,7 @@ pub mod admission;
 pub mod bind;
 pub mod error;
 pub mod list;
+pub mod pod_security;
 pub mod service;
 pub mod watch;
 

@@ -41,6 +41,17 @@ pub(super) fn validate_node(errs: &mut Errors, node: &Node) {
 }
 
 pub(super) fn validate_namespace(errs: &mut Errors, ns: &Namespace) {
+    // PodSecurity's labels name a level, as kube-apiserver checks them.
+    for mode in ["enforce", "audit", "warn"] {
+        let key = format!("pod-security.kubernetes.io/{mode}");
+        if let Some(v) = ns.metadata.labels.get(&key) {
+            errs.one_of(
+                &Path::root("metadata").field("labels").key(&key),
+                v,
+                &["privileged", "baseline", "restricted"],
+            );
+        }
+    }
     if let Some(status) = &ns.status
         && !status.phase.is_empty()
     {
