@@ -32,20 +32,7 @@ if [ $((NODES * MAX_PODS)) -lt "$PODS" ]; then
   exit 1
 fi
 
-if [ -n "${SKIFF_BIN:-}" ]; then
-  SKIFF=$SKIFF_BIN
-  build="given binary"
-elif [ -x "$CARGO_TARGET_DIR/release/skiff" ]; then
-  SKIFF=$CARGO_TARGET_DIR/release/skiff
-  build="release build"
-else
-  require_cargo
-  echo "==> no release binary in $CARGO_TARGET_DIR: building debug"
-  cargo build --locked --workspace
-  SKIFF=$CARGO_TARGET_DIR/debug/skiff
-  build="debug build"
-fi
-echo "==> $SKIFF ($build, built $(date -r "$SKIFF" '+%F %T'))"
+pick_skiff
 
 # A base port whose cluster ports (member i: base+10i .. +3; base+30 .. +32) are all free.
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

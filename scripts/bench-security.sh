@@ -20,20 +20,7 @@ NODES=${NODES:-100}
 ROUNDS=${ROUNDS:-2}
 RUNS=${RUNS:-10}
 
-if [ -n "${SKIFF_BIN:-}" ]; then
-  SKIFF=$SKIFF_BIN
-  build="given binary"
-elif [ -x "$CARGO_TARGET_DIR/release/skiff" ]; then
-  SKIFF=$CARGO_TARGET_DIR/release/skiff
-  build="release build"
-else
-  require_cargo
-  echo "==> no release binary in $CARGO_TARGET_DIR: building debug"
-  cargo build --locked --workspace
-  SKIFF=$CARGO_TARGET_DIR/debug/skiff
-  build="debug build"
-fi
-echo "==> $SKIFF ($build, built $(date -r "$SKIFF" '+%F %T'))"
+pick_skiff
 have_kubectl=1
 command -v kubectl >/dev/null || { have_kubectl=0; echo "kubectl is not on PATH: list latency not measured"; }
 

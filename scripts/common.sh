@@ -40,3 +40,23 @@ require_cargo() {
     exit 1
   fi
 }
+
+# Picks the skiff binary a benchmark script runs, into SKIFF (and says which in `build`):
+# $SKIFF_BIN when set, else the release build in the target directory, else a debug build
+# made now.
+pick_skiff() {
+  if [ -n "${SKIFF_BIN:-}" ]; then
+    SKIFF=$SKIFF_BIN
+    build="given binary"
+  elif [ -x "$CARGO_TARGET_DIR/release/skiff" ]; then
+    SKIFF=$CARGO_TARGET_DIR/release/skiff
+    build="release build"
+  else
+    require_cargo
+    echo "==> no release binary in $CARGO_TARGET_DIR: building debug"
+    cargo build --locked --workspace
+    SKIFF=$CARGO_TARGET_DIR/debug/skiff
+    build="debug build"
+  fi
+  echo "==> $SKIFF ($build, built $(date -r "$SKIFF" '+%F %T'))"
+}

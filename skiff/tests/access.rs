@@ -129,6 +129,27 @@ impl Secured {
         ClusterClient::connect_with(std::slice::from_ref(&self.client), Some(&tls)).expect("client")
     }
 
+    /// The audit log's events, once one of them is `until` (or after 10 s, whatever is
+    /// there: the writer is a task of its own).
+    async fn audit_events(
+        &self,
+        until: impl Fn(&serde_json::Value) -> bool,
+    ) -> Vec<serde_json::Value> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text =
+                std::fs::read_to_string(self.dir.path().join("audit.log")).unwrap_or_default();
+            let events: Vec<serde_json::Value> = text
+                .lines()
+                .map(|l| serde_json::from_str(l).expect("an audit line is JSON"))
+                .collect();
+            if events.iter().any(&until) || Instant::now() > deadline {
+                return events;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     fn etcdctl(&self, who: Who, args: &[&str]) -> (bool, String) {
         let mut cmd = Command::new("etcdctl");
         cmd.env("ETCDCTL_API", "3")
@@ -408,18 +429,7 @@ async fn rest_requests_are_authenticated_and_authorized() {
     assert_eq!(code, 422, "{text}");
 
     // The audit log: every request, refused or not, as kube-apiserver's events.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let events = loop {
-        let text = std::fs::read_to_string(s.dir.path().join("audit.log")).unwrap_or_default();
-        let events: Vec<serde_json::Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("an audit line is JSON"))
-            .collect();
-        if events.iter().any(|e| e["requestURI"] == path) || Instant::now() > deadline {
-            break events;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let events = s.audit_events(|e| e["requestURI"] == path).await;
     let find = |user: &str, uri: &str| {
         events
             .iter()
@@ -650,21 +660,11 @@ async fn grpc_and_etcd_requests_are_authorized() {
     assert_ne!(refused.code(), Some(Code::Ok), "{refused:?}");
 
     // The cluster API's calls are in the audit log too, when they have ended.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let events = loop {
-        let text = std::fs::read_to_string(s.dir.path().join("audit.log")).unwrap_or_default();
-        let events: Vec<serde_json::Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("an audit line is JSON"))
-            .collect();
-        let refused_list = |e: &serde_json::Value| {
+    let events = s
+        .audit_events(|e| {
             e["user"]["username"] == "system:node:n1" && e["responseStatus"]["code"] == 403
-        };
-        if events.iter().any(refused_list) || Instant::now() > deadline {
-            break events;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        })
+        .await;
     let bind = events
         .iter()
         .find(|e| e["requestURI"] == "/skiff.cluster.v1.Cluster/Bind")

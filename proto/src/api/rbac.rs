@@ -43,7 +43,7 @@ pub struct PolicyRule {
     pub non_resource_urls: Vec<String>,
 }
 
-/// Rules that hold in one namespace.
+/// Rules that hold in one namespace (and, as a [`ClusterRole`], in any).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[serde(rename_all = "camelCase")]
@@ -66,27 +66,9 @@ pub struct Role {
 }
 
 /// Rules that hold in every namespace (through a ClusterRoleBinding) or in one (through a
-/// RoleBinding), and the only place non-resource URLs are granted.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase")]
-pub struct ClusterRole {
-    #[serde(default)]
-    #[cfg_attr(test, proptest(value = "\"rbac.authorization.k8s.io/v1\".to_string()"))]
-    pub api_version: String,
-    #[serde(default)]
-    #[cfg_attr(test, proptest(value = "\"ClusterRole\".to_string()"))]
-    pub kind: String,
-    #[serde(default)]
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    #[cfg_attr(test, proptest(strategy = "small_vec()"))]
-    pub rules: Vec<PolicyRule>,
-    /// Fields of Kubernetes' schema that Skiff keeps but does not act on (`aggregationRule`).
-    #[serde(flatten)]
-    #[cfg_attr(test, proptest(value = "Default::default()"))]
-    pub other: Unmodelled,
-}
+/// RoleBinding), and the only place non-resource URLs are granted: a Role's shape, cluster
+/// wide (its `aggregationRule` kept, not acted on).
+pub type ClusterRole = Role;
 
 /// Who a binding grants its role to.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -115,7 +97,8 @@ pub struct RoleRef {
     pub name: String,
 }
 
-/// Grants a role's rules, within the binding's namespace, to its subjects.
+/// Grants a role's rules, within the binding's namespace, to its subjects (and, as a
+/// [`ClusterRoleBinding`], in every namespace).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[serde(rename_all = "camelCase")]
@@ -139,29 +122,9 @@ pub struct RoleBinding {
     pub other: Unmodelled,
 }
 
-/// Grants a ClusterRole's rules, in every namespace, to its subjects.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
-#[serde(rename_all = "camelCase")]
-pub struct ClusterRoleBinding {
-    #[serde(default)]
-    #[cfg_attr(test, proptest(value = "\"rbac.authorization.k8s.io/v1\".to_string()"))]
-    pub api_version: String,
-    #[serde(default)]
-    #[cfg_attr(test, proptest(value = "\"ClusterRoleBinding\".to_string()"))]
-    pub kind: String,
-    #[serde(default)]
-    pub metadata: ObjectMeta,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[cfg_attr(test, proptest(strategy = "small_vec()"))]
-    pub subjects: Vec<Subject>,
-    #[serde(default)]
-    pub role_ref: RoleRef,
-    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
-    #[serde(flatten)]
-    #[cfg_attr(test, proptest(value = "Default::default()"))]
-    pub other: Unmodelled,
-}
+/// Grants a ClusterRole's rules, in every namespace, to its subjects: a RoleBinding's shape,
+/// cluster wide.
+pub type ClusterRoleBinding = RoleBinding;
 
 /// The request a review asks about: a verb on a resource (`resourceAttributes`) or on a path
 /// (`nonResourceAttributes`).

@@ -33,6 +33,16 @@ impl User {
         }
     }
 
+    /// A user by name and groups, as tests make them.
+    #[cfg(test)]
+    pub(crate) fn named(name: &str, groups: &[&str]) -> User {
+        User {
+            name: name.into(),
+            uid: String::new(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        }
+    }
+
     fn authenticated(name: String, uid: String, mut groups: Vec<String>) -> User {
         if !groups.iter().any(|g| g == AUTHENTICATED) {
             groups.push(AUTHENTICATED.to_owned());

@@ -402,11 +402,7 @@ mod tests {
     use super::*;
 
     fn user(name: &str, groups: &[&str]) -> User {
-        User {
-            name: name.into(),
-            uid: String::new(),
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-        }
+        User::named(name, groups)
     }
 
     /// Refusals read as kube-apiserver's, for every shape of request.

@@ -209,11 +209,7 @@ mod tests {
 
     #[test]
     fn node_restriction() {
-        let n1 = User {
-            name: "system:node:n1".into(),
-            uid: String::new(),
-            groups: vec![NODES.into()],
-        };
+        let n1 = User::named("system:node:n1", &[NODES]);
         let plain = node("n1", &[("zone", "a")], false);
         assert_eq!(restrict(&n1, None, &plain), Ok(()));
         assert!(restrict(&n1, None, &node("n2", &[], false)).is_err());
@@ -227,11 +223,7 @@ mod tests {
         // Kept as the administrator set it: fine.
         assert_eq!(restrict(&n1, Some(&fenced), &fenced), Ok(()));
         assert!(restrict(&n1, Some(&plain), &node("n1", &[("zone", "a")], true)).is_err());
-        let admin = User {
-            name: "admin".into(),
-            uid: String::new(),
-            groups: vec![super::super::MASTERS.into()],
-        };
+        let admin = User::named("admin", &[super::super::MASTERS]);
         assert_eq!(restrict(&admin, Some(&plain), &fenced), Ok(()));
         assert_eq!(node_of(&admin), None);
     }

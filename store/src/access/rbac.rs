@@ -246,11 +246,7 @@ mod tests {
     }
 
     fn user(name: &str, groups: &[&str]) -> User {
-        User {
-            name: name.into(),
-            uid: String::new(),
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-        }
+        User::named(name, groups)
     }
 
     fn res(verb: &str, group: &str, resource: &str, sub: &str, ns: &str, name: &str) -> Attributes {

@@ -341,33 +341,15 @@ impl ClusterApi {
         })
     }
 
-    /// Whether `user` may do `attributes`: the one check both faces make.
+    /// Whether `user` may do `attributes` (see [`kind_attributes`]): the one check both
+    /// faces make.
     pub fn authorize(&self, user: &User, attributes: Attributes) -> Result<()> {
-        self.access
-            .check(user, attributes, self)
-            .map_err(ClusterError::Denied)
-    }
-
-    /// Whether `user` may do `verb` on objects of `kind` (a subresource of them, one object
-    /// when `name` is given) in `namespace`; `fields` is a list's or watch's field selector.
-    #[allow(clippy::too_many_arguments)]
-    pub fn authorize_kind(
-        &self,
-        user: &User,
-        verb: &str,
-        kind: Kind,
-        subresource: Option<&str>,
-        namespace: &str,
-        name: &str,
-        fields: &str,
-    ) -> Result<()> {
         if self.access.allows_everything() {
             return Ok(());
         }
-        self.authorize(
-            user,
-            kind_attributes(verb, kind, subresource, namespace, name, fields),
-        )
+        self.access
+            .check(user, attributes, self)
+            .map_err(ClusterError::Denied)
     }
 
     /// This API with every write fenced: it commits only while the etcd key `key` still has

@@ -52,7 +52,7 @@ use serde_json::json;
 
 use crate::access::audit::{AuditLog, Level, Record};
 use crate::access::{Attributes, User};
-use crate::cluster::{ClusterApi, ClusterError};
+use crate::cluster::{ClusterApi, ClusterError, kind_attributes};
 use crate::tls::ApiPeer;
 use request::{Accept, Params, Target, read_body};
 use skiff_proto::api::Kind;
@@ -504,15 +504,15 @@ async fn pod_session(
     let path = uri.path().trim_start_matches("/api/v1/");
     let target = Target::parse("v1", path)?;
     let params = Params::parse(query.as_deref())?;
-    if let Err(e) = rest.api.authorize_kind(
-        &user,
+    let asked = kind_attributes(
         "create",
         target.kind,
         target.subresource.as_deref(),
         &target.namespace,
         &target.name,
         "",
-    ) {
+    );
+    if let Err(e) = rest.api.authorize(&user, asked) {
         return Ok(refused(Body::empty(), e.into()).await);
     }
     exec::session(&rest.api, &target, &params, &method, upgrade.ok()).await
@@ -597,20 +597,14 @@ fn request_attributes(method: &Method, uri: &axum::http::Uri) -> Attributes {
     };
     let params = Params::parse(uri.query()).unwrap_or_default();
     let verb = verb_of(method, target.is_collection(), params.watch);
-    let fields = params.field_selector;
-    let mut a = Attributes::resource(
+    let mut a = kind_attributes(
         verb,
-        target.kind.group(),
-        target.kind.plural(),
+        target.kind,
         target.subresource.as_deref(),
-        if target.kind.is_namespaced() {
-            &target.namespace
-        } else {
-            ""
-        },
+        &target.namespace,
         &target.name,
-    )
-    .with_fields(&fields);
+        &params.field_selector,
+    );
     if let Attributes::Resource(r) = &mut a {
         r.version = api_version
             .rsplit('/')
@@ -669,15 +663,15 @@ async fn resource(
             ),
         ));
     }
-    if let Err(e) = api.authorize_kind(
-        user,
+    let asked = kind_attributes(
         verb,
         target.kind,
         sub,
         &target.namespace,
         &target.name,
         &params.field_selector,
-    ) {
+    );
+    if let Err(e) = api.authorize(user, asked) {
         return Ok(refused(body, e.into()).await);
     }
     match verb {
