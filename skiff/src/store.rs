@@ -495,6 +495,16 @@ impl Args {
                 "--client-ca-file needs --cert-file and --key-file (https:// client or API URLs)"
             );
         }
+        if self.client_cert_auth
+            && let (Some(k8s), Some(etcd)) = (&self.client_ca_file, &self.trusted_ca_file)
+            && k8s != etcd
+        {
+            bail!(
+                "--client-ca-file and --trusted-ca-file name different CAs under --client-cert-auth: \
+                 the client URLs take certificates from both, so an etcd client's would name a \
+                 Kubernetes user; use one CA for both"
+            );
+        }
         if self.authorization_mode.is_empty() {
             bail!("--authorization-mode needs at least one mode: AlwaysAllow or RBAC");
         }
@@ -533,6 +543,7 @@ impl Args {
                 modes: self.authorization_mode,
                 token_auth_file: self.token_auth_file,
                 anonymous: self.anonymous_auth,
+                client_certs: self.client_ca_file.is_some(),
                 audit: self
                     .audit_log_path
                     .map(|path| skiff_store::access::AuditConfig {

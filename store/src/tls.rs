@@ -13,7 +13,10 @@
 //!
 //! The Kubernetes API URLs (`https://`) serve the client URLs' certificate. There a client
 //! certificate is asked for but not required (a client may bring a bearer token instead),
-//! and one that is presented must chain to `--client-ca-file` or `--trusted-ca-file`.
+//! and one that is presented must chain to `--client-ca-file`. A certificate names a
+//! Kubernetes user only when `--client-ca-file` is given; under `--client-cert-auth` it must
+//! be the `--trusted-ca-file` too, so that no etcd client certificate passes for a
+//! Kubernetes user.
 //!
 //! A URL is served with TLS when it is `https://`. A member's certificate and key (served, and
 //! presented when it dials a peer) are read again when their files change (checked at most once a second, on a handshake), so a
@@ -280,10 +283,13 @@ pub fn server_config(
                 .into(),
         ));
     }
+    // The Kubernetes API checks certificates against the Kubernetes CA alone; the client
+    // URLs against etcd's under --client-cert-auth, and the Kubernetes CA's when there is one
+    // (the same file: `skiff store` refuses two different ones together).
     let cas: Vec<&PathBuf> = files
         .trusted_ca
         .iter()
-        .filter(|_| files.client_cert_auth)
+        .filter(|_| files.client_cert_auth && certs == ClientCerts::AsConfigured)
         .chain(&files.client_ca)
         .collect();
     let builder = if cas.is_empty() {

@@ -224,6 +224,9 @@ pub struct AccessConfig {
     pub token_auth_file: Option<PathBuf>,
     /// `--anonymous-auth`: a request without credentials is `system:anonymous` (else 401).
     pub anonymous: bool,
+    /// Whether client certificates name users: `--client-ca-file` is given (certificates
+    /// checked against another CA, etcd's, name no Kubernetes user).
+    pub client_certs: bool,
     /// `--audit-log-path` and `--audit-policy-file`: the REST API's audit log.
     pub audit: Option<AuditConfig>,
 }
@@ -255,6 +258,7 @@ impl Default for AccessConfig {
             modes: vec![Mode::AlwaysAllow],
             token_auth_file: None,
             anonymous: true,
+            client_certs: false,
             audit: None,
         }
     }
@@ -331,7 +335,8 @@ impl Access {
         bearer: Option<&str>,
         cert: Option<&crate::tls::Subject>,
     ) -> Result<User, Unauthorized> {
-        self.authn.authenticate(bearer, cert)
+        self.authn
+            .authenticate(bearer, cert.filter(|_| self.config.client_certs))
     }
 
     /// What the authorizers say of `user` doing `attributes`; `facts` gives what they read
