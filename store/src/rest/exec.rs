@@ -37,6 +37,9 @@ const RESIZE: u8 = 4;
 /// v5: `[CLOSE, channel]` closes that stream (the client's end of stdin).
 const CLOSE: u8 = 255;
 
+/// How long after the upgrade the first frame waits (see [`Relay::run`]).
+const STREAMS_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The session a request asks for, checked as kube-apiserver checks `PodExecOptions` and
 /// `PodAttachOptions`.
 fn start_of(attach: bool, params: &Params) -> Result<pb::SessionStart, ApiError> {
@@ -202,6 +205,13 @@ impl Relay {
     }
 
     async fn run(mut self, socket: WebSocket, mut output: tonic::Streaming<pb::SessionOutput>) {
+        // client-go's executor (kubectl's) starts reading the socket before it has created
+        // its streams, and drops a frame of a stream it has not created yet ("Unknown stream
+        // id 1, discarding message"), the final status's included. The session started before
+        // the upgrade, so its first output is ready at once, and over TLS it can arrive in the
+        // same read as the upgrade's answer. kube-apiserver's first frame comes a few round
+        // trips later (it dials the kubelet after the upgrade); this waits as long.
+        tokio::time::sleep(STREAMS_GRACE).await;
         let (mut sink, mut stream) = socket.split();
         let ended = loop {
             tokio::select! {
