@@ -472,6 +472,11 @@ impl NodeAgent {
                 {
                     tracing::debug!(node = %c.name, error = %e, "registration retry");
                 }
+                // Not allowed yet: a binding just made reaches every member a moment later,
+                // and an administrator may grant it; the kubelet retries too.
+                Err(e) if e.code() == Some(Code::PermissionDenied) => {
+                    tracing::warn!(node = %c.name, error = %e, "registration refused; trying again");
+                }
                 Err(e) => return Err(self.api(e)),
             }
             tokio::select! {

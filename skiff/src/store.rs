@@ -672,6 +672,39 @@ mod tests {
         assert!(from_config_file(&file).is_err());
     }
 
+    /// Under --client-cert-auth the client URLs take certificates from both CAs, so two
+    /// different ones would let an etcd client's certificate name a Kubernetes user.
+    #[test]
+    fn the_kubernetes_ca_is_the_etcd_ca_under_client_cert_auth() {
+        use clap::Parser as _;
+        let args = |ca: &str| {
+            let cli = crate::Cli::try_parse_from([
+                "skiff",
+                "store",
+                "--listen-client-urls",
+                "https://127.0.0.1:1",
+                "--cert-file",
+                "/c/m.pem",
+                "--key-file",
+                "/c/m-key.pem",
+                "--trusted-ca-file",
+                "/c/ca.pem",
+                "--client-cert-auth",
+                "--client-ca-file",
+                ca,
+            ])
+            .expect("parses");
+            match cli.command {
+                crate::Command::Store(a) => a,
+                other => panic!("not `skiff store`: {other:?}"),
+            }
+        };
+        let e = args("/other/ca.pem").config().expect_err("two CAs");
+        assert!(e.to_string().contains("different CAs"), "{e}");
+        let (config, _) = args("/c/ca.pem").config().expect("one CA");
+        assert!(config.access.client_certs);
+    }
+
     #[test]
     fn initial_cluster() {
         let c = parse_initial_cluster("a=http://127.0.0.1:1,b=http://127.0.0.1:2").expect("valid");
