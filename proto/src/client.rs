@@ -447,6 +447,19 @@ pub struct Informer {
     revision: i64,
 }
 
+/// Whether an informer waits and tries again after `e`: the store is away, or refused for
+/// permission (logged, since only a grant ends it).
+fn waits(e: &ClientError, kind: Kind) -> bool {
+    match e.code() {
+        Some(Code::Unavailable) => true,
+        Some(Code::PermissionDenied) => {
+            tracing::warn!(%kind, error = %e, "list or watch refused; trying again");
+            true
+        }
+        _ => false,
+    }
+}
+
 impl Informer {
     /// An informer of the objects of `kind` that `params` selects.
     pub fn new(client: ClusterClient, kind: Kind, params: ListParams) -> Self {
@@ -491,8 +504,10 @@ impl Informer {
 
     /// Runs forever: lists (unless [`Informer::relist`] already did), then applies watch
     /// events to the cache and hands each one to `on_event` with the cache as it is after the
-    /// event. Returns only on errors other than a compacted start, a broken stream or a store
-    /// that is away (which relist, reconnect or wait).
+    /// event. Returns only on errors other than a compacted start, a broken stream, a store
+    /// that is away (which relist, reconnect or wait) or a refusal for permission (which
+    /// waits and tries again, as client-go's reflector does: a binding made a moment before
+    /// may not have reached the member yet, and an administrator may grant it).
     pub async fn run<F>(&mut self, mut on_event: F) -> Result<()>
     where
         F: FnMut(&Event, &BTreeMap<String, Object>),
@@ -510,7 +525,7 @@ impl Informer {
                             on_event(&e, &self.cache);
                         }
                     }
-                    Err(e) if e.code() == Some(Code::Unavailable) => {
+                    Err(e) if waits(&e, self.kind) => {
                         backoff.wait().await;
                         continue;
                     }
@@ -531,7 +546,7 @@ impl Informer {
                     need_list = true;
                     continue;
                 }
-                Err(e) if e.code() == Some(Code::Unavailable) => {
+                Err(e) if waits(&e, self.kind) => {
                     backoff.wait().await;
                     continue;
                 }
