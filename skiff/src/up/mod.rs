@@ -174,7 +174,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
 
     if layout.tls && args.nodes > 1 {
-        rt.block_on(grant_simulated_nodes(&api))?;
+        rt.block_on(wait_for(
+            &mut cluster,
+            Duration::from_secs(60),
+            "the simulated nodes' binding",
+            || grant_simulated_nodes(&api),
+        ))?;
     }
     start_scheduler(&mut cluster, &exe)?;
     start_controller_manager(&mut cluster, &exe)?;
@@ -267,19 +272,20 @@ const ADMIN: &str = "admin";
 const SIMULATED_NODES: &str = "skiff:simulated-nodes";
 
 /// Binds `system:node`'s rules (every node's) to the process of the simulated nodes: the
-/// node authorizer confines a node agent to one node, and that process is many.
-async fn grant_simulated_nodes(api: &ClusterClient) -> Result<()> {
-    let binding: skiff_proto::api::rbac::ClusterRoleBinding = serde_json::from_value(
+/// node authorizer confines a node agent to one node, and that process is many. Whether it
+/// is in place (made now, or by an earlier `up`); a member still starting answers no.
+async fn grant_simulated_nodes(api: &ClusterClient) -> bool {
+    let binding = serde_json::from_value::<skiff_proto::api::rbac::ClusterRoleBinding>(
         serde_json::json!({
             "metadata": {"name": SIMULATED_NODES},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node"},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": SIMULATED_NODES}],
         }),
-    )?;
+    )
+    .expect("invariant: the binding's JSON is a ClusterRoleBinding");
     match api.create(&Object::ClusterRoleBinding(binding)).await {
-        Ok(_) => Ok(()),
-        Err(e) if e.code() == Some(skiff_proto::client::Code::AlreadyExists) => Ok(()),
-        Err(e) => Err(e).context("granting the simulated nodes their rules"),
+        Ok(_) => true,
+        Err(e) => e.code() == Some(skiff_proto::client::Code::AlreadyExists),
     }
 }
 
