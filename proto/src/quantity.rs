@@ -178,12 +178,14 @@ impl Quantity {
                 if mantissa == 0 && c == b'0' && !seen_point {
                     // leading zeros carry no value
                 } else {
-                    if digits > 40 {
-                        return Err(QuantityError::TooLarge {
+                    // Past what an i128 holds (39 digits; found by the fuzz targets).
+                    mantissa = mantissa
+                        .checked_mul(10)
+                        .and_then(|m| m.checked_add(i128::from(c - b'0')))
+                        .filter(|_| digits <= 40)
+                        .ok_or_else(|| QuantityError::TooLarge {
                             input: input.to_owned(),
-                        });
-                    }
-                    mantissa = mantissa * 10 + i128::from(c - b'0');
+                        })?;
                     if seen_point {
                         frac_digits += 1;
                     }
@@ -582,6 +584,15 @@ mod tests {
         ));
         assert!(Quantity::parse("9223372036854775807").is_ok());
         assert!(Quantity::parse("9223372036854775808").is_err());
+        // More digits than an i128 holds: refused, not overflowed (a fuzz finding).
+        assert!(matches!(
+            Quantity::parse(&"9".repeat(39)),
+            Err(QuantityError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            Quantity::parse(&format!("0.{}", "9".repeat(39))),
+            Err(QuantityError::TooLarge { .. })
+        ));
     }
 
     #[test]

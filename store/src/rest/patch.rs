@@ -189,15 +189,19 @@ fn json_patch(original: &Value, patch: Value) -> Result<Value, PatchError> {
     }
     let operations: json_patch::Patch =
         serde_json::from_value(patch).map_err(PatchError::InvalidOperation)?;
+    // Applied to a copy, dropped on failure: json-patch's own rollback (`patch`) can panic
+    // undoing a `move` whose target failed (found by the `rest_patch` fuzz target).
     let mut result = original.clone();
-    json_patch::patch(&mut result, &operations).map_err(|error| PatchError::OperationFailed {
-        index: error.operation,
-        op: operations
-            .0
-            .get(error.operation)
-            .map_or("unknown", operation_name),
-        path: error.path.to_string(),
-        reason: error.kind,
+    json_patch::patch_unsafe(&mut result, &operations).map_err(|error| {
+        PatchError::OperationFailed {
+            index: error.operation,
+            op: operations
+                .0
+                .get(error.operation)
+                .map_or("unknown", operation_name),
+            path: error.path.to_string(),
+            reason: error.kind,
+        }
     })?;
     Ok(result)
 }
