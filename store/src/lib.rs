@@ -40,6 +40,7 @@ pub mod command;
 pub mod compaction;
 pub mod error;
 pub mod etcd;
+pub mod fuzz;
 pub mod key_index;
 pub mod member;
 pub mod metrics;

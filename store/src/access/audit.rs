@@ -129,7 +129,7 @@ impl Policy {
         })
     }
 
-    fn parse(text: &str) -> Result<Policy, String> {
+    pub(crate) fn parse(text: &str) -> Result<Policy, String> {
         let p: Policy = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
         if p.kind != "Policy" || !p.api_version.starts_with("audit.k8s.io/") {
             return Err(format!(

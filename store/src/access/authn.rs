@@ -118,7 +118,7 @@ impl Authenticator {
 
 /// The tokens of a token file: `token,user,uid[,"group1,group2"]` per line; blank lines and
 /// lines starting with `#` are skipped. An error names the line (1-based) and what is wrong.
-fn parse_tokens(text: &str) -> Result<HashMap<String, User>, (u64, String)> {
+pub(crate) fn parse_tokens(text: &str) -> Result<HashMap<String, User>, (u64, String)> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
