@@ -57,6 +57,29 @@ impl ClientTls {
     }
 }
 
+/// Who a client certificate names: its common name and organizations (a Kubernetes user
+/// and groups; an etcd user, the CN alone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    pub common_name: String,
+    pub organizations: Vec<String>,
+}
+
+/// The common name and organizations of a DER certificate's subject; `None` without a CN.
+pub fn subject(der: &[u8]) -> Option<Subject> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let name = cert.subject();
+    let cn = name.iter_common_name().next()?.as_str().ok()?.to_owned();
+    let organizations = name
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_owned))
+        .collect();
+    Some(Subject {
+        common_name: cn,
+        organizations,
+    })
+}
+
 /// `https://host:port` for an endpoint given as `host:port` or with either scheme, when
 /// `tls`; else `http://host:port`.
 pub fn url(endpoint: &str, tls: bool) -> String {

@@ -19,9 +19,12 @@
 //! Kubernetes user.
 //!
 //! A URL is served with TLS when it is `https://`. A member's certificate and key (served, and
-//! presented when it dials a peer) are read again when their files change (checked at most once a second, on a handshake), so a
-//! certificate is rotated by replacing the files; a pair that does not load is reported and the
-//! previous one kept. ALPN offers `h2` (gRPC) and `http/1.1` (`/health` and the like).
+//! presented when it dials a peer) and the CA files it checks certificates against are read
+//! again when they change (looked at no more than once a second, on a handshake), so a
+//! certificate is rotated by replacing its files, without a restart; a CA too (first a file
+//! with both CAs, then the new one alone: from then on the old CA's certificates are
+//! refused). Files that do not load are reported and the previous ones kept. ALPN offers
+//! `h2` (gRPC) and `http/1.1` (`/health` and the like).
 
 use std::io;
 use std::net::SocketAddr;
@@ -31,12 +34,18 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
-use rustls::{ClientConfig, RootCertStore, ServerConfig, SupportedCipherSuite};
+use rustls::{
+    ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig,
+    SignatureScheme, SupportedCipherSuite,
+};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -158,17 +167,6 @@ fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     })
 }
 
-fn roots(path: &Path) -> Result<Arc<RootCertStore>, TlsError> {
-    let mut store = RootCertStore::empty();
-    for cert in certificates(path)? {
-        store.add(cert).map_err(|e| TlsError::Invalid {
-            path: path.to_path_buf(),
-            why: format!("not a usable CA certificate: {e}"),
-        })?;
-    }
-    Ok(Arc::new(store))
-}
-
 fn certified_key(
     cert: &Path,
     key: &Path,
@@ -187,61 +185,93 @@ fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-/// The served certificate, read again when its files change.
-#[derive(Debug)]
-struct Reloading {
-    cert: PathBuf,
-    key: PathBuf,
-    provider: Arc<CryptoProvider>,
-    state: Mutex<Loaded>,
+/// A value read from files, read again when they change (looked at no more than once a
+/// second, when the value is asked for); a change that does not load (perhaps a file half
+/// written) is reported and the previous value kept until the next look.
+struct FromFiles<T> {
+    what: &'static str,
+    paths: Vec<PathBuf>,
+    load: Box<dyn Fn() -> Result<T, TlsError> + Send + Sync>,
+    state: Mutex<Loaded<T>>,
 }
 
-#[derive(Debug)]
-struct Loaded {
-    key: Arc<CertifiedKey>,
-    stamps: (Option<SystemTime>, Option<SystemTime>),
+struct Loaded<T> {
+    value: T,
+    stamps: Vec<Option<SystemTime>>,
     checked: Instant,
+}
+
+impl<T> std::fmt::Debug for FromFiles<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FromFiles")
+            .field("what", &self.what)
+            .field("paths", &self.paths)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How often a handshake may look at the files.
 const RELOAD_CHECK: Duration = Duration::from_secs(1);
 
-impl Reloading {
-    fn new(files: &TlsFiles, provider: Arc<CryptoProvider>) -> Result<Reloading, TlsError> {
-        let stamps = (modified(&files.cert), modified(&files.key));
-        let key = certified_key(&files.cert, &files.key, &provider)?;
-        Ok(Reloading {
-            cert: files.cert.clone(),
-            key: files.key.clone(),
-            provider,
+impl<T: Clone> FromFiles<T> {
+    fn new(
+        what: &'static str,
+        paths: Vec<PathBuf>,
+        load: impl Fn() -> Result<T, TlsError> + Send + Sync + 'static,
+    ) -> Result<FromFiles<T>, TlsError> {
+        let stamps = paths.iter().map(|p| modified(p)).collect();
+        let value = load()?;
+        Ok(FromFiles {
+            what,
+            paths,
+            load: Box::new(load),
             state: Mutex::new(Loaded {
-                key,
+                value,
                 stamps,
                 checked: Instant::now(),
             }),
         })
     }
 
-    fn current(&self) -> Arc<CertifiedKey> {
+    fn current(&self) -> T {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if state.checked.elapsed() >= RELOAD_CHECK {
             state.checked = Instant::now();
-            let stamps = (modified(&self.cert), modified(&self.key));
+            let stamps: Vec<_> = self.paths.iter().map(|p| modified(p)).collect();
             if stamps != state.stamps {
-                match certified_key(&self.cert, &self.key, &self.provider) {
-                    Ok(key) => {
-                        tracing::info!(cert = %self.cert.display(), "serving the certificate anew: its files changed");
-                        state.key = key;
+                match (self.load)() {
+                    Ok(value) => {
+                        tracing::info!(what = self.what, files = ?self.paths, "read anew: the files changed");
+                        state.value = value;
                         state.stamps = stamps;
                     }
-                    // Perhaps half written: tried again at the next check.
                     Err(e) => {
-                        tracing::warn!(error = %e, "the changed certificate does not load; serving the previous one")
+                        tracing::warn!(what = self.what, error = %e, "the changed files do not load; keeping the previous ones")
                     }
                 }
             }
         }
-        state.key.clone()
+        state.value.clone()
+    }
+}
+
+/// The served (and, dialling a peer, presented) certificate, read again when its files
+/// change.
+#[derive(Debug)]
+struct Reloading(FromFiles<Arc<CertifiedKey>>);
+
+impl Reloading {
+    fn new(files: &TlsFiles, provider: Arc<CryptoProvider>) -> Result<Reloading, TlsError> {
+        let (cert, key) = (files.cert.clone(), files.key.clone());
+        Ok(Reloading(FromFiles::new(
+            "certificate",
+            vec![files.cert.clone(), files.key.clone()],
+            move || certified_key(&cert, &key, &provider),
+        )?))
+    }
+
+    fn current(&self) -> Arc<CertifiedKey> {
+        self.0.current()
     }
 }
 
@@ -255,13 +285,182 @@ impl rustls::client::ResolvesClientCert for Reloading {
     fn resolve(
         &self,
         _root_hint_subjects: &[&[u8]],
-        _sigschemes: &[rustls::SignatureScheme],
+        _sigschemes: &[SignatureScheme],
     ) -> Option<Arc<CertifiedKey>> {
         Some(self.current())
     }
 
     fn has_certs(&self) -> bool {
         true
+    }
+}
+
+/// The CAs in `paths`, as one root store.
+fn root_store(paths: &[PathBuf]) -> Result<Arc<RootCertStore>, TlsError> {
+    let mut store = RootCertStore::empty();
+    for ca in paths {
+        for cert in certificates(ca)? {
+            store.add(cert).map_err(|e| TlsError::Invalid {
+                path: ca.clone(),
+                why: format!("not a usable CA certificate: {e}"),
+            })?;
+        }
+    }
+    Ok(Arc::new(store))
+}
+
+/// Checks client certificates against the CA files, read again when they change: a CA is
+/// rotated by replacing its file (first with both CAs in it, then with the new one alone),
+/// and from then on the certificates of the CA it replaced are refused.
+#[derive(Debug)]
+struct ClientVerifier {
+    inner: FromFiles<Arc<dyn ClientCertVerifier>>,
+    required: bool,
+}
+
+impl ClientVerifier {
+    fn new(
+        cas: Vec<PathBuf>,
+        required: bool,
+        provider: Arc<CryptoProvider>,
+    ) -> Result<ClientVerifier, TlsError> {
+        let paths = cas.clone();
+        let inner = FromFiles::new("client CA", paths, move || {
+            let builder =
+                WebPkiClientVerifier::builder_with_provider(root_store(&cas)?, provider.clone());
+            let builder = if required {
+                builder
+            } else {
+                builder.allow_unauthenticated()
+            };
+            let verifier: Arc<dyn ClientCertVerifier> =
+                builder.build().map_err(|e| TlsError::Invalid {
+                    path: cas[0].clone(),
+                    why: e.to_string(),
+                })?;
+            Ok(verifier)
+        })?;
+        Ok(ClientVerifier { inner, required })
+    }
+}
+
+impl ClientCertVerifier for ClientVerifier {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.required
+    }
+
+    /// No hints: they would have to outlive a reload. Clients present the certificate they
+    /// were given whatever the hints say.
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.inner
+            .current()
+            .verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner
+            .current()
+            .verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner
+            .current()
+            .verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.current().supported_verify_schemes()
+    }
+}
+
+/// Checks the certificates peers serve against the trusted CA file, read again when it
+/// changes (as [`ClientVerifier`] does for those presented to this member).
+#[derive(Debug)]
+struct PeerVerifier(FromFiles<Arc<WebPkiServerVerifier>>);
+
+impl PeerVerifier {
+    fn new(ca: &Path, provider: Arc<CryptoProvider>) -> Result<PeerVerifier, TlsError> {
+        let path = ca.to_path_buf();
+        Ok(PeerVerifier(FromFiles::new(
+            "peer CA",
+            vec![path.clone()],
+            move || {
+                WebPkiServerVerifier::builder_with_provider(
+                    root_store(std::slice::from_ref(&path))?,
+                    provider.clone(),
+                )
+                .build()
+                .map_err(|e| TlsError::Invalid {
+                    path: path.clone(),
+                    why: e.to_string(),
+                })
+            },
+        )?))
+    }
+}
+
+impl ServerCertVerifier for PeerVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.0.current().verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        )
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.current().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.current().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.current().supported_verify_schemes()
     }
 }
 
@@ -295,27 +494,12 @@ pub fn server_config(
     let builder = if cas.is_empty() {
         builder.with_no_client_auth()
     } else {
-        let mut store = RootCertStore::empty();
-        for ca in &cas {
-            for cert in certificates(ca)? {
-                store.add(cert).map_err(|e| TlsError::Invalid {
-                    path: ca.to_path_buf(),
-                    why: format!("not a usable CA certificate: {e}"),
-                })?;
-            }
-        }
-        let verifier =
-            WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider.clone());
-        let verifier = if required {
-            verifier
-        } else {
-            verifier.allow_unauthenticated()
-        };
-        let verifier = verifier.build().map_err(|e| TlsError::Invalid {
-            path: cas[0].clone(),
-            why: e.to_string(),
-        })?;
-        builder.with_client_cert_verifier(verifier)
+        let cas = cas.into_iter().cloned().collect();
+        builder.with_client_cert_verifier(Arc::new(ClientVerifier::new(
+            cas,
+            required,
+            provider.clone(),
+        )?))
     };
     let mut config = builder.with_cert_resolver(Arc::new(Reloading::new(files, provider)?));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -335,7 +519,8 @@ pub fn client_config(
     let mut config = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_root_certificates(roots(ca)?)
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(PeerVerifier::new(ca, provider.clone())?))
         .with_client_cert_resolver(Arc::new(Reloading::new(files, provider.clone())?));
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))
@@ -357,13 +542,7 @@ pub struct ConnInfo {
     pub client: Option<Subject>,
 }
 
-/// Who a client certificate names: its common name and organizations (a Kubernetes user
-/// and groups; an etcd user, the CN alone).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subject {
-    pub common_name: String,
-    pub organizations: Vec<String>,
-}
+pub use skiff_proto::tls::{Subject, subject};
 
 impl tonic::transport::server::Connected for Conn {
     type ConnectInfo = ConnInfo;
@@ -385,21 +564,6 @@ impl tonic::transport::server::Connected for Conn {
             }
         }
     }
-}
-
-/// The common name and organizations of a DER certificate's subject; `None` without a CN.
-pub fn subject(der: &[u8]) -> Option<Subject> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    let name = cert.subject();
-    let cn = name.iter_common_name().next()?.as_str().ok()?.to_owned();
-    let organizations = name
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok().map(str::to_owned))
-        .collect();
-    Some(Subject {
-        common_name: cn,
-        organizations,
-    })
 }
 
 /// The Kubernetes API's listener for axum: its connections (TLS handshakes done off the
