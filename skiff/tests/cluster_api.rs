@@ -128,6 +128,29 @@ async fn validation_and_admission_refuse_with_reasons_and_write_nothing() {
     let res = &p.spec.containers[0].resources;
     assert_eq!(res.requests["cpu"].to_string(), "100m");
     assert_eq!(res.limits["cpu"].to_string(), "500m");
+    // ServiceAccount admission: a pod that names no service account runs as `default`; one
+    // named by the deprecated field is kept, in both fields.
+    assert_eq!(
+        (
+            p.spec.service_account_name.as_str(),
+            p.spec.service_account.as_str()
+        ),
+        ("default", "default")
+    );
+    let mut builder = pod("team", "robot", Some("200m"));
+    if let Object::Pod(p) = &mut builder {
+        p.spec.service_account = "builder".into();
+    }
+    let Object::Pod(p) = api.create(&builder).await.expect("pod") else {
+        panic!("not a pod")
+    };
+    assert_eq!(
+        (
+            p.spec.service_account_name.as_str(),
+            p.spec.service_account.as_str()
+        ),
+        ("builder", "builder")
+    );
     expect_err(
         api.create(&pod("team", "tiny", Some("10m"))).await,
         Code::FailedPrecondition,

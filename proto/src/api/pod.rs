@@ -64,6 +64,12 @@ pub struct PodSpec {
     /// Which scheduler places this pod; Skiff's answers to `default-scheduler`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub scheduler_name: String,
+    /// The pod's service account; ServiceAccount admission names `default` when none is.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub service_account_name: String,
+    /// The deprecated alias of `service_account_name`, kept equal to it as Kubernetes does.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub service_account: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub topology_spread_constraints: Vec<TopologySpreadConstraint>,

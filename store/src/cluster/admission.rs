@@ -24,6 +24,24 @@ fn forbidden(object: &Object, why: String) -> ClusterError {
     }
 }
 
+/// The name of the service account a pod names none of.
+pub const DEFAULT_SERVICE_ACCOUNT: &str = "default";
+
+/// ServiceAccount admission, as far as names go: a pod runs as the service account it names
+/// (by `serviceAccountName`, or the deprecated `serviceAccount`), else as `default`; both
+/// fields then hold the name.
+fn default_service_account(pod: &mut Pod) {
+    let spec = &mut pod.spec;
+    if spec.service_account_name.is_empty() {
+        spec.service_account_name = if spec.service_account.is_empty() {
+            DEFAULT_SERVICE_ACCOUNT.to_owned()
+        } else {
+            spec.service_account.clone()
+        };
+    }
+    spec.service_account = spec.service_account_name.clone();
+}
+
 /// Runs admission for a create; returns the guards the write must carry.
 pub fn admit_create(api: &ClusterApi, object: &mut Object) -> Result<Vec<Compare>> {
     let kind = object.kind();
@@ -65,6 +83,7 @@ pub fn admit_create(api: &ClusterApi, object: &mut Object) -> Result<Vec<Compare
         return Ok(guards);
     };
     default_toleration_seconds(pod);
+    default_service_account(pod);
     let prefix = Kind::LimitRange.prefix(Some(&ns));
     let (_, ranges) = api.range(
         Kind::LimitRange,
