@@ -122,6 +122,9 @@ pub struct StoreCommand {
     pub token_auth_file: Option<PathBuf>,
     /// `--audit-log-path`: the Kubernetes API's audit log.
     pub audit_log: Option<PathBuf>,
+    /// How the member reaches node agents that serve TLS (`--kubelet-certificate-authority`,
+    /// `--kubelet-client-certificate`, `--kubelet-client-key`).
+    pub kubelet: Option<ClientCert>,
 }
 
 /// One certificate for a member's client and peer URLs alike (as `skiff certs` makes them),
@@ -177,6 +180,11 @@ impl StoreCommand {
         if let Some(f) = &self.audit_log {
             a.flag("audit-log-path", f);
         }
+        if let Some(k) = &self.kubelet {
+            a.flag("kubelet-certificate-authority", &k.ca)
+                .flag("kubelet-client-certificate", &k.cert)
+                .flag("kubelet-client-key", &k.key);
+        }
         if let Some(tls) = &self.tls {
             a.flag("cert-file", &tls.cert)
                 .flag("key-file", &tls.key)
@@ -202,6 +210,16 @@ pub struct ClientCert {
     pub ca: PathBuf,
     pub cert: PathBuf,
     pub key: PathBuf,
+}
+
+/// A node agent's serving certificate (with its key) and the CA its callers' client
+/// certificates must chain to (the kubelet's `--tls-cert-file`, `--tls-private-key-file`,
+/// `--client-ca-file`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServingCert {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: PathBuf,
 }
 
 impl Argv {
@@ -292,6 +310,8 @@ pub struct NodeCommand {
     pub pod_log_dir: Option<PathBuf>,
     /// Where the agent serves container logs (`host:port`, port 0 for any).
     pub logs_address: Option<String>,
+    /// TLS on that port, with client certificates required.
+    pub serving: Option<ServingCert>,
     /// Where the process serves `/metrics` and `/healthz` (`host:port`).
     pub metrics_addr: Option<SocketAddr>,
     pub heartbeat_interval: Option<Duration>,
@@ -316,6 +336,7 @@ impl NodeCommand {
             containerd_socket: None,
             pod_log_dir: None,
             logs_address: None,
+            serving: None,
             metrics_addr: None,
             heartbeat_interval: None,
             backoff_initial: None,
@@ -341,8 +362,13 @@ impl NodeCommand {
         if let Some(d) = &self.pod_log_dir {
             a.flag("pod-log-dir", d);
         }
-        a.opt("logs-address", self.logs_address.as_ref())
-            .opt("metrics-addr", self.metrics_addr)
+        a.opt("logs-address", self.logs_address.as_ref());
+        if let Some(t) = &self.serving {
+            a.flag("tls-cert-file", &t.cert)
+                .flag("tls-private-key-file", &t.key)
+                .flag("client-ca-file", &t.client_ca);
+        }
+        a.opt("metrics-addr", self.metrics_addr)
             .opt("heartbeat-interval", self.heartbeat_interval.map(duration))
             .opt("backoff-initial", self.backoff_initial.map(duration))
             .opt("log", self.log.as_ref());

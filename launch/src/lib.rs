@@ -23,7 +23,7 @@ use std::path::PathBuf;
 pub use child::{Child, Launch};
 pub use command::{
     ClientCert, ClusterState, ControllerManagerCommand, NodeCommand, RuntimeKind, SchedulerCommand,
-    StoreCommand, StoreTls,
+    ServingCert, StoreCommand, StoreTls,
 };
 pub use containerd::Containerd;
 

@@ -33,6 +33,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::admission;
 use crate::engine::{Adopted, EngineConfig};
+use crate::guard::Guard;
 use crate::logs::{ENDPOINT_ANNOTATION, LogService};
 use crate::metrics::{self, AgentMetrics};
 use crate::runtime::{Runtime, RuntimeError};
@@ -180,11 +181,43 @@ pub fn host_hugepages(dir: &std::path::Path) -> BTreeMap<String, Quantity> {
         .collect()
 }
 
+/// The files of the log and session port's TLS (the kubelet's `--tls-cert-file`,
+/// `--tls-private-key-file` and `--client-ca-file`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortTls {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    pub client_ca: std::path::PathBuf,
+}
+
+/// [`PortTls`] read: the port's TLS configuration.
+#[derive(Debug, Clone)]
+pub struct LoadedPortTls(tonic::transport::ServerTlsConfig);
+
+impl PortTls {
+    /// Reads the files; the error names the one that could not be read.
+    pub fn load(&self) -> std::io::Result<LoadedPortTls> {
+        use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+        let read = |path: &std::path::Path| {
+            std::fs::read(path)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+        };
+        Ok(LoadedPortTls(
+            ServerTlsConfig::new()
+                .identity(Identity::from_pem(read(&self.cert)?, read(&self.key)?))
+                .client_ca_root(Certificate::from_pem(read(&self.client_ca)?)),
+        ))
+    }
+}
+
 /// Where an agent process serves, each optional: container logs (gRPC) and `/metrics` +
 /// `/healthz` (HTTP). One of each per process, however many nodes it hosts.
 #[derive(Debug, Default)]
 pub struct Listeners {
     pub logs: Option<tokio::net::TcpListener>,
+    /// TLS on the log and session port (the serving certificate, and the CA callers'
+    /// certificates must chain to); each call is then authorized by the API. None: plain TCP.
+    pub logs_tls: Option<LoadedPortTls>,
     pub metrics: Option<tokio::net::TcpListener>,
 }
 
@@ -205,13 +238,22 @@ pub async fn run(
     if let Some(listener) = listeners.metrics {
         metrics::serve(listener, counters.registry(), cancel.clone());
     }
-    let logs = listeners.logs;
-    if let Some(listener) = logs {
-        let logs_service = LogService::new(runtime.clone()).server();
-        let sessions = SessionService::new(runtime.clone()).server();
+    if let Some(listener) = listeners.logs {
+        let guard = listeners
+            .logs_tls
+            .is_some()
+            .then(|| Arc::new(Guard::new(client.clone())));
+        let logs_service = LogService::new(runtime.clone(), guard.clone()).server();
+        let sessions = SessionService::new(runtime.clone(), guard).server();
+        let mut server = tonic::transport::Server::builder();
+        if let Some(tls) = listeners.logs_tls {
+            server = server
+                .tls_config(tls.0)
+                .map_err(|e| AgentError::Config(format!("the log and session port's TLS: {e}")))?;
+        }
         let stop = cancel.clone();
         tokio::spawn(async move {
-            let served = tonic::transport::Server::builder()
+            let served = server
                 .add_service(logs_service)
                 .add_service(sessions)
                 .serve_with_incoming_shutdown(

@@ -23,6 +23,7 @@ pub mod agent;
 pub mod cri;
 pub mod engine;
 pub mod events;
+pub mod guard;
 pub mod image;
 pub mod logs;
 pub mod metrics;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
+use crate::guard::Guard;
 use crate::runtime::{Container, ContainerState, Runtime, RuntimeError};
 
 /// The generated service (`proto/skiff/node/v1/logs.proto` in skiff-proto).
@@ -17,15 +18,17 @@ pub use skiff_proto::node::v1 as pb;
 
 pub use skiff_proto::logs::{ENDPOINT_ANNOTATION, text_of};
 
-/// Serves container logs from `runtime`.
+/// Serves container logs from `runtime`, to callers `guard` allows (to everyone without
+/// one: plain TCP on loopback).
 #[derive(Debug, Clone)]
 pub struct LogService {
     runtime: Arc<dyn Runtime>,
+    guard: Option<Arc<Guard>>,
 }
 
 impl LogService {
-    pub fn new(runtime: Arc<dyn Runtime>) -> LogService {
-        LogService { runtime }
+    pub fn new(runtime: Arc<dyn Runtime>, guard: Option<Arc<Guard>>) -> LogService {
+        LogService { runtime, guard }
     }
 
     /// The gRPC server for this service.
@@ -119,6 +122,13 @@ impl pb::logs_server::Logs for LogService {
         &self,
         request: Request<pb::ContainerLogRequest>,
     ) -> Result<Response<pb::ContainerLogResponse>, Status> {
+        if let Some(guard) = &self.guard {
+            let caller = Guard::caller(&request)?;
+            let r = request.get_ref();
+            guard
+                .check(&caller, "get", "log", &r.namespace, &r.pod)
+                .await?;
+        }
         let r = request.into_inner();
         let chosen = find_container(
             &*self.runtime,
@@ -172,7 +182,7 @@ mod tests {
                 .unwrap();
             rt.start_container(&id).await.unwrap();
         }
-        let svc = LogService::new(Arc::new(rt));
+        let svc = LogService::new(Arc::new(rt), None);
         let ask = |previous| pb::ContainerLogRequest {
             node: "n1".into(),
             namespace: "default".into(),

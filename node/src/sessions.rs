@@ -11,6 +11,7 @@ use futures::{Stream, StreamExt};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::guard::Guard;
 use crate::logs::{find_container, status};
 use crate::runtime::{ContainerState, Runtime, SessionInput, SessionOutput, SessionSpec};
 
@@ -18,15 +19,17 @@ use pb::session_input::Input;
 use pb::session_output::Output;
 pub use skiff_proto::node::v1 as pb;
 
-/// Serves sessions in the containers of `runtime`.
+/// Serves sessions in the containers of `runtime`, to callers `guard` allows (to everyone
+/// without one: plain TCP on loopback).
 #[derive(Debug, Clone)]
 pub struct SessionService {
     runtime: Arc<dyn Runtime>,
+    guard: Option<Arc<Guard>>,
 }
 
 impl SessionService {
-    pub fn new(runtime: Arc<dyn Runtime>) -> SessionService {
-        SessionService { runtime }
+    pub fn new(runtime: Arc<dyn Runtime>, guard: Option<Arc<Guard>>) -> SessionService {
+        SessionService { runtime, guard }
     }
 
     /// The gRPC server for this service.
@@ -67,6 +70,10 @@ impl pb::sessions_server::Sessions for SessionService {
         &self,
         request: Request<Streaming<pb::SessionInput>>,
     ) -> Result<Response<OutputStream>, Status> {
+        let caller = match &self.guard {
+            Some(_) => Some(Guard::caller(&request)?),
+            None => None,
+        };
         let mut inbound = request.into_inner();
         let Some(pb::SessionInput {
             input: Some(Input::Start(start)),
@@ -80,6 +87,17 @@ impl pb::sessions_server::Sessions for SessionService {
             return Err(Status::invalid_argument(
                 "a session needs at least one of stdin, stdout and stderr",
             ));
+        }
+        if let (Some(guard), Some(caller)) = (&self.guard, &caller) {
+            // A session without a command attaches to the container's own process.
+            let subresource = if start.command.is_empty() {
+                "attach"
+            } else {
+                "exec"
+            };
+            guard
+                .check(caller, "create", subresource, &start.namespace, &start.pod)
+                .await?;
         }
         let container = find_container(
             &*self.runtime,
@@ -178,7 +196,7 @@ mod tests {
     ) -> pb::sessions_client::SessionsClient<tonic::transport::Channel> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let server = SessionService::new(Arc::new(rt)).server();
+        let server = SessionService::new(Arc::new(rt), None).server();
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(server)

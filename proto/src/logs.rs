@@ -1,9 +1,52 @@
 //! Container logs as agents keep them and clients print them: the CRI log format
 //! (`<RFC 3339 time> <stdout|stderr> <F|P> <text>` per line, `P` for a partial line), and the
-//! Node annotation through which the store and the CLI find a node's log service.
+//! Node annotation through which the store and the CLI find a node's log service, and how
+//! they connect to it.
 
-/// The Node annotation that holds the agent's log service address (`host:port`).
+use std::time::Duration;
+
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+
+/// The Node annotation that holds the agent's log and session service address:
+/// `https://host:port` when the agent serves TLS (it then requires a client certificate),
+/// `host:port` for plain TCP on loopback.
 pub const ENDPOINT_ANNOTATION: &str = "skiff.io/logs-endpoint";
+
+/// A connection to the agent at `endpoint` (as [`ENDPOINT_ANNOTATION`] has it), over TLS
+/// with `tls` (the CA the agents' serving certificates chain to, and the caller's client
+/// certificate) when the agent serves TLS. The error says why, for the caller to name the
+/// node.
+pub async fn connect_agent(
+    endpoint: &str,
+    tls: Option<&ClientTlsConfig>,
+    timeout: Duration,
+) -> Result<Channel, String> {
+    let secure = endpoint.starts_with("https://");
+    let url = crate::tls::url(endpoint, secure);
+    let mut e = Endpoint::from_shared(url)
+        .map_err(|e| format!("not an address: {e}"))?
+        .connect_timeout(timeout);
+    if secure {
+        let Some(tls) = tls else {
+            return Err(
+                "the agent serves TLS and requires a client certificate; none is configured \
+                 for agents here (kube-apiserver's --kubelet-client-certificate)"
+                    .into(),
+            );
+        };
+        e = e.tls_config(tls.clone()).map_err(|e| e.to_string())?;
+    }
+    e.connect().await.map_err(|e| {
+        // tonic's transport error says only "transport error"; the cause is in its source.
+        let mut text = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            text = format!("{text}: {c}");
+            cause = c.source();
+        }
+        text
+    })
+}
 
 /// The text of CRI-format log lines, partial lines joined, as `kubectl logs` prints them;
 /// lines not in that format pass through.

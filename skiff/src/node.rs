@@ -122,9 +122,28 @@ pub struct Args {
     /// The node's address, reported as InternalIP and as hostIP of its pods.
     #[arg(long, default_value = "127.0.0.1")]
     host_ip: String,
-    /// Where the agent serves container logs (`skiff node logs`); port 0 picks a free one.
-    #[arg(long, default_value = "0.0.0.0:10250")]
-    logs_address: String,
+    /// Where the agent serves container logs and exec/attach sessions (the kubelet's
+    /// port); port 0 picks a free one [default: the node's address (`--host-ip`), port
+    /// 10250]. Plain TCP is served on loopback only: any other address needs
+    /// `--tls-cert-file`, `--tls-private-key-file` and `--client-ca-file`.
+    #[arg(long)]
+    logs_address: Option<String>,
+    /// The kubelet's: the certificate the log and session port serves (PEM), valid for the
+    /// node's address.
+    #[arg(long, env = "SKIFF_NODE_TLS_CERT_FILE", requires_all = ["tls_private_key_file", "client_ca_file"])]
+    tls_cert_file: Option<PathBuf>,
+    /// The key of `--tls-cert-file`.
+    #[arg(
+        long,
+        env = "SKIFF_NODE_TLS_PRIVATE_KEY_FILE",
+        requires = "tls_cert_file"
+    )]
+    tls_private_key_file: Option<PathBuf>,
+    /// The kubelet's: the CA the certificates of the port's callers must chain to (the
+    /// cluster's); the API then says whether the certificate's user may read that pod's log
+    /// or exec into it (a SubjectAccessReview).
+    #[arg(long, env = "SKIFF_NODE_CLIENT_CA_FILE", requires = "tls_cert_file")]
+    client_ca_file: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR/metrics and a health check at
     /// http://ADDR/healthz; one endpoint for all the nodes of the process. Off by default.
     #[arg(long)]
@@ -229,6 +248,25 @@ impl Args {
             .collect())
     }
 
+    /// The log and session port's TLS, when its files are given.
+    fn logs_tls(&self) -> anyhow::Result<Option<agent::LoadedPortTls>> {
+        let (Some(cert), Some(key), Some(client_ca)) = (
+            &self.tls_cert_file,
+            &self.tls_private_key_file,
+            &self.client_ca_file,
+        ) else {
+            return Ok(None);
+        };
+        let files = agent::PortTls {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: client_ca.clone(),
+        };
+        Ok(Some(files.load().context(
+            "the log and session port's TLS (--tls-cert-file, --tls-private-key-file, --client-ca-file)",
+        )?))
+    }
+
     async fn runtime(&self) -> anyhow::Result<Arc<dyn Runtime>> {
         Ok(match self.runtime {
             RuntimeKind::Sim => Arc::new(SimRuntime::new(SimConfig {
@@ -252,8 +290,9 @@ impl Args {
 async fn logs(a: LogsArgs) -> anyhow::Result<()> {
     use skiff_node::logs::pb;
     use skiff_proto::api::{Kind, Object};
-    use skiff_proto::logs::{ENDPOINT_ANNOTATION, text_of};
-    let api = a.endpoints.resolve()?.connect()?;
+    use skiff_proto::logs::{ENDPOINT_ANNOTATION, connect_agent, text_of};
+    let store = a.endpoints.resolve()?;
+    let api = store.connect()?;
     let Some(Object::Pod(pod)) = api.get(Kind::Pod, &a.namespace, &a.pod).await? else {
         bail!("pods \"{}\" not found in namespace {}", a.pod, a.namespace);
     };
@@ -269,9 +308,16 @@ async fn logs(a: LogsArgs) -> anyhow::Result<()> {
         .annotations
         .get(ENDPOINT_ANNOTATION)
         .with_context(|| format!("node {node} publishes no log endpoint"))?;
-    let mut client = pb::logs_client::LogsClient::connect(format!("http://{endpoint}"))
+    let tls = store
+        .tls
+        .as_ref()
+        .map(|t| t.config())
+        .transpose()
+        .context("the TLS files (--cacert, --cert, --key)")?;
+    let channel = connect_agent(endpoint, tls.as_ref(), Duration::from_secs(10))
         .await
-        .with_context(|| format!("the agent of node {node} at {endpoint}"))?;
+        .map_err(|e| anyhow::anyhow!("the agent of node {node} at {endpoint}: {e}"))?;
+    let mut client = pb::logs_client::LogsClient::new(channel);
     let r = client
         .container_log(pb::ContainerLogRequest {
             node,
@@ -357,15 +403,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut nodes = args.nodes()?;
     rt.block_on(async move {
         let runtime = args.runtime().await?;
-        let listener = tokio::net::TcpListener::bind(&args.logs_address)
+        let address = args
+            .logs_address
+            .clone()
+            .unwrap_or_else(|| format!("{}:10250", args.host_ip));
+        let listener = tokio::net::TcpListener::bind(&address)
             .await
-            .with_context(|| format!("--logs-address {}", args.logs_address))?;
+            .with_context(|| format!("--logs-address {address}"))?;
         let bound = listener.local_addr().context("log service address")?;
+        let logs_tls = args.logs_tls()?;
+        if logs_tls.is_none() && !bound.ip().is_loopback() {
+            bail!(
+                "the log and session port at {bound} would serve anyone on the network: give it \
+                 --tls-cert-file, --tls-private-key-file and --client-ca-file, or a loopback \
+                 --logs-address"
+            );
+        }
         // An unspecified bind address is reached at the node's own address.
         let advertised = if bound.ip().is_unspecified() {
             format!("{}:{}", args.host_ip, bound.port())
         } else {
             bound.to_string()
+        };
+        // `https://` tells the store and the CLI to connect with TLS; plain is the bare address.
+        let advertised = if logs_tls.is_some() {
+            format!("https://{advertised}")
+        } else {
+            advertised
         };
         for n in &mut nodes {
             n.logs_endpoint = Some(advertised.clone());
@@ -389,6 +453,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         tracing::info!(nodes = nodes.len(), "node agent starting");
         let listeners = agent::Listeners {
             logs: Some(listener),
+            logs_tls,
             metrics,
         };
         agent::run(client, runtime, nodes, listeners, cancel)
@@ -443,6 +508,11 @@ mod tests {
             max_pods: Some(200),
             labels: vec!["kubernetes.io/os=linux".into(), "zone=a".into()],
             logs_address: Some("127.0.0.1:0".into()),
+            serving: Some(skiff_launch::ServingCert {
+                cert: "/c/agents.pem".into(),
+                key: "/c/agents-key.pem".into(),
+                client_ca: "/c/ca.pem".into(),
+            }),
             metrics_addr: Some(([127, 0, 0, 1], 9100).into()),
             heartbeat_interval: Some(Duration::from_millis(1500)),
             backoff_initial: Some(Duration::from_secs(1)),
@@ -461,7 +531,11 @@ mod tests {
         assert_eq!(a.memory, sim.memory);
         assert_eq!(Some(a.max_pods), sim.max_pods);
         assert_eq!(a.labels, sim.labels);
-        assert_eq!(Some(a.logs_address), sim.logs_address);
+        assert_eq!(a.logs_address, sim.logs_address);
+        let serving = sim.serving.as_ref().expect("serving");
+        assert_eq!(a.tls_cert_file.as_ref(), Some(&serving.cert));
+        assert_eq!(a.tls_private_key_file.as_ref(), Some(&serving.key));
+        assert_eq!(a.client_ca_file.as_ref(), Some(&serving.client_ca));
         assert_eq!(a.metrics_addr, sim.metrics_addr);
         assert_eq!(Some(a.heartbeat_interval), sim.heartbeat_interval);
         assert_eq!(Some(a.backoff_initial), sim.backoff_initial);

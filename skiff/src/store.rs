@@ -224,6 +224,22 @@ pub struct Args {
         requires = "audit_log_path"
     )]
     audit_policy_file: Option<PathBuf>,
+    /// kube-apiserver's: the CA that node agents' serving certificates chain to, for
+    /// `pods/log`, `pods/exec` and `pods/attach` through agents that serve TLS.
+    #[arg(long, env = "SKIFF_STORE_KUBELET_CERTIFICATE_AUTHORITY", requires_all = ["kubelet_client_certificate", "kubelet_client_key"])]
+    kubelet_certificate_authority: Option<PathBuf>,
+    /// kube-apiserver's: the client certificate this member presents to node agents; its
+    /// user must be allowed what it asks of them (the bootstrap policy binds
+    /// `system:kubelet-api-admin` to `kube-apiserver-kubelet-client`).
+    #[arg(long, env = "SKIFF_STORE_KUBELET_CLIENT_CERTIFICATE", requires_all = ["kubelet_certificate_authority", "kubelet_client_key"])]
+    kubelet_client_certificate: Option<PathBuf>,
+    /// The key of `--kubelet-client-certificate`.
+    #[arg(
+        long,
+        env = "SKIFF_STORE_KUBELET_CLIENT_KEY",
+        requires = "kubelet_client_certificate"
+    )]
+    kubelet_client_key: Option<PathBuf>,
     /// Interval of progress notifications to watchers that asked for them (e.g. 10m, 5s).
     #[arg(long, env = "SKIFF_STORE_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL", default_value = "10m", value_parser = skiff_proto::duration::parse)]
     experimental_watch_progress_notify_interval: Duration,
@@ -550,6 +566,13 @@ impl Args {
                         path,
                         policy: self.audit_policy_file,
                     }),
+                kubelet: self
+                    .kubelet_certificate_authority
+                    .map(|ca| skiff_proto::tls::ClientTls {
+                        ca,
+                        cert: self.kubelet_client_certificate,
+                        key: self.kubelet_client_key,
+                    }),
             },
         };
         let listen = Listen {
@@ -752,6 +775,11 @@ mod tests {
             rbac: true,
             token_auth_file: Some("/c/tokens.csv".into()),
             audit_log: Some("/l/audit.log".into()),
+            kubelet: Some(skiff_launch::ClientCert {
+                ca: "/c/ca.pem".into(),
+                cert: "/c/kubelet-client.pem".into(),
+                key: "/c/kubelet-client-key.pem".into(),
+            }),
         };
         let cli = crate::Cli::try_parse_from(std::iter::once("skiff".into()).chain(cmd.args()))
             .expect("the launch crate's argv parses");
@@ -818,6 +846,10 @@ mod tests {
         );
         assert_eq!(a.token_auth_file, cmd.token_auth_file);
         assert_eq!(a.audit_log_path, cmd.audit_log);
+        let kubelet = cmd.kubelet.as_ref().expect("kubelet");
+        assert_eq!(a.kubelet_certificate_authority.as_ref(), Some(&kubelet.ca));
+        assert_eq!(a.kubelet_client_certificate.as_ref(), Some(&kubelet.cert));
+        assert_eq!(a.kubelet_client_key.as_ref(), Some(&kubelet.key));
 
         // Unset options stay at the command's defaults.
         let least = StoreCommand {

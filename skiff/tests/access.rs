@@ -11,7 +11,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{free_port, run_skiff, skiff_bin};
-use skiff_launch::{Child, Launch, StoreCommand, StoreTls};
+use skiff_launch::{
+    Child, ClientCert, Launch, NodeCommand, RuntimeKind, ServingCert, StoreCommand, StoreTls,
+};
 use skiff_proto::api::{Kind, Object};
 use skiff_proto::client::{ClusterClient, Code, ListParams};
 use skiff_proto::tls::ClientTls;
@@ -200,9 +202,20 @@ async fn secured() -> Secured {
             "admin/system:masters",
             "system:kube-scheduler",
             "system:node:n1/system:nodes",
+            "system:node:n2/system:nodes",
             "alice",
+            "kube-apiserver-kubelet-client",
         ],
     );
+    // The node agents' serving certificate (a member's: serving and dialling, 127.0.0.1).
+    let (ok, out) = run_skiff(&[
+        "certs",
+        "--dir",
+        certs.to_str().expect("utf8"),
+        "--member",
+        "agents",
+    ]);
+    assert!(ok, "skiff certs: {out}");
     make_certs(&dir.path().join("other"), &["admin/system:masters"]);
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(&tokens, TOKEN_FILE).expect("token file");
@@ -222,6 +235,11 @@ async fn secured() -> Secured {
         rbac: true,
         token_auth_file: Some(tokens),
         audit_log: Some(dir.path().join("audit.log")),
+        kubelet: Some(ClientCert {
+            ca: certs.join("ca.pem"),
+            cert: certs.join("kube-apiserver-kubelet-client.pem"),
+            key: certs.join("kube-apiserver-kubelet-client-key.pem"),
+        }),
         ..StoreCommand::default()
     };
     let member = Launch::new("m0", skiff_bin(), dir.path().join("m0.log"))
@@ -239,7 +257,10 @@ async fn secured() -> Secured {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         // The last bootstrap binding: the others were created before it.
-        if let Ok(Some(_)) = admin.get(Kind::ClusterRoleBinding, "", "system:node").await {
+        if let Ok(Some(_)) = admin
+            .get(Kind::ClusterRoleBinding, "", "system:kubelet-api-admin")
+            .await
+        {
             break;
         }
         assert!(Instant::now() < deadline, "no bootstrap roles within 30 s");
@@ -699,6 +720,189 @@ async fn grpc_and_etcd_requests_are_authorized() {
     assert!(
         ok,
         "the scheduler holds its leadership through a lease: {out}"
+    );
+}
+
+/// The node agent's port (logs, exec, attach) serves TLS and takes only certificates from
+/// the cluster's CA, and asks the API whether each caller may: the members (through
+/// `kubectl logs` and `kubectl exec`) and the admin may, a user without a role and another
+/// node may not. Without TLS the agent serves loopback only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_port_takes_certificates_and_asks_the_api() {
+    use skiff_proto::logs::connect_agent;
+    use skiff_proto::node::v1 as pb;
+
+    let s = secured().await;
+    let certs = s.certs();
+    let node = NodeCommand {
+        name: Some("n1".into()),
+        tls: Some(ClientCert {
+            ca: certs.join("ca.pem"),
+            cert: certs.join("system-node-n1.pem"),
+            key: certs.join("system-node-n1-key.pem"),
+        }),
+        logs_address: Some("127.0.0.1:0".into()),
+        serving: Some(ServingCert {
+            cert: certs.join("agents.pem"),
+            key: certs.join("agents-key.pem"),
+            client_ca: certs.join("ca.pem"),
+        }),
+        ..NodeCommand::new(RuntimeKind::Sim, vec![s.client.clone()])
+    };
+    let _agent = Launch::new("agent n1", skiff_bin(), s.dir.path().join("agent.log"))
+        .args(node.args())
+        .spawn()
+        .expect("spawn skiff node")
+        .tail_on_panic(40);
+    let admin = s.grpc(Who::Admin);
+    let pod: Object = serde_json::from_value::<skiff_proto::api::Pod>(serde_json::json!({
+        "metadata": {"name": "talker", "namespace": "default"},
+        "spec": {"nodeName": "n1", "containers": [{
+            "name": "c", "image": "busybox",
+            "command": ["sh", "-c", "echo from n1; sleep 3600"]
+        }]}
+    }))
+    .map(Object::Pod)
+    .expect("pod");
+    admin.create(&pod).await.expect("admin creates a pod on n1");
+    let endpoint = common::eventually(Duration::from_secs(30), "the pod running", || async {
+        let Ok(Some(Object::Pod(p))) = admin.get(Kind::Pod, "default", "talker").await else {
+            return None;
+        };
+        let running = p.status.and_then(|st| st.phase) == Some(skiff_proto::api::PodPhase::Running);
+        let Ok(Some(Object::Node(n))) = admin.get(Kind::Node, "", "n1").await else {
+            return None;
+        };
+        let endpoint = n
+            .metadata
+            .annotations
+            .get(skiff_proto::logs::ENDPOINT_ANNOTATION)
+            .cloned()?;
+        running.then_some(endpoint)
+    })
+    .await;
+    assert!(endpoint.starts_with("https://127.0.0.1:"), "{endpoint}");
+
+    // Through the API: the member presents its kubelet client certificate.
+    let (code, body) = s.curl(
+        Who::Admin,
+        "GET",
+        "/api/v1/namespaces/default/pods/talker/log",
+        None,
+    );
+    assert_eq!((code, body.as_str()), (200, "from n1\n"));
+    let (code, _) = s.curl(
+        Who::Alice,
+        "GET",
+        "/api/v1/namespaces/default/pods/talker/log",
+        None,
+    );
+    assert_eq!(code, 403, "alice may not read logs through the API");
+
+    // Straight to the agent's port, as each identity.
+    let ca = certs.join("ca.pem");
+    let read_log = |file: Option<&'static str>, dir: PathBuf| {
+        let (endpoint, ca) = (endpoint.clone(), ca.clone());
+        async move {
+            let tls = ClientTls {
+                ca,
+                cert: file.map(|f| dir.join(format!("{f}.pem"))),
+                key: file.map(|f| dir.join(format!("{f}-key.pem"))),
+            }
+            .config()
+            .expect("TLS files");
+            let channel = connect_agent(&endpoint, Some(&tls), Duration::from_secs(5)).await?;
+            pb::logs_client::LogsClient::new(channel)
+                .container_log(pb::ContainerLogRequest {
+                    node: "n1".into(),
+                    namespace: "default".into(),
+                    pod: "talker".into(),
+                    ..Default::default()
+                })
+                .await
+                .map(|r| skiff_proto::logs::text_of(&r.into_inner().data))
+                .map_err(|st| format!("{:?}: {}", st.code(), st.message()))
+        }
+    };
+    assert_eq!(
+        read_log(Some("admin"), certs.clone()).await.as_deref(),
+        Ok("from n1\n")
+    );
+    let alice = read_log(Some("alice"), certs.clone())
+        .await
+        .expect_err("alice has no role");
+    assert!(
+        alice.starts_with("PermissionDenied")
+            && alice.contains("\"alice\" cannot get resource \"pods/log\""),
+        "{alice}"
+    );
+    let neighbour = read_log(Some("system-node-n2"), certs.clone())
+        .await
+        .expect_err("node n2 may not read n1's pods");
+    assert!(neighbour.starts_with("PermissionDenied"), "{neighbour}");
+    // No certificate, or one from another CA: the handshake fails.
+    let err = read_log(None, certs.clone())
+        .await
+        .expect_err("no certificate");
+    assert!(!err.starts_with("Ok"), "{err}");
+    read_log(Some("admin"), s.dir.path().join("other"))
+        .await
+        .expect_err("a certificate from another CA");
+
+    // `skiff logs` reaches the agent itself, with the admin's certificate.
+    let (ok, out) = run_skiff(&[
+        "logs",
+        "talker",
+        "--endpoints",
+        &s.client,
+        "--cacert",
+        certs.join("ca.pem").to_str().expect("utf8"),
+        "--cert",
+        certs.join("admin.pem").to_str().expect("utf8"),
+        "--key",
+        certs.join("admin-key.pem").to_str().expect("utf8"),
+    ]);
+    assert!(ok && out.contains("from n1"), "skiff logs: {out}");
+
+    // kubectl exec: the member opens the session with its kubelet client certificate.
+    if kubectl_on_path() {
+        let out = Command::new("kubectl")
+            .arg(format!("--server={}", s.api))
+            .arg(format!(
+                "--certificate-authority={}",
+                certs.join("ca.pem").display()
+            ))
+            .arg(format!(
+                "--client-certificate={}",
+                certs.join("admin.pem").display()
+            ))
+            .arg(format!(
+                "--client-key={}",
+                certs.join("admin-key.pem").display()
+            ))
+            .args(["exec", "talker", "--", "echo", "through the agent"])
+            .env("KUBECONFIG", s.dir.path().join("none"))
+            .output()
+            .expect("kubectl");
+        let (ok, text) = common::outcome(out);
+        assert!(
+            ok && text.contains("through the agent"),
+            "kubectl exec: {text}"
+        );
+    } else {
+        eprintln!("kubectl exec not checked: kubectl is not on PATH");
+    }
+
+    // Plain TCP beyond loopback is refused at start.
+    let plain = NodeCommand {
+        name: Some("n3".into()),
+        logs_address: Some("0.0.0.0:0".into()),
+        ..NodeCommand::new(RuntimeKind::Sim, vec![s.client.clone()])
+    };
+    let (ok, out) = run_skiff(&plain.args());
+    assert!(
+        !ok && out.contains("would serve anyone on the network"),
+        "skiff node: {out}"
     );
 }
 

@@ -141,6 +141,14 @@ impl Kind {
         )
     }
 
+    /// Whether the kind is an access review (a question to the authorizers).
+    pub fn is_review(self) -> bool {
+        matches!(
+            self,
+            Kind::SubjectAccessReview | Kind::SelfSubjectAccessReview
+        )
+    }
+
     /// The manifest `kind:` (exact, as Kubernetes).
     pub fn from_name(name: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.name() == name)

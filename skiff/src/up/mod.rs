@@ -123,7 +123,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     if layout.tls {
         let hosts = ["127.0.0.1".to_owned(), "localhost".to_owned()];
-        crate::certs::ensure(&dir.join(CERTS), &MEMBERS, &hosts, &identities(&args))?;
+        // The members' certificates, and the one the node agents' port serves.
+        let servers: Vec<&str> = MEMBERS.iter().copied().chain([AGENTS]).collect();
+        crate::certs::ensure(&dir.join(CERTS), &servers, &hosts, &identities(&args))?;
     }
     let exe = std::env::current_exe().context("finding the skiff binary")?;
     let exe = exe.to_string_lossy().to_string();
@@ -268,6 +270,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
 const CERTS: &str = "certs";
 /// The CLI's and kubectl's certificate file.
 const ADMIN: &str = "admin";
+/// The serving certificate of the node agents' log and session port.
+const AGENTS: &str = "agents";
+/// The certificate the members present to node agents.
+const KUBELET_CLIENT: &str = "kubelet-client";
 /// The user (and group) of a process hosting many simulated nodes.
 const SIMULATED_NODES: &str = "skiff:simulated-nodes";
 
@@ -322,6 +328,11 @@ fn identities(args: &Args) -> Vec<crate::certs::ClientIdentity<'static>> {
             file: "nodes",
             user: nodes_user,
             group: Some(nodes_group),
+        },
+        ClientIdentity {
+            file: KUBELET_CLIENT,
+            user: skiff_store::access::bootstrap::KUBELET_CLIENT,
+            group: None,
         },
     ]
 }
@@ -390,6 +401,7 @@ fn start_members(cluster: &mut Cluster, exe: &str) -> Result<()> {
                 ca: certs.join("ca.pem"),
             }),
             rbac: layout.tls,
+            kubelet: cluster.client_cert(KUBELET_CLIENT),
             // Every request to the Kubernetes API, at Metadata, as kube-apiserver logs it.
             audit_log: layout
                 .tls
@@ -454,6 +466,14 @@ fn start_nodes(cluster: &mut Cluster, exe: &str, args: &Args) -> Result<Vec<Stri
         max_pods: Some(args.max_pods),
         heartbeat_interval: Some(Duration::from_secs(5)),
         tls: cluster.client_cert("nodes"),
+        serving: cluster.layout.tls.then(|| {
+            let certs = cluster.dir.join(CERTS);
+            skiff_launch::ServingCert {
+                cert: certs.join(format!("{AGENTS}.pem")),
+                key: certs.join(format!("{AGENTS}-key.pem")),
+                client_ca: certs.join("ca.pem"),
+            }
+        }),
         ..NodeCommand::new(args.runtime, cluster.endpoints())
     };
     let names: Vec<String> = match args.runtime {

@@ -22,6 +22,9 @@ pub const SCHEDULER: &str = "system:kube-scheduler";
 /// The user the controller manager's certificate names.
 pub const CONTROLLER_MANAGER: &str = "system:kube-controller-manager";
 pub use super::NODES;
+/// The user of the certificate members present to node agents (kubeadm's name for
+/// kube-apiserver's `--kubelet-client-certificate`).
+pub const KUBELET_CLIENT: &str = "kube-apiserver-kubelet-client";
 
 /// The label Kubernetes puts on its bootstrap objects.
 const BOOTSTRAP_LABEL: (&str, &str) = ("kubernetes.io/bootstrapping", "rbac-defaults");
@@ -222,6 +225,21 @@ fn node_rules() -> Vec<PolicyRule> {
         rule(&["patch", "update"], "", &["pods/status"]),
         rule(&["create", "patch", "update"], "", &["events"]),
         rule(READ, "", &["namespaces"]),
+        // The agent asks whether a caller of its port may read a pod's log or exec into it.
+        rule(
+            &["create"],
+            "authorization.k8s.io",
+            &["subjectaccessreviews"],
+        ),
+    ]
+}
+
+/// What the API server does through node agents on its clients' behalf (after authorizing
+/// them): read pods' logs, exec and attach.
+fn kubelet_api_rules() -> Vec<PolicyRule> {
+    vec![
+        rule(&["get"], "", &["pods/log"]),
+        rule(&["create", "get"], "", &["pods/exec", "pods/attach"]),
     ]
 }
 
@@ -269,6 +287,7 @@ pub fn cluster_roles() -> Vec<ClusterRole> {
         role(SCHEDULER, scheduler_rules()),
         role(CONTROLLER_MANAGER, controller_manager_rules()),
         role("system:node", node_rules()),
+        role("system:kubelet-api-admin", kubelet_api_rules()),
     ]
 }
 
@@ -288,6 +307,7 @@ pub fn cluster_role_bindings() -> Vec<ClusterRoleBinding> {
         // Node and pods. A binding of this role grants a process every node's (Skiff's
         // simulated nodes, many in one process, are given it by `skiff up`).
         binding("system:node", &[]),
+        binding("system:kubelet-api-admin", &[("User", KUBELET_CLIENT)]),
     ]
 }
 

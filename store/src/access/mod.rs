@@ -229,6 +229,10 @@ pub struct AccessConfig {
     pub client_certs: bool,
     /// `--audit-log-path` and `--audit-policy-file`: the REST API's audit log.
     pub audit: Option<AuditConfig>,
+    /// `--kubelet-certificate-authority`, `--kubelet-client-certificate` and
+    /// `--kubelet-client-key`: how this member reaches node agents that serve TLS (for
+    /// `pods/log`, `pods/exec`, `pods/attach`).
+    pub kubelet: Option<skiff_proto::tls::ClientTls>,
 }
 
 /// Where the audit log goes, and its policy (none: every request at `Metadata`).
@@ -250,6 +254,8 @@ pub enum AccessError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("--kubelet-client-certificate and its CA: {0}")]
+    Kubelet(#[from] skiff_proto::tls::TlsFileError),
 }
 
 impl Default for AccessConfig {
@@ -260,6 +266,7 @@ impl Default for AccessConfig {
             anonymous: true,
             client_certs: false,
             audit: None,
+            kubelet: None,
         }
     }
 }
@@ -291,6 +298,8 @@ pub struct Access {
     policy: Arc<Policy>,
     /// The audit log, when one is kept.
     pub audit: Option<AuditLog>,
+    /// This member's TLS to node agents (read at start).
+    pub kubelet: Option<tonic::transport::ClientTlsConfig>,
 }
 
 impl Access {
@@ -313,11 +322,13 @@ impl Access {
             }
             None => None,
         };
+        let kubelet = config.kubelet.as_ref().map(|k| k.config()).transpose()?;
         Ok(Access {
             config,
             authn,
             policy: Arc::new(Policy::default()),
             audit,
+            kubelet,
         })
     }
 

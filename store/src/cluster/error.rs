@@ -20,7 +20,7 @@ pub enum ClusterError {
     Missing { field: &'static str },
     #[error("key.namespace: required for {}", kind.qualified_resource())]
     NamespaceRequired { kind: Kind },
-    #[error("unknown kind {kind:?}: expected one of {}", Kind::ALL.map(Kind::name).join(", "))]
+    #[error("unknown kind {kind:?}: expected one of {}", stored_kinds())]
     UnknownKind { kind: String },
     /// A request body that does not decode as its kind (a bad enumerated value included).
     #[error("{} body: {source}", kind.name())]
@@ -193,6 +193,16 @@ impl From<ClusterError> for Status {
             e => Status::new(e.code(), e.to_string()),
         }
     }
+}
+
+/// The kinds the cluster API stores, by name.
+fn stored_kinds() -> String {
+    Kind::ALL
+        .into_iter()
+        .filter(|k| k.is_stored())
+        .map(Kind::name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]

@@ -33,6 +33,7 @@ pub mod bind;
 pub mod error;
 pub mod list;
 pub mod pod_security;
+mod review;
 pub mod service;
 pub mod watch;
 
@@ -171,7 +172,11 @@ pub fn to_pb(object: &Object) -> pb::Object {
 /// Kubernetes' schema lacks (Skiff's components and CLI write only what they mean to).
 pub fn from_pb(o: Option<pb::Object>) -> Result<Object> {
     let o = o.ok_or(ClusterError::Missing { field: "object" })?;
-    let kind = parse_kind(&o.kind)?;
+    // Created, an access review is a question (answered, not stored).
+    let kind = match Kind::from_name(&o.kind) {
+        Some(k) if k.is_review() => k,
+        _ => parse_kind(&o.kind)?,
+    };
     let (object, _) = decode_request(kind, &o.json, FieldValidation::Strict)?;
     Ok(object)
 }

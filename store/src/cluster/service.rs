@@ -154,6 +154,11 @@ impl Cluster for ClusterApi {
         let object = from_pb(req.get_ref().object.clone())?;
         let ns = namespace_of(&object);
         let me = authorize(self, &req, Ask::new("create", object.kind(), ns, ""))?;
+        if object.kind().is_review() {
+            let answered = self.review(&user(self, &req)?, object)?;
+            let revision = self.member.shared.read().revision();
+            return Ok(object_response(self, revision, &answered));
+        }
         let req = req.into_inner();
         let api = fenced(&me, req.fence);
         let (rev, created) = ClusterApi::create(&api, object, req.dry_run).await?;

@@ -10,7 +10,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use skiff_proto::api::{Kind, Object, Pod};
-use skiff_proto::logs::{ENDPOINT_ANNOTATION, text_of, text_with_timestamps};
+use skiff_proto::logs::{ENDPOINT_ANNOTATION, connect_agent, text_of, text_with_timestamps};
 use skiff_proto::node::v1 as pb;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -39,6 +39,8 @@ pub(super) struct PodAgent {
     pub(super) node: String,
     pub(super) endpoint: String,
     pub(super) container: String,
+    /// This member's TLS to agents (`--kubelet-client-certificate`).
+    pub(super) tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 impl PodAgent {
@@ -50,12 +52,9 @@ impl PodAgent {
         )
     }
 
-    /// A connection to the agent.
+    /// A connection to the agent, with this member's TLS to agents when it serves TLS.
     pub(super) async fn connect(&self) -> Result<tonic::transport::Channel, ApiError> {
-        tonic::transport::Endpoint::from_shared(format!("http://{}", self.endpoint))
-            .map_err(|e| self.unavailable(e))?
-            .connect_timeout(AGENT_TIMEOUT)
-            .connect()
+        connect_agent(&self.endpoint, self.tls.as_ref(), AGENT_TIMEOUT)
             .await
             .map_err(|e| self.unavailable(e))
     }
@@ -131,6 +130,7 @@ pub(super) async fn pod_agent(
         node,
         endpoint,
         container,
+        tls: api.access.kubelet.clone(),
     })
 }
 

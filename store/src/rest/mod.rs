@@ -55,7 +55,6 @@ use crate::access::{Attributes, User};
 use crate::cluster::{ClusterApi, ClusterError, kind_attributes};
 use crate::tls::ApiPeer;
 use request::{Accept, Params, Target, read_body};
-use skiff_proto::api::Kind;
 use status::{ApiError, Reason};
 use verbs::json_response;
 
@@ -685,7 +684,7 @@ async fn resource(
             match sub {
                 Some("binding") => verbs::bind(api, &target, &headers, &body).await,
                 Some("eviction") => verbs::evict(api, &target, &params, &headers, &body).await,
-                _ if !target.kind.is_stored() && target.kind != Kind::Binding => {
+                _ if target.kind.is_review() => {
                     review::create(api, user, &target, &params, &headers, &body).await
                 }
                 _ => verbs::create(api, &target, &params, accept, &headers, &body).await,
@@ -719,6 +718,7 @@ async fn resource(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use skiff_proto::api::Kind;
 
     fn target(kind: Kind, sub: Option<&str>) -> Target {
         Target {

@@ -255,12 +255,12 @@ fn match_path(target: &Target, body: &mut Value, kind: Kind) -> Result<(), ApiEr
     Ok(())
 }
 
-fn encode(value: &Value) -> Vec<u8> {
+pub(super) fn encode(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).expect("invariant: JSON values always encode")
 }
 
 /// kube-apiserver's default when a request names no `fieldValidation`.
-fn validation(params: &Params) -> FieldValidation {
+pub(super) fn validation(params: &Params) -> FieldValidation {
     params.field_validation.unwrap_or_default()
 }
 
