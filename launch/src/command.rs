@@ -125,6 +125,10 @@ pub struct StoreCommand {
     /// How the member reaches node agents that serve TLS (`--kubelet-certificate-authority`,
     /// `--kubelet-client-certificate`, `--kubelet-client-key`).
     pub kubelet: Option<ClientCert>,
+    /// `--cluster-cidr` (`a.b.c.d/n`; empty: no pod CIDR blocks).
+    pub cluster_cidr: Option<String>,
+    /// `--node-cidr-mask-size`.
+    pub node_cidr_mask_size: Option<u8>,
 }
 
 /// One certificate for a member's client and peer URLs alike (as `skiff certs` makes them),
@@ -173,6 +177,8 @@ impl StoreCommand {
             )
             .opt("bcrypt-cost", self.bcrypt_cost)
             .opt("auth-token-ttl", self.auth_token_ttl.map(|d| d.as_secs()))
+            .opt("cluster-cidr", self.cluster_cidr.as_ref())
+            .opt("node-cidr-mask-size", self.node_cidr_mask_size)
             .opt("log", self.log.as_ref());
         if let Some(f) = &self.token_auth_file {
             a.flag("token-auth-file", f);

@@ -240,6 +240,18 @@ pub struct Args {
         requires = "kubelet_client_certificate"
     )]
     kubelet_client_key: Option<PathBuf>,
+    /// kube-controller-manager's: the cluster's pod network, cut into one block per Node
+    /// (`--node-cidr-mask-size`) given when the Node registers (`spec.podCIDR`) and freed
+    /// when it is deleted; empty: Nodes get no block.
+    #[arg(
+        long,
+        env = "SKIFF_STORE_CLUSTER_CIDR",
+        default_value = "10.244.0.0/16"
+    )]
+    cluster_cidr: String,
+    /// The prefix length of each Node's block of `--cluster-cidr`.
+    #[arg(long, env = "SKIFF_STORE_NODE_CIDR_MASK_SIZE", default_value_t = 24)]
+    node_cidr_mask_size: u8,
     /// Interval of progress notifications to watchers that asked for them (e.g. 10m, 5s).
     #[arg(long, env = "SKIFF_STORE_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL", default_value = "10m", value_parser = skiff_proto::duration::parse)]
     experimental_watch_progress_notify_interval: Duration,
@@ -527,6 +539,14 @@ impl Args {
         if self.auth_token_ttl == 0 {
             bail!("--auth-token-ttl must be at least 1 (second)");
         }
+        let pod_cidrs = (!self.cluster_cidr.is_empty())
+            .then(|| {
+                skiff_store::cluster::ipam::PodCidrs::new(
+                    &self.cluster_cidr,
+                    self.node_cidr_mask_size,
+                )
+            })
+            .transpose()?;
         let config = MemberConfig {
             data_dir: self
                 .data_dir
@@ -555,6 +575,7 @@ impl Args {
                 .then_some(self.experimental_corrupt_check_time),
             auth_token_ttl: Duration::from_secs(self.auth_token_ttl),
             bcrypt_cost: self.bcrypt_cost,
+            pod_cidrs,
             access: skiff_store::access::AccessConfig {
                 modes: self.authorization_mode,
                 token_auth_file: self.token_auth_file,
@@ -780,6 +801,8 @@ mod tests {
                 cert: "/c/kubelet-client.pem".into(),
                 key: "/c/kubelet-client-key.pem".into(),
             }),
+            cluster_cidr: Some("10.0.0.0/8".into()),
+            node_cidr_mask_size: Some(26),
         };
         let cli = crate::Cli::try_parse_from(std::iter::once("skiff".into()).chain(cmd.args()))
             .expect("the launch crate's argv parses");
@@ -846,6 +869,8 @@ mod tests {
         );
         assert_eq!(a.token_auth_file, cmd.token_auth_file);
         assert_eq!(a.audit_log_path, cmd.audit_log);
+        assert_eq!(Some(&a.cluster_cidr), cmd.cluster_cidr.as_ref());
+        assert_eq!(Some(a.node_cidr_mask_size), cmd.node_cidr_mask_size);
         let kubelet = cmd.kubelet.as_ref().expect("kubelet");
         assert_eq!(a.kubelet_certificate_authority.as_ref(), Some(&kubelet.ca));
         assert_eq!(a.kubelet_client_certificate.as_ref(), Some(&kubelet.cert));

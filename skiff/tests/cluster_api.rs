@@ -1053,3 +1053,81 @@ async fn fenced_writes_commit_only_under_their_leadership() {
         .expect("still there");
     assert!(kept.metadata().labels.is_empty());
 }
+
+/// Node IPAM: 300 Nodes registered at once through all three members share the 256 /24
+/// blocks of the default 10.244.0.0/16 without a block given twice, the other 44 register
+/// without one; a deleted Node's block is given to the next Node, and a Node may not change
+/// its block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_cidrs_are_given_once_and_freed_with_their_node() {
+    let cluster = Cluster::start(3).await;
+    let clients: Vec<ClusterClient> = cluster
+        .endpoints()
+        .iter()
+        .map(|e| ClusterClient::connect(std::slice::from_ref(e)).expect("client"))
+        .collect();
+    let registrations = (0..300).map(|i| {
+        let api = clients[i % clients.len()].clone();
+        async move { api.create(&node(&format!("ipam-{i}"))).await }
+    });
+    let created = futures::future::join_all(registrations).await;
+    let mut blocks: BTreeMap<String, String> = BTreeMap::new();
+    let mut without = 0;
+    for r in created {
+        let Object::Node(n) = r.expect("every registration succeeds") else {
+            panic!("not a node")
+        };
+        if n.spec.pod_cidr.is_empty() {
+            without += 1;
+            continue;
+        }
+        assert_eq!(n.spec.pod_cidrs, vec![n.spec.pod_cidr.clone()]);
+        if let Some(other) = blocks.insert(n.spec.pod_cidr.clone(), n.metadata.name.clone()) {
+            panic!(
+                "{} given to {other} and {}",
+                n.spec.pod_cidr, n.metadata.name
+            );
+        }
+    }
+    assert_eq!((blocks.len(), without), (256, 44));
+    assert!(
+        blocks
+            .keys()
+            .all(|b| b.starts_with("10.244.") && b.ends_with(".0/24"))
+    );
+
+    // A deleted node's block goes to the next node that registers.
+    let api = client(&cluster).await;
+    let (freed, holder) = blocks
+        .iter()
+        .nth(17)
+        .map(|(b, n)| (b.clone(), n.clone()))
+        .unwrap();
+    api.delete(Kind::Node, "", &holder, 0, None)
+        .await
+        .expect("delete a node");
+    let Object::Node(next) = api.create(&node("ipam-next")).await.expect("register") else {
+        panic!("not a node")
+    };
+    assert_eq!(next.spec.pod_cidr, freed);
+
+    // Once given, a block stays.
+    let mut moved = next.clone();
+    moved.spec.pod_cidr = "10.244.250.0/24".into();
+    moved.spec.pod_cidrs = vec![moved.spec.pod_cidr.clone()];
+    expect_err(
+        api.update(&Object::Node(moved)).await,
+        Code::InvalidArgument,
+        "may not change podCIDR",
+    );
+    // A node naming a block another holds is refused.
+    let mut taken = node("ipam-taken");
+    if let Object::Node(n) = &mut taken {
+        n.spec.pod_cidr = freed.clone();
+    }
+    expect_err(
+        api.create(&taken).await,
+        Code::FailedPrecondition,
+        &format!("spec.podCIDR {freed} is allocated to node \"ipam-next\""),
+    );
+}

@@ -1,9 +1,8 @@
 //! Fuzz targets: the decoders that face the network, each a function of raw bytes that must
 //! return, whatever the bytes, without panicking (a panic, an integer overflow in a debug
-//! build, or a stack overflow is a finding). Two harnesses drive them over the corpus in
-//! `fuzz/corpus/<target>/`: a time-bounded mutation run in the default test suite
-//! (`store/tests/fuzz.rs`), and libFuzzer's coverage-guided search for long runs
-//! (`scripts/fuzz.sh`, with `cargo fuzz`).
+//! build, or a stack overflow is a finding). `store/tests/fuzz.rs` drives them over the
+//! corpus in `fuzz/corpus/<target>/` and its mutations, for a bounded time in the default
+//! test suite and as long as asked (`SKIFF_FUZZ_SECS`) outside it.
 //!
 //! The first byte or two of an input choose what the rest is (a content type, a kind, a
 //! message type), so one target covers a family of decoders.

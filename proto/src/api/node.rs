@@ -50,8 +50,13 @@ pub struct NodeSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub taints: Vec<Taint>,
+    /// The node's block of the cluster's pod network (given at registration).
     #[serde(default, rename = "podCIDR", skip_serializing_if = "String::is_empty")]
     pub pod_cidr: String,
+    /// The same block (a second one for another IP family, in Kubernetes).
+    #[serde(default, rename = "podCIDRs", skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_vec()"))]
+    pub pod_cidrs: Vec<String>,
     /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
     #[serde(flatten)]
     #[cfg_attr(test, proptest(value = "Default::default()"))]

@@ -136,7 +136,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         if resumed { "resuming" } else { "starting" },
         dir.display()
     );
-    start_members(&mut cluster, &exe)?;
+    start_members(&mut cluster, &exe, args.nodes)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -382,8 +382,17 @@ fn open_dir(args: &Args) -> Result<(PathBuf, std::fs::File)> {
     Ok((dir, lock))
 }
 
+/// The pod network of a local cluster: Kubernetes' usual 10.244.0.0/16 (256 nodes of a /24
+/// each), wider when more nodes need a block (10.244.0.0/14 for 1,000).
+fn cluster_cidr(nodes: usize) -> String {
+    let bits = usize::BITS - nodes.max(1).saturating_sub(1).leading_zeros();
+    let prefix = 24u32.saturating_sub(bits.max(8)).max(8);
+    let network = u32::from(Ipv4Addr::new(10, 244, 0, 0)) & (u32::MAX << (32 - prefix));
+    format!("{}/{prefix}", Ipv4Addr::from(network))
+}
+
 /// The three store members, restarted by the supervisor when they exit.
-fn start_members(cluster: &mut Cluster, exe: &str) -> Result<()> {
+fn start_members(cluster: &mut Cluster, exe: &str, nodes: usize) -> Result<()> {
     let layout = cluster.layout.clone();
     for (i, m) in MEMBERS.iter().enumerate() {
         let scheme = layout.scheme();
@@ -409,6 +418,7 @@ fn start_members(cluster: &mut Cluster, exe: &str) -> Result<()> {
             initial_cluster: layout.initial_cluster(),
             // As kube-apiserver compacts its etcd: five minutes of history.
             auto_compaction_retention: Some(Duration::from_secs(300)),
+            cluster_cidr: Some(cluster_cidr(nodes)),
             ..StoreCommand::default()
         };
         let log = cluster.logs().join(format!("store-{m}.log"));
@@ -620,5 +630,20 @@ async fn supervise_until_signal(cluster: &mut Cluster) -> Result<bool> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pod_network_has_a_block_for_every_node() {
+        assert_eq!(cluster_cidr(1), "10.244.0.0/16");
+        assert_eq!(cluster_cidr(256), "10.244.0.0/16");
+        assert_eq!(cluster_cidr(257), "10.244.0.0/15");
+        assert_eq!(cluster_cidr(1000), "10.244.0.0/14");
+        assert_eq!(cluster_cidr(5000), "10.224.0.0/11");
+        assert_eq!(cluster_cidr(1_000_000), "10.0.0.0/8");
     }
 }

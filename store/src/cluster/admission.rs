@@ -349,6 +349,12 @@ pub fn with_spec(current: &Object, request: &Object) -> Result<Object> {
     match (current, &mut next) {
         (Object::Pod(cur), Object::Pod(new)) => {
             new.status = cur.status.clone();
+            // The service account admission named at creation stays when an update names
+            // none (a manifest applied again need not repeat it).
+            if new.spec.service_account_name.is_empty() && new.spec.service_account.is_empty() {
+                new.spec.service_account_name = cur.spec.service_account_name.clone();
+                new.spec.service_account = cur.spec.service_account.clone();
+            }
             if cur.spec.node_name != new.spec.node_name {
                 return Err(ClusterError::Immutable {
                     kind: Kind::Pod,
@@ -387,7 +393,38 @@ pub fn with_spec(current: &Object, request: &Object) -> Result<Object> {
                 });
             }
         }
-        (Object::Node(cur), Object::Node(new)) => new.status = cur.status.clone(),
+        (Object::Node(cur), Object::Node(new)) => {
+            new.status = cur.status.clone();
+            // The block registration gave stays when an update names none.
+            if new.spec.pod_cidr.is_empty() && new.spec.pod_cidrs.is_empty() {
+                new.spec.pod_cidr = cur.spec.pod_cidr.clone();
+                new.spec.pod_cidrs = cur.spec.pod_cidrs.clone();
+            }
+            // As Kubernetes: a node's pod CIDR is set once (by registration, or from none
+            // by an update) and kept.
+            for (field, was, now) in [
+                (
+                    "spec.podCIDR",
+                    vec![cur.spec.pod_cidr.clone()],
+                    vec![new.spec.pod_cidr.clone()],
+                ),
+                (
+                    "spec.podCIDRs",
+                    cur.spec.pod_cidrs.clone(),
+                    new.spec.pod_cidrs.clone(),
+                ),
+            ] {
+                let unset = was.iter().all(String::is_empty);
+                if !unset && was != now {
+                    return Err(ClusterError::Immutable {
+                        kind: Kind::Node,
+                        name: cur.metadata.name.clone(),
+                        field,
+                        why: "node updates may not change podCIDR except from \"\" to valid",
+                    });
+                }
+            }
+        }
         (Object::Namespace(cur), Object::Namespace(new)) => new.status = cur.status.clone(),
         (Object::ResourceQuota(cur), Object::ResourceQuota(new)) => new.status = cur.status.clone(),
         (Object::Deployment(cur), Object::Deployment(new)) => {

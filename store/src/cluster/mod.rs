@@ -31,6 +31,7 @@ pub use error::{ClusterError, Result};
 pub mod admission;
 pub mod bind;
 pub mod error;
+pub mod ipam;
 pub mod list;
 pub mod pod_security;
 mod review;
@@ -604,6 +605,7 @@ impl ClusterApi {
             self.barrier(false).await?;
             let mut candidate = object.clone();
             let guards = admission::admit_create(self, &mut candidate)?;
+            let claim = self.claim_pod_cidr(&mut candidate)?;
             validation::validate(&candidate).map_err(|e| validation_error(&candidate, e))?;
             if dry_run {
                 return Ok((self.member.shared.read().revision(), candidate));
@@ -614,14 +616,19 @@ impl ClusterApi {
                 CompareResult::Equal,
             )];
             compare.extend(guards);
+            let mut success = vec![RequestOp::Put(PutRequest {
+                key: key.as_bytes().to_vec(),
+                value: encode(&candidate),
+                lease: self.lease_for(kind).await?,
+                ..PutRequest::default()
+            })];
+            if let Some(claim) = claim {
+                compare.push(claim.compare);
+                success.push(claim.put);
+            }
             let txn = TxnRequest {
                 compare,
-                success: vec![RequestOp::Put(PutRequest {
-                    key: key.as_bytes().to_vec(),
-                    value: encode(&candidate),
-                    lease: self.lease_for(kind).await?,
-                    ..PutRequest::default()
-                })],
+                success,
                 failure: vec![RequestOp::Range(RangeRequest {
                     key: key.as_bytes().to_vec(),
                     ..RangeRequest::default()
@@ -641,7 +648,7 @@ impl ClusterApi {
                     name: candidate.metadata().name.clone(),
                 });
             }
-            // A quota guard lost a race: count again.
+            // A quota guard or a pod CIDR claim lost a race: count again.
         }
         Err(ClusterError::Contended {
             kind,
@@ -713,7 +720,10 @@ impl ClusterApi {
             range_end: Vec::new(),
             prev_kv: false,
         });
-        let txn = unchanged_since(&key, current.mod_revision, delete);
+        let mut txn = unchanged_since(&key, current.mod_revision, delete);
+        if let Some(release) = self.release_pod_cidr(&current.object) {
+            txn.success.push(release);
+        }
         let (rev, resp) = self.txn(txn).await?;
         Ok(resp.succeeded.then_some(rev))
     }

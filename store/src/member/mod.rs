@@ -87,6 +87,9 @@ pub struct MemberConfig {
     pub auth_token_ttl: Duration,
     /// bcrypt's cost for new passwords (`--bcrypt-cost`).
     pub bcrypt_cost: u32,
+    /// The pod network cut into node blocks given at registration (`--cluster-cidr`,
+    /// `--node-cidr-mask-size`); none: Nodes get no block.
+    pub pod_cidrs: Option<crate::cluster::ipam::PodCidrs>,
 }
 
 impl Default for MemberConfig {
@@ -114,6 +117,7 @@ impl Default for MemberConfig {
             corrupt_check: None,
             auth_token_ttl: crate::mvcc::DEFAULT_TOKEN_TTL,
             bcrypt_cost: crate::auth::DEFAULT_BCRYPT_COST,
+            pod_cidrs: None,
         }
     }
 }

@@ -1,0 +1,275 @@
+//! Node IPAM: the cluster's pod network (`--cluster-cidr`, 10.244.0.0/16 by default) cut into
+//! one block per node (`--node-cidr-mask-size`, /24). A Node gets a free block, at random, in
+//! the transaction that registers it (`spec.podCIDR`, `spec.podCIDRs`), and the one that
+//! deletes it frees the block, as kube-controller-manager's range allocator does, but
+//! atomically: each block given out is a claim key (`/skiff/ipam/podcidrs/<block>`, its value
+//! the node's name) that the registration creates only if it does not exist, so no block is
+//! given twice, however many members take registrations at once. A Node that names its block
+//! itself gets it if no other node holds it; one outside the cluster's network is its own
+//! business. When every block is taken a Node registers without one
+//! (kube-controller-manager's `CIDRNotAvailable`), which the member logs.
+
+use std::net::Ipv4Addr;
+
+use skiff_proto::api::{Node, Object};
+
+use super::{ClusterApi, ClusterError, Result, compare, prefix_end};
+use crate::command::{
+    Compare, CompareResult, CompareTarget, DeleteRangeRequest, PutRequest, RangeRequest,
+    RangeResponse, RequestOp,
+};
+
+/// Where the claims are kept.
+const CLAIMS: &str = "/skiff/ipam/podcidrs/";
+
+/// The cluster's pod network and the size of each node's block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodCidrs {
+    network: u32,
+    prefix: u8,
+    node_prefix: u8,
+}
+
+/// Why `--cluster-cidr` or `--node-cidr-mask-size` cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("--cluster-cidr {cidr:?} with --node-cidr-mask-size {node_prefix}: {why}")]
+pub struct CidrError {
+    cidr: String,
+    node_prefix: u8,
+    why: String,
+}
+
+/// `a.b.c.d/n` as (address, prefix length).
+fn parse_cidr(s: &str) -> Option<(u32, u8)> {
+    let (ip, len) = s.split_once('/')?;
+    let ip: Ipv4Addr = ip.parse().ok()?;
+    let len: u8 = len.parse().ok().filter(|l| *l <= 32)?;
+    Some((u32::from(ip), len))
+}
+
+fn mask(prefix: u8) -> u32 {
+    if prefix == 0 {
+        0
+    } else {
+        u32::MAX << (32 - prefix)
+    }
+}
+
+impl PodCidrs {
+    pub fn new(cidr: &str, node_prefix: u8) -> std::result::Result<PodCidrs, CidrError> {
+        let err = |why: &str| CidrError {
+            cidr: cidr.to_owned(),
+            node_prefix,
+            why: why.to_owned(),
+        };
+        let (ip, prefix) = parse_cidr(cidr).ok_or_else(|| err("not an IPv4 CIDR (a.b.c.d/n)"))?;
+        if ip & !mask(prefix) != 0 {
+            return Err(err("host bits are set; name the network address"));
+        }
+        if node_prefix < prefix || node_prefix > 30 {
+            return Err(err(
+                "a node's block must lie inside the network and hold at least 4 addresses",
+            ));
+        }
+        if node_prefix - prefix > 20 {
+            return Err(err("more than 2^20 node blocks"));
+        }
+        Ok(PodCidrs {
+            network: ip,
+            prefix,
+            node_prefix,
+        })
+    }
+
+    /// How many node blocks the network holds.
+    pub fn blocks(&self) -> u32 {
+        1 << (self.node_prefix - self.prefix)
+    }
+
+    /// Block `i` as `a.b.c.d/n`.
+    pub fn block(&self, i: u32) -> String {
+        let ip = self.network + (i << (32 - self.node_prefix));
+        format!("{}/{}", Ipv4Addr::from(ip), self.node_prefix)
+    }
+
+    /// The index of `cidr` when it is one of this network's node blocks.
+    pub fn index_of(&self, cidr: &str) -> Option<u32> {
+        let (ip, len) = parse_cidr(cidr)?;
+        (len == self.node_prefix && ip & mask(self.prefix) == self.network && ip & !mask(len) == 0)
+            .then(|| (ip - self.network) >> (32 - self.node_prefix))
+    }
+}
+
+/// The claim key of block `cidr` (`10.244.3.0/24` → `/skiff/ipam/podcidrs/10.244.3.0-24`).
+fn claim_key(cidr: &str) -> String {
+    format!("{CLAIMS}{}", cidr.replace('/', "-"))
+}
+
+/// What a Node's registration adds to its transaction: the claim must not exist yet, and is
+/// made.
+#[derive(Debug)]
+pub struct Claim {
+    pub compare: Compare,
+    pub put: RequestOp,
+}
+
+impl ClusterApi {
+    fn pod_cidrs(&self) -> Option<&PodCidrs> {
+        self.member.config.pod_cidrs.as_ref()
+    }
+
+    /// The block for a Node being created: the one it names (when it is one of the network's
+    /// and no node holds it), else a free one, set in its spec; with the claim its
+    /// transaction makes. `None`: IPAM is off, the node names a block outside the network, or
+    /// none is free.
+    pub(super) fn claim_pod_cidr(&self, object: &mut Object) -> Result<Option<Claim>> {
+        let (Some(cidrs), Object::Node(node)) = (self.pod_cidrs(), object) else {
+            return Ok(None);
+        };
+        let named = node_cidr(node);
+        let cidr = match named {
+            Some(cidr) => {
+                if cidrs.index_of(&cidr).is_none() {
+                    return Ok(None);
+                }
+                if let Some(holder) = self.claim_holder(&cidr)? {
+                    return Err(ClusterError::Forbidden {
+                        kind: skiff_proto::api::Kind::Node,
+                        name: node.metadata.name.clone(),
+                        why: format!("spec.podCIDR {cidr} is allocated to node {holder:?}"),
+                    });
+                }
+                cidr
+            }
+            None => {
+                let Some(cidr) = self.free_block(cidrs)? else {
+                    tracing::warn!(
+                        node = %node.metadata.name,
+                        blocks = cidrs.blocks(),
+                        "CIDRNotAvailable: every pod CIDR block is taken; the node registers without one"
+                    );
+                    return Ok(None);
+                };
+                cidr
+            }
+        };
+        node.spec.pod_cidr = cidr.clone();
+        node.spec.pod_cidrs = vec![cidr.clone()];
+        let key = claim_key(&cidr);
+        Ok(Some(Claim {
+            compare: compare(&key, CompareTarget::Create(0), CompareResult::Equal),
+            put: RequestOp::Put(PutRequest {
+                key: key.into_bytes(),
+                value: node.metadata.name.clone().into_bytes(),
+                ..PutRequest::default()
+            }),
+        }))
+    }
+
+    /// The operation that frees the block of a Node being deleted, if it holds one.
+    pub(super) fn release_pod_cidr(&self, object: &Object) -> Option<RequestOp> {
+        let (Some(cidrs), Object::Node(node)) = (self.pod_cidrs(), object) else {
+            return None;
+        };
+        let cidr = node_cidr(node).filter(|c| cidrs.index_of(c).is_some())?;
+        Some(RequestOp::DeleteRange(DeleteRangeRequest {
+            key: claim_key(&cidr).into_bytes(),
+            range_end: Vec::new(),
+            prev_kv: false,
+        }))
+    }
+
+    /// A range of this member's keyspace as it is now.
+    fn read_raw(&self, request: RangeRequest) -> Result<RangeResponse> {
+        Ok(self.member.shared.read().range(&request)?)
+    }
+
+    fn claim_holder(&self, cidr: &str) -> Result<Option<String>> {
+        let key = claim_key(cidr);
+        let resp = self.read_raw(RangeRequest {
+            key: key.into_bytes(),
+            ..RangeRequest::default()
+        })?;
+        Ok(resp
+            .kvs
+            .first()
+            .map(|kv| String::from_utf8_lossy(&kv.value).into_owned()))
+    }
+
+    /// A block no claim holds, read from this member's keyspace: one at random, so that
+    /// registrations at once seldom want the same one (a block taken meanwhile fails the
+    /// registration's comparison, and it is tried again).
+    fn free_block(&self, cidrs: &PodCidrs) -> Result<Option<String>> {
+        use rand::Rng as _;
+        let resp = self.read_raw(RangeRequest {
+            key: CLAIMS.as_bytes().to_vec(),
+            range_end: prefix_end(CLAIMS.as_bytes()),
+            keys_only: true,
+            ..RangeRequest::default()
+        })?;
+        let taken: std::collections::HashSet<u32> = resp
+            .kvs
+            .iter()
+            .filter_map(|kv| {
+                let name = std::str::from_utf8(&kv.key).ok()?.strip_prefix(CLAIMS)?;
+                cidrs.index_of(&name.replacen('-', "/", 1))
+            })
+            .collect();
+        let free = cidrs.blocks() - u32::try_from(taken.len()).unwrap_or(u32::MAX);
+        if free == 0 {
+            return Ok(None);
+        }
+        // The n-th free block, counted from the start of the network.
+        let mut n = rand::rng().random_range(0..free);
+        for i in 0..cidrs.blocks() {
+            if taken.contains(&i) {
+                continue;
+            }
+            if n == 0 {
+                return Ok(Some(cidrs.block(i)));
+            }
+            n -= 1;
+        }
+        Ok(None)
+    }
+}
+
+/// The block a Node names (`spec.podCIDR`, else the first of `spec.podCIDRs`).
+fn node_cidr(node: &Node) -> Option<String> {
+    Some(node.spec.pod_cidr.clone())
+        .filter(|c| !c.is_empty())
+        .or_else(|| node.spec.pod_cidrs.first().cloned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_cut_from_the_network() {
+        let c = PodCidrs::new("10.244.0.0/16", 24).expect("cidrs");
+        assert_eq!(c.blocks(), 256);
+        assert_eq!(c.block(0), "10.244.0.0/24");
+        assert_eq!(c.block(255), "10.244.255.0/24");
+        assert_eq!(c.index_of("10.244.7.0/24"), Some(7));
+        assert_eq!(c.index_of("10.245.0.0/24"), None);
+        assert_eq!(c.index_of("10.244.7.0/25"), None);
+        assert_eq!(c.index_of("10.244.7.1/24"), None);
+        let wide = PodCidrs::new("10.0.0.0/8", 24).expect("cidrs");
+        assert_eq!(wide.blocks(), 65536);
+        assert_eq!(wide.block(65535), "10.255.255.0/24");
+        assert_eq!(
+            claim_key("10.244.3.0/24"),
+            "/skiff/ipam/podcidrs/10.244.3.0-24"
+        );
+        for (cidr, size) in [
+            ("10.244.0.1/16", 24),
+            ("10.244.0.0/24", 16),
+            ("fd00::/64", 80),
+            ("10.244.0.0", 24),
+            ("10.244.0.0/16", 31),
+        ] {
+            assert!(PodCidrs::new(cidr, size).is_err(), "{cidr} {size}");
+        }
+    }
+}
