@@ -120,6 +120,8 @@ pub struct StoreCommand {
     pub rbac: bool,
     /// `--token-auth-file`: static bearer tokens for the Kubernetes API.
     pub token_auth_file: Option<PathBuf>,
+    /// `--enable-bootstrap-token-auth`: bootstrap tokens authenticate joining nodes.
+    pub bootstrap_tokens: bool,
     /// `--audit-log-path`: the Kubernetes API's audit log.
     pub audit_log: Option<PathBuf>,
     /// How the member reaches node agents that serve TLS (`--kubelet-certificate-authority`,
@@ -182,6 +184,9 @@ impl StoreCommand {
             .opt("log", self.log.as_ref());
         if let Some(f) = &self.token_auth_file {
             a.flag("token-auth-file", f);
+        }
+        if self.bootstrap_tokens {
+            a.flag("enable-bootstrap-token-auth", "true");
         }
         if let Some(f) = &self.audit_log {
             a.flag("audit-log-path", f);

@@ -403,6 +403,7 @@ fn decode_typed<'de, D: serde::Deserializer<'de>>(kind: Kind, de: D) -> Result<O
         Kind::ClusterRoleBinding => Object::ClusterRoleBinding(typed(de)?),
         Kind::SubjectAccessReview => Object::SubjectAccessReview(typed(de)?),
         Kind::SelfSubjectAccessReview => Object::SelfSubjectAccessReview(typed(de)?),
+        Kind::Secret => Object::Secret(typed(de)?),
     })
 }
 

@@ -27,6 +27,7 @@ mod plot;
 mod scheduler;
 mod signals;
 mod store;
+mod token;
 mod up;
 mod validate;
 
@@ -60,6 +61,9 @@ enum Command {
     Store(Box<store::Args>),
     /// Make a CA and certificates for store members and clients (`https://` URLs).
     Certs(certs::Args),
+    /// Bootstrap tokens for nodes joining the cluster (`skiff token create`).
+    #[command(subcommand)]
+    Token(token::TokenCommand),
     /// Create (or update) the objects of manifests; all are validated first, and nothing is
     /// written if any is refused.
     Apply(apply::ApplyArgs),
@@ -152,6 +156,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => validate::run(&args),
         Command::Store(args) => store::run(*args),
         Command::Certs(args) => certs::run(&args),
+        Command::Token(cmd) => token::run(cmd),
         Command::Apply(args) => apply::apply(&args),
         Command::Get(args) => apply::get(&args),
         Command::Describe(args) => describe::run(&args),

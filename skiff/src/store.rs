@@ -207,6 +207,12 @@ pub struct Args {
     /// Bearer tokens for the Kubernetes API, kube-apiserver's CSV: `token,user,uid,"group1,group2"`.
     #[arg(long, env = "SKIFF_STORE_TOKEN_AUTH_FILE")]
     token_auth_file: Option<PathBuf>,
+    /// kube-apiserver's: bootstrap tokens (`<id>.<secret>`, kept as Secrets
+    /// `kube-system/bootstrap-token-<id>`) authenticate joining nodes as
+    /// `system:bootstrap:<id>` in `system:bootstrappers`.
+    #[arg(long, env = "SKIFF_STORE_ENABLE_BOOTSTRAP_TOKEN_AUTH", num_args = 0..=1, default_value_t = false,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    enable_bootstrap_token_auth: bool,
     /// A request without credentials is `system:anonymous` (and authorized as such); off:
     /// it is refused with 401.
     #[arg(long, env = "SKIFF_STORE_ANONYMOUS_AUTH", num_args = 0..=1, default_value_t = true,
@@ -587,6 +593,7 @@ impl Args {
                         path,
                         policy: self.audit_policy_file,
                     }),
+                bootstrap_tokens: self.enable_bootstrap_token_auth,
                 kubelet: self
                     .kubelet_certificate_authority
                     .map(|ca| skiff_proto::tls::ClientTls {
@@ -795,6 +802,7 @@ mod tests {
             }),
             rbac: true,
             token_auth_file: Some("/c/tokens.csv".into()),
+            bootstrap_tokens: true,
             audit_log: Some("/l/audit.log".into()),
             kubelet: Some(skiff_launch::ClientCert {
                 ca: "/c/ca.pem".into(),
@@ -868,6 +876,7 @@ mod tests {
             ]
         );
         assert_eq!(a.token_auth_file, cmd.token_auth_file);
+        assert!(a.enable_bootstrap_token_auth);
         assert_eq!(a.audit_log_path, cmd.audit_log);
         assert_eq!(Some(&a.cluster_cidr), cmd.cluster_cidr.as_ref());
         assert_eq!(Some(a.node_cidr_mask_size), cmd.node_cidr_mask_size);

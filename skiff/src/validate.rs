@@ -200,6 +200,15 @@ fn summary(o: &Object) -> String {
         Object::SubjectAccessReview(_) | Object::SelfSubjectAccessReview(_) => {
             "access review".into()
         }
+        Object::Secret(s) => format!(
+            "{} key(s) of type {}",
+            s.data.len() + s.string_data.len(),
+            if s.type_.is_empty() {
+                "Opaque"
+            } else {
+                &s.type_
+            }
+        ),
     }
 }
 

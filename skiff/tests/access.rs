@@ -234,6 +234,7 @@ async fn secured() -> Secured {
         }),
         rbac: true,
         token_auth_file: Some(tokens),
+        bootstrap_tokens: true,
         audit_log: Some(dir.path().join("audit.log")),
         kubelet: Some(ClientCert {
             ca: certs.join("ca.pem"),
@@ -904,6 +905,112 @@ async fn the_agent_port_takes_certificates_and_asks_the_api() {
         !ok && out.contains("would serve anyone on the network"),
         "skiff node: {out}"
     );
+}
+
+/// Bootstrap tokens: `skiff token create` keeps one as a Secret in kube-system; it
+/// authenticates as `system:bootstrap:<id>` in `system:bootstrappers` (and is then authorized
+/// like any user), until it expires; a wrong secret or an expired token is 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bootstrap_tokens_authenticate_joining_nodes() {
+    let s = secured().await;
+    let certs = s.certs();
+    let (ok, out) = run_skiff(&[
+        "token",
+        "create",
+        "--ttl",
+        "1h",
+        "--description",
+        "for node n9",
+        "--endpoints",
+        &s.client,
+        "--cacert",
+        certs.join("ca.pem").to_str().expect("utf8"),
+        "--cert",
+        certs.join("admin.pem").to_str().expect("utf8"),
+        "--key",
+        certs.join("admin-key.pem").to_str().expect("utf8"),
+    ]);
+    assert!(ok, "skiff token create: {out}");
+    let token = out.trim().to_owned();
+    let (id, secret) = token.split_once('.').expect("id.secret");
+    assert_eq!((id.len(), secret.len()), (6, 16), "{token}");
+
+    let as_token = |t: &str| {
+        let header = format!("Authorization: Bearer {t}");
+        s.curl_with(
+            Who::Anonymous,
+            "GET",
+            "/api/v1/namespaces/default/pods",
+            None,
+            &[header.as_str()],
+        )
+    };
+    let (code, body) = as_token(&token);
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains(&format!("User \\\"system:bootstrap:{id}\\\" cannot list")),
+        "{body}"
+    );
+    let (code, body) = as_token(&format!("{id}.0000000000000000"));
+    assert_eq!(code, 401, "a wrong secret: {body}");
+
+    // The Secret, as kubectl shows it to an admin.
+    let (code, body) = s.curl(
+        Who::Admin,
+        "GET",
+        &format!("/api/v1/namespaces/kube-system/secrets/bootstrap-token-{id}"),
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    let secret_json: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(secret_json["type"], "bootstrap.kubernetes.io/token");
+    assert!(secret_json["data"]["expiration"].is_string(), "{body}");
+    // A user with `view` reads pods but not Secrets (as in Kubernetes); `edit` reads them.
+    for (name, role) in [("bob-view", "view"), ("alice-edit", "edit")] {
+        let user = if role == "view" { "bob" } else { "alice" };
+        let binding = serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": "kube-system"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "User", "name": user}]
+        })
+        .to_string();
+        let (code, body) = s.curl(
+            Who::Admin,
+            "POST",
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings",
+            Some(&binding),
+        );
+        assert_eq!(code, 201, "{body}");
+    }
+    let pods = "/api/v1/namespaces/kube-system/pods";
+    let secrets = "/api/v1/namespaces/kube-system/secrets";
+    common::eventually(Duration::from_secs(10), "the bindings in force", || async {
+        let ok = s.curl(Who::Bob, "GET", pods, None).0 == 200
+            && s.curl(Who::Alice, "GET", secrets, None).0 == 200;
+        ok.then_some(())
+    })
+    .await;
+    let (code, body) = s.curl(Who::Bob, "GET", secrets, None);
+    assert_eq!(code, 403, "view reads no secrets: {body}");
+
+    // An expired token is refused.
+    let expired: Object = serde_json::from_value::<skiff_proto::api::Secret>(serde_json::json!({
+        "metadata": {"name": "bootstrap-token-old000", "namespace": "kube-system"},
+        "type": "bootstrap.kubernetes.io/token",
+        "stringData": {
+            "token-id": "old000", "token-secret": "0123456789abcdef",
+            "usage-bootstrap-authentication": "true", "expiration": "2020-01-01T00:00:00Z"
+        }
+    }))
+    .map(Object::Secret)
+    .expect("secret");
+    s.grpc(Who::Admin)
+        .create(&expired)
+        .await
+        .expect("admin stores an expired token");
+    let (code, body) = as_token("old000.0123456789abcdef");
+    assert_eq!(code, 401, "an expired token: {body}");
 }
 
 /// A client certificate `name` signed by the CA in `dir` that expired yesterday (the CA is

@@ -57,7 +57,7 @@ fn etcd_gate(api: &ClusterApi, path: &str, conn: Option<&ConnInfo>) -> Result<()
     }
     let user = api
         .access
-        .authenticate(None, conn.and_then(|c| c.client.as_ref()))
+        .authenticate(None, conn.and_then(|c| c.client.as_ref()), api)
         .map_err(|e| tonic::Status::unauthenticated(e.to_string()))?;
     api.authorize(&user, Attributes::path("post", path))
         .map_err(|e| tonic::Status::permission_denied(e.to_string()))

@@ -42,6 +42,15 @@ pub fn apply(object: &mut Object) {
         }
         Object::RoleBinding(b) => binding_defaults(&mut b.role_ref, &mut b.subjects),
         Object::ClusterRoleBinding(b) => binding_defaults(&mut b.role_ref, &mut b.subjects),
+        Object::Secret(s) => {
+            // stringData is write-only: merged into data, over what data has.
+            for (k, v) in std::mem::take(&mut s.string_data) {
+                s.data.insert(k, v.into_bytes());
+            }
+            if s.type_.is_empty() {
+                s.type_ = crate::api::secret::OPAQUE.to_owned();
+            }
+        }
         Object::Node(_)
         | Object::ResourceQuota(_)
         | Object::Binding(_)

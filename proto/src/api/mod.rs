@@ -13,6 +13,7 @@
 //! | `apps`       | apps/v1 `Deployment`, `ReplicaSet` and the pod template   |
 //! | `namespace`  | `Namespace`, `ResourceQuota`, `LimitRange`, `Binding`       |
 //! | `rbac`       | `Role`, `ClusterRole`, their bindings, access reviews       |
+//! | `secret`     | `Secret`: named data, bootstrap tokens                      |
 //! | `object`     | [`Object`], [`Kind`]: one enum over every kind, storage keys |
 //! | `vocabulary` | Kubernetes' fixed values as enums: phase, restart policy, conditions, taint effects |
 //! | `defaults`   | defaulting applied before validation                        |
@@ -29,6 +30,7 @@ pub mod object;
 pub mod pod;
 pub mod rbac;
 pub mod schema;
+pub mod secret;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod validation;
@@ -50,6 +52,7 @@ pub use node::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
 pub use object::{Kind, Object};
 pub use pod::{Container, Pod, PodCondition, PodSpec, PodStatus, Toleration};
 pub use schema::{FieldValidation, SchemaError};
+pub use secret::Secret;
 pub use validation::{FieldError, ValidationErrors};
 pub use vocabulary::{
     ConditionStatus, DeletionPropagation, DeploymentStrategyType, NodeConditionType,

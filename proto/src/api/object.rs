@@ -10,6 +10,7 @@ use super::namespace::{Binding, LimitRange, Namespace, ResourceQuota};
 use super::node::Node;
 use super::pod::Pod;
 use super::rbac::{AccessReview, ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use super::secret::Secret;
 
 /// The kinds the cluster API serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -31,10 +32,11 @@ pub enum Kind {
     SubjectAccessReview,
     /// Asked, answered, never stored.
     SelfSubjectAccessReview,
+    Secret,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 16] = [
         Kind::Pod,
         Kind::Node,
         Kind::Namespace,
@@ -50,6 +52,7 @@ impl Kind {
         Kind::ClusterRoleBinding,
         Kind::SubjectAccessReview,
         Kind::SelfSubjectAccessReview,
+        Kind::Secret,
     ];
 
     /// The `kind:` of a manifest.
@@ -70,6 +73,7 @@ impl Kind {
             Kind::ClusterRoleBinding => "ClusterRoleBinding",
             Kind::SubjectAccessReview => "SubjectAccessReview",
             Kind::SelfSubjectAccessReview => "SelfSubjectAccessReview",
+            Kind::Secret => "Secret",
         }
     }
 
@@ -91,6 +95,7 @@ impl Kind {
             Kind::ClusterRoleBinding => "clusterrolebindings",
             Kind::SubjectAccessReview => "subjectaccessreviews",
             Kind::SelfSubjectAccessReview => "selfsubjectaccessreviews",
+            Kind::Secret => "secrets",
         }
     }
 
@@ -177,7 +182,8 @@ impl Kind {
             | Kind::RoleBinding
             | Kind::ClusterRoleBinding
             | Kind::SubjectAccessReview
-            | Kind::SelfSubjectAccessReview => &[],
+            | Kind::SelfSubjectAccessReview
+            | Kind::Secret => &[],
         }
     }
 
@@ -240,6 +246,7 @@ pub enum Object {
     ClusterRoleBinding(ClusterRoleBinding),
     SubjectAccessReview(AccessReview),
     SelfSubjectAccessReview(AccessReview),
+    Secret(Secret),
 }
 
 macro_rules! each_kind {
@@ -260,6 +267,7 @@ macro_rules! each_kind {
             Object::ClusterRoleBinding($o) => $e,
             Object::SubjectAccessReview($o) => $e,
             Object::SelfSubjectAccessReview($o) => $e,
+            Object::Secret($o) => $e,
         }
     };
 }
@@ -332,6 +340,7 @@ impl Object {
             Object::ClusterRoleBinding(_) => Kind::ClusterRoleBinding,
             Object::SubjectAccessReview(_) => Kind::SubjectAccessReview,
             Object::SelfSubjectAccessReview(_) => Kind::SelfSubjectAccessReview,
+            Object::Secret(_) => Kind::Secret,
         }
     }
 
@@ -391,6 +400,7 @@ impl Object {
             Kind::ClusterRoleBinding => Object::ClusterRoleBinding(decode(json)?),
             Kind::SubjectAccessReview => Object::SubjectAccessReview(decode(json)?),
             Kind::SelfSubjectAccessReview => Object::SelfSubjectAccessReview(decode(json)?),
+            Kind::Secret => Object::Secret(decode(json)?),
         })
     }
 
@@ -423,6 +433,7 @@ impl Object {
             Kind::ClusterRoleBinding => Object::ClusterRoleBinding(typed(value)?),
             Kind::SubjectAccessReview => Object::SubjectAccessReview(typed(value)?),
             Kind::SelfSubjectAccessReview => Object::SelfSubjectAccessReview(typed(value)?),
+            Kind::Secret => Object::Secret(typed(value)?),
         })
     }
 
@@ -466,6 +477,7 @@ mod tests {
             any::<AccessReview>()
                 .prop_map(Object::SubjectAccessReview)
                 .boxed(),
+            any::<Secret>().prop_map(Object::Secret).boxed(),
         ]
     }
 

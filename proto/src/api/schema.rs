@@ -134,6 +134,7 @@ fn round_trip(kind: Kind, object: &Value) -> Result<Value, SchemaError> {
         Kind::ClusterRoleBinding => typed::<rbac::ClusterRoleBinding>(object),
         Kind::SubjectAccessReview => typed::<authz::SubjectAccessReview>(object),
         Kind::SelfSubjectAccessReview => typed::<authz::SelfSubjectAccessReview>(object),
+        Kind::Secret => typed::<k8s::Secret>(object),
     }
 }
 

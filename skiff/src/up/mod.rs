@@ -410,6 +410,7 @@ fn start_members(cluster: &mut Cluster, exe: &str, nodes: usize) -> Result<()> {
                 ca: certs.join("ca.pem"),
             }),
             rbac: layout.tls,
+            bootstrap_tokens: layout.tls,
             kubelet: cluster.client_cert(KUBELET_CLIENT),
             // Every request to the Kubernetes API, at Metadata, as kube-apiserver logs it.
             audit_log: layout

@@ -5,6 +5,12 @@
 //! - **Bearer token** from `--token-auth-file`, kube-apiserver's CSV format, one token a
 //!   line: `token,user,uid,"group1,group2"` (the groups column optional). A token that is
 //!   not in the file is refused (401), not taken for anonymous.
+//! - **Bootstrap token** (`--enable-bootstrap-token-auth`), for nodes joining:
+//!   `<id>.<secret>` (6 and 16 of `[a-z0-9]`), matched against the Secret
+//!   `kube-system/bootstrap-token-<id>` of type `bootstrap.kubernetes.io/token` (its
+//!   `token-secret`, `usage-bootstrap-authentication: "true"`, an `expiration` not passed);
+//!   the user is `system:bootstrap:<id>` in `system:bootstrappers` and the Secret's
+//!   `auth-extra-groups`, as kube-apiserver's bootstrap token authenticator has it.
 //! - **Neither:** `system:anonymous` in `system:unauthenticated`, when `--anonymous-auth`
 //!   allows it; else 401.
 //!
@@ -13,8 +19,72 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use skiff_proto::api::Secret;
+use skiff_proto::api::secret::BOOTSTRAP_TOKEN_TYPE;
+
 use super::{ANONYMOUS, AUTHENTICATED, UNAUTHENTICATED, Unauthorized};
 use crate::tls::Subject;
+
+/// The group of every bootstrap token's user.
+pub const BOOTSTRAPPERS: &str = "system:bootstrappers";
+
+/// Where bootstrap tokens are looked up.
+pub trait BootstrapSecrets {
+    /// The Secret `kube-system/bootstrap-token-<id>`, when there is one.
+    fn bootstrap_secret(&self, id: &str) -> Option<Secret>;
+}
+
+/// A bearer token in the bootstrap token format: its id and its secret.
+pub fn bootstrap_token(token: &str) -> Option<(&str, &str)> {
+    let (id, secret) = token.split_once('.')?;
+    let ok = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+    };
+    (ok(id, 6) && ok(secret, 16)).then_some((id, secret))
+}
+
+/// Equal bytes, compared in time that does not depend on where they differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The user of bootstrap token `id.secret` by its Secret, when the Secret allows it now.
+fn bootstrap_user(id: &str, secret: &str, s: &Secret) -> Option<User> {
+    let text = |k: &str| s.text(k).unwrap_or_default();
+    if s.type_ != BOOTSTRAP_TOKEN_TYPE
+        || s.metadata.deletion_timestamp.is_some()
+        || text("token-id") != id
+        || !same(text("token-secret").as_bytes(), secret.as_bytes())
+        || text("usage-bootstrap-authentication") != "true"
+    {
+        return None;
+    }
+    let expiration = text("expiration");
+    if !expiration.is_empty() {
+        let at = chrono::DateTime::parse_from_rfc3339(expiration).ok()?;
+        if at <= chrono::Utc::now() {
+            return None;
+        }
+    }
+    let mut groups = vec![BOOTSTRAPPERS.to_owned()];
+    for g in text("auth-extra-groups").split(',').map(str::trim) {
+        if g.is_empty() {
+            continue;
+        }
+        // kube-apiserver takes only groups under system:bootstrappers: from a token.
+        if !g.starts_with("system:bootstrappers:") {
+            return None;
+        }
+        groups.push(g.to_owned());
+    }
+    Some(User::authenticated(
+        format!("system:bootstrap:{id}"),
+        String::new(),
+        groups,
+    ))
+}
 
 /// Who a request comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -74,10 +144,16 @@ pub struct Authenticator {
     /// authenticator).
     tokens: Option<HashMap<String, User>>,
     anonymous: bool,
+    /// `--enable-bootstrap-token-auth`.
+    bootstrap: bool,
 }
 
 impl Authenticator {
-    pub fn new(token_file: Option<&Path>, anonymous: bool) -> Result<Self, TokenFileError> {
+    pub fn new(
+        token_file: Option<&Path>,
+        anonymous: bool,
+        bootstrap: bool,
+    ) -> Result<Self, TokenFileError> {
         let tokens = match token_file {
             Some(path) => Some({
                 let text =
@@ -93,13 +169,20 @@ impl Authenticator {
             }),
             None => None,
         };
-        Ok(Authenticator { tokens, anonymous })
+        Ok(Authenticator {
+            tokens,
+            anonymous,
+            bootstrap,
+        })
     }
 
+    /// The user of a request: its certificate's, else its bearer token's (the token file,
+    /// then bootstrap tokens from `secrets`), else anonymous when allowed.
     pub fn authenticate(
         &self,
         bearer: Option<&str>,
         cert: Option<&Subject>,
+        secrets: &dyn BootstrapSecrets,
     ) -> Result<User, Unauthorized> {
         if let Some(s) = cert {
             return Ok(User::authenticated(
@@ -108,10 +191,30 @@ impl Authenticator {
                 s.organizations.clone(),
             ));
         }
-        match (bearer, &self.tokens) {
-            (Some(token), Some(tokens)) => tokens.get(token).cloned().ok_or(Unauthorized),
-            _ if self.anonymous => Ok(User::anonymous()),
-            _ => Err(Unauthorized),
+        let Some(token) = bearer else {
+            return if self.anonymous {
+                Ok(User::anonymous())
+            } else {
+                Err(Unauthorized)
+            };
+        };
+        if let Some(user) = self.tokens.as_ref().and_then(|t| t.get(token)) {
+            return Ok(user.clone());
+        }
+        if self.bootstrap {
+            return bootstrap_token(token)
+                .and_then(|(id, secret)| {
+                    let s = secrets.bootstrap_secret(id)?;
+                    bootstrap_user(id, secret, &s)
+                })
+                .ok_or(Unauthorized);
+        }
+        match &self.tokens {
+            Some(_) => Err(Unauthorized),
+            // No token authenticator at all: a token names no one, and the request is taken
+            // as if it had none (as kube-apiserver does).
+            None if self.anonymous => Ok(User::anonymous()),
+            None => Err(Unauthorized),
         }
     }
 }
@@ -174,7 +277,123 @@ mod tests {
         Authenticator {
             tokens: Some(parse_tokens(text).expect("parses")),
             anonymous,
+            bootstrap: false,
         }
+    }
+
+    /// Bootstrap tokens' Secrets by id.
+    struct Secrets(HashMap<String, Secret>);
+
+    impl BootstrapSecrets for Secrets {
+        fn bootstrap_secret(&self, id: &str) -> Option<Secret> {
+            self.0.get(id).cloned()
+        }
+    }
+
+    /// No bootstrap tokens at all.
+    struct NoSecrets;
+
+    impl BootstrapSecrets for NoSecrets {
+        fn bootstrap_secret(&self, _id: &str) -> Option<Secret> {
+            None
+        }
+    }
+
+    const NONE: &NoSecrets = &NoSecrets;
+
+    fn token_secret(id: &str, secret: &str, extra: &[(&str, &str)]) -> Secret {
+        let mut data: HashMap<&str, &str> = [
+            ("token-id", id),
+            ("token-secret", secret),
+            ("usage-bootstrap-authentication", "true"),
+        ]
+        .into_iter()
+        .collect();
+        data.extend(extra.iter().copied());
+        Secret {
+            metadata: skiff_proto::api::ObjectMeta {
+                name: format!("bootstrap-token-{id}"),
+                namespace: "kube-system".into(),
+                ..Default::default()
+            },
+            type_: BOOTSTRAP_TOKEN_TYPE.into(),
+            data: data
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.as_bytes().to_vec()))
+                .collect(),
+            ..Secret::default()
+        }
+    }
+
+    /// kube-apiserver's bootstrap token authenticator: the format, the Secret's secret,
+    /// usage, expiration and extra groups.
+    #[test]
+    fn bootstrap_tokens_name_their_joiners() {
+        let a = Authenticator {
+            tokens: None,
+            anonymous: true,
+            bootstrap: true,
+        };
+        let later = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+        let earlier = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
+        let secrets = Secrets(
+            [
+                token_secret(
+                    "abcdef",
+                    "0123456789abcdef",
+                    &[
+                        ("expiration", later.as_str()),
+                        ("auth-extra-groups", "system:bootstrappers:worker"),
+                    ],
+                ),
+                token_secret(
+                    "old000",
+                    "0123456789abcdef",
+                    &[("expiration", earlier.as_str())],
+                ),
+                token_secret(
+                    "nouse0",
+                    "0123456789abcdef",
+                    &[("usage-bootstrap-authentication", "false")],
+                ),
+                token_secret(
+                    "greedy",
+                    "0123456789abcdef",
+                    &[("auth-extra-groups", "system:masters")],
+                ),
+            ]
+            .into_iter()
+            .map(|s| (s.text("token-id").unwrap_or_default().to_owned(), s))
+            .collect(),
+        );
+        let joiner = a
+            .authenticate(Some("abcdef.0123456789abcdef"), None, &secrets)
+            .expect("a valid token");
+        assert_eq!(joiner.name, "system:bootstrap:abcdef");
+        assert_eq!(
+            joiner.groups,
+            [BOOTSTRAPPERS, "system:bootstrappers:worker", AUTHENTICATED]
+        );
+        for refused in [
+            "abcdef.0123456789abcdee", // the wrong secret
+            "old000.0123456789abcdef", // expired
+            "nouse0.0123456789abcdef", // not for authentication
+            "greedy.0123456789abcdef", // a group outside system:bootstrappers:
+            "zzzzzz.0123456789abcdef", // no Secret
+            "ABCDEF.0123456789abcdef", // not the format
+        ] {
+            assert_eq!(
+                a.authenticate(Some(refused), None, &secrets),
+                Err(Unauthorized),
+                "{refused}"
+            );
+        }
+        assert_eq!(a.authenticate(None, None, NONE), Ok(User::anonymous()));
+        assert_eq!(
+            bootstrap_token("abcdef.0123456789abcdef"),
+            Some(("abcdef", "0123456789abcdef"))
+        );
+        assert_eq!(bootstrap_token("abcdef.0123456789abcde"), None);
     }
 
     #[test]
@@ -183,12 +402,15 @@ mod tests {
             "# comment\nt1,alice,1001,\"dev,ops\"\n\nt2, bob ,1002\n",
             true,
         );
-        let alice = a.authenticate(Some("t1"), None).expect("alice");
+        let alice = a.authenticate(Some("t1"), None, NONE).expect("alice");
         assert_eq!(alice.name, "alice");
         assert_eq!(alice.uid, "1001");
         assert_eq!(alice.groups, ["dev", "ops", AUTHENTICATED]);
-        assert_eq!(a.authenticate(Some("t2"), None).expect("bob").name, "bob");
-        assert_eq!(a.authenticate(Some("t3"), None), Err(Unauthorized));
+        assert_eq!(
+            a.authenticate(Some("t2"), None, NONE).expect("bob").name,
+            "bob"
+        );
+        assert_eq!(a.authenticate(Some("t3"), None, NONE), Err(Unauthorized));
     }
 
     #[test]
@@ -206,14 +428,25 @@ mod tests {
             organizations: vec!["system:nodes".into()],
         };
         let a = authn("t1,alice,1\n", false);
-        let node = a.authenticate(Some("wrong"), Some(&cert)).expect("cert");
+        let node = a
+            .authenticate(Some("wrong"), Some(&cert), NONE)
+            .expect("cert");
         assert_eq!(node.name, "system:node:n1");
         assert_eq!(node.groups, ["system:nodes", AUTHENTICATED]);
-        assert_eq!(a.authenticate(None, None), Err(Unauthorized));
+        assert_eq!(a.authenticate(None, None, NONE), Err(Unauthorized));
         let with_file = authn("", true);
-        assert_eq!(with_file.authenticate(None, None), Ok(User::anonymous()));
-        assert_eq!(with_file.authenticate(Some("x"), None), Err(Unauthorized));
-        let no_file = Authenticator::new(None, true).expect("no file");
-        assert_eq!(no_file.authenticate(Some("x"), None), Ok(User::anonymous()));
+        assert_eq!(
+            with_file.authenticate(None, None, NONE),
+            Ok(User::anonymous())
+        );
+        assert_eq!(
+            with_file.authenticate(Some("x"), None, NONE),
+            Err(Unauthorized)
+        );
+        let no_file = Authenticator::new(None, true, false).expect("no file");
+        assert_eq!(
+            no_file.authenticate(Some("x"), None, NONE),
+            Ok(User::anonymous())
+        );
     }
 }

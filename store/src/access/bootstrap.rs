@@ -138,11 +138,13 @@ fn view_rules() -> Vec<PolicyRule> {
     ]
 }
 
-/// What `edit` adds: writing the workloads and their pods, exec and attach, evictions.
+/// What `edit` adds: writing the workloads and their pods, exec and attach, evictions, and
+/// Secrets (which `view`, as in Kubernetes, does not read).
 fn edit_rules() -> Vec<PolicyRule> {
     let mut rules = view_rules();
     rules.extend([
         rule(WRITE, "", &["pods", "pods/eviction"]),
+        rule(ALL_VERBS, "", &["secrets"]),
         rule(&["create", "get"], "", &["pods/exec", "pods/attach"]),
         rule(
             WRITE,

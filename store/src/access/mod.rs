@@ -229,6 +229,9 @@ pub struct AccessConfig {
     pub client_certs: bool,
     /// `--audit-log-path` and `--audit-policy-file`: the REST API's audit log.
     pub audit: Option<AuditConfig>,
+    /// `--enable-bootstrap-token-auth`: bootstrap tokens (Secrets in `kube-system`)
+    /// authenticate joining nodes.
+    pub bootstrap_tokens: bool,
     /// `--kubelet-certificate-authority`, `--kubelet-client-certificate` and
     /// `--kubelet-client-key`: how this member reaches node agents that serve TLS (for
     /// `pods/log`, `pods/exec`, `pods/attach`).
@@ -266,6 +269,7 @@ impl Default for AccessConfig {
             anonymous: true,
             client_certs: false,
             audit: None,
+            bootstrap_tokens: false,
             kubelet: None,
         }
     }
@@ -306,7 +310,11 @@ impl Access {
     /// Reads the token file and the audit policy and opens the audit log (its writer runs on
     /// the current runtime), when configured; any that cannot be used fails the start.
     pub fn new(config: AccessConfig) -> Result<Access, AccessError> {
-        let authn = Authenticator::new(config.token_auth_file.as_deref(), config.anonymous)?;
+        let authn = Authenticator::new(
+            config.token_auth_file.as_deref(),
+            config.anonymous,
+            config.bootstrap_tokens,
+        )?;
         let audit = match &config.audit {
             Some(a) => {
                 let policy = match &a.policy {
@@ -341,13 +349,15 @@ impl Access {
         &self.policy
     }
 
+    /// Who a request comes from; `secrets` holds the bootstrap tokens.
     pub fn authenticate(
         &self,
         bearer: Option<&str>,
         cert: Option<&crate::tls::Subject>,
+        secrets: &dyn authn::BootstrapSecrets,
     ) -> Result<User, Unauthorized> {
         self.authn
-            .authenticate(bearer, cert.filter(|_| self.config.client_certs))
+            .authenticate(bearer, cert.filter(|_| self.config.client_certs), secrets)
     }
 
     /// What the authorizers say of `user` doing `attributes`; `facts` gives what they read

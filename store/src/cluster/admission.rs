@@ -435,6 +435,30 @@ pub fn with_spec(current: &Object, request: &Object) -> Result<Object> {
             new.status = cur.status.clone();
             selector_kept(current, &cur.spec.selector, &new.spec.selector)?;
         }
+        (Object::Secret(cur), Object::Secret(new)) => {
+            if new.type_.is_empty() {
+                new.type_ = cur.type_.clone();
+            }
+            // An immutable Secret's data, type and immutability stay as they are.
+            if cur.immutable == Some(true)
+                && (cur.data != new.data || cur.type_ != new.type_ || new.immutable != Some(true))
+            {
+                return Err(ClusterError::Immutable {
+                    kind: Kind::Secret,
+                    name: cur.metadata.name.clone(),
+                    field: "data",
+                    why: "field is immutable when `immutable` is set",
+                });
+            }
+            if cur.type_ != new.type_ {
+                return Err(ClusterError::Immutable {
+                    kind: Kind::Secret,
+                    name: cur.metadata.name.clone(),
+                    field: "type",
+                    why: "field is immutable",
+                });
+            }
+        }
         (Object::RoleBinding(cur), Object::RoleBinding(new)) => {
             role_kept(current, &cur.role_ref, &new.role_ref)?;
         }

@@ -94,6 +94,25 @@ impl crate::access::node::Graph for ClusterApi {
     }
 }
 
+impl crate::access::authn::BootstrapSecrets for ClusterApi {
+    fn bootstrap_secret(&self, id: &str) -> Option<skiff_proto::api::Secret> {
+        match self.get_local(
+            Kind::Secret,
+            "kube-system",
+            &format!("bootstrap-token-{id}"),
+        ) {
+            Ok((
+                _,
+                Some(Stored {
+                    object: Object::Secret(s),
+                    ..
+                }),
+            )) => Some(s),
+            _ => None,
+        }
+    }
+}
+
 impl crate::access::Facts for ClusterApi {
     fn rules(&self) -> Arc<crate::access::rbac::Rules> {
         self.access.policy().rules(self)

@@ -32,7 +32,7 @@ fn user<T>(api: &ClusterApi, req: &Request<T>) -> Result<User, ClusterError> {
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .and_then(crate::access::bearer);
-    Ok(api.access.authenticate(bearer, cert)?)
+    Ok(api.access.authenticate(bearer, cert, api)?)
 }
 
 /// What a request is asked about: a verb on a kind (a subresource of it; one object when

@@ -173,7 +173,7 @@ const READ_WRITE: &[&str] = &[
 const NAMESPACE_VERBS: &[&str] = &[CREATE, DELETE, GET, LIST, PATCH, UPDATE, WATCH];
 const STATUS_VERBS: &[&str] = &[GET, PATCH, UPDATE];
 
-static RESOURCES: [Resource; 15] = [
+static RESOURCES: [Resource; 16] = [
     Resource {
         kind: Kind::Pod,
         verbs: READ_WRITE,
@@ -253,6 +253,12 @@ static RESOURCES: [Resource; 15] = [
     },
     Resource {
         kind: Kind::LimitRange,
+        verbs: READ_WRITE,
+        subresources: &[],
+        categories: &[],
+    },
+    Resource {
+        kind: Kind::Secret,
         verbs: READ_WRITE,
         subresources: &[],
         categories: &[],
@@ -816,8 +822,8 @@ mod tests {
             .find(|r| r.name == "pods/eviction")
             .expect("pods/eviction");
         assert_eq!(eviction.group.as_deref(), Some("policy"));
-        // seven core resources, six pod subresources, nodes/status and namespaces/status
-        assert_eq!(list.resources.len(), 7 + 8);
+        // eight core resources, six pod subresources, nodes/status and namespaces/status
+        assert_eq!(list.resources.len(), 8 + 8);
         let apps: meta::APIResourceList =
             serde_json::from_value(resource_list(GroupVersion::parse("apps/v1")))
                 .expect("APIResourceList");

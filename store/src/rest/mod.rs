@@ -240,7 +240,8 @@ async fn authenticate(State(rest): State<Arc<Rest>>, mut req: Request, next: Nex
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(crate::access::bearer);
-    let real = match access.authenticate(bearer, conn.as_ref().and_then(|c| c.client.as_ref())) {
+    let cert = conn.as_ref().and_then(|c| c.client.as_ref());
+    let real = match access.authenticate(bearer, cert, &rest.api) {
         Ok(user) => user,
         Err(e) => {
             let r = refused(req.into_body(), ClusterError::from(e).into()).await;

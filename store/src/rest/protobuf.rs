@@ -5,7 +5,8 @@
 //! of the API speaks, so decoding, validation and storage stay the JSON path's; answers are
 //! JSON, which client-go accepts alongside protobuf.
 //!
-//! Only what a client can send here is read: Namespace, ResourceQuota, the policy/v1 Eviction,
+//! Only what a client can send here is read: Namespace, ResourceQuota, Secret (`kubectl
+//! create secret`), the policy/v1 Eviction,
 //! the DeleteOptions of a delete, the RBAC kinds (`kubectl create role`, `create
 //! rolebinding` ...) and access reviews (`kubectl auth can-i`). Server-owned fields (timestamps, `managedFields`, `resourceVersion`)
 //! are not carried over, as the server sets them.
@@ -48,6 +49,34 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
     let kind = type_meta.kind.unwrap_or_default();
     let raw = unknown.raw.unwrap_or_default();
     let mut object = match (api_version.as_str(), kind.as_str()) {
+        ("v1", "Secret") => {
+            use base64::Engine as _;
+            let sec = core::Secret::decode(raw.as_slice()).map_err(|e| bad("Secret", e))?;
+            let mut o = object(sec.metadata);
+            if !sec.data.is_empty() {
+                let data: Map<String, Value> = sec
+                    .data
+                    .into_iter()
+                    .map(|(k, v)| {
+                        (
+                            k,
+                            json!(base64::engine::general_purpose::STANDARD.encode(v)),
+                        )
+                    })
+                    .collect();
+                o.insert("data".into(), Value::Object(data));
+            }
+            if !sec.string_data.is_empty() {
+                o.insert("stringData".into(), json!(sec.string_data));
+            }
+            if let Some(t) = sec.r#type.filter(|t| !t.is_empty()) {
+                o.insert("type".into(), json!(t));
+            }
+            if let Some(i) = sec.immutable {
+                o.insert("immutable".into(), json!(i));
+            }
+            o
+        }
         ("v1", "Namespace") => {
             let ns = core::Namespace::decode(raw.as_slice()).map_err(|e| bad("Namespace", e))?;
             let mut o = object(ns.metadata);
@@ -382,6 +411,28 @@ mod tests {
         assert_eq!(
             v,
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team", "labels": {"a": "b"}}})
+        );
+    }
+
+    /// `kubectl create secret generic s --from-literal=user=alice`: data as base64 in JSON.
+    #[test]
+    fn secret() {
+        let sec = core::Secret {
+            metadata: Some(meta::ObjectMeta {
+                name: Some("s".into()),
+                namespace: Some("team".into()),
+                ..Default::default()
+            }),
+            data: [("user".to_string(), b"alice".to_vec())].into(),
+            r#type: Some("Opaque".into()),
+            ..Default::default()
+        };
+        let v = to_json(&envelope("v1", "Secret", sec.encode_to_vec())).unwrap();
+        assert_eq!(
+            v,
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": "s", "namespace": "team"},
+                   "data": {"user": "YWxpY2U="}, "type": "Opaque"})
         );
     }
 

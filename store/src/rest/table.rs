@@ -301,6 +301,14 @@ const EVENT_COLUMNS: &[Column] = &[
     },
 ];
 
+/// kubectl's for Secrets: what kind of data, and how many entries.
+const SECRET_COLUMNS: &[Column] = &[
+    NAME,
+    column("Type", 0, "The type of the secret"),
+    column("Data", 0, "The number of entries in the secret"),
+    AGE,
+];
+
 const RESOURCE_QUOTA_COLUMNS: &[Column] = &[
     NAME,
     AGE,
@@ -431,6 +439,7 @@ enum Printer {
     Deployment,
     ReplicaSet,
     RoleBinding,
+    Secret,
     /// Kubernetes' default table, for kinds without a printer.
     Default,
 }
@@ -446,6 +455,7 @@ impl Printer {
             Kind::Deployment => Printer::Deployment,
             Kind::ReplicaSet => Printer::ReplicaSet,
             Kind::RoleBinding | Kind::ClusterRoleBinding => Printer::RoleBinding,
+            Kind::Secret => Printer::Secret,
             Kind::LimitRange
             | Kind::Binding
             | Kind::Role
@@ -465,6 +475,7 @@ impl Printer {
             Printer::Deployment => DEPLOYMENT_COLUMNS,
             Printer::ReplicaSet => REPLICA_SET_COLUMNS,
             Printer::RoleBinding => ROLE_BINDING_COLUMNS,
+            Printer::Secret => SECRET_COLUMNS,
             Printer::Default => DEFAULT_COLUMNS,
         }
     }
@@ -483,6 +494,16 @@ impl Printer {
             Printer::Deployment => Row::cells(deployment_cells(object, now)),
             Printer::ReplicaSet => Row::cells(replica_set_cells(object, now)),
             Printer::RoleBinding => Row::cells(role_binding_cells(object, now)),
+            Printer::Secret => Row::cells(vec![
+                name(object).into(),
+                text(object, "/type").into(),
+                object
+                    .get("data")
+                    .and_then(Value::as_object)
+                    .map_or(0, Map::len)
+                    .into(),
+                age(object, now).into(),
+            ]),
             Printer::Default => Row::cells(vec![name(object).into(), created_at(object).into()]),
         }
     }

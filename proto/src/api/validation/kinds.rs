@@ -1,5 +1,5 @@
 //! The kinds other than Pod: Node (taints, capacity, conditions), Namespace, ResourceQuota,
-//! LimitRange, Binding and Event.
+//! LimitRange, Binding, Event and Secret.
 
 use std::collections::HashSet;
 
@@ -11,6 +11,7 @@ use super::{Errors, Path};
 use crate::api::event::Event;
 use crate::api::namespace::{Binding, LimitRange, Namespace, ResourceQuota};
 use crate::api::node::Node;
+use crate::api::secret::{BOOTSTRAP_TOKEN_TYPE, Secret};
 
 pub(super) fn validate_node(errs: &mut Errors, node: &Node) {
     let spec = Path::root("spec");
@@ -190,6 +191,53 @@ pub(super) fn validate_event(errs: &mut Errors, e: &Event) {
     }
     if e.count.is_some_and(|c| c < 0) {
         errs.add(&Path::root("count"), "must be greater than or equal to 0");
+    }
+}
+
+/// Kubernetes' limit on a Secret's data, all values together.
+pub const SECRET_MAX_BYTES: usize = 1024 * 1024;
+
+/// A Secret's keys are config keys (`[-._a-zA-Z0-9]+`, not `.` or `..`), its data at most
+/// 1 MiB; a bootstrap token's Secret is named after its token id.
+pub(super) fn validate_secret(errs: &mut Errors, s: &Secret) {
+    let data = Path::root("data");
+    for key in s.data.keys() {
+        let ok = !key.is_empty()
+            && key.len() <= 253
+            && key != "."
+            && key != ".."
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !ok {
+            errs.add(
+                &data.key(key),
+                format!(
+                    "Invalid value: {key:?}: a valid config key must consist of alphanumeric \
+                     characters, '-', '_' or '.' (e.g. 'key.name')"
+                ),
+            );
+        }
+    }
+    let total: usize = s.data.values().map(Vec::len).sum();
+    if total > SECRET_MAX_BYTES {
+        errs.add(
+            &data,
+            format!("Too long: may not be more than {SECRET_MAX_BYTES} bytes"),
+        );
+    }
+    if s.type_ == BOOTSTRAP_TOKEN_TYPE {
+        let id = s.text("token-id").unwrap_or_default();
+        if s.metadata.name != format!("bootstrap-token-{id}") {
+            errs.add(
+                &Path::root("metadata").field("name"),
+                format!(
+                    "Invalid value: {:?}: a bootstrap token's Secret is named \
+                     bootstrap-token-<token-id> (data[token-id] is {id:?})",
+                    s.metadata.name
+                ),
+            );
+        }
     }
 }
 

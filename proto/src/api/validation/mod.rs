@@ -148,6 +148,7 @@ pub fn validate(object: &Object) -> Result<(), ValidationErrors> {
         }
         Object::SubjectAccessReview(r) => rbac::validate_review(&mut errs, r, true),
         Object::SelfSubjectAccessReview(r) => rbac::validate_review(&mut errs, r, false),
+        Object::Secret(s) => kinds::validate_secret(&mut errs, s),
     }
     errs.finish()
 }

@@ -74,7 +74,8 @@ pub(super) fn for_kind(kind: Kind) -> &'static Schema {
         | Kind::RoleBinding
         | Kind::ClusterRoleBinding
         | Kind::SubjectAccessReview
-        | Kind::SelfSubjectAccessReview => &METADATA_ONLY,
+        | Kind::SelfSubjectAccessReview
+        | Kind::Secret => &METADATA_ONLY,
     }
 }
 
