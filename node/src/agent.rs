@@ -570,6 +570,7 @@ impl NodeAgent {
             client: Some(self.client.clone()),
             node: self.config.name.clone(),
             host_ip: self.config.host_ip.clone(),
+            pod_cidr: node.spec.pod_cidr.clone(),
             engine: self.config.engine,
             events: self.events.clone(),
             metrics: self.metrics.clone(),

@@ -52,6 +52,9 @@ pub struct SandboxSpec {
     pub host_network: bool,
     /// The node's address: a host-network pod's IP.
     pub host_ip: String,
+    /// The node's block of the pod network (`spec.podCIDR`), which pod IPs come from;
+    /// empty when the node has none.
+    pub pod_cidr: String,
     /// Attempt number (a sandbox recreated for the same pod gets the next one).
     pub attempt: u32,
 }

@@ -38,6 +38,8 @@ pub struct WorkerContext {
     pub client: Option<ClusterClient>,
     pub node: String,
     pub host_ip: String,
+    /// The node's block of the pod network (`spec.podCIDR`; empty: none).
+    pub pod_cidr: String,
     pub engine: EngineConfig,
     /// Where the pod's events go (`None`: not recorded).
     pub events: Option<EventRecorder>,
@@ -322,6 +324,7 @@ fn perform(
                 namespace: key.namespace.clone(),
                 host_network: pod.spec.host_network.unwrap_or(false),
                 host_ip: ctx.host_ip.clone(),
+                pod_cidr: ctx.pod_cidr.clone(),
                 attempt,
             };
             Box::pin(async move {

@@ -64,6 +64,7 @@ fn harness() -> Harness {
         client: None,
         node: "n1".into(),
         host_ip: "192.0.2.10".into(),
+        pod_cidr: String::new(),
         engine: EngineConfig::default(),
         events: None,
         metrics: AgentMetrics::default(),

@@ -118,6 +118,25 @@ impl Secured {
         (code.trim().parse().unwrap_or(0), body.to_owned())
     }
 
+    /// `skiff` as the admin: its command line after `args`, with the endpoint and the TLS
+    /// flags.
+    fn skiff_as_admin(&self, args: &[&str]) -> (bool, String) {
+        let certs = self.certs();
+        let file = |f: &str| certs.join(f).to_string_lossy().into_owned();
+        let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        all.extend([
+            "--endpoints".into(),
+            self.client.clone(),
+            "--cacert".into(),
+            file("ca.pem"),
+            "--cert".into(),
+            file("admin.pem"),
+            "--key".into(),
+            file("admin-key.pem"),
+        ]);
+        run_skiff(&all)
+    }
+
     /// The cluster API as `who` (a certificate, or none: anonymous).
     fn grpc(&self, who: Who) -> ClusterClient {
         let tls = match self.file(who) {
@@ -851,18 +870,7 @@ async fn the_agent_port_takes_certificates_and_asks_the_api() {
         .expect_err("a certificate from another CA");
 
     // `skiff logs` reaches the agent itself, with the admin's certificate.
-    let (ok, out) = run_skiff(&[
-        "logs",
-        "talker",
-        "--endpoints",
-        &s.client,
-        "--cacert",
-        certs.join("ca.pem").to_str().expect("utf8"),
-        "--cert",
-        certs.join("admin.pem").to_str().expect("utf8"),
-        "--key",
-        certs.join("admin-key.pem").to_str().expect("utf8"),
-    ]);
+    let (ok, out) = s.skiff_as_admin(&["logs", "talker"]);
     assert!(ok && out.contains("from n1"), "skiff logs: {out}");
 
     // kubectl exec: the member opens the session with its kubelet client certificate.
@@ -913,22 +921,13 @@ async fn the_agent_port_takes_certificates_and_asks_the_api() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bootstrap_tokens_authenticate_joining_nodes() {
     let s = secured().await;
-    let certs = s.certs();
-    let (ok, out) = run_skiff(&[
+    let (ok, out) = s.skiff_as_admin(&[
         "token",
         "create",
         "--ttl",
         "1h",
         "--description",
         "for node n9",
-        "--endpoints",
-        &s.client,
-        "--cacert",
-        certs.join("ca.pem").to_str().expect("utf8"),
-        "--cert",
-        certs.join("admin.pem").to_str().expect("utf8"),
-        "--key",
-        certs.join("admin-key.pem").to_str().expect("utf8"),
     ]);
     assert!(ok, "skiff token create: {out}");
     let token = out.trim().to_owned();

@@ -231,6 +231,7 @@ impl CriRuntime {
             namespace: get(labels::POD_NAMESPACE),
             host_network: get(labels::HOST_NETWORK) == "true",
             host_ip: get(labels::HOST_IP),
+            pod_cidr: String::new(),
             attempt,
         }
     }

@@ -24,7 +24,7 @@
 //!
 //! A container that honours SIGTERM exits at once with 143, as a process killed by it would.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -278,8 +278,31 @@ impl Runtime for SimRuntime {
         tokio::time::sleep(self.inner.config.sandbox_latency).await;
         let id = self.next_id("sb");
         let n = self.inner.seq.fetch_add(1, Ordering::Relaxed);
+        let mut state = self.state();
         let ip = if spec.host_network {
             spec.host_ip.clone()
+        } else if !spec.pod_cidr.is_empty() {
+            // As CNI's host-local IPAM: the lowest address of the node's block that no
+            // sandbox of the node holds (the first is the network's, the second its gateway).
+            let held: HashSet<&str> = state
+                .sandboxes
+                .values()
+                .filter(|s| s.node == spec.node)
+                .map(|s| s.ip.as_str())
+                .collect();
+            pod_addresses(&spec.pod_cidr)
+                .ok_or_else(|| RuntimeError::Call {
+                    call: "RunPodSandbox",
+                    message: format!("pod CIDR {:?} is not an IPv4 block", spec.pod_cidr),
+                })?
+                .find(|ip| !held.contains(ip.as_str()))
+                .ok_or_else(|| RuntimeError::Call {
+                    call: "RunPodSandbox",
+                    message: format!(
+                        "failed to allocate for range 0: no IP addresses available in range set: {}",
+                        spec.pod_cidr
+                    ),
+                })?
         } else {
             format!(
                 "10.{}.{}.{}",
@@ -297,7 +320,7 @@ impl Runtime for SimRuntime {
             ip,
             ready: true,
         };
-        self.state().sandboxes.insert(id, sandbox.clone());
+        state.sandboxes.insert(id, sandbox.clone());
         Ok(sandbox)
     }
 
@@ -586,6 +609,17 @@ impl Runtime for SimRuntime {
                     .is_some_and(|s| s.ready && s.ip == ip)
         }))
     }
+}
+
+/// The addresses of an IPv4 block a pod may get, lowest first: all but the network's, the
+/// gateway's (the first host) and the broadcast address.
+fn pod_addresses(cidr: &str) -> Option<impl Iterator<Item = String>> {
+    let (ip, len) = cidr.split_once('/')?;
+    let ip: std::net::Ipv4Addr = ip.parse().ok()?;
+    let len: u32 = len.parse().ok().filter(|l| *l <= 30)?;
+    let size = 1u32 << (32 - len);
+    let network = u32::from(ip) & !(size - 1);
+    Some((2..size - 1).map(move |i| std::net::Ipv4Addr::from(network + i).to_string()))
 }
 
 #[cfg(test)]

@@ -134,3 +134,43 @@ async fn absent_images_fail_and_logs_are_cri_formatted() {
         .unwrap_err();
     assert!(matches!(err, RuntimeError::ImageNotFound { .. }));
 }
+
+/// Pod IPs come from the node's block as CNI's host-local IPAM gives them: the lowest free
+/// address past the gateway, freed with its sandbox, and a full block fails the sandbox.
+#[tokio::test(start_paused = true)]
+async fn pod_ips_come_from_the_nodes_block() {
+    let rt = SimRuntime::new(SimConfig::default());
+    let run = |node: &'static str, uid: &'static str, cidr: &'static str| {
+        let rt = rt.clone();
+        async move {
+            rt.run_sandbox(&SandboxSpec {
+                node: node.into(),
+                pod_uid: uid.into(),
+                pod_cidr: cidr.into(),
+                ..SandboxSpec::default()
+            })
+            .await
+        }
+    };
+    let block = "10.244.3.0/24";
+    let a = run("n1", "a", block).await.unwrap();
+    let b = run("n1", "b", block).await.unwrap();
+    let c = run("n1", "c", block).await.unwrap();
+    assert_eq!(
+        [a.ip.as_str(), b.ip.as_str(), c.ip.as_str()],
+        ["10.244.3.2", "10.244.3.3", "10.244.3.4"]
+    );
+    // Another node's block is its own.
+    let other = run("n2", "d", "10.244.4.0/24").await.unwrap();
+    assert_eq!(other.ip, "10.244.4.2");
+    // A removed sandbox's address is given again.
+    rt.remove_sandbox(&b.id).await.unwrap();
+    assert_eq!(run("n1", "e", block).await.unwrap().ip, "10.244.3.3");
+    // A /30 holds one pod address.
+    run("n3", "f", "10.244.5.0/30").await.unwrap();
+    let full = run("n3", "g", "10.244.5.0/30").await.unwrap_err();
+    assert!(
+        full.to_string().contains("no IP addresses available"),
+        "{full}"
+    );
+}
