@@ -705,6 +705,54 @@ fn kubectl_session() {
         up.kubectl_ok(&["create", "namespace", "team"], None).trim(),
         "namespace/team created"
     );
+    assert_eq!(
+        up.kubectl_ok(
+            &[
+                "create",
+                "deployment",
+                "gen",
+                "-n",
+                "team",
+                "--image=localhost/skiff/busybox:1",
+                // No pods: the drain below is about t1.
+                "--replicas=0",
+                "--port=80",
+                "--",
+                "sleep",
+                "3600",
+            ],
+            None,
+        )
+        .trim(),
+        "deployment.apps/gen created"
+    );
+    let generated = up.kubectl_ok(
+        &[
+            "get",
+            "deployment",
+            "gen",
+            "-n",
+            "team",
+            "-o",
+            "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].command}",
+        ],
+        None,
+    );
+    assert_eq!(generated.trim(), r#"0 ["sleep","3600"]"#);
+    up.kubectl_ok(&["delete", "deployment", "gen", "-n", "team"], None);
+    let secret = up.kubectl_ok(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "db",
+            "-n",
+            "team",
+            "--from-literal=user=alice",
+        ],
+        None,
+    );
+    assert_eq!(secret.trim(), "secret/db created");
     up.kubectl_ok(
         &[
             "run",

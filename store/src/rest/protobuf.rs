@@ -6,7 +6,8 @@
 //! JSON, which client-go accepts alongside protobuf.
 //!
 //! Only what a client can send here is read: Namespace, ResourceQuota, Secret (`kubectl
-//! create secret`), the policy/v1 Eviction,
+//! create secret`), Deployment (`kubectl create deployment`, see `protobuf_apps.rs`), the
+//! policy/v1 Eviction,
 //! the DeleteOptions of a delete, the RBAC kinds (`kubectl create role`, `create
 //! rolebinding` ...) and access reviews (`kubectl auth can-i`). Server-owned fields (timestamps, `managedFields`, `resourceVersion`)
 //! are not carried over, as the server sets them.
@@ -76,6 +77,11 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
                 o.insert("immutable".into(), json!(i));
             }
             o
+        }
+        ("apps/v1", "Deployment") => {
+            let d = k8s_pb::api::apps::v1::Deployment::decode(raw.as_slice())
+                .map_err(|e| bad("Deployment", e))?;
+            super::protobuf_apps::deployment(d)?
         }
         ("v1", "Namespace") => {
             let ns = core::Namespace::decode(raw.as_slice()).map_err(|e| bad("Namespace", e))?;
@@ -201,8 +207,8 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
         }
         _ => {
             return Err(unsupported(format!(
-                "{MEDIA_TYPE} bodies are read for Namespace, ResourceQuota, Eviction, \
-                 DeleteOptions, the RBAC kinds and access reviews; send \
+                "{MEDIA_TYPE} bodies are read for Namespace, ResourceQuota, Secret, \
+                 Deployment, Eviction, DeleteOptions, the RBAC kinds and access reviews; send \
                  {kind} ({api_version}) as application/json"
             )));
         }
@@ -213,7 +219,7 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
 }
 
 /// A JSON object holding `metadata` as the client set it.
-fn object(m: Option<meta::ObjectMeta>) -> Map<String, Value> {
+pub(super) fn object(m: Option<meta::ObjectMeta>) -> Map<String, Value> {
     let m = m.unwrap_or_default();
     let mut meta = Map::new();
     let mut put = |k: &str, v: Option<String>| {
