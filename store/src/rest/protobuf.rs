@@ -158,7 +158,7 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
                 let selectors: Vec<Value> = a
                     .cluster_role_selectors
                     .into_iter()
-                    .map(|s| json!({ "matchLabels": s.match_labels }))
+                    .map(label_selector)
                     .collect();
                 o.insert(
                     "aggregationRule".into(),
@@ -265,6 +265,29 @@ pub(super) fn object(m: Option<meta::ObjectMeta>) -> Map<String, Value> {
     let mut o = Map::new();
     o.insert("metadata".into(), Value::Object(meta));
     o
+}
+
+/// A label selector's JSON: `matchLabels` and `matchExpressions`.
+pub(super) fn label_selector(s: meta::LabelSelector) -> Value {
+    let mut o = Map::new();
+    if !s.match_labels.is_empty() {
+        o.insert("matchLabels".into(), json!(s.match_labels));
+    }
+    if !s.match_expressions.is_empty() {
+        let exprs: Vec<Value> = s
+            .match_expressions
+            .into_iter()
+            .map(|e| {
+                json!({
+                    "key": e.key.unwrap_or_default(),
+                    "operator": e.operator.unwrap_or_default(),
+                    "values": e.values,
+                })
+            })
+            .collect();
+        o.insert("matchExpressions".into(), json!(exprs));
+    }
+    Value::Object(o)
 }
 
 fn rules(rules: Vec<rbac::PolicyRule>) -> Value {

@@ -9,11 +9,10 @@
 
 use k8s_pb::api::apps::v1 as apps;
 use k8s_pb::api::core::v1 as core;
-use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Map, Value, json};
 
-use super::protobuf::object;
+use super::protobuf::{label_selector, object};
 use super::status::{ApiError, Reason};
 
 fn unread(what: &str) -> ApiError {
@@ -50,28 +49,6 @@ fn int_or_string(v: IntOrString) -> Value {
         (_, _, Some(s)) => json!(s),
         _ => json!(0),
     }
-}
-
-fn selector(s: meta::LabelSelector) -> Value {
-    let mut o = Map::new();
-    if !s.match_labels.is_empty() {
-        o.insert("matchLabels".into(), json!(s.match_labels));
-    }
-    if !s.match_expressions.is_empty() {
-        let exprs: Vec<Value> = s
-            .match_expressions
-            .into_iter()
-            .map(|e| {
-                json!({
-                    "key": e.key.unwrap_or_default(),
-                    "operator": e.operator.unwrap_or_default(),
-                    "values": e.values,
-                })
-            })
-            .collect();
-        o.insert("matchExpressions".into(), json!(exprs));
-    }
-    Value::Object(o)
 }
 
 fn quantities(
@@ -226,7 +203,7 @@ pub(super) fn deployment(d: apps::Deployment) -> Result<Map<String, Value>, ApiE
     let mut s = Map::new();
     put(&mut s, "replicas", spec.replicas.take());
     if let Some(sel) = spec.selector.take() {
-        s.insert("selector".into(), selector(sel));
+        s.insert("selector".into(), label_selector(sel));
     }
     if let Some(t) = spec.template.take() {
         let mut template = Map::new();
@@ -283,6 +260,7 @@ pub(super) fn deployment(d: apps::Deployment) -> Result<Map<String, Value>, ApiE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 
     /// What `kubectl create deployment web --image=busybox --replicas=3 --port=80 -- sleep
     /// 3600` sends.
