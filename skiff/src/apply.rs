@@ -104,11 +104,7 @@ async fn apply_one(api: &ClusterClient, object: Object) -> Result<&'static str> 
                 (Object::Pod(n), Object::Pod(c)) => {
                     n.spec.node_name = c.spec.node_name.clone();
                     n.status = c.status.clone();
-                    // The service account admission named stays unless the manifest names one.
-                    if n.spec.service_account_name.is_empty() && n.spec.service_account.is_empty() {
-                        n.spec.service_account_name = c.spec.service_account_name.clone();
-                        n.spec.service_account = c.spec.service_account.clone();
-                    }
+                    n.spec.keep_service_account(&c.spec);
                     // What admission added (DefaultTolerationSeconds' tolerations) stays: a
                     // pod's tolerations may only grow.
                     for t in &c.spec.tolerations {
@@ -119,11 +115,7 @@ async fn apply_one(api: &ClusterClient, object: Object) -> Result<&'static str> 
                 }
                 (Object::Node(n), Object::Node(c)) => {
                     n.status = c.status.clone();
-                    // The pod CIDR registration gave stays unless the manifest names one.
-                    if n.spec.pod_cidr.is_empty() && n.spec.pod_cidrs.is_empty() {
-                        n.spec.pod_cidr = c.spec.pod_cidr.clone();
-                        n.spec.pod_cidrs = c.spec.pod_cidrs.clone();
-                    }
+                    n.spec.keep_pod_cidr(&c.spec);
                 }
                 // A workload's status, and the notes its controller keeps on it (revisions),
                 // are the controller's.

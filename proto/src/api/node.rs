@@ -218,3 +218,13 @@ impl Node {
             .is_some_and(|c| c.status == ConditionStatus::True)
     }
 }
+
+impl NodeSpec {
+    /// An update that names no pod CIDR keeps the one registration gave (`current`'s).
+    pub fn keep_pod_cidr(&mut self, current: &NodeSpec) {
+        if self.pod_cidr.is_empty() && self.pod_cidrs.is_empty() {
+            self.pod_cidr = current.pod_cidr.clone();
+            self.pod_cidrs = current.pod_cidrs.clone();
+        }
+    }
+}

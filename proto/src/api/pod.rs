@@ -755,6 +755,17 @@ impl Pod {
     }
 }
 
+impl PodSpec {
+    /// An update that names no service account keeps the one admission gave (`current`'s):
+    /// a manifest applied again need not repeat it.
+    pub fn keep_service_account(&mut self, current: &PodSpec) {
+        if self.service_account_name.is_empty() && self.service_account.is_empty() {
+            self.service_account_name = current.service_account_name.clone();
+            self.service_account = current.service_account.clone();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -349,12 +349,7 @@ pub fn with_spec(current: &Object, request: &Object) -> Result<Object> {
     match (current, &mut next) {
         (Object::Pod(cur), Object::Pod(new)) => {
             new.status = cur.status.clone();
-            // The service account admission named at creation stays when an update names
-            // none (a manifest applied again need not repeat it).
-            if new.spec.service_account_name.is_empty() && new.spec.service_account.is_empty() {
-                new.spec.service_account_name = cur.spec.service_account_name.clone();
-                new.spec.service_account = cur.spec.service_account.clone();
-            }
+            new.spec.keep_service_account(&cur.spec);
             if cur.spec.node_name != new.spec.node_name {
                 return Err(ClusterError::Immutable {
                     kind: Kind::Pod,
@@ -395,11 +390,7 @@ pub fn with_spec(current: &Object, request: &Object) -> Result<Object> {
         }
         (Object::Node(cur), Object::Node(new)) => {
             new.status = cur.status.clone();
-            // The block registration gave stays when an update names none.
-            if new.spec.pod_cidr.is_empty() && new.spec.pod_cidrs.is_empty() {
-                new.spec.pod_cidr = cur.spec.pod_cidr.clone();
-                new.spec.pod_cidrs = cur.spec.pod_cidrs.clone();
-            }
+            new.spec.keep_pod_cidr(&cur.spec);
             // As Kubernetes: a node's pod CIDR is set once (by registration, or from none
             // by an update) and kept.
             for (field, was, now) in [
