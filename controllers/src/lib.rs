@@ -29,6 +29,7 @@
 //! | [`deployment`] | the Deployment controller and its pure rollout plan                |
 //! | [`gc`]         | the garbage collector: ownerless objects, foreground and orphan deletes |
 //! | [`nodelifecycle`] | silent nodes: `Ready=Unknown`, taints, evictions per toleration |
+//! | [`certificates`] | certificate requests: nodes' approved, approved ones signed, old ones removed |
 //! | `metrics`      | `/metrics`: queue depth, sync latency and errors per controller    |
 
 use std::net::SocketAddr;
@@ -42,6 +43,7 @@ use skiff_proto::recorder::EventRecorder;
 use tracing::Instrument;
 
 pub mod cache;
+pub mod certificates;
 pub mod deployment;
 pub mod gc;
 mod metrics;
@@ -79,6 +81,8 @@ pub enum Error {
     Stopped(String),
     #[error("controller manager settings: {0}")]
     Config(String),
+    #[error("the signing CA: {0}")]
+    Signer(#[from] certificates::SignerError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -106,6 +110,9 @@ pub struct Config {
     pub node_monitor_grace_period: Duration,
     /// Nodes per second, per zone, tainted for eviction (`--node-eviction-rate`).
     pub node_eviction_rate: f64,
+    /// The CA that signs approved certificate requests; none signs nothing (requests are
+    /// still approved, for another signer).
+    pub signing: Option<certificates::SigningConfig>,
 }
 
 impl Config {
@@ -145,6 +152,7 @@ impl Default for Config {
                 skiff_proto::api::node::NODE_MONITOR_GRACE_SECS.unsigned_abs(),
             ),
             node_eviction_rate: 0.1,
+            signing: None,
         }
     }
 }
@@ -157,6 +165,7 @@ pub struct Context {
     pub replica_sets: Cache,
     pub deployments: Cache,
     pub nodes: Cache,
+    pub csrs: Cache,
     pub events: EventRecorder,
     pub metrics: Arc<Metrics>,
     /// The ReplicaSet controller's outstanding creates and deletes, per ReplicaSet uid: the
@@ -252,6 +261,11 @@ pub async fn work<C: Controller>(controller: Arc<C>, metrics: Arc<Metrics>) {
 /// Runs the controllers until `shutdown` resolves or leadership is lost.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
     config.validate().map_err(Error::Config)?;
+    let signer = config
+        .signing
+        .as_ref()
+        .map(certificates::Signer::load)
+        .transpose()?;
     tokio::pin!(shutdown);
     let mut leadership = if config.leader_elect {
         tokio::select! {
@@ -275,6 +289,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         replica_sets: Cache::new(Kind::ReplicaSet),
         deployments: Cache::new(Kind::Deployment),
         nodes: Cache::new(Kind::Node),
+        csrs: Cache::new(Kind::CertificateSigningRequest),
         events: EventRecorder::spawn(client.clone(), COMPONENT, ""),
         metrics: metrics.clone(),
         expectations: Default::default(),
@@ -287,8 +302,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         config.node_monitor_grace_period,
         config.node_eviction_rate,
     ));
+    let csrs = Arc::new(certificates::Certificates::new(ctx.clone(), signer));
     let handlers = Arc::new(Handlers {
         ctx: ctx.clone(),
+        csrs: csrs.clone(),
         replica_sets: replica_sets.clone(),
         deployments: deployments.clone(),
         collector: collector.clone(),
@@ -297,7 +314,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     // Every cache is full before any worker starts, so no sync decides on half a list.
     let mut informers = Vec::new();
-    for kind in [Kind::Node, Kind::Deployment, Kind::ReplicaSet, Kind::Pod] {
+    for kind in [
+        Kind::Node,
+        Kind::Deployment,
+        Kind::ReplicaSet,
+        Kind::Pod,
+        Kind::CertificateSigningRequest,
+    ] {
         let mut informer = Informer::new(client.clone(), kind, ListParams::default());
         for e in informer.relist().await? {
             handlers.on_event(kind, &e);
@@ -328,6 +351,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         workers.spawn(work(collector.clone(), metrics.clone()));
     }
     workers.spawn(work(nodes.clone(), metrics.clone()));
+    workers.spawn(work(csrs.clone(), metrics.clone()));
     let served = match config.metrics_addr {
         Some(addr) => {
             let registry = metrics::registry(
@@ -337,6 +361,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                     (deployment::NAME, deployments.queue().clone()),
                     (gc::NAME, collector.queue().clone()),
                     (nodelifecycle::NAME, nodes.queue().clone()),
+                    (certificates::NAME, csrs.queue().clone()),
                 ],
             );
             Some(metrics::serve(addr, registry).await?)
@@ -364,6 +389,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         deployments.queue(),
         collector.queue(),
         nodes.queue(),
+        csrs.queue(),
     ] {
         q.close();
     }
@@ -392,6 +418,7 @@ struct Handlers {
     deployments: Arc<deployment::Deployments>,
     collector: Arc<gc::GarbageCollector>,
     nodes: Arc<nodelifecycle::NodeLifecycle>,
+    csrs: Arc<certificates::Certificates>,
 }
 
 impl Handlers {
@@ -400,6 +427,7 @@ impl Handlers {
             Kind::Pod => &self.ctx.pods,
             Kind::ReplicaSet => &self.ctx.replica_sets,
             Kind::Node => &self.ctx.nodes,
+            Kind::CertificateSigningRequest => &self.ctx.csrs,
             _ => &self.ctx.deployments,
         }
     }
@@ -412,6 +440,7 @@ impl Handlers {
         let old = old.as_deref();
         match kind {
             Kind::Node => self.nodes.on_node(event),
+            Kind::CertificateSigningRequest => self.csrs.on_csr(event),
             Kind::Pod => {
                 self.replica_sets.on_pod(event, old);
                 self.deployments.on_pod(event);

@@ -279,7 +279,17 @@ pub struct ControllerManagerCommand {
     pub node_monitor_grace_period: Option<Duration>,
     /// Nodes per second per zone.
     pub node_eviction_rate: Option<f64>,
+    /// The CA that signs approved certificate requests.
+    pub signing: Option<SigningCa>,
     pub log: Option<String>,
+}
+
+/// A CA certificate and its key, for signing (kube-controller-manager's
+/// `--cluster-signing-cert-file`, `--cluster-signing-key-file`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SigningCa {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 impl ControllerManagerCommand {
@@ -293,10 +303,25 @@ impl ControllerManagerCommand {
                 "node-monitor-grace-period",
                 self.node_monitor_grace_period.map(duration),
             )
-            .opt("node-eviction-rate", self.node_eviction_rate)
-            .opt("log", self.log.as_ref());
+            .opt("node-eviction-rate", self.node_eviction_rate);
+        if let Some(ca) = &self.signing {
+            a.flag("cluster-signing-cert-file", &ca.cert)
+                .flag("cluster-signing-key-file", &ca.key);
+        }
+        a.opt("log", self.log.as_ref());
         a.0
     }
+}
+
+/// A node that joins with a bootstrap token: the CA it checks the store against, the token,
+/// and where it keeps the certificate it gets (`skiff node --bootstrap-token --cert-dir`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeBootstrap {
+    pub ca: PathBuf,
+    pub token: String,
+    /// A member's Kubernetes API URL (`https://host:port`).
+    pub server: String,
+    pub cert_dir: PathBuf,
 }
 
 /// `skiff node`: the node agent of one node, or of `count` simulated ones.
@@ -323,6 +348,8 @@ pub struct NodeCommand {
     pub logs_address: Option<String>,
     /// TLS on that port, with client certificates required.
     pub serving: Option<ServingCert>,
+    /// Join with a bootstrap token instead of `tls`'s certificate.
+    pub bootstrap: Option<NodeBootstrap>,
     /// Where the process serves `/metrics` and `/healthz` (`host:port`).
     pub metrics_addr: Option<SocketAddr>,
     pub heartbeat_interval: Option<Duration>,
@@ -348,6 +375,7 @@ impl NodeCommand {
             pod_log_dir: None,
             logs_address: None,
             serving: None,
+            bootstrap: None,
             metrics_addr: None,
             heartbeat_interval: None,
             backoff_initial: None,
@@ -378,6 +406,12 @@ impl NodeCommand {
             a.flag("tls-cert-file", &t.cert)
                 .flag("tls-private-key-file", &t.key)
                 .flag("client-ca-file", &t.client_ca);
+        }
+        if let Some(b) = &self.bootstrap {
+            a.flag("cacert", &b.ca)
+                .flag("bootstrap-token", &b.token)
+                .flag("bootstrap-server", &b.server)
+                .flag("cert-dir", &b.cert_dir);
         }
         a.opt("metrics-addr", self.metrics_addr)
             .opt("heartbeat-interval", self.heartbeat_interval.map(duration))

@@ -22,8 +22,8 @@ use std::path::PathBuf;
 
 pub use child::{Child, Launch};
 pub use command::{
-    ClientCert, ClusterState, ControllerManagerCommand, NodeCommand, RuntimeKind, SchedulerCommand,
-    ServingCert, StoreCommand, StoreTls,
+    ClientCert, ClusterState, ControllerManagerCommand, NodeBootstrap, NodeCommand, RuntimeKind,
+    SchedulerCommand, ServingCert, SigningCa, StoreCommand, StoreTls,
 };
 pub use containerd::Containerd;
 

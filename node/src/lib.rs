@@ -14,12 +14,14 @@
 //! | [`events`]    | the kubelet's events (Pulled, Started, Killing, BackOff, …) from a worker |
 //! | [`status`]    | the coalescing, retrying pod status writer                             |
 //! | [`agent`]     | Node registration, heartbeat, the pod watch, reconcile on restart      |
+//! | [`bootstrap`] | joining with a bootstrap token: a key, a CSR, the certificate it gets  |
 //! | [`logs`]      | the agent's gRPC log service (`skiff node logs`, `pods/log`)           |
 //! | [`sessions`]  | the agent's exec and attach sessions (`pods/exec`, `pods/attach`)      |
 //! | [`metrics`]   | what the agent counts, and the process's `/metrics` and `/healthz`      |
 
 pub mod admission;
 pub mod agent;
+pub mod bootstrap;
 pub mod cri;
 pub mod engine;
 pub mod events;

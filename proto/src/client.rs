@@ -8,6 +8,8 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 pub use tonic::Code;
 use tonic::Status;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::api::object::DecodeError;
@@ -34,6 +36,8 @@ pub enum ClientError {
     NoCa { endpoint: String },
     #[error("TLS: {0}")]
     TlsFile(#[from] crate::tls::TlsFileError),
+    #[error("the bearer token has characters an HTTP header cannot carry")]
+    Token,
     #[error("server sent a {kind} that does not decode: {source}")]
     Decode { kind: String, source: DecodeError },
 }
@@ -60,10 +64,27 @@ pub enum Event {
     Bookmark(i64),
 }
 
+/// The `authorization: Bearer` header a client sends on every call, when it has a token (a
+/// joining node's bootstrap token).
+#[derive(Debug, Clone, Default)]
+struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut req: tonic::Request<()>,
+    ) -> std::result::Result<tonic::Request<()>, Status> {
+        if let Some(token) = &self.0 {
+            req.metadata_mut().insert("authorization", token.clone());
+        }
+        Ok(req)
+    }
+}
+
 /// A client of the cluster API, balanced over the given store members.
 #[derive(Debug, Clone)]
 pub struct ClusterClient {
-    raw: Raw<Channel>,
+    raw: Raw<InterceptedService<Channel, Bearer>>,
     /// The fencing token every write carries (see [`ClusterClient::fenced`]).
     fence: Option<pb::Fence>,
 }
@@ -182,6 +203,41 @@ impl WatchParams {
     }
 }
 
+/// One channel balanced over `endpoints` (`https://` with `tls`), connected lazily.
+fn channel(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Channel> {
+    if endpoints.is_empty() {
+        return Err(ClientError::NoEndpoints);
+    }
+    let tls_config = tls.map(ClientTls::config).transpose()?;
+    let mut eps = Vec::new();
+    for e in endpoints {
+        if tls.is_none() && e.starts_with("https://") {
+            return Err(ClientError::NoCa {
+                endpoint: e.clone(),
+            });
+        }
+        let url = crate::tls::url(e, tls.is_some());
+        let mut ep = Endpoint::from_shared(url)
+            .map_err(|source| ClientError::Endpoint {
+                endpoint: e.clone(),
+                source,
+            })?
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(10));
+        if let Some(c) = &tls_config {
+            ep = ep
+                .tls_config(c.clone())
+                .map_err(|source| ClientError::Endpoint {
+                    endpoint: e.clone(),
+                    source,
+                })?;
+        }
+        eps.push(ep);
+    }
+    Ok(Channel::balance_list(eps.into_iter()))
+}
+
 impl ClusterClient {
     /// Connects (lazily) to every endpoint (`host:port` or `http://host:port`).
     pub fn connect(endpoints: &[String]) -> Result<Self> {
@@ -190,43 +246,27 @@ impl ClusterClient {
 
     /// A client of `endpoints`, over TLS with `tls` (every endpoint then `https://`).
     pub fn connect_with(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Self> {
-        if endpoints.is_empty() {
-            return Err(ClientError::NoEndpoints);
-        }
-        let tls_config = tls.map(ClientTls::config).transpose()?;
-        let mut eps = Vec::new();
-        for e in endpoints {
-            if tls.is_none() && e.starts_with("https://") {
-                return Err(ClientError::NoCa {
-                    endpoint: e.clone(),
-                });
-            }
-            let url = crate::tls::url(e, tls.is_some());
-            let mut ep = Endpoint::from_shared(url)
-                .map_err(|source| ClientError::Endpoint {
-                    endpoint: e.clone(),
-                    source,
-                })?
-                .connect_timeout(Duration::from_secs(2))
-                .tcp_nodelay(true)
-                .http2_keep_alive_interval(Duration::from_secs(10));
-            if let Some(c) = &tls_config {
-                ep = ep
-                    .tls_config(c.clone())
-                    .map_err(|source| ClientError::Endpoint {
-                        endpoint: e.clone(),
-                        source,
-                    })?;
-            }
-            eps.push(ep);
-        }
-        let channel = Channel::balance_list(eps.into_iter());
-        Ok(ClusterClient {
+        Ok(Self::over(channel(endpoints, tls)?, Bearer::default()))
+    }
+
+    fn over(channel: Channel, bearer: Bearer) -> Self {
+        ClusterClient {
             fence: None,
-            raw: Raw::new(channel)
+            raw: Raw::with_interceptor(channel, bearer)
                 .max_decoding_message_size(usize::MAX)
                 .max_encoding_message_size(usize::MAX),
-        })
+        }
+    }
+
+    /// This client authenticating with a bearer token (`authorization: Bearer <token>`) on
+    /// every call, as a joining node does with its bootstrap token.
+    pub fn with_token(endpoints: &[String], tls: &ClientTls, token: &str) -> Result<Self> {
+        let value =
+            MetadataValue::try_from(format!("Bearer {token}")).map_err(|_| ClientError::Token)?;
+        Ok(Self::over(
+            channel(endpoints, Some(tls))?,
+            Bearer(Some(value)),
+        ))
     }
 
     /// This client with every create, update and delete fenced by a leadership: each commits
@@ -356,6 +396,22 @@ impl ClusterClient {
             .raw
             .clone()
             .update_status(pb::UpdateRequest {
+                object: Some(to_pb(object)),
+                dry_run: false,
+                fence: self.fence.clone(),
+            })
+            .await?
+            .into_inner();
+        from_pb(&r.object.unwrap_or_default())
+    }
+
+    /// Writes a CertificateSigningRequest's Approved or Denied condition (its `approval`
+    /// subresource), as an approver does.
+    pub async fn update_approval(&self, object: &Object) -> Result<Object> {
+        let r = self
+            .raw
+            .clone()
+            .update_approval(pb::UpdateRequest {
                 object: Some(to_pb(object)),
                 dry_run: false,
                 fence: self.fence.clone(),

@@ -404,6 +404,7 @@ fn decode_typed<'de, D: serde::Deserializer<'de>>(kind: Kind, de: D) -> Result<O
         Kind::SubjectAccessReview => Object::SubjectAccessReview(typed(de)?),
         Kind::SelfSubjectAccessReview => Object::SelfSubjectAccessReview(typed(de)?),
         Kind::Secret => Object::Secret(typed(de)?),
+        Kind::CertificateSigningRequest => Object::CertificateSigningRequest(typed(de)?),
     })
 }
 

@@ -33,6 +33,17 @@ pub struct Args {
     /// Nodes per second, per zone, tainted for eviction (NoExecute); 0 evicts nothing.
     #[arg(long, default_value_t = 0.1)]
     node_eviction_rate: f64,
+    /// The CA certificate (PEM) that signs approved certificate requests (joining nodes'
+    /// client certificates, signers kubernetes.io/kube-apiserver-client-kubelet and
+    /// kubernetes.io/kube-apiserver-client); without it nothing is signed.
+    #[arg(long, requires = "cluster_signing_key_file")]
+    cluster_signing_cert_file: Option<std::path::PathBuf>,
+    /// The key of `--cluster-signing-cert-file` (PEM).
+    #[arg(long, requires = "cluster_signing_cert_file")]
+    cluster_signing_key_file: Option<std::path::PathBuf>,
+    /// The longest certificate signed; a request may ask for less (`expirationSeconds`).
+    #[arg(long, default_value = "8760h", value_parser = skiff_proto::duration::parse)]
+    cluster_signing_duration: std::time::Duration,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -47,6 +58,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         identity: crate::leadership::identity(),
         node_monitor_grace_period: args.node_monitor_grace_period,
         node_eviction_rate: args.node_eviction_rate,
+        signing: args
+            .cluster_signing_cert_file
+            .zip(args.cluster_signing_key_file)
+            .map(
+                |(cert, key)| skiff_controllers::certificates::SigningConfig {
+                    cert,
+                    key,
+                    duration: args.cluster_signing_duration,
+                },
+            ),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -76,6 +97,10 @@ mod tests {
             lease_ttl: Some(std::time::Duration::from_secs(2)),
             node_monitor_grace_period: Some(std::time::Duration::from_secs(7)),
             node_eviction_rate: Some(2.5),
+            signing: Some(skiff_launch::SigningCa {
+                cert: "/c/ca.pem".into(),
+                key: "/c/ca-key.pem".into(),
+            }),
             log: Some("info".into()),
         };
         let cli = crate::Cli::try_parse_from(std::iter::once("skiff".into()).chain(cmd.args()))
@@ -96,5 +121,8 @@ mod tests {
             cmd.node_monitor_grace_period
         );
         assert_eq!(Some(a.node_eviction_rate), cmd.node_eviction_rate);
+        let signing = cmd.signing.as_ref().expect("signing");
+        assert_eq!(a.cluster_signing_cert_file.as_ref(), Some(&signing.cert));
+        assert_eq!(a.cluster_signing_key_file.as_ref(), Some(&signing.key));
     }
 }

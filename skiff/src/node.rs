@@ -144,6 +144,25 @@ pub struct Args {
     /// or exec into it (a SubjectAccessReview).
     #[arg(long, env = "SKIFF_NODE_CLIENT_CA_FILE", requires = "tls_cert_file")]
     client_ca_file: Option<PathBuf>,
+    /// Join with this bootstrap token (`<id>.<secret>`, from `skiff token create`) instead of
+    /// a client certificate: the node asks `--bootstrap-server` for its certificate and
+    /// keeps it in `--cert-dir` (the kubelet's TLS bootstrap). Needs `--cacert`.
+    #[arg(
+        long,
+        env = "SKIFF_BOOTSTRAP_TOKEN",
+        hide_env_values = true,
+        requires_all = ["cacert", "bootstrap_server"],
+        conflicts_with = "cert"
+    )]
+    bootstrap_token: Option<String>,
+    /// A member's Kubernetes API (`https://HOST:PORT`, its `--listen-api-urls`), where the
+    /// bootstrap token is accepted.
+    #[arg(long, env = "SKIFF_BOOTSTRAP_SERVER", requires = "bootstrap_token")]
+    bootstrap_server: Option<String>,
+    /// Where the node keeps the client certificate it got by joining, and its key; a valid
+    /// one there is used at start without asking again.
+    #[arg(long, default_value = "/var/lib/skiff/pki")]
+    cert_dir: PathBuf,
     /// Serve Prometheus metrics at http://ADDR/metrics and a health check at
     /// http://ADDR/healthz; one endpoint for all the nodes of the process. Off by default.
     #[arg(long)]
@@ -442,7 +461,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ),
             None => None,
         };
-        let client = ClusterClient::connect_with(&args.endpoints, args.tls.client_tls().as_ref())
+        let tls = match (&args.bootstrap_token, args.tls.client_tls()) {
+            (Some(token), Some(tls)) => {
+                if nodes.len() > 1 {
+                    bail!("--bootstrap-token joins one node: it cannot serve --count nodes");
+                }
+                let bootstrap = skiff_node::bootstrap::Bootstrap {
+                    token: token.clone(),
+                    server: args.bootstrap_server.clone().unwrap_or_default(),
+                    cert_dir: args.cert_dir.clone(),
+                };
+                let joined = skiff_node::bootstrap::client_tls(&tls.ca, &args.name, &bootstrap);
+                tokio::select! {
+                    tls = joined => Some(tls.context("joining with --bootstrap-token")?),
+                    () = crate::signals::terminated() => return Ok(()),
+                }
+            }
+            (_, tls) => tls,
+        };
+        let client = ClusterClient::connect_with(&args.endpoints, tls.as_ref())
             .context("cluster API endpoints")?;
         let cancel = CancellationToken::new();
         let stop = cancel.clone();

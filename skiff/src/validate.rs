@@ -200,6 +200,14 @@ fn summary(o: &Object) -> String {
         Object::SubjectAccessReview(_) | Object::SelfSubjectAccessReview(_) => {
             "access review".into()
         }
+        Object::CertificateSigningRequest(c) => format!(
+            "certificate request to {}",
+            if c.spec.signer_name.is_empty() {
+                "no signer"
+            } else {
+                &c.spec.signer_name
+            }
+        ),
         Object::Secret(s) => format!(
             "{} key(s) of type {}",
             s.data.len() + s.string_data.len(),

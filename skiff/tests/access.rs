@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::{free_port, run_skiff, skiff_bin};
 use skiff_launch::{
-    Child, ClientCert, Launch, NodeCommand, RuntimeKind, ServingCert, StoreCommand, StoreTls,
+    Child, ClientCert, ControllerManagerCommand, Launch, NodeBootstrap, NodeCommand, RuntimeKind,
+    ServingCert, SigningCa, StoreCommand, StoreTls,
 };
 use skiff_proto::api::{Kind, Object};
 use skiff_proto::client::{ClusterClient, Code, ListParams};
@@ -137,6 +138,30 @@ impl Secured {
         run_skiff(&all)
     }
 
+    /// kubectl as the admin, with the admin's certificate and no kubeconfig.
+    fn kubectl_as_admin(&self, args: &[&str]) -> (bool, String) {
+        let certs = self.certs();
+        let out = Command::new("kubectl")
+            .arg(format!("--server={}", self.api))
+            .arg(format!(
+                "--certificate-authority={}",
+                certs.join("ca.pem").display()
+            ))
+            .arg(format!(
+                "--client-certificate={}",
+                certs.join("admin.pem").display()
+            ))
+            .arg(format!(
+                "--client-key={}",
+                certs.join("admin-key.pem").display()
+            ))
+            .args(args)
+            .env("KUBECONFIG", self.dir.path().join("none"))
+            .output()
+            .expect("kubectl");
+        common::outcome(out)
+    }
+
     /// The cluster API as `who` (a certificate, or none: anonymous).
     fn grpc(&self, who: Who) -> ClusterClient {
         let tls = match self.file(who) {
@@ -224,6 +249,7 @@ async fn secured() -> Secured {
             "system:node:n2/system:nodes",
             "alice",
             "kube-apiserver-kubelet-client",
+            "system:kube-controller-manager",
         ],
     );
     // The node agents' serving certificate (a member's: serving and dialling, 127.0.0.1).
@@ -1010,6 +1036,344 @@ async fn bootstrap_tokens_authenticate_joining_nodes() {
         .expect("admin stores an expired token");
     let (code, body) = as_token("old000.0123456789abcdef");
     assert_eq!(code, 401, "an expired token: {body}");
+}
+
+/// A certificate request (PEM) for `cn` in `org`, and its key.
+fn certificate_request(cn: &str, org: Option<&str>) -> (String, rcgen::KeyPair) {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    if let Some(o) = org {
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, o);
+    }
+    let pem = params
+        .serialize_request(&key)
+        .expect("csr")
+        .pem()
+        .expect("pem");
+    (pem, key)
+}
+
+/// A CertificateSigningRequest's JSON.
+fn csr_json(name: &str, request: &str, signer: &str) -> String {
+    use base64::Engine as _;
+    serde_json::json!({
+        "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {
+            "request": base64::engine::general_purpose::STANDARD.encode(request),
+            "signerName": signer,
+            "usages": ["digital signature", "client auth"],
+            // What a requester says of itself is replaced by who it authenticated as.
+            "username": "system:masters-wannabe",
+            "groups": ["system:masters"]
+        }
+    })
+    .to_string()
+}
+
+/// TLS bootstrap, end to end: a node started with a bootstrap token (and no certificate)
+/// asks for one with a CertificateSigningRequest; the controller manager approves it (the
+/// token's group may have node client certificates) and signs it with the cluster's CA;
+/// the node then runs as `system:node:<name>`, and a restart uses the certificate it kept.
+/// Anything else waits for a person: `kubectl certificate approve` (by the admin, not by
+/// alice) gets carol a certificate that authenticates her, `deny` gets none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_join_with_a_bootstrap_token_and_get_their_certificates() {
+    use skiff_proto::api::CertificateSigningRequest;
+    use skiff_proto::api::certificates::KUBE_APISERVER_CLIENT;
+
+    let s = secured().await;
+    let certs = s.certs();
+    let cm = ControllerManagerCommand {
+        endpoints: vec![s.client.clone()],
+        tls: Some(ClientCert {
+            ca: certs.join("ca.pem"),
+            cert: certs.join("system-kube-controller-manager.pem"),
+            key: certs.join("system-kube-controller-manager-key.pem"),
+        }),
+        signing: Some(SigningCa {
+            cert: certs.join("ca.pem"),
+            key: certs.join("ca-key.pem"),
+        }),
+        lease_ttl: Some(Duration::from_secs(2)),
+        log: Some("info".into()),
+        ..ControllerManagerCommand::default()
+    };
+    let cm_log = s.dir.path().join("controller-manager.log");
+    let _cm = Launch::new("controller-manager", skiff_bin(), cm_log.clone())
+        .args(cm.args())
+        .spawn()
+        .expect("spawn skiff controller-manager")
+        .tail_on_panic(40);
+    let (ok, out) = s.skiff_as_admin(&["token", "create", "--ttl", "1h"]);
+    assert!(ok, "skiff token create: {out}");
+    let token = out.trim().to_owned();
+    let id = token.split_once('.').expect("id.secret").0.to_owned();
+
+    let pki = s.dir.path().join("n5-pki");
+    let node = |token: &str| NodeCommand {
+        name: Some("n5".into()),
+        logs_address: Some("127.0.0.1:0".into()),
+        bootstrap: Some(NodeBootstrap {
+            ca: certs.join("ca.pem"),
+            token: token.to_owned(),
+            server: s.api.clone(),
+            cert_dir: pki.clone(),
+        }),
+        heartbeat_interval: Some(Duration::from_millis(500)),
+        log: Some("info".into()),
+        ..NodeCommand::new(RuntimeKind::Sim, vec![s.client.clone()])
+    };
+    let agent_log = s.dir.path().join("agent-n5.log");
+    let agent = Launch::new("agent n5", skiff_bin(), agent_log.clone())
+        .args(node(&token).args())
+        .spawn()
+        .expect("spawn skiff node")
+        .tail_on_panic(40);
+    let admin = s.grpc(Who::Admin);
+    common::eventually(Duration::from_secs(30), "node n5 registered", || async {
+        matches!(admin.get(Kind::Node, "", "n5").await, Ok(Some(_))).then_some(())
+    })
+    .await;
+
+    // The certificate the node got: its own name, its key owner-only.
+    let cert = std::fs::read(pki.join("kubelet-client.pem")).expect("the node's certificate");
+    let der = x509_parser::pem::parse_x509_pem(&cert)
+        .expect("pem")
+        .1
+        .contents;
+    let subject = skiff_proto::tls::subject(&der).expect("subject");
+    assert_eq!(subject.common_name, "system:node:n5");
+    assert_eq!(subject.organizations, ["system:nodes"]);
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(pki.join("kubelet-client-key.pem"))
+        .expect("key")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    // Its request: made by the token's user, approved and issued.
+    let (csrs, _) = admin
+        .list(Kind::CertificateSigningRequest, &ListParams::default())
+        .await
+        .expect("list csrs");
+    let Some(Object::CertificateSigningRequest(joined)) = csrs.first() else {
+        panic!("no certificate request: {csrs:?}");
+    };
+    assert_eq!(joined.spec.username, format!("system:bootstrap:{id}"));
+    assert!(
+        joined
+            .spec
+            .groups
+            .iter()
+            .any(|g| g == "system:bootstrappers")
+    );
+    assert_eq!(joined.condition_summary(), "Approved,Issued");
+
+    // Alice may ask for certificates (a binding to system:node-bootstrapper) but not have a
+    // node's approved: her request for one waits.
+    let binding = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "alice-asks"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "system:node-bootstrapper"},
+        "subjects": [{"kind": "User", "name": "alice"}]
+    })
+    .to_string();
+    let (code, body) = s.curl(
+        Who::Admin,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        Some(&binding),
+    );
+    assert_eq!(code, 201, "{body}");
+    let (evil, _) = certificate_request("system:node:evil", Some("system:nodes"));
+    let alice_csr = csr_json(
+        "alice-node",
+        &evil,
+        skiff_proto::api::certificates::KUBE_APISERVER_CLIENT_KUBELET,
+    );
+    let body = common::eventually(Duration::from_secs(10), "alice's request", || async {
+        let (code, body) = s.curl(
+            Who::Alice,
+            "POST",
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+            Some(&alice_csr),
+        );
+        (code == 201).then_some(body)
+    })
+    .await;
+    let created: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        created["spec"]["username"], "alice",
+        "the requester is who asked"
+    );
+    assert_eq!(
+        created["spec"]["groups"],
+        serde_json::json!(["system:authenticated"])
+    );
+
+    // Carol's client certificate: pending until the admin approves it.
+    let (carol_req, carol_key) = certificate_request("carol", None);
+    let (code, body) = s.curl(
+        Who::Admin,
+        "POST",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        Some(&csr_json("carol", &carol_req, KUBE_APISERVER_CLIENT)),
+    );
+    assert_eq!(code, 201, "{body}");
+    let (code, body) = s.curl(
+        Who::Admin,
+        "POST",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        Some(&csr_json(
+            "dave",
+            &certificate_request("dave", None).0,
+            KUBE_APISERVER_CLIENT,
+        )),
+    );
+    assert_eq!(code, 201, "{body}");
+    // A request that is not one: refused with the field.
+    let (code, body) = s.curl(
+        Who::Admin,
+        "POST",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        Some(&csr_json("junk", "not a request", KUBE_APISERVER_CLIENT)),
+    );
+    assert_eq!(code, 422, "{body}");
+    assert!(body.contains("spec.request"), "{body}");
+
+    // Alice may not approve (she has no `approve` on the signer, nor the subresource).
+    let approval = serde_json::json!({
+        "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": "carol"},
+        "status": {"conditions": [{"type": "Approved", "status": "True", "reason": "Alice"}]}
+    })
+    .to_string();
+    let (code, _) = s.curl(
+        Who::Alice,
+        "PUT",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests/carol/approval",
+        Some(&approval),
+    );
+    assert_eq!(code, 403);
+
+    let carol_cert = s.dir.path().join("carol.pem");
+    let carol_key_file = s.dir.path().join("carol-key.pem");
+    if kubectl_on_path() {
+        let (ok, out) = s.kubectl_as_admin(&["certificate", "approve", "carol"]);
+        assert!(
+            ok && out.contains("approved"),
+            "kubectl certificate approve: {out}"
+        );
+        let (ok, out) = s.kubectl_as_admin(&["certificate", "deny", "dave"]);
+        assert!(
+            ok && out.contains("denied"),
+            "kubectl certificate deny: {out}"
+        );
+        let (ok, table) = s.kubectl_as_admin(&["get", "csr"]);
+        assert!(ok, "kubectl get csr: {table}");
+        for expected in [
+            "SIGNERNAME",
+            &format!("system:bootstrap:{id}"),
+            "Approved,Issued",
+            "Denied",
+        ] {
+            assert!(table.contains(expected), "{expected:?} in:\n{table}");
+        }
+    } else {
+        eprintln!(
+            "kubectl certificate approve not checked: kubectl is not on PATH; approving over REST"
+        );
+        let approval = approval.replace("Alice", "Admin");
+        let (code, body) = s.curl(
+            Who::Admin,
+            "PUT",
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests/carol/approval",
+            Some(&approval),
+        );
+        assert_eq!(code, 200, "{body}");
+    }
+    let issued = common::eventually(Duration::from_secs(20), "carol's certificate", || async {
+        match admin
+            .get(Kind::CertificateSigningRequest, "", "carol")
+            .await
+        {
+            Ok(Some(Object::CertificateSigningRequest(c))) => c.certificate().map(<[u8]>::to_vec),
+            _ => None,
+        }
+    })
+    .await;
+    std::fs::write(&carol_cert, &issued).expect("write");
+    std::fs::write(&carol_key_file, carol_key.serialize_pem()).expect("write");
+    // The issued certificate authenticates carol (who has no role yet).
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "10", "--cacert"])
+        .arg(certs.join("ca.pem"))
+        .arg("--cert")
+        .arg(&carol_cert)
+        .arg("--key")
+        .arg(&carol_key_file)
+        .arg(format!("{}/api/v1/namespaces/default/pods", s.api))
+        .output()
+        .expect("curl");
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(body.contains(r#"User \"carol\" cannot list"#), "{body}");
+
+    // Alice's node request and the denied one get nothing.
+    let get = |name: &'static str| {
+        let admin = admin.clone();
+        async move {
+            match admin.get(Kind::CertificateSigningRequest, "", name).await {
+                Ok(Some(Object::CertificateSigningRequest(c))) => c,
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    };
+    let alice: CertificateSigningRequest = get("alice-node").await;
+    assert_eq!(alice.condition_summary(), "Pending");
+    if kubectl_on_path() {
+        assert_eq!(get("dave").await.condition_summary(), "Denied");
+    }
+    let log = std::fs::read_to_string(&cm_log).unwrap_or_default();
+    assert!(
+        log.contains("not approving a node client certificate"),
+        "the approver logs why it leaves alice's request: {log}"
+    );
+
+    // A restart uses the certificate the node kept: the token is no longer needed.
+    drop(agent);
+    let before = std::fs::read(pki.join("kubelet-client.pem")).expect("cert");
+    let _again = Launch::new(
+        "agent n5 again",
+        skiff_bin(),
+        s.dir.path().join("agent-n5-again.log"),
+    )
+    .args(node("abcdef.0000000000000000").args())
+    .spawn()
+    .expect("spawn skiff node")
+    .tail_on_panic(40);
+    let again_log = s.dir.path().join("agent-n5-again.log");
+    common::eventually(
+        Duration::from_secs(20),
+        "the restarted node on its certificate",
+        || async {
+            let log = std::fs::read_to_string(&again_log).unwrap_or_default();
+            (log.contains("using the node's certificate") && log.contains("node agent starting"))
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        std::fs::read(pki.join("kubelet-client.pem")).expect("cert"),
+        before
+    );
+    let _ = agent_log;
 }
 
 /// A client certificate `name` signed by the CA in `dir` that expired yesterday (the CA is

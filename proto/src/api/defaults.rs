@@ -57,7 +57,8 @@ pub fn apply(object: &mut Object) {
         | Object::Role(_)
         | Object::ClusterRole(_)
         | Object::SubjectAccessReview(_)
-        | Object::SelfSubjectAccessReview(_) => {}
+        | Object::SelfSubjectAccessReview(_)
+        | Object::CertificateSigningRequest(_) => {}
     }
 }
 

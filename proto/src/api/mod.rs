@@ -14,6 +14,7 @@
 //! | `namespace`  | `Namespace`, `ResourceQuota`, `LimitRange`, `Binding`       |
 //! | `rbac`       | `Role`, `ClusterRole`, their bindings, access reviews       |
 //! | `secret`     | `Secret`: named data, bootstrap tokens                      |
+//! | `certificates` | `CertificateSigningRequest`: certificates asked for, approved, signed |
 //! | `object`     | [`Object`], [`Kind`]: one enum over every kind, storage keys |
 //! | `vocabulary` | Kubernetes' fixed values as enums: phase, restart policy, conditions, taint effects |
 //! | `defaults`   | defaulting applied before validation                        |
@@ -21,6 +22,7 @@
 //! | `schema`     | Kubernetes' schema: which fields exist (`fieldValidation`)  |
 
 pub mod apps;
+pub mod certificates;
 pub mod defaults;
 pub mod event;
 pub mod meta;
@@ -40,6 +42,7 @@ pub use apps::{
     Deployment, DeploymentSpec, DeploymentStatus, DeploymentStrategy, PodTemplateSpec, ReplicaSet,
     ReplicaSetSpec, ReplicaSetStatus, RollingUpdateDeployment, WorkloadCondition,
 };
+pub use certificates::CertificateSigningRequest;
 pub use event::{Event, EventSource};
 pub use meta::{
     IntOrString, LabelSelector, LabelSelectorRequirement, ObjectMeta, ResourceList, Time,
@@ -55,6 +58,7 @@ pub use schema::{FieldValidation, SchemaError};
 pub use secret::Secret;
 pub use validation::{FieldError, ValidationErrors};
 pub use vocabulary::{
-    ConditionStatus, DeletionPropagation, DeploymentStrategyType, NodeConditionType,
-    PodConditionType, PodPhase, RestartPolicy, TaintEffect, WorkloadConditionType,
+    CertificateConditionType, ConditionStatus, DeletionPropagation, DeploymentStrategyType,
+    NodeConditionType, PodConditionType, PodPhase, RestartPolicy, TaintEffect,
+    WorkloadConditionType,
 };

@@ -7,6 +7,11 @@ use super::meta::{ObjectMeta, ResourceList, Time, Unmodelled};
 use super::testing::{small_map, small_vec};
 use super::vocabulary::{ConditionStatus, NodeConditionType, TaintEffect};
 
+/// The group of every node agent's user (a certificate's O, as Kubernetes names it).
+pub const NODES_GROUP: &str = "system:nodes";
+/// The prefix of a node agent's user name: `system:node:<node name>`.
+pub const NODE_USER_PREFIX: &str = "system:node:";
+
 /// The taint the node lifecycle controller puts on a node that is not Ready.
 pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
 /// The taint on a node whose Ready condition is Unknown (its agent stopped reporting).

@@ -4,6 +4,7 @@
 use std::fmt;
 
 use super::apps::{Deployment, ReplicaSet};
+use super::certificates::CertificateSigningRequest;
 use super::event::Event;
 use super::meta::ObjectMeta;
 use super::namespace::{Binding, LimitRange, Namespace, ResourceQuota};
@@ -33,10 +34,11 @@ pub enum Kind {
     /// Asked, answered, never stored.
     SelfSubjectAccessReview,
     Secret,
+    CertificateSigningRequest,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 17] = [
         Kind::Pod,
         Kind::Node,
         Kind::Namespace,
@@ -53,6 +55,7 @@ impl Kind {
         Kind::SubjectAccessReview,
         Kind::SelfSubjectAccessReview,
         Kind::Secret,
+        Kind::CertificateSigningRequest,
     ];
 
     /// The `kind:` of a manifest.
@@ -74,6 +77,7 @@ impl Kind {
             Kind::SubjectAccessReview => "SubjectAccessReview",
             Kind::SelfSubjectAccessReview => "SelfSubjectAccessReview",
             Kind::Secret => "Secret",
+            Kind::CertificateSigningRequest => "CertificateSigningRequest",
         }
     }
 
@@ -96,6 +100,7 @@ impl Kind {
             Kind::SubjectAccessReview => "subjectaccessreviews",
             Kind::SelfSubjectAccessReview => "selfsubjectaccessreviews",
             Kind::Secret => "secrets",
+            Kind::CertificateSigningRequest => "certificatesigningrequests",
         }
     }
 
@@ -107,6 +112,7 @@ impl Kind {
                 "rbac.authorization.k8s.io/v1"
             }
             Kind::SubjectAccessReview | Kind::SelfSubjectAccessReview => "authorization.k8s.io/v1",
+            Kind::CertificateSigningRequest => "certificates.k8s.io/v1",
             _ => "v1",
         }
     }
@@ -134,6 +140,7 @@ impl Kind {
                 | Kind::ClusterRoleBinding
                 | Kind::SubjectAccessReview
                 | Kind::SelfSubjectAccessReview
+                | Kind::CertificateSigningRequest
         )
     }
 
@@ -176,6 +183,7 @@ impl Kind {
             Kind::Event => &["ev"],
             Kind::Deployment => &["deploy"],
             Kind::ReplicaSet => &["rs"],
+            Kind::CertificateSigningRequest => &["csr"],
             Kind::Binding
             | Kind::Role
             | Kind::ClusterRole
@@ -247,6 +255,7 @@ pub enum Object {
     SubjectAccessReview(AccessReview),
     SelfSubjectAccessReview(AccessReview),
     Secret(Secret),
+    CertificateSigningRequest(CertificateSigningRequest),
 }
 
 macro_rules! each_kind {
@@ -268,6 +277,7 @@ macro_rules! each_kind {
             Object::SubjectAccessReview($o) => $e,
             Object::SelfSubjectAccessReview($o) => $e,
             Object::Secret($o) => $e,
+            Object::CertificateSigningRequest($o) => $e,
         }
     };
 }
@@ -341,6 +351,7 @@ impl Object {
             Object::SubjectAccessReview(_) => Kind::SubjectAccessReview,
             Object::SelfSubjectAccessReview(_) => Kind::SelfSubjectAccessReview,
             Object::Secret(_) => Kind::Secret,
+            Object::CertificateSigningRequest(_) => Kind::CertificateSigningRequest,
         }
     }
 
@@ -401,6 +412,7 @@ impl Object {
             Kind::SubjectAccessReview => Object::SubjectAccessReview(decode(json)?),
             Kind::SelfSubjectAccessReview => Object::SelfSubjectAccessReview(decode(json)?),
             Kind::Secret => Object::Secret(decode(json)?),
+            Kind::CertificateSigningRequest => Object::CertificateSigningRequest(decode(json)?),
         })
     }
 
@@ -434,6 +446,7 @@ impl Object {
             Kind::SubjectAccessReview => Object::SubjectAccessReview(typed(value)?),
             Kind::SelfSubjectAccessReview => Object::SelfSubjectAccessReview(typed(value)?),
             Kind::Secret => Object::Secret(typed(value)?),
+            Kind::CertificateSigningRequest => Object::CertificateSigningRequest(typed(value)?),
         })
     }
 
@@ -478,6 +491,9 @@ mod tests {
                 .prop_map(Object::SubjectAccessReview)
                 .boxed(),
             any::<Secret>().prop_map(Object::Secret).boxed(),
+            any::<CertificateSigningRequest>()
+                .prop_map(Object::CertificateSigningRequest)
+                .boxed(),
         ]
     }
 

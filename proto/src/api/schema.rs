@@ -135,6 +135,9 @@ fn round_trip(kind: Kind, object: &Value) -> Result<Value, SchemaError> {
         Kind::SubjectAccessReview => typed::<authz::SubjectAccessReview>(object),
         Kind::SelfSubjectAccessReview => typed::<authz::SelfSubjectAccessReview>(object),
         Kind::Secret => typed::<k8s::Secret>(object),
+        Kind::CertificateSigningRequest => {
+            typed::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>(object)
+        }
     }
 }
 

@@ -234,6 +234,18 @@ open! {
     }
 }
 
+open! {
+    /// The type of a CertificateSigningRequest's condition.
+    CertificateConditionType {
+        /// An approver allowed the request (set through the `approval` subresource).
+        Approved,
+        /// An approver refused it; no certificate will be issued.
+        Denied,
+        /// The signer could not or would not sign it.
+        Failed,
+    }
+}
+
 closed! {
     /// `spec.strategy.type` of a Deployment: how pods of an old template give way to new ones.
     DeploymentStrategyType {

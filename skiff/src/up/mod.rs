@@ -456,6 +456,15 @@ fn start_controller_manager(cluster: &mut Cluster, exe: &str) -> Result<()> {
             Ipv4Addr::LOCALHOST,
             cluster.layout.controller_metrics(),
         ))),
+        // The cluster's CA signs the certificates nodes join with (`skiff node
+        // --bootstrap-token`), as kubeadm gives kube-controller-manager its CA.
+        signing: cluster.layout.tls.then(|| {
+            let dir = cluster.dir.join(CERTS);
+            skiff_launch::SigningCa {
+                cert: dir.join("ca.pem"),
+                key: dir.join("ca-key.pem"),
+            }
+        }),
         ..ControllerManagerCommand::default()
     };
     let log = cluster.logs().join("controller-manager.log");

@@ -7,14 +7,16 @@
 //! `system:node` is bound to no one: node agents are authorized by the node authorizer
 //! ([`super::node`]), which confines each to its own Node and pods.
 //!
-//! Each member creates the ones that are missing when it starts with RBAC on; one that an
-//! administrator has changed is left as it is.
+//! Each member creates the ones that are missing when it starts with RBAC on, and adds to
+//! existing ones the rules and subjects they lack (see `policy::create_bootstrap`); one
+//! annotated `rbac.authorization.kubernetes.io/autoupdate: "false"` is left as it is.
 
 use skiff_proto::api::ObjectMeta;
 use skiff_proto::api::rbac::{
     ClusterRole, ClusterRoleBinding, PolicyRule, RBAC_GROUP, RoleRef, Subject,
 };
 
+use super::authn::BOOTSTRAPPERS;
 use super::{AUTHENTICATED, MASTERS, UNAUTHENTICATED};
 
 /// The user the scheduler's certificate names.
@@ -28,6 +30,17 @@ pub const KUBELET_CLIENT: &str = "kube-apiserver-kubelet-client";
 
 /// The label Kubernetes puts on its bootstrap objects.
 const BOOTSTRAP_LABEL: (&str, &str) = ("kubernetes.io/bootstrapping", "rbac-defaults");
+
+const CERTIFICATES: &str = "certificates.k8s.io";
+/// The role that lets joining nodes (bootstrap tokens) ask for certificates.
+pub const NODE_BOOTSTRAPPER: &str = "system:node-bootstrapper";
+/// The roles the controller manager's approver asks about (through a SubjectAccessReview of
+/// `create certificatesigningrequests/nodeclient` or `/selfnodeclient`) before it approves a
+/// node's client certificate: a new node's, asked with a bootstrap token, and a node's
+/// renewal of its own.
+pub const NODE_CLIENT: &str = "system:certificates.k8s.io:certificatesigningrequests:nodeclient";
+pub const SELF_NODE_CLIENT: &str =
+    "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient";
 
 const READ: &[&str] = &["get", "list", "watch"];
 const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
@@ -71,6 +84,8 @@ fn meta(name: &str) -> ObjectMeta {
     };
     m.labels
         .insert(BOOTSTRAP_LABEL.0.to_owned(), BOOTSTRAP_LABEL.1.to_owned());
+    m.annotations
+        .insert(super::policy::AUTOUPDATE.to_owned(), "true".to_owned());
     m
 }
 
@@ -191,6 +206,13 @@ fn scheduler_rules() -> Vec<PolicyRule> {
 }
 
 fn controller_manager_rules() -> Vec<PolicyRule> {
+    let signers = |verb: &str| PolicyRule {
+        resource_names: strings(&[
+            skiff_proto::api::certificates::KUBE_APISERVER_CLIENT_KUBELET,
+            skiff_proto::api::certificates::KUBE_APISERVER_CLIENT,
+        ]),
+        ..rule(&[verb], CERTIFICATES, &["signers"])
+    };
     vec![
         leadership(),
         rule(ALL_VERBS, "", &["pods", "events"]),
@@ -207,6 +229,27 @@ fn controller_manager_rules() -> Vec<PolicyRule> {
             &["patch", "update"],
             "apps",
             &["deployments/status", "replicasets/status"],
+        ),
+        // The approver and the signer of certificate requests.
+        rule(
+            &["get", "list", "watch", "delete"],
+            CERTIFICATES,
+            &["certificatesigningrequests"],
+        ),
+        rule(
+            &["update"],
+            CERTIFICATES,
+            &[
+                "certificatesigningrequests/approval",
+                "certificatesigningrequests/status",
+            ],
+        ),
+        signers("approve"),
+        signers("sign"),
+        rule(
+            &["create"],
+            "authorization.k8s.io",
+            &["subjectaccessreviews"],
         ),
     ]
 }
@@ -227,6 +270,11 @@ fn node_rules() -> Vec<PolicyRule> {
         rule(&["patch", "update"], "", &["pods/status"]),
         rule(&["create", "patch", "update"], "", &["events"]),
         rule(READ, "", &["namespaces"]),
+        rule(
+            &["create", "get", "list", "watch"],
+            CERTIFICATES,
+            &["certificatesigningrequests"],
+        ),
         // The agent asks whether a caller of its port may read a pod's log or exec into it.
         rule(
             &["create"],
@@ -290,6 +338,30 @@ pub fn cluster_roles() -> Vec<ClusterRole> {
         role(CONTROLLER_MANAGER, controller_manager_rules()),
         role("system:node", node_rules()),
         role("system:kubelet-api-admin", kubelet_api_rules()),
+        role(
+            NODE_BOOTSTRAPPER,
+            vec![rule(
+                &["create", "get", "list", "watch"],
+                CERTIFICATES,
+                &["certificatesigningrequests"],
+            )],
+        ),
+        role(
+            NODE_CLIENT,
+            vec![rule(
+                &["create"],
+                CERTIFICATES,
+                &["certificatesigningrequests/nodeclient"],
+            )],
+        ),
+        role(
+            SELF_NODE_CLIENT,
+            vec![rule(
+                &["create"],
+                CERTIFICATES,
+                &["certificatesigningrequests/selfnodeclient"],
+            )],
+        ),
     ]
 }
 
@@ -310,6 +382,11 @@ pub fn cluster_role_bindings() -> Vec<ClusterRoleBinding> {
         // simulated nodes, many in one process, are given it by `skiff up`).
         binding("system:node", &[]),
         binding("system:kubelet-api-admin", &[("User", KUBELET_CLIENT)]),
+        // Joining nodes ask for their certificates with bootstrap tokens, and those
+        // requests are approved; so are nodes' renewals of their own (kubeadm's bindings).
+        binding(NODE_BOOTSTRAPPER, &[("Group", BOOTSTRAPPERS)]),
+        binding(NODE_CLIENT, &[("Group", BOOTSTRAPPERS)]),
+        binding(SELF_NODE_CLIENT, &[("Group", NODES)]),
     ]
 }
 

@@ -44,7 +44,7 @@ pub use policy::Policy;
 /// privileged group).
 pub const MASTERS: &str = "system:masters";
 /// The group of every node agent (`CN=system:node:<name>`).
-pub const NODES: &str = "system:nodes";
+pub const NODES: &str = skiff_proto::api::node::NODES_GROUP;
 /// Every user who presented valid credentials.
 pub const AUTHENTICATED: &str = "system:authenticated";
 /// The group of the anonymous user.

@@ -11,6 +11,7 @@
 //! | list, watch `pods` | the field selector pins `spec.nodeName=N` |
 //! | create, update, patch `events` | always |
 //! | create `subjectaccessreviews` | always (the agent asks about callers of its port) |
+//! | create, get, list, watch `certificatesigningrequests` | always (renewing its certificate) |
 //!
 //! Anything else gets no opinion here, and the next mode (RBAC) decides; a node user is
 //! bound to no role by the bootstrap policy, so that is a refusal unless an administrator
@@ -24,7 +25,7 @@ use skiff_proto::selector::FieldQuery;
 use super::{Attributes, NODES, User};
 
 /// The prefix of a node agent's user name.
-const NODE_USER: &str = "system:node:";
+const NODE_USER: &str = skiff_proto::api::node::NODE_USER_PREFIX;
 
 /// Labels a node may not give itself (they are for administrators to steer workloads to
 /// nodes that cannot claim them).
@@ -48,9 +49,13 @@ pub fn allows(node: &str, attributes: &Attributes, graph: &dyn Graph) -> Option<
     let Attributes::Resource(r) = attributes else {
         return None;
     };
-    if (r.group.as_str(), r.resource.as_str(), r.verb.as_str())
-        == ("authorization.k8s.io", "subjectaccessreviews", "create")
-    {
+    let asks_reviews = (r.group.as_str(), r.resource.as_str(), r.verb.as_str())
+        == ("authorization.k8s.io", "subjectaccessreviews", "create");
+    let asks_certificates = r.group == "certificates.k8s.io"
+        && r.resource == "certificatesigningrequests"
+        && r.subresource.is_empty()
+        && matches!(r.verb.as_str(), "create" | "get" | "list" | "watch");
+    if asks_reviews || asks_certificates {
         return Some(format!("allowed by the node authorizer to node {node:?}"));
     }
     if !r.group.is_empty() {

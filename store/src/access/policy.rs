@@ -156,8 +156,12 @@ async fn watch(api: &ClusterApi, policy: &Policy) {
     }
 }
 
-/// Creates each missing bootstrap object; tries again (with back-off) while the store
-/// cannot take writes.
+/// Creates each missing bootstrap object, and gives each existing one what this version's
+/// has and it lacks (rules of a role, subjects of a binding), as kube-apiserver reconciles
+/// its bootstrap policy on start, so a cluster made by an older version gains the
+/// permissions newer components need. One annotated `rbac.authorization.kubernetes.io/
+/// autoupdate: "false"` is left as it is. Tries again (with back-off) while the store cannot
+/// take writes.
 async fn create_bootstrap(api: &ClusterApi) {
     let objects: Vec<Object> = bootstrap::cluster_roles()
         .into_iter()
@@ -173,8 +177,12 @@ async fn create_bootstrap(api: &ClusterApi) {
     while !missing.is_empty() {
         let mut failed = Vec::new();
         for o in missing {
-            match api.create(o.clone(), false).await {
-                Ok(_) | Err(ClusterError::AlreadyExists { .. }) => {}
+            let outcome = match api.create(o.clone(), false).await {
+                Err(ClusterError::AlreadyExists { .. }) => reconcile(api, &o).await,
+                other => other.map(|_| ()),
+            };
+            match outcome {
+                Ok(()) => {}
                 Err(e) => {
                     tracing::debug!(error = %e, object = %o.display_name(), "creating a bootstrap RBAC object; trying again");
                     failed.push(o);
@@ -187,4 +195,60 @@ async fn create_bootstrap(api: &ClusterApi) {
         }
     }
     tracing::info!("the bootstrap RBAC roles and bindings are in place");
+}
+
+/// The annotation that keeps a bootstrap object from being reconciled when `"false"`.
+pub const AUTOUPDATE: &str = "rbac.authorization.kubernetes.io/autoupdate";
+
+/// Adds to the stored bootstrap object `want` names what `want` has and it lacks.
+async fn reconcile(api: &ClusterApi, want: &Object) -> Result<(), ClusterError> {
+    let name = &want.metadata().name;
+    let (_, stored) = api.get_local(want.kind(), "", name)?;
+    let Some(stored) = stored else {
+        return Err(ClusterError::Contended {
+            kind: want.kind(),
+            name: name.clone(),
+        });
+    };
+    let mut have = stored.object;
+    if have
+        .metadata()
+        .annotations
+        .get(AUTOUPDATE)
+        .map(String::as_str)
+        == Some("false")
+    {
+        return Ok(());
+    }
+    let added = match (&mut have, want) {
+        (Object::ClusterRole(have), Object::ClusterRole(want)) => {
+            let missing: Vec<_> = want
+                .rules
+                .iter()
+                .filter(|r| !have.rules.contains(r))
+                .cloned()
+                .collect();
+            let n = missing.len();
+            have.rules.extend(missing);
+            n
+        }
+        (Object::ClusterRoleBinding(have), Object::ClusterRoleBinding(want)) => {
+            let missing: Vec<_> = want
+                .subjects
+                .iter()
+                .filter(|s| !have.subjects.contains(s))
+                .cloned()
+                .collect();
+            let n = missing.len();
+            have.subjects.extend(missing);
+            n
+        }
+        _ => 0,
+    };
+    if added == 0 {
+        return Ok(());
+    }
+    tracing::info!(object = %want.display_name(), added, "bootstrap RBAC object reconciled");
+    api.update(have, crate::cluster::Part::Main, false).await?;
+    Ok(())
 }

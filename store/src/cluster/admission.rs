@@ -6,10 +6,14 @@
 
 use std::collections::BTreeMap;
 
+use skiff_proto::api::certificates::{
+    CertificateSigningRequestCondition, CertificateSigningRequestStatus,
+};
 use skiff_proto::api::node::{DEFAULT_TOLERATION_SECONDS, TAINT_NOT_READY, TAINT_UNREACHABLE};
 use skiff_proto::api::rbac::RoleRef;
 use skiff_proto::api::{
-    Kind, LabelSelector, Object, Pod, ResourceList, Taint, TaintEffect, Toleration,
+    CertificateConditionType, Kind, LabelSelector, Object, Pod, ResourceList, Taint, TaintEffect,
+    Toleration,
 };
 use skiff_proto::quantity::Quantity;
 
@@ -450,6 +454,11 @@ pub fn with_spec(current: &Object, request: &Object) -> Result<Object> {
                 });
             }
         }
+        (Object::CertificateSigningRequest(cur), Object::CertificateSigningRequest(new)) => {
+            // A request is what was asked, by whom: an update changes its metadata only.
+            new.spec = cur.spec.clone();
+            new.status = cur.status.clone();
+        }
         (Object::RoleBinding(cur), Object::RoleBinding(new)) => {
             role_kept(current, &cur.role_ref, &new.role_ref)?;
         }
@@ -511,11 +520,84 @@ pub fn with_status(current: &Object, request: &Object) -> Result<Object> {
         (Object::ResourceQuota(n), Object::ResourceQuota(r)) => n.status = r.status.clone(),
         (Object::Deployment(n), Object::Deployment(r)) => n.status = r.status.clone(),
         (Object::ReplicaSet(n), Object::ReplicaSet(r)) => n.status = r.status.clone(),
+        (Object::CertificateSigningRequest(n), Object::CertificateSigningRequest(r)) => {
+            // The signer's part: the certificate (once) and conditions other than the
+            // approver's, which only the approval subresource changes.
+            let cur = n.status.take().unwrap_or_default();
+            let req = r.status.clone().unwrap_or_default();
+            if !cur.certificate.is_empty() && cur.certificate != req.certificate {
+                return Err(ClusterError::Immutable {
+                    kind: Kind::CertificateSigningRequest,
+                    name: n.metadata.name.clone(),
+                    field: "status.certificate",
+                    why: "updates may not modify a certificate once issued",
+                });
+            }
+            let (approval, _) = split_approval(cur.conditions);
+            let (_, others) = split_approval(req.conditions);
+            n.status = Some(CertificateSigningRequestStatus {
+                conditions: approval.into_iter().chain(others).collect(),
+                certificate: req.certificate,
+            });
+        }
         (n, _) => {
             return Err(ClusterError::NoStatus { kind: n.kind() });
         }
     }
     Ok(next)
+}
+
+/// The object an update of a CertificateSigningRequest's `approval` writes: the stored
+/// request with the request's Approved and Denied conditions, which once given stay.
+pub fn with_approval(current: &Object, request: &Object) -> Result<Object> {
+    let (Object::CertificateSigningRequest(cur), Object::CertificateSigningRequest(req)) =
+        (current, request)
+    else {
+        return Err(ClusterError::NoApproval {
+            kind: current.kind(),
+        });
+    };
+    let mut next = cur.clone();
+    let status = next.status.take().unwrap_or_default();
+    let (_, others) = split_approval(status.conditions);
+    let (approval, _) = split_approval(req.status.clone().unwrap_or_default().conditions);
+    next.status = Some(CertificateSigningRequestStatus {
+        conditions: approval.into_iter().chain(others).collect(),
+        certificate: status.certificate,
+    });
+    for (was, is, what) in [
+        (cur.is_approved(), next.is_approved(), "Approved"),
+        (cur.is_denied(), next.is_denied(), "Denied"),
+    ] {
+        if was && !is {
+            return Err(ClusterError::Immutable {
+                kind: Kind::CertificateSigningRequest,
+                name: cur.metadata.name.clone(),
+                field: "status.conditions",
+                why: if what == "Approved" {
+                    "updates may not remove an Approved condition"
+                } else {
+                    "updates may not remove a Denied condition"
+                },
+            });
+        }
+    }
+    Ok(Object::CertificateSigningRequest(next))
+}
+
+/// A request's conditions: the approver's (Approved, Denied) and the rest.
+fn split_approval(
+    conditions: Vec<CertificateSigningRequestCondition>,
+) -> (
+    Vec<CertificateSigningRequestCondition>,
+    Vec<CertificateSigningRequestCondition>,
+) {
+    conditions.into_iter().partition(|c| {
+        matches!(
+            c.type_,
+            CertificateConditionType::Approved | CertificateConditionType::Denied
+        )
+    })
 }
 
 fn keep_identity(current: &Object, next: &mut Object) {

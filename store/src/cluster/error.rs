@@ -72,6 +72,8 @@ pub enum ClusterError {
     },
     #[error("{} has no status to update", kind.qualified_resource())]
     NoStatus { kind: Kind },
+    #[error("{} has no approval to update", kind.qualified_resource())]
+    NoApproval { kind: Kind },
     #[error("{} \"{name}\" not found", kind.qualified_resource())]
     NotFound { kind: Kind, name: String },
     #[error("{} \"{name}\" already exists", kind.qualified_resource())]
@@ -170,7 +172,8 @@ impl ClusterError {
             | BadPropagation { .. }
             | CreateBinding
             | Immutable { .. }
-            | NoStatus { .. } => Code::InvalidArgument,
+            | NoStatus { .. }
+            | NoApproval { .. } => Code::InvalidArgument,
             NotFound { .. } => Code::NotFound,
             AlreadyExists { .. } => Code::AlreadyExists,
             Conflict { .. } => Code::Aborted,

@@ -63,6 +63,16 @@ pub struct ClusterApi {
     requester: Option<Arc<User>>,
 }
 
+/// Which part of an object an update writes: the object (spec and metadata, status kept),
+/// its `status` subresource (status only), or a CertificateSigningRequest's `approval`
+/// subresource (its Approved and Denied conditions only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Main,
+    Status,
+    Approval,
+}
+
 /// The attributes of `verb` on objects of `kind` (a subresource of them; one object when
 /// `name` is given) in `namespace` (none for a cluster-scoped kind), with a list's or
 /// watch's field selector.
@@ -366,6 +376,55 @@ impl ClusterApi {
         })
     }
 
+    /// A request's approval or its certificate is given only by those the signer it names
+    /// lets: `approve` (through the `approval` subresource) or `sign` (through `status`) on
+    /// the resource `signers` of certificates.k8s.io, named as the signer or as its domain's
+    /// `<domain>/*`, as kube-apiserver checks them.
+    fn authorize_signer(&self, part: Part, current: &Object, next: &Object) -> Result<()> {
+        let (
+            Some(user),
+            Object::CertificateSigningRequest(cur),
+            Object::CertificateSigningRequest(new),
+        ) = (&self.requester, current, next)
+        else {
+            return Ok(());
+        };
+        let verb = match part {
+            Part::Approval
+                if cur.is_approved() != new.is_approved() || cur.is_denied() != new.is_denied() =>
+            {
+                "approve"
+            }
+            Part::Status if cur.certificate() != new.certificate() => "sign",
+            _ => return Ok(()),
+        };
+        if self.access.allows_everything() {
+            return Ok(());
+        }
+        let signer = &new.spec.signer_name;
+        let wildcard = signer
+            .split_once('/')
+            .map(|(domain, _)| format!("{domain}/*"))
+            .unwrap_or_default();
+        let asked = |name: &str| {
+            let group = Kind::CertificateSigningRequest.group();
+            Attributes::resource(verb, group, "signers", None, "", name)
+        };
+        if self.authorize(user, asked(signer)).is_ok()
+            || self.authorize(user, asked(&wildcard)).is_ok()
+        {
+            return Ok(());
+        }
+        Err(ClusterError::Forbidden {
+            kind: Kind::CertificateSigningRequest,
+            name: new.metadata.name.clone(),
+            why: format!(
+                "user {:?} is not permitted to {verb} requests with signerName {signer:?}",
+                user.name
+            ),
+        })
+    }
+
     /// Whether `user` may do `attributes` (see [`kind_attributes`]): the one check both
     /// faces make.
     pub fn authorize(&self, user: &User, attributes: Attributes) -> Result<()> {
@@ -605,6 +664,20 @@ impl ClusterApi {
             m.deletion_grace_period_seconds = None;
             m.generation = Some(1);
         }
+        if let Object::CertificateSigningRequest(csr) = &mut object {
+            // Who asks is who authenticated, whatever the body says; a new request has no
+            // approval and no certificate.
+            let user = self
+                .requester
+                .as_deref()
+                .cloned()
+                .unwrap_or_else(User::anonymous);
+            csr.spec.username = user.name;
+            csr.spec.uid = user.uid;
+            csr.spec.groups = user.groups;
+            csr.spec.extra.clear();
+            csr.status = None;
+        }
         if let Object::Pod(p) = &mut object {
             let status = p.status.get_or_insert_with(Default::default);
             status.phase.get_or_insert(PodPhase::Pending);
@@ -747,14 +820,9 @@ impl ClusterApi {
         Ok(resp.succeeded.then_some(rev))
     }
 
-    /// Update (`status == false`: spec and metadata, status kept) or UpdateStatus (`status ==
-    /// true`: status only). A `resourceVersion` in the request pins the write to that version.
-    pub async fn update(
-        &self,
-        object: Object,
-        status: bool,
-        dry_run: bool,
-    ) -> Result<(i64, Object)> {
+    /// Update of `part` of an object ([`Part`]). A `resourceVersion` in the request pins the
+    /// write to that version.
+    pub async fn update(&self, object: Object, part: Part, dry_run: bool) -> Result<(i64, Object)> {
         let kind = object.kind();
         let name = object.metadata().name.clone();
         let namespace = object.metadata().namespace.clone();
@@ -774,11 +842,12 @@ impl ClusterApi {
             if pinned.is_some_and(|rv| rv != current.mod_revision) {
                 return Err(conflict(kind, &name));
             }
-            let mut next = if status {
-                admission::with_status(&current.object, &object)?
-            } else {
-                admission::with_spec(&current.object, &object)?
+            let mut next = match part {
+                Part::Main => admission::with_spec(&current.object, &object)?,
+                Part::Status => admission::with_status(&current.object, &object)?,
+                Part::Approval => admission::with_approval(&current.object, &object)?,
             };
+            self.authorize_signer(part, &current.object, &next)?;
             defaults::apply(&mut next);
             validation::validate(&next).map_err(|e| validation_error(&next, e))?;
             let finalized = finalizers_done(&current.object, &next)?;

@@ -173,7 +173,7 @@ const READ_WRITE: &[&str] = &[
 const NAMESPACE_VERBS: &[&str] = &[CREATE, DELETE, GET, LIST, PATCH, UPDATE, WATCH];
 const STATUS_VERBS: &[&str] = &[GET, PATCH, UPDATE];
 
-static RESOURCES: [Resource; 16] = [
+static RESOURCES: [Resource; 17] = [
     Resource {
         kind: Kind::Pod,
         verbs: READ_WRITE,
@@ -333,6 +333,26 @@ static RESOURCES: [Resource; 16] = [
         kind: Kind::SubjectAccessReview,
         verbs: &[CREATE],
         subresources: &[],
+        categories: &[],
+    },
+    // Certificates asked for by joining nodes and users, approved and signed.
+    Resource {
+        kind: Kind::CertificateSigningRequest,
+        verbs: READ_WRITE,
+        subresources: &[
+            Subresource {
+                name: "approval",
+                kind: "CertificateSigningRequest",
+                api_version: None,
+                verbs: STATUS_VERBS,
+            },
+            Subresource {
+                name: "status",
+                kind: "CertificateSigningRequest",
+                api_version: None,
+                verbs: STATUS_VERBS,
+            },
+        ],
         categories: &[],
     },
 ];
@@ -742,7 +762,8 @@ mod tests {
             json!([
                 group("apps"),
                 group("rbac.authorization.k8s.io"),
-                group("authorization.k8s.io")
+                group("authorization.k8s.io"),
+                group("certificates.k8s.io")
             ])
         );
         let aggregated = aggregated_groups();
@@ -812,7 +833,12 @@ mod tests {
         let names: Vec<&str> = groups.groups.iter().map(|g| g.name.as_str()).collect();
         assert_eq!(
             names,
-            ["apps", "rbac.authorization.k8s.io", "authorization.k8s.io"]
+            [
+                "apps",
+                "rbac.authorization.k8s.io",
+                "authorization.k8s.io",
+                "certificates.k8s.io"
+            ]
         );
         let list: meta::APIResourceList =
             serde_json::from_value(core_v1_resources()).expect("APIResourceList");
@@ -863,7 +889,8 @@ mod tests {
                 GroupVersion::CORE_V1,
                 apps,
                 GroupVersion::parse("rbac.authorization.k8s.io/v1"),
-                GroupVersion::parse("authorization.k8s.io/v1")
+                GroupVersion::parse("authorization.k8s.io/v1"),
+                GroupVersion::parse("certificates.k8s.io/v1")
             ]
         );
     }

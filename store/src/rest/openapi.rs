@@ -143,6 +143,9 @@ fn kind_schema(gv: GroupVersion, kind: &str, generator: &mut SchemaGenerator) ->
         ("authorization.k8s.io", "v1", "SelfSubjectAccessReview") => {
             add::<authorization::SelfSubjectAccessReview>(generator)
         }
+        ("certificates.k8s.io", "v1", "CertificateSigningRequest") => {
+            add::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>(generator)
+        }
         _ => return None,
     })
 }
@@ -985,6 +988,7 @@ mod tests {
             "apis/apps/v1",
             "apis/rbac.authorization.k8s.io/v1",
             "apis/authorization.k8s.io/v1",
+            "apis/certificates.k8s.io/v1",
         ];
         for path in paths {
             let url = index["paths"][path]["serverRelativeURL"]

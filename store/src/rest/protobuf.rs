@@ -13,6 +13,7 @@
 //! are not carried over, as the server sets them.
 
 use k8s_pb::api::authorization::v1 as authz;
+use k8s_pb::api::certificates::v1 as certificates;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::api::policy::v1 as policy;
 use k8s_pb::api::rbac::v1 as rbac;
@@ -77,6 +78,11 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
                 o.insert("immutable".into(), json!(i));
             }
             o
+        }
+        ("certificates.k8s.io/v1", "CertificateSigningRequest") => {
+            let c = certificates::CertificateSigningRequest::decode(raw.as_slice())
+                .map_err(|e| bad("CertificateSigningRequest", e))?;
+            certificate_signing_request(c)
         }
         ("apps/v1", "Deployment") => {
             let d = k8s_pb::api::apps::v1::Deployment::decode(raw.as_slice())
@@ -208,7 +214,7 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
         _ => {
             return Err(unsupported(format!(
                 "{MEDIA_TYPE} bodies are read for Namespace, ResourceQuota, Secret, \
-                 Deployment, Eviction, DeleteOptions, the RBAC kinds and access reviews; send \
+                 Deployment, CertificateSigningRequest, Eviction, DeleteOptions, the RBAC kinds and access reviews; send \
                  {kind} ({api_version}) as application/json"
             )));
         }
@@ -216,6 +222,70 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
     object.insert("apiVersion".into(), json!(api_version));
     object.insert("kind".into(), json!(kind));
     Ok(Value::Object(object))
+}
+
+/// A CertificateSigningRequest as `kubectl certificate approve` and client-go's CSR clients
+/// send it: the request, and its conditions for the approval and status subresources.
+fn certificate_signing_request(c: certificates::CertificateSigningRequest) -> Map<String, Value> {
+    use base64::Engine as _;
+    let b64 = |b: Vec<u8>| json!(base64::engine::general_purpose::STANDARD.encode(b));
+    let mut o = object(c.metadata);
+    if let Some(spec) = c.spec {
+        let mut s = Map::new();
+        if let Some(r) = spec.request {
+            s.insert("request".into(), b64(r));
+        }
+        if let Some(n) = spec.signer_name.filter(|n| !n.is_empty()) {
+            s.insert("signerName".into(), json!(n));
+        }
+        if let Some(e) = spec.expiration_seconds {
+            s.insert("expirationSeconds".into(), json!(e));
+        }
+        if !spec.usages.is_empty() {
+            s.insert("usages".into(), json!(spec.usages));
+        }
+        // username, uid, groups and extra are the server's to set from the requester.
+        o.insert("spec".into(), Value::Object(s));
+    }
+    if let Some(status) = c.status {
+        let mut s = Map::new();
+        let conditions: Vec<Value> = status
+            .conditions
+            .into_iter()
+            .map(|c| {
+                let mut m = Map::new();
+                m.insert("type".into(), json!(c.r#type.unwrap_or_default()));
+                m.insert("status".into(), json!(c.status.unwrap_or_default()));
+                for (k, v) in [("reason", c.reason), ("message", c.message)] {
+                    if let Some(v) = v.filter(|v| !v.is_empty()) {
+                        m.insert(k.into(), json!(v));
+                    }
+                }
+                for (k, t) in [
+                    ("lastUpdateTime", c.last_update_time),
+                    ("lastTransitionTime", c.last_transition_time),
+                ] {
+                    if let Some(t) = t.and_then(|t| {
+                        chrono::DateTime::from_timestamp(t.seconds.unwrap_or_default(), 0)
+                    }) {
+                        m.insert(
+                            k.into(),
+                            json!(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+                        );
+                    }
+                }
+                Value::Object(m)
+            })
+            .collect();
+        if !conditions.is_empty() {
+            s.insert("conditions".into(), Value::Array(conditions));
+        }
+        if let Some(cert) = status.certificate.filter(|c| !c.is_empty()) {
+            s.insert("certificate".into(), b64(cert));
+        }
+        o.insert("status".into(), Value::Object(s));
+    }
+    o
 }
 
 /// A JSON object holding `metadata` as the client set it.
@@ -231,6 +301,8 @@ pub(super) fn object(m: Option<meta::ObjectMeta>) -> Map<String, Value> {
     put("generateName", m.generate_name);
     put("namespace", m.namespace);
     put("uid", m.uid);
+    // An update's precondition (a create ignores it).
+    put("resourceVersion", m.resource_version);
     if !m.labels.is_empty() {
         meta.insert("labels".into(), json!(m.labels));
     }
@@ -422,6 +494,60 @@ mod tests {
         let mut out = MAGIC.to_vec();
         out.extend(u.encode_to_vec());
         out
+    }
+
+    /// What `kubectl certificate approve` sends to the approval subresource: the request as
+    /// read, with an Approved condition; the requester's fields are dropped (the server's).
+    #[test]
+    fn certificate_signing_request_approval() {
+        let csr = certificates::CertificateSigningRequest {
+            metadata: Some(meta::ObjectMeta {
+                name: Some("carol".into()),
+                resource_version: Some("42".into()),
+                ..Default::default()
+            }),
+            spec: Some(certificates::CertificateSigningRequestSpec {
+                request: Some(b"-----BEGIN CERTIFICATE REQUEST-----".to_vec()),
+                signer_name: Some("kubernetes.io/kube-apiserver-client".into()),
+                usages: vec!["client auth".into()],
+                username: Some("mallory".into()),
+                ..Default::default()
+            }),
+            status: Some(certificates::CertificateSigningRequestStatus {
+                conditions: vec![certificates::CertificateSigningRequestCondition {
+                    r#type: Some("Approved".into()),
+                    status: Some("True".into()),
+                    reason: Some("KubectlApprove".into()),
+                    message: Some("This CSR was approved by kubectl certificate approve.".into()),
+                    last_update_time: Some(meta::Time {
+                        seconds: Some(1_700_000_000),
+                        nanos: Some(0),
+                    }),
+                    last_transition_time: None,
+                }],
+                certificate: None,
+            }),
+        };
+        let body = envelope(
+            "certificates.k8s.io/v1",
+            "CertificateSigningRequest",
+            csr.encode_to_vec(),
+        );
+        let v = to_json(&body).expect("decodes");
+        assert_eq!(v["metadata"]["resourceVersion"], "42");
+        assert_eq!(
+            v["spec"]["request"],
+            "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURSBSRVFVRVNULS0tLS0="
+        );
+        assert!(v["spec"].get("username").is_none(), "{v}");
+        assert_eq!(
+            v["status"]["conditions"][0],
+            json!({
+                "type": "Approved", "status": "True", "reason": "KubectlApprove",
+                "message": "This CSR was approved by kubectl certificate approve.",
+                "lastUpdateTime": "2023-11-14T22:13:20Z"
+            })
+        );
     }
 
     /// What `kubectl create namespace team` sends becomes the JSON a client would have sent.

@@ -28,7 +28,7 @@ use super::patch::{self, PatchType};
 use super::request::{Params, Target, content_type, object_body};
 use super::status::{ApiError, Reason};
 use super::verbs::json_response;
-use crate::cluster::{ClusterApi, ClusterError, Stored, conflict, not_found};
+use crate::cluster::{ClusterApi, ClusterError, Part, Stored, conflict, not_found};
 
 /// Attempts at a write that lost a race with another writer of the workload.
 const ATTEMPTS: usize = 8;
@@ -237,7 +237,7 @@ pub async fn update(
             request.spec.replicas,
             pinned.unwrap_or(current.mod_revision),
         )?;
-        match api.update(next, false, params.dry_run).await {
+        match api.update(next, Part::Main, params.dry_run).await {
             Ok((_, updated)) => return scale_response(&updated),
             Err(ClusterError::Conflict { .. }) if pinned.is_none() => continue,
             Err(e) => return Err(e.into()),
@@ -287,7 +287,7 @@ pub async fn patch(
             request.spec.replicas,
             pinned.unwrap_or(current.mod_revision),
         )?;
-        match api.update(next, false, params.dry_run).await {
+        match api.update(next, Part::Main, params.dry_run).await {
             Ok((_, updated)) => return scale_response(&updated),
             Err(ClusterError::Conflict { .. }) if pinned.is_none() => continue,
             Err(e) => return Err(e.into()),

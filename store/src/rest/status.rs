@@ -204,7 +204,8 @@ impl From<ClusterError> for ApiError {
             | NegativeGrace
             | BadPropagation { .. }
             | CreateBinding
-            | NoStatus { .. } => ApiError::bad_request(message),
+            | NoStatus { .. }
+            | NoApproval { .. } => ApiError::bad_request(message),
             Decode { kind, .. } | Schema { kind, .. } => {
                 ApiError::bad_request(message).about(kind.name(), "")
             }

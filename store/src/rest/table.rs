@@ -24,8 +24,8 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{Map, Value, json};
 use skiff_proto::api::{
-    ConditionStatus, Kind, LabelSelector, NodeConditionType, PodConditionType, PodPhase,
-    RestartPolicy,
+    CertificateSigningRequest, ConditionStatus, Kind, LabelSelector, NodeConditionType,
+    PodConditionType, PodPhase, RestartPolicy,
 };
 use skiff_proto::selector::LabelQuery;
 
@@ -309,6 +309,24 @@ const SECRET_COLUMNS: &[Column] = &[
     AGE,
 ];
 
+/// kubectl's for CertificateSigningRequests: who asked which signer, and where it stands.
+const CSR_COLUMNS: &[Column] = &[
+    NAME,
+    AGE,
+    column("SignerName", 0, "The name of the signer"),
+    column("Requestor", 0, "The user who made the request"),
+    column(
+        "RequestedDuration",
+        0,
+        "How long the certificate is asked to be valid",
+    ),
+    column(
+        "Condition",
+        0,
+        "Approved, Denied, Failed, Issued or Pending",
+    ),
+];
+
 const RESOURCE_QUOTA_COLUMNS: &[Column] = &[
     NAME,
     AGE,
@@ -440,6 +458,7 @@ enum Printer {
     ReplicaSet,
     RoleBinding,
     Secret,
+    CertificateSigningRequest,
     /// Kubernetes' default table, for kinds without a printer.
     Default,
 }
@@ -456,6 +475,7 @@ impl Printer {
             Kind::ReplicaSet => Printer::ReplicaSet,
             Kind::RoleBinding | Kind::ClusterRoleBinding => Printer::RoleBinding,
             Kind::Secret => Printer::Secret,
+            Kind::CertificateSigningRequest => Printer::CertificateSigningRequest,
             Kind::LimitRange
             | Kind::Binding
             | Kind::Role
@@ -476,6 +496,7 @@ impl Printer {
             Printer::ReplicaSet => REPLICA_SET_COLUMNS,
             Printer::RoleBinding => ROLE_BINDING_COLUMNS,
             Printer::Secret => SECRET_COLUMNS,
+            Printer::CertificateSigningRequest => CSR_COLUMNS,
             Printer::Default => DEFAULT_COLUMNS,
         }
     }
@@ -504,6 +525,7 @@ impl Printer {
                     .into(),
                 age(object, now).into(),
             ]),
+            Printer::CertificateSigningRequest => Row::cells(csr_cells(object, now)),
             Printer::Default => Row::cells(vec![name(object).into(), created_at(object).into()]),
         }
     }
@@ -958,6 +980,27 @@ fn event_cells(event: &Value, now: DateTime<Utc>) -> Vec<Value> {
 /// `limits.*` in the Limit column, the rest in Request.
 /// kubectl's cells of a binding: `ClusterRole/view`, and its subjects by kind (service
 /// accounts as `namespace/name`).
+fn csr_cells(csr: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let duration = match csr
+        .pointer("/spec/expirationSeconds")
+        .and_then(Value::as_i64)
+    {
+        Some(secs) => human_duration(TimeDelta::seconds(secs)),
+        None => "<none>".to_owned(),
+    };
+    let condition = serde_json::from_value::<CertificateSigningRequest>(csr.clone())
+        .map(|c| c.condition_summary())
+        .unwrap_or_default();
+    vec![
+        name(csr).into(),
+        age(csr, now).into(),
+        text(csr, "/spec/signerName").into(),
+        text(csr, "/spec/username").into(),
+        duration.into(),
+        condition.into(),
+    ]
+}
+
 fn role_binding_cells(binding: &Value, now: DateTime<Utc>) -> Vec<Value> {
     let role = format!(
         "{}/{}",

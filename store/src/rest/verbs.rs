@@ -14,7 +14,7 @@ use super::request::{Accept, Params, Target, content_type, object_body};
 use super::status::{ApiError, Reason};
 use super::table::{self, IncludeObject};
 use crate::cluster::watch::Filter;
-use crate::cluster::{ClusterApi, ClusterError, decode_request, not_found};
+use crate::cluster::{ClusterApi, ClusterError, Part, decode_request, not_found};
 
 /// Attempts at a patch that lost a race with another writer.
 const ATTEMPTS: usize = 8;
@@ -119,20 +119,27 @@ fn no_subresource(target: &Target, verb: &str) -> Result<(), ApiError> {
 }
 
 /// Whether an update or patch writes the status (`/status`) or the rest of the object.
-fn status_write(target: &Target) -> Result<bool, ApiError> {
+fn status_write(target: &Target) -> Result<Part, ApiError> {
+    let part = match target.subresource.as_deref() {
+        None => return Ok(Part::Main),
+        Some("status") => Part::Status,
+        Some("approval") => Part::Approval,
+        Some(_) => Part::Main,
+    };
     match target.subresource.as_deref() {
-        None => Ok(false),
-        Some("status")
-            if super::discovery::resource(target.kind)
-                .is_some_and(|r| r.subresource("status").is_some()) =>
+        Some(sub)
+            if part != Part::Main
+                && super::discovery::resource(target.kind)
+                    .is_some_and(|r| r.subresource(sub).is_some()) =>
         {
-            Ok(true)
+            Ok(part)
         }
-        Some(sub) => Err(ApiError::new(
+        sub => Err(ApiError::new(
             Reason::NotFound,
             format!(
-                "the server could not find the requested resource ({}/{sub})",
-                target.kind.plural()
+                "the server could not find the requested resource ({}/{})",
+                target.kind.plural(),
+                sub.unwrap_or_default()
             ),
         )),
     }
@@ -404,7 +411,7 @@ impl Write<'_> {
     async fn patched(
         &self,
         patched: &Value,
-        status: bool,
+        status: Part,
         retry: bool,
     ) -> Result<Option<Response>, ApiError> {
         let kind = self.target.kind;
@@ -509,7 +516,7 @@ async fn server_side_apply(
             params,
             accept,
         };
-        if let Some(done) = write.patched(&applied, false, true).await? {
+        if let Some(done) = write.patched(&applied, Part::Main, true).await? {
             return Ok(done);
         }
     }

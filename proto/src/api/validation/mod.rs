@@ -20,6 +20,7 @@ use std::fmt;
 use super::object::{Kind, Object};
 
 mod apps;
+mod certificates;
 mod kinds;
 mod names;
 mod pod;
@@ -149,6 +150,7 @@ pub fn validate(object: &Object) -> Result<(), ValidationErrors> {
         Object::SubjectAccessReview(r) => rbac::validate_review(&mut errs, r, true),
         Object::SelfSubjectAccessReview(r) => rbac::validate_review(&mut errs, r, false),
         Object::Secret(s) => kinds::validate_secret(&mut errs, s),
+        Object::CertificateSigningRequest(c) => certificates::validate_csr(&mut errs, c),
     }
     errs.finish()
 }

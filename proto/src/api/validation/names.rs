@@ -81,7 +81,11 @@ pub(super) fn validate_meta(errs: &mut Errors, kind: Kind, m: &ObjectMeta) {
         }
     } else if matches!(
         kind,
-        Kind::Role | Kind::ClusterRole | Kind::RoleBinding | Kind::ClusterRoleBinding
+        Kind::Role
+            | Kind::ClusterRole
+            | Kind::RoleBinding
+            | Kind::ClusterRoleBinding
+            | Kind::CertificateSigningRequest
     ) {
         if let Some(problem) = super::rbac::path_segment_problem(&m.name) {
             errs.add(&path.field("name"), format!("invalid value: {problem}"));

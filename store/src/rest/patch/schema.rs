@@ -75,7 +75,8 @@ pub(super) fn for_kind(kind: Kind) -> &'static Schema {
         | Kind::ClusterRoleBinding
         | Kind::SubjectAccessReview
         | Kind::SelfSubjectAccessReview
-        | Kind::Secret => &METADATA_ONLY,
+        | Kind::Secret
+        | Kind::CertificateSigningRequest => &METADATA_ONLY,
     }
 }
 
