@@ -3,7 +3,8 @@
 //! dependents, their references to it removed.
 //!
 //! Dependents are found through the caches' owner index, so the collector covers the kinds
-//! the controller manager watches (Deployments, ReplicaSets, Pods, Nodes); an owner may be
+//! the controller manager watches (Deployments, ReplicaSets, Pods, Nodes, Services,
+//! EndpointSlices); an owner may be
 //! of any kind. An owner missing from the caches is looked up in the store before anything is
 //! deleted for it: a cache that is behind must never cost a live object.
 //!
@@ -65,12 +66,14 @@ impl GarbageCollector {
         }
     }
 
-    fn caches(&self) -> [&Cache; 4] {
+    fn caches(&self) -> [&Cache; 6] {
         [
             &self.ctx.deployments,
             &self.ctx.replica_sets,
             &self.ctx.pods,
             &self.ctx.nodes,
+            &self.ctx.services,
+            &self.ctx.endpoint_slices,
         ]
     }
 

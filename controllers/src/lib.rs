@@ -29,6 +29,7 @@
 //! | [`deployment`] | the Deployment controller and its pure rollout plan                |
 //! | [`gc`]         | the garbage collector: ownerless objects, foreground and orphan deletes |
 //! | [`nodelifecycle`] | silent nodes: `Ready=Unknown`, taints, evictions per toleration |
+//! | [`endpointslice`] | each selecting Service's pods' addresses, in EndpointSlices of 100 |
 //! | [`certificates`] | certificate requests: nodes' approved, approved ones signed, old ones removed |
 //! | `metrics`      | `/metrics`: queue depth, sync latency and errors per controller    |
 
@@ -45,6 +46,7 @@ use tracing::Instrument;
 pub mod cache;
 pub mod certificates;
 pub mod deployment;
+pub mod endpointslice;
 pub mod gc;
 mod metrics;
 pub mod nodelifecycle;
@@ -166,6 +168,8 @@ pub struct Context {
     pub deployments: Cache,
     pub nodes: Cache,
     pub csrs: Cache,
+    pub services: Cache,
+    pub endpoint_slices: Cache,
     pub events: EventRecorder,
     pub metrics: Arc<Metrics>,
     /// The ReplicaSet controller's outstanding creates and deletes, per ReplicaSet uid: the
@@ -290,6 +294,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         deployments: Cache::new(Kind::Deployment),
         nodes: Cache::new(Kind::Node),
         csrs: Cache::new(Kind::CertificateSigningRequest),
+        services: Cache::new(Kind::Service),
+        endpoint_slices: Cache::new(Kind::EndpointSlice),
         events: EventRecorder::spawn(client.clone(), COMPONENT, ""),
         metrics: metrics.clone(),
         expectations: Default::default(),
@@ -303,9 +309,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         config.node_eviction_rate,
     ));
     let csrs = Arc::new(certificates::Certificates::new(ctx.clone(), signer));
+    let slices = Arc::new(endpointslice::EndpointSlices::new(ctx.clone()));
     let handlers = Arc::new(Handlers {
         ctx: ctx.clone(),
         csrs: csrs.clone(),
+        slices: slices.clone(),
         replica_sets: replica_sets.clone(),
         deployments: deployments.clone(),
         collector: collector.clone(),
@@ -320,6 +328,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Kind::ReplicaSet,
         Kind::Pod,
         Kind::CertificateSigningRequest,
+        Kind::Service,
+        Kind::EndpointSlice,
     ] {
         let mut informer = Informer::new(client.clone(), kind, ListParams::default());
         for e in informer.relist().await? {
@@ -352,6 +362,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     }
     workers.spawn(work(nodes.clone(), metrics.clone()));
     workers.spawn(work(csrs.clone(), metrics.clone()));
+    for _ in 0..config.workers {
+        workers.spawn(work(slices.clone(), metrics.clone()));
+    }
     let served = match config.metrics_addr {
         Some(addr) => {
             let registry = metrics::registry(
@@ -362,6 +375,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                     (gc::NAME, collector.queue().clone()),
                     (nodelifecycle::NAME, nodes.queue().clone()),
                     (certificates::NAME, csrs.queue().clone()),
+                    (endpointslice::NAME, slices.queue().clone()),
                 ],
             );
             Some(metrics::serve(addr, registry).await?)
@@ -390,6 +404,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         collector.queue(),
         nodes.queue(),
         csrs.queue(),
+        slices.queue(),
     ] {
         q.close();
     }
@@ -419,6 +434,7 @@ struct Handlers {
     collector: Arc<gc::GarbageCollector>,
     nodes: Arc<nodelifecycle::NodeLifecycle>,
     csrs: Arc<certificates::Certificates>,
+    slices: Arc<endpointslice::EndpointSlices>,
 }
 
 impl Handlers {
@@ -428,6 +444,8 @@ impl Handlers {
             Kind::ReplicaSet => &self.ctx.replica_sets,
             Kind::Node => &self.ctx.nodes,
             Kind::CertificateSigningRequest => &self.ctx.csrs,
+            Kind::Service => &self.ctx.services,
+            Kind::EndpointSlice => &self.ctx.endpoint_slices,
             _ => &self.ctx.deployments,
         }
     }
@@ -441,7 +459,10 @@ impl Handlers {
         match kind {
             Kind::Node => self.nodes.on_node(event),
             Kind::CertificateSigningRequest => self.csrs.on_csr(event),
+            Kind::Service => self.slices.on_service(event),
+            Kind::EndpointSlice => self.slices.on_slice(event),
             Kind::Pod => {
+                self.slices.on_pod(event, old);
                 self.replica_sets.on_pod(event, old);
                 self.deployments.on_pod(event);
                 self.nodes.on_pod(event);

@@ -405,6 +405,8 @@ fn decode_typed<'de, D: serde::Deserializer<'de>>(kind: Kind, de: D) -> Result<O
         Kind::SelfSubjectAccessReview => Object::SelfSubjectAccessReview(typed(de)?),
         Kind::Secret => Object::Secret(typed(de)?),
         Kind::CertificateSigningRequest => Object::CertificateSigningRequest(typed(de)?),
+        Kind::Service => Object::Service(typed(de)?),
+        Kind::EndpointSlice => Object::EndpointSlice(typed(de)?),
     })
 }
 

@@ -258,6 +258,21 @@ pub struct Args {
     /// The prefix length of each Node's block of `--cluster-cidr`.
     #[arg(long, env = "SKIFF_STORE_NODE_CIDR_MASK_SIZE", default_value_t = 24)]
     node_cidr_mask_size: u8,
+    /// Where Services' cluster IPs come from (kube-apiserver's flag); each is given once,
+    /// in the write that creates its Service, and freed with it.
+    #[arg(
+        long,
+        env = "SKIFF_STORE_SERVICE_CLUSTER_IP_RANGE",
+        default_value = "10.96.0.0/12"
+    )]
+    service_cluster_ip_range: String,
+    /// The ports NodePort Services get on every node (`FIRST-LAST`).
+    #[arg(
+        long,
+        env = "SKIFF_STORE_SERVICE_NODE_PORT_RANGE",
+        default_value = "30000-32767"
+    )]
+    service_node_port_range: String,
     /// Interval of progress notifications to watchers that asked for them (e.g. 10m, 5s).
     #[arg(long, env = "SKIFF_STORE_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL", default_value = "10m", value_parser = skiff_proto::duration::parse)]
     experimental_watch_progress_notify_interval: Duration,
@@ -553,6 +568,12 @@ impl Args {
                 )
             })
             .transpose()?;
+        let services = skiff_store::cluster::addresses::ServiceRanges {
+            ips: skiff_store::cluster::addresses::ServiceIps::new(&self.service_cluster_ip_range)?,
+            node_ports: skiff_store::cluster::addresses::NodePorts::new(
+                &self.service_node_port_range,
+            )?,
+        };
         let config = MemberConfig {
             data_dir: self
                 .data_dir
@@ -582,6 +603,7 @@ impl Args {
             auth_token_ttl: Duration::from_secs(self.auth_token_ttl),
             bcrypt_cost: self.bcrypt_cost,
             pod_cidrs,
+            services,
             access: skiff_store::access::AccessConfig {
                 modes: self.authorization_mode,
                 token_auth_file: self.token_auth_file,

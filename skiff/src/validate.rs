@@ -200,6 +200,16 @@ fn summary(o: &Object) -> String {
         Object::SubjectAccessReview(_) | Object::SelfSubjectAccessReview(_) => {
             "access review".into()
         }
+        Object::Service(s) => format!(
+            "{} service, {} port(s)",
+            if s.spec.type_.is_empty() {
+                "ClusterIP"
+            } else {
+                &s.spec.type_
+            },
+            s.spec.ports.len()
+        ),
+        Object::EndpointSlice(s) => format!("{} endpoint(s)", s.endpoints.len()),
         Object::CertificateSigningRequest(c) => format!(
             "certificate request to {}",
             if c.spec.signer_name.is_empty() {

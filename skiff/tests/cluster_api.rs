@@ -1131,3 +1131,184 @@ async fn pod_cidrs_are_given_once_and_freed_with_their_node() {
         &format!("spec.podCIDR {freed} is allocated to node \"ipam-next\""),
     );
 }
+
+fn service(name: &str, spec: serde_json::Value) -> Object {
+    obj(
+        Kind::Service,
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": spec
+        }),
+    )
+}
+
+fn svc(o: Object) -> skiff_proto::api::Service {
+    match o {
+        Object::Service(s) => s,
+        other => panic!("not a service: {other:?}"),
+    }
+}
+
+/// Cluster IPs and node ports, given in the write that creates a Service: never twice,
+/// however many members take creates at once; a named one when free; kept by updates that
+/// name none; freed by deletes and by updates that drop them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_get_addresses_once_and_give_them_back() {
+    let cluster = Cluster::start(3).await;
+    let clients: Vec<ClusterClient> = cluster
+        .endpoints()
+        .iter()
+        .map(|e| ClusterClient::connect(std::slice::from_ref(e)).expect("client"))
+        .collect();
+    let creates = (0..150).map(|i| {
+        let api = clients[i % clients.len()].clone();
+        async move {
+            api.create(&service(
+                &format!("s{i}"),
+                json!({"type": "NodePort", "selector": {"app": "x"},
+                       "ports": [{"name": "a", "port": 80}, {"name": "b", "port": 443}]}),
+            ))
+            .await
+        }
+    });
+    let mut ips = BTreeMap::new();
+    let mut ports = BTreeMap::new();
+    for r in futures::future::join_all(creates).await {
+        let s = svc(r.expect("every create succeeds"));
+        let ip: std::net::Ipv4Addr = s.spec.cluster_ip.parse().expect("an IP");
+        assert!(
+            ip.octets()[0] == 10 && (96..112).contains(&ip.octets()[1]),
+            "{ip}"
+        );
+        assert_eq!(s.spec.cluster_ips, vec![s.spec.cluster_ip.clone()]);
+        if let Some(other) = ips.insert(s.spec.cluster_ip.clone(), s.metadata.name.clone()) {
+            panic!("{ip} given to {other} and {}", s.metadata.name);
+        }
+        for p in &s.spec.ports {
+            let np = p.node_port.expect("a node port");
+            assert!((30000..=32767).contains(&np), "{np}");
+            if let Some(other) = ports.insert(np, s.metadata.name.clone()) {
+                panic!("node port {np} given to {other} and {}", s.metadata.name);
+            }
+        }
+    }
+    assert_eq!((ips.len(), ports.len()), (150, 300));
+
+    let api = client(&cluster).await;
+    let s0 = svc(api
+        .get(Kind::Service, "default", "s0")
+        .await
+        .unwrap()
+        .unwrap());
+    let (ip0, np0) = (
+        s0.spec.cluster_ip.clone(),
+        s0.spec.ports[0].node_port.unwrap(),
+    );
+    // Taken addresses are refused by name; addresses outside the ranges too.
+    expect_err(
+        api.create(&service(
+            "dup",
+            json!({"clusterIP": ip0, "ports": [{"port": 80}]}),
+        ))
+        .await,
+        Code::InvalidArgument,
+        "provided IP is already allocated",
+    );
+    expect_err(
+        api.create(&service(
+            "dup",
+            json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": np0}]}),
+        ))
+        .await,
+        Code::InvalidArgument,
+        "provided port is already allocated",
+    );
+    expect_err(
+        api.create(&service(
+            "far",
+            json!({"clusterIP": "192.168.0.1", "ports": [{"port": 80}]}),
+        ))
+        .await,
+        Code::InvalidArgument,
+        "provided IP is not in the valid range. The range of valid IPs is 10.96.0.0/12",
+    );
+    expect_err(
+        api.create(&service(
+            "far",
+            json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 8080}]}),
+        ))
+        .await,
+        Code::InvalidArgument,
+        "The range of valid ports is 30000-32767",
+    );
+    // A headless Service has no address.
+    let headless = svc(api
+        .create(&service(
+            "headless",
+            json!({"clusterIP": "None", "selector": {"app": "x"}}),
+        ))
+        .await
+        .expect("headless"));
+    assert_eq!(headless.spec.cluster_ip, "None");
+
+    // An update naming no cluster IP nor node ports keeps them; one changing the IP is refused.
+    let mut same = s0.clone();
+    same.spec.cluster_ip.clear();
+    same.spec.cluster_ips.clear();
+    for p in &mut same.spec.ports {
+        p.node_port = None;
+    }
+    same.metadata.labels.insert("touched".into(), "yes".into());
+    let kept = svc(api.update(&Object::Service(same)).await.expect("update"));
+    assert_eq!(kept.spec.cluster_ip, ip0);
+    assert_eq!(kept.spec.ports[0].node_port, Some(np0));
+    let mut moved = kept.clone();
+    moved.spec.cluster_ip = "10.96.7.7".into();
+    moved.spec.cluster_ips = vec!["10.96.7.7".into()];
+    expect_err(
+        api.update(&Object::Service(moved)).await,
+        Code::InvalidArgument,
+        "spec.clusterIP",
+    );
+    // Dropping a port frees its node port; NodePort → ClusterIP frees the rest.
+    let np1 = kept.spec.ports[1].node_port.unwrap();
+    let mut fewer = kept.clone();
+    fewer.spec.ports.truncate(1);
+    let fewer = svc(api
+        .update(&Object::Service(fewer))
+        .await
+        .expect("drop a port"));
+    assert_eq!(fewer.spec.ports[0].node_port, Some(np0));
+    api.create(&service(
+        "takes-np1",
+        json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": np1}]}),
+    ))
+    .await
+    .expect("a dropped port's node port is free");
+    let mut plain = fewer.clone();
+    plain.spec.type_ = "ClusterIP".into();
+    plain.spec.ports[0].node_port = None;
+    api.update(&Object::Service(plain))
+        .await
+        .expect("to ClusterIP");
+    api.create(&service(
+        "takes-np0",
+        json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": np0}]}),
+    ))
+    .await
+    .expect("a ClusterIP Service holds no node port");
+
+    // A delete gives the cluster IP back.
+    api.delete(Kind::Service, "default", "s0", 0, None)
+        .await
+        .expect("delete");
+    let again = svc(api
+        .create(&service(
+            "again",
+            json!({"clusterIP": ip0, "ports": [{"port": 80}]}),
+        ))
+        .await
+        .expect("a deleted Service's IP is free"));
+    assert_eq!(again.spec.cluster_ip, ip0);
+}

@@ -749,3 +749,149 @@ async fn pods_of_a_silent_node_are_evicted_and_replaced_elsewhere() {
     )
     .await;
 }
+
+/// The ready endpoints of Service `name`'s slices: (address, port) pairs, and how many slices.
+async fn endpoints_of(api: &ClusterClient, name: &str) -> (Vec<(String, i32)>, usize) {
+    let (slices, _) = api
+        .list(
+            Kind::EndpointSlice,
+            &ListParams::default()
+                .namespace("default")
+                .labels(format!("kubernetes.io/service-name={name}")),
+        )
+        .await
+        .expect("list slices");
+    let mut out = Vec::new();
+    for s in &slices {
+        let Object::EndpointSlice(s) = s else {
+            continue;
+        };
+        let port = s.ports.first().and_then(|p| p.port).unwrap_or_default();
+        for e in &s.endpoints {
+            if e.conditions.ready == Some(true) {
+                out.extend(e.addresses.iter().map(|a| (a.clone(), port)));
+            }
+        }
+    }
+    out.sort();
+    (out, slices.len())
+}
+
+/// A Service's EndpointSlices follow the ready pods it selects, through a scale-up and a
+/// pod's deletion, with its named target port resolved; they go with the Service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_track_their_ready_pods_in_endpoint_slices() {
+    let cluster = Cluster::start(3).await;
+    let _control = start_control(&cluster, 3, 1);
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let deployment = |replicas: i32| {
+        obj(
+            Kind::Deployment,
+            json!({"metadata": {"name": "web", "namespace": "default"},
+                   "spec": {"replicas": replicas,
+                            "selector": {"matchLabels": {"app": "web"}},
+                            "template": {"metadata": {"labels": {"app": "web"}},
+                                         "spec": {"containers": [{"name": "web", "image": "busybox",
+                                                  "ports": [{"name": "http", "containerPort": 8080}]}]}}}}),
+        )
+    };
+    api.create(&deployment(3)).await.expect("deployment");
+    let service = obj(
+        Kind::Service,
+        json!({"metadata": {"name": "web", "namespace": "default"},
+               "spec": {"selector": {"app": "web"},
+                        "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}),
+    );
+    let created = api.create(&service).await.expect("service");
+    let Object::Service(created) = created else {
+        panic!("not a service")
+    };
+    assert!(created.spec.cluster_ip.starts_with("10."), "{created:?}");
+    api.create(&obj(
+        Kind::Service,
+        json!({"metadata": {"name": "db", "namespace": "default"},
+               "spec": {"selector": {"app": "db"}, "ports": [{"port": 5432}]}}),
+    ))
+    .await
+    .expect("service");
+
+    let three = eventually(Duration::from_secs(60), "3 ready endpoints", || async {
+        let (endpoints, _) = endpoints_of(&api, "web").await;
+        (endpoints.len() == 3).then_some(endpoints)
+    })
+    .await;
+    for (address, port) in &three {
+        assert!(address.starts_with("10.244."), "{address}");
+        assert_eq!(*port, 8080, "the named target port, resolved");
+    }
+    let (none, slices) = endpoints_of(&api, "db").await;
+    assert!(
+        none.is_empty() && slices == 1,
+        "{none:?} in {slices} slice(s)"
+    );
+
+    // Scaled up: five.
+    let Some(Object::Deployment(mut d)) =
+        api.get(Kind::Deployment, "default", "web").await.unwrap()
+    else {
+        panic!("no deployment")
+    };
+    d.spec.replicas = Some(5);
+    api.update(&Object::Deployment(d)).await.expect("scale");
+    eventually(Duration::from_secs(60), "5 ready endpoints", || async {
+        (endpoints_of(&api, "web").await.0.len() == 5).then_some(())
+    })
+    .await;
+
+    // A deleted pod's address leaves; its replacement's joins.
+    let (pods, _) = api
+        .list(
+            Kind::Pod,
+            &ListParams::default().namespace("default").labels("app=web"),
+        )
+        .await
+        .expect("pods");
+    let Some(Object::Pod(victim)) = pods.first() else {
+        panic!("no pod")
+    };
+    let gone = victim.metadata.name.clone();
+    api.delete(Kind::Pod, "default", &gone, 0, Some(0))
+        .await
+        .expect("delete a pod");
+    eventually(
+        Duration::from_secs(60),
+        "the replacement's endpoint",
+        || async {
+            let (slices, _) = api
+                .list(
+                    Kind::EndpointSlice,
+                    &ListParams::default()
+                        .namespace("default")
+                        .labels("kubernetes.io/service-name=web"),
+                )
+                .await
+                .ok()?;
+            let pods: Vec<String> = slices
+                .iter()
+                .filter_map(|s| match s {
+                    Object::EndpointSlice(s) => Some(s),
+                    _ => None,
+                })
+                .flat_map(|s| &s.endpoints)
+                .filter(|e| e.conditions.ready == Some(true))
+                .filter_map(|e| e.target_ref.as_ref().map(|r| r.name.clone()))
+                .collect();
+            (pods.len() == 5 && !pods.contains(&gone)).then_some(())
+        },
+    )
+    .await;
+
+    // The Service's slices go with it.
+    api.delete(Kind::Service, "default", "web", 0, None)
+        .await
+        .expect("delete the service");
+    eventually(Duration::from_secs(30), "the slices collected", || async {
+        (endpoints_of(&api, "web").await.1 == 0).then_some(())
+    })
+    .await;
+}

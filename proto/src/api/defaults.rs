@@ -59,6 +59,48 @@ pub fn apply(object: &mut Object) {
         | Object::SubjectAccessReview(_)
         | Object::SelfSubjectAccessReview(_)
         | Object::CertificateSigningRequest(_) => {}
+        Object::Service(s) => {
+            let spec = &mut s.spec;
+            if spec.type_.is_empty() {
+                spec.type_ = crate::api::service::CLUSTER_IP.to_owned();
+            }
+            if spec.session_affinity.is_empty() {
+                spec.session_affinity = "None".to_owned();
+            }
+            for p in &mut spec.ports {
+                if p.protocol.is_empty() {
+                    p.protocol = "TCP".to_owned();
+                }
+                if p.target_port.is_none() {
+                    p.target_port = Some(IntOrString::Int(p.port));
+                }
+            }
+            if spec.cluster_ips.is_empty() && !spec.cluster_ip.is_empty() {
+                spec.cluster_ips = vec![spec.cluster_ip.clone()];
+            }
+            // What Kubernetes reports of a single-stack IPv4 cluster.
+            let node_port = spec.type_ == crate::api::service::NODE_PORT;
+            let other = &mut spec.other.0;
+            for (field, value) in [
+                ("ipFamilies", serde_json::json!(["IPv4"])),
+                ("ipFamilyPolicy", serde_json::json!("SingleStack")),
+                ("internalTrafficPolicy", serde_json::json!("Cluster")),
+            ] {
+                other.entry(field).or_insert(value);
+            }
+            if node_port {
+                other
+                    .entry("externalTrafficPolicy")
+                    .or_insert(serde_json::json!("Cluster"));
+            }
+        }
+        Object::EndpointSlice(s) => {
+            for p in &mut s.ports {
+                if p.protocol.is_none() {
+                    p.protocol = Some("TCP".to_owned());
+                }
+            }
+        }
     }
 }
 

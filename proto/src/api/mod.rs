@@ -15,6 +15,7 @@
 //! | `rbac`       | `Role`, `ClusterRole`, their bindings, access reviews       |
 //! | `secret`     | `Secret`: named data, bootstrap tokens                      |
 //! | `certificates` | `CertificateSigningRequest`: certificates asked for, approved, signed |
+//! | `service`    | `Service`, `EndpointSlice`: stable addresses for the pods a selector picks |
 //! | `object`     | [`Object`], [`Kind`]: one enum over every kind, storage keys |
 //! | `vocabulary` | Kubernetes' fixed values as enums: phase, restart policy, conditions, taint effects |
 //! | `defaults`   | defaulting applied before validation                        |
@@ -33,6 +34,7 @@ pub mod pod;
 pub mod rbac;
 pub mod schema;
 pub mod secret;
+pub mod service;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod validation;
@@ -56,6 +58,7 @@ pub use object::{Kind, Object};
 pub use pod::{Container, Pod, PodCondition, PodSpec, PodStatus, Toleration};
 pub use schema::{FieldValidation, SchemaError};
 pub use secret::Secret;
+pub use service::{EndpointSlice, Service};
 pub use validation::{FieldError, ValidationErrors};
 pub use vocabulary::{
     CertificateConditionType, ConditionStatus, DeletionPropagation, DeploymentStrategyType,

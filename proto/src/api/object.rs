@@ -12,6 +12,7 @@ use super::node::Node;
 use super::pod::Pod;
 use super::rbac::{AccessReview, ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use super::secret::Secret;
+use super::service::{EndpointSlice, Service};
 
 /// The kinds the cluster API serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -35,10 +36,12 @@ pub enum Kind {
     SelfSubjectAccessReview,
     Secret,
     CertificateSigningRequest,
+    Service,
+    EndpointSlice,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 17] = [
+    pub const ALL: [Kind; 19] = [
         Kind::Pod,
         Kind::Node,
         Kind::Namespace,
@@ -56,6 +59,8 @@ impl Kind {
         Kind::SelfSubjectAccessReview,
         Kind::Secret,
         Kind::CertificateSigningRequest,
+        Kind::Service,
+        Kind::EndpointSlice,
     ];
 
     /// The `kind:` of a manifest.
@@ -78,6 +83,8 @@ impl Kind {
             Kind::SelfSubjectAccessReview => "SelfSubjectAccessReview",
             Kind::Secret => "Secret",
             Kind::CertificateSigningRequest => "CertificateSigningRequest",
+            Kind::Service => "Service",
+            Kind::EndpointSlice => "EndpointSlice",
         }
     }
 
@@ -101,6 +108,8 @@ impl Kind {
             Kind::SelfSubjectAccessReview => "selfsubjectaccessreviews",
             Kind::Secret => "secrets",
             Kind::CertificateSigningRequest => "certificatesigningrequests",
+            Kind::Service => "services",
+            Kind::EndpointSlice => "endpointslices",
         }
     }
 
@@ -113,6 +122,7 @@ impl Kind {
             }
             Kind::SubjectAccessReview | Kind::SelfSubjectAccessReview => "authorization.k8s.io/v1",
             Kind::CertificateSigningRequest => "certificates.k8s.io/v1",
+            Kind::EndpointSlice => "discovery.k8s.io/v1",
             _ => "v1",
         }
     }
@@ -184,6 +194,8 @@ impl Kind {
             Kind::Deployment => &["deploy"],
             Kind::ReplicaSet => &["rs"],
             Kind::CertificateSigningRequest => &["csr"],
+            Kind::Service => &["svc"],
+            Kind::EndpointSlice => &[],
             Kind::Binding
             | Kind::Role
             | Kind::ClusterRole
@@ -256,6 +268,8 @@ pub enum Object {
     SelfSubjectAccessReview(AccessReview),
     Secret(Secret),
     CertificateSigningRequest(CertificateSigningRequest),
+    Service(Service),
+    EndpointSlice(EndpointSlice),
 }
 
 macro_rules! each_kind {
@@ -278,6 +292,8 @@ macro_rules! each_kind {
             Object::SelfSubjectAccessReview($o) => $e,
             Object::Secret($o) => $e,
             Object::CertificateSigningRequest($o) => $e,
+            Object::Service($o) => $e,
+            Object::EndpointSlice($o) => $e,
         }
     };
 }
@@ -352,6 +368,8 @@ impl Object {
             Object::SelfSubjectAccessReview(_) => Kind::SelfSubjectAccessReview,
             Object::Secret(_) => Kind::Secret,
             Object::CertificateSigningRequest(_) => Kind::CertificateSigningRequest,
+            Object::Service(_) => Kind::Service,
+            Object::EndpointSlice(_) => Kind::EndpointSlice,
         }
     }
 
@@ -413,6 +431,8 @@ impl Object {
             Kind::SelfSubjectAccessReview => Object::SelfSubjectAccessReview(decode(json)?),
             Kind::Secret => Object::Secret(decode(json)?),
             Kind::CertificateSigningRequest => Object::CertificateSigningRequest(decode(json)?),
+            Kind::Service => Object::Service(decode(json)?),
+            Kind::EndpointSlice => Object::EndpointSlice(decode(json)?),
         })
     }
 
@@ -447,6 +467,8 @@ impl Object {
             Kind::SelfSubjectAccessReview => Object::SelfSubjectAccessReview(typed(value)?),
             Kind::Secret => Object::Secret(typed(value)?),
             Kind::CertificateSigningRequest => Object::CertificateSigningRequest(typed(value)?),
+            Kind::Service => Object::Service(typed(value)?),
+            Kind::EndpointSlice => Object::EndpointSlice(typed(value)?),
         })
     }
 
@@ -493,6 +515,10 @@ mod tests {
             any::<Secret>().prop_map(Object::Secret).boxed(),
             any::<CertificateSigningRequest>()
                 .prop_map(Object::CertificateSigningRequest)
+                .boxed(),
+            any::<Service>().prop_map(Object::Service).boxed(),
+            any::<EndpointSlice>()
+                .prop_map(Object::EndpointSlice)
                 .boxed(),
         ]
     }

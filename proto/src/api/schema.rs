@@ -138,6 +138,8 @@ fn round_trip(kind: Kind, object: &Value) -> Result<Value, SchemaError> {
         Kind::CertificateSigningRequest => {
             typed::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>(object)
         }
+        Kind::Service => typed::<k8s::Service>(object),
+        Kind::EndpointSlice => typed::<k8s_openapi::api::discovery::v1::EndpointSlice>(object),
     }
 }
 

@@ -136,8 +136,11 @@ fn view_rules() -> Vec<PolicyRule> {
                 "namespaces",
                 "namespaces/status",
                 "bindings",
+                "services",
+                "services/status",
             ],
         ),
+        rule(READ, "discovery.k8s.io", &["endpointslices"]),
         rule(
             READ,
             "apps",
@@ -158,7 +161,8 @@ fn view_rules() -> Vec<PolicyRule> {
 fn edit_rules() -> Vec<PolicyRule> {
     let mut rules = view_rules();
     rules.extend([
-        rule(WRITE, "", &["pods", "pods/eviction"]),
+        rule(WRITE, "", &["pods", "pods/eviction", "services"]),
+        rule(WRITE, "discovery.k8s.io", &["endpointslices"]),
         rule(ALL_VERBS, "", &["secrets"]),
         rule(&["create", "get"], "", &["pods/exec", "pods/attach"]),
         rule(
@@ -230,6 +234,9 @@ fn controller_manager_rules() -> Vec<PolicyRule> {
             "apps",
             &["deployments/status", "replicasets/status"],
         ),
+        // The EndpointSlice controller.
+        rule(READ, "", &["services"]),
+        rule(ALL_VERBS, "discovery.k8s.io", &["endpointslices"]),
         // The approver and the signer of certificate requests.
         rule(
             &["get", "list", "watch", "delete"],

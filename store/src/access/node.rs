@@ -12,6 +12,7 @@
 //! | create, update, patch `events` | always |
 //! | create `subjectaccessreviews` | always (the agent asks about callers of its port) |
 //! | create, get, list, watch `certificatesigningrequests` | always (renewing its certificate) |
+//! | get, list, watch `services`, `endpointslices` | always (it programs every Service's rules) |
 //!
 //! Anything else gets no opinion here, and the next mode (RBAC) decides; a node user is
 //! bound to no role by the bootstrap policy, so that is a refusal unless an administrator
@@ -55,7 +56,13 @@ pub fn allows(node: &str, attributes: &Attributes, graph: &dyn Graph) -> Option<
         && r.resource == "certificatesigningrequests"
         && r.subresource.is_empty()
         && matches!(r.verb.as_str(), "create" | "get" | "list" | "watch");
-    if asks_reviews || asks_certificates {
+    // The agent programs every Service's rules (kube-proxy's part): it reads them all.
+    let asks_services = matches!(
+        (r.group.as_str(), r.resource.as_str()),
+        ("", "services") | ("discovery.k8s.io", "endpointslices")
+    ) && r.subresource.is_empty()
+        && matches!(r.verb.as_str(), "get" | "list" | "watch");
+    if asks_reviews || asks_certificates || asks_services {
         return Some(format!("allowed by the node authorizer to node {node:?}"));
     }
     if !r.group.is_empty() {

@@ -454,6 +454,22 @@ pub fn with_spec(current: &Object, request: &Object) -> Result<Object> {
                 });
             }
         }
+        (Object::Service(cur), Object::Service(new)) => {
+            new.status = cur.status.clone();
+            // A cluster IP, once given, stays; an update that names none keeps it.
+            if new.spec.cluster_ip.is_empty() {
+                new.spec.cluster_ip = cur.spec.cluster_ip.clone();
+                new.spec.cluster_ips = cur.spec.cluster_ips.clone();
+            }
+            if !cur.spec.cluster_ip.is_empty() && new.spec.cluster_ip != cur.spec.cluster_ip {
+                return Err(ClusterError::Immutable {
+                    kind: Kind::Service,
+                    name: cur.metadata.name.clone(),
+                    field: "spec.clusterIP",
+                    why: "field is immutable",
+                });
+            }
+        }
         (Object::CertificateSigningRequest(cur), Object::CertificateSigningRequest(new)) => {
             // A request is what was asked, by whom: an update changes its metadata only.
             new.spec = cur.spec.clone();
@@ -520,6 +536,7 @@ pub fn with_status(current: &Object, request: &Object) -> Result<Object> {
         (Object::ResourceQuota(n), Object::ResourceQuota(r)) => n.status = r.status.clone(),
         (Object::Deployment(n), Object::Deployment(r)) => n.status = r.status.clone(),
         (Object::ReplicaSet(n), Object::ReplicaSet(r)) => n.status = r.status.clone(),
+        (Object::Service(n), Object::Service(r)) => n.status = r.status.clone(),
         (Object::CertificateSigningRequest(n), Object::CertificateSigningRequest(r)) => {
             // The signer's part: the certificate (once) and conditions other than the
             // approver's, which only the approval subresource changes.

@@ -100,12 +100,73 @@ impl PodCidrs {
     }
 }
 
-/// The claim key of block `cidr` (`10.244.3.0/24` → `/skiff/ipam/podcidrs/10.244.3.0-24`).
-fn claim_key(cidr: &str) -> String {
-    format!("{CLAIMS}{}", cidr.replace('/', "-"))
+/// A pool of numbered slots (node blocks, service IPs, node ports), each given out by a claim
+/// key under the pool's prefix, created only if absent, so no slot is ever given twice.
+pub(super) trait Pool {
+    /// Where the claims are kept (`/skiff/ipam/<what>/`).
+    fn claims(&self) -> &'static str;
+    fn len(&self) -> u32;
+    /// Slot `i` as objects name it (`10.244.3.0/24`, `10.96.0.10`, `30080`).
+    fn slot(&self, i: u32) -> String;
+    fn index_of(&self, slot: &str) -> Option<u32>;
+    /// Whether slot `i` may be given out (a range's network and broadcast addresses may not).
+    fn usable(&self, _i: u32) -> bool {
+        true
+    }
+    /// The claim key's last segment for `slot` (a `/` is a `-`).
+    fn key_name(&self, slot: &str) -> String {
+        slot.replace('/', "-")
+    }
+    /// The slot a claim key's last segment names.
+    fn slot_of_key(&self, name: &str) -> String {
+        name.replacen('-', "/", 1)
+    }
 }
 
-/// What a Node's registration adds to its transaction: the claim must not exist yet, and is
+impl Pool for PodCidrs {
+    fn claims(&self) -> &'static str {
+        CLAIMS
+    }
+    fn len(&self) -> u32 {
+        self.blocks()
+    }
+    fn slot(&self, i: u32) -> String {
+        self.block(i)
+    }
+    fn index_of(&self, slot: &str) -> Option<u32> {
+        PodCidrs::index_of(self, slot)
+    }
+}
+
+/// The claim key of `slot` in `pool` (`10.244.3.0/24` → `/skiff/ipam/podcidrs/10.244.3.0-24`).
+pub(super) fn claim_key(pool: &dyn Pool, slot: &str) -> String {
+    format!("{}{}", pool.claims(), pool.key_name(slot))
+}
+
+/// What a write adds to its transaction to take `slot` for `holder`: the claim must not exist
+/// yet, and is made.
+pub(super) fn claim(pool: &dyn Pool, slot: &str, holder: &str) -> Claim {
+    let key = claim_key(pool, slot);
+    Claim {
+        compare: compare(&key, CompareTarget::Create(0), CompareResult::Equal),
+        put: RequestOp::Put(PutRequest {
+            key: key.into_bytes(),
+            value: holder.as_bytes().to_vec(),
+            ..PutRequest::default()
+        }),
+    }
+}
+
+/// The operation that gives `slot` of `pool` back.
+pub(super) fn release(pool: &dyn Pool, slot: &str) -> RequestOp {
+    RequestOp::DeleteRange(DeleteRangeRequest {
+        key: claim_key(pool, slot).into_bytes(),
+        range_end: Vec::new(),
+        prev_kv: false,
+    })
+}
+
+/// What a write adds to its transaction to take a slot: the claim must not exist yet, and is
 /// made.
 #[derive(Debug)]
 pub struct Claim {
@@ -132,7 +193,7 @@ impl ClusterApi {
                 if cidrs.index_of(&cidr).is_none() {
                     return Ok(None);
                 }
-                if let Some(holder) = self.claim_holder(&cidr)? {
+                if let Some(holder) = self.claim_holder(cidrs, &cidr)? {
                     return Err(ClusterError::Forbidden {
                         kind: skiff_proto::api::Kind::Node,
                         name: node.metadata.name.clone(),
@@ -142,7 +203,7 @@ impl ClusterApi {
                 cidr
             }
             None => {
-                let Some(cidr) = self.free_block(cidrs)? else {
+                let Some(cidr) = self.free_slot(cidrs, &[])? else {
                     tracing::warn!(
                         node = %node.metadata.name,
                         blocks = cidrs.blocks(),
@@ -155,15 +216,7 @@ impl ClusterApi {
         };
         node.spec.pod_cidr = cidr.clone();
         node.spec.pod_cidrs = vec![cidr.clone()];
-        let key = claim_key(&cidr);
-        Ok(Some(Claim {
-            compare: compare(&key, CompareTarget::Create(0), CompareResult::Equal),
-            put: RequestOp::Put(PutRequest {
-                key: key.into_bytes(),
-                value: node.metadata.name.clone().into_bytes(),
-                ..PutRequest::default()
-            }),
-        }))
+        Ok(Some(claim(cidrs, &cidr, &node.metadata.name)))
     }
 
     /// The operation that frees the block of a Node being deleted, if it holds one.
@@ -172,11 +225,7 @@ impl ClusterApi {
             return None;
         };
         let cidr = node_cidr(node).filter(|c| cidrs.index_of(c).is_some())?;
-        Some(RequestOp::DeleteRange(DeleteRangeRequest {
-            key: claim_key(&cidr).into_bytes(),
-            range_end: Vec::new(),
-            prev_kv: false,
-        }))
+        Some(release(cidrs, &cidr))
     }
 
     /// A range of this member's keyspace as it is now.
@@ -184,8 +233,9 @@ impl ClusterApi {
         Ok(self.member.shared.read().range(&request)?)
     }
 
-    fn claim_holder(&self, cidr: &str) -> Result<Option<String>> {
-        let key = claim_key(cidr);
+    /// Who holds `slot` of `pool`, if anyone.
+    pub(super) fn claim_holder(&self, pool: &dyn Pool, slot: &str) -> Result<Option<String>> {
+        let key = claim_key(pool, slot);
         let resp = self.read_raw(RangeRequest {
             key: key.into_bytes(),
             ..RangeRequest::default()
@@ -196,41 +246,41 @@ impl ClusterApi {
             .map(|kv| String::from_utf8_lossy(&kv.value).into_owned()))
     }
 
-    /// A block no claim holds, read from this member's keyspace: one at random, so that
-    /// registrations at once seldom want the same one (a block taken meanwhile fails the
-    /// registration's comparison, and it is tried again).
-    fn free_block(&self, cidrs: &PodCidrs) -> Result<Option<String>> {
+    /// A usable slot no claim holds (nor `also_taken`, slots this write takes already), read
+    /// from this member's keyspace: from a random place on, so that writes at once seldom
+    /// want the same one (a slot taken meanwhile fails the write's comparison, and it is
+    /// tried again).
+    pub(super) fn free_slot(
+        &self,
+        pool: &dyn Pool,
+        also_taken: &[String],
+    ) -> Result<Option<String>> {
         use rand::Rng as _;
+        let prefix = pool.claims();
         let resp = self.read_raw(RangeRequest {
-            key: CLAIMS.as_bytes().to_vec(),
-            range_end: prefix_end(CLAIMS.as_bytes()),
+            key: prefix.as_bytes().to_vec(),
+            range_end: prefix_end(prefix.as_bytes()),
             keys_only: true,
             ..RangeRequest::default()
         })?;
-        let taken: std::collections::HashSet<u32> = resp
+        let mut taken: std::collections::HashSet<u32> = resp
             .kvs
             .iter()
             .filter_map(|kv| {
-                let name = std::str::from_utf8(&kv.key).ok()?.strip_prefix(CLAIMS)?;
-                cidrs.index_of(&name.replacen('-', "/", 1))
+                let name = std::str::from_utf8(&kv.key).ok()?.strip_prefix(prefix)?;
+                pool.index_of(&pool.slot_of_key(name))
             })
             .collect();
-        let free = cidrs.blocks() - u32::try_from(taken.len()).unwrap_or(u32::MAX);
-        if free == 0 {
+        taken.extend(also_taken.iter().filter_map(|s| pool.index_of(s)));
+        let len = pool.len();
+        if len == 0 {
             return Ok(None);
         }
-        // The n-th free block, counted from the start of the network.
-        let mut n = rand::rng().random_range(0..free);
-        for i in 0..cidrs.blocks() {
-            if taken.contains(&i) {
-                continue;
-            }
-            if n == 0 {
-                return Ok(Some(cidrs.block(i)));
-            }
-            n -= 1;
-        }
-        Ok(None)
+        let start = rand::rng().random_range(0..len);
+        Ok((0..len)
+            .map(|n| (start + n) % len)
+            .find(|i| pool.usable(*i) && !taken.contains(i))
+            .map(|i| pool.slot(i)))
     }
 }
 
@@ -259,7 +309,7 @@ mod tests {
         assert_eq!(wide.blocks(), 65536);
         assert_eq!(wide.block(65535), "10.255.255.0/24");
         assert_eq!(
-            claim_key("10.244.3.0/24"),
+            claim_key(&c, "10.244.3.0/24"),
             "/skiff/ipam/podcidrs/10.244.3.0-24"
         );
         for (cidr, size) in [

@@ -28,6 +28,7 @@ use crate::error::StoreError;
 use crate::member::StoreMember;
 pub use error::{ClusterError, Result};
 
+pub mod addresses;
 pub mod admission;
 pub mod bind;
 pub mod error;
@@ -698,6 +699,7 @@ impl ClusterApi {
             let mut candidate = object.clone();
             let guards = admission::admit_create(self, &mut candidate)?;
             let claim = self.claim_pod_cidr(&mut candidate)?;
+            let addresses = self.service_addresses(None, &mut candidate)?;
             validation::validate(&candidate).map_err(|e| validation_error(&candidate, e))?;
             if dry_run {
                 return Ok((self.member.shared.read().revision(), candidate));
@@ -714,7 +716,7 @@ impl ClusterApi {
                 lease: self.lease_for(kind).await?,
                 ..PutRequest::default()
             })];
-            if let Some(claim) = claim {
+            for claim in claim.into_iter().chain(addresses.claims) {
                 compare.push(claim.compare);
                 success.push(claim.put);
             }
@@ -784,6 +786,18 @@ impl ClusterApi {
 
     /// Writes `next` over `current` if the key still has `current`'s mod revision.
     pub async fn replace(&self, current: &Stored, next: &Object) -> Result<Option<(i64, Object)>> {
+        self.replace_with(current, next, addresses::Allocation::default())
+            .await
+    }
+
+    /// [`ClusterApi::replace`], making and giving back the address claims of `allocation`
+    /// in the same transaction.
+    async fn replace_with(
+        &self,
+        current: &Stored,
+        next: &Object,
+        allocation: addresses::Allocation,
+    ) -> Result<Option<(i64, Object)>> {
         self.restrict(Some(&current.object), next)?;
         let key = next.key();
         let kind = next.kind();
@@ -793,7 +807,12 @@ impl ClusterApi {
             lease: self.lease_for(kind).await?,
             ..PutRequest::default()
         });
-        let txn = unchanged_since(&key, current.mod_revision, put);
+        let mut txn = unchanged_since(&key, current.mod_revision, put);
+        for claim in allocation.claims {
+            txn.compare.push(claim.compare);
+            txn.success.push(claim.put);
+        }
+        txn.success.extend(allocation.releases);
         let (rev, resp) = self.write_txn(kind, txn).await?;
         if !resp.succeeded {
             return Ok(None);
@@ -816,6 +835,8 @@ impl ClusterApi {
         if let Some(release) = self.release_pod_cidr(&current.object) {
             txn.success.push(release);
         }
+        txn.success
+            .extend(self.release_service_addresses(&current.object));
         let (rev, resp) = self.txn(txn).await?;
         Ok(resp.succeeded.then_some(rev))
     }
@@ -849,6 +870,7 @@ impl ClusterApi {
             };
             self.authorize_signer(part, &current.object, &next)?;
             defaults::apply(&mut next);
+            let allocation = self.service_addresses(Some(&current.object), &mut next)?;
             validation::validate(&next).map_err(|e| validation_error(&next, e))?;
             let finalized = finalizers_done(&current.object, &next)?;
             if dry_run {
@@ -861,7 +883,7 @@ impl ClusterApi {
                     out.metadata_mut().resource_version = rev.to_string();
                     return Ok((rev, out));
                 }
-            } else if let Some(done) = self.replace(&current, &next).await? {
+            } else if let Some(done) = self.replace_with(&current, &next, allocation).await? {
                 return Ok(done);
             }
             if pinned.is_some() {

@@ -90,6 +90,9 @@ pub struct MemberConfig {
     /// The pod network cut into node blocks given at registration (`--cluster-cidr`,
     /// `--node-cidr-mask-size`); none: Nodes get no block.
     pub pod_cidrs: Option<crate::cluster::ipam::PodCidrs>,
+    /// Where Services' cluster IPs and node ports come from (`--service-cluster-ip-range`,
+    /// `--service-node-port-range`).
+    pub services: crate::cluster::addresses::ServiceRanges,
 }
 
 impl Default for MemberConfig {
@@ -118,6 +121,7 @@ impl Default for MemberConfig {
             auth_token_ttl: crate::mvcc::DEFAULT_TOKEN_TTL,
             bcrypt_cost: crate::auth::DEFAULT_BCRYPT_COST,
             pod_cidrs: None,
+            services: Default::default(),
         }
     }
 }

@@ -173,7 +173,7 @@ const READ_WRITE: &[&str] = &[
 const NAMESPACE_VERBS: &[&str] = &[CREATE, DELETE, GET, LIST, PATCH, UPDATE, WATCH];
 const STATUS_VERBS: &[&str] = &[GET, PATCH, UPDATE];
 
-static RESOURCES: [Resource; 17] = [
+static RESOURCES: [Resource; 19] = [
     Resource {
         kind: Kind::Pod,
         verbs: READ_WRITE,
@@ -263,6 +263,17 @@ static RESOURCES: [Resource; 17] = [
         subresources: &[],
         categories: &[],
     },
+    Resource {
+        kind: Kind::Service,
+        verbs: READ_WRITE,
+        subresources: &[Subresource {
+            name: "status",
+            kind: "Service",
+            api_version: None,
+            verbs: STATUS_VERBS,
+        }],
+        categories: &["all"],
+    },
     // Bindings are only ever created: the scheduler's assignment of a pod to a node.
     Resource {
         kind: Kind::Binding,
@@ -332,6 +343,13 @@ static RESOURCES: [Resource; 17] = [
     Resource {
         kind: Kind::SubjectAccessReview,
         verbs: &[CREATE],
+        subresources: &[],
+        categories: &[],
+    },
+    // The addresses behind each Service, kept by the EndpointSlice controller.
+    Resource {
+        kind: Kind::EndpointSlice,
+        verbs: READ_WRITE,
         subresources: &[],
         categories: &[],
     },
@@ -763,6 +781,7 @@ mod tests {
                 group("apps"),
                 group("rbac.authorization.k8s.io"),
                 group("authorization.k8s.io"),
+                group("discovery.k8s.io"),
                 group("certificates.k8s.io")
             ])
         );
@@ -837,6 +856,7 @@ mod tests {
                 "apps",
                 "rbac.authorization.k8s.io",
                 "authorization.k8s.io",
+                "discovery.k8s.io",
                 "certificates.k8s.io"
             ]
         );
@@ -848,8 +868,9 @@ mod tests {
             .find(|r| r.name == "pods/eviction")
             .expect("pods/eviction");
         assert_eq!(eviction.group.as_deref(), Some("policy"));
-        // eight core resources, six pod subresources, nodes/status and namespaces/status
-        assert_eq!(list.resources.len(), 8 + 8);
+        // nine core resources, six pod subresources, and the status of nodes, namespaces
+        // and services
+        assert_eq!(list.resources.len(), 9 + 9);
         let apps: meta::APIResourceList =
             serde_json::from_value(resource_list(GroupVersion::parse("apps/v1")))
                 .expect("APIResourceList");
@@ -890,6 +911,7 @@ mod tests {
                 apps,
                 GroupVersion::parse("rbac.authorization.k8s.io/v1"),
                 GroupVersion::parse("authorization.k8s.io/v1"),
+                GroupVersion::parse("discovery.k8s.io/v1"),
                 GroupVersion::parse("certificates.k8s.io/v1")
             ]
         );

@@ -143,6 +143,10 @@ fn kind_schema(gv: GroupVersion, kind: &str, generator: &mut SchemaGenerator) ->
         ("authorization.k8s.io", "v1", "SelfSubjectAccessReview") => {
             add::<authorization::SelfSubjectAccessReview>(generator)
         }
+        ("", "v1", "Service") => add::<core::Service>(generator),
+        ("discovery.k8s.io", "v1", "EndpointSlice") => {
+            add::<k8s_openapi::api::discovery::v1::EndpointSlice>(generator)
+        }
         ("certificates.k8s.io", "v1", "CertificateSigningRequest") => {
             add::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>(generator)
         }
@@ -989,6 +993,7 @@ mod tests {
             "apis/rbac.authorization.k8s.io/v1",
             "apis/authorization.k8s.io/v1",
             "apis/certificates.k8s.io/v1",
+            "apis/discovery.k8s.io/v1",
         ];
         for path in paths {
             let url = index["paths"][path]["serverRelativeURL"]

@@ -84,6 +84,10 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
                 .map_err(|e| bad("CertificateSigningRequest", e))?;
             certificate_signing_request(c)
         }
+        ("v1", "Service") => {
+            let svc = core::Service::decode(raw.as_slice()).map_err(|e| bad("Service", e))?;
+            service(svc)?
+        }
         ("apps/v1", "Deployment") => {
             let d = k8s_pb::api::apps::v1::Deployment::decode(raw.as_slice())
                 .map_err(|e| bad("Deployment", e))?;
@@ -214,7 +218,7 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
         _ => {
             return Err(unsupported(format!(
                 "{MEDIA_TYPE} bodies are read for Namespace, ResourceQuota, Secret, \
-                 Deployment, CertificateSigningRequest, Eviction, DeleteOptions, the RBAC kinds and access reviews; send \
+                 Deployment, Service, CertificateSigningRequest, Eviction, DeleteOptions, the RBAC kinds and access reviews; send \
                  {kind} ({api_version}) as application/json"
             )));
         }
@@ -222,6 +226,91 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
     object.insert("apiVersion".into(), json!(api_version));
     object.insert("kind".into(), json!(kind));
     Ok(Value::Object(object))
+}
+
+/// A Service as `kubectl create service` sends it: its type, selector, ports and cluster IP.
+/// A body setting anything else is refused whole (send it as JSON), so nothing is dropped.
+fn service(svc: core::Service) -> Result<Map<String, Value>, ApiError> {
+    use super::protobuf_apps::{int_or_string, put, put_str};
+    let mut o = object(svc.metadata);
+    let Some(spec) = svc.spec else {
+        return Ok(o);
+    };
+    let set = |s: &Option<String>| s.as_deref().is_some_and(|s| !s.is_empty());
+    let unread = [
+        ("spec.externalIPs", !spec.external_ips.is_empty()),
+        ("spec.loadBalancerIP", set(&spec.load_balancer_ip)),
+        (
+            "spec.loadBalancerSourceRanges",
+            !spec.load_balancer_source_ranges.is_empty(),
+        ),
+        ("spec.externalName", set(&spec.external_name)),
+        (
+            "spec.externalTrafficPolicy",
+            set(&spec.external_traffic_policy),
+        ),
+        (
+            "spec.healthCheckNodePort",
+            spec.health_check_node_port.is_some_and(|p| p != 0),
+        ),
+        (
+            "spec.publishNotReadyAddresses",
+            spec.publish_not_ready_addresses == Some(true),
+        ),
+        (
+            "spec.sessionAffinityConfig",
+            spec.session_affinity_config.is_some(),
+        ),
+        ("spec.ipFamilies", !spec.ip_families.is_empty()),
+        ("spec.ipFamilyPolicy", set(&spec.ip_family_policy)),
+        ("spec.loadBalancerClass", set(&spec.load_balancer_class)),
+        (
+            "spec.internalTrafficPolicy",
+            set(&spec.internal_traffic_policy),
+        ),
+        ("spec.trafficDistribution", set(&spec.traffic_distribution)),
+        (
+            "spec.ports[].appProtocol",
+            spec.ports.iter().any(|p| set(&p.app_protocol)),
+        ),
+    ];
+    if let Some((field, _)) = unread.iter().find(|(_, is_set)| *is_set) {
+        return Err(ApiError::new(
+            Reason::UnsupportedMediaType,
+            format!(
+                "the protobuf Service sets {field}, which Skiff reads from JSON bodies only; \
+                 send it as application/json"
+            ),
+        ));
+    }
+    let mut s = Map::new();
+    put_str(&mut s, "type", spec.r#type);
+    put_str(&mut s, "clusterIP", spec.cluster_ip);
+    if !spec.cluster_ips.is_empty() {
+        s.insert("clusterIPs".into(), json!(spec.cluster_ips));
+    }
+    put_str(&mut s, "sessionAffinity", spec.session_affinity);
+    if !spec.selector.is_empty() {
+        s.insert("selector".into(), json!(spec.selector));
+    }
+    let ports: Vec<Value> = spec
+        .ports
+        .into_iter()
+        .map(|p| {
+            let mut m = Map::new();
+            put_str(&mut m, "name", p.name);
+            put_str(&mut m, "protocol", p.protocol);
+            put(&mut m, "port", p.port);
+            put(&mut m, "targetPort", p.target_port.map(int_or_string));
+            put(&mut m, "nodePort", p.node_port.filter(|n| *n != 0));
+            Value::Object(m)
+        })
+        .collect();
+    if !ports.is_empty() {
+        s.insert("ports".into(), Value::Array(ports));
+    }
+    o.insert("spec".into(), Value::Object(s));
+    Ok(o)
 }
 
 /// A CertificateSigningRequest as `kubectl certificate approve` and client-go's CSR clients
@@ -494,6 +583,57 @@ mod tests {
         let mut out = MAGIC.to_vec();
         out.extend(u.encode_to_vec());
         out
+    }
+
+    /// What `kubectl create service nodeport web --tcp=80:8080` sends; a field Skiff does not
+    /// read refuses the body instead of being dropped.
+    #[test]
+    fn service() {
+        use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
+        let svc = |traffic: Option<&str>| core::Service {
+            metadata: Some(meta::ObjectMeta {
+                name: Some("web".into()),
+                labels: [("app".to_string(), "web".to_string())].into(),
+                ..Default::default()
+            }),
+            spec: Some(core::ServiceSpec {
+                r#type: Some("NodePort".into()),
+                selector: [("app".to_string(), "web".to_string())].into(),
+                ports: vec![core::ServicePort {
+                    name: Some("80-8080".into()),
+                    protocol: Some("TCP".into()),
+                    port: Some(80),
+                    target_port: Some(IntOrString {
+                        r#type: Some(0),
+                        int_val: Some(8080),
+                        str_val: Some(String::new()),
+                    }),
+                    node_port: Some(0),
+                    app_protocol: None,
+                }],
+                external_name: Some(String::new()),
+                external_traffic_policy: traffic.map(str::to_owned),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let v = to_json(&envelope("v1", "Service", svc(None).encode_to_vec())).expect("decodes");
+        assert_eq!(
+            v["spec"],
+            json!({"type": "NodePort", "selector": {"app": "web"},
+                   "ports": [{"name": "80-8080", "protocol": "TCP", "port": 80, "targetPort": 8080}]})
+        );
+        let e = to_json(&envelope(
+            "v1",
+            "Service",
+            svc(Some("Local")).encode_to_vec(),
+        ))
+        .expect_err("unread field");
+        assert!(
+            e.message.contains("spec.externalTrafficPolicy"),
+            "{}",
+            e.message
+        );
     }
 
     /// What `kubectl certificate approve` sends to the approval subresource: the request as

@@ -26,14 +26,14 @@ fn unread(what: &str) -> ApiError {
 }
 
 /// Puts `v` under `k` when it is set.
-fn put<T: Into<Value>>(o: &mut Map<String, Value>, k: &str, v: Option<T>) {
+pub(super) fn put<T: Into<Value>>(o: &mut Map<String, Value>, k: &str, v: Option<T>) {
     if let Some(v) = v {
         o.insert(k.into(), v.into());
     }
 }
 
 /// Puts a string under `k` unless it is unset or empty (Go writes its strings either way).
-fn put_str(o: &mut Map<String, Value>, k: &str, v: Option<String>) {
+pub(super) fn put_str(o: &mut Map<String, Value>, k: &str, v: Option<String>) {
     put(o, k, v.filter(|s| !s.is_empty()));
 }
 
@@ -42,7 +42,7 @@ fn put_flag(o: &mut Map<String, Value>, k: &str, v: Option<bool>) {
     put(o, k, v.filter(|b| *b));
 }
 
-fn int_or_string(v: IntOrString) -> Value {
+pub(super) fn int_or_string(v: IntOrString) -> Value {
     match (v.r#type, v.int_val, v.str_val) {
         (Some(1), _, Some(s)) => json!(s),
         (_, Some(i), _) => json!(i),

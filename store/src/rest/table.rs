@@ -309,6 +309,26 @@ const SECRET_COLUMNS: &[Column] = &[
     AGE,
 ];
 
+/// kubectl's for Services.
+const SERVICE_COLUMNS: &[Column] = &[
+    NAME,
+    column("Type", 0, "The type of the service"),
+    column("Cluster-IP", 0, "The cluster IP of the service"),
+    column("External-IP", 0, "The external IPs of the service"),
+    column("Port(s)", 0, "The ports the service exposes"),
+    AGE,
+    column("Selector", 1, "The label selector of the service's pods"),
+];
+
+/// kubectl's for EndpointSlices.
+const ENDPOINT_SLICE_COLUMNS: &[Column] = &[
+    NAME,
+    column("AddressType", 0, "The type of the slice's addresses"),
+    column("Ports", 0, "The ports of the slice"),
+    column("Endpoints", 0, "The endpoints' addresses (the first three)"),
+    AGE,
+];
+
 /// kubectl's for CertificateSigningRequests: who asked which signer, and where it stands.
 const CSR_COLUMNS: &[Column] = &[
     NAME,
@@ -459,6 +479,8 @@ enum Printer {
     RoleBinding,
     Secret,
     CertificateSigningRequest,
+    Service,
+    EndpointSlice,
     /// Kubernetes' default table, for kinds without a printer.
     Default,
 }
@@ -476,6 +498,8 @@ impl Printer {
             Kind::RoleBinding | Kind::ClusterRoleBinding => Printer::RoleBinding,
             Kind::Secret => Printer::Secret,
             Kind::CertificateSigningRequest => Printer::CertificateSigningRequest,
+            Kind::Service => Printer::Service,
+            Kind::EndpointSlice => Printer::EndpointSlice,
             Kind::LimitRange
             | Kind::Binding
             | Kind::Role
@@ -497,6 +521,8 @@ impl Printer {
             Printer::RoleBinding => ROLE_BINDING_COLUMNS,
             Printer::Secret => SECRET_COLUMNS,
             Printer::CertificateSigningRequest => CSR_COLUMNS,
+            Printer::Service => SERVICE_COLUMNS,
+            Printer::EndpointSlice => ENDPOINT_SLICE_COLUMNS,
             Printer::Default => DEFAULT_COLUMNS,
         }
     }
@@ -526,6 +552,8 @@ impl Printer {
                 age(object, now).into(),
             ]),
             Printer::CertificateSigningRequest => Row::cells(csr_cells(object, now)),
+            Printer::Service => Row::cells(service_cells(object, now)),
+            Printer::EndpointSlice => Row::cells(endpoint_slice_cells(object, now)),
             Printer::Default => Row::cells(vec![name(object).into(), created_at(object).into()]),
         }
     }
@@ -980,6 +1008,78 @@ fn event_cells(event: &Value, now: DateTime<Utc>) -> Vec<Value> {
 /// `limits.*` in the Limit column, the rest in Request.
 /// kubectl's cells of a binding: `ClusterRole/view`, and its subjects by kind (service
 /// accounts as `namespace/name`).
+/// kubectl's PORT(S): `80/TCP`, `80:30080/TCP` for a node port, comma-separated.
+fn service_cells(svc: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let ports: Vec<String> = items(svc, "/spec/ports")
+        .iter()
+        .map(|p| {
+            let proto = text(p, "/protocol");
+            match p.get("nodePort").and_then(Value::as_i64) {
+                Some(np) => format!("{}:{np}/{proto}", number(p, "/port")),
+                None => format!("{}/{proto}", number(p, "/port")),
+            }
+        })
+        .collect();
+    let selector: Vec<String> = svc
+        .pointer("/spec/selector")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default();
+    vec![
+        name(svc).into(),
+        text(svc, "/spec/type").into(),
+        or_none(text(svc, "/spec/clusterIP")).into(),
+        "<none>".into(),
+        if ports.is_empty() {
+            "<none>".to_owned()
+        } else {
+            ports.join(",")
+        }
+        .into(),
+        age(svc, now).into(),
+        if selector.is_empty() {
+            "<none>".to_owned()
+        } else {
+            selector.join(",")
+        }
+        .into(),
+    ]
+}
+
+/// kubectl's ENDPOINTS: the first three addresses, `+ N more...`; `<unset>` for none.
+fn endpoint_slice_cells(slice: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let addresses: Vec<&str> = items(slice, "/endpoints")
+        .iter()
+        .flat_map(|e| items(e, "/addresses"))
+        .filter_map(Value::as_str)
+        .collect();
+    let endpoints = match addresses.len() {
+        0 => "<unset>".to_owned(),
+        n if n <= 3 => addresses.join(","),
+        n => format!("{} + {} more...", addresses[..3].join(","), n - 3),
+    };
+    let ports: Vec<String> = items(slice, "/ports")
+        .iter()
+        .map(|p| number(p, "/port").to_string())
+        .collect();
+    vec![
+        name(slice).into(),
+        text(slice, "/addressType").into(),
+        if ports.is_empty() {
+            "<unset>".to_owned()
+        } else {
+            ports.join(",")
+        }
+        .into(),
+        endpoints.into(),
+        age(slice, now).into(),
+    ]
+}
+
 fn csr_cells(csr: &Value, now: DateTime<Utc>) -> Vec<Value> {
     let duration = match csr
         .pointer("/spec/expirationSeconds")

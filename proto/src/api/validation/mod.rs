@@ -26,6 +26,7 @@ mod names;
 mod pod;
 mod rbac;
 mod resources;
+mod service;
 
 pub use kinds::MAX_EVENT_MESSAGE;
 pub use names::{is_dns1123_label, is_dns1123_subdomain, is_label_value, is_qualified_name};
@@ -151,6 +152,8 @@ pub fn validate(object: &Object) -> Result<(), ValidationErrors> {
         Object::SelfSubjectAccessReview(r) => rbac::validate_review(&mut errs, r, false),
         Object::Secret(s) => kinds::validate_secret(&mut errs, s),
         Object::CertificateSigningRequest(c) => certificates::validate_csr(&mut errs, c),
+        Object::Service(s) => service::validate_service(&mut errs, s),
+        Object::EndpointSlice(s) => service::validate_endpoint_slice(&mut errs, s),
     }
     errs.finish()
 }

@@ -64,6 +64,7 @@ pub(super) fn for_kind(kind: Kind) -> &'static Schema {
         Kind::Node => &NODE,
         Kind::Namespace => &NAMESPACE,
         Kind::Deployment | Kind::ReplicaSet => &WORKLOAD,
+        Kind::Service => &SERVICE,
         // No list of these kinds has a merge strategy beyond those of their metadata.
         Kind::ResourceQuota
         | Kind::LimitRange
@@ -76,7 +77,8 @@ pub(super) fn for_kind(kind: Kind) -> &'static Schema {
         | Kind::SubjectAccessReview
         | Kind::SelfSubjectAccessReview
         | Kind::Secret
-        | Kind::CertificateSigningRequest => &METADATA_ONLY,
+        | Kind::CertificateSigningRequest
+        | Kind::EndpointSlice => &METADATA_ONLY,
     }
 }
 
@@ -192,6 +194,18 @@ static NODE: Schema = Schema {
         nested("metadata", &OBJECT_META),
         nested("spec", &NODE_SPEC),
         nested("status", &NODE_STATUS),
+    ],
+};
+
+/// core/v1 ServiceSpec: ports merge by port number (`patchMergeKey:"port"`).
+static SERVICE_SPEC: Schema = Schema {
+    fields: &[by_key("ports", "port")],
+};
+
+static SERVICE: Schema = Schema {
+    fields: &[
+        nested("metadata", &OBJECT_META),
+        nested("spec", &SERVICE_SPEC),
     ],
 };
 
