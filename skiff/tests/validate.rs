@@ -45,6 +45,7 @@ fn examples_are_valid() {
         "resourcequota/compute",
         "limitrange/container-defaults",
         "deployment/hello-app",
+        "service/hello-app",
     ] {
         assert_eq!(
             stdout.matches(&format!(" {object} ")).count(),
@@ -56,7 +57,7 @@ fn examples_are_valid() {
         stdout.contains("requests cpu=500m memory=128Mi"),
         "{stdout}"
     );
-    assert!(stdout.contains("9 objects valid"), "{stdout}");
+    assert!(stdout.contains("10 objects valid"), "{stdout}");
 }
 
 /// `-o yaml` prints the defaulted objects, and that output is itself a valid manifest that
