@@ -350,6 +350,10 @@ pub struct NodeCommand {
     pub serving: Option<ServingCert>,
     /// Join with a bootstrap token instead of `tls`'s certificate.
     pub bootstrap: Option<NodeBootstrap>,
+    /// containerd's CNI configuration directory, and host-local's lease directory.
+    pub cni: Option<(PathBuf, PathBuf)>,
+    /// containerd's network namespace, when it runs in one of its own.
+    pub runtime_netns: Option<PathBuf>,
     /// Where the process serves `/metrics` and `/healthz` (`host:port`).
     pub metrics_addr: Option<SocketAddr>,
     pub heartbeat_interval: Option<Duration>,
@@ -376,6 +380,8 @@ impl NodeCommand {
             logs_address: None,
             serving: None,
             bootstrap: None,
+            cni: None,
+            runtime_netns: None,
             metrics_addr: None,
             heartbeat_interval: None,
             backoff_initial: None,
@@ -406,6 +412,12 @@ impl NodeCommand {
             a.flag("tls-cert-file", &t.cert)
                 .flag("tls-private-key-file", &t.key)
                 .flag("client-ca-file", &t.client_ca);
+        }
+        if let Some((conf, ipam)) = &self.cni {
+            a.flag("cni-conf-dir", conf).flag("cni-ipam-dir", ipam);
+        }
+        if let Some(ns) = &self.runtime_netns {
+            a.flag("runtime-netns", ns);
         }
         if let Some(b) = &self.bootstrap {
             a.flag("cacert", &b.ca)

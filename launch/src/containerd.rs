@@ -2,8 +2,14 @@
 //! root, state and socket under one directory, the CRI plugin set up for this kind of
 //! machine, and the busybox and pause images (built from busybox-static) imported.
 //!
+//! It runs in a network namespace of its own (`unshare --net`, loopback up), the node's: the
+//! bridge, addresses and rules CNI makes for its pods live there and never touch the host's
+//! network. Its socket is a file, reached from anywhere; its pods and its streaming server
+//! are reached through [`Containerd::netns`].
+//!
 //! ```text
-//!  home/config.toml   home/containerd.sock   home/root   home/state   home/cni   home/images
+//!  home/config.toml   home/containerd.sock   home/root   home/state   home/images
+//!  home/cni (network configurations)   home/cni-ipam (host-local's address leases)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -55,6 +61,7 @@ state = "{d}/state"
 pub struct Containerd {
     child: Child,
     socket: PathBuf,
+    home: PathBuf,
 }
 
 impl Containerd {
@@ -72,8 +79,17 @@ impl Containerd {
                 source,
             }
         })?;
-        let mut child = Launch::new("containerd", "containerd", log)
-            .arg("--config")
+        // The namespace's loopback is up (the streaming server listens there); `exec` keeps
+        // containerd's PID the one launched, so its namespace is `/proc/<pid>/ns/net`.
+        let mut child = Launch::new("containerd", "unshare", log)
+            .args([
+                "--net",
+                "--",
+                "sh",
+                "-c",
+                "ip link set lo up && exec containerd --config \"$1\"",
+                "containerd",
+            ])
             .arg(&config_path)
             .spawn()?;
         let deadline = Instant::now() + LISTEN_LIMIT;
@@ -94,7 +110,11 @@ impl Containerd {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let containerd = Containerd { child, socket };
+        let containerd = Containerd {
+            child,
+            socket,
+            home: home.to_path_buf(),
+        };
         let images = home.join("images");
         run(
             skiff,
@@ -122,6 +142,20 @@ impl Containerd {
     /// Its socket (`home/containerd.sock`).
     pub fn socket(&self) -> &Path {
         &self.socket
+    }
+
+    /// Its network namespace (`/proc/<pid>/ns/net`), the node's.
+    pub fn netns(&self) -> PathBuf {
+        PathBuf::from(format!(
+            "/proc/{}/ns/net",
+            self.child.pid().unwrap_or_default()
+        ))
+    }
+
+    /// Its CNI configuration directory and host-local's lease directory (`home/cni`,
+    /// `home/cni-ipam`).
+    pub fn cni_dirs(&self) -> (PathBuf, PathBuf) {
+        (self.home.join("cni"), self.home.join("cni-ipam"))
     }
 
     pub fn log(&self) -> &Path {

@@ -74,6 +74,8 @@ pub struct NodeConfig {
     pub logs_endpoint: Option<String>,
     /// Record events about the node and its pods (Pulled, Started, Killing, BackOff, …).
     pub events: bool,
+    /// Where to write the node's CNI configuration once it has a pod CIDR (CRI runtime).
+    pub cni: Option<crate::cni::CniConfig>,
 }
 
 impl NodeConfig {
@@ -97,6 +99,7 @@ impl NodeConfig {
             engine: EngineConfig::default(),
             logs_endpoint: None,
             events: true,
+            cni: None,
         }
     }
 
@@ -346,6 +349,9 @@ impl NodeAgent {
             _ = tokio::time::sleep(stagger) => {}
         }
         let node = self.register().await?;
+        if let Some(cni) = &self.config.cni {
+            self.configure_network(cni, &node.spec.pod_cidr);
+        }
         self.metrics.nodes.inc();
         if let Some(events) = &self.events {
             events.normal(
@@ -449,6 +455,34 @@ impl NodeAgent {
 
     /// Creates the Node, or takes over an existing one (labels and taints from the flags are
     /// added; capacity and conditions are ours to write).
+    /// Writes the node's CNI configuration for its pod CIDR; without a CIDR (node IPAM off)
+    /// only host-network pods can run, and the agent says so.
+    fn configure_network(&self, cni: &crate::cni::CniConfig, pod_cidr: &str) {
+        if pod_cidr.is_empty() {
+            tracing::warn!(
+                node = %self.config.name,
+                "the node has no pod CIDR (the store's --cluster-cidr is empty): only \
+                 hostNetwork pods can run"
+            );
+            return;
+        }
+        match crate::cni::write(cni, pod_cidr) {
+            Ok(written) => tracing::info!(
+                node = %self.config.name,
+                pod_cidr,
+                conf_dir = %cni.conf_dir.display(),
+                written,
+                "pod network configured"
+            ),
+            Err(e) => tracing::error!(
+                node = %self.config.name,
+                conf_dir = %cni.conf_dir.display(),
+                error = %e,
+                "writing the CNI configuration failed: pods without hostNetwork cannot start"
+            ),
+        }
+    }
+
     async fn register(&self) -> Result<Node> {
         let c = &self.config;
         let mut backoff = Backoff::for_store();

@@ -14,6 +14,8 @@
 //! | [`events`]    | the kubelet's events (Pulled, Started, Killing, BackOff, …) from a worker |
 //! | [`status`]    | the coalescing, retrying pod status writer                             |
 //! | [`agent`]     | Node registration, heartbeat, the pod watch, reconcile on restart      |
+//! | [`cni`]       | the node's pod network: the CNI configuration containerd runs pods with |
+//! | [`netns`]     | connections into the node's network namespace (probes, sessions)      |
 //! | [`bootstrap`] | joining with a bootstrap token: a key, a CSR, the certificate it gets  |
 //! | [`logs`]      | the agent's gRPC log service (`skiff node logs`, `pods/log`)           |
 //! | [`sessions`]  | the agent's exec and attach sessions (`pods/exec`, `pods/attach`)      |
@@ -22,6 +24,7 @@
 pub mod admission;
 pub mod agent;
 pub mod bootstrap;
+pub mod cni;
 pub mod cri;
 pub mod engine;
 pub mod events;
@@ -29,6 +32,7 @@ pub mod guard;
 pub mod image;
 pub mod logs;
 pub mod metrics;
+pub mod netns;
 pub mod runtime;
 pub mod sessions;
 pub mod sim;

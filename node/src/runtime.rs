@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use skiff_proto::api::Time;
-use skiff_proto::http::HttpClient;
 
 /// Errors from a runtime call; the pod worker turns them into container waiting reasons.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -213,31 +212,71 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
 
     /// Whether something accepts TCP connections on `ip:port` within `timeout`.
     async fn tcp_probe(&self, ip: &str, port: u16, timeout: Duration) -> Result<bool> {
-        let addr = format!("{ip}:{port}");
-        Ok(matches!(
-            tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&addr)).await,
-            Ok(Ok(_))
-        ))
+        Ok(tcp_connects(None, ip, port, timeout).await)
     }
 
     /// Whether `GET path` on `ip:port` answers 2xx or 3xx within `timeout`.
     async fn http_probe(&self, ip: &str, port: u16, path: &str, timeout: Duration) -> Result<bool> {
-        Ok(http_get_succeeds(ip, port, path, timeout).await)
+        Ok(http_get_succeeds(None, ip, port, path, timeout).await)
     }
 }
 
-/// The kubelet's HTTP probe: `GET http://ip:port/path` on a connection of its own succeeds
-/// when it answers 200..400 within `timeout` (redirects are not followed).
-pub async fn http_get_succeeds(ip: &str, port: u16, path: &str, timeout: Duration) -> bool {
-    let host = if ip.contains(':') {
-        format!("[{ip}]")
-    } else {
-        ip.to_string()
+fn socket_addr(ip: &str, port: u16) -> Option<std::net::SocketAddr> {
+    Some(std::net::SocketAddr::new(ip.parse().ok()?, port))
+}
+
+/// The kubelet's TCP probe: a connection to `ip:port` (in the network namespace `netns`,
+/// when given) within `timeout`.
+pub async fn tcp_connects(
+    netns: Option<&std::path::Path>,
+    ip: &str,
+    port: u16,
+    timeout: Duration,
+) -> bool {
+    let Some(addr) = socket_addr(ip, port) else {
+        return false;
+    };
+    crate::netns::connect(netns, addr, timeout).await.is_ok()
+}
+
+/// The kubelet's HTTP probe: `GET http://ip:port/path` on a connection of its own (made in
+/// the network namespace `netns`, when given) succeeds when it answers 200..400 within
+/// `timeout` (redirects are not followed).
+pub async fn http_get_succeeds(
+    netns: Option<&std::path::Path>,
+    ip: &str,
+    port: u16,
+    path: &str,
+    timeout: Duration,
+) -> bool {
+    use http_body_util::Empty;
+    let Some(addr) = socket_addr(ip, port) else {
+        return false;
     };
     let slash = if path.starts_with('/') { "" } else { "/" };
-    let url = format!("http://{host}:{port}{slash}{path}");
-    let answer = HttpClient::without_keep_alive().get(&url, timeout).await;
-    answer.is_ok_and(|r| (200..400).contains(&r.status))
+    let request = hyper::Request::get(format!("{slash}{path}"))
+        .header(hyper::header::HOST, addr.to_string())
+        .header(hyper::header::USER_AGENT, "skiff-probe")
+        .body(Empty::<hyper::body::Bytes>::new());
+    let Ok(request) = request else { return false };
+    let answered = tokio::time::timeout(timeout, async {
+        let stream = crate::netns::connect(netns, addr, timeout).await.ok()?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .ok()?;
+        let driver = tokio::spawn(conn);
+        // The body is not read: the status decides.
+        let status = sender
+            .send_request(request)
+            .await
+            .ok()
+            .map(|r| r.status().as_u16());
+        driver.abort();
+        status
+    })
+    .await;
+    matches!(answered, Ok(Some(status)) if (200..400).contains(&status))
 }
 
 /// Labels every runtime object carries, so an agent that restarts can tell its own objects
@@ -305,23 +344,23 @@ mod tests {
         ] {
             let port = server(status, Duration::ZERO).await;
             assert_eq!(
-                http_get_succeeds("127.0.0.1", port, "/healthz", second).await,
+                http_get_succeeds(None, "127.0.0.1", port, "/healthz", second).await,
                 ok,
                 "{status}"
             );
             // A path without its leading slash is the same path.
             assert_eq!(
-                http_get_succeeds("127.0.0.1", port, "healthz", second).await,
+                http_get_succeeds(None, "127.0.0.1", port, "healthz", second).await,
                 ok,
                 "{status}"
             );
         }
         let slow = server("200 OK", Duration::from_millis(500)).await;
-        assert!(!http_get_succeeds("127.0.0.1", slow, "/", Duration::from_millis(100)).await);
+        assert!(!http_get_succeeds(None, "127.0.0.1", slow, "/", Duration::from_millis(100)).await);
         let closed = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
             l.local_addr().expect("addr").port()
         };
-        assert!(!http_get_succeeds("127.0.0.1", closed, "/", second).await);
+        assert!(!http_get_succeeds(None, "127.0.0.1", closed, "/", second).await);
     }
 }

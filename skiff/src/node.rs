@@ -144,6 +144,20 @@ pub struct Args {
     /// or exec into it (a SubjectAccessReview).
     #[arg(long, env = "SKIFF_NODE_CLIENT_CA_FILE", requires = "tls_cert_file")]
     client_ca_file: Option<PathBuf>,
+    /// Write the node's CNI network configuration here once it has a pod CIDR (containerd's
+    /// CNI `conf_dir`; the kubelet's `--cni-conf-dir`): a bridge with host-local addresses
+    /// from the node's `spec.podCIDR`, and portmap for hostPort. Without it, pods need
+    /// `hostNetwork: true` unless something else configures containerd's network.
+    #[arg(long)]
+    cni_conf_dir: Option<PathBuf>,
+    /// Where host-local keeps its address leases (one file per pod address).
+    #[arg(long, default_value = "/var/lib/cni/networks")]
+    cni_ipam_dir: PathBuf,
+    /// containerd's network namespace (`/proc/<pid>/ns/net`, or a file under /run/netns)
+    /// when it runs in one of its own: the agent reaches pods (probes) and containerd's
+    /// streaming server (exec, attach) there.
+    #[arg(long)]
+    runtime_netns: Option<PathBuf>,
     /// Join with this bootstrap token (`<id>.<secret>`, from `skiff token create`) instead of
     /// a client certificate: the node asks `--bootstrap-server` for its certificate and
     /// keeps it in `--cert-dir` (the kubelet's TLS bootstrap). Needs `--cacert`.
@@ -251,6 +265,13 @@ impl Args {
         base.host_ip = self.host_ip.clone();
         base.heartbeat = self.heartbeat_interval;
         base.events = !self.no_events;
+        base.cni = self
+            .cni_conf_dir
+            .clone()
+            .map(|conf_dir| skiff_node::cni::CniConfig {
+                conf_dir,
+                ipam_dir: self.cni_ipam_dir.clone(),
+            });
         base.engine = EngineConfig {
             backoff_initial: self.backoff_initial,
             backoff_max: self.backoff_max,
@@ -297,6 +318,7 @@ impl Args {
                     socket: self.containerd_socket.clone(),
                     pause_image: self.pause_image.clone(),
                     log_dir: self.pod_log_dir.clone(),
+                    netns: self.runtime_netns.clone(),
                     ..CriConfig::default()
                 })
                 .await

@@ -17,7 +17,10 @@
 //! * Interactive sessions (`kubectl exec`, `attach`) go through containerd's streaming server
 //!   over WebSocket ([`session`]).
 //! * Host-network sandboxes get the node's IP; pod-network sandboxes need a CNI config in
-//!   containerd (their IP comes from `PodSandboxStatus`).
+//!   containerd (the agent writes one, see [`crate::cni`]; their IP comes from
+//!   `PodSandboxStatus`).
+//! * containerd may run in a network namespace of its own (`netns`), as `skiff up` runs it:
+//!   probes and the streaming server are then reached there ([`crate::netns`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -50,6 +53,9 @@ pub struct CriConfig {
     pub log_dir: PathBuf,
     /// How often `wait_container` polls a running container.
     pub poll: Duration,
+    /// containerd's network namespace (`/proc/<pid>/ns/net`), when it runs in one of its
+    /// own: probes and the streaming server are reached there.
+    pub netns: Option<PathBuf>,
 }
 
 impl Default for CriConfig {
@@ -59,6 +65,7 @@ impl Default for CriConfig {
             pause_image: crate::image::PAUSE.into(),
             log_dir: "/var/log/skiff/pods".into(),
             poll: Duration::from_millis(200),
+            netns: None,
         }
     }
 }
@@ -712,7 +719,17 @@ impl Runtime for CriRuntime {
             let r = self.runtime.clone().exec(request).await;
             ("Exec", r.map_err(call("Exec"))?.into_inner().url)
         };
-        session::open(&url, name).await
+        session::open(&url, self.config.netns.as_deref(), name).await
+    }
+
+    /// Pods' addresses are containerd's network namespace's.
+    async fn tcp_probe(&self, ip: &str, port: u16, timeout: Duration) -> Result<bool> {
+        Ok(crate::runtime::tcp_connects(self.config.netns.as_deref(), ip, port, timeout).await)
+    }
+
+    async fn http_probe(&self, ip: &str, port: u16, path: &str, timeout: Duration) -> Result<bool> {
+        let netns = self.config.netns.as_deref();
+        Ok(crate::runtime::http_get_succeeds(netns, ip, port, path, timeout).await)
     }
 }
 

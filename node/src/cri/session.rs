@@ -65,7 +65,11 @@ fn frame(channel: u8, data: &[u8]) -> Message {
 }
 
 /// Connects to the streaming server at `url` (as CRI returned it) and relays the session.
-pub(super) async fn open(url: &str, call: &'static str) -> Result<Session> {
+pub(super) async fn open(
+    url: &str,
+    netns: Option<&std::path::Path>,
+    call: &'static str,
+) -> Result<Session> {
     let failed = |message: String| RuntimeError::Call { call, message };
     let ws_url = match url.split_once("://") {
         Some(("https", rest)) => format!("wss://{rest}"),
@@ -78,13 +82,29 @@ pub(super) async fn open(url: &str, call: &'static str) -> Result<Session> {
     request
         .headers_mut()
         .insert("Sec-WebSocket-Protocol", HeaderValue::from_static(PROTOCOL));
-    let (ws, _) = tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(request))
+    // containerd's streaming server listens in containerd's network namespace.
+    let addr = request
+        .uri()
+        .authority()
+        .and_then(|a| a.as_str().parse::<std::net::SocketAddr>().ok())
+        .ok_or_else(|| {
+            failed(format!(
+                "streaming URL {url:?} names no IP address and port"
+            ))
+        })?;
+    let stream = crate::netns::connect(netns, addr, CONNECT_TIMEOUT)
         .await
-        .map_err(|_| RuntimeError::Timeout {
-            call,
-            timeout: CONNECT_TIMEOUT,
-        })?
         .map_err(|e| failed(format!("streaming server at {url}: {e}")))?;
+    let (ws, _) = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        tokio_tungstenite::client_async(request, stream),
+    )
+    .await
+    .map_err(|_| RuntimeError::Timeout {
+        call,
+        timeout: CONNECT_TIMEOUT,
+    })?
+    .map_err(|e| failed(format!("streaming server at {url}: {e}")))?;
     let (input, mut input_rx) = mpsc::channel::<SessionInput>(16);
     let (output_tx, output) = mpsc::channel(16);
     // Bounded by the connection: it ends with the streaming server's status, when the server

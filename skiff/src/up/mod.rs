@@ -525,6 +525,10 @@ fn start_nodes(cluster: &mut Cluster, exe: &str, args: &Args) -> Result<Vec<Stri
             node.name = Some("node-0".into());
             node.containerd_socket = Some(c.socket().to_path_buf());
             node.pod_log_dir = Some(cluster.dir.join("pods"));
+            // Pods get addresses from the node's pod CIDR, on a bridge in containerd's own
+            // network namespace (the host's network is not touched).
+            node.cni = Some(c.cni_dirs());
+            node.runtime_netns = Some(c.netns());
             node.labels = vec![
                 "kubernetes.io/os=linux".into(),
                 format!("node.skiff.dev/cpus={cpus}"),

@@ -1,0 +1,53 @@
+//! Connections into the node's network namespace. A containerd of `skiff up` runs in a
+//! network namespace of its own, so that the bridges and rules CNI makes never touch the
+//! host's network; its pods' addresses and its streaming server (exec, attach) are reached
+//! there. A socket belongs to the namespace it was made in, so a connection is made on a
+//! thread of its own that has joined the namespace, and then used from anywhere.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+/// A TCP connection to `addr` within `timeout`, made in the network namespace at `netns`
+/// (`/proc/<pid>/ns/net`), or in this process's own when none is given.
+pub async fn connect(
+    netns: Option<&Path>,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> std::io::Result<TcpStream> {
+    let timed_out = || {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("{addr}: no connection within {timeout:?}"),
+        )
+    };
+    let Some(netns) = netns else {
+        return tokio::time::timeout(timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| timed_out())?;
+    };
+    let netns: PathBuf = netns.to_owned();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    // The thread ends with the connection made: nothing else ever runs in the namespace
+    // it joined.
+    std::thread::Builder::new()
+        .name("netns-connect".into())
+        .spawn(move || {
+            let made = (|| {
+                use std::os::fd::AsFd as _;
+                let ns = std::fs::File::open(&netns)?;
+                nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(std::io::Error::from)?;
+                let stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+                stream.set_nonblocking(true)?;
+                Ok::<_, std::io::Error>(stream)
+            })();
+            let _ = tx.send(made);
+        })?;
+    let stream = rx
+        .await
+        .map_err(|_| std::io::Error::other("the connecting thread ended without an answer"))??;
+    TcpStream::from_std(stream)
+}
