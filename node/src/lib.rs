@@ -15,6 +15,7 @@
 //! | [`status`]    | the coalescing, retrying pod status writer                             |
 //! | [`agent`]     | Node registration, heartbeat, the pod watch, reconcile on restart      |
 //! | [`cni`]       | the node's pod network: the CNI configuration containerd runs pods with |
+//! | [`proxy`]     | Service rules (kube-proxy's iptables mode): cluster IPs and node ports to ready endpoints |
 //! | [`netns`]     | connections into the node's network namespace (probes, sessions)      |
 //! | [`bootstrap`] | joining with a bootstrap token: a key, a CSR, the certificate it gets  |
 //! | [`logs`]      | the agent's gRPC log service (`skiff node logs`, `pods/log`)           |
@@ -33,6 +34,7 @@ pub mod image;
 pub mod logs;
 pub mod metrics;
 pub mod netns;
+pub mod proxy;
 pub mod runtime;
 pub mod sessions;
 pub mod sim;

@@ -153,6 +153,11 @@ pub struct Args {
     /// Where host-local keeps its address leases (one file per pod address).
     #[arg(long, default_value = "/var/lib/cni/networks")]
     cni_ipam_dir: PathBuf,
+    /// How Services reach their endpoints on this node: `iptables` (kube-proxy's iptables
+    /// mode, in the node's network namespace) or `none` [default: iptables with `--runtime
+    /// cri`, none for simulated nodes].
+    #[arg(long, value_parser = ["iptables", "none"])]
+    proxy_mode: Option<String>,
     /// containerd's network namespace (`/proc/<pid>/ns/net`, or a file under /run/netns)
     /// when it runs in one of its own: the agent reaches pods (probes) and containerd's
     /// streaming server (exec, attach) there.
@@ -509,6 +514,32 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             crate::signals::terminated().await;
             stop.cancel();
         });
+        let proxy = match args.proxy_mode.as_deref() {
+            Some("iptables") => true,
+            Some(_) => false,
+            None => args.runtime == RuntimeKind::Cri,
+        };
+        if proxy {
+            let (client, cancel) = (client.clone(), cancel.clone());
+            let config = skiff_node::proxy::ProxyConfig {
+                netns: args.runtime_netns.clone(),
+            };
+            // Supervised: a failure is reported and the proxy started again.
+            tokio::spawn(async move {
+                loop {
+                    match skiff_node::proxy::run(client.clone(), config.clone(), cancel.clone()).await {
+                        Ok(()) => break,
+                        Err(e) => {
+                            tracing::error!(error = %e, "the Service proxy stopped; starting it again in 5s");
+                            tokio::select! {
+                                () = cancel.cancelled() => break,
+                                () = tokio::time::sleep(Duration::from_secs(5)) => {}
+                            }
+                        }
+                    }
+                }
+            });
+        }
         tracing::info!(nodes = nodes.len(), "node agent starting");
         let listeners = agent::Listeners {
             logs: Some(listener),

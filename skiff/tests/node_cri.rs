@@ -586,3 +586,195 @@ async fn pods_get_addresses_from_their_node_and_reach_each_other() {
     .await;
     assert_eq!(leases, vec![ip]);
 }
+
+/// The log of `pod`'s container `main` (its first run).
+fn container_log(cluster: &Cluster, pod: &Pod) -> String {
+    std::fs::read_to_string(
+        cluster
+            .dir
+            .path()
+            .join("pods")
+            .join(format!(
+                "default_{}_{}",
+                pod.metadata.name, pod.metadata.uid
+            ))
+            .join("main/0.log"),
+    )
+    .unwrap_or_default()
+}
+
+/// Runs a client pod that makes `requests` HTTP requests to `url` and returns what each
+/// answered (the serving pod's name).
+async fn ask(
+    cluster: &Cluster,
+    api: &ClusterClient,
+    name: &str,
+    url: &str,
+    requests: usize,
+) -> Vec<String> {
+    create_and_bind_networked(
+        api,
+        name,
+        json!({"restartPolicy": "Never", "containers": [container(&format!(
+            "for i in $(seq {requests}); do wget -qO- {url} || echo failed; done"
+        ))]}),
+    )
+    .await;
+    let pod = eventually(Duration::from_secs(60), &format!("{name} done"), || async {
+        get_pod(api, name)
+            .await
+            .filter(|p| matches!(phase(p), Some(PodPhase::Succeeded | PodPhase::Failed)))
+    })
+    .await;
+    container_log(cluster, &pod)
+        .lines()
+        .filter_map(|l| l.split(" stdout F ").nth(1).map(str::to_owned))
+        .collect()
+}
+
+/// Services on a real node: the agent's rules send a cluster IP's connections to the ready
+/// endpoints at random (all three answer), a node port to them too, and once a server pod is
+/// deleted and its endpoint removed, no request goes to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_spread_over_ready_endpoints_and_drop_deleted_ones() {
+    let _turn = TURN.lock().await;
+    let cluster = Cluster::start(3).await;
+    let ctr = Containerd::start(cluster.dir.path());
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _agent = Agent::start(cluster.dir.path(), &cluster.endpoints(), &ctr);
+    let manager = skiff_launch::ControllerManagerCommand {
+        endpoints: cluster.endpoints(),
+        lease_ttl: Some(Duration::from_secs(2)),
+        log: Some("info".into()),
+        ..skiff_launch::ControllerManagerCommand::default()
+    };
+    let _manager = Launch::new(
+        "controller manager",
+        skiff_bin(),
+        cluster.dir.path().join("controller-manager.log"),
+    )
+    .args(manager.args())
+    .spawn()
+    .expect("spawn skiff controller-manager")
+    .tail_on_panic(40);
+    let long = Duration::from_secs(60);
+    let node = eventually(long, "node c1 Ready", || async {
+        match api.get(Kind::Node, "", "c1").await.ok()? {
+            Some(Object::Node(n)) if n.is_ready() => Some(n),
+            _ => None,
+        }
+    })
+    .await;
+    let gateway = node.spec.pod_cidr.replace(".0/24", ".1");
+
+    for i in 0..3 {
+        let mut server = container(&format!(
+            "mkdir -p /www && echo echo-{i} > /www/index.html && exec httpd -f -p 8080 -h /www"
+        ));
+        server["readinessProbe"] = json!({"httpGet": {"path": "/index.html", "port": 8080},
+                                          "periodSeconds": 1});
+        let pod = Object::from_json(
+            Kind::Pod,
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": format!("echo-{i}"), "namespace": "default",
+                                "labels": {"app": "echo"}},
+                   "spec": {"terminationGracePeriodSeconds": 0, "containers": [server]}})
+            .to_string()
+            .as_bytes(),
+        )
+        .expect("pod");
+        api.create(&pod).await.expect("create");
+        api.bind(vec![Binding {
+            namespace: "default".into(),
+            pod: format!("echo-{i}"),
+            node: "c1".into(),
+            pod_resource_version: 0,
+        }])
+        .await
+        .expect("bind");
+    }
+    let service = Object::from_json(
+        Kind::Service,
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "echo", "namespace": "default"},
+               "spec": {"type": "NodePort", "selector": {"app": "echo"},
+                        "ports": [{"port": 80, "targetPort": 8080}]}})
+        .to_string()
+        .as_bytes(),
+    )
+    .expect("service");
+    let Object::Service(svc) = api.create(&service).await.expect("service") else {
+        panic!("not a service")
+    };
+    let ready = |n: usize| {
+        let api = api.clone();
+        async move {
+            let (slices, _) = api
+                .list(
+                    Kind::EndpointSlice,
+                    &ListParams::default().labels("kubernetes.io/service-name=echo"),
+                )
+                .await
+                .ok()?;
+            let count: usize = slices
+                .iter()
+                .filter_map(|s| match s {
+                    Object::EndpointSlice(s) => Some(s),
+                    _ => None,
+                })
+                .flat_map(|s| &s.endpoints)
+                .filter(|e| e.conditions.ready == Some(true))
+                .count();
+            (count == n).then_some(())
+        }
+    };
+    eventually(long, "3 ready endpoints", || ready(3)).await;
+
+    let cluster_ip = &svc.spec.cluster_ip;
+    let answers = ask(
+        &cluster,
+        &api,
+        "ask-1",
+        &format!("http://{cluster_ip}/"),
+        40,
+    )
+    .await;
+    assert_eq!(answers.len(), 40, "{answers:?}");
+    for i in 0..3 {
+        assert!(
+            answers.iter().any(|a| *a == format!("echo-{i}")),
+            "echo-{i} never answered: {answers:?}"
+        );
+    }
+    let node_port = svc.spec.ports[0].node_port.expect("a node port");
+    let through_node = ask(
+        &cluster,
+        &api,
+        "ask-np",
+        &format!("http://{gateway}:{node_port}/"),
+        5,
+    )
+    .await;
+    assert!(
+        through_node.iter().all(|a| a.starts_with("echo-")),
+        "{through_node:?}"
+    );
+
+    api.delete(Kind::Pod, "default", "echo-0", 0, Some(0))
+        .await
+        .expect("delete echo-0");
+    eventually(long, "2 ready endpoints", || ready(2)).await;
+    let answers = ask(
+        &cluster,
+        &api,
+        "ask-2",
+        &format!("http://{cluster_ip}/"),
+        40,
+    )
+    .await;
+    assert_eq!(answers.len(), 40, "{answers:?}");
+    assert!(
+        answers.iter().all(|a| a == "echo-1" || a == "echo-2"),
+        "{answers:?}"
+    );
+}

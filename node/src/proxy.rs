@@ -1,0 +1,454 @@
+//! Service rules, as kube-proxy's iptables mode programs them: each Service port's cluster
+//! IP (and node port) is DNATed to one of its ready endpoints, chosen at random, in the
+//! node's network namespace; a Service without ready endpoints refuses connections at once.
+//!
+//! ```text
+//!  informers (Services, EndpointSlices) ─► desired rules (pure: `rules`) ─► iptables-restore
+//!  nat  PREROUTING, OUTPUT ─► SKIFF-SERVICES ─► -d clusterIP -p tcp --dport P ─► SKIFF-SVC-…
+//!                                └─ dst-type LOCAL ─► SKIFF-NODEPORTS ─► --dport N ─► SKIFF-SVC-…
+//!       SKIFF-SVC-… ─► statistic random 1/n, 1/(n-1) … ─► SKIFF-SEP-… ─► mark, DNAT ip:port
+//!       POSTROUTING ─► SKIFF-POSTROUTING: marked ─► MASQUERADE
+//!  filter OUTPUT, FORWARD ─► SKIFF-FILTER ─► no ready endpoint ─► REJECT
+//! ```
+//!
+//! Every Service connection is masqueraded (kube-proxy's `--masquerade-all`): a reply from a
+//! pod on the same bridge then comes back through the node, where the DNAT is undone,
+//! whatever the bridge's netfilter settings. Rules are written whole, in one
+//! `iptables-restore --noflush` of Skiff's own chains (the built-in chains only jump to
+//! them), at most every [`MIN_SYNC`], and only when they change. When an endpoint leaves,
+//! the UDP conntrack entries that still point at it are deleted (`conntrack -D`), so
+//! datagrams stop going to it; TCP connections to it end with it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use skiff_proto::api::service::{EndpointSlice, SERVICE_NAME_LABEL};
+use skiff_proto::api::{Kind, Object};
+use skiff_proto::client::{ClusterClient, Event, Informer, ListParams};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// The shortest time between two syncs (kube-proxy's `--iptables-min-sync-period`).
+pub const MIN_SYNC: Duration = Duration::from_millis(100);
+/// The mark of connections to masquerade.
+const MASQ_MARK: &str = "0x4000/0x4000";
+
+/// Where and how the rules are written.
+#[derive(Debug, Clone, Default)]
+pub struct ProxyConfig {
+    /// The node's network namespace, when it is not this process's.
+    pub netns: Option<PathBuf>,
+}
+
+/// One Service port as the rules need it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ServicePort {
+    /// `namespace/name:port-name`, for comments and chain names.
+    pub id: String,
+    pub cluster_ip: String,
+    pub protocol: String,
+    pub port: i32,
+    pub node_port: Option<i32>,
+    /// Ready endpoints: (address, port).
+    pub endpoints: Vec<(String, i32)>,
+}
+
+/// The Service ports to program, from the Services and their EndpointSlices: ready
+/// endpoints only, matched to the Service port by name (and protocol).
+pub fn service_ports(
+    services: &BTreeMap<String, Object>,
+    slices: &BTreeMap<String, Object>,
+) -> Vec<ServicePort> {
+    let mut by_service: BTreeMap<(String, String), Vec<&EndpointSlice>> = BTreeMap::new();
+    for o in slices.values() {
+        if let Object::EndpointSlice(s) = o
+            && let Some(svc) = s.metadata.labels.get(SERVICE_NAME_LABEL)
+            && s.address_type == "IPv4"
+        {
+            by_service
+                .entry((s.metadata.namespace.clone(), svc.clone()))
+                .or_default()
+                .push(s);
+        }
+    }
+    let mut out = Vec::new();
+    for o in services.values() {
+        let Object::Service(svc) = o else { continue };
+        if svc.is_headless() || svc.spec.cluster_ip.is_empty() {
+            continue;
+        }
+        let key = (svc.metadata.namespace.clone(), svc.metadata.name.clone());
+        let slices = by_service.get(&key).map(Vec::as_slice).unwrap_or_default();
+        for p in &svc.spec.ports {
+            out.push(ServicePort {
+                id: format!("{}/{}:{}", key.0, key.1, p.name),
+                cluster_ip: svc.spec.cluster_ip.clone(),
+                protocol: if p.protocol.is_empty() {
+                    "TCP".into()
+                } else {
+                    p.protocol.clone()
+                },
+                port: p.port,
+                node_port: p.node_port.filter(|_| svc.is_node_port()),
+                endpoints: endpoints_of(p, slices),
+            });
+        }
+    }
+    out
+}
+
+fn endpoints_of(
+    port: &skiff_proto::api::service::ServicePort,
+    slices: &[&EndpointSlice],
+) -> Vec<(String, i32)> {
+    let mut out = BTreeSet::new();
+    for s in slices {
+        let Some(p) = s.ports.iter().find(|sp| {
+            sp.name.as_deref().unwrap_or_default() == port.name
+                && sp.protocol.as_deref().unwrap_or("TCP")
+                    == if port.protocol.is_empty() {
+                        "TCP"
+                    } else {
+                        &port.protocol
+                    }
+        }) else {
+            continue;
+        };
+        let Some(target) = p.port else { continue };
+        for e in &s.endpoints {
+            // Ready: serving and not terminating (an unset condition counts as ready, as
+            // Kubernetes reads it).
+            if e.conditions.ready.unwrap_or(true) {
+                out.extend(e.addresses.iter().map(|a| (a.clone(), target)));
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// A chain name from `what`: a prefix and 16 hex digits of its hash (iptables allows 28
+/// characters).
+fn chain(prefix: &str, what: &str) -> String {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    what.hash(&mut h);
+    format!("{prefix}{:016X}", h.finish())
+}
+
+/// The rules for `ports`, as `iptables-restore` input (nat and filter tables), and the
+/// per-service chains they use.
+pub fn rules(ports: &[ServicePort], stale: &BTreeSet<String>) -> (String, BTreeSet<String>) {
+    let mut chains = BTreeSet::new();
+    let mut nat = String::new();
+    let mut filter = String::new();
+    for p in ports {
+        let proto = p.protocol.to_ascii_lowercase();
+        if p.endpoints.is_empty() {
+            let _ = writeln!(
+                filter,
+                "-A SKIFF-FILTER -d {}/32 -p {proto} -m {proto} --dport {} -m comment --comment \"{} has no endpoints\" -j REJECT",
+                p.cluster_ip, p.port, p.id
+            );
+            continue;
+        }
+        let svc = chain("SKIFF-SVC-", &p.id);
+        chains.insert(svc.clone());
+        let _ = writeln!(
+            nat,
+            "-A SKIFF-SERVICES -d {}/32 -p {proto} -m {proto} --dport {} -m comment --comment \"{}\" -j {svc}",
+            p.cluster_ip, p.port, p.id
+        );
+        if let Some(np) = p.node_port {
+            let _ = writeln!(
+                nat,
+                "-A SKIFF-NODEPORTS -p {proto} -m {proto} --dport {np} -m comment --comment \"{}\" -j {svc}",
+                p.id
+            );
+        }
+        let n = p.endpoints.len();
+        for (i, (ip, port)) in p.endpoints.iter().enumerate() {
+            let sep = chain("SKIFF-SEP-", &format!("{}/{ip}:{port}", p.id));
+            chains.insert(sep.clone());
+            let left = n - i;
+            if left > 1 {
+                let _ = writeln!(
+                    nat,
+                    "-A {svc} -m statistic --mode random --probability {:.10} -j {sep}",
+                    1.0 / left as f64
+                );
+            } else {
+                let _ = writeln!(nat, "-A {svc} -j {sep}");
+            }
+            let _ = writeln!(nat, "-A {sep} -j SKIFF-MARK-MASQ");
+            let _ = writeln!(
+                nat,
+                "-A {sep} -p {proto} -m {proto} -j DNAT --to-destination {ip}:{port}"
+            );
+        }
+    }
+    let mut text = String::from("*nat\n");
+    for base in [
+        "SKIFF-SERVICES",
+        "SKIFF-NODEPORTS",
+        "SKIFF-POSTROUTING",
+        "SKIFF-MARK-MASQ",
+    ] {
+        let _ = writeln!(text, ":{base} - [0:0]");
+    }
+    for c in chains.iter().chain(stale.difference(&chains)) {
+        let _ = writeln!(text, ":{c} - [0:0]");
+    }
+    text.push_str(&nat);
+    text.push_str("-A SKIFF-SERVICES -m addrtype --dst-type LOCAL -j SKIFF-NODEPORTS\n");
+    let _ = writeln!(
+        text,
+        "-A SKIFF-MARK-MASQ -j MARK --set-xmark {MASQ_MARK}\n\
+         -A SKIFF-POSTROUTING -m mark --mark {MASQ_MARK} -j MASQUERADE"
+    );
+    // Chains of Services and endpoints gone since the last sync: emptied above, removed.
+    for c in stale.difference(&chains) {
+        let _ = writeln!(text, "-X {c}");
+    }
+    text.push_str("COMMIT\n*filter\n:SKIFF-FILTER - [0:0]\n");
+    text.push_str(&filter);
+    text.push_str("COMMIT\n");
+    (text, chains)
+}
+
+/// The jumps from the built-in chains to Skiff's, added once (the syncs only rewrite
+/// Skiff's chains).
+const JUMPS: [(&str, &str, &str); 5] = [
+    ("nat", "PREROUTING", "SKIFF-SERVICES"),
+    ("nat", "OUTPUT", "SKIFF-SERVICES"),
+    ("nat", "POSTROUTING", "SKIFF-POSTROUTING"),
+    ("filter", "OUTPUT", "SKIFF-FILTER"),
+    ("filter", "FORWARD", "SKIFF-FILTER"),
+];
+
+/// `program args` in the node's network namespace (through `nsenter`), with `input` on its
+/// standard input.
+async fn run_in(
+    netns: Option<&Path>,
+    program: &str,
+    args: &[&str],
+    input: Option<&str>,
+) -> std::io::Result<std::process::Output> {
+    use tokio::io::AsyncWriteExt as _;
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = tokio::process::Command::new("nsenter");
+            c.arg(format!("--net={}", ns.display()))
+                .arg("--")
+                .arg(program);
+            c
+        }
+        None => tokio::process::Command::new(program),
+    };
+    cmd.args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn()?;
+    if let Some(text) = input
+        && let Some(mut stdin) = child.stdin.take()
+    {
+        stdin.write_all(text.as_bytes()).await?;
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().await
+}
+
+async fn ensure_jumps(netns: Option<&Path>) -> std::io::Result<()> {
+    // The chains must exist before a jump to them.
+    let (empty, _) = rules(&[], &BTreeSet::new());
+    restore(netns, &empty).await?;
+    for (table, from, to) in JUMPS {
+        let check = run_in(
+            netns,
+            "iptables",
+            &["-w", "-t", table, "-C", from, "-j", to],
+            None,
+        )
+        .await?;
+        if !check.status.success() {
+            let add = run_in(
+                netns,
+                "iptables",
+                &["-w", "-t", table, "-I", from, "-j", to],
+                None,
+            )
+            .await?;
+            if !add.status.success() {
+                return Err(std::io::Error::other(format!(
+                    "iptables -t {table} -I {from} -j {to}: {}",
+                    String::from_utf8_lossy(&add.stderr).trim()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn restore(netns: Option<&Path>, text: &str) -> std::io::Result<()> {
+    let out = run_in(netns, "iptables-restore", &["-w", "--noflush"], Some(text)).await?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "iptables-restore: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// Runs the proxy until `cancel`: follows Services and EndpointSlices and keeps the rules
+/// as they say. Returns an error when the rules cannot be written at all (no iptables, no
+/// permission), so the agent reports it.
+pub async fn run(
+    client: ClusterClient,
+    config: ProxyConfig,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    let netns = config.netns.clone();
+    ensure_jumps(netns.as_deref()).await?;
+    let services = Arc::new(std::sync::Mutex::new(BTreeMap::<String, Object>::new()));
+    let slices = Arc::new(std::sync::Mutex::new(BTreeMap::<String, Object>::new()));
+    let changed = Arc::new(Notify::new());
+    let mut followers = tokio::task::JoinSet::new();
+    for (kind, store) in [
+        (Kind::Service, services.clone()),
+        (Kind::EndpointSlice, slices.clone()),
+    ] {
+        let (client, changed) = (client.clone(), changed.clone());
+        followers.spawn(async move {
+            let mut informer = Informer::new(client, kind, ListParams::default());
+            let r = informer
+                .run(|e: &Event, _| {
+                    let mut objects = store
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    match e {
+                        Event::Added(o) | Event::Modified(o) => {
+                            objects.insert(o.key(), o.clone());
+                        }
+                        Event::Deleted(o) => {
+                            objects.remove(&o.key());
+                        }
+                        Event::Bookmark(_) => return,
+                    }
+                    drop(objects);
+                    changed.notify_one();
+                })
+                .await;
+            (kind, r)
+        });
+    }
+    let mut chains = BTreeSet::new();
+    let mut written = String::new();
+    let mut before: BTreeMap<String, Vec<(String, i32)>> = BTreeMap::new();
+    let mut last = Instant::now() - MIN_SYNC;
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return Ok(()),
+            () = changed.notified() => {}
+            Some(done) = followers.join_next() => {
+                let (kind, r) = done.map_err(std::io::Error::other)?;
+                return Err(std::io::Error::other(format!("the {kind} informer stopped: {r:?}")));
+            }
+        }
+        let wait = MIN_SYNC.saturating_sub(last.elapsed());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        last = Instant::now();
+        let ports = {
+            let s = services
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            let e = slices
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            service_ports(&s, &e)
+        };
+        let (text, now) = rules(&ports, &chains);
+        if text == written {
+            continue;
+        }
+        let started = Instant::now();
+        if let Err(e) = restore(netns.as_deref(), &text).await {
+            tracing::warn!(error = %e, "writing the Service rules failed; trying again");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            changed.notify_one();
+            continue;
+        }
+        tracing::debug!(ports = ports.len(), took = ?started.elapsed(), "Service rules written");
+        chains = now;
+        written = text;
+        let after: BTreeMap<String, Vec<(String, i32)>> = ports
+            .iter()
+            .filter(|p| p.protocol == "UDP")
+            .map(|p| (p.id.clone(), p.endpoints.clone()))
+            .collect();
+        for (id, old) in &before {
+            let kept = after.get(id).cloned().unwrap_or_default();
+            for (ip, _) in old.iter().filter(|e| !kept.contains(e)) {
+                // Datagrams of a flow already DNATed to the endpoint would keep going there.
+                let _ = run_in(
+                    netns.as_deref(),
+                    "conntrack",
+                    &["-D", "-p", "udp", "--reply-src", ip],
+                    None,
+                )
+                .await;
+            }
+        }
+        before = after;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn port(id: &str, endpoints: &[(&str, i32)]) -> ServicePort {
+        ServicePort {
+            id: id.into(),
+            cluster_ip: "10.96.0.10".into(),
+            protocol: "TCP".into(),
+            port: 80,
+            node_port: Some(30080),
+            endpoints: endpoints.iter().map(|(a, p)| (a.to_string(), *p)).collect(),
+        }
+    }
+
+    #[test]
+    fn each_endpoint_is_chosen_with_equal_chance_and_gone_chains_are_removed() {
+        let three = port(
+            "default/web:http",
+            &[
+                ("10.244.0.2", 8080),
+                ("10.244.0.3", 8080),
+                ("10.244.0.4", 8080),
+            ],
+        );
+        let (text, chains) = rules(&[three], &BTreeSet::new());
+        assert_eq!(chains.len(), 4, "one service chain, three endpoint chains");
+        assert!(text.contains("--probability 0.3333333333"), "{text}");
+        assert!(text.contains("--probability 0.5000000000"), "{text}");
+        assert_eq!(text.matches("-j DNAT --to-destination").count(), 3);
+        assert!(text.contains("--dport 30080"), "{text}");
+        // The Service loses its endpoints: a REJECT, and its chains emptied and removed.
+        let (text, left) = rules(&[port("default/web:http", &[])], &chains);
+        assert!(left.is_empty());
+        assert!(text.contains("-j REJECT"), "{text}");
+        for c in &chains {
+            assert!(text.contains(&format!("-X {c}")), "{c} in {text}");
+        }
+    }
+}
