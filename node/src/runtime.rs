@@ -56,6 +56,44 @@ pub struct SandboxSpec {
     pub pod_cidr: String,
     /// Attempt number (a sandbox recreated for the same pod gets the next one).
     pub attempt: u32,
+    /// The containers' `hostPort`s: the node's ports that lead to the pod's (CNI's portmap).
+    pub host_ports: Vec<HostPort>,
+}
+
+/// A node port that leads to a pod's port (`ports[].hostPort` of a container).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HostPort {
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    pub container_port: i32,
+    pub host_port: i32,
+    /// The node address it is bound on; empty: all of them.
+    pub host_ip: String,
+}
+
+impl HostPort {
+    /// The `hostPort`s of `pod`'s containers (init containers' included, as the kubelet
+    /// does).
+    pub fn of(pod: &skiff_proto::api::Pod) -> Vec<HostPort> {
+        pod.spec
+            .init_containers
+            .iter()
+            .chain(&pod.spec.containers)
+            .flat_map(|c| &c.ports)
+            .filter_map(|p| {
+                Some(HostPort {
+                    protocol: if p.protocol.is_empty() {
+                        "TCP".into()
+                    } else {
+                        p.protocol.clone()
+                    },
+                    container_port: p.container_port,
+                    host_port: p.host_port.filter(|h| *h > 0)?,
+                    host_ip: p.host_ip.clone(),
+                })
+            })
+            .collect()
+    }
 }
 
 /// A sandbox as the runtime reports it.

@@ -326,6 +326,7 @@ fn perform(
                 host_ip: ctx.host_ip.clone(),
                 pod_cidr: ctx.pod_cidr.clone(),
                 attempt,
+                host_ports: crate::runtime::HostPort::of(pod),
             };
             Box::pin(async move {
                 Some(match rt.run_sandbox(&spec).await {

@@ -830,14 +830,16 @@ async fn services_track_their_ready_pods_in_endpoint_slices() {
         "{none:?} in {slices} slice(s)"
     );
 
-    // Scaled up: five.
-    let Some(Object::Deployment(mut d)) =
-        api.get(Kind::Deployment, "default", "web").await.unwrap()
-    else {
-        panic!("no deployment")
-    };
-    d.spec.replicas = Some(5);
-    api.update(&Object::Deployment(d)).await.expect("scale");
+    // Scaled up: five (again on a conflict: the controller writes the Deployment's status).
+    eventually(Duration::from_secs(30), "the deployment scaled", || async {
+        let Ok(Some(Object::Deployment(mut d))) = api.get(Kind::Deployment, "default", "web").await
+        else {
+            return None;
+        };
+        d.spec.replicas = Some(5);
+        api.update(&Object::Deployment(d)).await.ok()
+    })
+    .await;
     eventually(Duration::from_secs(60), "5 ready endpoints", || async {
         (endpoints_of(&api, "web").await.0.len() == 5).then_some(())
     })

@@ -319,9 +319,10 @@ async fn pods_run_in_containerd() {
     );
 }
 
-/// Bound → Running latency through containerd, printed as p50/p99 (the closing note's
-/// figure; `SKIFF_CRI_LATENCY_PODS=100` for the full run, 20 by default to keep CI short;
-/// `SKIFF_CRI_BIND_INTERVAL_MS` paces the binds, 0 binds them all at once).
+/// Bound → Running latency through containerd, printed as p50/p99 for host-network pods and
+/// for pods on the pod network (CNI) in the same run (`SKIFF_CRI_LATENCY_PODS=100` of each
+/// for the full run, 10 by default to keep CI short; `SKIFF_CRI_BIND_INTERVAL_MS` paces the
+/// binds, 0 binds them all at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bound_to_running_latency_with_containerd() {
     let _turn = TURN.lock().await;
@@ -330,7 +331,7 @@ async fn bound_to_running_latency_with_containerd() {
     let n: usize = std::env::var("SKIFF_CRI_LATENCY_PODS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+        .unwrap_or(10);
     let pace = Duration::from_millis(
         std::env::var("SKIFF_CRI_BIND_INTERVAL_MS")
             .ok()
@@ -345,13 +346,20 @@ async fn bound_to_running_latency_with_containerd() {
         api.get(Kind::Node, "", "c1").await.ok().flatten()
     })
     .await;
-    for i in 0..n {
-        api.create(&pod(
-            &format!("l{i}"),
-            json!({"terminationGracePeriodSeconds": 0, "containers": [container("sleep 3600")]}),
-        ))
-        .await
-        .expect("create");
+    // Host-network pods (`h…`) and pod-network pods (`c…`, through CNI) alternate, so both
+    // meet the same load.
+    let spec = json!({"terminationGracePeriodSeconds": 0, "containers": [container("sleep 3600")]});
+    let names: Vec<String> = (0..n)
+        .flat_map(|i| [format!("h{i}"), format!("c{i}")])
+        .collect();
+    for name in &names {
+        let mut p = pod(name, spec.clone());
+        if name.starts_with('c')
+            && let Object::Pod(p) = &mut p
+        {
+            p.spec.host_network = None;
+        }
+        api.create(&p).await.expect("create");
     }
     let (_, rev) = api
         .list(Kind::Pod, &ListParams::default().namespace("default"))
@@ -371,9 +379,9 @@ async fn bound_to_running_latency_with_containerd() {
     let bound_at = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
     let binder = {
         let (api, bound_at) = (api.clone(), bound_at.clone());
+        let names = names.clone();
         tokio::spawn(async move {
-            for i in 0..n {
-                let name = format!("l{i}");
+            for name in names {
                 bound_at
                     .lock()
                     .expect("lock")
@@ -390,24 +398,24 @@ async fn bound_to_running_latency_with_containerd() {
             }
         })
     };
-    let mut latencies = Vec::new();
+    let mut latencies: std::collections::BTreeMap<char, Vec<Duration>> = Default::default();
     let deadline = Instant::now() + Duration::from_secs(300);
-    while latencies.len() < n {
+    while latencies.values().map(Vec::len).sum::<usize>() < names.len() {
         let left = deadline.saturating_duration_since(Instant::now());
         let Ok(next) = tokio::time::timeout(left, watch.next()).await else {
             // Say which pods never ran, and why, before failing.
             let mut stuck = Vec::new();
-            for i in 0..n {
-                let name = format!("l{i}");
-                if let Some(p) = get_pod(&api, &name).await
+            for name in &names {
+                if let Some(p) = get_pod(&api, name).await
                     && phase(&p) != Some(PodPhase::Running)
                 {
                     stuck.push(format!("{name}: {:?}", p.status));
                 }
             }
             panic!(
-                "{} of {n} pods Running within 300 s; the others:\n{}",
-                latencies.len(),
+                "{} of {} pods Running within 300 s; the others:\n{}",
+                latencies.values().map(Vec::len).sum::<usize>(),
+                names.len(),
                 stuck.join("\n")
             );
         };
@@ -416,18 +424,23 @@ async fn bound_to_running_latency_with_containerd() {
             && phase(&p) == Some(PodPhase::Running)
             && let Some(t) = bound_at.lock().expect("lock").remove(&p.metadata.name)
         {
-            latencies.push(t.elapsed());
+            let class = p.metadata.name.chars().next().unwrap_or('?');
+            latencies.entry(class).or_default().push(t.elapsed());
         }
     }
     binder.await.expect("binder");
-    latencies.sort();
-    let q = |f: f64| latencies[((latencies.len() as f64 * f) as usize).min(latencies.len() - 1)];
-    eprintln!(
-        "bound→Running over {n} pods (containerd CRI, binds {pace:?} apart): p50 {:?}, p99 {:?}, max {:?}",
-        q(0.50),
-        q(0.99),
-        latencies[latencies.len() - 1]
-    );
+    for (class, what) in [('h', "hostNetwork"), ('c', "pod network (CNI)")] {
+        let mut l = latencies.remove(&class).unwrap_or_default();
+        l.sort();
+        let q = |f: f64| l[((l.len() as f64 * f) as usize).min(l.len() - 1)];
+        eprintln!(
+            "bound→Running over {} {what} pods (containerd CRI, binds {pace:?} apart): p50 {:?}, p99 {:?}, max {:?}",
+            l.len(),
+            q(0.50),
+            q(0.99),
+            l[l.len() - 1]
+        );
+    }
 }
 
 /// A pod on the pod network (no `hostNetwork`), bound to c1.
@@ -463,7 +476,8 @@ fn churn_pods() -> usize {
 /// Pods without `hostNetwork` get an address from their node's pod CIDR through CNI (the
 /// agent writes the configuration, containerd calls bridge and host-local in its own network
 /// namespace): a server pod passes an HTTP readiness probe made there, a client pod fetches
-/// a page from it by its address, and pods created and deleted leave no address leased.
+/// a page from it by its address and through its `hostPort` on the node, and pods created
+/// and deleted leave no address leased.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_get_addresses_from_their_node_and_reach_each_other() {
     let _turn = TURN.lock().await;
@@ -484,12 +498,15 @@ async fn pods_get_addresses_from_their_node_and_reach_each_other() {
         .rsplit_once(".0/24")
         .map(|(p, _)| format!("{p}."))
         .unwrap_or_else(|| panic!("a /24 pod CIDR: {cidr:?}"));
+    // The node's address on its pods' bridge (the block's first).
+    let gateway = format!("{prefix}1");
 
     let mut server = container(
         "mkdir -p /www && echo served-by-server > /www/index.html && exec httpd -f -p 8080 -h /www",
     );
     server["readinessProbe"] = json!({"httpGet": {"path": "/index.html", "port": 8080},
                                       "periodSeconds": 1});
+    server["ports"] = json!([{"containerPort": 8080, "hostPort": 18080}]);
     create_and_bind_networked(&api, "server", json!({"containers": [server]})).await;
     let server = eventually(long, "server Ready with an address", || async {
         get_pod(&api, "server").await.filter(|p| {
@@ -514,7 +531,9 @@ async fn pods_get_addresses_from_their_node_and_reach_each_other() {
         &api,
         "client",
         json!({"restartPolicy": "Never",
-               "containers": [container(&format!("wget -qO- http://{ip}:8080/index.html"))]}),
+        "containers": [container(&format!(
+            "wget -qO- http://{ip}:8080/index.html && wget -qO- http://{gateway}:18080/index.html"
+        ))]}),
     )
     .await;
     let client = eventually(long, "client Succeeded", || async {
@@ -534,7 +553,8 @@ async fn pods_get_addresses_from_their_node_and_reach_each_other() {
     )
     .unwrap_or_default();
     assert_eq!(phase(&client), Some(PodPhase::Succeeded), "{log}");
-    assert!(log.contains("served-by-server"), "{log}");
+    // By its address, and through its node's hostPort.
+    assert_eq!(log.matches("served-by-server").count(), 2, "{log}");
     let client_ip = client
         .status
         .as_ref()

@@ -212,6 +212,24 @@ impl CriRuntime {
                 spec.pod_name.clone()
             },
             log_directory: log_dir.to_string_lossy().into_owned(),
+            // containerd hands them to CNI's portmap; a host-network pod needs none.
+            port_mappings: if spec.host_network {
+                Vec::new()
+            } else {
+                spec.host_ports
+                    .iter()
+                    .map(|p| cri::PortMapping {
+                        protocol: match p.protocol.as_str() {
+                            "UDP" => cri::Protocol::Udp,
+                            "SCTP" => cri::Protocol::Sctp,
+                            _ => cri::Protocol::Tcp,
+                        } as i32,
+                        container_port: p.container_port,
+                        host_port: p.host_port,
+                        host_ip: p.host_ip.clone(),
+                    })
+                    .collect()
+            },
             labels,
             linux: Some(cri::LinuxPodSandboxConfig {
                 security_context: Some(cri::LinuxSandboxSecurityContext {
@@ -240,6 +258,7 @@ impl CriRuntime {
             host_ip: get(labels::HOST_IP),
             pod_cidr: String::new(),
             attempt,
+            host_ports: Vec::new(),
         }
     }
 
