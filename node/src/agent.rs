@@ -76,6 +76,9 @@ pub struct NodeConfig {
     pub events: bool,
     /// Where to write the node's CNI configuration once it has a pod CIDR (CRI runtime).
     pub cni: Option<crate::cni::CniConfig>,
+    /// Serve cluster DNS for this domain in the node's network namespace (given), on the
+    /// node's bridge address, and point pods on the pod network at it.
+    pub dns: Option<(String, std::path::PathBuf)>,
 }
 
 impl NodeConfig {
@@ -100,6 +103,7 @@ impl NodeConfig {
             logs_endpoint: None,
             events: true,
             cni: None,
+            dns: None,
         }
     }
 
@@ -455,6 +459,41 @@ impl NodeAgent {
 
     /// Creates the Node, or takes over an existing one (labels and taints from the flags are
     /// added; capacity and conditions are ours to write).
+    /// The cluster DNS server of this node's pods (its bridge address) and the domain, when
+    /// the agent serves DNS and the node has a pod CIDR; the server is started here.
+    fn cluster_dns(&self, pod_cidr: &str) -> Option<(String, String)> {
+        let (domain, netns) = self.config.dns.clone()?;
+        let (network, _) = pod_cidr.split_once('/')?;
+        let gateway = network
+            .parse::<std::net::Ipv4Addr>()
+            .ok()
+            .map(|ip| std::net::Ipv4Addr::from(u32::from(ip) + 1))?;
+        let config = crate::dns::DnsConfig {
+            netns: Some(netns),
+            // The bridge (and so its address) appears with the first pod: listen on every
+            // address of the node's own namespace.
+            listen: std::net::SocketAddr::from(([0, 0, 0, 0], 53)),
+            domain: domain.clone(),
+        };
+        let (client, cancel) = (self.client.clone(), self.cancel.clone());
+        // Supervised: a failure is reported and the server started again.
+        tokio::spawn(async move {
+            loop {
+                match crate::dns::run(client.clone(), config.clone(), cancel.clone()).await {
+                    Ok(()) => break,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cluster DNS stopped; starting it again in 5s");
+                        tokio::select! {
+                            () = cancel.cancelled() => break,
+                            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+                        }
+                    }
+                }
+            }
+        });
+        Some((gateway.to_string(), domain))
+    }
+
     /// Writes the node's CNI configuration for its pod CIDR; without a CIDR (node IPAM off)
     /// only host-network pods can run, and the agent says so.
     fn configure_network(&self, cni: &crate::cni::CniConfig, pod_cidr: &str) {
@@ -605,6 +644,7 @@ impl NodeAgent {
             node: self.config.name.clone(),
             host_ip: self.config.host_ip.clone(),
             pod_cidr: node.spec.pod_cidr.clone(),
+            cluster_dns: self.cluster_dns(&node.spec.pod_cidr),
             engine: self.config.engine,
             events: self.events.clone(),
             metrics: self.metrics.clone(),

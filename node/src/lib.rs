@@ -15,6 +15,8 @@
 //! | [`status`]    | the coalescing, retrying pod status writer                             |
 //! | [`agent`]     | Node registration, heartbeat, the pod watch, reconcile on restart      |
 //! | [`cni`]       | the node's pod network: the CNI configuration containerd runs pods with |
+//! | [`dns`]       | cluster DNS on each node: Services' names to their cluster IPs (or endpoints) |
+//! | [`services`]  | the Services and EndpointSlices a node follows, for rules and DNS        |
 //! | [`proxy`]     | Service rules (kube-proxy's iptables mode): cluster IPs and node ports to ready endpoints |
 //! | [`netns`]     | connections into the node's network namespace (probes, sessions)      |
 //! | [`bootstrap`] | joining with a bootstrap token: a key, a CSR, the certificate it gets  |
@@ -27,6 +29,7 @@ pub mod agent;
 pub mod bootstrap;
 pub mod cni;
 pub mod cri;
+pub mod dns;
 pub mod engine;
 pub mod events;
 pub mod guard;
@@ -36,6 +39,7 @@ pub mod metrics;
 pub mod netns;
 pub mod proxy;
 pub mod runtime;
+pub mod services;
 pub mod sessions;
 pub mod sim;
 pub mod status;

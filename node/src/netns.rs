@@ -51,3 +51,34 @@ pub async fn connect(
         .map_err(|_| std::io::Error::other("the connecting thread ended without an answer"))??;
     TcpStream::from_std(stream)
 }
+
+/// A UDP socket bound to `addr` in the network namespace at `netns` (this process's own when
+/// none is given).
+pub async fn bind_udp(
+    netns: Option<&Path>,
+    addr: SocketAddr,
+) -> std::io::Result<tokio::net::UdpSocket> {
+    let Some(netns) = netns else {
+        return tokio::net::UdpSocket::bind(addr).await;
+    };
+    let netns: PathBuf = netns.to_owned();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("netns-bind".into())
+        .spawn(move || {
+            let bound = (|| {
+                use std::os::fd::AsFd as _;
+                let ns = std::fs::File::open(&netns)?;
+                nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(std::io::Error::from)?;
+                let socket = std::net::UdpSocket::bind(addr)?;
+                socket.set_nonblocking(true)?;
+                Ok::<_, std::io::Error>(socket)
+            })();
+            let _ = tx.send(bound);
+        })?;
+    let socket = rx
+        .await
+        .map_err(|_| std::io::Error::other("the binding thread ended without an answer"))??;
+    tokio::net::UdpSocket::from_std(socket)
+}

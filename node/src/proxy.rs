@@ -22,13 +22,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use skiff_proto::api::Object;
 use skiff_proto::api::service::{EndpointSlice, SERVICE_NAME_LABEL};
-use skiff_proto::api::{Kind, Object};
-use skiff_proto::client::{ClusterClient, Event, Informer, ListParams};
-use tokio::sync::Notify;
+use skiff_proto::client::ClusterClient;
 use tokio_util::sync::CancellationToken;
 
 /// The shortest time between two syncs (kube-proxy's `--iptables-min-sync-period`).
@@ -315,38 +313,8 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let netns = config.netns.clone();
     ensure_jumps(netns.as_deref()).await?;
-    let services = Arc::new(std::sync::Mutex::new(BTreeMap::<String, Object>::new()));
-    let slices = Arc::new(std::sync::Mutex::new(BTreeMap::<String, Object>::new()));
-    let changed = Arc::new(Notify::new());
-    let mut followers = tokio::task::JoinSet::new();
-    for (kind, store) in [
-        (Kind::Service, services.clone()),
-        (Kind::EndpointSlice, slices.clone()),
-    ] {
-        let (client, changed) = (client.clone(), changed.clone());
-        followers.spawn(async move {
-            let mut informer = Informer::new(client, kind, ListParams::default());
-            let r = informer
-                .run(|e: &Event, _| {
-                    let mut objects = store
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    match e {
-                        Event::Added(o) | Event::Modified(o) => {
-                            objects.insert(o.key(), o.clone());
-                        }
-                        Event::Deleted(o) => {
-                            objects.remove(&o.key());
-                        }
-                        Event::Bookmark(_) => return,
-                    }
-                    drop(objects);
-                    changed.notify_one();
-                })
-                .await;
-            (kind, r)
-        });
-    }
+    let (followed, mut followers) = crate::services::follow(&client);
+    let changed = followed.changed.clone();
     let mut chains = BTreeSet::new();
     let mut written = String::new();
     let mut before: BTreeMap<String, Vec<(String, i32)>> = BTreeMap::new();
@@ -366,15 +334,8 @@ pub async fn run(
         }
         last = Instant::now();
         let ports = {
-            let s = services
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone();
-            let e = slices
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone();
-            service_ports(&s, &e)
+            let (services, slices) = followed.snapshot();
+            service_ports(&services, &slices)
         };
         let (text, now) = rules(&ports, &chains);
         if text == written {

@@ -58,6 +58,33 @@ pub struct SandboxSpec {
     pub attempt: u32,
     /// The containers' `hostPort`s: the node's ports that lead to the pod's (CNI's portmap).
     pub host_ports: Vec<HostPort>,
+    /// The pod's `/etc/resolv.conf` (dnsPolicy `ClusterFirst` on the pod network); none: the
+    /// runtime's default.
+    pub dns: Option<PodDns>,
+}
+
+/// A pod's resolver configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PodDns {
+    pub servers: Vec<String>,
+    pub searches: Vec<String>,
+    pub options: Vec<String>,
+}
+
+impl PodDns {
+    /// Kubernetes' `ClusterFirst` for a pod in `namespace`: the cluster's DNS server, the
+    /// namespace's, the cluster's and the domain's search paths, `ndots:5`.
+    pub fn cluster_first(server: &str, namespace: &str, domain: &str) -> PodDns {
+        PodDns {
+            servers: vec![server.to_owned()],
+            searches: vec![
+                format!("{namespace}.svc.{domain}"),
+                format!("svc.{domain}"),
+                domain.to_owned(),
+            ],
+            options: vec!["ndots:5".into()],
+        }
+    }
 }
 
 /// A node port that leads to a pod's port (`ports[].hostPort` of a container).

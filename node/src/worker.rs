@@ -40,10 +40,31 @@ pub struct WorkerContext {
     pub host_ip: String,
     /// The node's block of the pod network (`spec.podCIDR`; empty: none).
     pub pod_cidr: String,
+    /// The cluster DNS server pods on the pod network use, and the cluster domain.
+    pub cluster_dns: Option<(String, String)>,
     pub engine: EngineConfig,
     /// Where the pod's events go (`None`: not recorded).
     pub events: Option<EventRecorder>,
     pub metrics: AgentMetrics,
+}
+
+/// The pod's resolver when it uses the cluster's DNS: on the pod network, with dnsPolicy
+/// `ClusterFirst` (the default); host-network pods and `Default`/`None` keep the runtime's.
+fn cluster_first(ctx: &WorkerContext, pod: &Pod) -> Option<crate::runtime::PodDns> {
+    let (server, domain) = ctx.cluster_dns.as_ref()?;
+    let policy = pod
+        .spec
+        .other
+        .get("dnsPolicy")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("ClusterFirst");
+    let on_pod_network = !pod.spec.host_network.unwrap_or(false);
+    let wanted = match policy {
+        "ClusterFirst" => on_pod_network,
+        "ClusterFirstWithHostNet" => true,
+        _ => false,
+    };
+    wanted.then(|| crate::runtime::PodDns::cluster_first(server, &pod.metadata.namespace, domain))
 }
 
 impl WorkerContext {
@@ -327,6 +348,7 @@ fn perform(
                 pod_cidr: ctx.pod_cidr.clone(),
                 attempt,
                 host_ports: crate::runtime::HostPort::of(pod),
+                dns: cluster_first(ctx, pod),
             };
             Box::pin(async move {
                 Some(match rt.run_sandbox(&spec).await {

@@ -65,6 +65,7 @@ fn harness() -> Harness {
         node: "n1".into(),
         host_ip: "192.0.2.10".into(),
         pod_cidr: String::new(),
+        cluster_dns: None,
         engine: EngineConfig::default(),
         events: None,
         metrics: AgentMetrics::default(),

@@ -153,6 +153,11 @@ pub struct Args {
     /// Where host-local keeps its address leases (one file per pod address).
     #[arg(long, default_value = "/var/lib/cni/networks")]
     cni_ipam_dir: PathBuf,
+    /// The cluster's DNS domain. With `--runtime-netns`, the agent serves cluster DNS in the
+    /// node's namespace (`<service>.<namespace>.svc.<domain>`, on its bridge address, port
+    /// 53) and gives pods on the pod network a resolv.conf pointing there.
+    #[arg(long, default_value = skiff_node::dns::DEFAULT_DOMAIN)]
+    cluster_domain: String,
     /// How Services reach their endpoints on this node: `iptables` (kube-proxy's iptables
     /// mode, in the node's network namespace) or `none` [default: iptables with `--runtime
     /// cri`, none for simulated nodes].
@@ -270,6 +275,10 @@ impl Args {
         base.host_ip = self.host_ip.clone();
         base.heartbeat = self.heartbeat_interval;
         base.events = !self.no_events;
+        base.dns = self
+            .runtime_netns
+            .clone()
+            .map(|ns| (self.cluster_domain.clone(), ns));
         base.cni = self
             .cni_conf_dir
             .clone()

@@ -653,8 +653,9 @@ async fn ask(
 }
 
 /// Services on a real node: the agent's rules send a cluster IP's connections to the ready
-/// endpoints at random (all three answer), a node port to them too, and once a server pod is
-/// deleted and its endpoint removed, no request goes to it.
+/// endpoints at random (all three answer), a node port to them too, the Service's name
+/// resolves through the node's cluster DNS, and once a server pod is deleted and its endpoint
+/// removed, no request goes to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn services_spread_over_ready_endpoints_and_drop_deleted_ones() {
     let _turn = TURN.lock().await;
@@ -778,6 +779,25 @@ async fn services_spread_over_ready_endpoints_and_drop_deleted_ones() {
     assert!(
         through_node.iter().all(|a| a.starts_with("echo-")),
         "{through_node:?}"
+    );
+
+    // By name, through the node's cluster DNS and the pod's search path.
+    let by_name = ask(&cluster, &api, "ask-dns", "http://echo/", 5).await;
+    assert!(
+        by_name.len() == 5 && by_name.iter().all(|a| a.starts_with("echo-")),
+        "{by_name:?}"
+    );
+    let fqdn = ask(
+        &cluster,
+        &api,
+        "ask-fqdn",
+        "http://echo.default.svc.cluster.local/",
+        2,
+    )
+    .await;
+    assert!(
+        fqdn.len() == 2 && fqdn.iter().all(|a| a.starts_with("echo-")),
+        "{fqdn:?}"
     );
 
     api.delete(Kind::Pod, "default", "echo-0", 0, Some(0))

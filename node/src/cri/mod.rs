@@ -212,6 +212,11 @@ impl CriRuntime {
                 spec.pod_name.clone()
             },
             log_directory: log_dir.to_string_lossy().into_owned(),
+            dns_config: spec.dns.as_ref().map(|d| cri::DnsConfig {
+                servers: d.servers.clone(),
+                searches: d.searches.clone(),
+                options: d.options.clone(),
+            }),
             // containerd hands them to CNI's portmap; a host-network pod needs none.
             port_mappings: if spec.host_network {
                 Vec::new()
@@ -259,6 +264,7 @@ impl CriRuntime {
             pod_cidr: String::new(),
             attempt,
             host_ports: Vec::new(),
+            dns: None,
         }
     }
 

@@ -247,9 +247,9 @@ impl ClusterApi {
     }
 
     /// A usable slot no claim holds (nor `also_taken`, slots this write takes already), read
-    /// from this member's keyspace: from a random place on, so that writes at once seldom
-    /// want the same one (a slot taken meanwhile fails the write's comparison, and it is
-    /// tried again).
+    /// from this member's keyspace, chosen uniformly among the free ones, so that writes at
+    /// once seldom want the same one (a slot taken meanwhile fails the write's comparison,
+    /// and it is tried again). A mostly free pool is probed at random; a fuller one is counted.
     pub(super) fn free_slot(
         &self,
         pool: &dyn Pool,
@@ -273,14 +273,20 @@ impl ClusterApi {
             .collect();
         taken.extend(also_taken.iter().filter_map(|s| pool.index_of(s)));
         let len = pool.len();
-        if len == 0 {
+        let free = |i: &u32| pool.usable(*i) && !taken.contains(i);
+        let mut rng = rand::rng();
+        for _ in 0..64 {
+            let i = rng.random_range(0..len.max(1));
+            if i < len && free(&i) {
+                return Ok(Some(pool.slot(i)));
+            }
+        }
+        let count = (0..len).filter(free).count();
+        if count == 0 {
             return Ok(None);
         }
-        let start = rand::rng().random_range(0..len);
-        Ok((0..len)
-            .map(|n| (start + n) % len)
-            .find(|i| pool.usable(*i) && !taken.contains(i))
-            .map(|i| pool.slot(i)))
+        let n = rng.random_range(0..count);
+        Ok((0..len).filter(free).nth(n).map(|i| pool.slot(i)))
     }
 }
 
