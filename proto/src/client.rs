@@ -81,6 +81,14 @@ impl tonic::service::Interceptor for Bearer {
     }
 }
 
+/// Which part of an object an update writes.
+#[derive(Debug, Clone, Copy)]
+enum Part {
+    Main,
+    Status,
+    Approval,
+}
+
 /// A client of the cluster API, balanced over the given store members.
 #[derive(Debug, Clone)]
 pub struct ClusterClient {
@@ -378,46 +386,34 @@ impl ClusterClient {
     }
 
     pub async fn update(&self, object: &Object) -> Result<Object> {
-        let r = self
-            .raw
-            .clone()
-            .update(pb::UpdateRequest {
-                object: Some(to_pb(object)),
-                dry_run: false,
-                fence: self.fence.clone(),
-            })
-            .await?
-            .into_inner();
-        from_pb(&r.object.unwrap_or_default())
+        self.write_part(object, Part::Main).await
     }
 
     pub async fn update_status(&self, object: &Object) -> Result<Object> {
-        let r = self
-            .raw
-            .clone()
-            .update_status(pb::UpdateRequest {
-                object: Some(to_pb(object)),
-                dry_run: false,
-                fence: self.fence.clone(),
-            })
-            .await?
-            .into_inner();
-        from_pb(&r.object.unwrap_or_default())
+        self.write_part(object, Part::Status).await
     }
 
     /// Writes a CertificateSigningRequest's Approved or Denied condition (its `approval`
     /// subresource), as an approver does.
     pub async fn update_approval(&self, object: &Object) -> Result<Object> {
-        let r = self
-            .raw
-            .clone()
-            .update_approval(pb::UpdateRequest {
-                object: Some(to_pb(object)),
-                dry_run: false,
-                fence: self.fence.clone(),
-            })
-            .await?
-            .into_inner();
+        self.write_part(object, Part::Approval).await
+    }
+
+    /// An update of `part` of `object` (the object itself, its status, or a request's
+    /// approval), fenced as this client is.
+    async fn write_part(&self, object: &Object, part: Part) -> Result<Object> {
+        let request = pb::UpdateRequest {
+            object: Some(to_pb(object)),
+            dry_run: false,
+            fence: self.fence.clone(),
+        };
+        let mut raw = self.raw.clone();
+        let r = match part {
+            Part::Main => raw.update(request).await?,
+            Part::Status => raw.update_status(request).await?,
+            Part::Approval => raw.update_approval(request).await?,
+        }
+        .into_inner();
         from_pb(&r.object.unwrap_or_default())
     }
 

@@ -901,25 +901,7 @@ async fn the_agent_port_takes_certificates_and_asks_the_api() {
 
     // kubectl exec: the member opens the session with its kubelet client certificate.
     if kubectl_on_path() {
-        let out = Command::new("kubectl")
-            .arg(format!("--server={}", s.api))
-            .arg(format!(
-                "--certificate-authority={}",
-                certs.join("ca.pem").display()
-            ))
-            .arg(format!(
-                "--client-certificate={}",
-                certs.join("admin.pem").display()
-            ))
-            .arg(format!(
-                "--client-key={}",
-                certs.join("admin-key.pem").display()
-            ))
-            .args(["exec", "talker", "--", "echo", "through the agent"])
-            .env("KUBECONFIG", s.dir.path().join("none"))
-            .output()
-            .expect("kubectl");
-        let (ok, text) = common::outcome(out);
+        let (ok, text) = s.kubectl_as_admin(&["exec", "talker", "--", "echo", "through the agent"]);
         assert!(
             ok && text.contains("through the agent"),
             "kubectl exec: {text}"

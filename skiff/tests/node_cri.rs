@@ -137,6 +137,10 @@ fn phase(p: &Pod) -> Option<PodPhase> {
 
 async fn create_and_bind(api: &ClusterClient, name: &str, spec: serde_json::Value) {
     api.create(&pod(name, spec)).await.expect("create");
+    bind_to_c1(api, name).await;
+}
+
+async fn bind_to_c1(api: &ClusterClient, name: &str) {
     api.bind(vec![Binding {
         namespace: "default".into(),
         pod: name.into(),
@@ -320,9 +324,9 @@ async fn pods_run_in_containerd() {
 }
 
 /// Bound → Running latency through containerd, printed as p50/p99 for host-network pods and
-/// for pods on the pod network (CNI) in the same run (`SKIFF_CRI_LATENCY_PODS=100` of each
-/// for the full run, 10 by default to keep CI short; `SKIFF_CRI_BIND_INTERVAL_MS` paces the
-/// binds, 0 binds them all at once).
+/// for pods on the pod network (CNI) in the same run (`SKIFF_CRI_LATENCY_PODS=50` of each for
+/// the figure, within the node's 110 pods; 10 by default to keep CI short;
+/// `SKIFF_CRI_BIND_INTERVAL_MS` paces the binds, 0 binds them all at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bound_to_running_latency_with_containerd() {
     let _turn = TURN.lock().await;
@@ -454,14 +458,7 @@ async fn create_and_bind_networked(api: &ClusterClient, name: &str, spec: serde_
     )
     .expect("test pod decodes");
     api.create(&pod).await.expect("create");
-    api.bind(vec![Binding {
-        namespace: "default".into(),
-        pod: name.into(),
-        node: "c1".into(),
-        pod_resource_version: 0,
-    }])
-    .await
-    .expect("bind");
+    bind_to_c1(api, name).await;
 }
 
 /// How many pods the address churn creates and deletes (`SKIFF_CNI_CHURN`; the issue's
@@ -705,14 +702,7 @@ async fn services_spread_over_ready_endpoints_and_drop_deleted_ones() {
         )
         .expect("pod");
         api.create(&pod).await.expect("create");
-        api.bind(vec![Binding {
-            namespace: "default".into(),
-            pod: format!("echo-{i}"),
-            node: "c1".into(),
-            pod_resource_version: 0,
-        }])
-        .await
-        .expect("bind");
+        bind_to_c1(&api, &format!("echo-{i}")).await;
     }
     let service = Object::from_json(
         Kind::Service,

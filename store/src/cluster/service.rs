@@ -97,6 +97,30 @@ fn authorize<T>(
     Ok(api.as_user(&user))
 }
 
+/// Update, UpdateStatus and UpdateApproval: authorized as `update` of the object or of its
+/// subresource, then written as [`ClusterApi::update`] writes `part`.
+async fn update_part(
+    api: &ClusterApi,
+    req: Request<pb::UpdateRequest>,
+    part: Part,
+) -> Result<Response<pb::ObjectResponse>, Status> {
+    let object = from_pb(req.get_ref().object.clone())?;
+    let (ns, name) = (namespace_of(&object), &object.metadata().name);
+    let ask = Ask {
+        subresource: match part {
+            Part::Main => None,
+            Part::Status => Some("status"),
+            Part::Approval => Some("approval"),
+        },
+        ..Ask::new("update", object.kind(), ns, name)
+    };
+    let me = authorize(api, &req, ask)?;
+    let req = req.into_inner();
+    let fenced = fenced(&me, req.fence);
+    let (rev, o) = ClusterApi::update(&fenced, object, part, req.dry_run).await?;
+    Ok(object_response(api, rev, &o))
+}
+
 fn fields(selectors: Option<&pb::Selectors>) -> &str {
     selectors.map_or("", |s| s.field_selector.as_str())
 }
@@ -242,47 +266,21 @@ impl Cluster for ClusterApi {
         &self,
         req: Request<pb::UpdateRequest>,
     ) -> Result<Response<pb::ObjectResponse>, Status> {
-        let object = from_pb(req.get_ref().object.clone())?;
-        let (ns, name) = (namespace_of(&object), &object.metadata().name);
-        let me = authorize(self, &req, Ask::new("update", object.kind(), ns, name))?;
-        let req = req.into_inner();
-        let api = fenced(&me, req.fence);
-        let (rev, o) = ClusterApi::update(&api, object, Part::Main, req.dry_run).await?;
-        Ok(object_response(self, rev, &o))
+        update_part(self, req, Part::Main).await
     }
 
     async fn update_status(
         &self,
         req: Request<pb::UpdateRequest>,
     ) -> Result<Response<pb::ObjectResponse>, Status> {
-        let object = from_pb(req.get_ref().object.clone())?;
-        let (ns, name) = (namespace_of(&object), &object.metadata().name);
-        let ask = Ask {
-            subresource: Some("status"),
-            ..Ask::new("update", object.kind(), ns, name)
-        };
-        let me = authorize(self, &req, ask)?;
-        let req = req.into_inner();
-        let api = fenced(&me, req.fence);
-        let (rev, o) = ClusterApi::update(&api, object, Part::Status, req.dry_run).await?;
-        Ok(object_response(self, rev, &o))
+        update_part(self, req, Part::Status).await
     }
 
     async fn update_approval(
         &self,
         req: Request<pb::UpdateRequest>,
     ) -> Result<Response<pb::ObjectResponse>, Status> {
-        let object = from_pb(req.get_ref().object.clone())?;
-        let (ns, name) = (namespace_of(&object), &object.metadata().name);
-        let ask = Ask {
-            subresource: Some("approval"),
-            ..Ask::new("update", object.kind(), ns, name)
-        };
-        let me = authorize(self, &req, ask)?;
-        let req = req.into_inner();
-        let api = fenced(&me, req.fence);
-        let (rev, o) = ClusterApi::update(&api, object, Part::Approval, req.dry_run).await?;
-        Ok(object_response(self, rev, &o))
+        update_part(self, req, Part::Approval).await
     }
 
     async fn delete(
