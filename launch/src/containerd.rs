@@ -193,6 +193,27 @@ impl Drop for Containerd {
                 }
             }
         }
+        // The sandboxes' shm mounts and the snapshots stay mounted after their containerd:
+        // unmounted, the directory can be removed (or a cluster resumed on it).
+        unmount_under(&self.home);
+    }
+}
+
+/// Unmounts whatever is mounted under `dir` (a containerd leaves its sandboxes' shm and its
+/// overlay snapshots mounted), deepest first; lazily, so a mount still in use goes when it
+/// is no longer used.
+pub fn unmount_under(dir: &Path) {
+    let Ok(mounts) = std::fs::read_to_string("/proc/mounts") else {
+        return;
+    };
+    let mut points: Vec<&str> = mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1))
+        .filter(|p| Path::new(p).starts_with(dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in points {
+        let _ = Command::new("umount").arg("-l").arg(p).output();
     }
 }
 

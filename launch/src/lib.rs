@@ -25,7 +25,7 @@ pub use command::{
     ClientCert, ClusterState, ControllerManagerCommand, NodeBootstrap, NodeCommand, RuntimeKind,
     SchedulerCommand, ServingCert, SigningCa, StoreCommand, StoreTls,
 };
-pub use containerd::Containerd;
+pub use containerd::{Containerd, unmount_under};
 
 /// Why a process could not be started, signalled or set up.
 #[derive(Debug, thiserror::Error)]

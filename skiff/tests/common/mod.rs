@@ -505,14 +505,8 @@ where
     }
 }
 
-/// Unmounts whatever is mounted under `dir` (a test's containerd leaves overlay snapshots and
-/// its shims' state mounted), deepest first.
+/// Unmounts whatever is mounted under `dir` (`skiff-launch`'s, which a containerd's drop
+/// also runs).
 pub fn unmount_under(dir: &Path) {
-    let _ = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "grep -o ' {}[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l",
-            dir.display()
-        ))
-        .status();
+    skiff_launch::unmount_under(dir);
 }
