@@ -140,6 +140,17 @@ async fn create_and_bind(api: &ClusterClient, name: &str, spec: serde_json::Valu
     bind_to_c1(api, name).await;
 }
 
+/// Node c1, once its agent has registered it Ready.
+async fn node_c1_ready(api: &ClusterClient) -> skiff_proto::api::Node {
+    eventually(Duration::from_secs(60), "node c1 Ready", || async {
+        match api.get(Kind::Node, "", "c1").await.ok()? {
+            Some(Object::Node(n)) if n.is_ready() => Some(n),
+            _ => None,
+        }
+    })
+    .await
+}
+
 async fn bind_to_c1(api: &ClusterClient, name: &str) {
     api.bind(vec![Binding {
         namespace: "default".into(),
@@ -163,13 +174,7 @@ async fn pods_run_in_containerd() {
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
     let mut agent = Agent::start(cluster.dir.path(), &cluster.endpoints(), &ctr);
     let long = Duration::from_secs(60);
-    eventually(long, "node c1 Ready", || async {
-        match api.get(Kind::Node, "", "c1").await.ok()? {
-            Some(Object::Node(n)) if n.is_ready() => Some(n),
-            _ => None,
-        }
-    })
-    .await;
+    node_c1_ready(&api).await;
 
     create_and_bind(
         &api,
@@ -483,13 +488,7 @@ async fn pods_get_addresses_from_their_node_and_reach_each_other() {
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
     let _agent = Agent::start(cluster.dir.path(), &cluster.endpoints(), &ctr);
     let long = Duration::from_secs(60);
-    let node = eventually(long, "node c1 Ready", || async {
-        match api.get(Kind::Node, "", "c1").await.ok()? {
-            Some(Object::Node(n)) if n.is_ready() => Some(n),
-            _ => None,
-        }
-    })
-    .await;
+    let node = node_c1_ready(&api).await;
     let cidr = node.spec.pod_cidr.clone();
     let prefix = cidr
         .rsplit_once(".0/24")
@@ -697,13 +696,7 @@ async fn services_spread_over_ready_endpoints_and_drop_deleted_ones() {
     .expect("spawn skiff controller-manager")
     .tail_on_panic(40);
     let long = Duration::from_secs(60);
-    let node = eventually(long, "node c1 Ready", || async {
-        match api.get(Kind::Node, "", "c1").await.ok()? {
-            Some(Object::Node(n)) if n.is_ready() => Some(n),
-            _ => None,
-        }
-    })
-    .await;
+    let node = node_c1_ready(&api).await;
     let gateway = node.spec.pod_cidr.replace(".0/24", ".1");
 
     for i in 0..3 {

@@ -323,7 +323,7 @@ fn validate_pod_affinity_term(errs: &mut Errors, path: &Path, t: &PodAffinityTer
 
 /// An IANA service name: at most 15 of [a-z0-9-], at least one letter, no leading, trailing or
 /// double '-'.
-fn is_port_name(s: &str) -> bool {
+pub(super) fn is_port_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 15
         && s.bytes()
@@ -334,7 +334,7 @@ fn is_port_name(s: &str) -> bool {
         && !s.contains("--")
 }
 
-fn validate_port_number(errs: &mut Errors, path: &Path, port: i32) {
+pub(super) fn validate_port_number(errs: &mut Errors, path: &Path, port: i32) {
     if !(1..=65535).contains(&port) {
         errs.add(
             path,

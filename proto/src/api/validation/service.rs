@@ -4,33 +4,12 @@
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr};
 
+use super::pod::{is_port_name, validate_port_number};
 use super::{Errors, Path, names};
 use crate::api::meta::IntOrString;
 use crate::api::service::{CLUSTER_IP, EndpointSlice, HEADLESS, NODE_PORT, Service};
 
 const PROTOCOLS: &[&str] = &["TCP", "UDP", "SCTP"];
-
-fn port_range(errs: &mut Errors, path: &Path, port: i32) {
-    if !(1..=65535).contains(&port) {
-        errs.add(
-            path,
-            format!("Invalid value: {port}: must be between 1 and 65535, inclusive"),
-        );
-    }
-}
-
-/// An IANA service name, as a container port's name is: at most 15 characters, lower-case
-/// letters, digits and inner single dashes, at least one letter.
-pub(super) fn is_port_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 15
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && s.bytes().any(|b| b.is_ascii_lowercase())
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-        && !s.contains("--")
-}
 
 pub(super) fn validate_service(errs: &mut Errors, svc: &Service) {
     let spec = Path::root("spec");
@@ -95,7 +74,7 @@ pub(super) fn validate_service(errs: &mut Errors, svc: &Service) {
             }
         }
         errs.one_of(&path.field("protocol"), &p.protocol, PROTOCOLS);
-        port_range(errs, &path.field("port"), p.port);
+        validate_port_number(errs, &path.field("port"), p.port);
         if !ports.insert((p.port, p.protocol.as_str())) {
             errs.add(
                 &path,
@@ -103,7 +82,7 @@ pub(super) fn validate_service(errs: &mut Errors, svc: &Service) {
             );
         }
         match &p.target_port {
-            Some(IntOrString::Int(t)) => port_range(errs, &path.field("targetPort"), *t),
+            Some(IntOrString::Int(t)) => validate_port_number(errs, &path.field("targetPort"), *t),
             Some(IntOrString::String(name)) if !is_port_name(name) => errs.add(
                 &path.field("targetPort"),
                 format!(
@@ -120,7 +99,7 @@ pub(super) fn validate_service(errs: &mut Errors, svc: &Service) {
                     format!("Forbidden: may not be used when `type` is {:?}", s.type_),
                 );
             } else {
-                port_range(errs, &path.field("nodePort"), np);
+                validate_port_number(errs, &path.field("nodePort"), np);
             }
         }
     }
@@ -178,7 +157,7 @@ pub(super) fn validate_endpoint_slice(errs: &mut Errors, slice: &EndpointSlice) 
             errs.one_of(&path.field("protocol"), proto, PROTOCOLS);
         }
         if let Some(port) = p.port {
-            port_range(errs, &path.field("port"), port);
+            validate_port_number(errs, &path.field("port"), port);
         }
     }
 }
