@@ -354,6 +354,10 @@ pub struct NodeCommand {
     pub cni: Option<(PathBuf, PathBuf)>,
     /// containerd's network namespace, when it runs in one of its own.
     pub runtime_netns: Option<PathBuf>,
+    /// The node's address (InternalIP).
+    pub host_ip: Option<String>,
+    /// The cluster's pod network: pod traffic within it is routed, not masqueraded.
+    pub cluster_cidr: Option<String>,
     /// Where the process serves `/metrics` and `/healthz` (`host:port`).
     pub metrics_addr: Option<SocketAddr>,
     pub heartbeat_interval: Option<Duration>,
@@ -382,6 +386,8 @@ impl NodeCommand {
             bootstrap: None,
             cni: None,
             runtime_netns: None,
+            host_ip: None,
+            cluster_cidr: None,
             metrics_addr: None,
             heartbeat_interval: None,
             backoff_initial: None,
@@ -419,6 +425,8 @@ impl NodeCommand {
         if let Some(ns) = &self.runtime_netns {
             a.flag("runtime-netns", ns);
         }
+        a.opt("host-ip", self.host_ip.as_ref())
+            .opt("cluster-cidr", self.cluster_cidr.as_ref());
         if let Some(b) = &self.bootstrap {
             a.flag("cacert", &b.ca)
                 .flag("bootstrap-token", &b.token)

@@ -6,6 +6,7 @@
 //! | [`command`] | typed `skiff store`, `skiff scheduler` and `skiff node` command lines (their argv is checked against the real clap definitions by the skiff crate's tests) and [`RuntimeKind`] |
 //! | [`child`] | [`Launch`] (what to run, where its output goes) and [`Child`], the handle: logs to a file, dies with its parent, is killed by PID when dropped, prints its log's tail when dropped during a panic |
 //! | [`containerd`] | a containerd of one's own (config, root, state and socket under one directory) with the busybox and pause images imported |
+//! | [`network`] | the link the real nodes of one machine share: a bridge in a namespace of its own, each node's namespace joined by a veth pair |
 //!
 //! ```text
 //!  StoreCommand { .. }.args() ─┐
@@ -17,6 +18,7 @@
 pub mod child;
 pub mod command;
 pub mod containerd;
+pub mod network;
 
 use std::path::PathBuf;
 
@@ -26,6 +28,7 @@ pub use command::{
     SchedulerCommand, ServingCert, SigningCa, StoreCommand, StoreTls,
 };
 pub use containerd::{Containerd, unmount_under};
+pub use network::NodeNetwork;
 
 /// Why a process could not be started, signalled or set up.
 #[derive(Debug, thiserror::Error)]

@@ -476,20 +476,8 @@ impl NodeAgent {
             domain: domain.clone(),
         };
         let (client, cancel) = (self.client.clone(), self.cancel.clone());
-        // Supervised: a failure is reported and the server started again.
-        tokio::spawn(async move {
-            loop {
-                match crate::dns::run(client.clone(), config.clone(), cancel.clone()).await {
-                    Ok(()) => break,
-                    Err(e) => {
-                        tracing::error!(error = %e, "cluster DNS stopped; starting it again in 5s");
-                        tokio::select! {
-                            () = cancel.cancelled() => break,
-                            () = tokio::time::sleep(Duration::from_secs(5)) => {}
-                        }
-                    }
-                }
-            }
+        crate::supervise("cluster DNS", cancel.clone(), move || {
+            crate::dns::run(client.clone(), config.clone(), cancel.clone())
         });
         Some((gateway.to_string(), domain))
     }
@@ -520,6 +508,17 @@ impl NodeAgent {
                 "writing the CNI configuration failed: pods without hostNetwork cannot start"
             ),
         }
+        let config = crate::routes::RoutesConfig {
+            node: self.config.name.clone(),
+            host_ip: self.config.host_ip.clone(),
+            pod_cidr: pod_cidr.to_string(),
+            cluster_cidr: cni.cluster_cidr.clone(),
+            netns: cni.netns.clone(),
+        };
+        let (client, cancel) = (self.client.clone(), self.cancel.clone());
+        crate::supervise("the pod network routes", cancel.clone(), move || {
+            crate::routes::run(client.clone(), config.clone(), cancel.clone())
+        });
     }
 
     async fn register(&self) -> Result<Node> {

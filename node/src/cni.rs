@@ -4,7 +4,9 @@
 //! `containernetworking-plugins`) for every pod sandbox that does not use the host network.
 //!
 //! ```text
-//!  bridge skiff0 (the block's first address, the pods' gateway; masquerade out of the block)
+//!  bridge skiff0 (the block's first address, the pods' gateway; masquerade out of the block
+//!    unless the cluster's pod network is known: then the agent's routes module masquerades
+//!    only what leaves that, and pods on other nodes see their callers' addresses)
 //!    └─ host-local IPAM over the node's pod CIDR (the lowest free address; its leases in
 //!       --cni-ipam-dir, one file per address, removed when the sandbox goes)
 //!  portmap (hostPort), loopback (containerd adds it)
@@ -29,10 +31,16 @@ pub struct CniConfig {
     pub conf_dir: PathBuf,
     /// host-local's `dataDir`.
     pub ipam_dir: PathBuf,
+    /// The cluster's pod network (every node's pod CIDR is in it), when known.
+    pub cluster_cidr: Option<String>,
+    /// The node's network namespace (where the bridge, routes and rules live), when it is
+    /// not the agent's own.
+    pub netns: Option<PathBuf>,
 }
 
-/// The network configuration for pod CIDR `pod_cidr`.
-pub fn conflist(pod_cidr: &str, ipam_dir: &Path) -> Value {
+/// The network configuration for pod CIDR `pod_cidr`; `masquerade`: the bridge masquerades
+/// everything that leaves the block.
+pub fn conflist(pod_cidr: &str, ipam_dir: &Path, masquerade: bool) -> Value {
     json!({
         "cniVersion": "1.0.0",
         "name": NETWORK,
@@ -41,7 +49,7 @@ pub fn conflist(pod_cidr: &str, ipam_dir: &Path) -> Value {
                 "type": "bridge",
                 "bridge": BRIDGE,
                 "isGateway": true,
-                "ipMasq": true,
+                "ipMasq": masquerade,
                 "hairpinMode": true,
                 "ipam": {
                     "type": "host-local",
@@ -58,7 +66,8 @@ pub fn conflist(pod_cidr: &str, ipam_dir: &Path) -> Value {
 /// Writes the configuration for `pod_cidr` (through a temporary file and a rename, so
 /// containerd never reads half of it) unless it is there already; whether it wrote.
 pub fn write(config: &CniConfig, pod_cidr: &str) -> std::io::Result<bool> {
-    let text = serde_json::to_string_pretty(&conflist(pod_cidr, &config.ipam_dir))
+    let masquerade = config.cluster_cidr.is_none();
+    let text = serde_json::to_string_pretty(&conflist(pod_cidr, &config.ipam_dir, masquerade))
         .map_err(std::io::Error::other)?;
     let path = config.conf_dir.join(CONF_FILE);
     if std::fs::read_to_string(&path).is_ok_and(|have| have == text) {
@@ -104,6 +113,8 @@ mod tests {
         let config = CniConfig {
             conf_dir: dir.path().join("net.d"),
             ipam_dir: dir.path().join("ipam"),
+            cluster_cidr: None,
+            netns: None,
         };
         assert!(write(&config, "10.244.3.0/24").expect("write"));
         assert!(

@@ -18,6 +18,7 @@
 //! | [`dns`]       | cluster DNS on each node: Services' names to their cluster IPs (or endpoints) |
 //! | [`services`]  | the Services and EndpointSlices a node follows, for rules and DNS        |
 //! | [`proxy`]     | Service rules (kube-proxy's iptables mode): cluster IPs and node ports to ready endpoints |
+//! | [`routes`]    | routes between the nodes' pod networks (host-gw) and pod masquerade    |
 //! | [`netns`]     | connections into the node's network namespace (probes, sessions)      |
 //! | [`bootstrap`] | joining with a bootstrap token: a key, a CSR, the certificate it gets  |
 //! | [`logs`]      | the agent's gRPC log service (`skiff node logs`, `pods/log`)           |
@@ -38,9 +39,39 @@ pub mod logs;
 pub mod metrics;
 pub mod netns;
 pub mod proxy;
+pub mod routes;
 pub mod runtime;
 pub mod services;
 pub mod sessions;
 pub mod sim;
 pub mod status;
 pub mod worker;
+
+/// Runs `task` until `cancel`, as a supervisor would: when it fails, the error is logged
+/// naming `what`, and it starts again 5 s later. For the node's background services (cluster
+/// DNS, Service rules, pod network routes), which no single failure may end for good.
+pub fn supervise<F, Fut, E>(
+    what: &'static str,
+    cancel: tokio_util::sync::CancellationToken,
+    mut task: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), E>> + Send,
+    E: std::fmt::Display + Send,
+{
+    tokio::spawn(async move {
+        loop {
+            match task().await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::error!(error = %e, "{what} stopped; starting again in 5s");
+                    tokio::select! {
+                        () = cancel.cancelled() => break,
+                        () = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+                    }
+                }
+            }
+        }
+    })
+}

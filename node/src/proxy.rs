@@ -228,7 +228,7 @@ const JUMPS: [(&str, &str, &str); 5] = [
 
 /// `program args` in the node's network namespace (through `nsenter`), with `input` on its
 /// standard input.
-async fn run_in(
+pub(crate) async fn run_in(
     netns: Option<&Path>,
     program: &str,
     args: &[&str],
@@ -260,11 +260,16 @@ async fn run_in(
     child.wait_with_output().await
 }
 
-async fn ensure_jumps(netns: Option<&Path>) -> std::io::Result<()> {
+/// Creates Skiff's chains (`chains`: `iptables-restore` input that declares them) and adds
+/// each of `jumps` (table, built-in chain, Skiff's chain) unless it is there.
+pub(crate) async fn ensure_jumps(
+    netns: Option<&Path>,
+    chains: &str,
+    jumps: &[(&str, &str, &str)],
+) -> std::io::Result<()> {
     // The chains must exist before a jump to them.
-    let (empty, _) = rules(&[], &BTreeSet::new());
-    restore(netns, &empty).await?;
-    for (table, from, to) in JUMPS {
+    restore(netns, chains).await?;
+    for &(table, from, to) in jumps {
         let check = run_in(
             netns,
             "iptables",
@@ -291,7 +296,7 @@ async fn ensure_jumps(netns: Option<&Path>) -> std::io::Result<()> {
     Ok(())
 }
 
-async fn restore(netns: Option<&Path>, text: &str) -> std::io::Result<()> {
+pub(crate) async fn restore(netns: Option<&Path>, text: &str) -> std::io::Result<()> {
     let out = run_in(netns, "iptables-restore", &["-w", "--noflush"], Some(text)).await?;
     if out.status.success() {
         Ok(())
@@ -312,7 +317,8 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> std::io::Result<()> {
     let netns = config.netns.clone();
-    ensure_jumps(netns.as_deref()).await?;
+    let (empty, _) = rules(&[], &BTreeSet::new());
+    ensure_jumps(netns.as_deref(), &empty, &JUMPS).await?;
     let (followed, mut followers) = crate::services::follow(&client);
     let changed = followed.changed.clone();
     let mut chains = BTreeSet::new();

@@ -153,6 +153,13 @@ pub struct Args {
     /// Where host-local keeps its address leases (one file per pod address).
     #[arg(long, default_value = "/var/lib/cni/networks")]
     cni_ipam_dir: PathBuf,
+    /// The cluster's pod network (the store's `--cluster-cidr`), with `--cni-conf-dir`: pod
+    /// traffic within it keeps its pods' addresses (other nodes' pod CIDRs are routed
+    /// through their InternalIPs, host-gw style), and only traffic leaving it is
+    /// masqueraded. Without it, everything leaving the node's block is masqueraded (the
+    /// routes are made all the same).
+    #[arg(long)]
+    cluster_cidr: Option<String>,
     /// The cluster's DNS domain. With `--runtime-netns`, the agent serves cluster DNS in the
     /// node's namespace (`<service>.<namespace>.svc.<domain>`, on its bridge address, port
     /// 53) and gives pods on the pod network a resolv.conf pointing there.
@@ -285,6 +292,8 @@ impl Args {
             .map(|conf_dir| skiff_node::cni::CniConfig {
                 conf_dir,
                 ipam_dir: self.cni_ipam_dir.clone(),
+                cluster_cidr: self.cluster_cidr.clone(),
+                netns: self.runtime_netns.clone(),
             });
         base.engine = EngineConfig {
             backoff_initial: self.backoff_initial,
@@ -533,20 +542,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let config = skiff_node::proxy::ProxyConfig {
                 netns: args.runtime_netns.clone(),
             };
-            // Supervised: a failure is reported and the proxy started again.
-            tokio::spawn(async move {
-                loop {
-                    match skiff_node::proxy::run(client.clone(), config.clone(), cancel.clone()).await {
-                        Ok(()) => break,
-                        Err(e) => {
-                            tracing::error!(error = %e, "the Service proxy stopped; starting it again in 5s");
-                            tokio::select! {
-                                () = cancel.cancelled() => break,
-                                () = tokio::time::sleep(Duration::from_secs(5)) => {}
-                            }
-                        }
-                    }
-                }
+            skiff_node::supervise("the Service proxy", cancel.clone(), move || {
+                skiff_node::proxy::run(client.clone(), config.clone(), cancel.clone())
             });
         }
         tracing::info!(nodes = nodes.len(), "node agent starting");
@@ -643,10 +640,14 @@ mod tests {
             name: Some("c1".into()),
             containerd_socket: Some("/tmp/c/containerd.sock".into()),
             pod_log_dir: Some("/tmp/c/pods".into()),
+            host_ip: Some("10.78.0.11".into()),
+            cluster_cidr: Some("10.244.0.0/16".into()),
             ..NodeCommand::new(RuntimeKind::Cri, vec!["127.0.0.1:1".into()])
         };
         let (_, a) = parse(&cri);
         assert_eq!(a.runtime, RuntimeKind::Cri);
+        assert_eq!(Some(a.host_ip), cri.host_ip);
+        assert_eq!(a.cluster_cidr, cri.cluster_cidr);
         assert_eq!(Some(a.containerd_socket), cri.containerd_socket);
         assert_eq!(Some(a.pod_log_dir), cri.pod_log_dir);
     }

@@ -330,9 +330,12 @@ async fn rest_requests_are_authenticated_and_authorized() {
         (Node, "GET", "/api/v1/namespaces/default/pods", None, 403),
         (Node, "GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", None, 200),
         (Node, "GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn2", None, 403),
-        (Node, "GET", "/api/v1/nodes", None, 403),
+        // Every Node may be read (the agent routes to every node's pod network); only its
+        // own written.
+        (Node, "GET", "/api/v1/nodes", None, 200),
         (Node, "GET", "/api/v1/nodes/n1", None, 404),
-        (Node, "GET", "/api/v1/nodes/n2", None, 403),
+        (Node, "GET", "/api/v1/nodes/n2", None, 404),
+        (Node, "DELETE", "/api/v1/nodes/n2", None, 403),
         (Alice, "GET", "/api/v1/namespaces/default/pods", None, 403),
         (Bob, "GET", "/api/v1/namespaces/default/pods", None, 403),
         (Anonymous, "GET", "/api/v1/namespaces/default/pods", None, 403),

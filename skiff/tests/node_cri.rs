@@ -32,7 +32,11 @@ struct Containerd {
 
 impl Containerd {
     fn start(dir: &Path) -> Containerd {
-        let home = dir.join("containerd");
+        Containerd::start_in(&dir.join("containerd"))
+    }
+
+    fn start_in(home: &Path) -> Containerd {
+        let home = home.to_path_buf();
         let containerd = skiff_launch::Containerd::start(
             &home,
             &home.join("containerd.log"),
@@ -71,9 +75,28 @@ struct Agent {
 }
 
 impl Agent {
+    /// Node c1's agent, on its containerd.
     fn start(dir: &Path, endpoints: &[String], ctr: &Containerd) -> Agent {
+        Agent::start_node(
+            dir,
+            endpoints,
+            ctr,
+            "c1",
+            NodeCommand::new(RuntimeKind::Cri, vec![]),
+        )
+    }
+
+    /// Node `name`'s agent on `ctr`, with `extra`'s settings where it has them (its
+    /// address, the cluster's pod network).
+    fn start_node(
+        dir: &Path,
+        endpoints: &[String],
+        ctr: &Containerd,
+        name: &str,
+        extra: NodeCommand,
+    ) -> Agent {
         let node = NodeCommand {
-            name: Some("c1".into()),
+            name: Some(name.into()),
             containerd_socket: Some(ctr.socket().to_path_buf()),
             pod_log_dir: Some(dir.join("pods")),
             heartbeat_interval: Some(Duration::from_secs(2)),
@@ -82,9 +105,12 @@ impl Agent {
             log: Some("info".into()),
             cni: Some(ctr.inner().cni_dirs()),
             runtime_netns: Some(ctr.inner().netns()),
+            host_ip: extra.host_ip,
+            cluster_cidr: extra.cluster_cidr,
             ..NodeCommand::new(RuntimeKind::Cri, endpoints.to_vec())
         };
-        let child = Launch::new("the agent", skiff_bin(), dir.join("agent-cri.log"))
+        let log = dir.join(format!("agent-{name}.log"));
+        let child = Launch::new(format!("the agent of {name}"), skiff_bin(), log)
             .args(node.args())
             .spawn()
             .expect("spawn skiff node");
@@ -640,23 +666,28 @@ fn container_log(cluster: &Cluster, pod: &Pod) -> String {
     .unwrap_or_default()
 }
 
-/// Runs a client pod that makes `requests` HTTP requests to `url` and returns what each
-/// answered (the serving pod's name).
+/// Runs a client pod on `node` that makes `requests` HTTP requests to `url` and returns what
+/// each answered.
 async fn ask(
     cluster: &Cluster,
     api: &ClusterClient,
-    name: &str,
+    (name, node): (&str, &str),
     url: &str,
     requests: usize,
 ) -> Vec<String> {
-    create_and_bind_networked(
-        api,
-        name,
-        json!({"restartPolicy": "Never", "containers": [container(&format!(
+    let pod = Object::from_json(
+        Kind::Pod,
+        json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"restartPolicy": "Never", "containers": [container(&format!(
             "for i in $(seq {requests}); do wget -qO- {url} || echo failed; done"
-        ))]}),
+        ))]}})
+        .to_string()
+        .as_bytes(),
     )
-    .await;
+    .expect("client pod");
+    api.create(&pod).await.expect("create");
+    bind(api, name, node).await;
     let pod = eventually(Duration::from_secs(60), &format!("{name} done"), || async {
         get_pod(api, name)
             .await
@@ -669,17 +700,74 @@ async fn ask(
         .collect()
 }
 
-/// Services on a real node: the agent's rules send a cluster IP's connections to the ready
-/// endpoints at random (all three answer), a node port to them too, the Service's name
-/// resolves through the node's cluster DNS, and once a server pod is deleted and its endpoint
-/// removed, no request goes to it.
+async fn bind(api: &ClusterClient, pod: &str, node: &str) {
+    api.bind(vec![Binding {
+        namespace: "default".into(),
+        pod: pod.into(),
+        node: node.into(),
+        pod_resource_version: 0,
+    }])
+    .await
+    .expect("bind");
+}
+
+/// An HTTP server pod `echo-<i>` on `node`: `/` answers its name, `/cgi-bin/ip` the address
+/// the request came from.
+async fn echo_server(api: &ClusterClient, i: usize, node: &str) {
+    let mut server = container(&format!(
+        "mkdir -p /www/cgi-bin && echo echo-{i} > /www/index.html && \
+         printf '#!/bin/sh\\necho Content-Type: text/plain\\necho\\necho $REMOTE_ADDR\\n' > /www/cgi-bin/ip && \
+         chmod +x /www/cgi-bin/ip && exec httpd -f -p 8080 -h /www"
+    ));
+    server["readinessProbe"] = json!({"httpGet": {"path": "/index.html", "port": 8080},
+                                      "periodSeconds": 1});
+    let pod = Object::from_json(
+        Kind::Pod,
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": format!("echo-{i}"), "namespace": "default",
+                            "labels": {"app": "echo"}},
+               "spec": {"terminationGracePeriodSeconds": 0, "containers": [server]}})
+        .to_string()
+        .as_bytes(),
+    )
+    .expect("pod");
+    api.create(&pod).await.expect("create");
+    bind(api, &format!("echo-{i}"), node).await;
+}
+
+/// Two real nodes, each a containerd in a network namespace of its own joined to one link
+/// (`skiff_launch::NodeNetwork`, as `skiff up --runtime cri --nodes 2` runs them): a client
+/// pod on one node reaches a server pod on the other by its address (arriving with its own
+/// address: pod traffic is routed between nodes, not masqueraded) and by its Service's name
+/// through the node's cluster DNS. With three servers on both nodes, a cluster IP's
+/// connections go to all of them at random, a node port on the other node's address reaches
+/// them too, and once a server pod is deleted and its endpoint removed, no request goes to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn services_spread_over_ready_endpoints_and_drop_deleted_ones() {
+async fn pods_and_services_reach_across_two_nodes() {
     let _turn = TURN.lock().await;
     let cluster = Cluster::start(3).await;
-    let ctr = Containerd::start(cluster.dir.path());
+    let dir = cluster.dir.path();
+    let link = skiff_launch::NodeNetwork::start(&dir.join("node-network.log")).expect("the link");
+    let mut agents = Vec::new();
+    let mut containerds = Vec::new();
+    for (i, name) in ["c1", "c2"].into_iter().enumerate() {
+        let ctr = Containerd::start_in(&dir.join(name));
+        let address = link.attach(&ctr.inner().netns(), i).expect("attach");
+        let extra = NodeCommand {
+            host_ip: Some(address.to_string()),
+            cluster_cidr: Some("10.244.0.0/16".into()),
+            ..NodeCommand::new(RuntimeKind::Cri, vec![])
+        };
+        agents.push(Agent::start_node(
+            dir,
+            &cluster.endpoints(),
+            &ctr,
+            name,
+            extra,
+        ));
+        containerds.push(ctr);
+    }
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
-    let _agent = Agent::start(cluster.dir.path(), &cluster.endpoints(), &ctr);
     let manager = skiff_launch::ControllerManagerCommand {
         endpoints: cluster.endpoints(),
         lease_ttl: Some(Duration::from_secs(2)),
@@ -689,35 +777,24 @@ async fn services_spread_over_ready_endpoints_and_drop_deleted_ones() {
     let _manager = Launch::new(
         "controller manager",
         skiff_bin(),
-        cluster.dir.path().join("controller-manager.log"),
+        dir.join("controller-manager.log"),
     )
     .args(manager.args())
     .spawn()
     .expect("spawn skiff controller-manager")
     .tail_on_panic(40);
     let long = Duration::from_secs(60);
-    let node = node_c1_ready(&api).await;
-    let gateway = node.spec.pod_cidr.replace(".0/24", ".1");
-
-    for i in 0..3 {
-        let mut server = container(&format!(
-            "mkdir -p /www && echo echo-{i} > /www/index.html && exec httpd -f -p 8080 -h /www"
-        ));
-        server["readinessProbe"] = json!({"httpGet": {"path": "/index.html", "port": 8080},
-                                          "periodSeconds": 1});
-        let pod = Object::from_json(
-            Kind::Pod,
-            json!({"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": format!("echo-{i}"), "namespace": "default",
-                                "labels": {"app": "echo"}},
-                   "spec": {"terminationGracePeriodSeconds": 0, "containers": [server]}})
-            .to_string()
-            .as_bytes(),
-        )
-        .expect("pod");
-        api.create(&pod).await.expect("create");
-        bind_to_c1(&api, &format!("echo-{i}")).await;
+    for name in ["c1", "c2"] {
+        eventually(long, &format!("node {name} Ready"), || async {
+            match api.get(Kind::Node, "", name).await.ok()? {
+                Some(Object::Node(n)) if n.is_ready() => Some(()),
+                _ => None,
+            }
+        })
+        .await;
     }
+
+    echo_server(&api, 0, "c1").await;
     let service = Object::from_json(
         Kind::Service,
         json!({"apiVersion": "v1", "kind": "Service",
@@ -753,13 +830,43 @@ async fn services_spread_over_ready_endpoints_and_drop_deleted_ones() {
             (count == n).then_some(())
         }
     };
-    eventually(long, "3 ready endpoints", || ready(3)).await;
+    eventually(long, "1 ready endpoint", || ready(1)).await;
+    let server_ip = get_pod(&api, "echo-0")
+        .await
+        .and_then(|p| p.status.map(|s| s.pod_ip))
+        .unwrap_or_default();
 
+    // From node c2: by the server's address (the server sees the client's own address), and
+    // by the Service's name.
+    let across = ask(
+        &cluster,
+        &api,
+        ("ask-ip", "c2"),
+        &format!("http://{server_ip}:8080/index.html http://{server_ip}:8080/cgi-bin/ip"),
+        1,
+    )
+    .await;
+    let client = get_pod(&api, "ask-ip").await.expect("ask-ip");
+    let client_ip = client.status.map(|s| s.pod_ip).unwrap_or_default();
+    assert_eq!(across.len(), 2, "{across:?}");
+    assert_eq!(across[0], "echo-0", "{across:?}");
+    assert!(
+        across[1].trim_end_matches(']').ends_with(&client_ip),
+        "the server saw {:?}, not the client's address {client_ip}",
+        across[1]
+    );
+    let by_name = ask(&cluster, &api, ("ask-dns", "c2"), "http://echo/", 3).await;
+    assert_eq!(by_name, ["echo-0"; 3], "{by_name:?}");
+
+    // Three servers on both nodes.
+    echo_server(&api, 1, "c2").await;
+    echo_server(&api, 2, "c1").await;
+    eventually(long, "3 ready endpoints", || ready(3)).await;
     let cluster_ip = &svc.spec.cluster_ip;
     let answers = ask(
         &cluster,
         &api,
-        "ask-1",
+        ("ask-1", "c2"),
         &format!("http://{cluster_ip}/"),
         40,
     )
@@ -771,30 +878,25 @@ async fn services_spread_over_ready_endpoints_and_drop_deleted_ones() {
             "echo-{i} never answered: {answers:?}"
         );
     }
+    // A node port, on the other node's address.
     let node_port = svc.spec.ports[0].node_port.expect("a node port");
+    let c1 = skiff_launch::network::node_ip(0);
     let through_node = ask(
         &cluster,
         &api,
-        "ask-np",
-        &format!("http://{gateway}:{node_port}/"),
+        ("ask-np", "c2"),
+        &format!("http://{c1}:{node_port}/"),
         5,
     )
     .await;
     assert!(
-        through_node.iter().all(|a| a.starts_with("echo-")),
+        through_node.len() == 5 && through_node.iter().all(|a| a.starts_with("echo-")),
         "{through_node:?}"
-    );
-
-    // By name, through the node's cluster DNS and the pod's search path.
-    let by_name = ask(&cluster, &api, "ask-dns", "http://echo/", 5).await;
-    assert!(
-        by_name.len() == 5 && by_name.iter().all(|a| a.starts_with("echo-")),
-        "{by_name:?}"
     );
     let fqdn = ask(
         &cluster,
         &api,
-        "ask-fqdn",
+        ("ask-fqdn", "c1"),
         "http://echo.default.svc.cluster.local/",
         2,
     )
@@ -811,7 +913,7 @@ async fn services_spread_over_ready_endpoints_and_drop_deleted_ones() {
     let answers = ask(
         &cluster,
         &api,
-        "ask-2",
+        ("ask-2", "c2"),
         &format!("http://{cluster_ip}/"),
         40,
     )
@@ -821,4 +923,6 @@ async fn services_spread_over_ready_endpoints_and_drop_deleted_ones() {
         answers.iter().all(|a| a == "echo-1" || a == "echo-2"),
         "{answers:?}"
     );
+    drop(agents);
+    drop(containerds);
 }

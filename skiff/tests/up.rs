@@ -369,8 +369,11 @@ fn the_cli_without_a_cluster_says_what_to_do() {
     );
 }
 
-/// With `--runtime cri` on a real containerd (Debian's containerd + runc, started by `up`
-/// with its own root and socket): a busybox pod runs, `skiff logs` shows its output, `kubectl exec`
+/// With `--runtime cri --nodes 2`: two real nodes, each a containerd of its own (Debian's
+/// containerd + runc, started by `up` with its own root and socket) in a network namespace
+/// of its own on a link they share: both register with their address on the link, a busybox
+/// pod on the pod network runs with an address from its node's block, `skiff logs` shows its
+/// output, `kubectl exec`
 /// runs in it through containerd's streaming server, and
 /// `skiff delete` stops it gracefully (the container's TERM handler runs; the Killing event
 /// is recorded).
@@ -396,7 +399,7 @@ async fn up_with_containerd_runs_logs_and_stops_a_busybox_pod() {
     }
     let work = tempfile::tempdir().expect("temp dir");
     let base = free_base();
-    let up = Up::start(work.path(), base, &["--runtime", "cri", "--nodes", "1"]);
+    let up = Up::start(work.path(), base, &["--runtime", "cri", "--nodes", "2"]);
     let api = up.client();
     let manifest = work.path().join("hello.yaml");
     std::fs::write(
@@ -406,7 +409,6 @@ kind: Pod
 metadata:
   name: hello-cri
 spec:
-  hostNetwork: true
   terminationGracePeriodSeconds: 60
   containers:
   - name: main
@@ -416,14 +418,36 @@ spec:
     )
     .expect("manifest");
     ok(&up.skiff(&["apply", "-f", manifest.to_str().expect("path")]));
-    eventually(Duration::from_secs(90), "hello-cri Running", || async {
+    let (nodes, _) = api
+        .list(Kind::Node, &ListParams::default())
+        .await
+        .expect("nodes");
+    let addresses: Vec<String> = nodes
+        .iter()
+        .filter_map(|o| match o {
+            Object::Node(n) => n
+                .status
+                .as_ref()?
+                .addresses
+                .first()
+                .map(|a| a.address.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        addresses,
+        ["10.78.0.11", "10.78.0.12"],
+        "the nodes' InternalIPs"
+    );
+    let pod = eventually(Duration::from_secs(90), "hello-cri Running", || async {
         pods(&api)
             .await
-            .iter()
-            .any(|p| p.metadata.name == "hello-cri" && p.phase() == Some(PodPhase::Running))
-            .then_some(())
+            .into_iter()
+            .find(|p| p.metadata.name == "hello-cri" && p.phase() == Some(PodPhase::Running))
     })
     .await;
+    let ip = pod.status.map(|s| s.pod_ip).unwrap_or_default();
+    assert!(ip.starts_with("10.244."), "a pod network address: {ip:?}");
     let logs = eventually(Duration::from_secs(30), "the pod's output", || async {
         let o = up.skiff(&["logs", "hello-cri"]);
         let text = String::from_utf8_lossy(&o.stdout).to_string();

@@ -63,6 +63,21 @@ impl Layout {
     pub(super) fn controller_metrics(&self) -> u16 {
         self.base_port + 33
     }
+    /// The log and session port of real node `i`'s agent (`--runtime cri` runs one agent
+    /// per node): the agents' port for the first, base+40+2(i-1) for the others.
+    pub(super) fn agent_logs(&self, i: usize) -> u16 {
+        match i {
+            0 => self.node_logs(),
+            _ => self.base_port + 40 + 2 * (i as u16 - 1),
+        }
+    }
+    /// The metrics port of real node `i`'s agent (next to its log port).
+    pub(super) fn agent_metrics(&self, i: usize) -> u16 {
+        match i {
+            0 => self.node_metrics(),
+            _ => self.agent_logs(i) + 1,
+        }
+    }
     pub(super) fn ports(&self) -> Vec<u16> {
         let mut p: Vec<u16> = (0..MEMBERS.len())
             .flat_map(|i| [self.client(i), self.peer(i), self.metrics(i), self.api(i)])

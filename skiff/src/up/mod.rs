@@ -10,7 +10,7 @@
 //!            ├─ store c ─┘
 //!            ├─ scheduler
 //!            ├─ controller manager (Deployments, ReplicaSets)
-//!            ├─ node agents (sim: one process, N nodes | cri: containerd + one agent)
+//!            ├─ node agents (sim: one process, N nodes | cri: per node, containerd + an agent)
 //!            └─ supervises: a member that dies is started again on its data directory
 //! ```
 //!
@@ -48,8 +48,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use skiff_launch::{
-    Containerd, ControllerManagerCommand, Launch, NodeCommand, RuntimeKind, SchedulerCommand,
-    StoreCommand, StoreTls,
+    Containerd, ControllerManagerCommand, Launch, NodeCommand, NodeNetwork, RuntimeKind,
+    SchedulerCommand, StoreCommand, StoreTls,
 };
 use skiff_proto::api::{Kind, Object};
 use skiff_proto::client::{ClusterClient, ListParams};
@@ -60,13 +60,17 @@ pub(crate) use layout::kubernetes_api;
 pub use supervisor::{Cluster, wait_for};
 
 const MEMBERS: [&str; 3] = ["a", "b", "c"];
+/// The most real nodes (`--runtime cri`) one `up` runs.
+const MAX_REAL_NODES: usize = 30;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Where data, logs and the cluster's settings live [default: ~/.skiff/up].
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Node agents to run (simulated runtime; `--runtime cri` runs one).
+    /// Nodes to run: simulated ones in one process, or with `--runtime cri` real ones, each an
+    /// agent with a containerd of its own in a network namespace of its own, on a link they
+    /// share (at most 30).
     #[arg(long, default_value_t = 3)]
     nodes: usize,
     /// The container runtime of the nodes.
@@ -108,9 +112,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     check(&args)?;
     let (dir, _lock) = open_dir(&args)?;
     let (layout, resumed) = layout::load_layout(&dir, args.base_port, !args.insecure)?;
+    let agents = real_node_names(&args).len();
     let busy: Vec<u16> = layout
         .ports()
         .into_iter()
+        .chain((1..agents).flat_map(|i| [layout.agent_logs(i), layout.agent_metrics(i)]))
         .filter(|p| !layout::free(*p))
         .collect();
     if !busy.is_empty() {
@@ -125,7 +131,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let hosts = ["127.0.0.1".to_owned(), "localhost".to_owned()];
         // The members' certificates, and the one the node agents' port serves.
         let servers: Vec<&str> = MEMBERS.iter().copied().chain([AGENTS]).collect();
-        crate::certs::ensure(&dir.join(CERTS), &servers, &hosts, &identities(&args))?;
+        let nodes: Vec<(String, String)> = real_node_names(&args)
+            .into_iter()
+            .map(|n| {
+                let user = format!("{}{n}", skiff_proto::api::node::NODE_USER_PREFIX);
+                (n, user)
+            })
+            .collect();
+        let mut clients = identities(&args);
+        clients.extend(
+            nodes
+                .iter()
+                .map(|(file, user)| crate::certs::ClientIdentity {
+                    file,
+                    user,
+                    group: Some(skiff_store::access::bootstrap::NODES),
+                }),
+        );
+        crate::certs::ensure(&dir.join(CERTS), &servers, &hosts, &clients)?;
     }
     let exe = std::env::current_exe().context("finding the skiff binary")?;
     let exe = exe.to_string_lossy().to_string();
@@ -226,6 +249,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         &config_path,
         previous.is_some_and(|p| p != client_config),
     );
+    for (i, (name, c)) in names.iter().zip(&cluster.containerds).enumerate() {
+        println!(
+            "  {name:<22}  {} on the nodes' link; its network: nsenter --net={}",
+            skiff_launch::network::node_ip(i),
+            c.netns().display()
+        );
+    }
     if layout.tls {
         println!(
             "  security: TLS everywhere, RBAC; certificates in {} (admin: system:masters)",
@@ -295,9 +325,18 @@ async fn grant_simulated_nodes(api: &ClusterClient) -> bool {
     }
 }
 
+/// The real nodes `--runtime cri` runs, one agent each (none for simulated nodes).
+fn real_node_names(args: &Args) -> Vec<String> {
+    match args.runtime {
+        RuntimeKind::Cri => (0..args.nodes).map(|i| format!("node-{i}")).collect(),
+        RuntimeKind::Sim => Vec::new(),
+    }
+}
+
 /// The client certificates of a secured cluster: the admin, the scheduler, the controller
-/// manager and the node agents (one certificate per agent process: a lone node's names it,
-/// the simulated nodes of one process share the process's).
+/// manager and the simulated nodes' process (a lone node's names it, the simulated nodes of
+/// one process share the process's). Each real node has its own (the file is its name),
+/// made by `run`.
 fn identities(args: &Args) -> Vec<crate::certs::ClientIdentity<'static>> {
     use crate::certs::ClientIdentity;
     use skiff_store::access::bootstrap::{CONTROLLER_MANAGER, NODES, SCHEDULER};
@@ -361,8 +400,10 @@ impl Cluster {
 
 /// Flags that cannot go together.
 fn check(args: &Args) -> Result<()> {
-    if args.runtime == RuntimeKind::Cri && args.nodes != 1 {
-        bail!("--runtime cri runs one node (one containerd); pass --nodes 1");
+    if args.runtime == RuntimeKind::Cri && args.nodes > MAX_REAL_NODES {
+        bail!(
+            "--runtime cri runs a containerd and an agent per node: at most {MAX_REAL_NODES} (--runtime sim runs thousands)"
+        );
     }
     if args.nodes == 0 {
         bail!("--nodes must be at least 1");
@@ -513,35 +554,75 @@ fn start_nodes(cluster: &mut Cluster, exe: &str, args: &Args) -> Result<Vec<Stri
             }
             names
         }
-        RuntimeKind::Cri => {
-            let c = Containerd::start(
-                &cluster.dir.join("containerd"),
-                &cluster.logs().join("containerd.log"),
-                Path::new(exe),
-                skiff_node::image::PAUSE,
-            )
-            .context("containerd (Debian: apt-get install containerd runc)")?;
-            let (cpus, _) = skiff_node::agent::host_capacity();
-            node.name = Some("node-0".into());
-            node.containerd_socket = Some(c.socket().to_path_buf());
-            node.pod_log_dir = Some(cluster.dir.join("pods"));
-            // Pods get addresses from the node's pod CIDR, on a bridge in containerd's own
-            // network namespace (the host's network is not touched).
-            node.cni = Some(c.cni_dirs());
-            node.runtime_netns = Some(c.netns());
-            node.labels = vec![
-                "kubernetes.io/os=linux".into(),
-                format!("node.skiff.dev/cpus={cpus}"),
-            ];
-            cluster.containerd = Some(c);
-            vec!["node-0".into()]
-        }
+        RuntimeKind::Cri => return start_real_nodes(cluster, exe, args, node),
     };
     let log = cluster.logs().join("nodes.log");
     cluster.start(
         Launch::new("node agents", exe, log).args(node.args()),
         false,
     )?;
+    Ok(names)
+}
+
+/// The real nodes of `--runtime cri`: the link they share, then for each a containerd in a
+/// network namespace of its own joined to the link, and an agent (`node` is the agents'
+/// common command line); returns their names.
+fn start_real_nodes(
+    cluster: &mut Cluster,
+    exe: &str,
+    args: &Args,
+    common: NodeCommand,
+) -> Result<Vec<String>> {
+    let network = NodeNetwork::start(&cluster.logs().join("node-network.log"))
+        .context("the nodes' link (Debian: apt-get install util-linux iproute2)")?;
+    cluster.node_network = Some(network);
+    let (cpus, _) = skiff_node::agent::host_capacity();
+    let names = real_node_names(args);
+    for (i, name) in names.iter().enumerate() {
+        let home = cluster.dir.join("nodes").join(name);
+        let c = Containerd::start(
+            &home.join("containerd"),
+            &cluster.logs().join(format!("containerd-{name}.log")),
+            Path::new(exe),
+            skiff_node::image::PAUSE,
+        )
+        .context("containerd (Debian: apt-get install containerd runc)")?;
+        let address = cluster
+            .node_network
+            .as_ref()
+            .expect("invariant: the link was started above")
+            .attach(&c.netns(), i)
+            .with_context(|| format!("joining {name} to the nodes' link"))?;
+        let layout = &cluster.layout;
+        let node = NodeCommand {
+            name: Some(name.clone()),
+            host_ip: Some(address.to_string()),
+            logs_address: Some(format!("127.0.0.1:{}", layout.agent_logs(i))),
+            metrics_addr: Some(SocketAddr::from((
+                Ipv4Addr::LOCALHOST,
+                layout.agent_metrics(i),
+            ))),
+            tls: cluster.client_cert(name),
+            containerd_socket: Some(c.socket().to_path_buf()),
+            pod_log_dir: Some(home.join("pods")),
+            // Pods get addresses from the node's pod CIDR on a bridge in the node's own
+            // namespace; other nodes' pod CIDRs are routed over the link.
+            cni: Some(c.cni_dirs()),
+            runtime_netns: Some(c.netns()),
+            cluster_cidr: Some(cluster_cidr(args.nodes)),
+            labels: vec![
+                "kubernetes.io/os=linux".into(),
+                format!("node.skiff.dev/cpus={cpus}"),
+            ],
+            ..common.clone()
+        };
+        cluster.containerds.push(c);
+        let log = cluster.logs().join(format!("{name}.log"));
+        cluster.start(
+            Launch::new(format!("node agent {name}"), exe, log).args(node.args()),
+            false,
+        )?;
+    }
     Ok(names)
 }
 

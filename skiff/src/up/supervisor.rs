@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use nix::sys::signal::Signal;
-use skiff_launch::{Child, Containerd, Launch};
+use skiff_launch::{Child, Containerd, Launch, NodeNetwork};
 
 use super::MEMBERS;
 use super::layout::Layout;
@@ -25,7 +25,10 @@ pub struct Cluster {
     pub(super) dir: PathBuf,
     pub(super) layout: Layout,
     pub(super) procs: Vec<Proc>,
-    pub(super) containerd: Option<Containerd>,
+    /// The real nodes' containerds (`--runtime cri`), one per node.
+    pub(super) containerds: Vec<Containerd>,
+    /// The link between the real nodes' namespaces.
+    pub(super) node_network: Option<NodeNetwork>,
 }
 
 impl Cluster {
@@ -35,7 +38,8 @@ impl Cluster {
             dir,
             layout,
             procs: Vec::new(),
-            containerd: None,
+            containerds: Vec::new(),
+            node_network: None,
         }
     }
 
@@ -117,8 +121,9 @@ impl Cluster {
         for p in self.procs.iter_mut().filter(|p| p.restart) {
             p.child.wait_until(deadline);
         }
-        // Stops what containerd runs, then containerd.
-        drop(self.containerd.take());
+        // Stops what each containerd runs, then the containerd; then the nodes' link.
+        self.containerds.clear();
+        drop(self.node_network.take());
     }
 }
 

@@ -4,9 +4,9 @@
 //!
 //! | request of node N | allowed when |
 //! |---|---|
-//! | get, update, patch, delete `nodes` (and `nodes/status`) | the node is N |
+//! | update, patch, delete `nodes` (and `nodes/status`) | the node is N |
 //! | create `nodes` | always here; NodeRestriction then requires the name N |
-//! | list, watch `nodes` | the field selector pins `metadata.name=N` |
+//! | get, list, watch `nodes` | always (it routes to every node's pod network, as kubelets may read every Node) |
 //! | get, update, patch, delete `pods` (and `pods/status`) | the stored pod is bound to N |
 //! | list, watch `pods` | the field selector pins `spec.nodeName=N` |
 //! | create, update, patch `events` | always |
@@ -81,9 +81,10 @@ pub fn allows(node: &str, attributes: &Attributes, graph: &dyn Graph) -> Option<
     };
     let sub = r.subresource.as_str();
     let allowed = match (r.resource.as_str(), sub, r.verb.as_str()) {
-        ("nodes", "" | "status", "get" | "update" | "patch" | "delete") => r.name == node,
+        ("nodes", "" | "status", "update" | "patch" | "delete") => r.name == node,
+        // Reading: the agent routes to every node's pod CIDR through its address.
+        ("nodes", "" | "status", "get" | "list" | "watch") => true,
         ("nodes", "", "create") => true,
-        ("nodes", "", "list" | "watch") => pinned("metadata.name"),
         ("pods", "" | "status", "get" | "update" | "patch" | "delete") => {
             !r.name.is_empty() && graph.pod_node(&r.namespace, &r.name).as_deref() == Some(node)
         }
@@ -175,8 +176,8 @@ mod tests {
         a
     }
 
-    /// Node n1 reaches its own Node and pods, never n2's, and lists only through the
-    /// selector that names itself.
+    /// Node n1 writes its own Node and reaches its own pods, never n2's, and lists pods only
+    /// through the selector that names itself; it reads every Node.
     #[test]
     fn a_node_sees_only_its_own() {
         let graph = Pods(HashMap::from([
@@ -188,11 +189,12 @@ mod tests {
         let table = [
             (req("get", "nodes", "", "", "n1", ""), true),
             (req("update", "nodes", "status", "", "n1", ""), true),
-            (req("get", "nodes", "", "", "n2", ""), false),
+            (req("get", "nodes", "", "", "n2", ""), true),
             (req("patch", "nodes", "status", "", "n2", ""), false),
-            (req("list", "nodes", "", "", "", ""), false),
+            (req("update", "nodes", "", "", "n2", ""), false),
+            (req("delete", "nodes", "", "", "n2", ""), false),
+            (req("list", "nodes", "", "", "", ""), true),
             (req("watch", "nodes", "", "", "", "metadata.name=n1"), true),
-            (req("watch", "nodes", "", "", "", "metadata.name=n2"), false),
             (req("get", "pods", "", "default", "mine", ""), true),
             (req("update", "pods", "status", "default", "mine", ""), true),
             (req("delete", "pods", "", "default", "mine", ""), true),

@@ -1,0 +1,165 @@
+//! The link the real nodes of one machine share, for `skiff up --runtime cri --nodes N` and
+//! the multi-node CRI tests: a bridge in a network namespace of its own (held by a process
+//! that does nothing else), and each node's namespace (its containerd's) joined to it by a
+//! veth pair, with an address on the link. Nothing of it is in the host's network: it all
+//! goes when its processes do.
+//!
+//! ```text
+//!  switch namespace: bridge skiffnodes0 10.78.0.1/24
+//!     ├─ veth skn0 ═══ eth0 10.78.0.11/24   node 0's namespace (containerd, its pods' bridge)
+//!     └─ veth skn1 ═══ eth0 10.78.0.12/24   node 1's namespace
+//! ```
+//!
+//! Each node's agent routes the other nodes' pod CIDRs through their addresses on this link
+//! (`skiff_node::routes`), so pods reach pods on other nodes by their addresses.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::{Child, Error, Launch, Result};
+
+/// The bridge in the switch namespace.
+const BRIDGE: &str = "skiffnodes0";
+/// The link's network: the switch is `.1`, node `i` is `.11 + i`.
+const NETWORK: [u8; 3] = [10, 78, 0];
+/// The most nodes on the link.
+pub const MAX_NODES: usize = 200;
+/// How long the switch's process may take to be in its own namespace.
+const SETUP_LIMIT: Duration = Duration::from_secs(10);
+
+/// The address of node `i` on the link.
+pub fn node_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(NETWORK[0], NETWORK[1], NETWORK[2], 11 + i as u8)
+}
+
+/// The running link (see the module's documentation). Dropped, its process is killed, and
+/// with it the bridge and every veth pair.
+#[derive(Debug)]
+pub struct NodeNetwork {
+    child: Child,
+}
+
+/// The network namespace a path names, as the kernel identifies it (`net:[4026531840]`).
+fn namespace_id(path: &Path) -> Option<PathBuf> {
+    std::fs::read_link(path).ok()
+}
+
+/// Runs `ip ARGS` in the namespace at `netns` (through `nsenter`).
+fn ip(netns: &Path, args: &[&str]) -> Result<()> {
+    let command = format!("ip {}", args.join(" "));
+    let out = Command::new("nsenter")
+        .arg(format!("--net={}", netns.display()))
+        .arg("--")
+        .arg("ip")
+        .args(args)
+        .output()
+        .map_err(|e| Error::Setup {
+            command: command.clone(),
+            reason: format!("{e} (Debian: apt-get install util-linux iproute2)"),
+        })?;
+    if !out.status.success() {
+        return Err(Error::Setup {
+            command,
+            reason: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(())
+}
+
+impl NodeNetwork {
+    /// Starts the switch's namespace (its process logs to `log`) and makes the bridge there.
+    pub fn start(log: &Path) -> Result<NodeNetwork> {
+        let mut child = Launch::new("the nodes' link", "unshare", log)
+            .args(["--net", "--", "sleep", "infinity"])
+            .spawn()?;
+        let host = namespace_id(Path::new("/proc/self/ns/net"));
+        let deadline = Instant::now() + SETUP_LIMIT;
+        let netns = loop {
+            let netns = PathBuf::from(format!("/proc/{}/ns/net", child.pid().unwrap_or(0)));
+            // Until `unshare` has made its namespace, the process is still in this one: the
+            // bridge must not be made before.
+            if namespace_id(&netns).is_some_and(|id| Some(&id) != host.as_ref()) {
+                break netns;
+            }
+            if let Some(status) = child.exited() {
+                return Err(Error::Exited {
+                    name: "the nodes' link".into(),
+                    status,
+                    log: log.to_path_buf(),
+                });
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Setup {
+                    command: "unshare --net".into(),
+                    reason: format!("no namespace of its own within {SETUP_LIMIT:?}"),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let network = NodeNetwork { child };
+        let switch = format!(
+            "{}/24",
+            Ipv4Addr::new(NETWORK[0], NETWORK[1], NETWORK[2], 1)
+        );
+        ip(&netns, &["link", "set", "lo", "up"])?;
+        ip(&netns, &["link", "add", BRIDGE, "type", "bridge"])?;
+        ip(&netns, &["addr", "add", &switch, "dev", BRIDGE])?;
+        ip(&netns, &["link", "set", BRIDGE, "up"])?;
+        Ok(network)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.pid().unwrap_or(0)
+    }
+
+    /// Joins the namespace at `node_netns` (a node's: `/proc/<pid>/ns/net`) to the link as
+    /// node `i`: its `eth0` gets [`node_ip`]`(i)`. Refuses this process's own namespace, so
+    /// the host's network is never changed.
+    pub fn attach(&self, node_netns: &Path, i: usize) -> Result<Ipv4Addr> {
+        if i >= MAX_NODES {
+            return Err(Error::Setup {
+                command: "attaching a node".into(),
+                reason: format!("the link takes at most {MAX_NODES} nodes"),
+            });
+        }
+        let own = namespace_id(Path::new("/proc/self/ns/net"));
+        if namespace_id(node_netns).is_none() || namespace_id(node_netns) == own {
+            return Err(Error::Setup {
+                command: format!("attaching {}", node_netns.display()),
+                reason: "not a network namespace of its own (the host's is never changed)".into(),
+            });
+        }
+        let switch = PathBuf::from(format!("/proc/{}/ns/net", self.pid()));
+        let port = format!("skn{i}");
+        let pid = self.pid().to_string();
+        // Made in the node's namespace, its peer moved to the switch's at once.
+        ip(
+            node_netns,
+            &[
+                "link", "add", "eth0", "type", "veth", "peer", "name", &port, "netns", &pid,
+            ],
+        )?;
+        ip(&switch, &["link", "set", &port, "master", BRIDGE])?;
+        ip(&switch, &["link", "set", &port, "up"])?;
+        let address = node_ip(i);
+        ip(
+            node_netns,
+            &["addr", "add", &format!("{address}/24"), "dev", "eth0"],
+        )?;
+        ip(node_netns, &["link", "set", "eth0", "up"])?;
+        Ok(address)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_get_addresses_after_the_switch() {
+        assert_eq!(node_ip(0), Ipv4Addr::new(10, 78, 0, 11));
+        assert_eq!(node_ip(MAX_NODES - 1), Ipv4Addr::new(10, 78, 0, 210));
+    }
+}
