@@ -3,8 +3,10 @@
 //! the background.
 //!
 //! As Kubernetes' recorder does, an event that repeats (same object, type, reason and
-//! message) is folded into the one already written: its `count` grows and `lastTimestamp`
-//! moves. Recording never blocks the caller: the queue is bounded, and when the store falls
+//! message) is folded into the one already written: its `count` grows, `lastTimestamp`
+//! moves and the message is the latest. Messages that differ only in the runtime's IDs in
+//! them (a new sandbox's on every retry) are the same message here, so a failure that
+//! repeats is one event with a count, not one event per try. Recording never blocks the caller: the queue is bounded, and when the store falls
 //! behind, the newest events are dropped and counted ([`EventRecorder::dropped`]), never the
 //! work that produced them.
 
@@ -178,12 +180,13 @@ async fn write_loop(client: ClusterClient, mut rx: mpsc::Receiver<Record>) {
             ),
             type_: r.type_,
             reason: r.reason.clone(),
-            message: r.message.clone(),
+            message: fingerprint(&r.message),
         };
         let (event, repeat) = match written.get_mut(&key) {
             Some(e) => {
                 e.count = Some(e.count.unwrap_or(1) + 1);
                 e.last_timestamp = Some(r.at);
+                e.message = truncate(r.message);
                 (e.clone(), true)
             }
             None => {
@@ -205,6 +208,31 @@ async fn write_loop(client: ClusterClient, mut rx: mpsc::Receiver<Record>) {
             write(&client, event, repeat).await;
         });
     }
+}
+
+/// `message` with every run of 32 or more hex digits (container and sandbox IDs) replaced
+/// by `…`: what folds messages that differ only in the IDs they name.
+fn fingerprint(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut run = String::new();
+    let flush = |run: &mut String, out: &mut String| {
+        if run.len() >= 32 {
+            out.push('…');
+        } else {
+            out.push_str(run);
+        }
+        run.clear();
+    };
+    for c in message.chars() {
+        if c.is_ascii_hexdigit() {
+            run.push(c);
+        } else {
+            flush(&mut run, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut run, &mut out);
+    out
 }
 
 fn new_event(r: Record, seq: u64) -> Event {
@@ -274,6 +302,27 @@ async fn write(client: &ClusterClient, event: Event, repeat: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_that_differ_only_in_runtime_ids_fold_together() {
+        let id = |c: char| c.to_string().repeat(64);
+        let a = format!(
+            "failed to setup network for sandbox \"{}\": no plugin",
+            id('a')
+        );
+        let b = format!(
+            "failed to setup network for sandbox \"{}\": no plugin",
+            id('7')
+        );
+        assert_eq!(fingerprint(&a), fingerprint(&b));
+        assert_eq!(
+            fingerprint(&a),
+            "failed to setup network for sandbox \"…\": no plugin"
+        );
+        // Short hex words (addresses, ports, `deadbeef`) are kept.
+        assert_ne!(fingerprint("port 8080 busy"), fingerprint("port 8081 busy"));
+        assert_eq!(fingerprint("cafe"), "cafe");
+    }
 
     #[test]
     fn long_messages_are_cut_on_a_character_boundary() {

@@ -501,6 +501,90 @@ fn churn_pods() -> usize {
         .unwrap_or(40)
 }
 
+/// A pod whose network cannot be made (a broken CNI configuration put before the agent's:
+/// containerd uses the first) reports `FailedCreatePodSandBox` naming the cause, retried with
+/// a doubling back-off and folded into one event whose count grows, though each try names a
+/// new sandbox; once the configuration is fixed, the pod runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_without_a_network_reports_one_folded_event_and_runs_once_it_has_one() {
+    let _turn = TURN.lock().await;
+    let cluster = Cluster::start(3).await;
+    let ctr = Containerd::start(cluster.dir.path());
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _agent = Agent::start(cluster.dir.path(), &cluster.endpoints(), &ctr);
+    node_c1_ready(&api).await;
+    let (conf_dir, _) = ctr.inner().cni_dirs();
+    eventually(
+        Duration::from_secs(30),
+        "the agent's CNI configuration",
+        || async {
+            conf_dir
+                .join(skiff_node::cni::CONF_FILE)
+                .exists()
+                .then_some(())
+        },
+    )
+    .await;
+    let broken = conf_dir.join("00-broken.conflist");
+    std::fs::write(
+        &broken,
+        r#"{"cniVersion": "1.0.0", "name": "broken", "plugins": [{"type": "skiff-no-such-plugin"}]}"#,
+    )
+    .expect("broken configuration");
+    create_and_bind_networked(
+        &api,
+        "offline",
+        json!({"containers": [container("sleep 3600")]}),
+    )
+    .await;
+    let events = |min: i32| {
+        let api = api.clone();
+        async move {
+            let (events, _) = api
+                .list(
+                    Kind::Event,
+                    &ListParams::default()
+                        .fields("involvedObject.kind=Pod,involvedObject.name=offline"),
+                )
+                .await
+                .ok()?;
+            let failed: Vec<skiff_proto::api::Event> = events
+                .into_iter()
+                .filter_map(|o| match o {
+                    Object::Event(e) if e.reason == "FailedCreatePodSandBox" => Some(e),
+                    _ => None,
+                })
+                .collect();
+            let count = failed.iter().map(|e| e.count.unwrap_or(1)).sum::<i32>();
+            (count >= min).then_some(failed)
+        }
+    };
+    // Tries at 0, 2 and 6 s: three failures, one event.
+    let failed = eventually(Duration::from_secs(60), "3 failed sandboxes", || events(3)).await;
+    assert_eq!(failed.len(), 1, "one event, folded: {failed:#?}");
+    assert_eq!(failed[0].type_, "Warning");
+    assert!(
+        failed[0].message.contains("skiff-no-such-plugin"),
+        "the message names the cause: {}",
+        failed[0].message
+    );
+    let pod = get_pod(&api, "offline").await.expect("pod");
+    assert_eq!(phase(&pod), Some(PodPhase::Pending));
+
+    std::fs::remove_file(&broken).expect("fix the configuration");
+    let pod = eventually(Duration::from_secs(60), "offline Running", || async {
+        get_pod(&api, "offline")
+            .await
+            .filter(|p| phase(p) == Some(PodPhase::Running))
+    })
+    .await;
+    let ip = pod.status.map(|s| s.pod_ip).unwrap_or_default();
+    assert!(ip.starts_with("10.244."), "{ip}");
+    // Still one event: the retries folded into it, none after the pod ran.
+    let failed = events(3).await.expect("events");
+    assert_eq!(failed.len(), 1, "{failed:#?}");
+}
+
 /// Pods without `hostNetwork` get an address from their node's pod CIDR through CNI (the
 /// agent writes the configuration, containerd calls bridge and host-local in its own network
 /// namespace): a server pod passes an HTTP readiness probe made there, a client pod fetches

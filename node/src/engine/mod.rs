@@ -77,8 +77,10 @@ pub struct EngineConfig {
     pub backoff_max: Duration,
     /// A container that ran this long before exiting restarts without back-off (10 min).
     pub backoff_reset: Duration,
-    /// Wait before trying a failed sandbox again.
+    /// Wait before trying a failed sandbox again the first time; it doubles with each
+    /// failure after that, up to `sandbox_retry_max`.
     pub sandbox_retry: Duration,
+    pub sandbox_retry_max: Duration,
 }
 
 impl Default for EngineConfig {
@@ -88,6 +90,7 @@ impl Default for EngineConfig {
             backoff_max: Duration::from_secs(300),
             backoff_reset: Duration::from_secs(600),
             sandbox_retry: Duration::from_secs(2),
+            sandbox_retry_max: Duration::from_secs(60),
         }
     }
 }
@@ -507,9 +510,16 @@ impl PodEngine {
 
     fn on_sandbox_failed(&mut self, clock: Clock, message: String) {
         if let SandboxState::Creating { attempt, .. } = self.sandbox {
+            // 2 s, 4 s, 8 s … up to the cap: a network that stays broken costs a retry (and
+            // a FailedCreatePodSandBox, folded into one event) per back-off period.
+            let wait = self
+                .cfg
+                .sandbox_retry
+                .saturating_mul(1 << attempt.min(16))
+                .min(self.cfg.sandbox_retry_max);
             self.sandbox = SandboxState::Failed {
                 attempt,
-                retry_at: clock.now + self.cfg.sandbox_retry,
+                retry_at: clock.now + wait,
                 message,
             };
         }
@@ -606,8 +616,8 @@ mod tests {
     use super::fixtures::{at, one_container, sandbox};
     use super::{Action, EngineConfig, Input, PodEngine, Slot};
 
-    /// A failed sandbox is tried again after `sandbox_retry`; its error shows in the status
-    /// until a sandbox runs.
+    /// A failed sandbox is tried again after `sandbox_retry`, doubling with each failure; its
+    /// error shows in the status until a sandbox runs.
     #[test]
     fn a_failed_sandbox_is_retried_and_its_error_shown() {
         let t0 = Instant::now();
@@ -624,7 +634,14 @@ mod tests {
         assert_eq!(a, vec![Action::RunSandbox { attempt: 1 }]);
         assert_eq!(e.next_deadline(), None);
         assert_eq!(e.status("h", "sim").message, "sandbox: no network");
-        let a = e.step(at(t0, 3), Input::SandboxReady(sandbox()));
+        let failed = Input::SandboxFailed {
+            message: "no network".into(),
+        };
+        assert!(e.step(at(t0, 3), failed).is_empty());
+        assert_eq!(e.next_deadline(), Some(t0 + Duration::from_secs(3 + 4)));
+        let a = e.step(at(t0, 7), Input::Tick);
+        assert_eq!(a, vec![Action::RunSandbox { attempt: 2 }]);
+        let a = e.step(at(t0, 8), Input::SandboxReady(sandbox()));
         assert_eq!(
             a,
             vec![Action::StartContainer {
