@@ -13,15 +13,18 @@
 //! A slice is labelled `kubernetes.io/service-name` and
 //! `endpointslice.kubernetes.io/managed-by: endpointslice-controller.k8s.io`, and owned by its
 //! Service, so the garbage collector removes it with the Service. A Service without a
-//! selector is left to whoever keeps its slices.
+//! selector is left to whoever keeps its slices. A slice written carries
+//! `endpoints.kubernetes.io/last-change-trigger-time`: when this controller saw the earliest
+//! change it reflects, from which each node's Service proxy measures its network
+//! programming latency.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use skiff_proto::api::meta::IntOrString;
 use skiff_proto::api::service::{
     Endpoint, EndpointConditions, EndpointPort, EndpointSlice, MANAGED_BY, MANAGED_BY_LABEL,
-    ObjectReference, SERVICE_NAME_LABEL, Service,
+    ObjectReference, SERVICE_NAME_LABEL, Service, TRIGGER_TIME_ANNOTATION, trigger_time_now,
 };
 use skiff_proto::api::{ConditionStatus, Kind, Object, ObjectMeta, Pod, PodConditionType};
 use skiff_proto::client::{ClientError, Event};
@@ -38,6 +41,9 @@ pub const MAX_ENDPOINTS: usize = 100;
 pub struct EndpointSlices {
     ctx: Arc<Context>,
     queue: WorkQueue,
+    /// Per Service key, when the earliest change not yet written to its slices was seen:
+    /// the trigger time the slices written for it carry.
+    triggers: std::sync::Mutex<HashMap<String, String>>,
 }
 
 fn selects(svc: &Service, pod: &Pod) -> bool {
@@ -184,12 +190,24 @@ impl EndpointSlices {
         EndpointSlices {
             ctx,
             queue: WorkQueue::new(),
+            triggers: std::sync::Mutex::default(),
         }
+    }
+
+    /// Queues the Service `key` for a change seen now (the earliest unwritten one's time is
+    /// kept).
+    fn changed(&self, key: String) {
+        self.triggers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(key.clone())
+            .or_insert_with(trigger_time_now);
+        self.queue.add(key);
     }
 
     pub fn on_service(&self, event: &Event) {
         if let Event::Added(o) | Event::Modified(o) | Event::Deleted(o) = event {
-            self.queue.add(key_of(o.metadata()));
+            self.changed(key_of(o.metadata()));
         }
     }
 
@@ -217,7 +235,7 @@ impl EndpointSlices {
         for s in self.ctx.services.list(Some(&pod.metadata.namespace)) {
             let Object::Service(svc) = &*s else { continue };
             if selects(svc, pod) || old.is_some_and(|p| selects(svc, p)) {
-                self.queue.add(key_of(&svc.metadata));
+                self.changed(key_of(&svc.metadata));
             }
         }
     }
@@ -257,7 +275,32 @@ impl Controller for EndpointSlices {
     }
 
     async fn sync(&self, key: &str) -> Result<Requeue, ClientError> {
+        let trigger = self
+            .triggers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+        let result = self.write(key, trigger.clone()).await;
+        if result.is_err()
+            && let Some(t) = trigger
+        {
+            // Not written: the change is still the earliest unwritten one.
+            self.triggers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .entry(key.to_owned())
+                .or_insert(t);
+        }
+        result
+    }
+}
+
+impl EndpointSlices {
+    /// Makes the slices of the Service `key` what its pods say; those written carry
+    /// `trigger` (when the change they reflect was seen), else the time now.
+    async fn write(&self, key: &str, trigger: Option<String>) -> Result<Requeue, ClientError> {
         let (namespace, name) = split_key(key);
+        let trigger = trigger.unwrap_or_else(trigger_time_now);
         let Some(object) = self.ctx.services.get(namespace, name) else {
             // Gone: its slices are owned by it, and go with it (the garbage collector).
             return Ok(None);
@@ -281,6 +324,9 @@ impl Controller for EndpointSlices {
                     let mut next = slice.clone();
                     next.ports = ports;
                     next.endpoints = endpoints;
+                    next.metadata
+                        .annotations
+                        .insert(TRIGGER_TIME_ANNOTATION.to_owned(), trigger.clone());
                     gone_is_none(client.update(&Object::EndpointSlice(next)).await)?;
                 }
                 None => {
@@ -292,6 +338,10 @@ impl Controller for EndpointSlices {
                             namespace: namespace.to_owned(),
                             generate_name: format!("{name}-"),
                             labels,
+                            annotations: BTreeMap::from([(
+                                TRIGGER_TIME_ANNOTATION.to_owned(),
+                                trigger.clone(),
+                            )]),
                             owner_references: vec![owner.clone()],
                             ..ObjectMeta::default()
                         },

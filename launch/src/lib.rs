@@ -28,7 +28,7 @@ pub use command::{
     SchedulerCommand, ServingCert, SigningCa, StoreCommand, StoreTls,
 };
 pub use containerd::{Containerd, unmount_under};
-pub use network::NodeNetwork;
+pub use network::{Netns, NodeNetwork};
 
 /// Why a process could not be started, signalled or set up.
 #[derive(Debug, thiserror::Error)]

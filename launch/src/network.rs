@@ -34,11 +34,64 @@ pub fn node_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(NETWORK[0], NETWORK[1], NETWORK[2], 11 + i as u8)
 }
 
-/// The running link (see the module's documentation). Dropped, its process is killed, and
-/// with it the bridge and every veth pair.
+/// A network namespace of its own, held by a process that does nothing else (`unshare --net
+/// sleep infinity`), loopback up. Dropped, the process is killed, and the namespace goes
+/// once nothing else holds it.
+#[derive(Debug)]
+pub struct Netns {
+    child: Child,
+}
+
+impl Netns {
+    /// Starts the namespace's process (`name`, logging to `log`) and waits until it is in a
+    /// namespace of its own: before that, its `/proc/<pid>/ns/net` is still this process's,
+    /// and nothing may be made there.
+    pub fn start(name: &str, log: &Path) -> Result<Netns> {
+        let mut child = Launch::new(name, "unshare", log)
+            .args(["--net", "--", "sleep", "infinity"])
+            .spawn()?;
+        let host = namespace_id(Path::new("/proc/self/ns/net"));
+        let deadline = Instant::now() + SETUP_LIMIT;
+        loop {
+            let path = PathBuf::from(format!("/proc/{}/ns/net", child.pid().unwrap_or(0)));
+            if namespace_id(&path).is_some_and(|id| Some(&id) != host.as_ref()) {
+                break;
+            }
+            if let Some(status) = child.exited() {
+                return Err(Error::Exited {
+                    name: name.into(),
+                    status,
+                    log: log.to_path_buf(),
+                });
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Setup {
+                    command: "unshare --net".into(),
+                    reason: format!("no namespace of its own within {SETUP_LIMIT:?}"),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let netns = Netns { child };
+        ip(&netns.path(), &["link", "set", "lo", "up"])?;
+        Ok(netns)
+    }
+
+    /// The namespace (`/proc/<pid>/ns/net`).
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/ns/net", self.pid()))
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.pid().unwrap_or(0)
+    }
+}
+
+/// The running link (see the module's documentation). Dropped, its namespace's process is
+/// killed, and with it the bridge and every veth pair.
 #[derive(Debug)]
 pub struct NodeNetwork {
-    child: Child,
+    switch: Netns,
 }
 
 /// The network namespace a path names, as the kernel identifies it (`net:[4026531840]`).
@@ -71,47 +124,20 @@ fn ip(netns: &Path, args: &[&str]) -> Result<()> {
 impl NodeNetwork {
     /// Starts the switch's namespace (its process logs to `log`) and makes the bridge there.
     pub fn start(log: &Path) -> Result<NodeNetwork> {
-        let mut child = Launch::new("the nodes' link", "unshare", log)
-            .args(["--net", "--", "sleep", "infinity"])
-            .spawn()?;
-        let host = namespace_id(Path::new("/proc/self/ns/net"));
-        let deadline = Instant::now() + SETUP_LIMIT;
-        let netns = loop {
-            let netns = PathBuf::from(format!("/proc/{}/ns/net", child.pid().unwrap_or(0)));
-            // Until `unshare` has made its namespace, the process is still in this one: the
-            // bridge must not be made before.
-            if namespace_id(&netns).is_some_and(|id| Some(&id) != host.as_ref()) {
-                break netns;
-            }
-            if let Some(status) = child.exited() {
-                return Err(Error::Exited {
-                    name: "the nodes' link".into(),
-                    status,
-                    log: log.to_path_buf(),
-                });
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::Setup {
-                    command: "unshare --net".into(),
-                    reason: format!("no namespace of its own within {SETUP_LIMIT:?}"),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        let network = NodeNetwork { child };
-        let switch = format!(
+        let switch = Netns::start("the nodes' link", log)?;
+        let netns = switch.path();
+        let address = format!(
             "{}/24",
             Ipv4Addr::new(NETWORK[0], NETWORK[1], NETWORK[2], 1)
         );
-        ip(&netns, &["link", "set", "lo", "up"])?;
         ip(&netns, &["link", "add", BRIDGE, "type", "bridge"])?;
-        ip(&netns, &["addr", "add", &switch, "dev", BRIDGE])?;
+        ip(&netns, &["addr", "add", &address, "dev", BRIDGE])?;
         ip(&netns, &["link", "set", BRIDGE, "up"])?;
-        Ok(network)
+        Ok(NodeNetwork { switch })
     }
 
     fn pid(&self) -> u32 {
-        self.child.pid().unwrap_or(0)
+        self.switch.pid()
     }
 
     /// Joins the namespace at `node_netns` (a node's: `/proc/<pid>/ns/net`) to the link as
@@ -131,7 +157,7 @@ impl NodeNetwork {
                 reason: "not a network namespace of its own (the host's is never changed)".into(),
             });
         }
-        let switch = PathBuf::from(format!("/proc/{}/ns/net", self.pid()));
+        let switch = self.switch.path();
         let port = format!("skn{i}");
         let pid = self.pid().to_string();
         // Made in the node's namespace, its peer moved to the switch's at once.

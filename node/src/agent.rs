@@ -229,19 +229,20 @@ pub struct Listeners {
 }
 
 /// Runs every node in `nodes` on one client connection and one runtime until `cancel` fires,
-/// serving their container logs and the process's metrics on `listeners`. Pods keep running
+/// serving their container logs and the process's metrics (`counters`, which the process's
+/// Service proxy shares) on `listeners`. Pods keep running
 /// in the runtime when the agent stops (the next agent adopts them).
 pub async fn run(
     client: ClusterClient,
     runtime: Arc<dyn Runtime>,
     nodes: Vec<NodeConfig>,
     listeners: Listeners,
+    counters: AgentMetrics,
     cancel: CancellationToken,
 ) -> Result<()> {
     for n in &nodes {
         n.validate()?;
     }
-    let counters = AgentMetrics::default();
     if let Some(listener) = listeners.metrics {
         metrics::serve(listener, counters.registry(), cancel.clone());
     }

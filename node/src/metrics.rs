@@ -28,6 +28,8 @@ pub struct AgentMetrics {
     runtime_errors: Family<CallLabel, Counter>,
     pub heartbeats: Counter,
     pub heartbeat_failures: Counter,
+    /// The Service proxy's (when the process runs one).
+    pub proxy: crate::proxy::ProxyMetrics,
 }
 
 impl AgentMetrics {
@@ -83,6 +85,26 @@ impl AgentMetrics {
             "skiff_node_heartbeat_failures",
             "Node heartbeats the cluster API refused or did not answer",
             self.heartbeat_failures.clone(),
+        );
+        r.register(
+            "skiff_node_network_programming_duration_seconds",
+            "From the trigger time of an EndpointSlice change to the Service rules reflecting it",
+            self.proxy.programming.clone(),
+        );
+        r.register(
+            "skiff_node_proxy_sync_duration_seconds",
+            "How long writing the Service rules took",
+            self.proxy.sync.clone(),
+        );
+        r.register(
+            "skiff_node_proxy_service_ports",
+            "Service ports the node's rules program",
+            self.proxy.service_ports.clone(),
+        );
+        r.register(
+            "skiff_node_proxy_endpoints",
+            "Ready endpoints the node's rules send Service connections to",
+            self.proxy.endpoints.clone(),
         );
         r
     }

@@ -19,14 +19,18 @@
 //! the UDP conntrack entries that still point at it are deleted (`conntrack -D`), so
 //! datagrams stop going to it; TCP connections to it end with it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use skiff_proto::api::Object;
-use skiff_proto::api::service::{EndpointSlice, SERVICE_NAME_LABEL};
+use skiff_proto::api::service::{
+    EndpointSlice, SERVICE_NAME_LABEL, TRIGGER_TIME_ANNOTATION, trigger_age,
+};
 use skiff_proto::client::ClusterClient;
+use skiff_proto::metrics::prometheus_client::metrics::gauge::Gauge;
+use skiff_proto::metrics::prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio_util::sync::CancellationToken;
 
 /// The shortest time between two syncs (kube-proxy's `--iptables-min-sync-period`).
@@ -39,6 +43,52 @@ const MASQ_MARK: &str = "0x4000/0x4000";
 pub struct ProxyConfig {
     /// The node's network namespace, when it is not this process's.
     pub netns: Option<PathBuf>,
+    /// Where the proxy counts (the agent's `/metrics`).
+    pub metrics: ProxyMetrics,
+    /// Told of every sync and every programming latency as they are counted (benchmarks read
+    /// exact percentiles from it).
+    pub observer: Option<tokio::sync::mpsc::UnboundedSender<ProxyEvent>>,
+}
+
+/// What the proxy counts.
+#[derive(Debug, Clone)]
+pub struct ProxyMetrics {
+    /// Network programming latency, as kube-proxy's: from the trigger time an EndpointSlice
+    /// carries (when the change it reflects was seen) to rules reflecting it in place.
+    pub programming: Histogram,
+    /// How long writing the rules took (`iptables-restore`).
+    pub sync: Histogram,
+    /// Service ports and ready endpoints the rules program.
+    pub service_ports: Gauge,
+    pub endpoints: Gauge,
+}
+
+impl Default for ProxyMetrics {
+    fn default() -> Self {
+        // 1 ms to about a minute.
+        let buckets = || exponential_buckets(0.001, 2.0, 17);
+        ProxyMetrics {
+            programming: Histogram::new(buckets()),
+            sync: Histogram::new(buckets()),
+            service_ports: Gauge::default(),
+            endpoints: Gauge::default(),
+        }
+    }
+}
+
+/// What the proxy tells its observer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProxyEvent {
+    /// The rules are in place for `ports` Service ports with `endpoints` ready endpoints:
+    /// written (`wrote`), which took `took`, or found unchanged.
+    Synced {
+        took: Duration,
+        wrote: bool,
+        ports: usize,
+        endpoints: usize,
+    },
+    /// One EndpointSlice change is reflected in the rules, this long after its trigger time.
+    Programmed(Duration),
 }
 
 /// One Service port as the rules need it.
@@ -136,10 +186,37 @@ fn chain(prefix: &str, what: &str) -> String {
     format!("{prefix}{:016X}", h.finish())
 }
 
-/// The rules for `ports`, as `iptables-restore` input (nat and filter tables), and the
-/// per-service chains they use.
-pub fn rules(ports: &[ServicePort], stale: &BTreeSet<String>) -> (String, BTreeSet<String>) {
-    let mut chains = BTreeSet::new();
+/// What the last successful sync wrote: the top-level rules, and each per-Service chain's
+/// rules by chain name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Written {
+    top: String,
+    chains: BTreeMap<String, String>,
+}
+
+impl Written {
+    /// Per-Service chains found in the node's rules (an earlier agent's), their rules
+    /// unknown: rewritten if still wanted, removed if not.
+    pub fn found(names: impl IntoIterator<Item = String>) -> Written {
+        Written {
+            top: String::new(),
+            chains: names.into_iter().map(|n| (n, "\0unknown".into())).collect(),
+        }
+    }
+
+    /// The per-Service chains written.
+    pub fn chains(&self) -> impl Iterator<Item = &str> {
+        self.chains.keys().map(String::as_str)
+    }
+}
+
+/// The rules for `ports` as `iptables-restore` input (nat and filter tables), given what
+/// the last sync `written`: the top-level chains whole, and only the per-Service chains that
+/// are new or changed; those no longer wanted are emptied and removed. Unchanged chains are
+/// left as they are (kube-proxy's minimized restores), so an endpoint that changes costs its
+/// Service's chains, not every Service's. `None` when nothing differs.
+pub fn rules(ports: &[ServicePort], written: &Written) -> (Option<String>, Written) {
+    let mut chains: BTreeMap<String, String> = BTreeMap::new();
     let mut nat = String::new();
     let mut filter = String::new();
     for p in ports {
@@ -153,7 +230,6 @@ pub fn rules(ports: &[ServicePort], stale: &BTreeSet<String>) -> (String, BTreeS
             continue;
         }
         let svc = chain("SKIFF-SVC-", &p.id);
-        chains.insert(svc.clone());
         let _ = writeln!(
             nat,
             "-A SKIFF-SERVICES -d {}/32 -p {proto} -m {proto} --dport {} -m comment --comment \"{}\" -j {svc}",
@@ -167,26 +243,49 @@ pub fn rules(ports: &[ServicePort], stale: &BTreeSet<String>) -> (String, BTreeS
             );
         }
         let n = p.endpoints.len();
+        let mut body = String::new();
         for (i, (ip, port)) in p.endpoints.iter().enumerate() {
             let sep = chain("SKIFF-SEP-", &format!("{}/{ip}:{port}", p.id));
-            chains.insert(sep.clone());
             let left = n - i;
             if left > 1 {
                 let _ = writeln!(
-                    nat,
+                    body,
                     "-A {svc} -m statistic --mode random --probability {:.10} -j {sep}",
                     1.0 / left as f64
                 );
             } else {
-                let _ = writeln!(nat, "-A {svc} -j {sep}");
+                let _ = writeln!(body, "-A {svc} -j {sep}");
             }
-            let _ = writeln!(nat, "-A {sep} -j SKIFF-MARK-MASQ");
-            let _ = writeln!(
-                nat,
-                "-A {sep} -p {proto} -m {proto} -j DNAT --to-destination {ip}:{port}"
+            chains.insert(
+                sep.clone(),
+                format!(
+                    "-A {sep} -j SKIFF-MARK-MASQ\n-A {sep} -p {proto} -m {proto} -j DNAT --to-destination {ip}:{port}\n"
+                ),
             );
         }
+        chains.insert(svc, body);
     }
+    nat.push_str("-A SKIFF-SERVICES -m addrtype --dst-type LOCAL -j SKIFF-NODEPORTS\n");
+    let _ = writeln!(
+        nat,
+        "-A SKIFF-MARK-MASQ -j MARK --set-xmark {MASQ_MARK}\n\
+         -A SKIFF-POSTROUTING -m mark --mark {MASQ_MARK} -j MASQUERADE"
+    );
+    let top = format!("{nat}\0{filter}");
+    let changed: Vec<(&String, &String)> = chains
+        .iter()
+        .filter(|(name, body)| written.chains.get(*name) != Some(*body))
+        .collect();
+    let gone: Vec<&String> = written
+        .chains
+        .keys()
+        .filter(|name| !chains.contains_key(*name))
+        .collect();
+    if changed.is_empty() && gone.is_empty() && written.top == top {
+        return (None, written.clone());
+    }
+    // Declaring a chain (`:NAME`) empties it: the top-level chains are always rewritten, a
+    // per-Service chain only when it changed (or goes).
     let mut text = String::from("*nat\n");
     for base in [
         "SKIFF-SERVICES",
@@ -196,24 +295,20 @@ pub fn rules(ports: &[ServicePort], stale: &BTreeSet<String>) -> (String, BTreeS
     ] {
         let _ = writeln!(text, ":{base} - [0:0]");
     }
-    for c in chains.iter().chain(stale.difference(&chains)) {
-        let _ = writeln!(text, ":{c} - [0:0]");
+    for name in changed.iter().map(|(n, _)| *n).chain(gone.iter().copied()) {
+        let _ = writeln!(text, ":{name} - [0:0]");
+    }
+    for (_, body) in &changed {
+        text.push_str(body);
     }
     text.push_str(&nat);
-    text.push_str("-A SKIFF-SERVICES -m addrtype --dst-type LOCAL -j SKIFF-NODEPORTS\n");
-    let _ = writeln!(
-        text,
-        "-A SKIFF-MARK-MASQ -j MARK --set-xmark {MASQ_MARK}\n\
-         -A SKIFF-POSTROUTING -m mark --mark {MASQ_MARK} -j MASQUERADE"
-    );
-    // Chains of Services and endpoints gone since the last sync: emptied above, removed.
-    for c in stale.difference(&chains) {
-        let _ = writeln!(text, "-X {c}");
+    for name in &gone {
+        let _ = writeln!(text, "-X {name}");
     }
     text.push_str("COMMIT\n*filter\n:SKIFF-FILTER - [0:0]\n");
     text.push_str(&filter);
     text.push_str("COMMIT\n");
-    (text, chains)
+    (Some(text), Written { top, chains })
 }
 
 /// The jumps from the built-in chains to Skiff's, added once (the syncs only rewrite
@@ -308,6 +403,19 @@ pub(crate) async fn restore(netns: Option<&Path>, text: &str) -> std::io::Result
     }
 }
 
+/// The per-Service chains (`SKIFF-SVC-…`, `SKIFF-SEP-…`) in the node's nat table now.
+async fn existing_chains(netns: Option<&Path>) -> Vec<String> {
+    match run_in(netns, "iptables", &["-w", "-t", "nat", "-S"], None).await {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.strip_prefix("-N "))
+            .filter(|c| c.starts_with("SKIFF-SVC-") || c.starts_with("SKIFF-SEP-"))
+            .map(str::to_owned)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Runs the proxy until `cancel`: follows Services and EndpointSlices and keeps the rules
 /// as they say. Returns an error when the rules cannot be written at all (no iptables, no
 /// permission), so the agent reports it.
@@ -317,14 +425,26 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> std::io::Result<()> {
     let netns = config.netns.clone();
-    let (empty, _) = rules(&[], &BTreeSet::new());
+    let (empty, _) = rules(&[], &Written::default());
+    let empty = empty.expect("invariant: a first sync writes the top-level chains");
     ensure_jumps(netns.as_deref(), &empty, &JUMPS).await?;
+    let started = Instant::now();
     let (followed, mut followers) = crate::services::follow(&client);
     let changed = followed.changed.clone();
-    let mut chains = BTreeSet::new();
-    let mut written = String::new();
+    // A first sync even when there is nothing to follow yet (no Service, no change to wait
+    // for).
+    changed.notify_one();
+    // The per-Service chains already there (an earlier agent's) are replaced or removed.
+    let mut written = Written::found(existing_chains(netns.as_deref()).await);
     let mut before: BTreeMap<String, Vec<(String, i32)>> = BTreeMap::new();
+    // Each slice's trigger time as last reflected in the rules.
+    let mut triggers: HashMap<String, String> = HashMap::new();
     let mut last = Instant::now() - MIN_SYNC;
+    let tell = |event: ProxyEvent| {
+        if let Some(o) = &config.observer {
+            let _ = o.send(event);
+        }
+    };
     loop {
         tokio::select! {
             () = cancel.cancelled() => return Ok(()),
@@ -339,24 +459,55 @@ pub async fn run(
             tokio::time::sleep(wait).await;
         }
         last = Instant::now();
-        let ports = {
-            let (services, slices) = followed.snapshot();
-            service_ports(&services, &slices)
-        };
-        let (text, now) = rules(&ports, &chains);
-        if text == written {
-            continue;
+        let (services, slices) = followed.snapshot();
+        let ports = service_ports(&services, &slices);
+        let (text, next) = rules(&ports, &written);
+        let endpoints: usize = ports.iter().map(|p| p.endpoints.len()).sum();
+        let began = Instant::now();
+        let wrote = text.is_some();
+        if let Some(text) = text {
+            // Failed, nothing of a table was changed (each is one commit), and `written`
+            // still says what is there.
+            if let Err(e) = restore(netns.as_deref(), &text).await {
+                tracing::warn!(error = %e, "writing the Service rules failed; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                changed.notify_one();
+                continue;
+            }
+            let took = began.elapsed();
+            config.metrics.sync.observe(took.as_secs_f64());
+            tracing::debug!(
+                ports = ports.len(),
+                endpoints,
+                ?took,
+                "Service rules written"
+            );
+            written = next;
         }
-        let started = Instant::now();
-        if let Err(e) = restore(netns.as_deref(), &text).await {
-            tracing::warn!(error = %e, "writing the Service rules failed; trying again");
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            changed.notify_one();
-            continue;
+        config.metrics.service_ports.set(ports.len() as i64);
+        config.metrics.endpoints.set(endpoints as i64);
+        tell(ProxyEvent::Synced {
+            took: began.elapsed(),
+            wrote,
+            ports: ports.len(),
+            endpoints,
+        });
+        // Changes made before this proxy started are not its latency.
+        let uptime = started.elapsed();
+        let mut reflected = HashMap::with_capacity(slices.len());
+        for (key, o) in &slices {
+            let Some(t) = o.metadata().annotations.get(TRIGGER_TIME_ANNOTATION) else {
+                continue;
+            };
+            if triggers.get(key) != Some(t)
+                && let Some(age) = trigger_age(t).filter(|a| *a <= uptime)
+            {
+                config.metrics.programming.observe(age.as_secs_f64());
+                tell(ProxyEvent::Programmed(age));
+            }
+            reflected.insert(key.clone(), t.clone());
         }
-        tracing::debug!(ports = ports.len(), took = ?started.elapsed(), "Service rules written");
-        chains = now;
-        written = text;
+        triggers = reflected;
         let after: BTreeMap<String, Vec<(String, i32)>> = ports
             .iter()
             .filter(|p| p.protocol == "UDP")
@@ -404,18 +555,65 @@ mod tests {
                 ("10.244.0.4", 8080),
             ],
         );
-        let (text, chains) = rules(&[three], &BTreeSet::new());
-        assert_eq!(chains.len(), 4, "one service chain, three endpoint chains");
+        let (text, written) = rules(std::slice::from_ref(&three), &Written::default());
+        let text = text.expect("a first write");
+        assert_eq!(
+            written.chains().count(),
+            4,
+            "one service chain, three endpoint chains"
+        );
         assert!(text.contains("--probability 0.3333333333"), "{text}");
         assert!(text.contains("--probability 0.5000000000"), "{text}");
         assert_eq!(text.matches("-j DNAT --to-destination").count(), 3);
         assert!(text.contains("--dport 30080"), "{text}");
+        assert_eq!(
+            rules(&[three], &written).0,
+            None,
+            "unchanged: nothing to write"
+        );
         // The Service loses its endpoints: a REJECT, and its chains emptied and removed.
-        let (text, left) = rules(&[port("default/web:http", &[])], &chains);
-        assert!(left.is_empty());
+        let (text, left) = rules(&[port("default/web:http", &[])], &written);
+        let text = text.expect("changed");
+        assert_eq!(left.chains().count(), 0);
         assert!(text.contains("-j REJECT"), "{text}");
-        for c in &chains {
-            assert!(text.contains(&format!("-X {c}")), "{c} in {text}");
+        for c in written.chains() {
+            assert!(
+                text.contains(&format!(":{c} - [0:0]")),
+                "{c} emptied in {text}"
+            );
+            assert!(text.contains(&format!("-X {c}")), "{c} removed in {text}");
         }
+    }
+
+    /// An endpoint change rewrites its Service's chains and the top-level ones, and leaves
+    /// every other Service's chains as they are (still jumped to).
+    #[test]
+    fn an_endpoint_change_rewrites_only_its_services_chains() {
+        let a = port("default/a:http", &[("10.244.0.2", 8080)]);
+        let b = port(
+            "default/b:http",
+            &[("10.244.0.3", 8080), ("10.244.0.4", 8080)],
+        );
+        let (_, written) = rules(&[a.clone(), b], &Written::default());
+        let b = port(
+            "default/b:http",
+            &[("10.244.0.3", 8080), ("10.244.0.5", 8080)],
+        );
+        let text = rules(&[a, b], &written).0.expect("changed");
+        let svc_a = chain("SKIFF-SVC-", "default/a:http");
+        assert!(!text.contains(&format!(":{svc_a} ")), "{text}");
+        assert!(text.contains(&format!("-j {svc_a}")), "{text}");
+        let svc_b = chain("SKIFF-SVC-", "default/b:http");
+        assert!(text.contains(&format!(":{svc_b} ")), "{text}");
+        let kept = chain("SKIFF-SEP-", "default/b:http/10.244.0.3:8080");
+        assert!(!text.contains(&format!(":{kept} ")), "{text}");
+        let added = chain("SKIFF-SEP-", "default/b:http/10.244.0.5:8080");
+        assert!(text.contains(&format!(":{added} ")), "{text}");
+        let gone = chain("SKIFF-SEP-", "default/b:http/10.244.0.4:8080");
+        assert!(text.contains(&format!("-X {gone}")), "{text}");
+        // Found chains of an earlier agent go unless wanted.
+        let stale = Written::found(["SKIFF-SEP-0000000000000000".to_string()]);
+        let text = rules(&[], &stale).0.expect("a first write");
+        assert!(text.contains("-X SKIFF-SEP-0000000000000000"), "{text}");
     }
 }

@@ -1,7 +1,7 @@
 //! `skiff bench`: benchmarks that print figures. `bind` measures batch Bind through a running
 //! cluster's API, `api` its gRPC and Kubernetes REST faces side by side, `put` the etcd API,
-//! `scheduler` the scheduler, `startup` pods end to end and `deployment` a Deployment
-//! through the controller manager.
+//! `scheduler` the scheduler, `startup` pods end to end, `deployment` a Deployment
+//! through the controller manager and `services` the Service proxy's programming latency.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -80,6 +80,9 @@ enum What {
     /// One Deployment of many replicas: create → every replica available, and the pods the
     /// controller manager created per second.
     Deployment(crate::bench_deployment::Args),
+    /// The Service proxy's network programming latency: many Services' endpoints changing,
+    /// real iptables rules written in a network namespace of the benchmark's own.
+    Services(crate::bench_services::Args),
     /// A rolling restart of a store cluster under puts, with SIGTERM and with kill -9: the
     /// longest write pause each restart causes.
     Restart(crate::bench_restart::Args),
@@ -157,6 +160,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         What::Startup(a) => rt.block_on(crate::bench_startup::run(a)),
         What::Deployment(a) => rt.block_on(crate::bench_deployment::run(a)),
         What::Restart(a) => rt.block_on(crate::bench_restart::run(a)),
+        What::Services(a) => rt.block_on(crate::bench_services::run(a)),
         What::Plot(a) => plot(&a),
     }
 }

@@ -13,6 +13,7 @@ mod bench_deployment;
 mod bench_kv;
 mod bench_restart;
 mod bench_scheduler;
+mod bench_services;
 mod bench_startup;
 mod certs;
 mod config;

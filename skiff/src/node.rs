@@ -532,6 +532,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             crate::signals::terminated().await;
             stop.cancel();
         });
+        let counters = skiff_node::metrics::AgentMetrics::default();
         let proxy = match args.proxy_mode.as_deref() {
             Some("iptables") => true,
             Some(_) => false,
@@ -541,6 +542,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let (client, cancel) = (client.clone(), cancel.clone());
             let config = skiff_node::proxy::ProxyConfig {
                 netns: args.runtime_netns.clone(),
+                metrics: counters.proxy.clone(),
+                observer: None,
             };
             skiff_node::supervise("the Service proxy", cancel.clone(), move || {
                 skiff_node::proxy::run(client.clone(), config.clone(), cancel.clone())
@@ -552,7 +555,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             logs_tls,
             metrics,
         };
-        agent::run(client, runtime, nodes, listeners, cancel)
+        agent::run(client, runtime, nodes, listeners, counters, cancel)
             .await
             .context("node agent")
     })?;

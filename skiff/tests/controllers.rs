@@ -766,6 +766,17 @@ async fn endpoints_of(api: &ClusterClient, name: &str) -> (Vec<(String, i32)>, u
         let Object::EndpointSlice(s) = s else {
             continue;
         };
+        // When the change it reflects was seen, for the proxies' programming latency.
+        let trigger = s
+            .metadata
+            .annotations
+            .get(skiff_proto::api::service::TRIGGER_TIME_ANNOTATION);
+        assert!(
+            trigger
+                .and_then(|t| skiff_proto::api::service::trigger_age(t))
+                .is_some(),
+            "a trigger time: {trigger:?}"
+        );
         let port = s.ports.first().and_then(|p| p.port).unwrap_or_default();
         for e in &s.endpoints {
             if e.conditions.ready == Some(true) {

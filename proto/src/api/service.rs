@@ -26,6 +26,27 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
 /// Its value on the slices the controller manager keeps.
 pub const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
+/// When the change an EndpointSlice reflects happened (RFC 3339 with nanoseconds), as
+/// Kubernetes' EndpointSlice controller writes it: each node's Service proxy measures its
+/// network programming latency from it.
+pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
+/// The trigger time annotation's value for now.
+pub fn trigger_time_now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
+/// How long ago a trigger time annotation's instant was (zero when it is in the future: a
+/// clock ahead of this one); `None` when it is not RFC 3339.
+pub fn trigger_age(value: &str) -> Option<std::time::Duration> {
+    let at = chrono::DateTime::parse_from_rfc3339(value).ok()?;
+    Some(
+        chrono::Utc::now()
+            .signed_duration_since(at)
+            .to_std()
+            .unwrap_or_default(),
+    )
+}
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
