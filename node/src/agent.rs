@@ -76,9 +76,10 @@ pub struct NodeConfig {
     pub events: bool,
     /// Where to write the node's CNI configuration once it has a pod CIDR (CRI runtime).
     pub cni: Option<crate::cni::CniConfig>,
-    /// Serve cluster DNS for this domain in the node's network namespace (given), on the
-    /// node's bridge address, and point pods on the pod network at it.
-    pub dns: Option<(String, std::path::PathBuf)>,
+    /// Serve cluster DNS for this domain on the node's bridge address, in the node's network
+    /// namespace (this process's when none is given), and point pods on the pod network at
+    /// it.
+    pub dns: Option<(String, Option<std::path::PathBuf>)>,
 }
 
 impl NodeConfig {
@@ -469,11 +470,16 @@ impl NodeAgent {
             .parse::<std::net::Ipv4Addr>()
             .ok()
             .map(|ip| std::net::Ipv4Addr::from(u32::from(ip) + 1))?;
+        // A namespace of the node's own has nothing else on port 53: every address. The
+        // host's (a bare node) may have a resolver there: the bridge's address only, bound
+        // before the bridge appears with the first pod.
+        let listen = match &netns {
+            Some(_) => std::net::Ipv4Addr::UNSPECIFIED,
+            None => gateway,
+        };
         let config = crate::dns::DnsConfig {
-            netns: Some(netns),
-            // The bridge (and so its address) appears with the first pod: listen on every
-            // address of the node's own namespace.
-            listen: std::net::SocketAddr::from(([0, 0, 0, 0], 53)),
+            netns,
+            listen: std::net::SocketAddr::from((listen, 53)),
             domain: domain.clone(),
         };
         let (client, cancel) = (self.client.clone(), self.cancel.clone());

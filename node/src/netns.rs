@@ -52,14 +52,27 @@ pub async fn connect(
     TcpStream::from_std(stream)
 }
 
+/// A UDP socket bound to `addr` (`IP_FREEBIND`: the address may not be there yet, as the
+/// node's bridge address is not until its first pod), non-blocking.
+fn bind_freely(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM.cloexec(), None)?;
+    if addr.is_ipv4() {
+        socket.set_freebind_v4(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
 /// A UDP socket bound to `addr` in the network namespace at `netns` (this process's own when
-/// none is given).
+/// none is given); the address need not exist yet.
 pub async fn bind_udp(
     netns: Option<&Path>,
     addr: SocketAddr,
 ) -> std::io::Result<tokio::net::UdpSocket> {
     let Some(netns) = netns else {
-        return tokio::net::UdpSocket::bind(addr).await;
+        return tokio::net::UdpSocket::from_std(bind_freely(addr)?);
     };
     let netns: PathBuf = netns.to_owned();
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -71,9 +84,7 @@ pub async fn bind_udp(
                 let ns = std::fs::File::open(&netns)?;
                 nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
                     .map_err(std::io::Error::from)?;
-                let socket = std::net::UdpSocket::bind(addr)?;
-                socket.set_nonblocking(true)?;
-                Ok::<_, std::io::Error>(socket)
+                bind_freely(addr)
             })();
             let _ = tx.send(bound);
         })?;
@@ -81,4 +92,28 @@ pub async fn bind_udp(
         .await
         .map_err(|_| std::io::Error::other("the binding thread ended without an answer"))??;
     tokio::net::UdpSocket::from_std(socket)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An address the node does not have yet (its bridge's, before the first pod) can be
+    /// bound, and the socket answers once it is reachable.
+    #[tokio::test]
+    async fn an_address_not_there_yet_can_be_bound() {
+        let early = bind_udp(None, "192.0.2.53:0".parse().expect("addr")).await;
+        assert!(early.is_ok(), "{early:?}");
+        let socket = bind_udp(None, "127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("loopback");
+        let to = socket.local_addr().expect("addr");
+        let client = tokio::net::UdpSocket::bind("127.0.0.1:0")
+            .await
+            .expect("client");
+        client.send_to(b"ping", to).await.expect("send");
+        let mut buf = [0u8; 4];
+        let (n, _) = socket.recv_from(&mut buf).await.expect("recv");
+        assert_eq!(&buf[..n], b"ping");
+    }
 }

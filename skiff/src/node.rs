@@ -160,9 +160,10 @@ pub struct Args {
     /// routes are made all the same).
     #[arg(long)]
     cluster_cidr: Option<String>,
-    /// The cluster's DNS domain. With `--runtime-netns`, the agent serves cluster DNS in the
-    /// node's namespace (`<service>.<namespace>.svc.<domain>`, on its bridge address, port
-    /// 53) and gives pods on the pod network a resolv.conf pointing there.
+    /// The cluster's DNS domain. With `--cni-conf-dir`, the agent serves cluster DNS
+    /// (`<service>.<namespace>.svc.<domain>`) on its bridge address, port 53, in the node's
+    /// namespace (`--runtime-netns`, or the host's), and gives pods on the pod network a
+    /// resolv.conf pointing there.
     #[arg(long, default_value = skiff_node::dns::DEFAULT_DOMAIN)]
     cluster_domain: String,
     /// How Services reach their endpoints on this node: `iptables` (kube-proxy's iptables
@@ -282,10 +283,11 @@ impl Args {
         base.host_ip = self.host_ip.clone();
         base.heartbeat = self.heartbeat_interval;
         base.events = !self.no_events;
+        // Pods on the pod network get the node's cluster DNS.
         base.dns = self
-            .runtime_netns
-            .clone()
-            .map(|ns| (self.cluster_domain.clone(), ns));
+            .cni_conf_dir
+            .as_ref()
+            .map(|_| (self.cluster_domain.clone(), self.runtime_netns.clone()));
         base.cni = self
             .cni_conf_dir
             .clone()
