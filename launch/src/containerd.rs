@@ -226,18 +226,7 @@ fn run(skiff: &Path, args: &[&std::ffi::OsStr]) -> Result<()> {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    let out = Command::new(skiff)
-        .args(args)
-        .output()
-        .map_err(|e| Error::Setup {
-            command: command.clone(),
-            reason: e.to_string(),
-        })?;
-    if !out.status.success() {
-        return Err(Error::Setup {
-            command,
-            reason: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(())
+    let mut run = Command::new(skiff);
+    run.args(args);
+    crate::setup(run, command, "")
 }

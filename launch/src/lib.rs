@@ -73,3 +73,19 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Runs a setup step to completion. `what` names it in the error, with its standard error
+/// when it fails, or with why it could not start and `hint` (what installs it).
+pub(crate) fn setup(mut command: std::process::Command, what: String, hint: &str) -> Result<()> {
+    let out = command.output().map_err(|e| Error::Setup {
+        command: what.clone(),
+        reason: format!("{e}{hint}"),
+    })?;
+    if !out.status.success() {
+        return Err(Error::Setup {
+            command: what,
+            reason: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(())
+}

@@ -101,24 +101,17 @@ fn namespace_id(path: &Path) -> Option<PathBuf> {
 
 /// Runs `ip ARGS` in the namespace at `netns` (through `nsenter`).
 fn ip(netns: &Path, args: &[&str]) -> Result<()> {
-    let command = format!("ip {}", args.join(" "));
-    let out = Command::new("nsenter")
+    let mut command = Command::new("nsenter");
+    command
         .arg(format!("--net={}", netns.display()))
         .arg("--")
         .arg("ip")
-        .args(args)
-        .output()
-        .map_err(|e| Error::Setup {
-            command: command.clone(),
-            reason: format!("{e} (Debian: apt-get install util-linux iproute2)"),
-        })?;
-    if !out.status.success() {
-        return Err(Error::Setup {
-            command,
-            reason: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(())
+        .args(args);
+    crate::setup(
+        command,
+        format!("ip {}", args.join(" ")),
+        " (Debian: apt-get install util-linux iproute2)",
+    )
 }
 
 impl NodeNetwork {
