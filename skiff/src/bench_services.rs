@@ -254,6 +254,22 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         s.max
     );
     if !a.keep {
+        // The Services and their slices first: a namespace goes only once it is empty.
+        futures::stream::iter(0..a.services)
+            .map(|i| {
+                let (api, ns) = (api.clone(), ns.clone());
+                async move {
+                    let name = format!("svc-{i}");
+                    api.delete(Kind::EndpointSlice, &ns, &format!("{name}-bench"), 0, None)
+                        .await?;
+                    api.delete(Kind::Service, &ns, &name, 0, None).await?;
+                    anyhow::Ok(())
+                }
+            })
+            .buffer_unordered(a.concurrency)
+            .try_collect::<Vec<()>>()
+            .await
+            .context("deleting the benchmark's Services")?;
         api.delete(Kind::Namespace, "", &ns, 0, None)
             .await
             .context("deleting the benchmark's namespace")?;

@@ -1143,6 +1143,41 @@ fn service(name: &str, spec: serde_json::Value) -> Object {
     )
 }
 
+/// A namespace is deleted only once nothing but events is left in it: a Service there
+/// (which holds a cluster IP) makes the delete fail naming what is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_goes_only_once_it_is_empty() {
+    let cluster = Cluster::start(1).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    api.create(&obj(Kind::Namespace, json!({"metadata": {"name": "held"}})))
+        .await
+        .expect("namespace");
+    let mut held = json!({"apiVersion": "v1", "kind": "Service",
+                          "metadata": {"name": "web", "namespace": "held"},
+                          "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}});
+    let first = svc(api
+        .create(&obj(Kind::Service, held.clone()))
+        .await
+        .expect("service"));
+    let e = api
+        .delete(Kind::Namespace, "", "held", 0, None)
+        .await
+        .expect_err("a Service is left");
+    assert_eq!(e.code(), Some(Code::FailedPrecondition), "{e}");
+    assert!(e.to_string().contains("1 services"), "{e}");
+    api.delete(Kind::Service, "held", "web", 0, None)
+        .await
+        .expect("delete the Service");
+    api.delete(Kind::Namespace, "", "held", 0, None)
+        .await
+        .expect("empty now");
+    held["metadata"]["namespace"] = json!("default");
+    held["spec"]["clusterIP"] = json!(first.spec.cluster_ip);
+    api.create(&obj(Kind::Service, held))
+        .await
+        .expect("its address was given back with it");
+}
+
 fn svc(o: Object) -> skiff_proto::api::Service {
     match o {
         Object::Service(s) => s,

@@ -91,8 +91,8 @@ pub enum ClusterError {
         name: String,
         why: String,
     },
-    #[error("namespaces \"{name}\" still has {pods} pod(s); delete them first")]
-    NamespaceNotEmpty { name: String, pods: usize },
+    #[error("namespaces \"{name}\" still has {contents}; delete them first")]
+    NamespaceNotEmpty { name: String, contents: String },
     /// Quota guards kept losing races with other writers.
     #[error(
         "{} \"{name}\": too many concurrent changes in its namespace, try again",

@@ -915,17 +915,24 @@ impl ClusterApi {
                 return Err(conflict(kind, name));
             }
             if kind == Kind::Namespace {
-                let prefix = Kind::Pod.prefix(Some(name));
-                let (_, pods) = self.range(
-                    Kind::Pod,
-                    prefix.as_bytes(),
-                    &prefix_end(prefix.as_bytes()),
-                    0,
-                )?;
-                if !pods.is_empty() {
+                // Nothing may outlive its namespace (a Service would keep its addresses
+                // claimed): whatever it holds goes first. Events expire on their own.
+                let mut held = Vec::new();
+                for k in Kind::ALL
+                    .into_iter()
+                    .filter(|k| k.is_namespaced() && *k != Kind::Event)
+                {
+                    let prefix = k.prefix(Some(name));
+                    let (_, items) =
+                        self.range(k, prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0)?;
+                    if !items.is_empty() {
+                        held.push(format!("{} {}", items.len(), k.plural()));
+                    }
+                }
+                if !held.is_empty() {
                     return Err(ClusterError::NamespaceNotEmpty {
                         name: name.to_string(),
-                        pods: pods.len(),
+                        contents: held.join(", "),
                     });
                 }
             }
