@@ -484,14 +484,9 @@ pub async fn run(
             );
             written = next;
         }
+        let took = began.elapsed();
         config.metrics.service_ports.set(ports.len() as i64);
         config.metrics.endpoints.set(endpoints as i64);
-        tell(ProxyEvent::Synced {
-            took: began.elapsed(),
-            wrote,
-            ports: ports.len(),
-            endpoints,
-        });
         // Changes made before this proxy started are not its latency.
         let uptime = started.elapsed();
         let mut reflected = HashMap::with_capacity(slices.len());
@@ -508,6 +503,13 @@ pub async fn run(
             reflected.insert(key.clone(), t.clone());
         }
         triggers = reflected;
+        // Last: the sync's latencies are all told when it is.
+        tell(ProxyEvent::Synced {
+            took,
+            wrote,
+            ports: ports.len(),
+            endpoints,
+        });
         let after: BTreeMap<String, Vec<(String, i32)>> = ports
             .iter()
             .filter(|p| p.protocol == "UDP")
