@@ -176,10 +176,12 @@ pub async fn run(
     }
     let nodes: Arc<Mutex<BTreeMap<String, Node>>> = Arc::default();
     let changed = Arc::new(Notify::new());
-    let mut informer = {
+    // A set: dropped (this returns, an error included), the informer is stopped with it.
+    let mut informer = tokio::task::JoinSet::new();
+    {
         let (nodes, changed) = (nodes.clone(), changed.clone());
         let client = client.clone();
-        tokio::spawn(async move {
+        informer.spawn(async move {
             let mut informer = Informer::new(client, Kind::Node, ListParams::default());
             informer
                 .run(|e: &Event, _| {
@@ -200,18 +202,18 @@ pub async fn run(
                     changed.notify_one();
                 })
                 .await
-        })
-    };
+        });
+    }
     let mut last: Option<BTreeMap<String, Ipv4Addr>> = None;
+    // Its own timer: Node heartbeats wake the loop far more often than this.
+    let mut resync = tokio::time::interval(RESYNC);
+    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            () = cancel.cancelled() => {
-                informer.abort();
-                return Ok(());
-            }
+            () = cancel.cancelled() => return Ok(()),
             () = changed.notified() => {}
-            () = tokio::time::sleep(RESYNC) => last = None,
-            done = &mut informer => {
+            _ = resync.tick() => last = None,
+            Some(done) = informer.join_next() => {
                 return Err(std::io::Error::other(format!("the Node informer stopped: {done:?}")));
             }
         }
