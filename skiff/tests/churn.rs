@@ -590,6 +590,7 @@ async fn random_churn_keeps_the_scheduler_and_kubelet_invariants() {
             ),
         }
     }
+    audit.finish();
     assert!(
         audit.failures.is_empty(),
         "seed {seed}, after settling: {:#?}",

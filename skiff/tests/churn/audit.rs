@@ -19,7 +19,10 @@
 //! make the placement wrong at the Bind's revision through no fault of the scheduler
 //! (kube-scheduler has the same window). So a bind passes when it satisfies the rules against
 //! some state stored within [`WINDOW`] before it arrived, with every bind the scheduler made
-//! since that state added (it knows its own binds). Resources are not racy this way: the
+//! since that state added (it knows its own binds). A spread that fails even so is checked
+//! again once [`WINDOW`] has passed after it, counting the binds that landed meanwhile: the
+//! scheduler counts pods it has placed before their Binds land (kube-scheduler's assumed
+//! pods), and Binds in flight together may land in any order. Resources are not racy this way: the
 //! scheduler only frees what it has seen freed, so no node is ever over its allocatable at any
 //! revision.
 
@@ -99,6 +102,17 @@ struct State {
     nodes: BTreeMap<String, Arc<NodeView>>,
 }
 
+/// A bind whose hard rules held but whose spread did not, against every state of its window.
+struct Deferred {
+    node: String,
+    arrived: Instant,
+    pod: Arc<PodView>,
+    intent: Intent,
+    /// The states whose hard rules held, with their revisions.
+    bases: Vec<(i64, State)>,
+    why: String,
+}
+
 /// What the two watch tasks deliver.
 #[derive(Debug, Default)]
 struct Feed {
@@ -123,6 +137,8 @@ pub struct Audit {
     history: VecDeque<(i64, Instant, State)>,
     /// Revision of each pod's bind, by UID.
     bound_at: HashMap<String, i64>,
+    /// Binds whose spread failed against every state: checked again a window later.
+    deferred: Vec<Deferred>,
     never: HashMap<String, NeverTrack>,
     pub done_to: i64,
     pub binds_checked: usize,
@@ -178,6 +194,7 @@ impl Audit {
             state: State::default(),
             history: VecDeque::new(),
             bound_at: HashMap::new(),
+            deferred: Vec::new(),
             never: HashMap::new(),
             done_to: rev,
             binds_checked: 0,
@@ -242,6 +259,7 @@ impl Audit {
             for (name, node) in newly_bound {
                 self.check_bind(&name, &node, rev, arrived);
             }
+            self.recheck(rev, |d| d.arrived + WINDOW <= arrived);
             if self.history.back().is_none_or(|(_, _, s)| *s != self.state) {
                 self.history.push_back((rev, arrived, self.state.clone()));
             }
@@ -466,24 +484,70 @@ impl Audit {
             bases.push((*r, s));
         }
         let mut why = Vec::new();
+        let mut spread_only = Vec::new();
         for (base_rev, base) in bases {
             let with_peers = self.overlay(base, base_rev, rev, &pod.uid, true);
             let without_peers = self.overlay(base, base_rev, rev, &pod.uid, false);
             let verdict = self
                 .rules(&pod, &intent, node, &with_peers, true)
                 .and_then(|()| {
-                    self.rules(&pod, &intent, node, &with_peers, false)
-                        .or_else(|_| self.rules(&pod, &intent, node, &without_peers, false))
+                    let spread = self
+                        .rules(&pod, &intent, node, &with_peers, false)
+                        .or_else(|_| self.rules(&pod, &intent, node, &without_peers, false));
+                    if spread.is_err() {
+                        spread_only.push((base_rev, base.clone()));
+                    }
+                    spread
                 });
             match verdict {
                 Ok(()) => return,
                 Err(e) => why.push(e),
             }
         }
-        self.fail(format!(
+        let why = format!(
             "rev {rev}: pod {name} bound to {node} against every state within {WINDOW:?}: {}",
             why.first().cloned().unwrap_or_default()
-        ));
+        );
+        if spread_only.is_empty() {
+            self.fail(why);
+        } else {
+            self.deferred.push(Deferred {
+                node: node.to_string(),
+                arrived,
+                pod,
+                intent,
+                bases: spread_only,
+                why,
+            });
+        }
+    }
+
+    /// Checks again the deferred binds `due` says are due, against their states with every
+    /// bind up to `now` (a revision) added: one that still breaks its spread fails.
+    fn recheck(&mut self, now: i64, due: impl Fn(&Deferred) -> bool) {
+        let (ready, waiting): (Vec<Deferred>, Vec<Deferred>) = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .partition(|d| due(d));
+        self.deferred = waiting;
+        for d in ready {
+            let held = d.bases.iter().any(|(base_rev, base)| {
+                let later = self.overlay(base, *base_rev, now, &d.pod.uid, true);
+                self.rules(&d.pod, &d.intent, &d.node, &later, false)
+                    .is_ok()
+            });
+            if !held {
+                self.fail(format!(
+                    "{} (and with the binds of the {WINDOW:?} after)",
+                    d.why
+                ));
+            }
+        }
+    }
+
+    /// Settles every deferred bind against everything replayed so far (the end of a run).
+    pub fn finish(&mut self) {
+        let now = self.done_to;
+        self.recheck(now, |_| true);
     }
 
     /// `base` with every pod bound after it (up to `rev`, the pod itself aside) placed as it is
