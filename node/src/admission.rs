@@ -96,30 +96,18 @@ pub fn admit<'a>(
 /// One host port a pod holds: protocol, host IP (empty: every address) and port.
 type HostPort = (String, String, i32);
 
-/// The host ports `pod` holds (a host-network pod holds its container ports).
+/// The host ports `pod` holds (a host-network pod holds its container ports), with an
+/// every-address host IP as empty.
 fn host_ports(pod: &Pod) -> Vec<HostPort> {
-    pod.spec
-        .init_containers
-        .iter()
-        .chain(&pod.spec.containers)
-        .flat_map(|c| &c.ports)
-        .filter_map(|p| {
-            let port = match p.host_port {
-                Some(h) if h > 0 => h,
-                _ if pod.spec.host_network == Some(true) => p.container_port,
-                _ => return None,
-            };
-            let protocol = if p.protocol.is_empty() {
-                "TCP".to_string()
-            } else {
-                p.protocol.clone()
-            };
+    crate::runtime::HostPort::held_by(pod)
+        .into_iter()
+        .map(|p| {
             let ip = if p.host_ip == "0.0.0.0" || p.host_ip == "::" {
                 String::new()
             } else {
-                p.host_ip.clone()
+                p.host_ip
             };
-            Some((protocol, ip, port))
+            (p.protocol, ip, p.host_port)
         })
         .collect()
 }

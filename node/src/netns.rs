@@ -28,28 +28,39 @@ pub async fn connect(
             .await
             .map_err(|_| timed_out())?;
     };
+    let stream = in_netns(netns, "netns-connect", move || {
+        let stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+        stream.set_nonblocking(true)?;
+        Ok(stream)
+    })
+    .await?;
+    TcpStream::from_std(stream)
+}
+
+/// Runs `make` on a thread (`name`) that has joined the network namespace at `netns`, and
+/// returns what it made (a socket, which stays in that namespace wherever it is used). The
+/// thread ends with it: nothing else ever runs in the namespace it joined.
+async fn in_netns<T: Send + 'static>(
+    netns: &Path,
+    name: &str,
+    make: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
     let netns: PathBuf = netns.to_owned();
     let (tx, rx) = tokio::sync::oneshot::channel();
-    // The thread ends with the connection made: nothing else ever runs in the namespace
-    // it joined.
     std::thread::Builder::new()
-        .name("netns-connect".into())
+        .name(name.into())
         .spawn(move || {
             let made = (|| {
                 use std::os::fd::AsFd as _;
                 let ns = std::fs::File::open(&netns)?;
                 nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
                     .map_err(std::io::Error::from)?;
-                let stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
-                stream.set_nonblocking(true)?;
-                Ok::<_, std::io::Error>(stream)
+                make()
             })();
             let _ = tx.send(made);
         })?;
-    let stream = rx
-        .await
-        .map_err(|_| std::io::Error::other("the connecting thread ended without an answer"))??;
-    TcpStream::from_std(stream)
+    rx.await
+        .map_err(|_| std::io::Error::other(format!("{name}: the thread ended without an answer")))?
 }
 
 /// A UDP socket bound to `addr` (`IP_FREEBIND`: the address may not be there yet, as the
@@ -74,23 +85,7 @@ pub async fn bind_udp(
     let Some(netns) = netns else {
         return tokio::net::UdpSocket::from_std(bind_freely(addr)?);
     };
-    let netns: PathBuf = netns.to_owned();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("netns-bind".into())
-        .spawn(move || {
-            let bound = (|| {
-                use std::os::fd::AsFd as _;
-                let ns = std::fs::File::open(&netns)?;
-                nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
-                    .map_err(std::io::Error::from)?;
-                bind_freely(addr)
-            })();
-            let _ = tx.send(bound);
-        })?;
-    let socket = rx
-        .await
-        .map_err(|_| std::io::Error::other("the binding thread ended without an answer"))??;
+    let socket = in_netns(netns, "netns-bind", move || bind_freely(addr)).await?;
     tokio::net::UdpSocket::from_std(socket)
 }
 

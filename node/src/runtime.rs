@@ -102,12 +102,27 @@ impl HostPort {
     /// The `hostPort`s of `pod`'s containers (init containers' included, as the kubelet
     /// does).
     pub fn of(pod: &skiff_proto::api::Pod) -> Vec<HostPort> {
+        HostPort::read(pod, false)
+    }
+
+    /// The node ports `pod` holds: its `hostPort`s, and for a host-network pod every
+    /// container port (node-side admission keeps two pods off one).
+    pub fn held_by(pod: &skiff_proto::api::Pod) -> Vec<HostPort> {
+        HostPort::read(pod, pod.spec.host_network == Some(true))
+    }
+
+    fn read(pod: &skiff_proto::api::Pod, container_ports_too: bool) -> Vec<HostPort> {
         pod.spec
             .init_containers
             .iter()
             .chain(&pod.spec.containers)
             .flat_map(|c| &c.ports)
             .filter_map(|p| {
+                let host_port = match p.host_port {
+                    Some(h) if h > 0 => h,
+                    _ if container_ports_too => p.container_port,
+                    _ => return None,
+                };
                 Some(HostPort {
                     protocol: if p.protocol.is_empty() {
                         "TCP".into()
@@ -115,7 +130,7 @@ impl HostPort {
                         p.protocol.clone()
                     },
                     container_port: p.container_port,
-                    host_port: p.host_port.filter(|h| *h > 0)?,
+                    host_port,
                     host_ip: p.host_ip.clone(),
                 })
             })
