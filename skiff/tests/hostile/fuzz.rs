@@ -174,9 +174,13 @@ pub fn case(seed: u64, index: u64, target: Kind) -> Case {
     if mutated {
         let i = r.below(bodies.len() as u64) as usize;
         // A flipped, inserted or appended byte can turn a write's key into one below `/fuzz/`
-        // that still decodes: a valid delete of the seeded keys. Writes are only cut short.
-        let writes = matches!(method, methods::PUT | methods::DELETE_RANGE | methods::TXN);
-        bodies[i] = mutate(&mut r, &bodies[i], writes);
+        // that still decodes (a valid delete of the seeded keys), or an Alarm's action into
+        // ACTIVATE (a valid NOSPACE alarm that stops every write). Those are only cut short.
+        let cut_only = matches!(
+            method,
+            methods::PUT | methods::DELETE_RANGE | methods::TXN | methods::ALARM
+        );
+        bodies[i] = mutate(&mut r, &bodies[i], cut_only);
     }
     if r.chance(5) {
         // Unknown fields are skipped by every decoder.
