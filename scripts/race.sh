@@ -14,6 +14,9 @@
 #          both clusters on https:// client and peer URLs, client certificates required on
 #          both (made by `skiff certs`): puts from 1,000 clients and from one, and
 #          linearizable reads, etcd beside Skiff, instead of the whole race.
+#        bash scripts/race.sh watch-memory
+#          heap and resident memory per watcher, 100,000 watchers on fresh members, etcd
+#          beside Skiff, instead of the whole race.
 #        bash scripts/race.sh auth [quick]
 #          the same three tests with etcd's auth off, then on (each request authenticated
 #          by token and permission-checked, as a user with read and write on the keys the
@@ -25,7 +28,7 @@ source scripts/common.sh
 
 mode=race
 if [ "${1:-}" = stuck-watchers ] || [ "${1:-}" = compaction ] || [ "${1:-}" = tls ] ||
-  [ "${1:-}" = auth ]; then
+  [ "${1:-}" = auth ] || [ "${1:-}" = watch-memory ]; then
   mode=$1
   shift
 fi
@@ -190,6 +193,10 @@ if [ "$mode" = auth ]; then
     "on-put-1-client|--conns 1 --clients 1 ${auth_user[*]}|put --total $((5000 / scale)) --key-size 8 --val-size 256"
     "on-range-linearizable|--conns 100 --clients 1000 ${auth_user[*]}|range foo --consistency l --total $((200000 / scale))"
   )
+elif [ "$mode" = watch-memory ]; then
+  tests=(
+    "watch-memory|--conns 10 --clients 1|watch --watchers 100000 --streams 100 --puts 10 --put-rate 100"
+  )
 elif [ "$mode" = tls ]; then
   tests=(
     "put-1000-clients|--conns 100 --clients 1000|put --total $((200000 / scale)) --key-size 8 --val-size 256"
@@ -251,7 +258,7 @@ for round in 1 2; do
   done
 done
 
-[ "$mode" = tls ] || [ "$mode" = auth ] || "$SKIFF" bench plot --results "$results" --prefix sweep-put --out "$work/puts-vs-clients.svg"
+[ "$mode" = tls ] || [ "$mode" = auth ] || [ "$mode" = watch-memory ] || "$SKIFF" bench plot --results "$results" --prefix sweep-put --out "$work/puts-vs-clients.svg"
 
 python3 - "$results" <<'PY'
 import json, sys

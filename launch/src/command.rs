@@ -143,6 +143,37 @@ pub struct StoreTls {
 }
 
 impl StoreCommand {
+    /// The same member as etcd 3.4 takes it (`etcd …`, no subcommand): the flags the two
+    /// share, for benchmarks that run etcd beside Skiff. What etcd lacks (the Kubernetes API,
+    /// Skiff's own limits and logging) is left out.
+    pub fn etcd_args(&self) -> Vec<OsString> {
+        let initial: Vec<String> = self
+            .initial_cluster
+            .iter()
+            .map(|(name, url)| format!("{name}={url}"))
+            .collect();
+        let peer = self
+            .initial_cluster
+            .iter()
+            .find(|(name, _)| *name == self.name)
+            .map_or(self.listen_peer_url.as_str(), |(_, url)| url.as_str());
+        let mut a = Argv(Vec::new());
+        a.flag("name", &self.name)
+            .flag("data-dir", &self.data_dir)
+            .flag("listen-client-urls", &self.listen_client_url)
+            .flag("advertise-client-urls", &self.listen_client_url)
+            .flag("listen-peer-urls", &self.listen_peer_url)
+            .flag("initial-advertise-peer-urls", peer)
+            .opt("listen-metrics-urls", self.listen_metrics_url.as_ref())
+            .list("initial-cluster", &initial)
+            .flag("initial-cluster-state", self.initial_cluster_state.as_str())
+            .opt("heartbeat-interval", self.heartbeat_interval)
+            .opt("election-timeout", self.election_timeout)
+            .opt("snapshot-count", self.snapshot_count)
+            .opt("quota-backend-bytes", self.quota_backend_bytes);
+        a.0
+    }
+
     pub fn args(&self) -> Vec<OsString> {
         let initial: Vec<String> = self
             .initial_cluster

@@ -1,8 +1,9 @@
 //! `skiff bench restart`: a rolling restart of a three-member store under a put load, member
 //! by member, first stopping each one as an operator does (SIGTERM, so a leader hands over
 //! first) and then with kill -9, and for each restart the longest pause between acknowledged
-//! puts (`--down`: how long each member stays stopped). The members are `skiff store` processes of this binary on loopback, in a temporary
-//! directory, started and stopped here.
+//! puts (`--down`: how long each member stays stopped). The members are `skiff store` processes
+//! of this binary on loopback (or, with `--etcd`, etcd's, for the same figures side by side),
+//! in a temporary directory, started and stopped here.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -36,6 +37,10 @@ pub struct Args {
     /// Where the members' data and logs go (default: a temporary directory, removed after).
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
+    /// Restart members of etcd (this binary, e.g. /usr/bin/etcd) instead of Skiff's, under
+    /// the same load: the figures to compare with.
+    #[arg(long)]
+    etcd: Option<std::path::PathBuf>,
 }
 
 /// How a member is stopped.
@@ -58,12 +63,18 @@ struct Member {
     command: StoreCommand,
     log: std::path::PathBuf,
     child: Option<Child>,
+    /// An etcd member (its own flags), not `skiff store`.
+    etcd: bool,
 }
 
 impl Member {
     fn spawn(&mut self, exe: &Path) -> Result<()> {
-        let launch =
-            Launch::new(self.command.name.clone(), exe, self.log.clone()).args(self.command.args());
+        let args = if self.etcd {
+            self.command.etcd_args()
+        } else {
+            self.command.args()
+        };
+        let launch = Launch::new(self.command.name.clone(), exe, self.log.clone()).args(args);
         self.child = Some(launch.spawn()?);
         Ok(())
     }
@@ -97,6 +108,12 @@ impl Acks {
         }
         longest.max(Instant::now().saturating_duration_since(prev))
     }
+}
+
+/// The `q` quantile of sorted `values` by nearest rank (none of none).
+fn nearest_rank(values: &[Duration], q: f64) -> Option<Duration> {
+    let rank = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len().max(1));
+    values.get(rank - 1).copied()
 }
 
 fn free_port() -> Result<u16> {
@@ -144,7 +161,10 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     if a.members < 3 {
         bail!("--members must be at least 3: a rolling restart of fewer loses the quorum");
     }
-    let exe = std::env::current_exe().context("finding this skiff binary")?;
+    let exe = match &a.etcd {
+        Some(etcd) => etcd.clone(),
+        None => std::env::current_exe().context("finding this skiff binary")?,
+    };
     let temp = match &a.dir {
         Some(_) => None,
         None => Some(tempfile::tempdir().context("creating a temporary directory")?),
@@ -182,6 +202,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             log: dir.join(format!("{name}.log")),
             command,
             child: None,
+            etcd: a.etcd.is_some(),
         });
     }
     for m in &mut members {
@@ -219,8 +240,11 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         }));
     }
     println!(
-        "rolling restart of {} members under puts from {} clients, {} round(s) per way of stopping",
-        a.members, a.clients, a.rounds
+        "rolling restart of {} {} members under puts from {} clients, {} round(s) per way of stopping",
+        a.members,
+        if a.etcd.is_some() { "etcd" } else { "Skiff" },
+        a.clients,
+        a.rounds
     );
     println!(
         "{:<8} {:>5} {:>7} {:>7} {:>16} {:>13}",
@@ -283,7 +307,8 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     }
     println!();
     for (way, pauses) in &worst {
-        let leader_max = pauses.iter().filter(|(l, _)| *l).map(|(_, p)| *p).max();
+        let mut leader: Vec<Duration> = pauses.iter().filter(|(l, _)| *l).map(|(_, p)| *p).collect();
+        leader.sort();
         let follower_max = pauses.iter().filter(|(l, _)| !*l).map(|(_, p)| *p).max();
         let ms = |d: Option<Duration>| {
             d.map_or("-".to_string(), |d| {
@@ -291,9 +316,12 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             })
         };
         println!(
-            "{:<8} longest pause restarting the leader {}, a follower {}",
+            "{:<8} pause restarting the leader ({} times): median {}, p90 {}, max {}; a follower: max {}",
             way.label(),
-            ms(leader_max),
+            leader.len(),
+            ms(nearest_rank(&leader, 0.5)),
+            ms(nearest_rank(&leader, 0.9)),
+            ms(leader.last().copied()),
             ms(follower_max)
         );
     }

@@ -774,3 +774,142 @@ async fn a_member_whose_keyspace_differs_is_marked_corrupt_and_writes_stop() {
     assert_eq!(health.status, 503);
     assert!(health.text().contains("ALARM CORRUPT"), "{}", health.text());
 }
+
+/// Every member's view of (leader, term), from `etcdctl endpoint status`'s call.
+async fn leaders_and_terms(cluster: &Cluster) -> Vec<(u64, u64)> {
+    let mut seen = Vec::new();
+    for i in 0..3 {
+        let mut c = cluster.client(i).await;
+        let s = c.status().await.expect("status");
+        seen.push((s.leader(), s.raft_term()));
+    }
+    seen
+}
+
+/// PreVote: a member that was away (SIGSTOPped for three election timeouts, as a partition
+/// cuts a member off) comes back with no word from a leader for that long, and asks the
+/// others before it campaigns. They still hear their leader and refuse, so the leader and its
+/// term stay. Without PreVote the returning member raised its term and the leader, seeing the
+/// higher term, stepped down: an election nobody needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_back_from_three_election_timeouts_away_does_not_unseat_the_leader() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.wait_leader(Duration::from_secs(5)).await;
+    let away = (leader + 1) % 3;
+    let before = leaders_and_terms(&cluster).await;
+    let mut client = cluster.client(leader).await;
+    cluster.pause(away, true);
+    // Writes go on while it is away: 3 s, three election timeouts (a window, not a wait).
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut n = 0;
+    while Instant::now() < until {
+        client
+            .put(format!("/away/{n:06}"), "v", None)
+            .await
+            .expect("put while a follower is away");
+        n += 1;
+    }
+    cluster.pause(away, false);
+    // Back: it serves a linearizable read of the last write.
+    let last = format!("/away/{:06}", n - 1);
+    let mut back = cluster.client(away).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while back
+        .get(last.as_str(), None)
+        .await
+        .map_or(true, |r| r.kvs().is_empty())
+    {
+        assert!(Instant::now() < deadline, "the member did not catch up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Two more election timeouts in which it could campaign; every member keeps the leader
+    // and the term it had.
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        assert_eq!(
+            leaders_and_terms(&cluster).await,
+            before,
+            "a member back from a pause changed the leader or the term; logs in {}",
+            cluster.dir.path().display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A leader killed with kill -9: its followers see their `Follow` streams to it end, and
+/// campaign at once (PreVote first) instead of waiting out an election timeout with no word
+/// from it. The election timeout here is 5 s: a leader elected through the timer would come
+/// after it, and the survivors' logs say which way it came. The longest pause between
+/// acknowledged writes is printed (a figure, not asserted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_campaign_as_soon_as_their_leader_dies() {
+    let mut cluster = Cluster::start_with(3, |s| s.election_timeout = Some(5000)).await;
+    let leader = cluster.wait_leader(Duration::from_secs(15)).await;
+    let via = (leader + 1) % 3;
+    let mut client = cluster.client(via).await;
+    client.put("/before", "v", None).await.expect("put");
+    cluster.kill(leader);
+    let killed_at = Instant::now();
+    let new_leader = cluster.wait_leader(Duration::from_secs(20)).await;
+    client.put("/after", "v", None).await.expect("put after");
+    let took = killed_at.elapsed();
+    assert_ne!(new_leader, leader);
+    let reasons: Vec<String> = (0..3)
+        .filter(|i| *i != leader)
+        .flat_map(|i| {
+            cluster
+                .log_of(i)
+                .lines()
+                .filter(|l| l.contains("pre-vote won"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|l| l.contains("link to the leader failed")),
+        "the new leader campaigned when the link failed: {reasons:#?}"
+    );
+    eprintln!("kill -9 of the leader: the next acknowledged write {took:?} after the kill");
+}
+
+/// CheckQuorum: a leader that has not heard from a majority within an election timeout (both
+/// followers SIGSTOPped here) stops serving, as etcd's steps down: writes through it fail with
+/// "no leader" instead of hanging until they time out, and it serves again once a majority
+/// answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_its_majority_refuses_writes_until_it_answers_again() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.wait_leader(Duration::from_secs(5)).await;
+    let mut client = cluster.client(leader).await;
+    client.put("/quorum", "1", None).await.expect("put");
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    for f in &followers {
+        cluster.pause(*f, true);
+    }
+    eventually(Duration::from_secs(10), "the leader notices", || {
+        let lost = cluster
+            .log_of(leader)
+            .contains("lost contact with a majority");
+        async move { lost.then_some(()) }
+    })
+    .await;
+    let err = client
+        .put("/quorum", "2", None)
+        .await
+        .expect_err("a leader without a majority refuses writes");
+    assert!(
+        err.to_string().contains("no leader"),
+        "refused as etcd refuses: {err}"
+    );
+    for f in &followers {
+        cluster.pause(*f, false);
+    }
+    let mut any = cluster.client_all().await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while any.put("/quorum", "3", None).await.is_err() {
+        assert!(Instant::now() < deadline, "writes never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

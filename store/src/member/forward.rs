@@ -198,7 +198,8 @@ impl OnLeader for Introduce {
 
 impl StoreMember {
     /// Runs `req` on the leader: here if this member leads, else over the peer `Forward` call.
-    /// Waits up to [`LEADER_WAIT`] for a leader to be known.
+    /// Waits up to [`LEADER_WAIT`] for a leader to be known. A leader that has lost its
+    /// majority (CheckQuorum, see [`super::election`]) counts as none.
     pub(crate) async fn on_leader<R: OnLeader>(
         self: &Arc<Self>,
         req: R,
@@ -206,9 +207,13 @@ impl StoreMember {
         let deadline = Instant::now() + LEADER_WAIT;
         loop {
             if self.is_leader() {
-                match req.clone().serve(self).await {
-                    Err(StoreError::NoLeader) if Instant::now() < deadline => {}
-                    other => return other,
+                // A leader that lost its majority serves nothing, as etcd's steps down: the
+                // request waits for the majority to answer again or for a new leader.
+                if !self.elections.quorum_lost() {
+                    match req.clone().serve(self).await {
+                        Err(StoreError::NoLeader) if Instant::now() < deadline => {}
+                        other => return other,
+                    }
                 }
             } else if let Some((leader, node)) = self.leader_member()
                 && leader != self.id

@@ -12,10 +12,12 @@
 //! | [`housekeeping`] | the member's timers: lease clock, client URLs, backend quota          |
 //! | [`transfer`]     | leadership transfer: MoveLeader, and handing over before stopping    |
 //! | [`corruption`]   | the leader's corruption check: members' hashes at one revision       |
+//! | [`election`]     | when a member campaigns: PreVote, CheckQuorum, its leader's death     |
 
 mod auth;
 mod auto_compaction;
 mod corruption;
+mod election;
 mod forward;
 mod housekeeping;
 mod lessor;
@@ -45,6 +47,7 @@ use crate::raft::state_machine::Shared;
 use crate::raft::{Member, Raft};
 use crate::read_index::Rounds;
 pub use auto_compaction::AutoCompaction;
+pub(crate) use election::PreVote;
 pub(crate) use startup::write_cluster_id;
 pub use transfer::LeaderHistory;
 pub(crate) use transfer::TimeoutNow;
@@ -156,6 +159,8 @@ pub struct StoreMember {
     activity: PeerActivity,
     /// Who led and since when, as this member saw it.
     leader_history: LeaderHistory,
+    /// When this member campaigns, and whether it still has a quorum while it leads.
+    elections: Arc<election::Elections>,
     /// The compaction backlog, also held by the keyspace (for `/metrics` and `/health`
     /// without the keyspace lock).
     backlog: Arc<Backlog>,
@@ -206,6 +211,16 @@ impl StoreMember {
     }
 
     // ---- status ----
+
+    /// The member's election state (the peer service records the leader's messages there).
+    pub(crate) fn elections(&self) -> &election::Elections {
+        &self.elections
+    }
+
+    /// Resolves when the member stops.
+    pub(crate) fn stopped(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.cancel.clone().cancelled_owned()
+    }
 
     pub fn is_leader(&self) -> bool {
         self.raft.metrics().borrow().state == ServerState::Leader

@@ -94,16 +94,17 @@ impl StoreMember {
         let log = LogStore::new(db.clone(), proposals.clone()).with_metrics(metrics.clone());
         let hb = config.heartbeat_interval.as_millis() as u64;
         let el = config.election_timeout.as_millis() as u64;
+        let lease = super::election::vote_lease(config.heartbeat_interval).as_millis() as u64;
         let raft_config = Config {
             cluster_name: token.clone(),
             heartbeat_interval: hb,
-            // openraft's follower campaigns after leader lease + a random timeout in
-            // [min, max) without hearing from a leader, and the lease is `max` (during it,
-            // followers also refuse to vote for anyone else). With min = E/3 and max = 2E/3
-            // that is [E, 4E/3) for `--election-timeout E`, inside etcd's [E, 2E). With
-            // min = E and max = 1.5E, a leader's death cost 2.5–3 s of writes at E = 1 s.
-            election_timeout_min: el / 3,
-            election_timeout_max: el * 2 / 3,
+            // Members campaign when `election` says so (PreVote first), never on openraft's
+            // own timer. What openraft still takes from these two: its lease, `max` (a
+            // follower refuses votes for that long after hearing from its leader), and how
+            // long a vote request may take, `min`.
+            enable_elect: false,
+            election_timeout_min: (lease * 3 / 4).max(hb + 1),
+            election_timeout_max: lease.max(hb + 2),
             install_snapshot_timeout: el.max(1000) * 2,
             max_payload_entries: 512,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_count),
@@ -170,6 +171,11 @@ impl StoreMember {
             cancel.clone(),
             &tasks,
         );
+        let elections = Arc::new(super::election::Elections::new(
+            db.clone(),
+            config.heartbeat_interval,
+            config.election_timeout,
+        ));
         let member = Arc::new(StoreMember {
             id,
             cluster_id: cluster,
@@ -183,12 +189,14 @@ impl StoreMember {
             leader_rounds: Rounds::new(),
             activity,
             leader_history: LeaderHistory::default(),
+            elections,
             backlog,
             cancel,
             tasks,
         });
         member.spawn_housekeeping();
         member.spawn_leader_history();
+        member.spawn_elections();
         member.spawn_corruption_check(member.config.corrupt_check);
         member.spawn_auto_compaction(member.config.auto_compaction);
         Ok(member)

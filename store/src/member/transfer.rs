@@ -14,8 +14,8 @@
 //!    elected, so a leader of more than one maximum election timeout votes like anyone else,
 //!    and on granting a higher term it steps down. With the transferee's own vote that is two:
 //!    a majority of three. Other followers refuse while they still hear the old leader (their
-//!    lease); in a cluster of five the transferee then wins its next round, one election
-//!    timeout later, once their leases have run out.
+//!    lease); in a cluster of five the transferee campaigns again when its election timer
+//!    runs out (see [`super::election`]), with PreVote, and wins then.
 //! 5. When the transferee leads, the held proposals are released; this member no longer leads,
 //!    so Raft refuses them and they are forwarded to the new leader like any follower's.
 //!
@@ -172,7 +172,7 @@ impl StoreMember {
         );
         // The old leader grants the transferee's vote only once its own lease, counted from
         // its election, is over.
-        let lease = self.config.election_timeout * 2 / 3;
+        let lease = super::election::vote_lease(self.config.heartbeat_interval);
         if let Some(led) = self.leader_history.leading_for()
             && led < lease
         {

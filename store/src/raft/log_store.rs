@@ -33,6 +33,22 @@ pub(crate) fn write_purged(db: &DB, last: LogId) -> Result<(), crate::error::Sto
         .map_err(crate::error::StoreError::internal)
 }
 
+/// The id of the last entry in the log (or of the last purged one, when a snapshot took them
+/// all): what a candidate's log is compared by.
+pub(crate) fn last_log_id(db: &DB) -> Result<Option<LogId>, StorageError> {
+    let mut it = db.iterator_cf(backend::cf(db, CF_LOG), IteratorMode::End);
+    let last = match it.next() {
+        Some(item) => {
+            let (_, v) = item.map_err(read_err)?;
+            let e: Entry = backend::decode(&v).map_err(read_err)?;
+            Some(e.log_id)
+        }
+        None => None,
+    };
+    // A purge may reach past the last entry (after installing a snapshot).
+    Ok(last.max(read_purged(db)?))
+}
+
 /// The last purged log id (none: nothing purged), before the log store is opened.
 pub(crate) fn read_purged(db: &DB) -> Result<Option<LogId>, StorageError> {
     raft_meta(db, PURGED)
@@ -93,20 +109,6 @@ impl LogStore {
     ) -> Result<Option<T>, StorageError> {
         raft_meta(&self.db, key)
     }
-
-    fn last_entry_id(&self) -> Result<Option<LogId>, StorageError> {
-        let mut it = self
-            .db
-            .iterator_cf(backend::cf(&self.db, CF_LOG), IteratorMode::End);
-        match it.next() {
-            Some(item) => {
-                let (_, v) = item.map_err(read_err)?;
-                let e: Entry = backend::decode(&v).map_err(read_err)?;
-                Ok(Some(e.log_id))
-            }
-            None => Ok(None),
-        }
-    }
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -140,12 +142,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        let last_purged: Option<LogId> = self.get_meta(PURGED)?;
-        // A purge may reach past the last entry (after installing a snapshot).
-        let last = self.last_entry_id()?.max(last_purged);
         Ok(LogState {
-            last_purged_log_id: last_purged,
-            last_log_id: last,
+            last_purged_log_id: self.get_meta(PURGED)?,
+            last_log_id: last_log_id(&self.db)?,
         })
     }
 

@@ -1,9 +1,10 @@
 //! The server side of the peer transport: the `RaftPeer` service a member serves on its peer
 //! URL, handing Raft RPCs to openraft and forwarded client requests to the member.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use skiff_proto::raft::v1::raft_peer_server::RaftPeer;
 use skiff_proto::raft::v1::{HelloRequest, HelloResponse, RaftMessage, SnapshotChunk};
 use tonic::{Request, Response, Status, Streaming};
@@ -11,7 +12,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::network::SnapshotHeader;
 use super::{Snapshot, TypeConfig};
 use crate::backend;
-use crate::member::{Forwarded, StoreMember, TimeoutNow};
+use crate::member::{Forwarded, PreVote, StoreMember, TimeoutNow};
 
 #[derive(Debug, Clone)]
 pub struct PeerService {
@@ -22,7 +23,18 @@ impl PeerService {
     pub fn new(member: Arc<StoreMember>) -> Self {
         PeerService { member }
     }
+
+    /// A message from `from` that Raft accepted (not refused for a higher vote): `from` leads.
+    fn heard_from(&self, from: Option<u64>, accepted: bool) {
+        if let (Some(leader), true) = (from, accepted) {
+            self.member.elections().heard_from(leader);
+        }
+    }
 }
+
+/// A `Follow` stream: it yields nothing and ends when the member stops (or the connection
+/// does).
+type FollowStream = Pin<Box<dyn Stream<Item = Result<RaftMessage, Status>> + Send>>;
 
 fn decode<T: serde::de::DeserializeOwned>(msg: &RaftMessage) -> Result<T, Status> {
     backend::decode(&msg.payload)
@@ -47,7 +59,13 @@ impl RaftPeer for PeerService {
         req: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         let rpc: openraft::raft::AppendEntriesRequest<TypeConfig> = decode(req.get_ref())?;
-        reply(&self.member.raft.append_entries(rpc).await)
+        let from = rpc.vote.leader_id().voted_for();
+        let res = self.member.raft.append_entries(rpc).await;
+        let accepted = res
+            .as_ref()
+            .is_ok_and(|r| !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)));
+        self.heard_from(from, accepted);
+        reply(&res)
     }
 
     async fn install_snapshot(
@@ -62,7 +80,13 @@ impl RaftPeer for PeerService {
         let header: SnapshotHeader = backend::decode(&first.header)
             .map_err(|e| Status::invalid_argument(format!("malformed snapshot header: {e}")))?;
         match header {
-            SnapshotHeader::Chunk(rpc) => reply(&self.member.raft.install_snapshot(rpc).await),
+            SnapshotHeader::Chunk(rpc) => {
+                let leader = *rpc.vote.leader_id();
+                let res = self.member.raft.install_snapshot(rpc).await;
+                let accepted = res.as_ref().is_ok_and(|r| *r.vote.leader_id() == leader);
+                self.heard_from(leader.voted_for(), accepted);
+                reply(&res)
+            }
             SnapshotHeader::Full { vote, meta } => {
                 let mut data = first.data;
                 let mut done = first.done;
@@ -85,7 +109,11 @@ impl RaftPeer for PeerService {
                     meta,
                     snapshot: Box::new(std::io::Cursor::new(data)),
                 };
-                reply(&self.member.raft.install_full_snapshot(vote, snapshot).await)
+                let leader = *vote.leader_id();
+                let res = self.member.raft.install_full_snapshot(vote, snapshot).await;
+                let accepted = res.as_ref().is_ok_and(|r| *r.vote.leader_id() == leader);
+                self.heard_from(leader.voted_for(), accepted);
+                reply(&res)
             }
         }
     }
@@ -104,6 +132,22 @@ impl RaftPeer for PeerService {
         let req: TimeoutNow = decode(req.get_ref())?;
         self.member.timeout_now(req).await?;
         reply(&())
+    }
+
+    async fn pre_vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let req: PreVote = decode(req.get_ref())?;
+        reply(&self.member.pre_vote(req).await)
+    }
+
+    type FollowStream = FollowStream;
+
+    async fn follow(
+        &self,
+        _req: Request<RaftMessage>,
+    ) -> Result<Response<Self::FollowStream>, Status> {
+        let stopped = self.member.stopped();
+        let stream = futures::stream::once(stopped).filter_map(|()| async { None });
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn hash_kv(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
