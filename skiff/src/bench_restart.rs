@@ -307,7 +307,8 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     }
     println!();
     for (way, pauses) in &worst {
-        let mut leader: Vec<Duration> = pauses.iter().filter(|(l, _)| *l).map(|(_, p)| *p).collect();
+        let mut leader: Vec<Duration> =
+            pauses.iter().filter(|(l, _)| *l).map(|(_, p)| *p).collect();
         leader.sort();
         let follower_max = pauses.iter().filter(|(l, _)| !*l).map(|(_, p)| *p).max();
         let ms = |d: Option<Duration>| {

@@ -29,7 +29,9 @@ use std::sync::RwLockReadGuard;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{Inner, Part, SharedRevision, Tags, WatchEvents, WatchHub, WatchMessage, WatchSpec};
+use super::{
+    Inner, Interest, Options, Part, SharedRevision, Tags, WatchEvents, WatchHub, WatchMessage,
+};
 use crate::error::StoreError;
 use crate::mvcc::{History, Mvcc};
 
@@ -81,7 +83,8 @@ impl CatchUpStats {
 #[derive(Debug)]
 struct Group {
     /// Key range and `needs_prev_kv` of every member.
-    spec: WatchSpec,
+    range: Interest,
+    options: Options,
     from: i64,
     /// Whether any member wants previous versions.
     prev_kv: bool,
@@ -90,7 +93,8 @@ struct Group {
     members: Vec<u64>,
 }
 
-type GroupKey = (Vec<u8>, Vec<u8>, i64, bool);
+/// Watchers share a group when they read the same range from the same revision.
+type GroupKey = (Interest, Options, i64);
 
 /// Clears the hub's running flag when the task ends, however it ends.
 struct Running<'a>(&'a WatchHub);
@@ -228,27 +232,22 @@ impl WatchHub {
             if s.tx.is_closed() || (s.tx.capacity() == 0 && s.gate.block(&s.tx)) {
                 continue;
             }
-            let key = (
-                w.spec.key.clone(),
-                w.spec.range_end.clone(),
-                w.next_rev,
-                w.spec.needs_prev_kv,
-            );
-            let g = groups.entry(key).or_insert_with(|| Group {
-                spec: WatchSpec {
-                    key: w.spec.key.clone(),
-                    range_end: w.spec.range_end.clone(),
-                    needs_prev_kv: w.spec.needs_prev_kv,
-                    ..WatchSpec::default()
-                },
-                from: w.next_rev,
-                prev_kv: false,
-                tagged: false,
-                members: Vec::new(),
-            });
-            g.prev_kv |= w.spec.prev_kv || w.spec.needs_prev_kv || w.spec.tag.is_some();
-            g.tagged |= w.spec.tag.is_some();
-            g.members.push(*id);
+            let range = w.interest.without_tag();
+            let options = w.options.for_history();
+            let g = groups
+                .entry((range.clone(), options, w.next_rev))
+                .or_insert_with(|| Group {
+                    range,
+                    options,
+                    from: w.next_rev,
+                    prev_kv: false,
+                    tagged: false,
+                    members: Vec::new(),
+                });
+            let tagged = w.options.tagged();
+            g.prev_kv |= w.options.prev_kv() || w.options.needs_prev_kv() || tagged;
+            g.tagged |= tagged;
+            g.members.push(id);
         }
         let mut groups: Vec<Group> = groups.into_values().collect();
         // Oldest first: the furthest behind have waited longest.
@@ -265,13 +264,12 @@ impl WatchHub {
         let mvcc = read();
         let current = mvcc.revision();
         let compacted = mvcc.compacted();
-        if group.spec.is_compacted(group.from, compacted) {
+        if group.options.is_compacted(group.from, compacted) {
             return Ok(self.deliver_compacted(group, compacted, current));
         }
-        let spec = &group.spec;
         let plan = mvcc.plan_history(
-            &spec.key,
-            &spec.range_end,
+            group.range.key(),
+            group.range.range_end(),
             group.from,
             MAX_CHANGES,
             group.prev_kv,
@@ -313,7 +311,7 @@ impl WatchHub {
         let mut now_synced = Vec::new();
         let mut moved = false;
         for id in &group.members {
-            let Some(w) = watchers.get_mut(id) else {
+            let Some(w) = watchers.get_mut(*id) else {
                 continue; // cancelled meanwhile
             };
             if w.synced || w.next_rev != group.from {
@@ -325,10 +323,13 @@ impl WatchHub {
             let parts: Vec<Part> = revisions
                 .iter()
                 .filter_map(|(shared, tags)| {
-                    Part::new(shared.clone(), w.spec.pick(shared.events(), tags))
+                    Part::new(
+                        shared.clone(),
+                        w.interest.pick(w.options, shared.events(), tags),
+                    )
                 })
                 .collect();
-            if let Some(events) = WatchEvents::many(parts, w.spec.prev_kv) {
+            if let Some(events) = WatchEvents::many(parts, w.options.prev_kv()) {
                 let n = events.len() as u64;
                 let msg = WatchMessage::Events {
                     watch_id: w.watch_id,
@@ -370,7 +371,7 @@ impl WatchHub {
         let mut inner = self.lock();
         let mut gone = Vec::new();
         for id in &group.members {
-            let Some(w) = inner.watchers.get(id) else {
+            let Some(w) = inner.watchers.get(*id) else {
                 continue;
             };
             if w.synced || w.next_rev != group.from {

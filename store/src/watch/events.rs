@@ -221,27 +221,144 @@ pub struct WatchSpec {
 }
 
 impl WatchSpec {
-    fn matches(&self, key: &[u8]) -> bool {
-        use std::ops::RangeBounds;
-        RangeBounds::<&[u8]>::contains(&range_bounds(&self.key, &self.range_end), &key)
+    /// Whether a watcher whose next revision is `next_rev` has lost history to compaction at
+    /// `compacted`: the one rule for creation and for catch-up, on every face.
+    pub fn is_compacted(&self, next_rev: i64, compacted: i64) -> bool {
+        is_compacted(self.needs_prev_kv, next_rev, compacted)
+    }
+}
+
+fn is_compacted(needs_prev_kv: bool, next_rev: i64, compacted: i64) -> bool {
+    next_rev < compacted || (needs_prev_kv && next_rev == compacted && compacted > 0)
+}
+
+/// The keys a registered watcher wants (and its tag), packed into one allocation. The hub
+/// keeps one per watcher for as long as it lives, with its [`Options`], so these two are most
+/// of what a watcher costs (see docs/benchmarks.md, memory per watcher); the start revision,
+/// used once, is not kept.
+///
+/// ```text
+///  bytes: | key (key_len) | range_end (end_len) | tag (the rest, if Options::TAG) |
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Interest {
+    bytes: Box<[u8]>,
+    key_len: u32,
+    end_len: u32,
+}
+
+/// A registered watcher's options, one bit each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub(super) struct Options(u8);
+
+impl Options {
+    const PREV_KV: u8 = 1;
+    const NEEDS_PREV_KV: u8 = 1 << 1;
+    const NO_PUT: u8 = 1 << 2;
+    const NO_DELETE: u8 = 1 << 3;
+    const TAG: u8 = 1 << 4;
+
+    pub(super) fn of(spec: &WatchSpec) -> Options {
+        let bit = |on: bool, b: u8| if on { b } else { 0 };
+        Options(
+            bit(spec.prev_kv, Self::PREV_KV)
+                | bit(spec.needs_prev_kv, Self::NEEDS_PREV_KV)
+                | bit(spec.no_put, Self::NO_PUT)
+                | bit(spec.no_delete, Self::NO_DELETE)
+                | bit(spec.tag.is_some(), Self::TAG),
+        )
     }
 
-    fn wants(&self, e: &Event, tags: Option<&Vec<String>>) -> bool {
-        if let Some(tag) = &self.tag
-            && !tags.is_some_and(|t| t.contains(tag))
+    pub(super) fn prev_kv(self) -> bool {
+        self.0 & Self::PREV_KV != 0
+    }
+
+    pub(super) fn needs_prev_kv(self) -> bool {
+        self.0 & Self::NEEDS_PREV_KV != 0
+    }
+
+    pub(super) fn tagged(self) -> bool {
+        self.0 & Self::TAG != 0
+    }
+
+    /// Whether a watcher whose next revision is `next_rev` has lost history to compaction
+    /// at `compacted` ([`WatchSpec::is_compacted`]).
+    pub(super) fn is_compacted(self, next_rev: i64, compacted: i64) -> bool {
+        is_compacted(self.needs_prev_kv(), next_rev, compacted)
+    }
+
+    /// Only what a catch-up's history read depends on.
+    pub(super) fn for_history(self) -> Options {
+        Options(self.0 & Self::NEEDS_PREV_KV)
+    }
+}
+
+impl Interest {
+    pub(super) fn new(spec: &WatchSpec) -> Interest {
+        let tag = spec.tag.as_deref().unwrap_or_default().as_bytes();
+        let mut bytes = Vec::with_capacity(spec.key.len() + spec.range_end.len() + tag.len());
+        bytes.extend_from_slice(&spec.key);
+        bytes.extend_from_slice(&spec.range_end);
+        bytes.extend_from_slice(tag);
+        // A gRPC message's length is 32 bits: no key is longer.
+        let len = |b: &[u8]| u32::try_from(b.len()).expect("invariant: a key is under 4 GiB");
+        Interest {
+            bytes: bytes.into_boxed_slice(),
+            key_len: len(&spec.key),
+            end_len: len(&spec.range_end),
+        }
+    }
+
+    /// The key range alone, without the tag: what a catch-up reads history for.
+    pub(super) fn without_tag(&self) -> Interest {
+        Interest {
+            bytes: self.bytes[..self.tag_start()].into(),
+            key_len: self.key_len,
+            end_len: self.end_len,
+        }
+    }
+
+    fn tag_start(&self) -> usize {
+        self.key_len as usize + self.end_len as usize
+    }
+
+    pub(super) fn key(&self) -> &[u8] {
+        &self.bytes[..self.key_len as usize]
+    }
+
+    pub(super) fn range_end(&self) -> &[u8] {
+        &self.bytes[self.key_len as usize..self.tag_start()]
+    }
+
+    /// The tag (see [`Tagger`](super::Tagger)), for a watcher whose options say it has one.
+    pub(super) fn tag(&self, options: Options) -> Option<&str> {
+        options.tagged().then(|| {
+            std::str::from_utf8(&self.bytes[self.tag_start()..])
+                .expect("invariant: the tag was a str")
+        })
+    }
+
+    fn matches(&self, key: &[u8]) -> bool {
+        use std::ops::RangeBounds;
+        RangeBounds::<&[u8]>::contains(&range_bounds(self.key(), self.range_end()), &key)
+    }
+
+    fn wants(&self, options: Options, e: &Event, tags: Option<&Vec<String>>) -> bool {
+        if let Some(tag) = self.tag(options)
+            && !tags.is_some_and(|t| t.iter().any(|t| t == tag))
         {
             return false;
         }
         match e.kind {
-            EventKind::Put if self.no_put => false,
-            EventKind::Delete if self.no_delete => false,
+            EventKind::Put if options.0 & Options::NO_PUT != 0 => false,
+            EventKind::Delete if options.0 & Options::NO_DELETE != 0 => false,
             _ => self.matches(&e.kv.key),
         }
     }
 
-    /// Which of `events` this watcher gets.
-    pub(super) fn pick(&self, events: &[Event], tags: &Tags) -> Pick {
-        let wanted = |i: usize| self.wants(&events[i], tags.get(i));
+    /// Which of `events` a watcher with these options gets.
+    pub(super) fn pick(&self, options: Options, events: &[Event], tags: &Tags) -> Pick {
+        let wanted = |i: usize| self.wants(options, &events[i], tags.get(i));
         let n = (0..events.len()).filter(|&i| wanted(i)).count();
         if n == 0 {
             Pick::Nothing
@@ -250,11 +367,5 @@ impl WatchSpec {
         } else {
             Pick::Some((0..events.len()).filter(|&i| wanted(i)).collect())
         }
-    }
-
-    /// Whether a watcher whose next revision is `next_rev` has lost history to compaction at
-    /// `compacted`: the one rule for creation and for catch-up, on every face.
-    pub fn is_compacted(&self, next_rev: i64, compacted: i64) -> bool {
-        next_rev < compacted || (self.needs_prev_kv && next_rev == compacted && compacted > 0)
     }
 }

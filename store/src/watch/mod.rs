@@ -24,10 +24,15 @@
 //! Locks: the hub's mutex guards only the registry (watchers, streams). Nothing awaits while
 //! holding it or the keyspace lock: messages are queued with `try_send`, and a full queue
 //! parks the watcher or blocks the stream (see [`receiver`]) instead of waiting.
+//!
+//! Memory: what a watcher costs for as long as it lives is its [`Watcher`] in the
+//! [`registry`]'s pages (56 bytes), its key range in one allocation, and its watch id in its
+//! stream's list (16 bytes); see docs/benchmarks.md for the figure against etcd's.
 
 mod catch_up;
 mod events;
 mod receiver;
+mod registry;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -41,9 +46,10 @@ use crate::mvcc::Mvcc;
 
 pub use catch_up::CatchUpStats;
 pub use events::{Encoded, WatchEvents, WatchSpec};
-use events::{Part, SharedRevision};
+use events::{Interest, Options, Part, SharedRevision};
 use receiver::Gate;
 pub use receiver::WatchReceiver;
+use registry::{WatchIds, Watchers};
 
 /// What a watch stream receives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,14 +100,19 @@ pub type Tagger = Arc<dyn Fn(&Event) -> Vec<String> + Send + Sync>;
 /// Tags of each event of a revision (empty when no watcher needs them).
 type Tags = Vec<Vec<String>>;
 
+/// A registered watcher. The hub holds one per watcher in a hash map: keep it small (56
+/// bytes; `a_watcher_stays_small` holds it there).
 #[derive(Debug)]
 struct Watcher {
     stream: u64,
     watch_id: i64,
-    spec: WatchSpec,
     /// The first revision this watcher has not been sent.
     next_rev: i64,
+    interest: Interest,
+    options: Options,
     synced: bool,
+    /// Set by [`Watchers::insert`]: with the slot, the watcher's id.
+    serial: u32,
 }
 
 #[derive(Debug)]
@@ -109,7 +120,7 @@ struct Stream {
     tx: mpsc::Sender<WatchMessage>,
     gate: Arc<Gate>,
     /// The stream's watchers by their watch id.
-    ids: HashMap<i64, u64>,
+    ids: WatchIds,
     /// The next id to try for a create that asks for one (etcd's `AutoWatchID`).
     next_auto: i64,
     /// A whole-stream progress request waits for every watcher to be synced (and for room
@@ -119,7 +130,7 @@ struct Stream {
 
 #[derive(Debug, Default)]
 struct Inner {
-    watchers: HashMap<u64, Watcher>,
+    watchers: Watchers,
     streams: HashMap<u64, Stream>,
     unsynced: usize,
     /// Watchers by tag, so publish visits a tagged watcher only when an event carries its tag.
@@ -130,14 +141,14 @@ impl Inner {
     /// Removes a watcher from every index; the caller has already told the client, or the
     /// client is gone.
     fn remove(&mut self, id: u64) -> Option<Watcher> {
-        let w = self.watchers.remove(&id)?;
+        let w = self.watchers.remove(id)?;
         if !w.synced {
             self.unsynced -= 1;
         }
         if let Some(s) = self.streams.get_mut(&w.stream) {
-            s.ids.remove(&w.watch_id);
+            s.ids.remove(w.watch_id);
         }
-        if let Some(tag) = &w.spec.tag
+        if let Some(tag) = w.interest.tag(w.options)
             && let Some(ids) = self.by_tag.get_mut(tag)
         {
             ids.remove(&id);
@@ -244,7 +255,7 @@ impl WatchHub {
             Stream {
                 tx: tx.clone(),
                 gate: gate.clone(),
-                ids: HashMap::new(),
+                ids: WatchIds::default(),
                 next_auto: 0,
                 progress_pending: false,
             },
@@ -257,7 +268,7 @@ impl WatchHub {
         let ids: Vec<u64> = inner
             .streams
             .get(&stream)
-            .map(|s| s.ids.values().copied().collect())
+            .map(|s| s.ids.values().collect())
             .unwrap_or_default();
         for id in ids {
             inner.remove(id);
@@ -285,12 +296,12 @@ impl WatchHub {
         let answer = match inner.streams.get_mut(&stream) {
             None => Err(Refusal::StreamClosed),
             Some(_) if is_empty_range(&spec.key, &spec.range_end) => Err(Refusal::EmptyRange),
-            Some(s) if requested_id != 0 && s.ids.contains_key(&requested_id) => {
+            Some(s) if requested_id != 0 && s.ids.contains_key(requested_id) => {
                 Err(Refusal::DuplicateId)
             }
             Some(_) if requested_id != 0 => Ok(requested_id),
             Some(s) => {
-                while s.ids.contains_key(&s.next_auto) {
+                while s.ids.contains_key(s.next_auto) {
                     s.next_auto += 1;
                 }
                 s.next_auto += 1;
@@ -317,9 +328,17 @@ impl WatchHub {
             spec.start_revision
         };
         let synced = next_rev > current;
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        if let Some(tag) = &spec.tag {
-            inner.by_tag.entry(tag.clone()).or_default().insert(id);
+        let id = inner.watchers.insert(Watcher {
+            stream,
+            watch_id,
+            next_rev,
+            interest: Interest::new(&spec),
+            options: Options::of(&spec),
+            synced,
+            serial: 0,
+        });
+        if let Some(tag) = spec.tag {
+            inner.by_tag.entry(tag).or_default().insert(id);
         }
         inner
             .streams
@@ -327,16 +346,6 @@ impl WatchHub {
             .expect("invariant: checked above")
             .ids
             .insert(watch_id, id);
-        inner.watchers.insert(
-            id,
-            Watcher {
-                stream,
-                watch_id,
-                spec,
-                next_rev,
-                synced,
-            },
-        );
         if !synced {
             inner.unsynced += 1;
             drop(inner);
@@ -348,12 +357,7 @@ impl WatchHub {
     /// Removes a watcher; false if it was not there (already cancelled or compacted).
     pub fn cancel(&self, stream: u64, watch_id: i64) -> bool {
         let mut inner = self.lock();
-        let Some(id) = inner
-            .streams
-            .get(&stream)
-            .and_then(|s| s.ids.get(&watch_id))
-            .copied()
-        else {
+        let Some(id) = inner.streams.get(&stream).and_then(|s| s.ids.get(watch_id)) else {
             return false;
         };
         let was_behind = inner.remove(id).is_some_and(|w| !w.synced);
@@ -375,7 +379,7 @@ impl WatchHub {
         self.lock()
             .streams
             .get(&stream)
-            .is_some_and(|s| s.ids.contains_key(&watch_id))
+            .is_some_and(|s| s.ids.contains_key(watch_id))
     }
 
     /// Number of watchers (all streams).
@@ -416,10 +420,10 @@ impl WatchHub {
             }
             // A tagged watcher none of these events is tagged for: nothing to do. Its
             // `next_rev` may lag; a catch-up from there finds nothing it wants either.
-            if w.spec.tag.is_some() && !hit.contains(id) {
+            if w.options.tagged() && !hit.contains(&id) {
                 continue;
             }
-            let pick = w.spec.pick(events, &tags);
+            let pick = w.interest.pick(w.options, events, &tags);
             let Some(stream) = streams.get(&w.stream) else {
                 continue;
             };
@@ -433,7 +437,7 @@ impl WatchHub {
             let msg = WatchMessage::Events {
                 watch_id: w.watch_id,
                 revision,
-                events: WatchEvents::one(part, w.spec.prev_kv),
+                events: WatchEvents::one(part, w.options.prev_kv()),
             };
             match stream.tx.try_send(msg) {
                 Ok(()) => w.next_rev = revision + 1,
@@ -475,7 +479,7 @@ impl WatchHub {
         for watch_id in watch_ids {
             let synced = s
                 .ids
-                .get(watch_id)
+                .get(*watch_id)
                 .and_then(|id| inner.watchers.get(id))
                 .is_some_and(|w| w.synced);
             if synced {
