@@ -304,6 +304,30 @@ impl ClusterClient {
         from_pb(&r.object.unwrap_or_default())
     }
 
+    /// Creates `objects` in one request (one log entry), each checked on its own: one result
+    /// per object, in order, each as [`ClusterClient::create`] would have answered it.
+    pub async fn create_many(&self, objects: &[Object]) -> Result<Vec<Result<Object>>> {
+        let r = self
+            .raw
+            .clone()
+            .create_many(pb::CreateManyRequest {
+                objects: objects.iter().map(to_pb).collect(),
+                fence: self.fence.clone(),
+            })
+            .await?
+            .into_inner();
+        Ok(r.results
+            .into_iter()
+            .map(|r| match r.object {
+                Some(o) if r.code == 0 => from_pb(&o),
+                _ => Err(ClientError::Status(Status::new(
+                    Code::from(r.code),
+                    r.message,
+                ))),
+            })
+            .collect())
+    }
+
     pub async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<Object>> {
         match self
             .raw

@@ -175,6 +175,12 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     }
     let all_in = start.elapsed();
     watcher.abort();
+    // The writes the pods cost: store revisions (one per write request that changed
+    // something) from before the first create to the last pod Running, and over the next
+    // 2 s, when the last events and statuses land. Nodes' heartbeats count too.
+    let at_running = api.list(Kind::Namespace, &ListParams::default()).await?.1;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let settled = api.list(Kind::Namespace, &ListParams::default()).await?.1;
 
     let complete = {
         let s = seen.lock();
@@ -199,6 +205,11 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             created_in.as_secs_f64(),
             want as f64 / created_in.as_secs_f64(),
             a.concurrency
+        );
+        println!(
+            "  store revisions: {:.1} per pod to the last Running, {:.1} with the next 2 s",
+            (at_running - revision) as f64 / want.max(1) as f64,
+            (settled - revision) as f64 / want.max(1) as f64
         );
         println!("{}", line("create sent → bound", to_bound));
         println!("{}", line("create sent → Running", to_running));

@@ -614,6 +614,83 @@ async fn batch_bind_commits_the_good_bindings_and_reports_the_bad_ones() {
     }
 }
 
+/// CreateMany, the event recorder's batch: the good objects land in one revision, each bad
+/// one is refused with the answer Create gives it (a taken name, a validation error with its
+/// field path, a generated name made and tried one by one), and a refused one writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_many_writes_the_good_objects_in_one_revision_and_refuses_the_bad_alone() {
+    let cluster = Cluster::start(3).await;
+    let api = client(&cluster).await;
+    api.create(&pod("default", "taken", None))
+        .await
+        .expect("pod");
+    let event = |name: &str, reason: &str| {
+        obj(
+            Kind::Event,
+            json!({
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": name, "namespace": "default"},
+                "involvedObject": {"kind": "Pod", "namespace": "default", "name": "taken"},
+                "reason": reason, "message": "m", "type": "Normal"
+            }),
+        )
+    };
+    let mut generated = pod("default", "", None);
+    generated.metadata_mut().generate_name = "gen-".into();
+    let results = api
+        .create_many(&[
+            event("e1", "Started"),
+            pod("default", "taken", None),
+            pod("default", "Bad_Name", None),
+            event("e2", "Pulled"),
+            generated,
+        ])
+        .await
+        .expect("create many");
+    assert_eq!(results.len(), 5);
+    let e1 = results[0].as_ref().expect("e1 created");
+    let e2 = results[3].as_ref().expect("e2 created");
+    assert_eq!(
+        e1.metadata().resource_version,
+        e2.metadata().resource_version,
+        "one revision for the batch"
+    );
+    let mut results = results.into_iter();
+    let _ = results.next();
+    expect_err(
+        results.next().expect("second"),
+        Code::AlreadyExists,
+        "already exists",
+    );
+    expect_err(
+        results.next().expect("third"),
+        Code::InvalidArgument,
+        "metadata.name",
+    );
+    let _ = results.next();
+    let made = results
+        .next()
+        .expect("fifth")
+        .expect("a generated name is made");
+    assert!(made.metadata().name.starts_with("gen-"), "{made:?}");
+    assert!(
+        api.get(Kind::Pod, "default", "Bad_Name")
+            .await
+            .expect("get")
+            .is_none(),
+        "a refused object is not written"
+    );
+    for name in ["e1", "e2"] {
+        assert!(
+            api.get(Kind::Event, "default", name)
+                .await
+                .expect("get")
+                .is_some(),
+            "event {name} stored"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_filtered_watches_see_pods_arrive_and_leave() {
     let cluster = Cluster::start(3).await;

@@ -90,3 +90,59 @@ async fn a_saved_snapshot_newer_than_the_keyspace_is_installed_on_open() {
         1
     );
 }
+
+/// What replication sends a follower that is behind is bounded in bytes, not only in entries:
+/// openraft 0.9 gives each AppendEntries one heartbeat interval, and 512 large entries at once
+/// never made it (the follower stayed behind for good). A range of large entries comes back
+/// cut after about 1 MiB; a single entry larger than that still comes back alone; a range of
+/// small entries comes back whole.
+#[tokio::test]
+async fn replication_reads_are_cut_at_a_mebibyte_but_never_empty() {
+    use openraft::storage::RaftLogReader;
+    use openraft::{Entry, EntryPayload, LogId};
+    use skiff_store::command::{Command, Proposal, ProposalId, PutRequest, RequestOp, TxnRequest};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = backend::open(&dir.path().join("db")).expect("open backend");
+    let entry = |i: u64, size: usize| Entry::<TypeConfig> {
+        log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), i),
+        payload: EntryPayload::Normal(Proposal {
+            id: ProposalId::default(),
+            command: Command::Txn(TxnRequest::single(RequestOp::Put(PutRequest {
+                key: format!("k{i}").into_bytes(),
+                value: vec![b'v'; size],
+                ..PutRequest::default()
+            }))),
+        }),
+    };
+    let log = backend::cf(&db, backend::CF_LOG);
+    // 1..=40: 100 KiB each; 41: 3 MiB; 42..=50: 10 bytes each.
+    for i in 1..=50u64 {
+        let size = match i {
+            1..=40 => 100 << 10,
+            41 => 3 << 20,
+            _ => 10,
+        };
+        db.put_cf(log, i.to_be_bytes(), backend::encode(&entry(i, size)))
+            .expect("put entry");
+    }
+    let mut store = LogStore::new(db.clone(), Proposals::new(1));
+    let indexes =
+        |v: &Vec<Entry<TypeConfig>>| -> Vec<u64> { v.iter().map(|e| e.log_id.index).collect() };
+    let first = store.limited_get_log_entries(1, 51).await.expect("read");
+    assert_eq!(
+        indexes(&first),
+        (1..=11).collect::<Vec<_>>(),
+        "cut past 1 MiB"
+    );
+    let big = store.limited_get_log_entries(41, 51).await.expect("read");
+    assert_eq!(
+        indexes(&big),
+        vec![41],
+        "one entry over the limit comes alone"
+    );
+    let small = store.limited_get_log_entries(42, 51).await.expect("read");
+    assert_eq!(indexes(&small), (42..=50).collect::<Vec<_>>());
+    let whole = store.try_get_log_entries(1..51).await.expect("read");
+    assert_eq!(whole.len(), 50, "a plain read is not cut");
+}

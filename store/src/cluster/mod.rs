@@ -234,6 +234,30 @@ pub fn decode_request(
     Ok((object, warnings))
 }
 
+/// What the transaction of [`ClusterApi::admit_new`] did for `candidate`: created (at
+/// revision `rev`), refused because the name is taken, or `None` when a guard or claim lost a
+/// race and the create should be decided again.
+fn created(
+    mut candidate: Object,
+    rev: i64,
+    succeeded: bool,
+    responses: &[ResponseOp],
+) -> Option<Result<(i64, Object)>> {
+    if succeeded {
+        candidate.metadata_mut().resource_version = rev.to_string();
+        return Some(Ok((rev, candidate)));
+    }
+    if let Some(ResponseOp::Range(r)) = responses.first()
+        && !r.kvs.is_empty()
+    {
+        return Some(Err(ClusterError::AlreadyExists {
+            kind: candidate.kind(),
+            name: candidate.metadata().name.clone(),
+        }));
+    }
+    None
+}
+
 fn validation_error(object: &Object, source: validation::ValidationErrors) -> ClusterError {
     ClusterError::Invalid {
         kind: object.kind(),
@@ -646,7 +670,102 @@ impl ClusterApi {
         })
     }
 
-    async fn create_named(&self, mut object: Object, dry_run: bool) -> Result<(i64, Object)> {
+    async fn create_named(&self, object: Object, dry_run: bool) -> Result<(i64, Object)> {
+        let object = self.new_object(object).await?;
+        let kind = object.kind();
+        for _ in 0..WRITE_ATTEMPTS {
+            self.barrier(false).await?;
+            let (candidate, txn) = self.admit_new(&object).await?;
+            if dry_run {
+                return Ok((self.member.shared.read().revision(), candidate));
+            }
+            let (rev, resp) = self.write_txn(kind, txn).await?;
+            match created(candidate, rev, resp.succeeded, &resp.responses) {
+                Some(done) => return done,
+                // A quota guard or a pod CIDR claim lost a race: count again.
+                None => continue,
+            }
+        }
+        Err(ClusterError::Contended {
+            kind,
+            name: object.metadata().name.clone(),
+        })
+    }
+
+    /// Many objects created in one log entry, each admitted and checked on its own as
+    /// [`ClusterApi::create`] checks one: one result per object, in order. A refused object
+    /// writes nothing, and does not hold the others back. One that loses a race with another
+    /// writer's quota or address claim is tried again alone, as is one to be given a
+    /// generated name.
+    pub async fn create_many(&self, objects: Vec<Object>) -> Result<(i64, Vec<Result<Object>>)> {
+        self.barrier(false).await?;
+        let mut results: Vec<Option<Result<Object>>> = Vec::with_capacity(objects.len());
+        let mut ops = Vec::new();
+        // (index, object as admitted, the object as given) of each one in the transaction.
+        let mut proposed = Vec::new();
+        for (i, object) in objects.into_iter().enumerate() {
+            let meta = object.metadata();
+            if meta.name.is_empty() && !meta.generate_name.is_empty() {
+                // A generated name is tried until one is free: the one-object path.
+                results.push(Some(self.create(object, false).await.map(|(_, o)| o)));
+                continue;
+            }
+            let admitted = match self.new_object(object.clone()).await {
+                Ok(o) => self.admit_new(&o).await.map(|(c, txn)| (c, txn, o)),
+                Err(e) => Err(e),
+            };
+            match admitted {
+                Ok((candidate, txn, given)) => {
+                    ops.push(RequestOp::Txn(txn));
+                    proposed.push((i, candidate, given));
+                    results.push(None);
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
+        }
+        let mut revision = self.member.shared.read().revision();
+        if !ops.is_empty() {
+            // The kind names the cached lease to forget if the write fails: only Events
+            // have one.
+            let (rev, resp) = self
+                .write_txn(
+                    Kind::Event,
+                    TxnRequest {
+                        compare: Vec::new(),
+                        success: ops,
+                        failure: Vec::new(),
+                        auth_revision: None,
+                    },
+                )
+                .await?;
+            revision = rev;
+            for ((i, candidate, given), op) in proposed.into_iter().zip(resp.responses) {
+                let ResponseOp::Txn(t) = op else {
+                    results[i] = Some(Err(StoreError::internal("unexpected response").into()));
+                    continue;
+                };
+                results[i] = Some(match created(candidate, rev, t.succeeded, &t.responses) {
+                    Some(done) => done.map(|(_, o)| o),
+                    None => self.create_named(given, false).await.map(|(r, o)| {
+                        revision = revision.max(r);
+                        o
+                    }),
+                });
+            }
+        }
+        Ok((
+            revision,
+            results
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|| Err(StoreError::internal("no result").into())))
+                .collect(),
+        ))
+    }
+
+    /// What the server sets on any new object (uid, creation time, generation; a pod's phase
+    /// and, when it names its node, its binding), then defaults and the checks that need no
+    /// other object.
+    async fn new_object(&self, mut object: Object) -> Result<Object> {
         let kind = object.kind();
         if kind == Kind::Binding {
             return Err(ClusterError::CreateBinding);
@@ -693,61 +812,46 @@ impl ClusterApi {
         if object.kind().is_namespaced() && object.metadata().namespace == "default" {
             self.ensure_default_namespace().await?;
         }
+        Ok(object)
+    }
+
+    /// Admission and validation of a new object against the current state (read after a
+    /// barrier), and the transaction that creates it: "the key is absent and every admission
+    /// guard holds" → put it, with the claims it makes; else read the key.
+    async fn admit_new(&self, object: &Object) -> Result<(Object, TxnRequest)> {
+        let kind = object.kind();
         let key = object.key();
-        for _ in 0..WRITE_ATTEMPTS {
-            self.barrier(false).await?;
-            let mut candidate = object.clone();
-            let guards = admission::admit_create(self, &mut candidate)?;
-            let claim = self.claim_pod_cidr(&mut candidate)?;
-            let addresses = self.service_addresses(None, &mut candidate)?;
-            validation::validate(&candidate).map_err(|e| validation_error(&candidate, e))?;
-            if dry_run {
-                return Ok((self.member.shared.read().revision(), candidate));
-            }
-            let mut compare = vec![compare(
-                &key,
-                CompareTarget::Create(0),
-                CompareResult::Equal,
-            )];
-            compare.extend(guards);
-            let mut success = vec![RequestOp::Put(PutRequest {
-                key: key.as_bytes().to_vec(),
-                value: encode(&candidate),
-                lease: self.lease_for(kind).await?,
-                ..PutRequest::default()
-            })];
-            for claim in claim.into_iter().chain(addresses.claims) {
-                compare.push(claim.compare);
-                success.push(claim.put);
-            }
-            let txn = TxnRequest {
-                compare,
-                success,
-                failure: vec![RequestOp::Range(RangeRequest {
-                    key: key.as_bytes().to_vec(),
-                    ..RangeRequest::default()
-                })],
-                auth_revision: None,
-            };
-            let (rev, resp) = self.write_txn(kind, txn).await?;
-            if resp.succeeded {
-                candidate.metadata_mut().resource_version = rev.to_string();
-                return Ok((rev, candidate));
-            }
-            if let Some(ResponseOp::Range(r)) = resp.responses.first()
-                && !r.kvs.is_empty()
-            {
-                return Err(ClusterError::AlreadyExists {
-                    kind,
-                    name: candidate.metadata().name.clone(),
-                });
-            }
-            // A quota guard or a pod CIDR claim lost a race: count again.
+        let mut candidate = object.clone();
+        let guards = admission::admit_create(self, &mut candidate)?;
+        let claim = self.claim_pod_cidr(&mut candidate)?;
+        let addresses = self.service_addresses(None, &mut candidate)?;
+        validation::validate(&candidate).map_err(|e| validation_error(&candidate, e))?;
+        let mut compare = vec![compare(
+            &key,
+            CompareTarget::Create(0),
+            CompareResult::Equal,
+        )];
+        compare.extend(guards);
+        let mut success = vec![RequestOp::Put(PutRequest {
+            key: key.as_bytes().to_vec(),
+            value: encode(&candidate),
+            lease: self.lease_for(kind).await?,
+            ..PutRequest::default()
+        })];
+        for claim in claim.into_iter().chain(addresses.claims) {
+            compare.push(claim.compare);
+            success.push(claim.put);
         }
-        Err(ClusterError::Contended {
-            kind,
-            name: object.metadata().name.clone(),
-        })
+        let txn = TxnRequest {
+            compare,
+            success,
+            failure: vec![RequestOp::Range(RangeRequest {
+                key: key.as_bytes().to_vec(),
+                ..RangeRequest::default()
+            })],
+            auth_revision: None,
+        };
+        Ok((candidate, txn))
     }
 
     /// The `default` namespace exists from the first write into it on, as in Kubernetes,

@@ -127,6 +127,15 @@ fn fields(selectors: Option<&pb::Selectors>) -> &str {
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
 
+/// A [`pb::CreateResult`] for an object refused with `status`.
+fn refused(status: &Status) -> pb::CreateResult {
+    pb::CreateResult {
+        object: None,
+        code: status.code() as i32,
+        message: status.message().to_string(),
+    }
+}
+
 fn object_response(
     api: &ClusterApi,
     revision: i64,
@@ -311,6 +320,55 @@ impl Cluster for ClusterApi {
         )
         .await?;
         Ok(object_response(self, rev, &o))
+    }
+
+    async fn create_many(
+        &self,
+        req: Request<pb::CreateManyRequest>,
+    ) -> Result<Response<pb::CreateManyResponse>, Status> {
+        let mut objects = Vec::new();
+        let mut results: Vec<Option<pb::CreateResult>> = Vec::new();
+        let mut me = None;
+        for o in &req.get_ref().objects {
+            // Each object is asked for as its own Create would be (a review, answered and
+            // not stored, is refused as a kind that is not stored).
+            let admitted = from_pb(Some(o.clone())).and_then(|object| {
+                let ask = Ask::new("create", object.kind(), namespace_of(&object), "");
+                Ok((authorize(self, &req, ask)?, object))
+            });
+            match admitted {
+                Ok((api, object)) => {
+                    me.get_or_insert(api);
+                    objects.push(object);
+                    results.push(None);
+                }
+                Err(e) => results.push(Some(refused(&Status::from(e)))),
+            }
+        }
+        let fence = req.into_inner().fence;
+        let (rev, created) = match me {
+            Some(api) => ClusterApi::create_many(&fenced(&api, fence), objects).await?,
+            None => (self.member.shared.read().revision(), Vec::new()),
+        };
+        let mut created = created.into_iter();
+        let results = results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| match created.next() {
+                    Some(Ok(object)) => pb::CreateResult {
+                        object: Some(to_pb(&object)),
+                        code: 0,
+                        message: String::new(),
+                    },
+                    Some(Err(e)) => refused(&Status::from(e)),
+                    None => refused(&Status::internal("no result")),
+                })
+            })
+            .collect();
+        Ok(Response::new(pb::CreateManyResponse {
+            header: header(&self.member, rev),
+            results,
+        }))
     }
 
     async fn bind(

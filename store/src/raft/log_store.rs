@@ -111,7 +111,52 @@ impl LogStore {
     }
 }
 
+/// The most bytes of entries one AppendEntries carries (at least one entry, whatever its size).
+/// openraft 0.9 gives every AppendEntries one heartbeat interval to be answered, and a follower
+/// that is behind is sent as many entries as `max_payload_entries` allows: 512 entries of
+/// batched writes (a CreateMany of 64 events, a Bind of 1,000 pods) took longer than that to
+/// send and append, timed out, were sent again, and the follower never caught up while the
+/// leader spent its CPU encoding them over and over.
+const MAX_PAYLOAD_BYTES: usize = 1 << 20;
+
+impl LogStore {
+    /// Entries from `start` on while `more(index, bytes so far)` holds.
+    fn read_entries(
+        &self,
+        start: u64,
+        mut more: impl FnMut(u64, usize) -> bool,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        let it = self.db.iterator_cf(
+            backend::cf(&self.db, CF_LOG),
+            IteratorMode::From(&start.to_be_bytes(), Direction::Forward),
+        );
+        for item in it {
+            let (k, v) = item.map_err(read_err)?;
+            let index = u64::from_be_bytes(k.as_ref().try_into().map_err(read_err)?);
+            if !more(index, bytes) {
+                break;
+            }
+            bytes += v.len();
+            out.push(backend::decode(&v).map_err(read_err)?);
+        }
+        Ok(out)
+    }
+}
+
 impl RaftLogReader<TypeConfig> for LogStore {
+    /// What replication sends: up to [`MAX_PAYLOAD_BYTES`] of the range, at least one entry.
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, StorageError> {
+        self.read_entries(start, |index, bytes| {
+            index < end && (index == start || bytes < MAX_PAYLOAD_BYTES)
+        })
+    }
+
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
@@ -121,20 +166,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(i) => i + 1,
             Bound::Unbounded => 0,
         };
-        let mut out = Vec::new();
-        let it = self.db.iterator_cf(
-            backend::cf(&self.db, CF_LOG),
-            IteratorMode::From(&start.to_be_bytes(), Direction::Forward),
-        );
-        for item in it {
-            let (k, v) = item.map_err(read_err)?;
-            let index = u64::from_be_bytes(k.as_ref().try_into().map_err(read_err)?);
-            if !range.contains(&index) {
-                break;
-            }
-            out.push(backend::decode(&v).map_err(read_err)?);
-        }
-        Ok(out)
+        self.read_entries(start, |index, _| range.contains(&index))
     }
 }
 
