@@ -143,15 +143,19 @@ pub struct StoreTls {
 }
 
 impl StoreCommand {
+    /// `--initial-cluster`'s items: `name=url`.
+    fn initial_cluster_list(&self) -> Vec<String> {
+        self.initial_cluster
+            .iter()
+            .map(|(name, url)| format!("{name}={url}"))
+            .collect()
+    }
+
     /// The same member as etcd 3.4 takes it (`etcd …`, no subcommand): the flags the two
     /// share, for benchmarks that run etcd beside Skiff. What etcd lacks (the Kubernetes API,
     /// Skiff's own limits and logging) is left out.
     pub fn etcd_args(&self) -> Vec<OsString> {
-        let initial: Vec<String> = self
-            .initial_cluster
-            .iter()
-            .map(|(name, url)| format!("{name}={url}"))
-            .collect();
+        let initial = self.initial_cluster_list();
         let peer = self
             .initial_cluster
             .iter()
@@ -175,11 +179,7 @@ impl StoreCommand {
     }
 
     pub fn args(&self) -> Vec<OsString> {
-        let initial: Vec<String> = self
-            .initial_cluster
-            .iter()
-            .map(|(name, url)| format!("{name}={url}"))
-            .collect();
+        let initial = self.initial_cluster_list();
         let mut a = Argv(vec!["store".into()]);
         a.flag("name", &self.name)
             .flag("data-dir", &self.data_dir)

@@ -168,16 +168,9 @@ impl ClusterApi {
         }
         let mut revision = self.member.shared.read().revision();
         if !ops.is_empty() {
-            let (rev, resp) = self
-                .txn(TxnRequest {
-                    compare: Vec::new(),
-                    success: ops,
-                    failure: Vec::new(),
-                    auth_revision: None,
-                })
-                .await?;
+            let (rev, responses) = self.txn_each(ops).await?;
             revision = rev;
-            for ((i, _key), op) in proposed.iter().zip(resp.responses) {
+            for ((i, _key), op) in proposed.iter().zip(responses) {
                 let b = &bindings[*i];
                 results[*i] = Some(match op {
                     ResponseOp::Txn(t) if t.succeeded => BindResult {

@@ -589,6 +589,21 @@ impl ClusterApi {
     /// Proposes a transaction; returns the revision after it and its response.
     /// Proposes a transaction (with this handle's fence among its comparisons); a fenced
     /// one that failed because the fence moved is [`ClusterError::Fenced`], not a conflict.
+    /// Independent writes in one transaction, so one log entry and one revision: each op a
+    /// nested transaction that takes its own branch (batch Bind, CreateMany). The revision and
+    /// each op's response, in order.
+    pub(super) async fn txn_each(&self, ops: Vec<RequestOp>) -> Result<(i64, Vec<ResponseOp>)> {
+        let (rev, resp) = self
+            .txn(TxnRequest {
+                compare: Vec::new(),
+                success: ops,
+                failure: Vec::new(),
+                auth_revision: None,
+            })
+            .await?;
+        Ok((rev, resp.responses))
+    }
+
     pub async fn txn(&self, mut txn: TxnRequest) -> Result<(i64, TxnResponse)> {
         if let Some(fence) = &self.fence {
             txn.compare.push(compare(
@@ -725,21 +740,12 @@ impl ClusterApi {
         }
         let mut revision = self.member.shared.read().revision();
         if !ops.is_empty() {
-            // The kind names the cached lease to forget if the write fails: only Events
-            // have one.
-            let (rev, resp) = self
-                .write_txn(
-                    Kind::Event,
-                    TxnRequest {
-                        compare: Vec::new(),
-                        success: ops,
-                        failure: Vec::new(),
-                        auth_revision: None,
-                    },
-                )
-                .await?;
+            let (rev, responses) = self.txn_each(ops).await.inspect_err(|_| {
+                // A failed write may have been refused for its lease: only Events have one.
+                self.forget_lease(Kind::Event);
+            })?;
             revision = rev;
-            for ((i, candidate, given), op) in proposed.into_iter().zip(resp.responses) {
+            for ((i, candidate, given), op) in proposed.into_iter().zip(responses) {
                 let ResponseOp::Txn(t) = op else {
                     results[i] = Some(Err(StoreError::internal("unexpected response").into()));
                     continue;
