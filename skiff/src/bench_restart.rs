@@ -15,6 +15,7 @@ use anyhow::{Context, Result, bail};
 use etcd_client::Client;
 use nix::sys::signal::Signal;
 use skiff_launch::{Child, ClusterState, Launch, StoreCommand};
+use skiff_scheduler::bench::Latencies;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -108,12 +109,6 @@ impl Acks {
         }
         longest.max(Instant::now().saturating_duration_since(prev))
     }
-}
-
-/// The `q` quantile of sorted `values` by nearest rank (none of none).
-fn nearest_rank(values: &[Duration], q: f64) -> Option<Duration> {
-    let rank = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len().max(1));
-    values.get(rank - 1).copied()
 }
 
 fn free_port() -> Result<u16> {
@@ -307,9 +302,9 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     }
     println!();
     for (way, pauses) in &worst {
-        let mut leader: Vec<Duration> =
-            pauses.iter().filter(|(l, _)| *l).map(|(_, p)| *p).collect();
-        leader.sort();
+        let leader: Latencies = pauses.iter().filter(|(l, _)| *l).map(|(_, p)| *p).collect();
+        let leader_times = pauses.iter().filter(|(l, _)| *l).count();
+        let p = leader.percentiles();
         let follower_max = pauses.iter().filter(|(l, _)| !*l).map(|(_, p)| *p).max();
         let ms = |d: Option<Duration>| {
             d.map_or("-".to_string(), |d| {
@@ -317,12 +312,11 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             })
         };
         println!(
-            "{:<8} pause restarting the leader ({} times): median {}, p90 {}, max {}; a follower: max {}",
+            "{:<8} pause restarting the leader ({leader_times} times): median {:.0} ms, p90 {:.0} ms, max {:.0} ms; a follower: max {}",
             way.label(),
-            leader.len(),
-            ms(nearest_rank(&leader, 0.5)),
-            ms(nearest_rank(&leader, 0.9)),
-            ms(leader.last().copied()),
+            p.p50,
+            p.p90,
+            p.max,
             ms(follower_max)
         );
     }

@@ -725,7 +725,7 @@ impl ClusterApi {
                 results.push(Some(self.create(object, false).await.map(|(_, o)| o)));
                 continue;
             }
-            let admitted = match self.new_object(object.clone()).await {
+            let admitted = match self.new_object(object).await {
                 Ok(o) => self.admit_new(&o).await.map(|(c, txn)| (c, txn, o)),
                 Err(e) => Err(e),
             };

@@ -324,15 +324,16 @@ impl Cluster for ClusterApi {
 
     async fn create_many(
         &self,
-        req: Request<pb::CreateManyRequest>,
+        mut req: Request<pb::CreateManyRequest>,
     ) -> Result<Response<pb::CreateManyResponse>, Status> {
+        let given = std::mem::take(&mut req.get_mut().objects);
         let mut objects = Vec::new();
         let mut results: Vec<Option<pb::CreateResult>> = Vec::new();
         let mut me = None;
-        for o in &req.get_ref().objects {
+        for o in given {
             // Each object is asked for as its own Create would be (a review, answered and
             // not stored, is refused as a kind that is not stored).
-            let admitted = from_pb(Some(o.clone())).and_then(|object| {
+            let admitted = from_pb(Some(o)).and_then(|object| {
                 let ask = Ask::new("create", object.kind(), namespace_of(&object), "");
                 Ok((authorize(self, &req, ask)?, object))
             });

@@ -347,12 +347,15 @@ impl StoreMember {
     /// or another, is known at a higher term afterwards.
     async fn campaign(self: &Arc<Self>) -> Result<bool, StoreError> {
         let started = Instant::now();
-        let metrics = self.raft.metrics().borrow().clone();
-        let membership = metrics.membership_config.membership().clone();
-        if metrics.state == ServerState::Leader || !membership.voter_ids().any(|v| v == self.id) {
+        let (state, term, membership) = {
+            let metrics = self.raft.metrics();
+            let m = metrics.borrow();
+            let membership = m.membership_config.membership().clone();
+            (m.state, m.current_term, membership)
+        };
+        if state == ServerState::Leader || !membership.voter_ids().any(|v| v == self.id) {
             return Ok(false);
         }
-        let term = metrics.current_term;
         let req = PreVote {
             term: term + 1,
             candidate: self.id,
@@ -486,9 +489,11 @@ impl StoreMember {
             e.quorum_lost.store(false, Ordering::Relaxed);
             return;
         }
-        let metrics = self.raft.metrics().borrow().clone();
-        let membership = metrics.membership_config.membership();
-        let voters: Vec<u64> = membership.voter_ids().collect();
+        let voters: Vec<u64> = {
+            let metrics = self.raft.metrics();
+            let m = metrics.borrow();
+            m.membership_config.membership().voter_ids().collect()
+        };
         let heard = voters
             .iter()
             .filter(|v| **v == self.id || self.activity.answered_within(**v, e.election_timeout))

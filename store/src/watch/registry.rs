@@ -88,7 +88,8 @@ impl Watchers {
     pub(super) fn iter(&self) -> impl Iterator<Item = (u64, &Watcher)> {
         self.pages.iter().enumerate().flat_map(|(p, page)| {
             page.iter().enumerate().filter_map(move |(i, w)| {
-                Some((join(w.as_ref()?.serial, p * PAGE + i), w.as_ref()?))
+                let w = w.as_ref()?;
+                Some((join(w.serial, p * PAGE + i), w))
             })
         })
     }
