@@ -275,7 +275,9 @@ pub async fn run(
             }
         });
     }
-    let writers = (nodes.len() / 8).clamp(4, 64);
+    // Each writer task sends every status queued when it is free (up to a batch), so a few
+    // keep up with thousands of pods.
+    let writers = (nodes.len() / 100).clamp(2, 8);
     let status = StatusWriter::start(Arc::new(client.clone()), writers, cancel.clone());
     let tracker = TaskTracker::new();
     let (err_tx, mut err_rx) = tokio::sync::mpsc::channel(nodes.len().max(1));

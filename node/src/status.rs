@@ -1,23 +1,30 @@
-//! Pod status written back to the cluster API: coalesced, never lost.
+//! Pod status written back to the cluster API: coalesced, batched, never lost.
 //!
 //! Pod workers [`StatusWriter::submit`] whole statuses as often as they change; the writer
 //! keeps only the latest per pod (a worker that changes status ten times while a write is in
 //! flight causes one more write, not ten), and a small pool of tasks shared by every pod of
-//! the process writes them. A failed write is retried with back-off until it lands or the pod
-//! is gone, always with the newest status. Each write reads the pod first and pins the update
-//! to that `resourceVersion` and UID, so a status never lands on a different pod that reuses
-//! the name; a conflict (the pod changed in between) is simply read and tried again.
+//! the process writes them. Each task takes every queued status (up to [`BATCH`]) and writes
+//! them in one request, one log entry (UpdateStatusMany): a quiet node's status goes out
+//! alone at once, and a busy process's statuses share entries instead of queueing behind
+//! each other. A failed write is retried with back-off until it lands or the pod is gone,
+//! always with the newest status. Each status is pinned to its pod's UID, so it never lands
+//! on a different pod that reuses the name, and it patches: the store keeps the conditions
+//! others wrote (a readiness gate's, a `DisruptionTarget`), and writes nothing when the
+//! status is already stored.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use skiff_proto::api::{Kind, Object, PodStatus};
+use skiff_proto::api::{Kind, Object, Pod, PodStatus};
 use skiff_proto::backoff::Backoff;
 use skiff_proto::client::{ClientError, ClusterClient, Code};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+/// The most statuses one request carries.
+pub const BATCH: usize = 128;
 
 /// A pod's namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -43,6 +50,9 @@ pub enum Written {
     Refused,
 }
 
+/// One status to write: the pod, its UID and the status.
+pub type Update = (PodKey, String, PodStatus);
+
 /// Where statuses go: the cluster API, or a recorder in tests.
 #[async_trait]
 pub trait StatusSink: Send + Sync + fmt::Debug + 'static {
@@ -52,10 +62,51 @@ pub trait StatusSink: Send + Sync + fmt::Debug + 'static {
         uid: &str,
         status: &PodStatus,
     ) -> Result<Written, ClientError>;
+
+    /// Many statuses at once: one outcome per update, in order, or the error that failed
+    /// them all. One by one unless the sink can do better.
+    async fn write_many(
+        &self,
+        updates: &[Update],
+    ) -> Result<Vec<Result<Written, ClientError>>, ClientError> {
+        Ok(one_by_one(self, updates).await)
+    }
+}
+
+async fn one_by_one<S: StatusSink + ?Sized>(
+    sink: &S,
+    updates: &[Update],
+) -> Vec<Result<Written, ClientError>> {
+    let mut out = Vec::with_capacity(updates.len());
+    for (key, uid, status) in updates {
+        out.push(sink.write(key, uid, status).await);
+    }
+    out
+}
+
+/// A status's outcome as the store answered it.
+fn outcome(r: Result<Object, ClientError>) -> Result<Written, ClientError> {
+    match r {
+        Ok(_) => Ok(Written::Stored),
+        Err(e) if e.code() == Some(Code::NotFound) => Ok(Written::Gone),
+        Err(e) => Err(e),
+    }
+}
+
+/// The pod as a status write sends it: its name, UID and status.
+fn status_of(key: &PodKey, uid: &str, status: &PodStatus) -> Object {
+    let mut pod = Pod::default();
+    pod.metadata.namespace = key.namespace.clone();
+    pod.metadata.name = key.name.clone();
+    pod.metadata.uid = uid.to_string();
+    pod.status = Some(status.clone());
+    Object::Pod(pod)
 }
 
 #[async_trait]
 impl StatusSink for ClusterClient {
+    /// One status the way a store without UpdateStatusMany takes it: read the pod, keep the
+    /// conditions others wrote, write it pinned to the version read.
     async fn write(
         &self,
         key: &PodKey,
@@ -63,24 +114,44 @@ impl StatusSink for ClusterClient {
         status: &PodStatus,
     ) -> Result<Written, ClientError> {
         loop {
-            let Some(Object::Pod(mut pod)) = self.get(Kind::Pod, &key.namespace, &key.name).await?
-            else {
+            let Some(stored) = self.get(Kind::Pod, &key.namespace, &key.name).await? else {
                 return Ok(Written::Gone);
             };
-            if pod.metadata.uid != uid {
+            if stored.metadata().uid != uid {
                 return Ok(Written::Gone);
             }
-            let merged = keep_others_conditions(pod.status.as_ref(), status);
-            if pod.status.as_ref() == Some(&merged) {
+            let mut next = status_of(key, uid, status);
+            next.keep_stored_conditions(&stored);
+            let Object::Pod(mut pod) = stored else {
+                return Ok(Written::Gone);
+            };
+            let Object::Pod(ours) = next else {
+                unreachable!("status_of makes a pod")
+            };
+            if pod.status == ours.status {
                 return Ok(Written::Stored);
             }
-            pod.status = Some(merged);
-            match self.update_status(&Object::Pod(pod)).await {
-                Ok(_) => return Ok(Written::Stored),
+            pod.status = ours.status;
+            match outcome(self.update_status(&Object::Pod(pod)).await) {
                 Err(e) if e.code() == Some(Code::Aborted) => continue,
-                Err(e) if e.code() == Some(Code::NotFound) => return Ok(Written::Gone),
-                Err(e) => return Err(e),
+                done => return done,
             }
+        }
+    }
+
+    async fn write_many(
+        &self,
+        updates: &[Update],
+    ) -> Result<Vec<Result<Written, ClientError>>, ClientError> {
+        let objects: Vec<Object> = updates
+            .iter()
+            .map(|(key, uid, status)| status_of(key, uid, status))
+            .collect();
+        match self.update_status_many(&objects).await {
+            Ok(results) => Ok(results.into_iter().map(outcome).collect()),
+            // A store from before UpdateStatusMany.
+            Err(e) if e.code() == Some(Code::Unimplemented) => Ok(one_by_one(self, updates).await),
+            Err(e) => Err(e),
         }
     }
 }
@@ -88,22 +159,6 @@ impl StatusSink for ClusterClient {
 /// A pod's entry: by name and UID, so a pod that reuses a name never shares (or loses) the
 /// statuses of the one before it.
 type Id = (PodKey, String);
-
-/// The agent's status with the conditions others wrote (a readiness gate's, a
-/// `DisruptionTarget`) kept: the agent owns only the condition types it reports.
-fn keep_others_conditions(stored: Option<&PodStatus>, ours: &PodStatus) -> PodStatus {
-    let mut merged = ours.clone();
-    if let Some(stored) = stored {
-        merged.conditions.extend(
-            stored
-                .conditions
-                .iter()
-                .filter(|c| !ours.conditions.iter().any(|o| o.type_ == c.type_))
-                .cloned(),
-        );
-    }
-    merged
-}
 
 #[derive(Debug)]
 struct Entry {
@@ -235,11 +290,14 @@ impl StatusWriter {
             .count()
     }
 
-    /// Takes the next queued pod's newest status.
-    fn take(&self) -> Option<(Id, u64, PodStatus)> {
+    /// Takes the newest status of each queued pod, up to [`BATCH`] of them.
+    fn take(&self) -> Vec<Taken> {
         let mut st = self.state();
         let State { entries, queue } = &mut *st;
-        while let Some(id) = queue.pop_front() {
+        let mut batch = Vec::new();
+        while batch.len() < BATCH
+            && let Some(id) = queue.pop_front()
+        {
             let Some(e) = entries.get_mut(&id) else {
                 continue;
             };
@@ -249,20 +307,20 @@ impl StatusWriter {
             }
             if let Some((seq, status)) = e.latest.take() {
                 e.in_flight = true;
-                return Some((id, seq, status));
+                batch.push(Taken { id, seq, status });
             }
         }
-        None
+        batch
     }
 
     /// A newer status submitted while a write was failing replaces the one being retried.
-    fn newer(&self, id: &Id, seq: &mut u64, status: &mut PodStatus) {
+    fn newer(&self, t: &mut Taken) {
         let mut st = self.state();
-        if let Some(e) = st.entries.get_mut(id)
-            && let Some((s, newer)) = e.latest.take()
+        if let Some(e) = st.entries.get_mut(&t.id)
+            && let Some((seq, newer)) = e.latest.take()
         {
-            *seq = s;
-            *status = newer;
+            t.seq = seq;
+            t.status = newer;
         }
     }
 
@@ -290,32 +348,62 @@ impl StatusWriter {
             let notified = self.inner.work.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let Some((id, mut seq, mut status)) = self.take() else {
+            let mut batch = self.take();
+            if batch.is_empty() {
                 notified.await;
                 continue;
-            };
+            }
             // Another task may be waiting on the same wake-up while more is queued.
             self.inner.work.notify_one();
             let mut backoff = Backoff::for_store();
-            let outcome = loop {
-                let (key, uid) = &id;
-                match self.inner.sink.write(key, uid, &status).await {
-                    Ok(w) => break w,
-                    Err(e) if e.code() == Some(Code::InvalidArgument) => {
-                        tracing::error!(pod = %key, error = %e, "the store refused the pod's status");
-                        break Written::Refused;
+            while !batch.is_empty() {
+                let updates: Vec<Update> = batch
+                    .iter()
+                    .map(|t| (t.id.0.clone(), t.id.1.clone(), t.status.clone()))
+                    .collect();
+                let (failed, error) = match self.inner.sink.write_many(&updates).await {
+                    Ok(outcomes) if outcomes.len() == batch.len() => {
+                        let (mut failed, mut error) = (Vec::new(), None);
+                        for (t, o) in batch.into_iter().zip(outcomes) {
+                            match o {
+                                Ok(w) => self.done(&t.id, t.seq, w),
+                                Err(e) if e.code() == Some(Code::InvalidArgument) => {
+                                    tracing::error!(pod = %t.id.0, error = %e, "the store refused the pod's status");
+                                    self.done(&t.id, t.seq, Written::Refused);
+                                }
+                                Err(e) => {
+                                    error.get_or_insert(e);
+                                    failed.push(t);
+                                }
+                            }
+                        }
+                        (failed, error)
                     }
-                    Err(e) => {
-                        let delay = backoff.next_delay();
-                        tracing::warn!(pod = %key, error = %e, retry_in = ?delay, "status write failed");
-                        tokio::time::sleep(delay).await;
-                        self.newer(&id, &mut seq, &mut status);
+                    Ok(outcomes) => {
+                        let e = format!("{} outcomes for {} statuses", outcomes.len(), batch.len());
+                        (batch, Some(ClientError::Status(tonic::Status::internal(e))))
                     }
+                    Err(e) => (batch, Some(e)),
+                };
+                let Some(error) = error else { break };
+                let delay = backoff.next_delay();
+                tracing::warn!(pods = failed.len(), first = %failed[0].id.0, %error, retry_in = ?delay, "status write failed");
+                tokio::time::sleep(delay).await;
+                batch = failed;
+                for t in &mut batch {
+                    self.newer(t);
                 }
-            };
-            self.done(&id, seq, outcome);
+            }
         }
     }
+}
+
+/// A pod's status taken for writing.
+#[derive(Debug)]
+struct Taken {
+    id: Id,
+    seq: u64,
+    status: PodStatus,
 }
 
 #[cfg(test)]
@@ -426,24 +514,51 @@ mod tests {
         assert_eq!(w.pending(), 0);
     }
 
-    #[test]
-    fn conditions_written_by_others_are_kept() {
-        let cond = |t: &str, s: &str| -> skiff_proto::api::PodCondition {
-            serde_json::from_value(serde_json::json!({"type": t, "status": s})).expect("condition")
-        };
-        let stored = PodStatus {
-            conditions: vec![cond("Ready", "False"), cond("example.com/gate", "True")],
-            ..PodStatus::default()
-        };
-        let ours = PodStatus {
-            conditions: vec![cond("Ready", "True")],
-            ..PodStatus::default()
-        };
-        let merged = keep_others_conditions(Some(&stored), &ours);
-        assert_eq!(
-            merged.conditions,
-            vec![cond("Ready", "True"), cond("example.com/gate", "True")]
-        );
+    /// A sink that takes whole batches and records their sizes.
+    #[derive(Debug)]
+    struct Batches {
+        sizes: Mutex<Vec<usize>>,
+        gate: tokio::sync::Semaphore,
+    }
+
+    #[async_trait]
+    impl StatusSink for Batches {
+        async fn write(&self, _: &PodKey, _: &str, _: &PodStatus) -> Result<Written, ClientError> {
+            unreachable!("statuses go in batches")
+        }
+
+        async fn write_many(
+            &self,
+            updates: &[Update],
+        ) -> Result<Vec<Result<Written, ClientError>>, ClientError> {
+            let _permit = self.gate.acquire().await.expect("gate open");
+            self.sizes.lock().unwrap().push(updates.len());
+            Ok(updates.iter().map(|_| Ok(Written::Stored)).collect())
+        }
+    }
+
+    /// Statuses queued while a write is in flight go out together in the next one, at most
+    /// [`BATCH`] to a request.
+    #[tokio::test(start_paused = true)]
+    async fn statuses_queued_behind_a_write_share_the_next() {
+        let sink = Arc::new(Batches {
+            sizes: Mutex::default(),
+            gate: tokio::sync::Semaphore::new(0),
+        });
+        let w = StatusWriter::start(sink.clone(), 1, CancellationToken::new());
+        w.submit(&key("first"), "u", phase("Running"));
+        // The writer takes the first status alone and waits at the gate with it.
+        tokio::task::yield_now().await;
+        let n = BATCH + 10;
+        let mut last = 0;
+        for i in 0..n {
+            last = w.submit(&key(&format!("p{i}")), "u", phase("Running"));
+        }
+        sink.gate.add_permits(1000);
+        w.flush(&key(&format!("p{}", n - 1)), "u", last).await;
+        w.flush(&key("p0"), "u", 1).await;
+        assert_eq!(*sink.sizes.lock().unwrap(), [1, BATCH, 10]);
+        assert_eq!(w.pending(), 0);
     }
 
     #[tokio::test(start_paused = true)]

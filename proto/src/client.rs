@@ -246,6 +246,20 @@ fn channel(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Channel> {
     Ok(Channel::balance_list(eps.into_iter()))
 }
 
+/// The per-object results of a CreateMany or UpdateStatusMany, in request order.
+fn results(r: pb::ManyResponse) -> Vec<Result<Object>> {
+    r.results
+        .into_iter()
+        .map(|r| match r.object {
+            Some(o) if r.code == 0 => from_pb(&o),
+            _ => Err(ClientError::Status(Status::new(
+                Code::from(r.code),
+                r.message,
+            ))),
+        })
+        .collect()
+}
+
 impl ClusterClient {
     /// Connects (lazily) to every endpoint (`host:port` or `http://host:port`).
     pub fn connect(endpoints: &[String]) -> Result<Self> {
@@ -314,18 +328,25 @@ impl ClusterClient {
                 objects: objects.iter().map(to_pb).collect(),
                 fence: self.fence.clone(),
             })
-            .await?
-            .into_inner();
-        Ok(r.results
-            .into_iter()
-            .map(|r| match r.object {
-                Some(o) if r.code == 0 => from_pb(&o),
-                _ => Err(ClientError::Status(Status::new(
-                    Code::from(r.code),
-                    r.message,
-                ))),
+            .await?;
+        Ok(results(r.into_inner()))
+    }
+
+    /// Writes the statuses of `objects` in one request (one log entry), each checked on its
+    /// own as [`ClusterClient::update_status`] checks one, and patched: stored conditions of
+    /// types an object's status does not carry are kept. A status that changes nothing is
+    /// not written. An object's `metadata.uid`, when set, must be the stored one's (else
+    /// NOT_FOUND). One result per object, in order.
+    pub async fn update_status_many(&self, objects: &[Object]) -> Result<Vec<Result<Object>>> {
+        let r = self
+            .raw
+            .clone()
+            .update_status_many(pb::UpdateStatusManyRequest {
+                objects: objects.iter().map(to_pb).collect(),
+                fence: self.fence.clone(),
             })
-            .collect())
+            .await?;
+        Ok(results(r.into_inner()))
     }
 
     pub async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<Object>> {

@@ -691,6 +691,128 @@ async fn create_many_writes_the_good_objects_in_one_revision_and_refuses_the_bad
     }
 }
 
+/// UpdateStatusMany, the node agent's batch: the statuses that change something land in one
+/// revision, conditions others wrote stay, a status already stored writes nothing, and each
+/// refusal (another pod under the name, a stale pinned version, no such pod) is its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_status_many_patches_in_one_revision_and_refuses_alone() {
+    let cluster = Cluster::start(1).await;
+    let api = client(&cluster).await;
+    let mut made = BTreeMap::new();
+    for name in ["a", "b", "c", "d"] {
+        made.insert(
+            name,
+            api.create(&pod("default", name, None)).await.expect("pod"),
+        );
+    }
+    api.create(&node("n1")).await.expect("node");
+    let with_status = |o: &Object, status: serde_json::Value| {
+        let mut v = o.to_json_value();
+        v["status"] = status;
+        obj(o.kind(), v)
+    };
+    // Conditions the agent does not own: a readiness gate's on "a", the network's on "n1".
+    let gated = with_status(
+        &made["a"],
+        json!({"phase": "Pending", "conditions": [{"type": "example.com/gate", "status": "True"}]}),
+    );
+    api.update_status(&gated).await.expect("gate");
+    let mut n1 = api
+        .get(Kind::Node, "", "n1")
+        .await
+        .expect("get")
+        .expect("n1");
+    let Object::Node(n) = &mut n1 else { panic!() };
+    n.status.get_or_insert_default().conditions =
+        vec![obj_condition("NetworkUnavailable", "False")];
+    api.update_status(&n1).await.expect("network");
+    let d = api
+        .get(Kind::Pod, "default", "d")
+        .await
+        .expect("get")
+        .expect("d");
+
+    let running = json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
+    let mut other_uid = with_status(&made["b"], running.clone());
+    other_uid.metadata_mut().uid = "not-b".into();
+    let mut stale = with_status(&made["c"], running.clone());
+    stale.metadata_mut().resource_version = "1".into();
+    let mut heartbeat = api
+        .get(Kind::Node, "", "n1")
+        .await
+        .expect("get")
+        .expect("n1");
+    let Object::Node(n) = &mut heartbeat else {
+        panic!()
+    };
+    n.status.get_or_insert_default().conditions = vec![obj_condition("Ready", "True")];
+    heartbeat.metadata_mut().resource_version.clear();
+    let mut missing = with_status(&made["a"], running.clone());
+    missing.metadata_mut().name = "nope".into();
+    // Unpinned, as the agent writes: only the UID names the pod.
+    let mut a = with_status(&made["a"], running.clone());
+    a.metadata_mut().resource_version.clear();
+
+    let results = api
+        .update_status_many(&[a, other_uid, stale, d.clone(), heartbeat, missing])
+        .await
+        .expect("update status many");
+    assert_eq!(results.len(), 6);
+    let mut results = results.into_iter();
+    let a = results.next().expect("a").expect("a written");
+    expect_err(results.next().expect("b"), Code::NotFound, "UID not-b");
+    expect_err(results.next().expect("c"), Code::Aborted, "modified");
+    let d_after = results.next().expect("d").expect("d unchanged");
+    let n1_after = results.next().expect("n1").expect("n1 written");
+    expect_err(results.next().expect("nope"), Code::NotFound, "not found");
+
+    assert_eq!(
+        a.metadata().resource_version,
+        n1_after.metadata().resource_version,
+        "one revision for the batch"
+    );
+    assert_eq!(
+        d_after.metadata().resource_version,
+        d.metadata().resource_version
+    );
+    let Some(Object::Pod(a)) = api.get(Kind::Pod, "default", "a").await.expect("get") else {
+        panic!("a missing")
+    };
+    let types: Vec<String> = a
+        .status
+        .expect("status")
+        .conditions
+        .iter()
+        .map(|c| c.type_.to_string())
+        .collect();
+    assert_eq!(types, ["Ready", "example.com/gate"]);
+    let Some(Object::Node(n1)) = api.get(Kind::Node, "", "n1").await.expect("get") else {
+        panic!("n1 missing")
+    };
+    let types: Vec<String> = n1
+        .status
+        .expect("status")
+        .conditions
+        .iter()
+        .map(|c| c.type_.to_string())
+        .collect();
+    assert_eq!(types, ["Ready", "NetworkUnavailable"]);
+    for name in ["b", "c"] {
+        let Some(Object::Pod(p)) = api.get(Kind::Pod, "default", name).await.expect("get") else {
+            panic!("{name} missing")
+        };
+        assert_ne!(
+            p.status.and_then(|s| s.phase),
+            Some(PodPhase::Running),
+            "a refused status is not written ({name})"
+        );
+    }
+}
+
+fn obj_condition(type_: &str, status: &str) -> skiff_proto::api::NodeCondition {
+    serde_json::from_value(json!({"type": type_, "status": status})).expect("condition")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_filtered_watches_see_pods_arrive_and_leave() {
     let cluster = Cluster::start(3).await;

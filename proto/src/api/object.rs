@@ -396,6 +396,35 @@ impl Object {
         )
     }
 
+    /// Keeps the status conditions of `stored` whose type this object's status does not
+    /// carry, as a strategic merge patch of the status merges `conditions` by type: a writer
+    /// of a status owns only the condition types it reports (a node agent its pod's Ready,
+    /// not a readiness gate's condition or a controller's `DisruptionTarget`). Kinds without
+    /// typed conditions are left as they are.
+    pub fn keep_stored_conditions(&mut self, stored: &Object) {
+        fn keep<C: Clone, T: PartialEq>(ours: &mut Vec<C>, stored: &[C], type_of: fn(&C) -> &T) {
+            let others: Vec<C> = stored
+                .iter()
+                .filter(|c| !ours.iter().any(|o| type_of(o) == type_of(c)))
+                .cloned()
+                .collect();
+            ours.extend(others);
+        }
+        match (self, stored) {
+            (Object::Pod(ours), Object::Pod(stored)) => {
+                if let (Some(ours), Some(stored)) = (&mut ours.status, &stored.status) {
+                    keep(&mut ours.conditions, &stored.conditions, |c| &c.type_);
+                }
+            }
+            (Object::Node(ours), Object::Node(stored)) => {
+                if let (Some(ours), Some(stored)) = (&mut ours.status, &stored.status) {
+                    keep(&mut ours.conditions, &stored.conditions, |c| &c.type_);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Sets `apiVersion` and `kind` to this object's own.
     pub fn set_type_meta(&mut self) {
         let kind = self.kind();
@@ -489,6 +518,49 @@ impl Object {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A status writer owns the condition types it reports; the others' stay, a pod's and a
+    /// node's alike, and other kinds are left alone.
+    #[test]
+    fn stored_conditions_of_other_types_are_kept() {
+        let pod = |conds: serde_json::Value| {
+            let json =
+                serde_json::json!({"metadata": {"name": "p"}, "status": {"conditions": conds}});
+            Object::from_json(Kind::Pod, json.to_string().as_bytes()).expect("pod")
+        };
+        let stored = pod(serde_json::json!([
+            {"type": "Ready", "status": "False"},
+            {"type": "example.com/gate", "status": "True"}
+        ]));
+        let mut ours = pod(serde_json::json!([{"type": "Ready", "status": "True"}]));
+        ours.keep_stored_conditions(&stored);
+        assert_eq!(
+            ours,
+            pod(serde_json::json!([
+                {"type": "Ready", "status": "True"},
+                {"type": "example.com/gate", "status": "True"}
+            ]))
+        );
+
+        let node = |conds: serde_json::Value| {
+            let json =
+                serde_json::json!({"metadata": {"name": "n"}, "status": {"conditions": conds}});
+            Object::from_json(Kind::Node, json.to_string().as_bytes()).expect("node")
+        };
+        let stored = node(serde_json::json!([
+            {"type": "Ready", "status": "Unknown"},
+            {"type": "NetworkUnavailable", "status": "False"}
+        ]));
+        let mut ours = node(serde_json::json!([{"type": "Ready", "status": "True"}]));
+        ours.keep_stored_conditions(&stored);
+        assert_eq!(
+            ours,
+            node(serde_json::json!([
+                {"type": "Ready", "status": "True"},
+                {"type": "NetworkUnavailable", "status": "False"}
+            ]))
+        );
+    }
 
     fn any_object() -> impl Strategy<Value = Object> {
         prop_oneof![

@@ -76,6 +76,17 @@ pub enum ClusterError {
     NoApproval { kind: Kind },
     #[error("{} \"{name}\" not found", kind.qualified_resource())]
     NotFound { kind: Kind, name: String },
+    /// A write pinned to an object's UID found another object under its name.
+    #[error(
+        "{} \"{name}\" with UID {uid} not found: the name now belongs to UID {stored}",
+        kind.qualified_resource()
+    )]
+    OtherUid {
+        kind: Kind,
+        name: String,
+        uid: String,
+        stored: String,
+    },
     #[error("{} \"{name}\" already exists", kind.qualified_resource())]
     AlreadyExists { kind: Kind, name: String },
     #[error(
@@ -174,7 +185,7 @@ impl ClusterError {
             | Immutable { .. }
             | NoStatus { .. }
             | NoApproval { .. } => Code::InvalidArgument,
-            NotFound { .. } => Code::NotFound,
+            NotFound { .. } | OtherUid { .. } => Code::NotFound,
             AlreadyExists { .. } => Code::AlreadyExists,
             Conflict { .. } => Code::Aborted,
             Forbidden { .. } | NamespaceNotEmpty { .. } | TooOld { .. } | Fenced { .. } => {

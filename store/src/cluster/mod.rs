@@ -266,6 +266,27 @@ fn validation_error(object: &Object, source: validation::ValidationErrors) -> Cl
     }
 }
 
+/// A request's `metadata.resourceVersion`, the revision an update is pinned to (unset: none).
+fn pinned_revision(object: &Object) -> Result<Option<i64>> {
+    match object.metadata().resource_version.as_str() {
+        "" => Ok(None),
+        rv => rv
+            .parse::<i64>()
+            .map(Some)
+            .map_err(|_| ClusterError::BadResourceVersion {
+                value: rv.to_string(),
+            }),
+    }
+}
+
+/// What a status patch of [`ClusterApi::update_status_many`] comes to.
+enum Patch {
+    /// The stored object already has the status.
+    Unchanged(Object),
+    /// The object as it will be, and the nested transaction that writes it.
+    Write(Object, TxnRequest),
+}
+
 /// A transaction that performs `op` if `key` still has `mod_revision`.
 fn unchanged_since(key: &str, mod_revision: i64, op: RequestOp) -> TxnRequest {
     TxnRequest {
@@ -900,21 +921,20 @@ impl ClusterApi {
             .await
     }
 
-    /// [`ClusterApi::replace`], making and giving back the address claims of `allocation`
-    /// in the same transaction.
-    async fn replace_with(
+    /// The transaction that writes `next` over `current` if the key still has `current`'s
+    /// mod revision, making and giving back the address claims of `allocation` with it.
+    async fn replace_txn(
         &self,
         current: &Stored,
         next: &Object,
         allocation: addresses::Allocation,
-    ) -> Result<Option<(i64, Object)>> {
+    ) -> Result<TxnRequest> {
         self.restrict(Some(&current.object), next)?;
         let key = next.key();
-        let kind = next.kind();
         let put = RequestOp::Put(PutRequest {
             key: key.as_bytes().to_vec(),
             value: encode(next),
-            lease: self.lease_for(kind).await?,
+            lease: self.lease_for(next.kind()).await?,
             ..PutRequest::default()
         });
         let mut txn = unchanged_since(&key, current.mod_revision, put);
@@ -923,7 +943,19 @@ impl ClusterApi {
             txn.success.push(claim.put);
         }
         txn.success.extend(allocation.releases);
-        let (rev, resp) = self.write_txn(kind, txn).await?;
+        Ok(txn)
+    }
+
+    /// [`ClusterApi::replace`], making and giving back the address claims of `allocation`
+    /// in the same transaction.
+    async fn replace_with(
+        &self,
+        current: &Stored,
+        next: &Object,
+        allocation: addresses::Allocation,
+    ) -> Result<Option<(i64, Object)>> {
+        let txn = self.replace_txn(current, next, allocation).await?;
+        let (rev, resp) = self.write_txn(next.kind(), txn).await?;
         if !resp.succeeded {
             return Ok(None);
         }
@@ -957,15 +989,7 @@ impl ClusterApi {
         let kind = object.kind();
         let name = object.metadata().name.clone();
         let namespace = object.metadata().namespace.clone();
-        let pinned = match object.metadata().resource_version.as_str() {
-            "" => None,
-            rv => Some(
-                rv.parse::<i64>()
-                    .map_err(|_| ClusterError::BadResourceVersion {
-                        value: rv.to_string(),
-                    })?,
-            ),
-        };
+        let pinned = pinned_revision(&object)?;
         for _ in 0..WRITE_ATTEMPTS {
             self.barrier(false).await?;
             let (_, current) = self.get_local(kind, &namespace, &name)?;
@@ -973,15 +997,7 @@ impl ClusterApi {
             if pinned.is_some_and(|rv| rv != current.mod_revision) {
                 return Err(conflict(kind, &name));
             }
-            let mut next = match part {
-                Part::Main => admission::with_spec(&current.object, &object)?,
-                Part::Status => admission::with_status(&current.object, &object)?,
-                Part::Approval => admission::with_approval(&current.object, &object)?,
-            };
-            self.authorize_signer(part, &current.object, &next)?;
-            defaults::apply(&mut next);
-            let allocation = self.service_addresses(Some(&current.object), &mut next)?;
-            validation::validate(&next).map_err(|e| validation_error(&next, e))?;
+            let (next, allocation) = self.next_version(&current.object, &object, part)?;
             let finalized = finalizers_done(&current.object, &next)?;
             if dry_run {
                 return Ok((current.mod_revision, next));
@@ -1001,6 +1017,119 @@ impl ClusterApi {
             }
         }
         Err(conflict(kind, &name))
+    }
+
+    /// What an update of `part` makes of `current`: the request's part over the stored
+    /// object, defaulted, its addresses allocated, checked and validated.
+    fn next_version(
+        &self,
+        current: &Object,
+        request: &Object,
+        part: Part,
+    ) -> Result<(Object, addresses::Allocation)> {
+        let mut next = match part {
+            Part::Main => admission::with_spec(current, request)?,
+            Part::Status => admission::with_status(current, request)?,
+            Part::Approval => admission::with_approval(current, request)?,
+        };
+        self.authorize_signer(part, current, &next)?;
+        defaults::apply(&mut next);
+        let allocation = self.service_addresses(Some(current), &mut next)?;
+        validation::validate(&next).map_err(|e| validation_error(&next, e))?;
+        Ok((next, allocation))
+    }
+
+    /// Many objects' statuses in one log entry, each checked as [`ClusterApi::update`] checks
+    /// a status update, and patched rather than replaced: stored conditions of types the
+    /// request does not carry stay ([`Object::keep_stored_conditions`]). A status that
+    /// changes nothing is not written. `metadata.uid`, when set, must be the stored object's;
+    /// `metadata.resourceVersion`, when set, pins the write. One result per object, in
+    /// order; a refused one writes nothing and holds nobody back, and one that lost a race
+    /// with another writer is read and tried again (with the next round's others).
+    pub async fn update_status_many(
+        &self,
+        objects: Vec<Object>,
+    ) -> Result<(i64, Vec<Result<Object>>)> {
+        let mut results: Vec<Option<Result<Object>>> = objects.iter().map(|_| None).collect();
+        let mut pending: Vec<usize> = (0..objects.len()).collect();
+        let mut revision = self.member.shared.read().revision();
+        for _ in 0..WRITE_ATTEMPTS {
+            if pending.is_empty() {
+                break;
+            }
+            self.barrier(false).await?;
+            let mut ops = Vec::new();
+            let mut proposed = Vec::new();
+            for i in std::mem::take(&mut pending) {
+                match self.status_patch(&objects[i]).await {
+                    Ok(Patch::Unchanged(stored)) => results[i] = Some(Ok(stored)),
+                    Ok(Patch::Write(next, txn)) => {
+                        ops.push(RequestOp::Txn(txn));
+                        proposed.push((i, next));
+                    }
+                    Err(e) => results[i] = Some(Err(e)),
+                }
+            }
+            if ops.is_empty() {
+                break;
+            }
+            let (rev, responses) = self.txn_each(ops).await?;
+            revision = rev;
+            for ((i, mut next), op) in proposed.into_iter().zip(responses) {
+                if matches!(op, ResponseOp::Txn(t) if t.succeeded) {
+                    next.metadata_mut().resource_version = rev.to_string();
+                    results[i] = Some(Ok(next));
+                } else if !objects[i].metadata().resource_version.is_empty() {
+                    results[i] = Some(Err(conflict(next.kind(), &next.metadata().name)));
+                } else {
+                    pending.push(i);
+                }
+            }
+        }
+        for i in pending {
+            let m = objects[i].metadata();
+            results[i] = Some(Err(ClusterError::Contended {
+                kind: objects[i].kind(),
+                name: m.name.clone(),
+            }));
+        }
+        Ok((
+            revision,
+            results
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|| Err(StoreError::internal("no result").into())))
+                .collect(),
+        ))
+    }
+
+    /// One object of [`ClusterApi::update_status_many`] against the state read after the
+    /// round's barrier.
+    async fn status_patch(&self, object: &Object) -> Result<Patch> {
+        let kind = object.kind();
+        let m = object.metadata();
+        let pinned = pinned_revision(object)?;
+        let (_, current) = self.get_local(kind, &m.namespace, &m.name)?;
+        let current = current.ok_or_else(|| not_found(kind, &m.name))?;
+        let stored = current.object.metadata();
+        if !m.uid.is_empty() && m.uid != stored.uid {
+            return Err(ClusterError::OtherUid {
+                kind,
+                name: m.name.clone(),
+                uid: m.uid.clone(),
+                stored: stored.uid.clone(),
+            });
+        }
+        if pinned.is_some_and(|rv| rv != current.mod_revision) {
+            return Err(conflict(kind, &m.name));
+        }
+        let mut request = object.clone();
+        request.keep_stored_conditions(&current.object);
+        let (next, allocation) = self.next_version(&current.object, &request, Part::Status)?;
+        if next == current.object {
+            return Ok(Patch::Unchanged(current.object));
+        }
+        let txn = self.replace_txn(&current, &next, allocation).await?;
+        Ok(Patch::Write(next, txn))
     }
 
     /// Delete. A pod bound to a node is deleted gracefully: it gets a deletionTimestamp and its

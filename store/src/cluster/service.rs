@@ -127,9 +127,76 @@ fn fields(selectors: Option<&pb::Selectors>) -> &str {
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
 
-/// A [`pb::CreateResult`] for an object refused with `status`.
-fn refused(status: &Status) -> pb::CreateResult {
-    pb::CreateResult {
+/// A request of many objects (CreateMany, UpdateStatusMany): each object authorized as its
+/// own request would be (`verb` on its kind, `subresource`), those allowed written together
+/// by `write`, and one result per object, in request order.
+async fn many<T, W, F>(
+    api: &ClusterApi,
+    req: &Request<T>,
+    given: Vec<pb::Object>,
+    fence: Option<pb::Fence>,
+    (verb, subresource): (&'static str, Option<&'static str>),
+    write: W,
+) -> Result<Response<pb::ManyResponse>, Status>
+where
+    W: FnOnce(ClusterApi, Vec<skiff_proto::api::Object>) -> F,
+    F: Future<Output = super::Result<(i64, Vec<super::Result<skiff_proto::api::Object>>)>>,
+{
+    let mut objects = Vec::new();
+    let mut results: Vec<Option<pb::ObjectResult>> = Vec::new();
+    let mut me = None;
+    for o in given {
+        // A review, answered and not stored, is refused as a kind that is not stored.
+        let admitted = from_pb(Some(o)).and_then(|object| {
+            let m = object.metadata();
+            let name = if verb == "create" {
+                ""
+            } else {
+                m.name.as_str()
+            };
+            let ask = Ask {
+                subresource,
+                ..Ask::new(verb, object.kind(), namespace_of(&object), name)
+            };
+            Ok((authorize(api, req, ask)?, object))
+        });
+        match admitted {
+            Ok((allowed, object)) => {
+                me.get_or_insert(allowed);
+                objects.push(object);
+                results.push(None);
+            }
+            Err(e) => results.push(Some(refused(&Status::from(e)))),
+        }
+    }
+    let (rev, written) = match me {
+        Some(allowed) => write(fenced(&allowed, fence), objects).await?,
+        None => (api.member.shared.read().revision(), Vec::new()),
+    };
+    let mut written = written.into_iter();
+    let results = results
+        .into_iter()
+        .map(|r| {
+            r.unwrap_or_else(|| match written.next() {
+                Some(Ok(object)) => pb::ObjectResult {
+                    object: Some(to_pb(&object)),
+                    code: 0,
+                    message: String::new(),
+                },
+                Some(Err(e)) => refused(&Status::from(e)),
+                None => refused(&Status::internal("no result")),
+            })
+        })
+        .collect();
+    Ok(Response::new(pb::ManyResponse {
+        header: header(&api.member, rev),
+        results,
+    }))
+}
+
+/// A [`pb::ObjectResult`] for an object refused with `status`.
+fn refused(status: &Status) -> pb::ObjectResult {
+    pb::ObjectResult {
         object: None,
         code: status.code() as i32,
         message: status.message().to_string(),
@@ -325,51 +392,35 @@ impl Cluster for ClusterApi {
     async fn create_many(
         &self,
         mut req: Request<pb::CreateManyRequest>,
-    ) -> Result<Response<pb::CreateManyResponse>, Status> {
-        let given = std::mem::take(&mut req.get_mut().objects);
-        let mut objects = Vec::new();
-        let mut results: Vec<Option<pb::CreateResult>> = Vec::new();
-        let mut me = None;
-        for o in given {
-            // Each object is asked for as its own Create would be (a review, answered and
-            // not stored, is refused as a kind that is not stored).
-            let admitted = from_pb(Some(o)).and_then(|object| {
-                let ask = Ask::new("create", object.kind(), namespace_of(&object), "");
-                Ok((authorize(self, &req, ask)?, object))
-            });
-            match admitted {
-                Ok((api, object)) => {
-                    me.get_or_insert(api);
-                    objects.push(object);
-                    results.push(None);
-                }
-                Err(e) => results.push(Some(refused(&Status::from(e)))),
-            }
-        }
-        let fence = req.into_inner().fence;
-        let (rev, created) = match me {
-            Some(api) => ClusterApi::create_many(&fenced(&api, fence), objects).await?,
-            None => (self.member.shared.read().revision(), Vec::new()),
-        };
-        let mut created = created.into_iter();
-        let results = results
-            .into_iter()
-            .map(|r| {
-                r.unwrap_or_else(|| match created.next() {
-                    Some(Ok(object)) => pb::CreateResult {
-                        object: Some(to_pb(&object)),
-                        code: 0,
-                        message: String::new(),
-                    },
-                    Some(Err(e)) => refused(&Status::from(e)),
-                    None => refused(&Status::internal("no result")),
-                })
-            })
-            .collect();
-        Ok(Response::new(pb::CreateManyResponse {
-            header: header(&self.member, rev),
-            results,
-        }))
+    ) -> Result<Response<pb::ManyResponse>, Status> {
+        let objects = std::mem::take(&mut req.get_mut().objects);
+        let fence = req.get_mut().fence.take();
+        many(
+            self,
+            &req,
+            objects,
+            fence,
+            ("create", None),
+            |api, objects| async move { ClusterApi::create_many(&api, objects).await },
+        )
+        .await
+    }
+
+    async fn update_status_many(
+        &self,
+        mut req: Request<pb::UpdateStatusManyRequest>,
+    ) -> Result<Response<pb::ManyResponse>, Status> {
+        let objects = std::mem::take(&mut req.get_mut().objects);
+        let fence = req.get_mut().fence.take();
+        many(
+            self,
+            &req,
+            objects,
+            fence,
+            ("update", Some("status")),
+            |api, objects| async move { ClusterApi::update_status_many(&api, objects).await },
+        )
+        .await
     }
 
     async fn bind(

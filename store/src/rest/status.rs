@@ -236,7 +236,7 @@ impl From<ClusterError> for ApiError {
                 }];
                 err
             }
-            NotFound { kind, name } => {
+            NotFound { kind, name } | OtherUid { kind, name, .. } => {
                 ApiError::new(Reason::NotFound, message).about(resource(kind), name)
             }
             AlreadyExists { kind, name } => {
