@@ -17,7 +17,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use skiff_proto::api::{Kind, Object, Pod, PodStatus};
+use skiff_proto::api::{Kind, Node, Object, Pod, PodStatus};
 use skiff_proto::backoff::Backoff;
 use skiff_proto::client::{ClientError, ClusterClient, Code};
 use tokio::sync::Notify;
@@ -43,43 +43,37 @@ impl fmt::Display for PodKey {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Written {
     Stored,
-    /// The pod no longer exists (or the name now belongs to another UID): nothing to write.
+    /// The object no longer exists (or the name now belongs to another UID): nothing to
+    /// write.
     Gone,
     /// The store refused the status for good (it does not validate): written off, so the
     /// pod's worker is not held up waiting for it.
     Refused,
 }
 
-/// One status to write: the pod, its UID and the status.
-pub type Update = (PodKey, String, PodStatus);
-
-/// Where statuses go: the cluster API, or a recorder in tests.
+/// Where statuses go: the cluster API, or a recorder in tests. A status travels as its
+/// object: kind, namespace, name, UID (when pinned to one) and status.
 #[async_trait]
 pub trait StatusSink: Send + Sync + fmt::Debug + 'static {
-    async fn write(
-        &self,
-        key: &PodKey,
-        uid: &str,
-        status: &PodStatus,
-    ) -> Result<Written, ClientError>;
+    async fn write(&self, object: &Object) -> Result<Written, ClientError>;
 
-    /// Many statuses at once: one outcome per update, in order, or the error that failed
+    /// Many statuses at once: one outcome per object, in order, or the error that failed
     /// them all. One by one unless the sink can do better.
     async fn write_many(
         &self,
-        updates: &[Update],
+        objects: &[Object],
     ) -> Result<Vec<Result<Written, ClientError>>, ClientError> {
-        Ok(one_by_one(self, updates).await)
+        Ok(one_by_one(self, objects).await)
     }
 }
 
 async fn one_by_one<S: StatusSink + ?Sized>(
     sink: &S,
-    updates: &[Update],
+    objects: &[Object],
 ) -> Vec<Result<Written, ClientError>> {
-    let mut out = Vec::with_capacity(updates.len());
-    for (key, uid, status) in updates {
-        out.push(sink.write(key, uid, status).await);
+    let mut out = Vec::with_capacity(objects.len());
+    for object in objects {
+        out.push(sink.write(object).await);
     }
     out
 }
@@ -94,45 +88,42 @@ fn outcome(r: Result<Object, ClientError>) -> Result<Written, ClientError> {
 }
 
 /// The pod as a status write sends it: its name, UID and status.
-fn status_of(key: &PodKey, uid: &str, status: &PodStatus) -> Object {
+pub fn pod_status(key: &PodKey, uid: &str, status: PodStatus) -> Object {
     let mut pod = Pod::default();
     pod.metadata.namespace = key.namespace.clone();
     pod.metadata.name = key.name.clone();
     pod.metadata.uid = uid.to_string();
-    pod.status = Some(status.clone());
+    pod.status = Some(status);
     Object::Pod(pod)
 }
 
 #[async_trait]
 impl StatusSink for ClusterClient {
-    /// One status the way a store without UpdateStatusMany takes it: read the pod, keep the
-    /// conditions others wrote, write it pinned to the version read.
-    async fn write(
-        &self,
-        key: &PodKey,
-        uid: &str,
-        status: &PodStatus,
-    ) -> Result<Written, ClientError> {
+    /// One status the way a store without UpdateStatusMany takes it. A pod's: read it, keep
+    /// the conditions others wrote, write it pinned to the version read. A node's heartbeat
+    /// replaces the node's status.
+    async fn write(&self, object: &Object) -> Result<Written, ClientError> {
+        if object.kind() != Kind::Pod {
+            return outcome(self.update_status(object).await);
+        }
+        let m = object.metadata();
         loop {
-            let Some(stored) = self.get(Kind::Pod, &key.namespace, &key.name).await? else {
+            let Some(mut stored) = self.get(Kind::Pod, &m.namespace, &m.name).await? else {
                 return Ok(Written::Gone);
             };
-            if stored.metadata().uid != uid {
+            if stored.metadata().uid != m.uid {
                 return Ok(Written::Gone);
             }
-            let mut next = status_of(key, uid, status);
+            let mut next = object.clone();
             next.keep_stored_conditions(&stored);
-            let Object::Pod(mut pod) = stored else {
+            let (Object::Pod(pod), Object::Pod(ours)) = (&mut stored, next) else {
                 return Ok(Written::Gone);
-            };
-            let Object::Pod(ours) = next else {
-                unreachable!("status_of makes a pod")
             };
             if pod.status == ours.status {
                 return Ok(Written::Stored);
             }
             pod.status = ours.status;
-            match outcome(self.update_status(&Object::Pod(pod)).await) {
+            match outcome(self.update_status(&stored).await) {
                 Err(e) if e.code() == Some(Code::Aborted) => continue,
                 done => return done,
             }
@@ -141,29 +132,52 @@ impl StatusSink for ClusterClient {
 
     async fn write_many(
         &self,
-        updates: &[Update],
+        objects: &[Object],
     ) -> Result<Vec<Result<Written, ClientError>>, ClientError> {
-        let objects: Vec<Object> = updates
-            .iter()
-            .map(|(key, uid, status)| status_of(key, uid, status))
-            .collect();
-        match self.update_status_many(&objects).await {
+        match self.update_status_many(objects).await {
             Ok(results) => Ok(results.into_iter().map(outcome).collect()),
             // A store from before UpdateStatusMany.
-            Err(e) if e.code() == Some(Code::Unimplemented) => Ok(one_by_one(self, updates).await),
+            Err(e) if e.code() == Some(Code::Unimplemented) => Ok(one_by_one(self, objects).await),
             Err(e) => Err(e),
         }
     }
 }
 
-/// A pod's entry: by name and UID, so a pod that reuses a name never shares (or loses) the
-/// statuses of the one before it.
-type Id = (PodKey, String);
+/// An object's entry: by kind, namespace, name and UID, so a pod that reuses a name never
+/// shares (or loses) the statuses of the one before it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Id {
+    kind: Kind,
+    key: PodKey,
+    uid: String,
+}
+
+impl Id {
+    fn pod(key: &PodKey, uid: &str) -> Id {
+        Id {
+            kind: Kind::Pod,
+            key: key.clone(),
+            uid: uid.to_string(),
+        }
+    }
+
+    fn of(object: &Object) -> Id {
+        let m = object.metadata();
+        Id {
+            kind: object.kind(),
+            key: PodKey {
+                namespace: m.namespace.clone(),
+                name: m.name.clone(),
+            },
+            uid: m.uid.clone(),
+        }
+    }
+}
 
 #[derive(Debug)]
 struct Entry {
-    /// The newest status not yet taken by a writer, with its sequence number.
-    latest: Option<(u64, PodStatus)>,
+    /// The newest status not yet taken by a writer (as its object), with its sequence number.
+    latest: Option<(u64, Object)>,
     submitted: u64,
     written: u64,
     in_flight: bool,
@@ -228,9 +242,19 @@ impl StatusWriter {
 
     /// Queues `status` as the pod's newest; returns its sequence number for [`Self::flush`].
     pub fn submit(&self, key: &PodKey, uid: &str, status: PodStatus) -> u64 {
+        self.submit_object(Id::pod(key, uid), pod_status(key, uid, status))
+    }
+
+    /// Queues a node's status (its heartbeat) as the newest, written with the pods' statuses;
+    /// returns its sequence number for [`Self::flush_node`].
+    pub fn submit_node(&self, node: Node) -> u64 {
+        let node = Object::Node(node);
+        self.submit_object(Id::of(&node), node)
+    }
+
+    fn submit_object(&self, id: Id, object: Object) -> u64 {
         let mut st = self.state();
         let State { entries, queue } = &mut *st;
-        let id = (key.clone(), uid.to_string());
         let e = entries.entry(id.clone()).or_insert_with(|| Entry {
             latest: None,
             submitted: 0,
@@ -240,7 +264,7 @@ impl StatusWriter {
         });
         e.submitted += 1;
         let seq = e.submitted;
-        e.latest = Some((seq, status));
+        e.latest = Some((seq, object));
         if !e.queued && !e.in_flight {
             e.queued = true;
             queue.push_back(id);
@@ -251,7 +275,23 @@ impl StatusWriter {
 
     /// Waits until the status numbered `seq` (or a newer one) is written, or the pod is gone.
     pub async fn flush(&self, key: &PodKey, uid: &str, seq: u64) {
-        let id = (key.clone(), uid.to_string());
+        self.flush_id(&Id::pod(key, uid), seq).await
+    }
+
+    /// Waits until the node's status numbered `seq` (or a newer one) is written.
+    pub async fn flush_node(&self, name: &str, seq: u64) {
+        let id = Id {
+            kind: Kind::Node,
+            key: PodKey {
+                namespace: String::new(),
+                name: name.to_string(),
+            },
+            uid: String::new(),
+        };
+        self.flush_id(&id, seq).await
+    }
+
+    async fn flush_id(&self, id: &Id, seq: u64) {
         loop {
             let notified = self.inner.written.notified();
             tokio::pin!(notified);
@@ -259,7 +299,7 @@ impl StatusWriter {
             if self
                 .state()
                 .entries
-                .get(&id)
+                .get(id)
                 .is_none_or(|e| e.written >= seq)
             {
                 return;
@@ -270,7 +310,7 @@ impl StatusWriter {
 
     /// Drops the pod's entry once nothing is pending (its worker has ended).
     pub fn forget(&self, key: &PodKey, uid: &str) {
-        let id = (key.clone(), uid.to_string());
+        let id = Id::pod(key, uid);
         let mut st = self.state();
         if st
             .entries
@@ -305,9 +345,9 @@ impl StatusWriter {
             if e.in_flight {
                 continue;
             }
-            if let Some((seq, status)) = e.latest.take() {
+            if let Some((seq, object)) = e.latest.take() {
                 e.in_flight = true;
-                batch.push(Taken { id, seq, status });
+                batch.push(Taken { id, seq, object });
             }
         }
         batch
@@ -320,7 +360,7 @@ impl StatusWriter {
             && let Some((seq, newer)) = e.latest.take()
         {
             t.seq = seq;
-            t.status = newer;
+            t.object = newer;
         }
     }
 
@@ -357,18 +397,15 @@ impl StatusWriter {
             self.inner.work.notify_one();
             let mut backoff = Backoff::for_store();
             while !batch.is_empty() {
-                let updates: Vec<Update> = batch
-                    .iter()
-                    .map(|t| (t.id.0.clone(), t.id.1.clone(), t.status.clone()))
-                    .collect();
-                let (failed, error) = match self.inner.sink.write_many(&updates).await {
+                let objects: Vec<Object> = batch.iter().map(|t| t.object.clone()).collect();
+                let (failed, error) = match self.inner.sink.write_many(&objects).await {
                     Ok(outcomes) if outcomes.len() == batch.len() => {
                         let (mut failed, mut error) = (Vec::new(), None);
                         for (t, o) in batch.into_iter().zip(outcomes) {
                             match o {
                                 Ok(w) => self.done(&t.id, t.seq, w),
                                 Err(e) if e.code() == Some(Code::InvalidArgument) => {
-                                    tracing::error!(pod = %t.id.0, error = %e, "the store refused the pod's status");
+                                    tracing::error!(kind = %t.id.kind.name(), object = %t.id.key, error = %e, "the store refused the status");
                                     self.done(&t.id, t.seq, Written::Refused);
                                 }
                                 Err(e) => {
@@ -387,7 +424,7 @@ impl StatusWriter {
                 };
                 let Some(error) = error else { break };
                 let delay = backoff.next_delay();
-                tracing::warn!(pods = failed.len(), first = %failed[0].id.0, %error, retry_in = ?delay, "status write failed");
+                tracing::warn!(statuses = failed.len(), first = %failed[0].id.key, %error, retry_in = ?delay, "status write failed");
                 tokio::time::sleep(delay).await;
                 batch = failed;
                 for t in &mut batch {
@@ -398,12 +435,12 @@ impl StatusWriter {
     }
 }
 
-/// A pod's status taken for writing.
+/// A status taken for writing.
 #[derive(Debug)]
 struct Taken {
     id: Id,
     seq: u64,
-    status: PodStatus,
+    object: Object,
 }
 
 #[cfg(test)]
@@ -428,14 +465,27 @@ mod tests {
         }
     }
 
+    /// A pod's key and its status's message, which tells the tests' statuses apart.
+    fn told(o: &Object) -> (PodKey, String) {
+        let Object::Pod(p) = o else {
+            panic!("not a pod: {o:?}")
+        };
+        let key = PodKey {
+            namespace: p.metadata.namespace.clone(),
+            name: p.metadata.name.clone(),
+        };
+        (
+            key,
+            p.status
+                .as_ref()
+                .map(|s| s.message.clone())
+                .unwrap_or_default(),
+        )
+    }
+
     #[async_trait]
     impl StatusSink for Recorder {
-        async fn write(
-            &self,
-            key: &PodKey,
-            _uid: &str,
-            status: &PodStatus,
-        ) -> Result<Written, ClientError> {
+        async fn write(&self, object: &Object) -> Result<Written, ClientError> {
             let _permit = self.gate.acquire().await.expect("gate open");
             if self
                 .fail_first
@@ -444,10 +494,7 @@ mod tests {
             {
                 return Err(ClientError::NoEndpoints);
             }
-            self.writes
-                .lock()
-                .unwrap()
-                .push((key.clone(), status.message.clone()));
+            self.writes.lock().unwrap().push(told(object));
             Ok(Written::Stored)
         }
     }
@@ -476,20 +523,16 @@ mod tests {
 
     #[async_trait]
     impl StatusSink for Reused {
-        async fn write(
-            &self,
-            _key: &PodKey,
-            uid: &str,
-            status: &PodStatus,
-        ) -> Result<Written, ClientError> {
+        async fn write(&self, object: &Object) -> Result<Written, ClientError> {
             let _permit = self.gate.acquire().await.expect("gate open");
+            let uid = &object.metadata().uid;
             if uid != "new" {
                 return Ok(Written::Gone);
             }
             self.writes
                 .lock()
                 .unwrap()
-                .push((uid.to_string(), status.message.clone()));
+                .push((uid.to_string(), told(object).1));
             Ok(Written::Stored)
         }
     }
@@ -523,17 +566,17 @@ mod tests {
 
     #[async_trait]
     impl StatusSink for Batches {
-        async fn write(&self, _: &PodKey, _: &str, _: &PodStatus) -> Result<Written, ClientError> {
+        async fn write(&self, _: &Object) -> Result<Written, ClientError> {
             unreachable!("statuses go in batches")
         }
 
         async fn write_many(
             &self,
-            updates: &[Update],
+            objects: &[Object],
         ) -> Result<Vec<Result<Written, ClientError>>, ClientError> {
             let _permit = self.gate.acquire().await.expect("gate open");
-            self.sizes.lock().unwrap().push(updates.len());
-            Ok(updates.iter().map(|_| Ok(Written::Stored)).collect())
+            self.sizes.lock().unwrap().push(objects.len());
+            Ok(objects.iter().map(|_| Ok(Written::Stored)).collect())
         }
     }
 

@@ -11,7 +11,7 @@ use skiff_node::engine::{Adopted, EngineConfig, Rejection};
 use skiff_node::metrics::AgentMetrics;
 use skiff_node::runtime::{ContainerState, Runtime};
 use skiff_node::sim::{SimConfig, SimRuntime};
-use skiff_node::status::{PodKey, StatusSink, StatusWriter, Written};
+use skiff_node::status::{StatusSink, StatusWriter, Written};
 use skiff_node::worker::{self, WorkerContext, WorkerHandle};
 use skiff_proto::api::pod::ContainerStatus;
 use skiff_proto::api::{
@@ -28,16 +28,14 @@ struct Recorder {
 
 #[async_trait]
 impl StatusSink for Recorder {
-    async fn write(
-        &self,
-        _key: &PodKey,
-        _uid: &str,
-        status: &PodStatus,
-    ) -> Result<Written, ClientError> {
+    async fn write(&self, object: &Object) -> Result<Written, ClientError> {
+        let Object::Pod(pod) = object else {
+            panic!("not a pod's status: {object:?}")
+        };
         self.log
             .lock()
             .expect("recorder lock")
-            .push((Instant::now(), status.clone()));
+            .push((Instant::now(), pod.status.clone().unwrap_or_default()));
         Ok(Written::Stored)
     }
 }
