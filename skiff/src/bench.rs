@@ -1,7 +1,8 @@
 //! `skiff bench`: benchmarks that print figures. `bind` measures batch Bind through a running
 //! cluster's API, `api` its gRPC and Kubernetes REST faces side by side, `put` the etcd API,
 //! `scheduler` the scheduler, `startup` pods end to end, `deployment` a Deployment
-//! through the controller manager and `services` the Service proxy's programming latency.
+//! through the controller manager, `services` the Service proxy's programming latency,
+//! `restart` a store's write pause across restarts and `soak` a cluster under hours of churn.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -55,6 +56,36 @@ pub(crate) async fn fresh_namespace(
     Ok((ns, created))
 }
 
+/// Deletes a benchmark's namespace: its pods first, at once (`concurrency` deletes in
+/// flight), since a namespace goes only once it is empty. What fails is said, not fatal.
+pub(crate) async fn remove_namespace(api: &ClusterClient, ns: &str, concurrency: usize) {
+    let pods = match api
+        .list(
+            Kind::Pod,
+            &skiff_proto::client::ListParams::default().namespace(ns),
+        )
+        .await
+    {
+        Ok((pods, _)) => pods,
+        Err(e) => {
+            eprintln!("namespace {ns} left in place: listing its pods: {e}");
+            return;
+        }
+    };
+    futures::stream::iter(pods)
+        .map(|p| async move {
+            let _ = api
+                .delete(Kind::Pod, ns, &p.metadata().name, 0, Some(0))
+                .await;
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect::<Vec<_>>()
+        .await;
+    if let Err(e) = api.delete(Kind::Namespace, "", ns, 0, None).await {
+        eprintln!("namespace {ns} left in place: {e}");
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(subcommand)]
@@ -88,6 +119,9 @@ enum What {
     Restart(crate::bench_restart::Args),
     /// Plot ops/s against clients from `scripts/race.sh` results (one line per system).
     Plot(PlotArgs),
+    /// Hours of churn on a cluster of `skiff up`'s: pods created and deleted at a steady
+    /// rate, a store member killed every few minutes; memory and database size charted.
+    Soak(crate::bench_soak::Args),
 }
 
 #[derive(Debug, clap::Args)]
@@ -142,6 +176,11 @@ struct BindArgs {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let args = match args.what {
+        // It starts its own cluster, with `up`'s runtime.
+        What::Soak(a) => return crate::bench_soak::run(a),
+        what => Args { what },
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -162,6 +201,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         What::Restart(a) => rt.block_on(crate::bench_restart::run(a)),
         What::Services(a) => rt.block_on(crate::bench_services::run(a)),
         What::Plot(a) => plot(&a),
+        What::Soak(_) => unreachable!("run above"),
     }
 }
 
@@ -335,6 +375,7 @@ fn plot(a: &PlotArgs) -> anyhow::Result<ExitCode> {
         &a.title,
         "concurrent clients",
         "operations per second",
+        crate::plot::XAxis::Log,
         &series,
     )?;
     println!("wrote {}", a.out.display());

@@ -159,6 +159,7 @@ fn plot(path: &std::path::Path, title: &str, points: &[(usize, f64)]) -> anyhow:
         title,
         "nodes",
         "pods scheduled per second",
+        crate::plot::XAxis::Log,
         &[crate::plot::Series {
             label: "pods/s".into(),
             points: points.iter().map(|(n, p)| (*n as f64, *p)).collect(),

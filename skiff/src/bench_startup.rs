@@ -226,25 +226,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
 
     if !a.keep {
         eprintln!("deleting the benchmark's pods …");
-        let (pods, _) = api
-            .list(Kind::Pod, &ListParams::default().namespace(&ns))
-            .await?;
-        futures::stream::iter(pods)
-            .map(|p| {
-                let api = api.clone();
-                let ns = ns.clone();
-                async move {
-                    let _ = api
-                        .delete(Kind::Pod, &ns, &p.metadata().name, 0, Some(0))
-                        .await;
-                }
-            })
-            .buffer_unordered(a.concurrency)
-            .collect::<Vec<_>>()
-            .await;
-        if let Err(e) = api.delete(Kind::Namespace, "", &ns, 0, None).await {
-            eprintln!("namespace {ns} left in place: {e}");
-        }
+        crate::bench::remove_namespace(&api, &ns, a.concurrency).await;
     }
     Ok(if complete {
         ExitCode::SUCCESS

@@ -14,6 +14,7 @@ mod bench_kv;
 mod bench_restart;
 mod bench_scheduler;
 mod bench_services;
+mod bench_soak;
 mod bench_startup;
 mod certs;
 mod config;

@@ -107,9 +107,22 @@ pub struct Args {
     kubeconfig: Option<PathBuf>,
 }
 
+/// What a benchmark runs on the cluster `up` started, once it is ready (`skiff bench soak`);
+/// the cluster stops after it.
+pub(crate) type Workload<'a> =
+    Box<dyn FnOnce(&tokio::runtime::Runtime, &mut Cluster) -> Result<ExitCode> + 'a>;
+
 pub fn run(args: Args) -> Result<ExitCode> {
+    run_then(args, None)
+}
+
+/// [`run`], then `workload` instead of serving until Ctrl-C.
+pub(crate) fn run_then(args: Args, workload: Option<Workload<'_>>) -> Result<ExitCode> {
     let started = Instant::now();
     check(&args)?;
+    if args.demo && workload.is_some() {
+        bail!("--demo runs the demo workload; a benchmark's cannot run with it");
+    }
     let (dir, _lock) = open_dir(&args)?;
     let (layout, resumed) = layout::load_layout(&dir, args.base_port, !args.insecure)?;
     let agents = real_node_names(&args).len();
@@ -275,6 +288,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
     println!("  kubectl get nodes; kubectl apply -f examples/pod.yaml; kubectl get pods -o wide");
     println!();
 
+    if let Some(workload) = workload {
+        let result = workload(&rt, &mut cluster);
+        println!("==> stopping the cluster");
+        cluster.stop();
+        return result;
+    }
     if args.demo {
         let result = crate::demo::run(&rt, &mut cluster, &exe, &args.demo_dir);
         println!("==> stopping the cluster");

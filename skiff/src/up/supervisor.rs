@@ -44,7 +44,7 @@ impl Cluster {
     }
 
     /// Where every child's log goes.
-    pub(super) fn logs(&self) -> PathBuf {
+    pub(crate) fn logs(&self) -> PathBuf {
         self.dir.join("logs")
     }
 
@@ -62,6 +62,23 @@ impl Cluster {
 
     pub fn endpoints(&self) -> Vec<String> {
         self.layout.endpoints()
+    }
+
+    /// Each process's name and its metrics URL: the members', the scheduler's, the
+    /// controller manager's and the node agents'.
+    pub fn metrics_urls(&self) -> Vec<(String, String)> {
+        let l = &self.layout;
+        let url = |port: u16| format!("http://127.0.0.1:{port}/metrics");
+        let mut urls: Vec<(String, String)> = MEMBERS
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (format!("store-{m}"), url(l.metrics(i))))
+            .collect();
+        urls.push(("scheduler".into(), url(l.scheduler_metrics())));
+        urls.push(("controller-manager".into(), url(l.controller_metrics())));
+        let agents = self.containerds.len().max(1);
+        urls.extend((0..agents).map(|i| (format!("agent-{i}"), url(l.agent_metrics(i)))));
+        urls
     }
 
     /// kill -9 of store member `i` (the supervisor starts it again).

@@ -1,0 +1,647 @@
+//! `skiff bench soak`: a cluster of `skiff up`'s under steady churn for a long time (an hour
+//! by default). Pods are created at a steady rate, each one deleted a while after it runs, and
+//! a store member is killed (kill -9; `up` starts it again) every few minutes, in turn.
+//!
+//! Throughout, every process's resident memory and each member's database size are sampled
+//! from their metrics, written as CSV and charted (SVG), and summed up as growth per minute in
+//! each half of the run: what levels off shows flat in the second half. At the end it counts
+//! the pods that never ran and the ERROR lines in every process's log; either fails the run.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use parking_lot::Mutex;
+use skiff_proto::api::{Kind, Object, PodPhase};
+use skiff_proto::client::{ClusterClient, Code, Event, Informer, ListParams};
+use skiff_proto::http::HttpClient;
+use skiff_proto::metrics;
+use skiff_scheduler::bench::Latencies;
+
+use crate::plot::{self, Series, XAxis};
+use crate::up::{Cluster, Workload};
+
+#[derive(Debug, clap::Args)]
+#[group(id = "soak")]
+pub struct Args {
+    /// The cluster to start, as `skiff up` takes it (`--nodes 1000`, `--data-dir` …).
+    #[command(flatten)]
+    cluster: crate::up::Args,
+    /// How long to churn.
+    #[arg(long, default_value = "1h", value_parser = skiff_proto::duration::parse)]
+    duration: Duration,
+    /// Pods created per second (and, once the first have lived their time, deleted).
+    #[arg(long, default_value_t = 200.0)]
+    rate: f64,
+    /// How long a pod lives once Running, before it is deleted.
+    #[arg(long, default_value = "30s", value_parser = skiff_proto::duration::parse)]
+    lifetime: Duration,
+    /// A store member is killed this often, each in turn (0s: never).
+    #[arg(long, default_value = "10m", value_parser = skiff_proto::duration::parse)]
+    restart_every: Duration,
+    /// Memory and database size are sampled this often.
+    #[arg(long, default_value = "10s", value_parser = skiff_proto::duration::parse)]
+    sample_every: Duration,
+    /// A pod not Running this long after its create was sent counts as one that never ran.
+    #[arg(long, default_value = "2m", value_parser = skiff_proto::duration::parse)]
+    run_within: Duration,
+    /// Where the samples (`samples.csv`) and their charts (`memory.svg`, `database.svg`) go.
+    #[arg(long, default_value = "soak")]
+    out: PathBuf,
+}
+
+/// The most creates and deletes in flight at once.
+const IN_FLIGHT: usize = 256;
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    if a.rate <= 0.0 || a.duration.is_zero() || a.sample_every.is_zero() {
+        bail!("--rate, --duration and --sample-every must be positive");
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let Args {
+        cluster,
+        duration,
+        rate,
+        lifetime,
+        restart_every,
+        sample_every,
+        run_within,
+        out,
+    } = a;
+    let plan = Plan {
+        duration,
+        rate,
+        lifetime,
+        restart_every,
+        sample_every,
+        run_within,
+        out,
+    };
+    let workload: Workload<'_> = Box::new(move |rt, c| soak(rt, c, &plan));
+    crate::up::run_then(cluster, Some(workload))
+}
+
+struct Plan {
+    duration: Duration,
+    rate: f64,
+    lifetime: Duration,
+    restart_every: Duration,
+    sample_every: Duration,
+    run_within: Duration,
+    out: PathBuf,
+}
+
+/// What the churn has done so far; shared by its tasks (held only for map operations).
+#[derive(Default)]
+struct Pods {
+    /// Pods created (or being created) and not yet seen Running: when their create was sent.
+    pending: HashMap<String, Instant>,
+    /// Pods seen Running, to delete once their time is up, in the order they ran.
+    to_delete: VecDeque<(Instant, String)>,
+    /// Create sent → Running, of every pod that ran.
+    to_running: Vec<Duration>,
+    /// Running since the last report.
+    window: Vec<Duration>,
+}
+
+#[derive(Default)]
+struct Counts {
+    created: AtomicU64,
+    deleted: AtomicU64,
+    create_retries: AtomicU64,
+    delete_retries: AtomicU64,
+    /// Creates and deletes refused for good (a bug the soak reports).
+    refused: AtomicU64,
+}
+
+/// One sample of one process.
+struct Sample {
+    at: Duration,
+    process: String,
+    resident: f64,
+    /// A store member's database size.
+    database: Option<f64>,
+}
+
+fn soak(rt: &tokio::runtime::Runtime, cluster: &mut Cluster, plan: &Plan) -> Result<ExitCode> {
+    let api = ClusterClient::connect_with(&cluster.endpoints(), cluster.client_tls().as_ref())?;
+    let (ns, _) = rt.block_on(crate::bench::fresh_namespace(&api, "soak"))?;
+    let alive = plan.rate * plan.lifetime.as_secs_f64();
+    println!(
+        "==> soak for {}: {} pods/s created and deleted (about {alive:.0} alive) in namespace {ns}, a store member killed every {}",
+        humantime(plan.duration),
+        plan.rate,
+        if plan.restart_every.is_zero() {
+            "never".to_string()
+        } else {
+            humantime(plan.restart_every)
+        },
+    );
+    let pods = Arc::new(Mutex::new(Pods::default()));
+    let counts = Arc::new(Counts::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+
+    let watcher = rt.spawn(follow(api.clone(), ns.clone(), pods.clone(), plan.lifetime));
+    let creator = rt.spawn(create(
+        api.clone(),
+        ns.clone(),
+        plan.rate,
+        pods.clone(),
+        counts.clone(),
+        stop.clone(),
+    ));
+    let deleter = rt.spawn(delete(
+        api.clone(),
+        ns.clone(),
+        pods.clone(),
+        counts.clone(),
+        stop.clone(),
+    ));
+
+    let urls = cluster.metrics_urls();
+    let http = HttpClient::new();
+    let mut samples = Vec::new();
+    let mut next_sample = start;
+    let mut next_report = start + Duration::from_secs(60);
+    let mut next_kill = (!plan.restart_every.is_zero()).then(|| start + plan.restart_every);
+    let mut kills = 0usize;
+    let end = start + plan.duration;
+    let mut healthy = true;
+    while Instant::now() < end {
+        if !cluster.supervise() {
+            healthy = false;
+            println!("a process that is not restarted exited; ending the soak");
+            break;
+        }
+        let now = Instant::now();
+        if now >= next_sample {
+            samples.extend(rt.block_on(sample(&http, &urls, start.elapsed())));
+            next_sample += plan.sample_every;
+        }
+        if let Some(at) = next_kill
+            && now >= at
+        {
+            let member = kills % 3;
+            println!(
+                "  {:>6}  kill -9 of store member {} (up starts it again)",
+                clock(start.elapsed()),
+                ["a", "b", "c"][member]
+            );
+            cluster.kill_member(member);
+            kills += 1;
+            next_kill = Some(at + plan.restart_every);
+        }
+        if now >= next_report {
+            println!(
+                "  {:>6}  {}",
+                clock(start.elapsed()),
+                progress(&pods, &counts, &samples)
+            );
+            next_report += Duration::from_secs(60);
+        }
+        rt.block_on(tokio::time::sleep(Duration::from_millis(100)));
+    }
+    stop.store(true, Ordering::Relaxed);
+    rt.block_on(async {
+        let _ = creator.await;
+        let _ = deleter.await;
+    });
+    // The last pods created get their time to run.
+    let deadline = Instant::now() + plan.run_within;
+    while Instant::now() < deadline && !pods.lock().pending.is_empty() {
+        cluster.supervise();
+        rt.block_on(tokio::time::sleep(Duration::from_millis(200)));
+    }
+    watcher.abort();
+    samples.extend(rt.block_on(sample(&http, &urls, start.elapsed())));
+    println!("==> deleting the soak's namespace");
+    rt.block_on(crate::bench::remove_namespace(&api, &ns, IN_FLIGHT));
+
+    let pods = pods.lock();
+    let never_ran = pods.pending.len();
+    let created = counts.created.load(Ordering::Relaxed);
+    let latencies = pods.to_running.iter().collect::<Latencies>().percentiles();
+    println!(
+        "soak: {} in {}: {created} pods created, {} Running, {never_ran} never ran, {} deleted; {kills} member kills",
+        if healthy { "done" } else { "ended early" },
+        humantime(start.elapsed()),
+        pods.to_running.len(),
+        counts.deleted.load(Ordering::Relaxed),
+    );
+    println!(
+        "  create sent → Running   p50 {:>6.0} ms   p90 {:>6.0} ms   p99 {:>6.0} ms   max {:>6.0} ms",
+        latencies.p50, latencies.p90, latencies.p99, latencies.max
+    );
+    let refused = counts.refused.load(Ordering::Relaxed);
+    println!(
+        "  retried: {} creates, {} deletes (a member away or a leader changing); refused: {refused}",
+        counts.create_retries.load(Ordering::Relaxed),
+        counts.delete_retries.load(Ordering::Relaxed)
+    );
+    print!("{}", growth_table(&samples));
+    write_samples(&plan.out, &samples)?;
+    let errors = errors_in_logs(&cluster.logs())?;
+    if errors.is_empty() {
+        println!("  logs: no ERROR line in {}", cluster.logs().display());
+    } else {
+        println!("  logs: ERROR lines:");
+        for (file, count, first) in &errors {
+            println!("    {file}: {count}, the first: {first}");
+        }
+    }
+    Ok(
+        if healthy && never_ran == 0 && refused == 0 && errors.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        },
+    )
+}
+
+/// `1h`, `10m`, `90s`, as the flags take them.
+fn humantime(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        s if s >= 3600 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s >= 60 && s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// Minutes and seconds since the start, `12:05`.
+fn clock(d: Duration) -> String {
+    format!("{}:{:02}", d.as_secs() / 60, d.as_secs() % 60)
+}
+
+/// A pod of the soak: no grace period to wait out, a small request.
+fn pod(ns: &str, name: &str) -> Result<Object> {
+    let json = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": "soak"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": "localhost/skiff/pause:1",
+                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]
+        }
+    });
+    Ok(Object::from_json(Kind::Pod, json.to_string().as_bytes())?)
+}
+
+/// Whether a failed request is worth sending again: the store was away, had no leader, or
+/// timed out; anything else is a bug the soak reports.
+fn transient(e: &skiff_proto::client::ClientError) -> bool {
+    !matches!(
+        e.code(),
+        Some(Code::InvalidArgument | Code::PermissionDenied | Code::Unauthenticated)
+    )
+}
+
+/// Creates `rate` pods a second until `stop`, each retried until the store takes it.
+async fn create(
+    api: ClusterClient,
+    ns: String,
+    rate: f64,
+    pods: Arc<Mutex<Pods>>,
+    counts: Arc<Counts>,
+    stop: Arc<AtomicBool>,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let step = Duration::from_secs_f64(1.0 / rate);
+    let start = tokio::time::Instant::now();
+    for i in 0u64.. {
+        tokio::time::sleep_until(start + step.mul_f64(i as f64)).await;
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        let (api, ns, pods, counts) = (api.clone(), ns.clone(), pods.clone(), counts.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let name = format!("s-{i:08}");
+            let Ok(object) = pod(&ns, &name) else {
+                return;
+            };
+            pods.lock().pending.insert(name.clone(), Instant::now());
+            loop {
+                match api.create(&object).await {
+                    // A retry after a create that landed but whose answer was lost.
+                    Ok(_) => break,
+                    Err(e) if e.code() == Some(Code::AlreadyExists) => break,
+                    Err(e) if transient(&e) => {
+                        counts.create_retries.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(e) => {
+                        eprintln!("the soak's create of {name} was refused: {e}");
+                        pods.lock().pending.remove(&name);
+                        counts.refused.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                }
+            }
+            counts.created.fetch_add(1, Ordering::Relaxed);
+        });
+    }
+    // Creates in flight finish.
+    let _ = slots.acquire_many(IN_FLIGHT as u32).await;
+}
+
+/// Follows the namespace's pods: one seen Running is timed and queued for deletion.
+async fn follow(api: ClusterClient, ns: String, pods: Arc<Mutex<Pods>>, lifetime: Duration) {
+    let mut informer = Informer::new(api, Kind::Pod, ListParams::default().namespace(&ns));
+    let result = informer
+        .run(|event, _| {
+            let (Event::Added(Object::Pod(p)) | Event::Modified(Object::Pod(p))) = event else {
+                return;
+            };
+            if p.phase() != Some(PodPhase::Running) {
+                return;
+            }
+            let mut pods = pods.lock();
+            if let Some(sent) = pods.pending.remove(&p.metadata.name) {
+                let now = Instant::now();
+                pods.to_running.push(now - sent);
+                pods.window.push(now - sent);
+                pods.to_delete
+                    .push_back((now + lifetime, p.metadata.name.clone()));
+            }
+        })
+        .await;
+    if let Err(e) = result {
+        eprintln!("the soak's pod watch ended: {e}");
+    }
+}
+
+/// Deletes each Running pod once its time is up, until `stop`.
+async fn delete(
+    api: ClusterClient,
+    ns: String,
+    pods: Arc<Mutex<Pods>>,
+    counts: Arc<Counts>,
+    stop: Arc<AtomicBool>,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    while !stop.load(Ordering::Relaxed) {
+        let due = {
+            let mut pods = pods.lock();
+            let now = Instant::now();
+            let mut due = Vec::new();
+            while pods.to_delete.front().is_some_and(|(at, _)| *at <= now) {
+                if let Some((_, name)) = pods.to_delete.pop_front() {
+                    due.push(name);
+                }
+            }
+            due
+        };
+        for name in due {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            let (api, ns, counts) = (api.clone(), ns.clone(), counts.clone());
+            tokio::spawn(async move {
+                let _slot = slot;
+                loop {
+                    match api.delete(Kind::Pod, &ns, &name, 0, None).await {
+                        Ok(_) => break,
+                        Err(e) if e.code() == Some(Code::NotFound) => break,
+                        Err(e) if transient(&e) => {
+                            counts.delete_retries.fetch_add(1, Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                        Err(e) => {
+                            eprintln!("the soak's delete of {name} was refused: {e}");
+                            counts.refused.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
+                    }
+                }
+                counts.deleted.fetch_add(1, Ordering::Relaxed);
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = slots.acquire_many(IN_FLIGHT as u32).await;
+}
+
+/// Each process's resident memory, and each member's database size, now; a process that does
+/// not answer (a member being restarted) is missing from this sample.
+async fn sample(http: &HttpClient, urls: &[(String, String)], at: Duration) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for (process, url) in urls {
+        let Ok(answer) = http.get(url, Duration::from_secs(2)).await else {
+            continue;
+        };
+        let text = answer.text();
+        if let Some(resident) = metrics::sample(&text, "process_resident_memory_bytes") {
+            out.push(Sample {
+                at,
+                process: process.clone(),
+                resident,
+                database: metrics::sample(&text, "etcd_mvcc_db_total_size_in_bytes"),
+            });
+        }
+    }
+    out
+}
+
+/// The last minute: pods alive, created, Running (and their p99), deleted; the members' memory.
+fn progress(pods: &Mutex<Pods>, counts: &Counts, samples: &[Sample]) -> String {
+    let mut pods = pods.lock();
+    let window = std::mem::take(&mut pods.window);
+    let p99 = window.iter().collect::<Latencies>().percentiles().p99;
+    let mut line = format!(
+        "created {:>7}  Running {:>7} (last minute {:>5}, p99 {:>5.0} ms)  deleted {:>7}  waiting to run {:>5}",
+        counts.created.load(Ordering::Relaxed),
+        pods.to_running.len(),
+        window.len(),
+        p99,
+        counts.deleted.load(Ordering::Relaxed),
+        pods.pending.len(),
+    );
+    let newest = samples.last().map(|s| s.at);
+    for s in samples.iter().rev().take_while(|s| Some(s.at) == newest) {
+        if let Some(db) = s.database {
+            let _ = write!(
+                line,
+                "  {} {:.0}/{:.0} MB",
+                s.process.trim_start_matches("store-"),
+                s.resident / 1e6,
+                db / 1e6
+            );
+        }
+    }
+    line
+}
+
+/// Growth per minute of each series over the first and the second half of the run, and its
+/// last value: a series that levels off grows far less in the second half.
+fn growth_table(samples: &[Sample]) -> String {
+    let Some(end) = samples.iter().map(|s| s.at).max() else {
+        return "  no samples\n".into();
+    };
+    let half = end / 2;
+    let mut out =
+        String::from("  series                          first half      second half     last\n");
+    for (name, points) in series(samples) {
+        let rate = |from: Duration, to: Duration| {
+            let inside: Vec<&(f64, f64)> = points
+                .iter()
+                .filter(|(t, _)| *t >= from.as_secs_f64() && *t <= to.as_secs_f64())
+                .collect();
+            let (first, last) = (inside.first()?, inside.last()?);
+            let minutes = (last.0 - first.0) / 60.0;
+            (minutes > 0.0).then(|| (last.1 - first.1) / minutes)
+        };
+        let fmt = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{r:+.2} MB/min"));
+        let _ = writeln!(
+            out,
+            "  {name:<30}  {:<14}  {:<14}  {:.1} MB",
+            fmt(rate(Duration::ZERO, half)),
+            fmt(rate(half, end)),
+            points.last().map_or(0.0, |p| p.1),
+        );
+    }
+    out
+}
+
+/// The samples as named series of (seconds, MB): each process's resident memory, then each
+/// member's database size.
+fn series(samples: &[Sample]) -> Vec<(String, Vec<(f64, f64)>)> {
+    let mut names: Vec<String> = Vec::new();
+    let mut seen = HashSet::new();
+    for s in samples {
+        if seen.insert(s.process.clone()) {
+            names.push(s.process.clone());
+        }
+    }
+    let mut out = Vec::new();
+    for name in &names {
+        let of = samples.iter().filter(|s| &s.process == name);
+        out.push((
+            format!("{name} resident"),
+            of.clone()
+                .map(|s| (s.at.as_secs_f64(), s.resident / 1e6))
+                .collect(),
+        ));
+        let db: Vec<(f64, f64)> = of
+            .filter_map(|s| Some((s.at.as_secs_f64(), s.database? / 1e6)))
+            .collect();
+        if !db.is_empty() {
+            out.push((format!("{name} database"), db));
+        }
+    }
+    out
+}
+
+/// `samples.csv`, `memory.svg` and `database.svg` under `dir`.
+fn write_samples(dir: &Path, samples: &[Sample]) -> Result<()> {
+    let mut csv = String::from("seconds,process,resident_bytes,database_bytes\n");
+    for s in samples {
+        let _ = writeln!(
+            csv,
+            "{:.1},{},{:.0},{}",
+            s.at.as_secs_f64(),
+            s.process,
+            s.resident,
+            s.database.map_or(String::new(), |d| format!("{d:.0}"))
+        );
+    }
+    let path = dir.join("samples.csv");
+    std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))?;
+    let (database, memory): (Vec<_>, Vec<_>) = series(samples)
+        .into_iter()
+        .map(|(label, points)| Series { label, points })
+        .partition(|s| s.label.ends_with(" database"));
+    for (file, title, y, series) in [
+        ("memory.svg", "resident memory under churn", "MB", memory),
+        (
+            "database.svg",
+            "store database size under churn",
+            "MB",
+            database,
+        ),
+    ] {
+        if !series.is_empty() {
+            plot::lines(&dir.join(file), title, "seconds", y, XAxis::Linear, &series)?;
+        }
+    }
+    println!(
+        "  samples: {} (charts: memory.svg, database.svg)",
+        path.display()
+    );
+    Ok(())
+}
+
+/// Every log under `dir` with ERROR lines: its name, how many, and the first.
+fn errors_in_logs(dir: &Path) -> Result<Vec<(String, usize, String)>> {
+    let mut out = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    files.sort();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        let errors: Vec<&str> = text.lines().filter(|l| is_error(l)).collect();
+        if let Some(first) = errors.first() {
+            out.push((
+                f.file_name().unwrap_or_default().to_string_lossy().into(),
+                errors.len(),
+                first.chars().take(300).collect(),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// A log line at level ERROR, in the text format (`… ERROR target: …`) or JSON.
+fn is_error(line: &str) -> bool {
+    line.split_whitespace().nth(1) == Some("ERROR") || line.contains("\"level\":\"ERROR\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_lines_are_told_by_their_level() {
+        assert!(is_error(
+            "2026-11-28T13:00:00.000000Z ERROR skiff_store::server: boom"
+        ));
+        assert!(is_error(r#"{"timestamp":"…","level":"ERROR","fields":{}}"#));
+        assert!(!is_error(
+            "2026-11-28T13:00:00.000000Z  WARN skiff_store: an ERROR elsewhere"
+        ));
+    }
+
+    #[test]
+    fn growth_is_per_minute_in_each_half() {
+        let at = |s: u64, process: &str, mb: f64| Sample {
+            at: Duration::from_secs(s),
+            process: process.into(),
+            resident: mb * 1e6,
+            database: Some(mb * 1e6),
+        };
+        // 10 MB a minute for the first 10 minutes, then flat.
+        let samples: Vec<Sample> = (0..=20)
+            .map(|m| at(m * 60, "store-a", 100.0 + 10.0 * (m.min(10) as f64)))
+            .collect();
+        let table = growth_table(&samples);
+        let line = table
+            .lines()
+            .find(|l| l.contains("store-a resident"))
+            .expect("a row");
+        assert!(line.contains("+10.00 MB/min"), "{table}");
+        assert!(line.contains("+0.00 MB/min"), "{table}");
+        assert!(line.contains("200.0 MB"), "{table}");
+    }
+}
