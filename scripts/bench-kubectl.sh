@@ -34,60 +34,22 @@ fi
 
 pick_skiff
 
-# A base port whose cluster ports (member i: base+10i .. +3; base+30 .. +32) are all free.
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-base=""
-for b in $(seq 43000 100 47900); do
-  ok=1
-  for off in 0 1 2 3 10 11 12 13 20 21 22 23 30 31 32; do
-    port_free $((b + off)) || { ok=0; break; }
-  done
-  if [ $ok = 1 ]; then base=$b; break; fi
-done
-[ -n "$base" ] || { echo "no free port range in 43000..47999" >&2; exit 1; }
-
 work=$(mktemp -d /tmp/skiff-kubectl.XXXXXX)
-export SKIFF_CONFIG=$work/config
-export KUBECONFIG=$work/kubeconfig
-up_pid=""
 sampler_pid=""
 stop_cluster() {
   [ -n "$sampler_pid" ] && kill "$sampler_pid" 2>/dev/null || true
-  if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
+  if [ -n "$up_pid" ]; then
     echo "==> stopping the cluster (SIGINT to skiff up)"
-    kill -INT "$up_pid"
-    for _ in $(seq 1 600); do
-      kill -0 "$up_pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -0 "$up_pid" 2>/dev/null && { echo "skiff up still running after 60 s: SIGKILL"; kill -KILL "$up_pid"; }
-    wait "$up_pid" 2>/dev/null || true
+    stop_up
   fi
-  up_pid=""
   echo "data and logs in $work"
 }
 trap stop_cluster EXIT
 
 # --insecure: `skiff bench api` speaks plain HTTP, and the figures stay comparable with
 # those taken before clusters were secured.
-echo "==> skiff up --insecure --nodes $NODES --max-pods $MAX_PODS --base-port $base (in $work)"
-"$SKIFF" up --insecure --data-dir "$work/up" --nodes "$NODES" --max-pods "$MAX_PODS" \
-  --base-port "$base" --kubeconfig "$KUBECONFIG" >"$work/up.log" 2>&1 &
-up_pid=$!
-t0=$(date +%s)
-until grep -q '^ready in' "$work/up.log"; do
-  if ! kill -0 "$up_pid" 2>/dev/null; then
-    cat "$work/up.log"
-    echo "skiff up exited before the cluster was ready" >&2
-    exit 1
-  fi
-  if [ $(($(date +%s) - t0)) -gt 600 ]; then
-    cat "$work/up.log"
-    echo "the cluster was not ready within 600 s" >&2
-    exit 1
-  fi
-  sleep 0.5
-done
+echo "==> skiff up --insecure --nodes $NODES --max-pods $MAX_PODS (in $work)"
+start_up "$SKIFF" "$work" --insecure --nodes "$NODES" --max-pods "$MAX_PODS"
 grep '^ready in' "$work/up.log"
 
 server=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')

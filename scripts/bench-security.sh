@@ -24,50 +24,15 @@ pick_skiff
 have_kubectl=1
 command -v kubectl >/dev/null || { have_kubectl=0; echo "kubectl is not on PATH: list latency not measured"; }
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-free_base() {
-  for b in $(seq 43000 100 47900); do
-    local ok=1
-    for off in 0 1 2 3 10 11 12 13 20 21 22 23 30 31 32 33; do
-      port_free $((b + off)) || { ok=0; break; }
-    done
-    if [ $ok = 1 ]; then echo "$b"; return; fi
-  done
-  echo "no free port range in 43000..47999" >&2
-  exit 1
-}
-
-up_pid=""
-stop_cluster() {
-  if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
-    kill -INT "$up_pid"
-    for _ in $(seq 1 600); do
-      kill -0 "$up_pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -0 "$up_pid" 2>/dev/null && kill -KILL "$up_pid"
-    wait "$up_pid" 2>/dev/null || true
-  fi
-  up_pid=""
-}
-trap stop_cluster EXIT
+trap stop_up EXIT
 
 results=$(mktemp /tmp/skiff-security.XXXXXX)
 # One round: MODE is "insecure" or "secure".
 round() {
-  local mode=$1 work base flags=""
+  local mode=$1 work flags=()
   work=$(mktemp -d /tmp/skiff-security-run.XXXXXX)
-  base=$(free_base)
-  [ "$mode" = insecure ] && flags="--insecure"
-  export SKIFF_CONFIG=$work/config KUBECONFIG=$work/kubeconfig
-  # shellcheck disable=SC2086
-  "$SKIFF" up $flags --data-dir "$work/up" --nodes "$NODES" --base-port "$base" \
-    >"$work/up.log" 2>&1 &
-  up_pid=$!
-  until grep -q '^ready in' "$work/up.log"; do
-    kill -0 "$up_pid" 2>/dev/null || { cat "$work/up.log"; echo "skiff up exited" >&2; exit 1; }
-    sleep 0.2
-  done
+  [ "$mode" = insecure ] && flags=(--insecure)
+  start_up "$SKIFF" "$work" "${flags[@]}" --nodes "$NODES"
   echo "==> $mode: skiff bench startup --pods $PODS ($NODES simulated nodes)"
   "$SKIFF" bench startup --pods "$PODS" --keep | tee "$work/startup.txt"
   local creates p50 p99 list="-"
@@ -88,7 +53,7 @@ round() {
     list=$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]" ms"}')
   fi
   echo "$mode|$creates|${p50:--}|${p99:--}|$list" >>"$results"
-  stop_cluster
+  stop_up
   rm -rf "$work"
 }
 

@@ -62,3 +62,63 @@ pick_skiff() {
   fi
   echo "==> $SKIFF ($build, built $(date -r "$SKIFF" '+%F %T'))"
 }
+
+# The benchmarks' clusters: each a `skiff up` of its own, on free ports, in a directory of its own.
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# free_base: a base port whose cluster ports (member i: base+10i .. +3; base+30 .. +33) are all free.
+free_base() {
+  local b off ok
+  for b in $(seq 43000 100 47900); do
+    ok=1
+    for off in 0 1 2 3 10 11 12 13 20 21 22 23 30 31 32 33; do
+      port_free $((b + off)) || { ok=0; break; }
+    done
+    if [ $ok = 1 ]; then echo "$b"; return; fi
+  done
+  echo "no free port range in 43000..47999" >&2
+  return 1
+}
+
+# start_up BIN WORK [FLAG...]: starts `BIN up` on WORK/up (its log WORK/up.log) on free ports,
+# with its own client configuration and kubeconfig under WORK (exported for what follows),
+# in the background (its pid in $up_pid), and waits for it to be ready (600 s at most).
+up_pid=""
+start_up() {
+  local bin=$1 work=$2 base t0
+  shift 2
+  base=$(free_base)
+  export SKIFF_CONFIG=$work/config KUBECONFIG=$work/kubeconfig
+  "$bin" up --data-dir "$work/up" --base-port "$base" --kubeconfig "$KUBECONFIG" "$@" \
+    >"$work/up.log" 2>&1 &
+  up_pid=$!
+  t0=$(date +%s)
+  until grep -q '^ready in' "$work/up.log"; do
+    if ! kill -0 "$up_pid" 2>/dev/null; then
+      cat "$work/up.log"
+      echo "skiff up exited before the cluster was ready" >&2
+      return 1
+    fi
+    if [ $(($(date +%s) - t0)) -gt 600 ]; then
+      cat "$work/up.log"
+      echo "the cluster was not ready within 600 s" >&2
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+# stop_up: stops the cluster start_up started (SIGINT, as Ctrl-C; SIGKILL after 60 s).
+stop_up() {
+  if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
+    kill -INT "$up_pid"
+    for _ in $(seq 1 600); do
+      kill -0 "$up_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$up_pid" 2>/dev/null && { echo "skiff up still running after 60 s: SIGKILL"; kill -KILL "$up_pid"; }
+    wait "$up_pid" 2>/dev/null || true
+  fi
+  up_pid=""
+}
