@@ -56,6 +56,29 @@ pub(crate) async fn fresh_namespace(
     Ok((ns, created))
 }
 
+/// A benchmark's pod: one pause container requesting `cpu` and 16Mi, labelled `app: <app>`,
+/// with `grace` seconds to stop.
+pub(crate) fn pod(
+    ns: &str,
+    name: &str,
+    app: &str,
+    cpu: &str,
+    grace: i64,
+) -> anyhow::Result<Object> {
+    object(
+        Kind::Pod,
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+            "spec": {
+                "terminationGracePeriodSeconds": grace,
+                "containers": [{"name": "main", "image": "localhost/skiff/pause:1",
+                    "resources": {"requests": {"cpu": cpu, "memory": "16Mi"}}}]
+            }
+        }),
+    )
+}
+
 /// Deletes a benchmark's namespace: its pods first, at once (`concurrency` deletes in
 /// flight), since a namespace goes only once it is empty. What fails is said, not fatal.
 pub(crate) async fn remove_namespace(api: &ClusterClient, ns: &str, concurrency: usize) {

@@ -173,10 +173,28 @@ fn soak(rt: &tokio::runtime::Runtime, cluster: &mut Cluster, plan: &Plan) -> Res
     let mut kills = 0usize;
     let end = start + plan.duration;
     let mut healthy = true;
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let interrupted = interrupted.clone();
+        rt.spawn(async move {
+            crate::signals::terminated().await;
+            interrupted.store(true, Ordering::Relaxed);
+        });
+    }
     while Instant::now() < end {
         if !cluster.supervise() {
             healthy = false;
             println!("a process that is not restarted exited; ending the soak");
+            break;
+        }
+        if interrupted.load(Ordering::Relaxed) {
+            healthy = false;
+            println!("interrupted; ending the soak");
+            break;
+        }
+        if counts.refused.load(Ordering::Relaxed) > 0 {
+            healthy = false;
+            println!("the store refused a create or delete for good; ending the soak");
             break;
         }
         let now = Instant::now();
@@ -214,7 +232,10 @@ fn soak(rt: &tokio::runtime::Runtime, cluster: &mut Cluster, plan: &Plan) -> Res
     });
     // The last pods created get their time to run.
     let deadline = Instant::now() + plan.run_within;
-    while Instant::now() < deadline && !pods.lock().pending.is_empty() {
+    while Instant::now() < deadline
+        && !pods.lock().pending.is_empty()
+        && !interrupted.load(Ordering::Relaxed)
+    {
         cluster.supervise();
         rt.block_on(tokio::time::sleep(Duration::from_millis(200)));
     }
@@ -279,27 +300,42 @@ fn clock(d: Duration) -> String {
     format!("{}:{:02}", d.as_secs() / 60, d.as_secs() % 60)
 }
 
-/// A pod of the soak: no grace period to wait out, a small request.
-fn pod(ns: &str, name: &str) -> Result<Object> {
-    let json = serde_json::json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "labels": {"app": "soak"}},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "main", "image": "localhost/skiff/pause:1",
-                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]
+/// Sends `request` until it is done: answered, or failed with `done` (a create whose first
+/// answer was lost, a delete of a pod already gone). A failure of the store's (away, no
+/// leader, a timeout) is sent again 200 ms later and counted in `retries`; the error of a
+/// refusal (invalid, forbidden, out of space), which the soak reports, is returned.
+async fn until_done<F, Fut>(
+    mut request: F,
+    done: Code,
+    retries: &AtomicU64,
+) -> Result<(), skiff_proto::client::ClientError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = skiff_proto::client::Result<Object>>,
+{
+    loop {
+        match request().await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.code() == Some(done) => return Ok(()),
+            // A refusal that retrying will not change: invalid, forbidden, or the store out
+            // of space (its NOSPACE alarm stays raised until an operator disarms it).
+            Err(e)
+                if !matches!(
+                    e.code(),
+                    Some(
+                        Code::InvalidArgument
+                            | Code::PermissionDenied
+                            | Code::Unauthenticated
+                            | Code::ResourceExhausted
+                    )
+                ) =>
+            {
+                retries.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e),
         }
-    });
-    Ok(Object::from_json(Kind::Pod, json.to_string().as_bytes())?)
-}
-
-/// Whether a failed request is worth sending again: the store was away, had no leader, or
-/// timed out; anything else is a bug the soak reports.
-fn transient(e: &skiff_proto::client::ClientError) -> bool {
-    !matches!(
-        e.code(),
-        Some(Code::InvalidArgument | Code::PermissionDenied | Code::Unauthenticated)
-    )
+    }
 }
 
 /// Creates `rate` pods a second until `stop`, each retried until the store takes it.
@@ -326,26 +362,18 @@ async fn create(
         tokio::spawn(async move {
             let _slot = slot;
             let name = format!("s-{i:08}");
-            let Ok(object) = pod(&ns, &name) else {
+            // A grace period of a second: its agent stops it and then deletes it.
+            let Ok(object) = crate::bench::pod(&ns, &name, "soak", "10m", 1) else {
                 return;
             };
             pods.lock().pending.insert(name.clone(), Instant::now());
-            loop {
-                match api.create(&object).await {
-                    // A retry after a create that landed but whose answer was lost.
-                    Ok(_) => break,
-                    Err(e) if e.code() == Some(Code::AlreadyExists) => break,
-                    Err(e) if transient(&e) => {
-                        counts.create_retries.fetch_add(1, Ordering::Relaxed);
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                    }
-                    Err(e) => {
-                        eprintln!("the soak's create of {name} was refused: {e}");
-                        pods.lock().pending.remove(&name);
-                        counts.refused.fetch_add(1, Ordering::Relaxed);
-                        return;
-                    }
-                }
+            // AlreadyExists: a retry after a create that landed but whose answer was lost.
+            let create = || api.create(&object);
+            if let Err(e) = until_done(create, Code::AlreadyExists, &counts.create_retries).await {
+                eprintln!("the soak's create of {name} was refused: {e}");
+                pods.lock().pending.remove(&name);
+                counts.refused.fetch_add(1, Ordering::Relaxed);
+                return;
             }
             counts.created.fetch_add(1, Ordering::Relaxed);
         });
@@ -408,20 +436,11 @@ async fn delete(
             let (api, ns, counts) = (api.clone(), ns.clone(), counts.clone());
             tokio::spawn(async move {
                 let _slot = slot;
-                loop {
-                    match api.delete(Kind::Pod, &ns, &name, 0, None).await {
-                        Ok(_) => break,
-                        Err(e) if e.code() == Some(Code::NotFound) => break,
-                        Err(e) if transient(&e) => {
-                            counts.delete_retries.fetch_add(1, Ordering::Relaxed);
-                            tokio::time::sleep(Duration::from_millis(200)).await;
-                        }
-                        Err(e) => {
-                            eprintln!("the soak's delete of {name} was refused: {e}");
-                            counts.refused.fetch_add(1, Ordering::Relaxed);
-                            return;
-                        }
-                    }
+                let delete = || api.delete(Kind::Pod, &ns, &name, 0, None);
+                if let Err(e) = until_done(delete, Code::NotFound, &counts.delete_retries).await {
+                    eprintln!("the soak's delete of {name} was refused: {e}");
+                    counts.refused.fetch_add(1, Ordering::Relaxed);
+                    return;
                 }
                 counts.deleted.fetch_add(1, Ordering::Relaxed);
             });

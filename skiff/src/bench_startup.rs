@@ -49,19 +49,6 @@ struct Seen {
     running: HashMap<String, Instant>,
 }
 
-fn pod(ns: &str, name: &str, cpu: &str) -> Result<Object> {
-    let json = serde_json::json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "labels": {"app": "startup-bench"}},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "main", "image": "localhost/skiff/pause:1",
-                "resources": {"requests": {"cpu": cpu, "memory": "16Mi"}}}]
-        }
-    });
-    Ok(Object::from_json(Kind::Pod, json.to_string().as_bytes())?)
-}
-
 fn line(what: &str, d: Vec<Duration>) -> String {
     let p = d.iter().collect::<Latencies>().percentiles();
     format!(
@@ -134,7 +121,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                     tokio::time::sleep_until((start + step * i as u32).into()).await;
                 }
                 let name = format!("p-{i:06}");
-                let object = pod(&ns, &name, &cpu)?;
+                let object = crate::bench::pod(&ns, &name, "startup-bench", &cpu, 0)?;
                 seen.lock().created.insert(name, Instant::now());
                 api.create(&object).await.map_err(anyhow::Error::from)
             }

@@ -15,7 +15,11 @@
 //!
 //! Because every column family shares the WAL, a synced write (log appends, votes) also makes
 //! every earlier state-machine write durable; state-machine writes themselves are not synced,
-//! the log replays them.
+//! the log replays them. The WAL is capped ([`MAX_WAL_BYTES`]): a WAL file goes only once
+//! every family's writes in it are flushed, and the small families (`raft`, `lease`, `meta`)
+//! fill their memtables slowly, so without the cap the WAL grows to RocksDB's default limit
+//! (four times the families' memtables, 2.3 GiB here) before anything forces them out: disk
+//! and replay time after a kill -9 that buy nothing.
 //!
 //! [`revision`]: crate::revision
 
@@ -33,6 +37,10 @@ pub const CF_LEASE: &str = "lease";
 pub const CF_META: &str = "meta";
 
 const FAMILIES: [&str; 5] = [CF_LOG, CF_RAFT, CF_KV, CF_LEASE, CF_META];
+
+/// The most WAL a member keeps: past it, RocksDB flushes the families that hold the oldest
+/// WAL file so that it can go.
+pub const MAX_WAL_BYTES: u64 = 256 << 20;
 
 /// The on-disk format this build reads and writes: the column families, keys and encodings
 /// in the table above. Raised whenever any of them changes meaning. 2: etcd's auth (a
@@ -78,6 +86,7 @@ pub fn open(dir: &Path) -> Result<Arc<DB>, OpenError> {
     opts.create_missing_column_families(true);
     opts.set_max_background_jobs(2);
     opts.set_bytes_per_sync(1 << 20);
+    opts.set_max_total_wal_size(MAX_WAL_BYTES);
     let cfs = FAMILIES.iter().map(|name| {
         let mut o = Options::default();
         if *name == CF_LOG {
@@ -121,10 +130,15 @@ pub fn cf<'a>(db: &'a DB, name: &str) -> &'a rocksdb::ColumnFamily {
         .expect("invariant: backend::open creates every column family")
 }
 
-/// Approximate bytes on disk and in memtables: what the backend quota is checked against.
+/// Approximate bytes on disk and in memtables of the state machine's families (all but the
+/// Raft log): what the backend quota is checked against and what `etcd_mvcc_db_total_size_in_bytes`
+/// reports. etcd's quota, too, counts its bolt database and not its WAL; the log is bounded
+/// by snapshots (`--snapshot-count`), and it would make a member refuse writes for entries
+/// that are about to be purged.
 pub fn size(db: &DB) -> u64 {
     FAMILIES
         .iter()
+        .filter(|name| **name != CF_LOG)
         .map(|name| {
             let h = cf(db, name);
             let sst = db

@@ -479,6 +479,10 @@ fn start_members(cluster: &mut Cluster, exe: &str, nodes: usize) -> Result<()> {
             initial_cluster: layout.initial_cluster(),
             // As kube-apiserver compacts its etcd: five minutes of history.
             auto_compaction_retention: Some(Duration::from_secs(300)),
+            // etcd's largest recommended quota, as large clusters run theirs: five minutes of
+            // history at a thousand nodes' churn (`skiff bench soak`) outgrow the default
+            // 2 GiB.
+            quota_backend_bytes: Some(8 << 30),
             cluster_cidr: Some(cluster_cidr(nodes)),
             ..StoreCommand::default()
         };

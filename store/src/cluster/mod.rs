@@ -266,6 +266,15 @@ fn validation_error(object: &Object, source: validation::ValidationErrors) -> Cl
     }
 }
 
+/// The results of a request of many objects, each one answered (none left is a bug, said as
+/// an internal error).
+fn answered(results: Vec<Option<Result<Object>>>) -> Vec<Result<Object>> {
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(StoreError::internal("no result").into())))
+        .collect()
+}
+
 /// A request's `metadata.resourceVersion`, the revision an update is pinned to (unset: none).
 fn pinned_revision(object: &Object) -> Result<Option<i64>> {
     match object.metadata().resource_version.as_str() {
@@ -780,13 +789,7 @@ impl ClusterApi {
                 });
             }
         }
-        Ok((
-            revision,
-            results
-                .into_iter()
-                .map(|r| r.unwrap_or_else(|| Err(StoreError::internal("no result").into())))
-                .collect(),
-        ))
+        Ok((revision, answered(results)))
     }
 
     /// What the server sets on any new object (uid, creation time, generation; a pod's phase
@@ -1093,13 +1096,7 @@ impl ClusterApi {
                 name: m.name.clone(),
             }));
         }
-        Ok((
-            revision,
-            results
-                .into_iter()
-                .map(|r| r.unwrap_or_else(|| Err(StoreError::internal("no result").into())))
-                .collect(),
-        ))
+        Ok((revision, answered(results)))
     }
 
     /// One object of [`ClusterApi::update_status_many`] against the state read after the

@@ -132,16 +132,16 @@ type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + S
 /// by `write`, and one result per object, in request order.
 async fn many<T, W, F>(
     api: &ClusterApi,
-    req: &Request<T>,
-    given: Vec<pb::Object>,
-    fence: Option<pb::Fence>,
+    mut req: Request<T>,
     (verb, subresource): (&'static str, Option<&'static str>),
     write: W,
 ) -> Result<Response<pb::ManyResponse>, Status>
 where
+    T: ManyRequest,
     W: FnOnce(ClusterApi, Vec<skiff_proto::api::Object>) -> F,
     F: Future<Output = super::Result<(i64, Vec<super::Result<skiff_proto::api::Object>>)>>,
 {
+    let (given, fence) = req.get_mut().take();
     let mut objects = Vec::new();
     let mut results: Vec<Option<pb::ObjectResult>> = Vec::new();
     let mut me = None;
@@ -158,7 +158,7 @@ where
                 subresource,
                 ..Ask::new(verb, object.kind(), namespace_of(&object), name)
             };
-            Ok((authorize(api, req, ask)?, object))
+            Ok((authorize(api, &req, ask)?, object))
         });
         match admitted {
             Ok((allowed, object)) => {
@@ -192,6 +192,24 @@ where
         header: header(&api.member, rev),
         results,
     }))
+}
+
+/// A request of many objects under one fence.
+trait ManyRequest {
+    /// Its objects and fence, taken out of it.
+    fn take(&mut self) -> (Vec<pb::Object>, Option<pb::Fence>);
+}
+
+impl ManyRequest for pb::CreateManyRequest {
+    fn take(&mut self) -> (Vec<pb::Object>, Option<pb::Fence>) {
+        (std::mem::take(&mut self.objects), self.fence.take())
+    }
+}
+
+impl ManyRequest for pb::UpdateStatusManyRequest {
+    fn take(&mut self) -> (Vec<pb::Object>, Option<pb::Fence>) {
+        (std::mem::take(&mut self.objects), self.fence.take())
+    }
 }
 
 /// A [`pb::ObjectResult`] for an object refused with `status`.
@@ -391,32 +409,21 @@ impl Cluster for ClusterApi {
 
     async fn create_many(
         &self,
-        mut req: Request<pb::CreateManyRequest>,
+        req: Request<pb::CreateManyRequest>,
     ) -> Result<Response<pb::ManyResponse>, Status> {
-        let objects = std::mem::take(&mut req.get_mut().objects);
-        let fence = req.get_mut().fence.take();
-        many(
-            self,
-            &req,
-            objects,
-            fence,
-            ("create", None),
-            |api, objects| async move { ClusterApi::create_many(&api, objects).await },
-        )
+        many(self, req, ("create", None), |api, objects| async move {
+            ClusterApi::create_many(&api, objects).await
+        })
         .await
     }
 
     async fn update_status_many(
         &self,
-        mut req: Request<pb::UpdateStatusManyRequest>,
+        req: Request<pb::UpdateStatusManyRequest>,
     ) -> Result<Response<pb::ManyResponse>, Status> {
-        let objects = std::mem::take(&mut req.get_mut().objects);
-        let fence = req.get_mut().fence.take();
         many(
             self,
-            &req,
-            objects,
-            fence,
+            req,
             ("update", Some("status")),
             |api, objects| async move { ClusterApi::update_status_many(&api, objects).await },
         )
