@@ -544,16 +544,29 @@ pub struct Informer {
     revision: i64,
 }
 
-/// Whether an informer waits and tries again after `e`: the store is away, or refused for
-/// permission (logged, since only a grant ends it).
+/// Whether an informer waits and tries again after `e`, as client-go's reflector does after
+/// any failed list or watch: everything but a request the store will never take (a bad
+/// selector, an API it does not serve) and a client that cannot work at all (no endpoints,
+/// TLS files, an answer that does not decode). A member that is away, a connection that
+/// broke (whatever code the transport gave it: `Unknown` for a broken pipe), a timeout, no
+/// leader: all wait. A refusal of the user's (permission, credentials) is logged, since only
+/// an administrator ends it.
 fn waits(e: &ClientError, kind: Kind) -> bool {
-    match e.code() {
-        Some(Code::Unavailable) => true,
-        Some(Code::PermissionDenied) => {
-            tracing::warn!(%kind, error = %e, "list or watch refused; trying again");
-            true
-        }
-        _ => false,
+    match e {
+        ClientError::Status(s) => match s.code() {
+            Code::InvalidArgument | Code::Unimplemented | Code::OutOfRange => false,
+            Code::PermissionDenied | Code::Unauthenticated => {
+                tracing::warn!(%kind, error = %e, "list or watch refused; trying again");
+                true
+            }
+            _ => true,
+        },
+        ClientError::Endpoint { .. } => true,
+        ClientError::NoEndpoints
+        | ClientError::NoCa { .. }
+        | ClientError::TlsFile(_)
+        | ClientError::Token
+        | ClientError::Decode { .. } => false,
     }
 }
 
@@ -676,6 +689,35 @@ impl Informer {
                 }
                 on_event(&event, &self.cache);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An informer outlives a member's death whatever code the broken connection came back
+    /// with, and stops only for what no retry mends.
+    #[test]
+    fn informers_wait_out_broken_connections() {
+        let status = |code: Code, msg: &str| ClientError::Status(Status::new(code, msg));
+        for waited in [
+            status(Code::Unknown, "transport error: Broken pipe (os error 32)"),
+            status(Code::Unavailable, "connection refused"),
+            status(Code::Cancelled, "operation was canceled"),
+            status(Code::DeadlineExceeded, "Timeout expired"),
+            status(Code::Internal, "h2 protocol error"),
+            status(Code::PermissionDenied, "forbidden"),
+        ] {
+            assert!(waits(&waited, Kind::Pod), "{waited:?}");
+        }
+        for ended in [
+            status(Code::InvalidArgument, "bad field selector"),
+            status(Code::Unimplemented, "unknown service"),
+            ClientError::NoEndpoints,
+        ] {
+            assert!(!waits(&ended, Kind::Pod), "{ended:?}");
         }
     }
 }

@@ -133,13 +133,16 @@ fn soak(rt: &tokio::runtime::Runtime, cluster: &mut Cluster, plan: &Plan) -> Res
     let (ns, _) = rt.block_on(crate::bench::fresh_namespace(&api, "soak"))?;
     let alive = plan.rate * plan.lifetime.as_secs_f64();
     println!(
-        "==> soak for {}: {} pods/s created and deleted (about {alive:.0} alive) in namespace {ns}, a store member killed every {}",
+        "==> soak for {}: {} pods/s created and deleted (about {alive:.0} alive) in namespace {ns}; {}",
         humantime(plan.duration),
         plan.rate,
         if plan.restart_every.is_zero() {
-            "never".to_string()
+            "no member killed".to_string()
         } else {
-            humantime(plan.restart_every)
+            format!(
+                "a store member killed every {}",
+                humantime(plan.restart_every)
+            )
         },
     );
     let pods = Arc::new(Mutex::new(Pods::default()));
