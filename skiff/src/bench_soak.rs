@@ -625,9 +625,31 @@ fn errors_in_logs(dir: &Path) -> Result<Vec<(String, usize, String)>> {
     Ok(out)
 }
 
-/// A log line at level ERROR, in the text format (`… ERROR target: …`) or JSON.
+/// A log line at level ERROR, in the text format (`… ERROR target: …`, coloured or not) or
+/// JSON, or the `error: …` a process says as it exits.
 fn is_error(line: &str) -> bool {
-    line.split_whitespace().nth(1) == Some("ERROR") || line.contains("\"level\":\"ERROR\"")
+    let plain = without_colour(line);
+    plain.split_whitespace().nth(1) == Some("ERROR")
+        || plain.starts_with("error: ")
+        || plain.contains("\"level\":\"ERROR\"")
+}
+
+/// `line` without its ANSI colour sequences (`ESC [ … m`).
+fn without_colour(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -642,6 +664,12 @@ mod tests {
         assert!(is_error(r#"{"timestamp":"…","level":"ERROR","fields":{}}"#));
         assert!(!is_error(
             "2026-11-28T13:00:00.000000Z  WARN skiff_store: an ERROR elsewhere"
+        ));
+        assert!(is_error(
+            "\u{1b}[2m2026-11-28T13:47:01.442390Z\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m \u{1b}[2mopenraft::replication\u{1b}[0m: RPCError"
+        ));
+        assert!(is_error(
+            "error: the ReplicaSet informer stopped: transport error"
         ));
     }
 

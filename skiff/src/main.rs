@@ -127,8 +127,10 @@ fn log_filter(flag: Option<&str>, rust_log: Option<&str>) -> anyhow::Result<EnvF
 fn init_logging(flag: Option<&str>, format: LogFormat) -> anyhow::Result<()> {
     let rust_log = std::env::var("RUST_LOG").ok();
     let filter = log_filter(flag, rust_log.as_deref())?;
+    // Colour only for a person at a terminal: `up`'s children log to files, which tools read.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
