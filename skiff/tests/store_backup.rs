@@ -159,18 +159,33 @@ async fn a_backup_under_write_load_restores_into_a_new_cluster_with_every_key_an
     })
     .await;
     // Their logs start past entries no snapshot held: each builds one when it starts, so a
-    // member that falls behind can be sent it.
+    // member that falls behind can be sent it. A Raft snapshot's data file is a backup.
     for m in &restored.members {
-        let snapshot = m.data_dir.join("snap").join("snapshot");
-        eventually(
+        let snap = m.data_dir.join("snap");
+        let data = eventually(
             Duration::from_secs(30),
             "a snapshot of the restored keyspace",
             || {
-                let there = snapshot.exists();
-                async move { there.then_some(()) }
+                let data = std::fs::read_dir(&snap).ok().and_then(|d| {
+                    d.flatten()
+                        .map(|e| e.path())
+                        .find(|p| p.to_string_lossy().contains("/data."))
+                });
+                let kept = snap.join("current").exists();
+                async move { data.filter(|_| kept) }
             },
         )
         .await;
+        let (ok, status) = skiff(&[
+            "store",
+            "snapshot-status",
+            "-w",
+            "json",
+            data.to_str().expect("utf8"),
+        ]);
+        assert!(ok, "{status}");
+        let status: serde_json::Value = serde_json::from_str(status.trim()).expect("json");
+        assert_eq!(status["revision"].as_i64(), Some(revision), "{}", m.name);
     }
     let mut back = restored.client_all().await;
     let got = keyspace(&mut back, 0).await;

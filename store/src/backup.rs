@@ -37,7 +37,7 @@ use sha2::{Digest, Sha256};
 
 use crate::backend;
 use crate::error::StoreError;
-use crate::mvcc::{Mvcc, SnapshotHead, StoredVersion};
+use crate::mvcc::{Mvcc, RawMeta, SnapshotHead, StoredVersion};
 use crate::raft::{LogId, Member, StoredMembership, cluster_id, member_id};
 
 pub const MAGIC: &[u8; 8] = b"SKIFFBAK";
@@ -135,12 +135,15 @@ mod v1 {
 }
 
 /// Writes a backup of `db` to `out` piece by piece: each call gets the next bytes of the file.
-/// An error from `out` (the client went away) stops the backup.
+/// An error from `out` (the client went away) stops the backup. Returns the summary and the
+/// raw values of the `extra_meta` keys read from the same RocksDB snapshot (a Raft snapshot's
+/// applied id and membership; see [`Mvcc::visit_snapshot`]).
 pub fn write(
     db: &DB,
     source: Source,
+    extra_meta: &[&[u8]],
     out: &mut impl FnMut(Vec<u8>) -> Result<(), StoreError>,
-) -> Result<Summary, StoreError> {
+) -> Result<(Summary, RawMeta), StoreError> {
     let mut hasher = Sha256::new();
     let mut written = 0u64;
     let mut emit = |bytes: Vec<u8>| -> Result<(), StoreError> {
@@ -164,7 +167,7 @@ pub fn write(
     let mut keys = 0u64;
     let mut last_key: Option<Vec<u8>> = None;
     let mut last_live = false;
-    let (head, _) = Mvcc::visit_snapshot(db, &[], |v| {
+    let (head, extra) = Mvcc::visit_snapshot(db, extra_meta, |v| {
         versions += 1;
         // Live keys: the newest version of each key is not a deletion.
         let key = crate::revision::split_versioned_key(&v.0).map(|(k, _)| k);
@@ -202,7 +205,7 @@ pub fn write(
     hasher.update(&pad);
     out(pad)?;
     out(hasher.finalize().to_vec())?;
-    Ok(summary)
+    Ok((summary, extra))
 }
 
 /// Why a backup file could not be read or restored.
@@ -237,15 +240,34 @@ pub enum BackupError {
 /// `versions`; the backup's summary.
 pub fn read(
     path: &Path,
-    mut versions: impl FnMut(&[StoredVersion]) -> Result<(), BackupError>,
+    versions: impl FnMut(&[StoredVersion]) -> Result<(), BackupError>,
 ) -> Result<Summary, BackupError> {
+    // First the checksum, so that nothing is written from a damaged file.
+    verify(path)?;
+    read_verified(path, versions)
+}
+
+/// Replaces `mvcc`'s keyspace with the one in the backup at `path`, which [`verify`] has
+/// accepted, a frame at a time (see [`Mvcc::replace`]): how a member installs a Raft snapshot,
+/// which is a backup file (see [`crate::raft::snapshot`]). Unlike a restore, it keeps the
+/// alarms the snapshot carries. `meta` as in [`Mvcc::apply`].
+pub fn install(path: &Path, mvcc: &mut Mvcc, meta: &[(&[u8], Vec<u8>)]) -> Result<(), BackupError> {
+    mvcc.replace(
+        |db| {
+            read_verified(path, |versions| {
+                Mvcc::restore_versions(db, versions).map_err(BackupError::from)
+            })
+            .map(|summary| summary.head)
+        },
+        meta,
+    )
+}
+
+/// Checks that `path` is a backup whose SHA-256 matches its contents, reading it through.
+pub fn verify(path: &Path) -> Result<(), BackupError> {
     let io = |error| BackupError::Io {
         path: path.to_path_buf(),
         error,
-    };
-    let malformed = |why: String| BackupError::Malformed {
-        path: path.to_path_buf(),
-        why,
     };
     let len = std::fs::metadata(path).map_err(io)?.len();
     if len < (MAGIC.len() + 4 + 32) as u64 {
@@ -254,7 +276,6 @@ pub fn read(
         });
     }
     let body = len - 32;
-    // First the checksum, so that nothing is written from a damaged file.
     let mut file = BufReader::with_capacity(1 << 20, File::open(path).map_err(io)?);
     let mut magic = [0u8; 8];
     file.read_exact(&mut magic).map_err(io)?;
@@ -274,7 +295,27 @@ pub fn read(
             path: path.to_path_buf(),
         });
     }
-    // Then the frames.
+    Ok(())
+}
+
+/// Reads a backup that [`verify`] accepted, handing each frame of stored versions to
+/// `versions`; the backup's summary.
+pub fn read_verified(
+    path: &Path,
+    mut versions: impl FnMut(&[StoredVersion]) -> Result<(), BackupError>,
+) -> Result<Summary, BackupError> {
+    let io = |error| BackupError::Io {
+        path: path.to_path_buf(),
+        error,
+    };
+    let malformed = |why: String| BackupError::Malformed {
+        path: path.to_path_buf(),
+        why,
+    };
+    let body = std::fs::metadata(path)
+        .map_err(io)?
+        .len()
+        .saturating_sub(32);
     let mut file = BufReader::with_capacity(1 << 20, File::open(path).map_err(io)?).take(body);
     let mut head = [0u8; 12];
     file.read_exact(&mut head).map_err(io)?;
@@ -447,7 +488,7 @@ mod tests {
             member_id: 2,
             member_name: "a".into(),
         };
-        write(&db, source, &mut |b| {
+        write(&db, source, &[], &mut |b| {
             bytes.extend_from_slice(&b);
             Ok(())
         })

@@ -11,13 +11,26 @@ use tempfile::TempDir;
 
 struct RocksBuilder;
 
+fn source() -> skiff_store::backup::Source {
+    skiff_store::backup::Source {
+        cluster_id: 1,
+        member_id: 1,
+        member_name: "m".into(),
+    }
+}
+
 impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for RocksBuilder {
     async fn build(&self) -> Result<(TempDir, LogStore, StateMachine), StorageError> {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = backend::open(&dir.path().join("db")).expect("open backend");
         let shared = Shared::new(Mvcc::open(db.clone()).expect("open keyspace"), None);
         let proposals = Proposals::new(1);
-        let sm = StateMachine::open(shared, proposals.clone(), &dir.path().join("snap"))?;
+        let sm = StateMachine::open(
+            shared,
+            proposals.clone(),
+            &dir.path().join("snap"),
+            source(),
+        )?;
         Ok((dir, LogStore::new(db, proposals), sm))
     }
 }
@@ -44,6 +57,7 @@ async fn a_saved_snapshot_newer_than_the_keyspace_is_installed_on_open() {
         shared.clone(),
         Proposals::new(1),
         &leader_dir.path().join("snap"),
+        source(),
     )
     .expect("sm");
     let entries: Vec<Entry<TypeConfig>> = (1..=5u64)
@@ -67,17 +81,21 @@ async fn a_saved_snapshot_newer_than_the_keyspace_is_installed_on_open() {
     // A fresh member whose snapshot directory holds that snapshot, its keyspace still empty.
     let follower_dir = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(follower_dir.path().join("snap")).expect("mkdir");
-    std::fs::copy(
-        leader_dir.path().join("snap/snapshot"),
-        follower_dir.path().join("snap/snapshot"),
-    )
-    .expect("copy snapshot file");
+    for file in std::fs::read_dir(leader_dir.path().join("snap")).expect("read snap dir") {
+        let file = file.expect("snap dir entry");
+        std::fs::copy(
+            file.path(),
+            follower_dir.path().join("snap").join(file.file_name()),
+        )
+        .expect("copy snapshot file");
+    }
     let db = backend::open(&follower_dir.path().join("db")).expect("open backend");
     let shared = Shared::new(Mvcc::open(db).expect("keyspace"), None);
     let mut follower = StateMachine::open(
         shared.clone(),
         Proposals::new(2),
         &follower_dir.path().join("snap"),
+        source(),
     )
     .expect("sm");
     let (applied, _) = follower.applied_state().await.expect("applied state");
@@ -202,4 +220,76 @@ fn the_raft_log_does_not_count_against_the_quota() {
     let kv = backend::cf(&db, backend::CF_KV);
     db.put_cf(kv, b"k", vec![1u8; 1 << 20]).expect("put kv");
     assert!(backend::size(&db) >= before + (1 << 20), "the keyspace is");
+}
+
+/// A received snapshot whose bytes were damaged on the way is refused before anything is
+/// kept or written: the keyspace, the applied id and the kept snapshot stay as they were, and
+/// the received file is gone.
+#[tokio::test]
+async fn a_damaged_snapshot_is_refused_and_changes_nothing() {
+    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    use openraft::{Entry, EntryPayload, LogId};
+    use skiff_store::command::{Command, Proposal, ProposalId, PutRequest, RequestOp, TxnRequest};
+    use tokio::io::AsyncWriteExt;
+
+    let put = |i: u64| Entry::<TypeConfig> {
+        log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), i),
+        payload: EntryPayload::Normal(Proposal {
+            id: ProposalId::default(),
+            command: Command::Txn(TxnRequest::single(RequestOp::Put(PutRequest {
+                key: format!("k{i}").into_bytes(),
+                value: vec![b'v'; 1000],
+                ..PutRequest::default()
+            }))),
+        }),
+    };
+    let open = |dir: &TempDir, id: u64| {
+        let db = backend::open(&dir.path().join("db")).expect("open backend");
+        let shared = Shared::new(Mvcc::open(db).expect("keyspace"), None);
+        let sm = StateMachine::open(
+            shared.clone(),
+            Proposals::new(id),
+            &dir.path().join("snap"),
+            source(),
+        )
+        .expect("sm");
+        (shared, sm)
+    };
+    let leader_dir = tempfile::tempdir().expect("tempdir");
+    let (_, mut leader) = open(&leader_dir, 1);
+    leader.apply((1..=50).map(put)).await.expect("apply");
+    let snap = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .expect("snapshot");
+
+    let follower_dir = tempfile::tempdir().expect("tempdir");
+    let (shared, mut follower) = open(&follower_dir, 2);
+    follower.apply((1..=3).map(put)).await.expect("apply");
+    let mut bytes = std::fs::read(snap.snapshot.path()).expect("read snapshot");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    let mut received = follower.begin_receiving_snapshot().await.expect("receive");
+    received.write_all(&bytes).await.expect("write");
+    let err = follower
+        .install_snapshot(&snap.meta, received)
+        .await
+        .expect_err("a damaged snapshot is refused");
+    assert!(err.to_string().contains("SHA-256"), "{err}");
+    let (applied, _) = follower.applied_state().await.expect("applied state");
+    assert_eq!(applied.map(|l| l.index), Some(3));
+    assert_eq!(shared.read().revision(), 3);
+    assert!(
+        follower
+            .get_current_snapshot()
+            .await
+            .expect("current")
+            .is_none()
+    );
+    let left: Vec<_> = std::fs::read_dir(follower_dir.path().join("snap"))
+        .expect("snap dir")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -359,7 +359,8 @@ impl StoreMember {
                 tx.blocking_send(Ok(BackupPiece::Bytes(bytes)))
                     .map_err(|_| StoreError::Stopped)
             };
-            let end = crate::backup::write(&db, source, &mut send).map(BackupPiece::Done);
+            let end = crate::backup::write(&db, source, &[], &mut send)
+                .map(|(summary, _)| BackupPiece::Done(summary));
             let _ = tx.blocking_send(end);
         });
         rx

@@ -86,6 +86,11 @@ impl StoreMember {
             shared.clone(),
             proposals.clone(),
             &config.data_dir.join("snap"),
+            crate::backup::Source {
+                cluster_id: cluster,
+                member_id: id,
+                member_name: config.name.clone(),
+            },
         )?;
         // The log purged past what the snapshot on disk holds (a restored member): a member
         // that falls behind could be sent nothing, so a snapshot is built at once.

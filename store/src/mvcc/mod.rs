@@ -43,7 +43,7 @@ mod snapshot;
 mod txn;
 
 pub use history::{History, HistoryPlan};
-pub use snapshot::{RawMeta, SnapshotHead, SnapshotPayload, StoredVersion};
+pub use snapshot::{RawMeta, SnapshotHead, StoredVersion};
 use txn::{TxnWrite, cmd_has_put, txn_has_put};
 
 /// A lease as the state machine knows it: its granted TTL and the keys attached to it.

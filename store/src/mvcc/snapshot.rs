@@ -14,18 +14,6 @@ use crate::error::StoreError;
 use crate::key_index::TreeIndex;
 use crate::revision::{Revision, split_versioned_key};
 
-/// The whole keyspace as a snapshot carries it.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct SnapshotPayload {
-    pub revision: i64,
-    pub compacted: i64,
-    pub leases: Vec<(i64, i64)>,
-    pub alarms: Vec<(u64, Alarm)>,
-    pub auth: AuthState,
-    /// (versioned key, encoded record) in key order.
-    pub kv: Vec<StoredVersion>,
-}
-
 /// What a snapshot holds besides its stored versions.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SnapshotHead {
@@ -47,38 +35,13 @@ pub struct StoredVersion(
 );
 
 impl Mvcc {
-    /// The keyspace as a snapshot payload, read entirely from one RocksDB snapshot of `db`
-    /// (no lock needed: every applied entry is one write batch, so the snapshot sits between
-    /// two entries), together with the raw values of `extra_meta` keys from the same snapshot
-    /// (the Raft applied id and membership), so data and metadata always agree. Versions that
-    /// compaction dropped but the background has not deleted yet are left out.
-    pub fn snapshot_from(
-        db: &DB,
-        extra_meta: &[&[u8]],
-    ) -> Result<(SnapshotPayload, RawMeta), StoreError> {
-        let mut kv = Vec::new();
-        let (head, extra) = Mvcc::visit_snapshot(db, extra_meta, |v| {
-            kv.push(v);
-            Ok(())
-        })?;
-        Ok((
-            SnapshotPayload {
-                revision: head.revision,
-                compacted: head.compacted,
-                leases: head.leases,
-                alarms: head.alarms,
-                auth: head.auth,
-                kv,
-            },
-            extra,
-        ))
-    }
-
     /// The keyspace of one RocksDB snapshot of `db`, handed to `version` one stored version
     /// at a time in key order (the versions a compaction dropped left out), without holding
-    /// it all: what [`snapshot_from`](Self::snapshot_from) collects and a backup streams.
-    /// Returns the rest of the keyspace and the raw values of `extra_meta` keys, all from the
-    /// same snapshot.
+    /// it all: what a backup and a Raft snapshot stream to their file (see [`crate::backup`]).
+    /// No lock is needed: every applied entry is one write batch, so the RocksDB snapshot sits
+    /// between two entries. Returns the rest of the keyspace and the raw values of
+    /// `extra_meta` keys (the Raft applied id and membership), all from the same snapshot, so
+    /// data and metadata always agree.
     pub fn visit_snapshot(
         db: &DB,
         extra_meta: &[&[u8]],
@@ -141,7 +104,8 @@ impl Mvcc {
         ))
     }
 
-    /// Writes stored versions read from a snapshot into an empty `db` (a restore).
+    /// Writes stored versions read from a snapshot into `db` (a restore, or a snapshot being
+    /// installed: see [`replace`](Self::replace)).
     pub fn restore_versions(db: &DB, versions: &[StoredVersion]) -> Result<(), StoreError> {
         let kv = backend::cf(db, CF_KV);
         let mut batch = WriteBatch::default();
@@ -151,9 +115,9 @@ impl Mvcc {
         db.write(batch).map_err(io)
     }
 
-    /// Writes the rest of a snapshot's keyspace into `db` (a restore, after its versions):
-    /// the leases, the revision and compaction point, users and roles, no alarms, and `meta`
-    /// as in [`apply`](Self::apply); synced.
+    /// Writes the rest of a snapshot's keyspace into `db` (after its versions): the leases,
+    /// the revision and compaction point, alarms, users and roles, and `meta` as in
+    /// [`apply`](Self::apply); synced.
     pub fn restore_head(
         db: &DB,
         head: &SnapshotHead,
@@ -167,11 +131,7 @@ impl Mvcc {
         let meta_cf = backend::cf(db, CF_META);
         batch.put_cf(meta_cf, META_REVISION, backend::encode(&head.revision));
         batch.put_cf(meta_cf, META_COMPACTED, backend::encode(&head.compacted));
-        batch.put_cf(
-            meta_cf,
-            META_ALARMS,
-            backend::encode(&Vec::<(u64, Alarm)>::new()),
-        );
+        batch.put_cf(meta_cf, META_ALARMS, backend::encode(&head.alarms));
         batch.put_cf(meta_cf, META_AUTH, backend::encode(&head.auth));
         for (k, v) in meta {
             batch.put_cf(meta_cf, k, v);
@@ -181,38 +141,41 @@ impl Mvcc {
         db.write_opt(batch, &opts).map_err(io)
     }
 
-    /// Replaces the whole keyspace with a snapshot's; `meta` as in [`apply`](Self::apply).
-    pub fn install(
+    /// Replaces the whole keyspace with a snapshot's, never holding it all: the stored
+    /// versions and leases are deleted (two range deletions), `fill` writes the snapshot's
+    /// versions (with [`restore_versions`](Self::restore_versions), a piece at a time) and
+    /// returns the rest of it, which is written last with `meta`, synced, as in
+    /// [`apply`](Self::apply).
+    ///
+    /// The pieces are separate writes: a crash part way leaves `meta` (the Raft applied id)
+    /// as it was, and the member installs its saved snapshot again when it starts (see
+    /// [`crate::raft::state_machine`]). Nobody reads the keyspace meanwhile: the caller holds
+    /// it exclusively.
+    pub fn replace<E: From<StoreError>>(
         &mut self,
-        payload: &SnapshotPayload,
+        fill: impl FnOnce(&DB) -> Result<SnapshotHead, E>,
         meta: &[(&[u8], Vec<u8>)],
-    ) -> Result<(), StoreError> {
-        let mut batch = WriteBatch::default();
+    ) -> Result<(), E> {
+        let mut clear = WriteBatch::default();
         for name in [CF_KV, CF_LEASE] {
             let cf = backend::cf(&self.db, name);
-            for item in self.db.iterator_cf(cf, IteratorMode::Start) {
-                let (k, _) = item.map_err(io)?;
-                batch.delete_cf(cf, k);
+            let first = self.db.iterator_cf(cf, IteratorMode::Start).next();
+            let last = self.db.iterator_cf(cf, IteratorMode::End).next();
+            if let (Some(first), Some(last)) = (first, last) {
+                let (first, _) = first.map_err(io)?;
+                let (last, _) = last.map_err(io)?;
+                // The end of a range deletion is exclusive: the last key with a zero byte
+                // added is the first key after it.
+                let mut end = last.to_vec();
+                end.push(0);
+                clear.delete_range_cf(cf, &first[..], &end[..]);
             }
         }
-        let kv = backend::cf(&self.db, CF_KV);
-        for StoredVersion(k, v) in &payload.kv {
-            batch.put_cf(kv, k, v);
-        }
-        let lease = backend::cf(&self.db, CF_LEASE);
-        for (id, ttl) in &payload.leases {
-            batch.put_cf(lease, id.to_be_bytes(), ttl.to_be_bytes());
-        }
-        let meta_cf = backend::cf(&self.db, CF_META);
-        batch.put_cf(meta_cf, META_REVISION, backend::encode(&payload.revision));
-        batch.put_cf(meta_cf, META_COMPACTED, backend::encode(&payload.compacted));
-        batch.put_cf(meta_cf, META_ALARMS, backend::encode(&payload.alarms));
-        batch.put_cf(meta_cf, META_AUTH, backend::encode(&payload.auth));
-        for (k, v) in meta {
-            batch.put_cf(meta_cf, k, v);
-        }
-        self.db.write(batch).map_err(io)?;
-        self.load()
+        self.db.write(clear).map_err(io)?;
+        let head = fill(&self.db)?;
+        Mvcc::restore_head(&self.db, &head, meta)?;
+        self.load()?;
+        Ok(())
     }
 }
 

@@ -6,14 +6,35 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::command::{
-    Compare, CompareResult, CompareTarget, DeleteRangeResponse, KeyValue, PutRequest, RangeRequest,
-    RangeResponse, RequestOp, ResponseOp, SortOrder, SortTarget,
+    Alarm, Compare, CompareResult, CompareTarget, DeleteRangeResponse, KeyValue, PutRequest,
+    RangeRequest, RangeResponse, RequestOp, ResponseOp, SortOrder, SortTarget,
 };
 
 fn open_temp() -> (tempfile::TempDir, Mvcc) {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = backend::open(dir.path()).expect("open backend");
     (dir, Mvcc::open(db).expect("open mvcc"))
+}
+
+/// `from`'s keyspace carried into `to` as a Raft snapshot carries it: streamed to a backup
+/// file and installed from the file. How many stored versions it carried.
+fn carry_snapshot(from: &Mvcc, to: &mut Mvcc) -> usize {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("snapshot");
+    let mut file = std::fs::File::create(&path).expect("create snapshot file");
+    let source = crate::backup::Source {
+        cluster_id: 1,
+        member_id: 1,
+        member_name: "m".into(),
+    };
+    let (summary, _) = crate::backup::write(from.db(), source, &[], &mut |b| {
+        file.write_all(&b).map_err(StoreError::internal)
+    })
+    .expect("write snapshot");
+    crate::backup::verify(&path).expect("verify snapshot");
+    crate::backup::install(&path, to, &[]).expect("install snapshot");
+    summary.versions as usize
 }
 
 fn put(key: &str, value: &str) -> Command {
@@ -357,10 +378,8 @@ fn run(ops: Vec<Op>) {
         indexed_versions(&m) + m.backlog().pending()
     );
     // A snapshot taken with part of the backlog left carries only what the index has.
-    let (payload, _) = Mvcc::snapshot_from(m.db(), &[]).expect("snapshot");
-    assert_eq!(payload.kv.len(), indexed_versions(&m));
     let (_fresh_dir, mut fresh) = open_temp();
-    fresh.install(&payload, &[]).expect("install");
+    assert_eq!(carry_snapshot(&m, &mut fresh), indexed_versions(&m));
     assert_eq!(fresh.backlog().pending(), 0);
     // Everything at and after the compaction point reads back, also after a reopen (with
     // whatever backlog was left) and from the snapshot.
@@ -760,13 +779,28 @@ fn snapshot_installs_into_a_fresh_member() {
         .expect("apply");
     m.apply(&Command::Compact { revision: 10 }, &[])
         .expect("apply");
-    let (payload, _) = Mvcc::snapshot_from(m.db(), &[]).expect("snapshot");
+    m.apply(
+        &Command::AlarmActivate {
+            member: 3,
+            alarm: Alarm::NoSpace,
+        },
+        &[],
+    )
+    .expect("apply");
     let (_b, mut fresh) = open_temp();
     fresh.apply(&put("stale", "x"), &[]).expect("apply");
-    fresh.install(&payload, &[]).expect("install");
+    fresh
+        .apply(&Command::LeaseGrant { id: 4, ttl: 30 }, &[])
+        .expect("apply");
+    carry_snapshot(&m, &mut fresh);
     assert_eq!(fresh.revision(), m.revision());
     assert_eq!(fresh.compacted(), 10);
     assert_eq!(fresh.leases().keys().copied().collect::<Vec<_>>(), [9]);
+    assert_eq!(
+        fresh.alarms(),
+        [(3, Alarm::NoSpace)],
+        "alarms travel with it"
+    );
     for at in 10..=m.revision() {
         assert_eq!(fresh.range(&range_all(at)), m.range(&range_all(at)));
     }
@@ -942,8 +976,7 @@ fn auth_state_is_durable_travels_in_snapshots_and_fences_stale_writes() {
     drop(m);
     let reopened = Mvcc::open(backend::open(dir.path()).expect("reopen")).expect("open");
     assert_eq!(reopened.auth().state, state, "persisted with the keyspace");
-    let (payload, _) = Mvcc::snapshot_from(reopened.db(), &[]).expect("snapshot");
     let (_fresh_dir, mut fresh) = open_temp();
-    fresh.install(&payload, &[]).expect("install");
+    carry_snapshot(&reopened, &mut fresh);
     assert_eq!(fresh.auth().state, state, "carried by a snapshot");
 }

@@ -5,6 +5,7 @@
 //! |-------------------|-----------------------------------------------------------------|
 //! | [`log_store`]     | log entries, vote and committed id in RocksDB; synced appends   |
 //! | [`state_machine`] | applies entries to the MVCC keyspace, snapshots, watch publish  |
+//! | [`snapshot`]      | snapshot files, built, kept, sent and received a frame at a time |
 //! | [`network`]       | the `RaftPeer` client: one cached channel per peer, streamed snapshots |
 //! | [`service`]       | the `RaftPeer` server side                                      |
 
@@ -12,7 +13,6 @@
 #![allow(clippy::result_large_err)]
 
 use std::fmt;
-use std::io::Cursor;
 
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +21,7 @@ use crate::command::{Proposal, Response};
 pub mod log_store;
 pub mod network;
 pub mod service;
+pub mod snapshot;
 pub mod state_machine;
 
 /// A member as the Raft membership records it: its name and URLs. Raft's own node id is the
@@ -53,7 +54,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = Member,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = snapshot::SnapshotData,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

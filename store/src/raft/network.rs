@@ -2,7 +2,7 @@
 //!
 //! One tonic channel per peer, created lazily and cached for the life of the process (a channel
 //! reconnects by itself). Raft messages travel as bincode payloads inside `RaftMessage`;
-//! snapshots are streamed in 1 MiB chunks over one `InstallSnapshot` call.
+//! snapshots are streamed from their file in 1 MiB chunks over one `InstallSnapshot` call.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use skiff_proto::raft::v1::raft_peer_client::RaftPeerClient;
 use skiff_proto::raft::v1::{RaftMessage, SnapshotChunk};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tonic::transport::{Channel, Endpoint};
 
 use super::{Member, Snapshot, SnapshotMeta, TypeConfig};
@@ -286,30 +287,45 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
             vote,
             meta: snapshot.meta.clone(),
         });
-        let data = snapshot.snapshot.into_inner();
-        let mut chunks = Vec::with_capacity(data.len() / SNAPSHOT_CHUNK + 1);
-        let mut offset = 0;
-        loop {
-            let end = (offset + SNAPSHOT_CHUNK).min(data.len());
-            chunks.push(SnapshotChunk {
-                header: if offset == 0 {
-                    header.clone()
-                } else {
-                    Vec::new()
-                },
-                offset: offset as u64,
-                data: data[offset..end].to_vec(),
-                done: end == data.len(),
-            });
-            if end == data.len() {
-                break;
-            }
-            offset = end;
-        }
+        let mut data = snapshot.snapshot;
+        let read_err = |e: std::io::Error| {
+            StreamingError::Network(NetworkError::new(&std::io::Error::other(format!(
+                "reading snapshot {}: {e}",
+                snapshot.meta.snapshot_id
+            ))))
+        };
+        let len = data.len().await.map_err(read_err)?;
+        data.seek(std::io::SeekFrom::Start(0))
+            .await
+            .map_err(read_err)?;
+        // Read from the file as the stream is polled: one chunk in memory at a time.
+        let target = self.target;
+        let chunks = futures::stream::unfold(
+            (data, 0u64, Some(header)),
+            move |(mut data, offset, header)| async move {
+                if offset >= len && header.is_none() {
+                    return None;
+                }
+                let end = (offset + SNAPSHOT_CHUNK as u64).min(len);
+                let mut buf = vec![0u8; (end - offset) as usize];
+                if let Err(e) = data.read_exact(&mut buf).await {
+                    // Ending the stream early makes the receiver refuse the snapshot.
+                    tracing::warn!(peer = target, error = %e, "reading a snapshot to send");
+                    return None;
+                }
+                let chunk = SnapshotChunk {
+                    header: header.unwrap_or_default(),
+                    offset,
+                    data: buf,
+                    done: end == len,
+                };
+                Some((chunk, (data, end, None)))
+            },
+        );
         // Snapshots can be large: the deadline is per chunk rather than for the whole stream.
-        let n = chunks.len() as u32;
-        let mut req = tonic::Request::new(futures::stream::iter(chunks));
-        req.set_timeout(option.hard_ttl() * n.max(1));
+        let n = len.div_ceil(SNAPSHOT_CHUNK as u64).max(1) as u32;
+        let mut req = tonic::Request::new(chunks);
+        req.set_timeout(option.hard_ttl() * n);
         let call = client.install_snapshot(req);
         let reply = tokio::select! {
             r = call => r,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use skiff_proto::raft::v1::raft_peer_server::RaftPeer;
 use skiff_proto::raft::v1::{HelloRequest, HelloResponse, RaftMessage, SnapshotChunk};
+use tokio::io::AsyncWriteExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::network::SnapshotHeader;
@@ -88,26 +89,38 @@ impl RaftPeer for PeerService {
                 reply(&res)
             }
             SnapshotHeader::Full { vote, meta } => {
-                let mut data = first.data;
-                let mut done = first.done;
-                while !done {
-                    let chunk = stream
+                // Written to a file as it arrives (removed if the stream breaks off).
+                let mut data = self
+                    .member
+                    .raft
+                    .begin_receiving_snapshot()
+                    .await
+                    .map_err(|e| Status::unavailable(format!("cannot receive a snapshot: {e}")))?;
+                let write_err = |e: std::io::Error| {
+                    Status::internal(format!("writing a received snapshot: {e}"))
+                };
+                let mut received = 0u64;
+                let mut chunk = first;
+                loop {
+                    if chunk.offset != received {
+                        return Err(Status::invalid_argument(format!(
+                            "snapshot chunk at offset {} after {received} bytes",
+                            chunk.offset
+                        )));
+                    }
+                    data.write_all(&chunk.data).await.map_err(write_err)?;
+                    received += chunk.data.len() as u64;
+                    if chunk.done {
+                        break;
+                    }
+                    chunk = stream
                         .next()
                         .await
                         .ok_or_else(|| Status::invalid_argument("snapshot stream ended early"))??;
-                    if chunk.offset != data.len() as u64 {
-                        return Err(Status::invalid_argument(format!(
-                            "snapshot chunk at offset {} after {} bytes",
-                            chunk.offset,
-                            data.len()
-                        )));
-                    }
-                    data.extend_from_slice(&chunk.data);
-                    done = chunk.done;
                 }
                 let snapshot = Snapshot {
                     meta,
-                    snapshot: Box::new(std::io::Cursor::new(data)),
+                    snapshot: data,
                 };
                 let leader = *vote.leader_id();
                 let res = self.member.raft.install_full_snapshot(vote, snapshot).await;

@@ -2,28 +2,30 @@
 //! applied log id and membership written in the same RocksDB batch as the change.
 //!
 //! Snapshots are the whole keyspace (every stored version since the compaction point, leases,
-//! alarms) read from a RocksDB snapshot; the newest one is kept in `<data-dir>/snapshot` and
-//! streamed to members that fall behind the purged log.
+//! alarms) read from a RocksDB snapshot and streamed to a file, never whole in memory; the
+//! newest one is kept in `<data-dir>/snap` (see [`super::snapshot`]) and sent to members that
+//! fall behind the purged log.
 
-use std::fs;
-use std::io::{Cursor, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 use rocksdb::DB;
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::snapshot::{SnapshotData, SnapshotStore};
 use super::{
     Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig, io_error,
 };
 use crate::backend::{self, CF_META};
+use crate::backup;
 use crate::command::Response;
-use crate::mvcc::{Mvcc, SnapshotPayload};
+use crate::error::StoreError;
+use crate::mvcc::Mvcc;
 use crate::proposer::Proposals;
 use crate::watch::{Tagger, WatchHub};
 
@@ -91,104 +93,9 @@ pub struct StateMachine {
     proposals: Arc<Proposals>,
     applied: Option<LogId>,
     membership: StoredMembership,
-    snapshots: Arc<SnapshotFile>,
-}
-
-/// The newest snapshot, on disk as one file (metadata and data together), replaced by
-/// write-to-temporary, fsync, rename. Saving and reading are serialised, and an older
-/// snapshot never replaces a newer one.
-#[derive(Debug)]
-struct SnapshotFile {
-    dir: PathBuf,
-    /// The last log id of the snapshot on disk.
-    current: Mutex<Option<LogId>>,
-    seq: AtomicU64,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct StoredSnapshot {
-    meta: SnapshotMeta,
-    #[serde(with = "serde_bytes")]
-    data: Vec<u8>,
-}
-
-impl SnapshotFile {
-    fn open(dir: &Path) -> Result<SnapshotFile, StorageError> {
-        fs::create_dir_all(dir).map_err(sm_write_err)?;
-        let file = SnapshotFile {
-            dir: dir.to_path_buf(),
-            current: Mutex::new(None),
-            seq: AtomicU64::new(0),
-        };
-        let current = file.read()?.and_then(|s| s.meta.last_log_id);
-        *file.lock() = current;
-        Ok(file)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<LogId>> {
-        self.current.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn path(&self) -> PathBuf {
-        self.dir.join("snapshot")
-    }
-
-    fn read(&self) -> Result<Option<StoredSnapshot>, StorageError> {
-        match fs::read(self.path()) {
-            Ok(b) => backend::decode(&b).map(Some).map_err(sm_read_err),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(sm_read_err(e)),
-        }
-    }
-
-    /// Saves `meta` and `data` unless the file already holds a snapshot at least as new.
-    fn save(&self, meta: &SnapshotMeta, data: Vec<u8>) -> Result<(), StorageError> {
-        let mut current = self.lock();
-        if current.is_some() && *current >= meta.last_log_id {
-            return Ok(());
-        }
-        let sig = Some(meta.signature());
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            data,
-        };
-        let tmp = self.dir.join(format!(
-            "snapshot.{}.{}.tmp",
-            std::process::id(),
-            self.seq.fetch_add(1, Ordering::Relaxed)
-        ));
-        let write = || -> std::io::Result<()> {
-            let mut f = fs::File::create(&tmp)?;
-            f.write_all(&backend::encode(&stored))?;
-            f.sync_all()?;
-            fs::rename(&tmp, self.path())?;
-            fs::File::open(&self.dir)?.sync_all()
-        };
-        write().map_err(|e| StorageError::from(StorageIOError::write_snapshot(sig, &e)))?;
-        *current = meta.last_log_id;
-        Ok(())
-    }
-
-    fn load(&self) -> Result<Option<Snapshot>, StorageError> {
-        let _guard = self.lock();
-        Ok(self.read()?.map(|s| Snapshot {
-            meta: s.meta,
-            snapshot: Box::new(Cursor::new(s.data)),
-        }))
-    }
-
-    /// A snapshot id unique across restarts: term, index, time, sequence.
-    fn new_id(&self, applied: Option<LogId>) -> String {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos();
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        match applied {
-            Some(id) => format!("{}-{}-{nanos:x}-{seq}", id.leader_id.term, id.index),
-            None => format!("0-0-{nanos:x}-{seq}"),
-        }
-    }
+    snapshots: Arc<SnapshotStore>,
+    /// Where this member's snapshots say they come from (they are backups).
+    source: Arc<backup::Source>,
 }
 
 fn sm_read_err(e: impl std::fmt::Display) -> StorageError {
@@ -200,28 +107,34 @@ fn sm_write_err(e: impl std::fmt::Display) -> StorageError {
 }
 
 impl StateMachine {
-    /// Opens the state machine over `shared`'s keyspace; snapshots go to `snapshot_dir`. A
-    /// snapshot on disk newer than the keyspace (a crash between saving a received snapshot,
-    /// which lets the log behind it be purged, and installing it) is installed now.
+    /// Opens the state machine over `shared`'s keyspace; snapshots go to `snapshot_dir` and
+    /// say they come from `source`. A snapshot on disk newer than the keyspace (a crash
+    /// between keeping a received snapshot, which lets the log behind it be purged, and
+    /// installing it) is installed now.
     pub fn open(
         shared: Arc<Shared>,
         proposals: Arc<Proposals>,
         snapshot_dir: &Path,
+        source: backup::Source,
     ) -> Result<StateMachine, StorageError> {
-        let snapshots = Arc::new(SnapshotFile::open(snapshot_dir)?);
         let (applied, membership) = read_raft_meta(&shared)?;
+        let snapshots = Arc::new(SnapshotStore::open(snapshot_dir, applied)?);
         let mut sm = StateMachine {
             shared,
             proposals,
             applied,
             membership,
             snapshots,
+            source: Arc::new(source),
         };
-        if let Some(stored) = sm.snapshots.read()?
-            && stored.meta.last_log_id > sm.applied
+        if let Some((meta, path)) = sm.snapshots.current()
+            && meta.last_log_id > sm.applied
         {
-            tracing::warn!(snapshot = %stored.meta.snapshot_id, "installing a saved snapshot newer than the keyspace");
-            sm.install_into_keyspace(&stored.meta, &stored.data)?;
+            tracing::warn!(snapshot = %meta.snapshot_id, "installing a kept snapshot newer than the keyspace");
+            backup::verify(&path).map_err(|e| snapshot_err(&meta, e))?;
+            install_into_keyspace(&sm.shared, &meta, &path)?;
+            sm.applied = meta.last_log_id;
+            sm.membership = meta.last_membership;
         }
         Ok(sm)
     }
@@ -232,42 +145,41 @@ impl StateMachine {
 
     /// The last log id the snapshot on disk covers.
     pub fn snapshot_last(&self) -> Option<LogId> {
-        *self.snapshots.lock()
+        self.snapshots.last()
     }
+}
 
-    fn meta_entries(&self) -> [(&'static [u8], Vec<u8>); 2] {
-        [
-            (META_APPLIED, backend::encode(&self.applied)),
-            (META_MEMBERSHIP, backend::encode(&self.membership)),
-        ]
-    }
+/// The Raft metadata written with every change to the keyspace.
+fn meta_entries(
+    applied: &Option<LogId>,
+    membership: &StoredMembership,
+) -> [(&'static [u8], Vec<u8>); 2] {
+    [
+        (META_APPLIED, backend::encode(applied)),
+        (META_MEMBERSHIP, backend::encode(membership)),
+    ]
+}
 
-    fn install_into_keyspace(
-        &mut self,
-        meta: &SnapshotMeta,
-        data: &[u8],
-    ) -> Result<(), StorageError> {
-        let sig = Some(meta.signature());
-        let payload: SnapshotPayload = backend::decode(data).map_err(|e| {
-            StorageError::from(StorageIOError::read_snapshot(sig.clone(), &io_error(e)))
-        })?;
-        self.applied = meta.last_log_id;
-        self.membership = meta.last_membership.clone();
-        let entries = self.meta_entries();
-        let mut mvcc = self.shared.write();
-        let before = mvcc.revision();
-        mvcc.install(&payload, &entries).map_err(|e| {
-            StorageError::from(StorageIOError::write_snapshot(sig.clone(), &io_error(e)))
-        })?;
-        // Watchers may have missed revisions the snapshot jumped over: they catch up from the
-        // installed keyspace (or learn that their start was compacted).
-        self.shared.hub.unsync_all(before);
-        drop(mvcc);
-        self.shared
-            .snapshots_installed
-            .fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
+fn snapshot_err(meta: &SnapshotMeta, e: impl std::fmt::Display) -> StorageError {
+    StorageIOError::write_snapshot(Some(meta.signature()), &io_error(e)).into()
+}
+
+/// Replaces `shared`'s keyspace with the snapshot at `path`, which has been verified.
+fn install_into_keyspace(
+    shared: &Shared,
+    meta: &SnapshotMeta,
+    path: &Path,
+) -> Result<(), StorageError> {
+    let entries = meta_entries(&meta.last_log_id, &meta.last_membership);
+    let mut mvcc = shared.write();
+    let before = mvcc.revision();
+    backup::install(path, &mut mvcc, &entries).map_err(|e| snapshot_err(meta, e))?;
+    // Watchers may have missed revisions the snapshot jumped over: they catch up from the
+    // installed keyspace (or learn that their start was compacted).
+    shared.hub.unsync_all(before);
+    drop(mvcc);
+    shared.snapshots_installed.fetch_add(1, Ordering::Relaxed);
+    Ok(())
 }
 
 /// A restored member's state-machine side (see [`crate::backup`]): the keyspace's head, applied
@@ -277,10 +189,15 @@ pub(crate) fn write_restored_state(
     applied: LogId,
     membership: &StoredMembership,
     head: &crate::mvcc::SnapshotHead,
-) -> Result<(), crate::error::StoreError> {
+) -> Result<(), StoreError> {
+    // A restored cluster starts with no alarms raised.
+    let head = crate::mvcc::SnapshotHead {
+        alarms: Vec::new(),
+        ..head.clone()
+    };
     Mvcc::restore_head(
         db,
-        head,
+        &head,
         &[
             (META_APPLIED, backend::encode(&Some(applied))),
             (META_MEMBERSHIP, backend::encode(membership)),
@@ -305,44 +222,81 @@ fn read_raft_meta(shared: &Shared) -> Result<(Option<LogId>, StoredMembership), 
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
-        // Reading the whole keyspace, encoding it and writing the file with fsync blocks for
-        // as long as the keyspace is large: off the async workers, so client requests and
-        // Raft traffic go on meanwhile.
+        // Reading the whole keyspace and writing the file with fsync blocks for as long as
+        // the keyspace is large: off the async workers, so client requests and Raft traffic
+        // go on meanwhile.
         let db = self.shared.read().db().clone();
         let snapshots = self.snapshots.clone();
-        tokio::task::spawn_blocking(move || build(&db, &snapshots))
+        let source = self.source.clone();
+        tokio::task::spawn_blocking(move || build(&db, &snapshots, &source))
             .await
             .map_err(sm_write_err)?
     }
 }
 
-/// Builds and saves a snapshot of `db`. Apply goes on meanwhile: everything, the applied id
-/// and membership included, comes from one RocksDB snapshot, so the metadata describes
-/// exactly the data.
-fn build(db: &DB, snapshots: &SnapshotFile) -> Result<Snapshot, StorageError> {
+/// Builds and keeps a snapshot of `db`, streamed to a file. Apply goes on meanwhile:
+/// everything, the applied id and membership included, comes from one RocksDB snapshot, so
+/// the metadata describes exactly the data.
+fn build(
+    db: &DB,
+    snapshots: &SnapshotStore,
+    source: &backup::Source,
+) -> Result<Snapshot, StorageError> {
     // Everything applied so far must be durable before the log behind it is purged.
     db.flush_wal(true).map_err(sm_write_err)?;
-    let (payload, meta) =
-        Mvcc::snapshot_from(db, &[META_APPLIED, META_MEMBERSHIP]).map_err(sm_read_err)?;
-    let applied: Option<LogId> = match &meta[0] {
+    let path = snapshots.temp_path();
+    let written = (|| -> Result<_, StoreError> {
+        let file = std::fs::File::create(&path).map_err(StoreError::internal)?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+        let (_, raw) = backup::write(
+            db,
+            source.clone(),
+            &[META_APPLIED, META_MEMBERSHIP],
+            &mut |bytes| out.write_all(&bytes).map_err(StoreError::internal),
+        )?;
+        let file = out
+            .into_inner()
+            .map_err(|e| StoreError::internal(e.error()))?;
+        file.sync_all().map_err(StoreError::internal)?;
+        Ok(raw)
+    })();
+    let raw = match written {
+        Ok(raw) => raw,
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            return Err(sm_write_err(e));
+        }
+    };
+    let applied: Option<LogId> = match &raw[0] {
         Some(b) => backend::decode(b).map_err(sm_read_err)?,
         None => None,
     };
-    let membership: StoredMembership = match &meta[1] {
+    let membership: StoredMembership = match &raw[1] {
         Some(b) => backend::decode(b).map_err(sm_read_err)?,
         None => StoredMembership::default(),
     };
-    let data = backend::encode(&payload);
     let meta = SnapshotMeta {
         last_log_id: applied,
         last_membership: membership,
-        snapshot_id: snapshots.new_id(applied),
+        snapshot_id: snapshot_id(applied),
     };
-    snapshots.save(&meta, data.clone())?;
+    let data = snapshots.keep(&meta, &path)?;
     Ok(Snapshot {
         meta,
-        snapshot: Box::new(Cursor::new(data)),
+        snapshot: Box::new(data),
     })
+}
+
+/// A snapshot id unique across restarts: term, index, time.
+fn snapshot_id(applied: Option<LogId>) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    match applied {
+        Some(id) => format!("{}-{}-{nanos:x}", id.leader_id.term, id.index),
+        None => format!("0-0-{nanos:x}"),
+    }
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
@@ -371,7 +325,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 }
                 EntryPayload::Blank => None,
             };
-            let meta = self.meta_entries();
+            let meta = meta_entries(&self.applied, &self.membership);
             let index = entry.log_id.index;
             match proposal {
                 Some(proposal) => {
@@ -417,23 +371,35 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             applied: self.applied,
             membership: self.membership.clone(),
             snapshots: self.snapshots.clone(),
+            source: self.source.clone(),
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError> {
+        Ok(Box::new(self.snapshots.receiving()?))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        mut snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError> {
-        let data = snapshot.into_inner();
-        // Saved first: openraft may purge the log behind it before the install below is
-        // durable; after a crash, `open` installs the saved snapshot.
-        self.snapshots.save(meta, data.clone())?;
-        self.install_into_keyspace(meta, &data)?;
+        snapshot.sync().await.map_err(|e| snapshot_err(meta, e))?;
+        let shared = self.shared.clone();
+        let snapshots = self.snapshots.clone();
+        let owned = meta.clone();
+        // Checked, kept, then installed: openraft may purge the log behind it once it is kept,
+        // before the install is durable; after a crash, `open` installs the kept snapshot.
+        // A damaged file is refused before anything is kept or written.
+        tokio::task::spawn_blocking(move || {
+            backup::verify(snapshot.path()).map_err(|e| snapshot_err(&owned, e))?;
+            let kept = snapshots.adopt(&owned, *snapshot)?;
+            install_into_keyspace(&shared, &owned, kept.path())
+        })
+        .await
+        .map_err(sm_write_err)??;
+        self.applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
         if let Some(last) = meta.last_log_id {
             self.proposals.snapshot_installed(last.index);
         }
@@ -441,6 +407,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        self.snapshots.load()
+        Ok(self.snapshots.load()?.map(|(meta, data)| Snapshot {
+            meta,
+            snapshot: Box::new(data),
+        }))
     }
 }
