@@ -124,6 +124,10 @@ pub struct StoreCommand {
     pub bootstrap_tokens: bool,
     /// `--audit-log-path`: the Kubernetes API's audit log.
     pub audit_log: Option<PathBuf>,
+    /// `--audit-log-maxsize` (MB) and `--audit-log-maxbackup`: when the audit log is
+    /// rotated, and how many rotated files are kept.
+    pub audit_log_maxsize: Option<u64>,
+    pub audit_log_maxbackup: Option<usize>,
     /// How the member reaches node agents that serve TLS (`--kubelet-certificate-authority`,
     /// `--kubelet-client-certificate`, `--kubelet-client-key`).
     pub kubelet: Option<ClientCert>,
@@ -220,7 +224,9 @@ impl StoreCommand {
             a.flag("enable-bootstrap-token-auth", "true");
         }
         if let Some(f) = &self.audit_log {
-            a.flag("audit-log-path", f);
+            a.flag("audit-log-path", f)
+                .opt("audit-log-maxsize", self.audit_log_maxsize.as_ref())
+                .opt("audit-log-maxbackup", self.audit_log_maxbackup.as_ref());
         }
         if let Some(k) = &self.kubelet {
             a.flag("kubelet-certificate-authority", &k.ca)

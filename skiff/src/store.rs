@@ -230,6 +230,30 @@ pub struct Args {
         requires = "audit_log_path"
     )]
     audit_policy_file: Option<PathBuf>,
+    /// kube-apiserver's: megabytes the audit log may reach before it is rotated (renamed
+    /// with the time in its name, and a new one started); 0: never rotated.
+    #[arg(
+        long = "audit-log-maxsize",
+        env = "SKIFF_STORE_AUDIT_LOG_MAXSIZE",
+        default_value_t = 0,
+        value_name = "MB"
+    )]
+    audit_log_maxsize: u64,
+    /// kube-apiserver's: rotated audit logs to keep, the newest; 0: all of them.
+    #[arg(
+        long = "audit-log-maxbackup",
+        env = "SKIFF_STORE_AUDIT_LOG_MAXBACKUP",
+        default_value_t = 0
+    )]
+    audit_log_maxbackup: usize,
+    /// kube-apiserver's: days a rotated audit log is kept; 0: no limit.
+    #[arg(
+        long = "audit-log-maxage",
+        env = "SKIFF_STORE_AUDIT_LOG_MAXAGE",
+        default_value_t = 0,
+        value_name = "DAYS"
+    )]
+    audit_log_maxage: u64,
     /// kube-apiserver's: the CA that node agents' serving certificates chain to, for
     /// `pods/log`, `pods/exec` and `pods/attach` through agents that serve TLS.
     #[arg(long, env = "SKIFF_STORE_KUBELET_CERTIFICATE_AUTHORITY", requires_all = ["kubelet_client_certificate", "kubelet_client_key"])]
@@ -614,6 +638,11 @@ impl Args {
                     .map(|path| skiff_store::access::AuditConfig {
                         path,
                         policy: self.audit_policy_file,
+                        rotation: skiff_store::access::audit::Rotation {
+                            max_bytes: self.audit_log_maxsize << 20,
+                            max_backups: self.audit_log_maxbackup,
+                            max_age: Duration::from_secs(self.audit_log_maxage * 86_400),
+                        },
                     }),
                 bootstrap_tokens: self.enable_bootstrap_token_auth,
                 kubelet: self
@@ -826,6 +855,8 @@ mod tests {
             token_auth_file: Some("/c/tokens.csv".into()),
             bootstrap_tokens: true,
             audit_log: Some("/l/audit.log".into()),
+            audit_log_maxsize: Some(100),
+            audit_log_maxbackup: Some(5),
             kubelet: Some(skiff_launch::ClientCert {
                 ca: "/c/ca.pem".into(),
                 cert: "/c/kubelet-client.pem".into(),
@@ -900,6 +931,8 @@ mod tests {
         assert_eq!(a.token_auth_file, cmd.token_auth_file);
         assert!(a.enable_bootstrap_token_auth);
         assert_eq!(a.audit_log_path, cmd.audit_log);
+        assert_eq!(Some(a.audit_log_maxsize), cmd.audit_log_maxsize);
+        assert_eq!(Some(a.audit_log_maxbackup), cmd.audit_log_maxbackup);
         assert_eq!(Some(&a.cluster_cidr), cmd.cluster_cidr.as_ref());
         assert_eq!(Some(a.node_cidr_mask_size), cmd.node_cidr_mask_size);
         let kubelet = cmd.kubelet.as_ref().expect("kubelet");

@@ -476,6 +476,9 @@ fn start_members(cluster: &mut Cluster, exe: &str, nodes: usize) -> Result<()> {
             audit_log: layout
                 .tls
                 .then(|| cluster.logs().join(format!("audit-{m}.log"))),
+            // At most 600 MB a member: a thousand nodes' churn writes 15 MB a minute.
+            audit_log_maxsize: Some(100),
+            audit_log_maxbackup: Some(5),
             initial_cluster: layout.initial_cluster(),
             // As kube-apiserver compacts its etcd: five minutes of history.
             auto_compaction_retention: Some(Duration::from_secs(300)),

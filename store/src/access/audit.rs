@@ -13,6 +13,12 @@
 //! Lines are written by a task of their own through a bounded queue: a request never waits
 //! for the disk. When the queue is full the event is dropped and counted, and the count is
 //! reported in the log.
+//!
+//! The file is rotated as kube-apiserver rotates its own (`--audit-log-maxsize`,
+//! `--audit-log-maxbackup`, `--audit-log-maxage`): when the next line would take it past the
+//! size, it is renamed with the time in its name (`audit-2026-11-28T16-40-05.123.log`, UTC)
+//! and a new one is started; then the oldest of those beyond the count, and those older than
+//! the age, are removed.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -333,21 +339,15 @@ pub struct AuditLog {
 }
 
 impl AuditLog {
-    /// Opens (appends to) `path`, readable by its owner only, and starts its writer on the
-    /// current runtime; the writer ends when the log is dropped.
-    pub fn open(path: &Path, policy: Policy) -> std::io::Result<AuditLog> {
-        use std::os::unix::fs::OpenOptionsExt as _;
+    /// Opens (appends to) `path`, readable by its owner only, rotated as `rotation` says, and
+    /// starts its writer on the current runtime; the writer ends when the log is dropped.
+    pub fn open(path: &Path, policy: Policy, rotation: Rotation) -> std::io::Result<AuditLog> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(path)?;
+        let file = LogFile::open(path, rotation)?;
         let (tx, rx) = mpsc::channel(QUEUE);
-        let path = path.to_owned();
-        tokio::task::spawn_blocking(move || write_lines(file, rx, &path));
+        tokio::task::spawn_blocking(move || write_lines(file, rx));
         Ok(AuditLog {
             policy,
             tx,
@@ -387,16 +387,139 @@ impl AuditLog {
 }
 
 /// The writer: lines as they come, flushed whenever the queue runs dry.
-fn write_lines(file: std::fs::File, mut rx: mpsc::Receiver<Vec<u8>>, path: &Path) {
-    let mut out = std::io::BufWriter::new(file);
+fn write_lines(mut out: LogFile, mut rx: mpsc::Receiver<Vec<u8>>) {
     while let Some(line) = rx.blocking_recv() {
-        let mut result = out.write_all(&line);
+        let mut result = out.write_line(&line);
         while let Ok(more) = rx.try_recv() {
-            result = result.and_then(|()| out.write_all(&more));
+            result = result.and_then(|()| out.write_line(&more));
         }
         if let Err(e) = result.and_then(|()| out.flush()) {
-            tracing::error!(error = %e, path = %path.display(), "writing the audit log");
+            tracing::error!(error = %e, path = %out.path.display(), "writing the audit log");
         }
+    }
+}
+
+/// When the audit log is rotated and how many rotated files are kept (kube-apiserver's
+/// `--audit-log-maxsize`, `--audit-log-maxbackup`, `--audit-log-maxage`). Zero turns each
+/// off, as there: the default never rotates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rotation {
+    /// Bytes past which the file is rotated.
+    pub max_bytes: u64,
+    /// Rotated files kept, the newest.
+    pub max_backups: usize,
+    /// Rotated files older than this are removed.
+    pub max_age: std::time::Duration,
+}
+
+/// How the time is written in a rotated file's name (lumberjack's, which kube-apiserver
+/// uses): it sorts as the time does.
+const ROTATED_TIME: &str = "%Y-%m-%dT%H-%M-%S%.3f";
+
+/// The audit log's file, rotated as it grows.
+struct LogFile {
+    path: PathBuf,
+    out: std::io::BufWriter<std::fs::File>,
+    /// Bytes in the file, flushed or not.
+    size: u64,
+    rotation: Rotation,
+}
+
+impl LogFile {
+    fn open(path: &Path, rotation: Rotation) -> std::io::Result<LogFile> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)?;
+        Ok(LogFile {
+            size: file.metadata()?.len(),
+            out: std::io::BufWriter::new(file),
+            path: path.to_owned(),
+            rotation,
+        })
+    }
+
+    fn write_line(&mut self, line: &[u8]) -> std::io::Result<()> {
+        let len = line.len() as u64;
+        if self.rotation.max_bytes > 0 && self.size > 0 && self.size + len > self.rotation.max_bytes
+        {
+            self.rotate(Utc::now())?;
+        }
+        self.out.write_all(line)?;
+        self.size += len;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+
+    /// `audit.log` → `audit-<now>.log`, a new `audit.log`, and the rotated files pruned.
+    fn rotate(&mut self, now: DateTime<Utc>) -> std::io::Result<()> {
+        self.out.flush()?;
+        let (stem, ext) = self.name_parts();
+        let rotated = self
+            .path
+            .with_file_name(format!("{stem}-{}{ext}", now.format(ROTATED_TIME)));
+        std::fs::rename(&self.path, rotated)?;
+        *self = LogFile::open(&self.path, self.rotation)?;
+        self.prune(now)
+    }
+
+    /// The file name's stem and its extension with the dot (`audit`, `.log`).
+    fn name_parts(&self) -> (String, String) {
+        let stem = self
+            .path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let ext = self
+            .path
+            .extension()
+            .map(|e| format!(".{}", e.to_string_lossy()))
+            .unwrap_or_default();
+        (stem, ext)
+    }
+
+    /// Removes the rotated files beyond the count kept and those older than the age kept.
+    fn prune(&self, now: DateTime<Utc>) -> std::io::Result<()> {
+        let Rotation {
+            max_backups,
+            max_age,
+            ..
+        } = self.rotation;
+        if max_backups == 0 && max_age.is_zero() {
+            return Ok(());
+        }
+        let (stem, ext) = self.name_parts();
+        let dir = match self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            Some(d) => d.to_path_buf(),
+            None => PathBuf::from("."),
+        };
+        let mut rotated: Vec<(DateTime<Utc>, PathBuf)> = Vec::new();
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let at = name
+                .strip_prefix(&format!("{stem}-"))
+                .and_then(|rest| rest.strip_suffix(&ext))
+                .and_then(|t| chrono::NaiveDateTime::parse_from_str(t, ROTATED_TIME).ok());
+            if let Some(at) = at {
+                rotated.push((at.and_utc(), entry.path()));
+            }
+        }
+        rotated.sort_by_key(|r| std::cmp::Reverse(r.0));
+        let too_old = chrono::Duration::from_std(max_age).unwrap_or(chrono::Duration::MAX);
+        for (i, (at, path)) in rotated.iter().enumerate() {
+            let beyond = max_backups > 0 && i >= max_backups;
+            let old = !max_age.is_zero() && now - *at > too_old;
+            if beyond || old {
+                std::fs::remove_file(path)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -484,5 +607,66 @@ rules:
         assert_eq!(e["stageTimestamp"], "2026-11-27T00:00:00.001500Z");
         assert_eq!(e["user"]["username"], "alice");
         assert!(e.get("requestObject").is_none());
+    }
+
+    /// The log is rotated when the next line would take it past the size, into a file named
+    /// by the time; the newest rotated files are kept up to the count, and none older than
+    /// the age.
+    #[test]
+    fn the_log_is_rotated_at_its_size_and_old_files_are_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("audit.log");
+        let rotation = Rotation {
+            max_bytes: 100,
+            max_backups: 2,
+            max_age: std::time::Duration::from_secs(3600),
+        };
+        let line = [b'x'; 39];
+        let mut log = LogFile::open(&path, rotation).expect("open");
+        let at = |s: &str| {
+            DateTime::parse_from_rfc3339(s)
+                .expect("time")
+                .with_timezone(&Utc)
+        };
+        // A rotated file from long ago, and a file that is not one.
+        std::fs::write(dir.path().join("audit-2026-01-01T00-00-00.000.log"), "old").expect("w");
+        std::fs::write(dir.path().join("audit-notes.log"), "mine").expect("w");
+        for minute in 0..4 {
+            log.write_line(&line).expect("write");
+            log.write_line(&line).expect("write");
+            log.rotate(at(&format!("2026-11-28T16:0{minute}:00.5Z")))
+                .expect("rotate");
+        }
+        let names = || -> Vec<String> {
+            let mut names: Vec<String> = std::fs::read_dir(dir.path())
+                .expect("dir")
+                .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(
+            names(),
+            [
+                "audit-2026-11-28T16-02-00.500.log",
+                "audit-2026-11-28T16-03-00.500.log",
+                "audit-notes.log",
+                "audit.log"
+            ]
+        );
+        // Rotation at the size: two lines fit in 100 bytes, a third does not (nothing pruned
+        // now: the files above are of a fixed time).
+        log.rotation.max_backups = 0;
+        log.rotation.max_age = std::time::Duration::ZERO;
+        for _ in 0..3 {
+            log.write_line(&line).expect("write");
+        }
+        log.flush().expect("flush");
+        assert_eq!(names().len(), 5, "{:?}", names());
+        assert_eq!(
+            std::fs::read(&path).expect("read").len(),
+            39,
+            "the third line"
+        );
     }
 }

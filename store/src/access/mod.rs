@@ -238,11 +238,12 @@ pub struct AccessConfig {
     pub kubelet: Option<skiff_proto::tls::ClientTls>,
 }
 
-/// Where the audit log goes, and its policy (none: every request at `Metadata`).
+/// Where the audit log goes, its policy (none: every request at `Metadata`) and its rotation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditConfig {
     pub path: PathBuf,
     pub policy: Option<PathBuf>,
+    pub rotation: audit::Rotation,
 }
 
 /// Settings that could not be used at start.
@@ -322,9 +323,11 @@ impl Access {
                     None => audit::Policy::metadata_for_all(),
                 };
                 Some(
-                    AuditLog::open(&a.path, policy).map_err(|source| AccessError::Log {
-                        path: a.path.clone(),
-                        source,
+                    AuditLog::open(&a.path, policy, a.rotation).map_err(|source| {
+                        AccessError::Log {
+                            path: a.path.clone(),
+                            source,
+                        }
                     })?,
                 )
             }
