@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tracing_subscriber::EnvFilter;
+use logging::LogFormat;
 
 mod apply;
 mod bench;
@@ -24,6 +24,7 @@ mod demo;
 mod describe;
 mod jepsen;
 mod leadership;
+mod logging;
 mod node;
 mod plot;
 mod scheduler;
@@ -106,47 +107,10 @@ fn heap_allocated_bytes() -> Option<u64> {
         .map(|b| b as u64)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
-/// The log filter in force: `--log` (or `SKIFF_LOG`), else `RUST_LOG`, else the default.
-fn log_filter(flag: Option<&str>, rust_log: Option<&str>) -> anyhow::Result<EnvFilter> {
-    let (text, from) = match (flag, rust_log) {
-        (Some(f), _) => (f, "--log"),
-        (None, Some(r)) if !r.trim().is_empty() => (r, "RUST_LOG"),
-        _ => ("warn,openraft=error", "the default"),
-    };
-    EnvFilter::builder()
-        .parse(text)
-        .map_err(|e| anyhow::anyhow!("invalid log filter {text:?} (from {from}): {e}"))
-}
-
-fn init_logging(flag: Option<&str>, format: LogFormat) -> anyhow::Result<()> {
-    let rust_log = std::env::var("RUST_LOG").ok();
-    let filter = log_filter(flag, rust_log.as_deref())?;
-    // Colour only for a person at a terminal: `up`'s children log to files, which tools read.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .init(),
-    }
-    Ok(())
-}
-
 fn main() -> ExitCode {
     skiff_store::server::set_heap_probe(heap_allocated_bytes);
     let cli = Cli::parse();
-    if let Err(e) = init_logging(cli.log.as_deref(), cli.log_format) {
+    if let Err(e) = logging::init(cli.log.as_deref(), cli.log_format) {
         eprintln!("error: {e:#}");
         return ExitCode::from(2);
     }
@@ -180,34 +144,5 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_flag_wins_over_rust_log_and_bad_filters_are_errors() {
-        assert_eq!(
-            log_filter(Some("debug"), Some("trace"))
-                .expect("valid")
-                .to_string(),
-            "debug"
-        );
-        assert_eq!(
-            log_filter(None, Some("skiff_store=debug"))
-                .expect("valid")
-                .to_string(),
-            "skiff_store=debug"
-        );
-        assert!(log_filter(None, None).is_ok());
-        let e = log_filter(Some("info,skiff=loud"), None).expect_err("bad level");
-        assert!(
-            e.to_string().contains("\"info,skiff=loud\" (from --log)"),
-            "{e}"
-        );
-        let e = log_filter(None, Some("=[")).expect_err("bad RUST_LOG");
-        assert!(e.to_string().contains("from RUST_LOG"), "{e}");
     }
 }

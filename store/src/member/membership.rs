@@ -113,6 +113,7 @@ impl StoreMember {
         };
         // The new member is not running yet: do not wait for it to catch up.
         let deadline = Instant::now() + LEADER_WAIT;
+        let one_at_a_time = self.one_membership_change().await?;
         loop {
             match self.raft.add_learner(id, node.clone(), false).await {
                 Ok(_) => break,
@@ -124,6 +125,7 @@ impl StoreMember {
                 Err(e) => return Err(membership_err(e)),
             }
         }
+        drop(one_at_a_time);
         if !learner {
             self.change_membership(ChangeMembers::AddVoterIds([id].into()))
                 .await?;
@@ -213,13 +215,22 @@ impl StoreMember {
         Ok(())
     }
 
-    /// A membership change, retried for a while when another one (such as a member recording
-    /// its client URLs) is still in progress: openraft runs one change at a time.
+    /// This member's turn to change the membership (see `membership_changes`).
+    async fn one_membership_change(&self) -> Result<tokio::sync::MutexGuard<'_, ()>, StoreError> {
+        tokio::time::timeout(LEADER_WAIT, self.membership_changes.lock())
+            .await
+            .map_err(|_| StoreError::Timeout)
+    }
+
+    /// A membership change. openraft runs one change at a time: this member's own changes
+    /// (such as every member recording its client URLs at start) wait for one another, and a
+    /// change still in progress from before (a previous leader's) is waited out for a while.
     async fn change_membership(
         &self,
         change: ChangeMembers<u64, Member>,
     ) -> Result<(), StoreError> {
         let deadline = Instant::now() + LEADER_WAIT;
+        let _one_at_a_time = self.one_membership_change().await?;
         loop {
             match self.raft.change_membership(change.clone(), false).await {
                 Ok(_) => return Ok(()),

@@ -164,6 +164,9 @@ pub struct StoreMember {
     /// The compaction backlog, also held by the keyspace (for `/metrics` and `/health`
     /// without the keyspace lock).
     backlog: Arc<Backlog>,
+    /// Held across each membership change this member makes as leader: openraft runs one
+    /// at a time and refuses (logging an error) one that arrives during another.
+    membership_changes: tokio::sync::Mutex<()>,
     /// Stops the member's background tasks, tracked by `tasks`.
     cancel: CancellationToken,
     tasks: TaskTracker,

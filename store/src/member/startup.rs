@@ -196,6 +196,7 @@ impl StoreMember {
             leader_history: LeaderHistory::default(),
             elections,
             backlog,
+            membership_changes: tokio::sync::Mutex::new(()),
             cancel,
             tasks,
         });
