@@ -291,6 +291,10 @@ pub async fn run(
     );
     let result = tokio::select! {
         _ = shutdown => Ok(()),
+        fatal = raft_failed(&member) => Err(anyhow::anyhow!(
+            "Raft stopped on an error: {fatal}; exiting so that the member starts again from its \
+             data directory"
+        )),
         Some(r) = tasks.join_next() => match r {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(e),
@@ -313,6 +317,23 @@ pub async fn run(
         while tasks.join_next().await.is_some() {}
     }
     result
+}
+
+/// Resolves when the member's Raft core stops on an error (a storage write that failed, such
+/// as a full disk): the member can no longer take part, and what its keyspace holds may be
+/// part way through a change. It exits, as etcd does, so whatever supervises it (systemd,
+/// `skiff up`) starts it again, and the start repairs the keyspace from the log and the kept
+/// snapshot.
+async fn raft_failed(member: &StoreMember) -> String {
+    let mut metrics = member.raft.metrics();
+    loop {
+        if let Err(fatal) = &metrics.borrow_and_update().running_state {
+            return fatal.to_string();
+        }
+        if metrics.changed().await.is_err() {
+            return "its metrics ended".into();
+        }
+    }
 }
 
 /// Listeners that serve no TLS (metrics, the Kubernetes API: plain HTTP for now).
