@@ -19,6 +19,36 @@ fn source() -> skiff_store::backup::Source {
     }
 }
 
+/// Log entry `i` of term 1: a put of `k<i>` with a value of `size` bytes.
+fn put_entry(i: u64, size: usize) -> openraft::Entry<TypeConfig> {
+    use skiff_store::command::{Command, Proposal, ProposalId, PutRequest, RequestOp, TxnRequest};
+    openraft::Entry {
+        log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), i),
+        payload: openraft::EntryPayload::Normal(Proposal {
+            id: ProposalId::default(),
+            command: Command::Txn(TxnRequest::single(RequestOp::Put(PutRequest {
+                key: format!("k{i}").into_bytes(),
+                value: vec![b'v'; size],
+                ..PutRequest::default()
+            }))),
+        }),
+    }
+}
+
+/// A member's state machine over the data directory `dir` (its keyspace and snapshots).
+fn open_member(dir: &std::path::Path, id: u64) -> (std::sync::Arc<Shared>, StateMachine) {
+    let db = backend::open(&dir.join("db")).expect("open backend");
+    let shared = Shared::new(Mvcc::open(db).expect("keyspace"), None);
+    let sm = StateMachine::open(
+        shared.clone(),
+        Proposals::new(id),
+        &dir.join("snap"),
+        source(),
+    )
+    .expect("state machine");
+    (shared, sm)
+}
+
 impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for RocksBuilder {
     async fn build(&self) -> Result<(TempDir, LogStore, StateMachine), StorageError> {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -47,32 +77,10 @@ fn openraft_storage_suite() {
 #[tokio::test]
 async fn a_saved_snapshot_newer_than_the_keyspace_is_installed_on_open() {
     use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
-    use openraft::{Entry, EntryPayload, LogId};
-    use skiff_store::command::{Command, Proposal, ProposalId, PutRequest, RequestOp, TxnRequest};
 
     let leader_dir = tempfile::tempdir().expect("tempdir");
-    let db = backend::open(&leader_dir.path().join("db")).expect("open backend");
-    let shared = Shared::new(Mvcc::open(db).expect("keyspace"), None);
-    let mut sm = StateMachine::open(
-        shared.clone(),
-        Proposals::new(1),
-        &leader_dir.path().join("snap"),
-        source(),
-    )
-    .expect("sm");
-    let entries: Vec<Entry<TypeConfig>> = (1..=5u64)
-        .map(|i| Entry {
-            log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), i),
-            payload: EntryPayload::Normal(Proposal {
-                id: ProposalId::default(),
-                command: Command::Txn(TxnRequest::single(RequestOp::Put(PutRequest {
-                    key: format!("k{i}").into_bytes(),
-                    value: b"v".to_vec(),
-                    ..PutRequest::default()
-                }))),
-            }),
-        })
-        .collect();
+    let (_, mut sm) = open_member(leader_dir.path(), 1);
+    let entries: Vec<_> = (1..=5u64).map(|i| put_entry(i, 1)).collect();
     sm.apply(entries).await.expect("apply");
     let mut builder = sm.get_snapshot_builder().await;
     let snap = builder.build_snapshot().await.expect("snapshot");
@@ -89,15 +97,7 @@ async fn a_saved_snapshot_newer_than_the_keyspace_is_installed_on_open() {
         )
         .expect("copy snapshot file");
     }
-    let db = backend::open(&follower_dir.path().join("db")).expect("open backend");
-    let shared = Shared::new(Mvcc::open(db).expect("keyspace"), None);
-    let mut follower = StateMachine::open(
-        shared.clone(),
-        Proposals::new(2),
-        &follower_dir.path().join("snap"),
-        source(),
-    )
-    .expect("sm");
+    let (shared, mut follower) = open_member(follower_dir.path(), 2);
     let (applied, _) = follower.applied_state().await.expect("applied state");
     assert_eq!(applied.map(|l| l.index), Some(5));
     assert_eq!(shared.read().revision(), 5);
@@ -116,23 +116,11 @@ async fn a_saved_snapshot_newer_than_the_keyspace_is_installed_on_open() {
 /// small entries comes back whole.
 #[tokio::test]
 async fn replication_reads_are_cut_at_a_mebibyte_but_never_empty() {
+    use openraft::Entry;
     use openraft::storage::RaftLogReader;
-    use openraft::{Entry, EntryPayload, LogId};
-    use skiff_store::command::{Command, Proposal, ProposalId, PutRequest, RequestOp, TxnRequest};
 
     let dir = tempfile::tempdir().expect("tempdir");
     let db = backend::open(&dir.path().join("db")).expect("open backend");
-    let entry = |i: u64, size: usize| Entry::<TypeConfig> {
-        log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), i),
-        payload: EntryPayload::Normal(Proposal {
-            id: ProposalId::default(),
-            command: Command::Txn(TxnRequest::single(RequestOp::Put(PutRequest {
-                key: format!("k{i}").into_bytes(),
-                value: vec![b'v'; size],
-                ..PutRequest::default()
-            }))),
-        }),
-    };
     let log = backend::cf(&db, backend::CF_LOG);
     // 1..=40: 100 KiB each; 41: 3 MiB; 42..=50: 10 bytes each.
     for i in 1..=50u64 {
@@ -141,7 +129,7 @@ async fn replication_reads_are_cut_at_a_mebibyte_but_never_empty() {
             41 => 3 << 20,
             _ => 10,
         };
-        db.put_cf(log, i.to_be_bytes(), backend::encode(&entry(i, size)))
+        db.put_cf(log, i.to_be_bytes(), backend::encode(&put_entry(i, size)))
             .expect("put entry");
     }
     let mut store = LogStore::new(db.clone(), Proposals::new(1));
@@ -228,36 +216,14 @@ fn the_raft_log_does_not_count_against_the_quota() {
 #[tokio::test]
 async fn a_damaged_snapshot_is_refused_and_changes_nothing() {
     use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
-    use openraft::{Entry, EntryPayload, LogId};
-    use skiff_store::command::{Command, Proposal, ProposalId, PutRequest, RequestOp, TxnRequest};
     use tokio::io::AsyncWriteExt;
 
-    let put = |i: u64| Entry::<TypeConfig> {
-        log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), i),
-        payload: EntryPayload::Normal(Proposal {
-            id: ProposalId::default(),
-            command: Command::Txn(TxnRequest::single(RequestOp::Put(PutRequest {
-                key: format!("k{i}").into_bytes(),
-                value: vec![b'v'; 1000],
-                ..PutRequest::default()
-            }))),
-        }),
-    };
-    let open = |dir: &TempDir, id: u64| {
-        let db = backend::open(&dir.path().join("db")).expect("open backend");
-        let shared = Shared::new(Mvcc::open(db).expect("keyspace"), None);
-        let sm = StateMachine::open(
-            shared.clone(),
-            Proposals::new(id),
-            &dir.path().join("snap"),
-            source(),
-        )
-        .expect("sm");
-        (shared, sm)
-    };
     let leader_dir = tempfile::tempdir().expect("tempdir");
-    let (_, mut leader) = open(&leader_dir, 1);
-    leader.apply((1..=50).map(put)).await.expect("apply");
+    let (_, mut leader) = open_member(leader_dir.path(), 1);
+    leader
+        .apply((1..=50).map(|i| put_entry(i, 1000)))
+        .await
+        .expect("apply");
     let snap = leader
         .get_snapshot_builder()
         .await
@@ -266,8 +232,11 @@ async fn a_damaged_snapshot_is_refused_and_changes_nothing() {
         .expect("snapshot");
 
     let follower_dir = tempfile::tempdir().expect("tempdir");
-    let (shared, mut follower) = open(&follower_dir, 2);
-    follower.apply((1..=3).map(put)).await.expect("apply");
+    let (shared, mut follower) = open_member(follower_dir.path(), 2);
+    follower
+        .apply((1..=3).map(|i| put_entry(i, 1000)))
+        .await
+        .expect("apply");
     let mut bytes = std::fs::read(snap.snapshot.path()).expect("read snapshot");
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x40;
@@ -292,4 +261,87 @@ async fn a_damaged_snapshot_is_refused_and_changes_nothing() {
         .expect("snap dir")
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// A crash part way through installing a snapshot (the old keyspace deleted, some of the new
+/// one written, the applied id not yet) is repaired when the member starts: the kept snapshot
+/// is newer than the applied id, so it is installed again, whole.
+#[tokio::test]
+async fn a_crash_part_way_through_an_install_is_repaired_at_start() {
+    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    use skiff_store::backup::{BackupError, read_verified};
+    use skiff_store::command::RangeRequest;
+    use skiff_store::error::StoreError;
+
+    let leader_dir = tempfile::tempdir().expect("tempdir");
+    let (leader_shared, mut leader) = open_member(leader_dir.path(), 1);
+    leader
+        .apply((1..=300).map(|i| put_entry(i, 2000)))
+        .await
+        .expect("apply");
+    let snap = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .expect("snapshot");
+
+    // The follower had applied 3 entries of its own when it kept the leader's snapshot.
+    let follower_dir = tempfile::tempdir().expect("tempdir");
+    {
+        let (_, mut follower) = open_member(follower_dir.path(), 2);
+        follower
+            .apply((1..=3).map(|i| put_entry(i, 10)))
+            .await
+            .expect("apply");
+    }
+    let snap_dir = follower_dir.path().join("snap");
+    for file in std::fs::read_dir(leader_dir.path().join("snap")).expect("read snap dir") {
+        let file = file.expect("snap dir entry");
+        std::fs::copy(file.path(), snap_dir.join(file.file_name())).expect("copy");
+    }
+    // The install began and stopped after its first frame.
+    {
+        let db = backend::open(&follower_dir.path().join("db")).expect("open backend");
+        let mut mvcc = Mvcc::open(db.clone()).expect("keyspace");
+        let crashed = mvcc.replace(
+            |db| -> Result<_, BackupError> {
+                read_verified(snap.snapshot.path(), |versions| {
+                    Mvcc::restore_versions(db, versions)?;
+                    Err(StoreError::internal("the process died here").into())
+                })
+                .map(|summary| summary.head)
+            },
+            &[],
+        );
+        assert!(crashed.is_err());
+        // What the backend holds now: the first frame of the snapshot's versions (the
+        // follower's own three are gone), under the follower's old revision.
+        drop(mvcc);
+        let kv = backend::cf(&db, backend::CF_KV);
+        let stored = db.iterator_cf(kv, rocksdb::IteratorMode::Start).count();
+        assert!(stored > 3 && stored < 300, "{stored} versions");
+        let partial = Mvcc::open(db).expect("keyspace");
+        assert_eq!(partial.revision(), 3);
+    }
+
+    let (shared, mut follower) = open_member(follower_dir.path(), 2);
+    let (applied, _) = follower.applied_state().await.expect("applied state");
+    assert_eq!(applied, snap.meta.last_log_id);
+    let read = |shared: &Shared| {
+        let all = shared
+            .read()
+            .range(&RangeRequest {
+                key: b"k".to_vec(),
+                range_end: b"l".to_vec(),
+                ..RangeRequest::default()
+            })
+            .expect("range");
+        (shared.read().revision(), all.count, all.kvs)
+    };
+    assert_eq!(
+        read(&shared),
+        read(&leader_shared),
+        "the leader's keyspace, whole"
+    );
 }
