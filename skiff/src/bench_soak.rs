@@ -32,6 +32,13 @@ pub struct Args {
     /// The cluster to start, as `skiff up` takes it (`--nodes 1000`, `--data-dir` …).
     #[command(flatten)]
     cluster: crate::up::Args,
+    #[command(flatten)]
+    plan: Plan,
+}
+
+/// The churn.
+#[derive(Debug, clap::Args)]
+struct Plan {
     /// How long to churn.
     #[arg(long, default_value = "1h", value_parser = skiff_proto::duration::parse)]
     duration: Duration,
@@ -58,42 +65,14 @@ pub struct Args {
 /// The most creates and deletes in flight at once.
 const IN_FLIGHT: usize = 256;
 
-pub fn run(a: Args) -> Result<ExitCode> {
-    if a.rate <= 0.0 || a.duration.is_zero() || a.sample_every.is_zero() {
+pub fn run(Args { cluster, plan }: Args) -> Result<ExitCode> {
+    if plan.rate <= 0.0 || plan.duration.is_zero() || plan.sample_every.is_zero() {
         bail!("--rate, --duration and --sample-every must be positive");
     }
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    let Args {
-        cluster,
-        duration,
-        rate,
-        lifetime,
-        restart_every,
-        sample_every,
-        run_within,
-        out,
-    } = a;
-    let plan = Plan {
-        duration,
-        rate,
-        lifetime,
-        restart_every,
-        sample_every,
-        run_within,
-        out,
-    };
+    std::fs::create_dir_all(&plan.out)
+        .with_context(|| format!("creating {}", plan.out.display()))?;
     let workload: Workload<'_> = Box::new(move |rt, c| soak(rt, c, &plan));
     crate::up::run_then(cluster, Some(workload))
-}
-
-struct Plan {
-    duration: Duration,
-    rate: f64,
-    lifetime: Duration,
-    restart_every: Duration,
-    sample_every: Duration,
-    run_within: Duration,
-    out: PathBuf,
 }
 
 /// What the churn has done so far; shared by its tasks (held only for map operations).

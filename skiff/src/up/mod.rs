@@ -101,6 +101,11 @@ pub struct Args {
     /// benchmarks that compare against an unsecured etcd. Fixed when the cluster is created.
     #[arg(long)]
     insecure: bool,
+    /// How long an event lives (kube-apiserver's `--event-ttl`): the members hold every event
+    /// of this window, so under steady churn their memory and database grow for this long
+    /// before they level off.
+    #[arg(long, default_value = "1h", value_parser = skiff_proto::duration::parse)]
+    event_ttl: Duration,
     /// The kubeconfig to merge the `skiff` context into [default: the first file of
     /// $KUBECONFIG, else ~/.kube/config].
     #[arg(long)]
@@ -172,7 +177,7 @@ pub(crate) fn run_then(args: Args, workload: Option<Workload<'_>>) -> Result<Exi
         if resumed { "resuming" } else { "starting" },
         dir.display()
     );
-    start_members(&mut cluster, &exe, args.nodes)?;
+    start_members(&mut cluster, &exe, args.nodes, args.event_ttl)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -452,7 +457,12 @@ fn cluster_cidr(nodes: usize) -> String {
 }
 
 /// The three store members, restarted by the supervisor when they exit.
-fn start_members(cluster: &mut Cluster, exe: &str, nodes: usize) -> Result<()> {
+fn start_members(
+    cluster: &mut Cluster,
+    exe: &str,
+    nodes: usize,
+    event_ttl: Duration,
+) -> Result<()> {
     let layout = cluster.layout.clone();
     for (i, m) in MEMBERS.iter().enumerate() {
         let scheme = layout.scheme();
@@ -486,6 +496,7 @@ fn start_members(cluster: &mut Cluster, exe: &str, nodes: usize) -> Result<()> {
             // history at a thousand nodes' churn (`skiff bench soak`) outgrow the default
             // 2 GiB.
             quota_backend_bytes: Some(8 << 30),
+            event_ttl: Some(event_ttl),
             cluster_cidr: Some(cluster_cidr(nodes)),
             ..StoreCommand::default()
         };
