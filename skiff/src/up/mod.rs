@@ -32,7 +32,7 @@
 //! |---|---|
 //! | [`kubeconfig`] | the `skiff` context merged into kubectl's configuration |
 //! | [`layout`] | the data directory, its lock, the ports, `cluster.json` |
-//! | [`supervisor`] | the children: start, restart of members, ordered shutdown |
+//! | [`supervisor`] | the children: start, restart of members and leaders, ordered shutdown |
 //!
 //! The children are started through `skiff-launch` (typed command lines, one child handle),
 //! as is the cluster's own containerd for `--runtime cri`.
@@ -520,9 +520,12 @@ fn start_scheduler(cluster: &mut Cluster, exe: &str) -> Result<()> {
         ..SchedulerCommand::default()
     };
     let log = cluster.logs().join("scheduler.log");
+    // The scheduler and the controller manager exit when they lose their leader lease (the
+    // store away too long), so that a standby takes over, as kube-scheduler does; there is
+    // no standby here, so they are started again, as the kubelet restarts its static pods.
     cluster.start(
         Launch::new("scheduler", exe, log).args(scheduler.args()),
-        false,
+        true,
     )
 }
 
@@ -548,7 +551,7 @@ fn start_controller_manager(cluster: &mut Cluster, exe: &str) -> Result<()> {
     let log = cluster.logs().join("controller-manager.log");
     cluster.start(
         Launch::new("controller-manager", exe, log).args(cm.args()),
-        false,
+        true,
     )
 }
 

@@ -89,8 +89,8 @@ impl Cluster {
         }
     }
 
-    /// Restarts members that died; reports other children that died. Returns false when
-    /// a child that is not restarted has exited.
+    /// Restarts the children started with `restart` that exited; reports the others that
+    /// exited. Returns false when a child that is not restarted has exited.
     pub fn supervise(&mut self) -> bool {
         let mut healthy = true;
         for p in &mut self.procs {
