@@ -35,6 +35,37 @@ fn put_entry(i: u64, size: usize) -> openraft::Entry<TypeConfig> {
     }
 }
 
+/// A member in `dir` that applied `n` puts of `size` bytes, and the snapshot it built of them.
+async fn member_with_snapshot(
+    dir: &std::path::Path,
+    n: u64,
+    size: usize,
+) -> (std::sync::Arc<Shared>, skiff_store::raft::Snapshot) {
+    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    let (shared, mut sm) = open_member(dir, 1);
+    sm.apply((1..=n).map(|i| put_entry(i, size)))
+        .await
+        .expect("apply");
+    let snap = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .expect("snapshot");
+    assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(n));
+    (shared, snap)
+}
+
+/// Copies the snapshot directory of the member in `from` into the member in `to`: a member
+/// that kept a snapshot and stopped before installing it.
+fn copy_snapshots(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to.join("snap")).expect("mkdir");
+    for file in std::fs::read_dir(from.join("snap")).expect("read snap dir") {
+        let file = file.expect("snap dir entry");
+        std::fs::copy(file.path(), to.join("snap").join(file.file_name())).expect("copy");
+    }
+}
+
 /// A member's state machine over the data directory `dir` (its keyspace and snapshots).
 fn open_member(dir: &std::path::Path, id: u64) -> (std::sync::Arc<Shared>, StateMachine) {
     let db = backend::open(&dir.join("db")).expect("open backend");
@@ -76,27 +107,14 @@ fn openraft_storage_suite() {
 /// crashed before installing it into the keyspace installs it when it starts again.
 #[tokio::test]
 async fn a_saved_snapshot_newer_than_the_keyspace_is_installed_on_open() {
-    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    use openraft::storage::RaftStateMachine;
 
     let leader_dir = tempfile::tempdir().expect("tempdir");
-    let (_, mut sm) = open_member(leader_dir.path(), 1);
-    let entries: Vec<_> = (1..=5u64).map(|i| put_entry(i, 1)).collect();
-    sm.apply(entries).await.expect("apply");
-    let mut builder = sm.get_snapshot_builder().await;
-    let snap = builder.build_snapshot().await.expect("snapshot");
-    assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(5));
+    member_with_snapshot(leader_dir.path(), 5, 1).await;
 
     // A fresh member whose snapshot directory holds that snapshot, its keyspace still empty.
     let follower_dir = tempfile::tempdir().expect("tempdir");
-    std::fs::create_dir_all(follower_dir.path().join("snap")).expect("mkdir");
-    for file in std::fs::read_dir(leader_dir.path().join("snap")).expect("read snap dir") {
-        let file = file.expect("snap dir entry");
-        std::fs::copy(
-            file.path(),
-            follower_dir.path().join("snap").join(file.file_name()),
-        )
-        .expect("copy snapshot file");
-    }
+    copy_snapshots(leader_dir.path(), follower_dir.path());
     let (shared, mut follower) = open_member(follower_dir.path(), 2);
     let (applied, _) = follower.applied_state().await.expect("applied state");
     assert_eq!(applied.map(|l| l.index), Some(5));
@@ -215,21 +233,11 @@ fn the_raft_log_does_not_count_against_the_quota() {
 /// the received file is gone.
 #[tokio::test]
 async fn a_damaged_snapshot_is_refused_and_changes_nothing() {
-    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    use openraft::storage::RaftStateMachine;
     use tokio::io::AsyncWriteExt;
 
     let leader_dir = tempfile::tempdir().expect("tempdir");
-    let (_, mut leader) = open_member(leader_dir.path(), 1);
-    leader
-        .apply((1..=50).map(|i| put_entry(i, 1000)))
-        .await
-        .expect("apply");
-    let snap = leader
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .expect("snapshot");
+    let (_, snap) = member_with_snapshot(leader_dir.path(), 50, 1000).await;
 
     let follower_dir = tempfile::tempdir().expect("tempdir");
     let (shared, mut follower) = open_member(follower_dir.path(), 2);
@@ -268,23 +276,13 @@ async fn a_damaged_snapshot_is_refused_and_changes_nothing() {
 /// is newer than the applied id, so it is installed again, whole.
 #[tokio::test]
 async fn a_crash_part_way_through_an_install_is_repaired_at_start() {
-    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    use openraft::storage::RaftStateMachine;
     use skiff_store::backup::{BackupError, read_verified};
     use skiff_store::command::RangeRequest;
     use skiff_store::error::StoreError;
 
     let leader_dir = tempfile::tempdir().expect("tempdir");
-    let (leader_shared, mut leader) = open_member(leader_dir.path(), 1);
-    leader
-        .apply((1..=300).map(|i| put_entry(i, 2000)))
-        .await
-        .expect("apply");
-    let snap = leader
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .expect("snapshot");
+    let (leader_shared, snap) = member_with_snapshot(leader_dir.path(), 300, 2000).await;
 
     // The follower had applied 3 entries of its own when it kept the leader's snapshot.
     let follower_dir = tempfile::tempdir().expect("tempdir");
@@ -295,11 +293,7 @@ async fn a_crash_part_way_through_an_install_is_repaired_at_start() {
             .await
             .expect("apply");
     }
-    let snap_dir = follower_dir.path().join("snap");
-    for file in std::fs::read_dir(leader_dir.path().join("snap")).expect("read snap dir") {
-        let file = file.expect("snap dir entry");
-        std::fs::copy(file.path(), snap_dir.join(file.file_name())).expect("copy");
-    }
+    copy_snapshots(leader_dir.path(), follower_dir.path());
     // The install began and stopped after its first frame.
     {
         let db = backend::open(&follower_dir.path().join("db")).expect("open backend");
