@@ -93,6 +93,14 @@ async fn bind_all(
 /// How long a stopping member lets requests in flight finish before closing connections.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(1);
 
+/// Streams a client may reset before the server has accepted them, per connection, before h2
+/// closes the connection (its guard against "rapid reset" floods). h2's default is 20. A
+/// client that cancels requests it has given up on (a deadline passed while this member was
+/// busy) reaches 20 in a burst, and the closing breaks every stream on the connection, its
+/// watches and lease keep-alives included. A thousand still bounds what one connection can
+/// queue.
+const PENDING_RESET_STREAMS: usize = 1_000;
+
 /// Starts the member and serves it until `shutdown` resolves.
 pub async fn run(
     config: MemberConfig,
@@ -178,6 +186,7 @@ pub async fn run(
                 }
             };
             tonic::transport::Server::builder()
+                .http2_max_pending_accept_reset_streams(Some(PENDING_RESET_STREAMS))
                 .trace_fn(|req| tracing::trace_span!("store.peer", method = %req.uri().path()))
                 .add_service(
                     RaftPeerServer::new(PeerService::new(member))
@@ -229,6 +238,7 @@ pub async fn run(
             tonic::transport::Server::builder()
                 // etcd serves `/health` and the like on its client URLs, over HTTP/1.1 too.
                 .accept_http1(true)
+                .http2_max_pending_accept_reset_streams(Some(PENDING_RESET_STREAMS))
                 // One span per request (and per stream), named by its gRPC method.
                 .trace_fn(|req| tracing::debug_span!("store.request", method = %req.uri().path()))
                 // Watch streams are long-lived; etcd allows practically unlimited ones too.

@@ -343,6 +343,25 @@ async fn a_watch_with_an_empty_range_is_refused_in_one_response() {
     );
 }
 
+/// A client whose requests time out in a burst cancels them all at once: a hundred
+/// RST_STREAMs, each arriving before the server has handed its stream to a handler, do not
+/// make the member close the connection (h2's default closes it at 20, breaking every other
+/// stream on it: watches, lease keep-alives). Then the member still serves requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_cancelled_requests_keeps_the_connection() {
+    let t = Target::start(Kind::from_env(), 1).await;
+    let after = tcp::cancelled_burst(&t.endpoint(0), &methods::RANGE.path(), 100).await;
+    assert_eq!(
+        after,
+        tcp::AfterBurst::Alive,
+        "after 100 cancelled requests"
+    );
+    let mut c = t.client(0).await;
+    c.put("/burst", "after", None)
+        .await
+        .expect("a put after the burst");
+}
+
 async fn watch_response(s: &mut wire::RawStream) -> PbWatchResponse {
     match s.next(Duration::from_secs(10)).await {
         Next::Message(b) => PbWatchResponse::decode(b).expect("a watch response"),
