@@ -150,34 +150,69 @@ impl StoreMember {
     }
 
     /// The leader's lease clock: one [`Lessor::tick`], then the expired leases are revoked
-    /// through the log.
+    /// through the log, in entries of a bounded number of keys ([`expiry_entries`]), one after
+    /// another. A failed proposal leaves the rest for the next tick.
     pub(super) async fn lease_tick(&self) {
         if !self.is_leader() {
             self.lessor().step_down();
             return;
         }
         let term = self.term();
-        let leases: Vec<(i64, i64)> = self
-            .shared
-            .read()
-            .leases()
-            .iter()
-            .map(|(id, l)| (*id, l.ttl))
-            .collect();
+        let (leases, keys): (Vec<(i64, i64)>, HashMap<i64, usize>) = {
+            let mvcc = self.shared.read();
+            mvcc.leases()
+                .iter()
+                .map(|(id, l)| ((*id, l.ttl), (*id, l.keys.len())))
+                .unzip()
+        };
         let expired = self.lessor().tick(term, &leases, Instant::now());
-        if expired.is_empty() {
-            return;
-        }
-        match self
-            .write_local(Command::LeaseExpire {
-                ids: expired.clone(),
-            })
-            .await
-        {
-            Ok(_) => self.lessor().revoked(&expired),
-            Err(e) => tracing::warn!(error = %e, "lease expiry proposal failed"),
+        let expired: Vec<(i64, usize)> = expired
+            .into_iter()
+            .map(|id| (id, keys.get(&id).copied().unwrap_or(0)))
+            .collect();
+        for ids in expiry_entries(&expired, MAX_EXPIRY_KEYS) {
+            if let Err(e) = self
+                .write_local(Command::LeaseExpire { ids: ids.clone() })
+                .await
+            {
+                tracing::warn!(error = %e, "lease expiry proposal failed");
+                return;
+            }
+            self.lessor().revoked(&ids);
         }
     }
+}
+
+/// The most keys one lease-expiry entry deletes, unless a single lease holds more.
+///
+/// Every member applies an entry under the keyspace's write lock, and a lease's keys all go
+/// in one revision (as etcd revokes a lease in one transaction). kube-apiserver puts a
+/// minute's events under one lease, so a busy cluster's event leases hold tens of thousands
+/// of keys each; and a new leader gives every lease a full TTL at once, so leases granted
+/// over many minutes can expire in the same tick. Deleting them all in one entry held every
+/// member's lock (and memory for every deletion's event) for seconds; one entry per bounded
+/// group lets reads, keep-alives and the watch fan-out run between them.
+const MAX_EXPIRY_KEYS: usize = 10_000;
+
+/// Splits expired leases (`(id, keys attached)`, in order) into the id lists of successive
+/// [`Command::LeaseExpire`] entries: each holds leases while their keys total at most
+/// `max_keys`, and a lease with more keys than that goes alone (a lease is never split).
+fn expiry_entries(expired: &[(i64, usize)], max_keys: usize) -> Vec<Vec<i64>> {
+    let mut entries: Vec<Vec<i64>> = Vec::new();
+    let mut keys_in_last = 0;
+    for &(id, keys) in expired {
+        match entries.last_mut() {
+            Some(last) if keys_in_last + keys <= max_keys => {
+                last.push(id);
+                keys_in_last += keys;
+            }
+            _ => {
+                entries.push(vec![id]);
+                keys_in_last = keys;
+            }
+        }
+    }
+    entries
 }
 
 #[cfg(test)]
@@ -215,6 +250,22 @@ mod tests {
         assert_eq!(lessor.tick(1, &[(1, 1), (2, 5)], later), [1]);
         lessor.revoked(&[1]);
         assert!(lessor.tick(1, &[(2, 5)], later).is_empty());
+    }
+
+    #[test]
+    fn expiries_are_split_by_keys_and_a_lease_is_never_split() {
+        assert!(expiry_entries(&[], 10).is_empty());
+        // Small leases share an entry up to the bound, keys-less ones included.
+        assert_eq!(
+            expiry_entries(&[(1, 4), (2, 0), (3, 6), (4, 1)], 10),
+            [vec![1, 2, 3], vec![4]]
+        );
+        // A lease larger than the bound goes alone, and the next starts a new entry.
+        assert_eq!(
+            expiry_entries(&[(1, 3), (2, 60_000), (3, 2), (4, 9)], 10),
+            [vec![1], vec![2], vec![3], vec![4]]
+        );
+        assert_eq!(expiry_entries(&[(7, 25)], 10), [vec![7]]);
     }
 
     #[test]

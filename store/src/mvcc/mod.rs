@@ -437,8 +437,9 @@ impl Mvcc {
                 Ok(Outcome::LeaseRevoked)
             }
             Command::LeaseExpire { ids } => {
-                // All expired leases go in one revision: each lease's keys still vanish
-                // together, and a watcher sees one batch.
+                // The entry's leases go in one revision: each lease's keys vanish together
+                // (as etcd revokes a lease), and a watcher sees one batch. The leader splits
+                // a large expiry into several entries, by lease (see `member::lessor`).
                 for id in ids {
                     if self.leases.contains_key(id) {
                         self.revoke(*id, w)?;

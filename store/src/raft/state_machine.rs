@@ -313,8 +313,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let mut out = Vec::new();
         let shared = self.shared.clone();
-        let mut mvcc = shared.write();
         for entry in entries {
+            // The lock is taken per entry, not for the whole batch: reads (and the lease
+            // keep-alives that read a lease's TTL) get in between a batch's entries, however
+            // many openraft hands over at once.
+            let mut mvcc = shared.write();
             let started = std::time::Instant::now();
             self.applied = Some(entry.log_id);
             let proposal = match entry.payload {
