@@ -209,12 +209,23 @@ fn read_raft_meta(shared: &Shared) -> Result<(Option<LogId>, StoredMembership), 
     let mvcc = shared.read();
     let db = mvcc.db();
     let meta = backend::cf(db, CF_META);
-    let applied = match db.get_cf(meta, META_APPLIED).map_err(sm_read_err)? {
-        Some(b) => backend::decode(&b).map_err(sm_read_err)?,
+    let applied = db.get_cf(meta, META_APPLIED).map_err(sm_read_err)?;
+    let membership = db.get_cf(meta, META_MEMBERSHIP).map_err(sm_read_err)?;
+    decode_raft_meta(applied.as_deref(), membership.as_deref())
+}
+
+/// The applied log id and membership as [`meta_entries`] wrote them; a keyspace that never
+/// applied an entry has neither.
+fn decode_raft_meta(
+    applied: Option<&[u8]>,
+    membership: Option<&[u8]>,
+) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+    let applied = match applied {
+        Some(b) => backend::decode(b).map_err(sm_read_err)?,
         None => None,
     };
-    let membership = match db.get_cf(meta, META_MEMBERSHIP).map_err(sm_read_err)? {
-        Some(b) => backend::decode(&b).map_err(sm_read_err)?,
+    let membership = match membership {
+        Some(b) => backend::decode(b).map_err(sm_read_err)?,
         None => StoredMembership::default(),
     };
     Ok((applied, membership))
@@ -267,14 +278,7 @@ fn build(
             return Err(sm_write_err(e));
         }
     };
-    let applied: Option<LogId> = match &raw[0] {
-        Some(b) => backend::decode(b).map_err(sm_read_err)?,
-        None => None,
-    };
-    let membership: StoredMembership = match &raw[1] {
-        Some(b) => backend::decode(b).map_err(sm_read_err)?,
-        None => StoredMembership::default(),
-    };
+    let (applied, membership) = decode_raft_meta(raw[0].as_deref(), raw[1].as_deref())?;
     let meta = SnapshotMeta {
         last_log_id: applied,
         last_membership: membership,
