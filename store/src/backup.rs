@@ -7,8 +7,13 @@
 //!
 //! ```text
 //! "SKIFFBAK" | file version (u32 BE) | frame* | zeros | SHA-256 of everything before it
-//! frame = length (u32 BE) | bincode(Frame)
+//! frame = length (u32 BE) | bytes (u32 BE) | zstd(bincode(Frame))
 //! ```
+//!
+//! `length` counts the compressed bytes that follow the two lengths, `bytes` what they
+//! decompress to. Pods, events and the like compress several times over, and a member keeps
+//! its newest Raft snapshot, a file of this format, beside its database. Versions 1 and 2
+//! (still read) had `length | bincode(Frame)`.
 //!
 //! The zeros pad what comes before the SHA-256 to a multiple of 512 bytes: `etcdctl snapshot
 //! save` refuses a file whose size is not 32 past a multiple of 512 (bbolt's page size), as
@@ -42,8 +47,11 @@ use crate::raft::{LogId, Member, StoredMembership, cluster_id, member_id};
 
 pub const MAGIC: &[u8; 8] = b"SKIFFBAK";
 /// Version 2 added users and roles (etcd's auth state) to the head; version 1 files are
-/// still read, as having none.
-const FILE_VERSION: u32 = 2;
+/// still read, as having none. Version 3 compresses the frames.
+const FILE_VERSION: u32 = 3;
+/// zstd's level for frames: its fastest standard level. A Raft snapshot is written while the
+/// member serves, and most of what it saves over higher levels is had at this one.
+const COMPRESSION_LEVEL: i32 = 1;
 /// Bytes of stored versions per frame.
 pub const FRAME_BYTES: usize = 256 * 1024;
 /// What comes before the trailing SHA-256 is padded to a multiple of this.
@@ -154,12 +162,14 @@ pub fn write(
     let mut start = MAGIC.to_vec();
     start.extend_from_slice(&FILE_VERSION.to_be_bytes());
     emit(start)?;
-    let frame = |f: &Frame| -> Vec<u8> {
-        let body = backend::encode(f);
-        let mut bytes = Vec::with_capacity(body.len() + 4);
+    let frame = |f: &Frame| -> Result<Vec<u8>, StoreError> {
+        let raw = backend::encode(f);
+        let body = zstd::bulk::compress(&raw, COMPRESSION_LEVEL).map_err(StoreError::internal)?;
+        let mut bytes = Vec::with_capacity(body.len() + 8);
         bytes.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(&(raw.len() as u32).to_be_bytes());
         bytes.extend_from_slice(&body);
-        bytes
+        Ok(bytes)
     };
     let mut batch = Vec::new();
     let mut batch_bytes = 0;
@@ -181,13 +191,13 @@ pub fn write(
         batch.push(v);
         if batch_bytes >= FRAME_BYTES {
             batch_bytes = 0;
-            emit(frame(&Frame::Versions(std::mem::take(&mut batch))))?;
+            emit(frame(&Frame::Versions(std::mem::take(&mut batch)))?)?;
         }
         Ok(())
     })?;
     keys += u64::from(last_live);
     if !batch.is_empty() {
-        emit(frame(&Frame::Versions(batch)))?;
+        emit(frame(&Frame::Versions(batch))?)?;
     }
     let summary = Summary {
         format: backend::FORMAT_VERSION,
@@ -199,7 +209,7 @@ pub fn write(
         versions,
         keys,
     };
-    emit(frame(&Frame::Head(summary.clone())))?;
+    emit(frame(&Frame::Head(summary.clone()))?)?;
     let pad = (ALIGN - written % ALIGN) % ALIGN;
     let pad = vec![0u8; pad as usize];
     hasher.update(&pad);
@@ -320,7 +330,7 @@ pub fn read_verified(
     let mut head = [0u8; 12];
     file.read_exact(&mut head).map_err(io)?;
     let found = u32::from_be_bytes([head[8], head[9], head[10], head[11]]);
-    if found != FILE_VERSION && found != 1 {
+    if !(1..=FILE_VERSION).contains(&found) {
         return Err(BackupError::Version {
             path: path.to_path_buf(),
             found,
@@ -340,8 +350,31 @@ pub fn read_verified(
         if len > MAX_FRAME {
             return Err(malformed(format!("a frame of {len} bytes")));
         }
+        let raw_len = if found >= 3 {
+            let mut raw_len = [0u8; 4];
+            file.read_exact(&mut raw_len).map_err(io)?;
+            let raw_len = u32::from_be_bytes(raw_len) as usize;
+            if raw_len > MAX_FRAME {
+                return Err(malformed(format!(
+                    "a frame of {raw_len} bytes decompressed"
+                )));
+            }
+            Some(raw_len)
+        } else {
+            None
+        };
         let mut buf = vec![0u8; len];
         file.read_exact(&mut buf).map_err(io)?;
+        if let Some(raw_len) = raw_len {
+            buf = zstd::bulk::decompress(&buf, raw_len)
+                .map_err(|e| malformed(format!("a frame does not decompress: {e}")))?;
+            if buf.len() != raw_len {
+                return Err(malformed(format!(
+                    "a frame of {raw_len} bytes decompressed to {}",
+                    buf.len()
+                )));
+            }
+        }
         let frame = if found == 1 {
             backend::decode::<v1::Frame>(&buf).map(Frame::from)
         } else {
@@ -530,6 +563,82 @@ mod tests {
         std::fs::write(&file, &bbolt).expect("write");
         let e = read(&file, |_| Ok(())).expect_err("not ours");
         assert!(e.to_string().contains("not a Skiff backup"), "{e}");
+    }
+
+    /// A file of `version` holding `frames` (each with its lengths), padded and hashed as
+    /// [`write`] does.
+    fn file_of(version: u32, frames: &[Vec<u8>]) -> Vec<u8> {
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&version.to_be_bytes());
+        for f in frames {
+            bytes.extend_from_slice(f);
+        }
+        let pad = (ALIGN - bytes.len() as u64 % ALIGN) % ALIGN;
+        bytes.resize(bytes.len() + pad as usize, 0);
+        let sha = Sha256::digest(&bytes);
+        bytes.extend_from_slice(&sha);
+        bytes
+    }
+
+    /// A version 2 frame: its length, then the bincode, uncompressed.
+    fn uncompressed(f: &Frame) -> Vec<u8> {
+        let body = backend::encode(f);
+        [&(body.len() as u32).to_be_bytes()[..], &body].concat()
+    }
+
+    #[test]
+    fn version_2_files_without_compression_are_still_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("b");
+        std::fs::write(&file, backup_of_empty(dir.path())).expect("write");
+        let mut summary = read(&file, |_| Ok(())).expect("read");
+        summary.versions = 1;
+        let (key, record) = (b"k\0\0\0\0\0\0\0\x02".to_vec(), vec![0, 1]);
+        let old = file_of(
+            2,
+            &[
+                uncompressed(&Frame::Versions(vec![StoredVersion(
+                    key.clone(),
+                    record.clone(),
+                )])),
+                uncompressed(&Frame::Head(summary)),
+            ],
+        );
+        std::fs::write(&file, &old).expect("write");
+        let mut seen = Vec::new();
+        let summary = read(&file, |v| {
+            seen.extend(v.iter().map(|v| (v.0.clone(), v.1.clone())));
+            Ok(())
+        })
+        .expect("read a version 2 file");
+        assert_eq!((summary.versions, seen), (1, vec![(key, record)]));
+    }
+
+    #[test]
+    fn a_frame_that_does_not_decompress_to_its_size_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("b");
+        let raw = backend::encode(&Frame::Versions(Vec::new()));
+        let body = zstd::bulk::compress(&raw, COMPRESSION_LEVEL).expect("compress");
+        for (bytes, body, why) in [
+            (raw.len() + 1, body.clone(), "decompressed to"),
+            (raw.len(), b"not zstd".to_vec(), "does not decompress"),
+            (MAX_FRAME + 1, body, "decompressed"),
+        ] {
+            let frame = [
+                &(body.len() as u32).to_be_bytes()[..],
+                &(bytes as u32).to_be_bytes(),
+                &body,
+            ]
+            .concat();
+            // The SHA-256 matches: the frame itself is what is wrong.
+            std::fs::write(&file, file_of(FILE_VERSION, &[frame])).expect("write");
+            let e = read(&file, |_| Ok(())).expect_err("a bad frame");
+            assert!(
+                matches!(e, BackupError::Malformed { .. }) && e.to_string().contains(why),
+                "{why}: {e}"
+            );
+        }
     }
 
     #[test]
