@@ -156,6 +156,28 @@ pub fn size(db: &DB) -> u64 {
         .sum()
 }
 
+/// What RocksDB holds in memory, summed over every column family (its own allocations, not
+/// in the Rust heap's figure): memtables, the index and filter blocks of open table files,
+/// and the block cache.
+pub fn memory(db: &DB) -> [(&'static str, u64); 3] {
+    let sum = |property: &str| -> u64 {
+        FAMILIES
+            .iter()
+            .map(|name| {
+                db.property_int_value_cf(cf(db, name), property)
+                    .ok()
+                    .flatten()
+                    .unwrap_or(0)
+            })
+            .sum()
+    };
+    [
+        ("memtables", sum("rocksdb.cur-size-all-mem-tables")),
+        ("table_readers", sum("rocksdb.estimate-table-readers-mem")),
+        ("block_cache", sum("rocksdb.block-cache-usage")),
+    ]
+}
+
 pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     bincode::serde::encode_to_vec(v, bincode::config::standard())
         .expect("invariant: in-memory values always encode")

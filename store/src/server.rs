@@ -649,6 +649,12 @@ fn scrape(s: &mut Sink<'_>, m: &StoreMember) -> std::fmt::Result {
         "Backend size on disk and in memtables.",
         m.db_size(),
     )?;
+    let backend_memory = crate::backend::memory(m.shared.read().db());
+    s.gauges(
+        "skiff_store_backend_memory_bytes",
+        "What the backend (RocksDB) holds in memory, outside the heap figure, by part.",
+        &backend_memory.map(|(part, bytes)| ([("part", part)], bytes)),
+    )?;
     if let Some(bytes) = HEAP_PROBE.get().and_then(|probe| probe()) {
         // Exact, unlike the resident set: what a benchmark divides by watchers or keys.
         s.gauge(
