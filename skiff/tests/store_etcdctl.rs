@@ -348,9 +348,20 @@ async fn client_urls_serve_health_and_etcd_metrics() {
         "etcd_network_peer_round_trip_time_seconds_bucket{To=",
         "grpc_server_handled_total{grpc_type=\"unary\",grpc_service=\"etcdserverpb.KV\",grpc_method=\"Put\",grpc_code=\"OK\"}",
         "grpc_code=\"OutOfRange\"",
+        "skiff_store_backend_memory_bytes{part=\"table_readers\"}",
+        "skiff_store_backend_memory_bytes{part=\"block_cache\"}",
     ] {
         assert!(metrics.contains(name), "{name} in\n{metrics}");
     }
+    // The puts above are in a memtable.
+    let memtables = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("skiff_store_backend_memory_bytes{part=\"memtables\"} "))
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(
+        memtables.is_some_and(|b| b > 0.0),
+        "memtables: {memtables:?}"
+    );
     // gRPC still works on the same port, over the same HTTP/2 connections.
     assert_eq!(ctl.ok(&["get", "/m/a", "--print-value-only"]).trim(), "1");
 }
