@@ -101,6 +101,8 @@ pub struct StoreCommand {
     /// Bytes.
     pub quota_backend_bytes: Option<u64>,
     pub event_ttl: Option<Duration>,
+    /// `--lease-checkpoint-interval`.
+    pub lease_checkpoint_interval: Option<Duration>,
     /// `--auto-compaction-retention` in periodic mode (history kept by the leader's
     /// compaction on a timer).
     pub auto_compaction_retention: Option<Duration>,
@@ -204,6 +206,10 @@ impl StoreCommand {
             .opt("max-txn-ops", self.max_txn_ops)
             .opt("quota-backend-bytes", self.quota_backend_bytes)
             .opt("event-ttl", self.event_ttl.map(duration))
+            .opt(
+                "lease-checkpoint-interval",
+                self.lease_checkpoint_interval.map(duration),
+            )
             .opt(
                 "auto-compaction-retention",
                 self.auto_compaction_retention.map(duration),

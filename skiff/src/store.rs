@@ -101,6 +101,12 @@ pub struct Args {
     /// `--event-ttl`): `1h`, `30m`.
     #[arg(long, env = "SKIFF_STORE_EVENT_TTL", default_value = "1h", value_parser = skiff_proto::duration::parse)]
     event_ttl: Duration,
+    /// How often the leader records in the log the time left of leases nobody keeps alive
+    /// (past half their TTL), so that a new leader expires them on time instead of giving
+    /// them a full TTL again (etcd's lease checkpoints).
+    #[arg(long, env = "SKIFF_STORE_LEASE_CHECKPOINT_INTERVAL", default_value = "1m",
+          value_parser = skiff_proto::duration::parse)]
+    lease_checkpoint_interval: Duration,
     /// Largest request a client may send, in bytes.
     #[arg(long, env = "SKIFF_STORE_MAX_REQUEST_BYTES", default_value_t = 1536 * 1024)]
     max_request_bytes: usize,
@@ -616,6 +622,7 @@ impl Args {
             max_txn_ops: self.max_txn_ops,
             quota_backend_bytes: self.quota_backend_bytes,
             event_ttl: self.event_ttl,
+            lease_checkpoint_interval: self.lease_checkpoint_interval,
             compactor: CompactorConfig {
                 batch_limit: self.compaction_batch_limit as usize,
                 pause: self.compaction_sleep_interval,
@@ -841,6 +848,7 @@ mod tests {
             max_txn_ops: Some(16),
             quota_backend_bytes: Some(4_000_000),
             event_ttl: Some(Duration::from_secs(3)),
+            lease_checkpoint_interval: Some(Duration::from_secs(2)),
             auto_compaction_retention: Some(Duration::from_secs(300)),
             log: Some("info,openraft=warn".into()),
             corrupt_check: Some(Duration::from_secs(7)),
@@ -905,6 +913,10 @@ mod tests {
         assert_eq!(Some(a.max_txn_ops), cmd.max_txn_ops);
         assert_eq!(Some(a.quota_backend_bytes), cmd.quota_backend_bytes);
         assert_eq!(Some(a.event_ttl), cmd.event_ttl);
+        assert_eq!(
+            Some(a.lease_checkpoint_interval),
+            cmd.lease_checkpoint_interval
+        );
         assert_eq!(
             auto_compaction(&a.auto_compaction_mode, &a.auto_compaction_retention).unwrap(),
             Some(AutoCompaction::Periodic(Duration::from_secs(300)))

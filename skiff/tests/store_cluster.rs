@@ -913,3 +913,74 @@ async fn a_leader_cut_off_from_its_majority_refuses_writes_until_it_answers_agai
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A lease nobody keeps alive does not get a full TTL again when the leader changes: the
+/// leader checkpoints what is left of leases past half their TTL, and the new leader starts
+/// their clocks there (etcd's lease checkpoints). A lease renewed after its checkpoint has
+/// the checkpoint cleared, and gets a full TTL as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_change_keeps_the_clock_of_a_lease_nobody_keeps_alive() {
+    let mut cluster = Cluster::start_with(3, |s| {
+        s.lease_checkpoint_interval = Some(Duration::from_millis(500));
+    })
+    .await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut c = cluster.client(leader).await;
+    let ttl = 10;
+    let idle = c.lease_grant(ttl, None).await.expect("grant").id();
+    let renewed = c.lease_grant(ttl, None).await.expect("grant").id();
+    c.put(
+        "/checkpoint/idle",
+        "1",
+        Some(etcd_client::PutOptions::new().with_lease(idle)),
+    )
+    .await
+    .expect("put");
+    // Past half its TTL, and checkpointed at least once since (every 500 ms).
+    eventually(
+        Duration::from_secs(15),
+        "the leases past half their TTL",
+        || {
+            let mut c = c.clone();
+            async move {
+                let left = c.lease_time_to_live(idle, None).await.ok()?.ttl();
+                (left < ttl / 2).then_some(())
+            }
+        },
+    )
+    .await;
+    let (mut keeper, mut replies) = c.lease_keep_alive(renewed).await.expect("keep-alive");
+    keeper.keep_alive().await.expect("keep-alive");
+    let reply = replies.message().await.expect("reply").expect("a reply");
+    assert_eq!(reply.ttl(), ttl);
+    cluster.kill(leader);
+    let next = cluster.wait_leader(Duration::from_secs(10)).await;
+    let c = cluster.client(next).await;
+    // The new leader starts its clocks at its first tick: the idle lease from what was left,
+    // the renewed one from a full TTL.
+    let (_, renewed_left) = eventually(
+        Duration::from_secs(5),
+        "the new leader's clock of the idle lease below half its TTL",
+        || {
+            let mut c = c.clone();
+            async move {
+                let idle_left = c.lease_time_to_live(idle, None).await.ok()?.ttl();
+                let renewed_left = c.lease_time_to_live(renewed, None).await.ok()?.ttl();
+                (idle_left <= ttl / 2).then_some((idle_left, renewed_left))
+            }
+        },
+    )
+    .await;
+    assert!(
+        renewed_left > ttl / 2,
+        "the renewed lease has {renewed_left} s left under the new leader, of {ttl}"
+    );
+    eventually(Duration::from_secs(10), "the idle lease's key gone", || {
+        let mut c = c.clone();
+        async move {
+            let r = c.get("/checkpoint/idle", None).await.ok()?;
+            r.kvs().is_empty().then_some(())
+        }
+    })
+    .await;
+}

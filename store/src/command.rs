@@ -265,6 +265,13 @@ pub enum Command {
     LeaseExpire {
         ids: Vec<i64>,
     },
+    /// Seconds left of leases that are not being kept alive, as the leader's clock had them
+    /// (`(id, Some(remaining))`), or a checkpoint cleared (`None`) once a lease is renewed: a
+    /// new leader starts a checkpointed lease's clock from what was left rather than from a
+    /// full TTL (see `member::lessor`). Leases gone meanwhile are skipped.
+    LeaseCheckpoint {
+        leases: Vec<(i64, Option<i64>)>,
+    },
     AlarmActivate {
         member: u64,
         alarm: Alarm,

@@ -4,8 +4,16 @@
 //! deadlines are not. Only the leader keeps them: a new leader gives every lease a full TTL from
 //! the moment it takes over (as etcd does), so a leader change can only lengthen a lease, never
 //! cut one short. Expired leases are revoked through the log ([`Command::LeaseExpire`]).
+//!
+//! A lease nobody keeps alive (kube-apiserver's event leases: a minute of events each) would
+//! then outlive its TTL by a full TTL at every takeover, and never expire under leaders that
+//! change more often than its TTL. So, as etcd's lease checkpoints do, the leader records in
+//! the log ([`Command::LeaseCheckpoint`]) the seconds left of every lease past half its TTL,
+//! once a `--lease-checkpoint-interval` ([`CHECKPOINT_INTERVAL`]); a new leader starts such a lease's clock from what was
+//! left. A keep-alive of a checkpointed lease clears the checkpoint through the log before it
+//! answers, so a lease that is renewed never starts a new term short.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,26 +29,46 @@ pub(super) struct Lessor {
     /// The term whose leadership set these deadlines. A member that loses and wins again
     /// between two ticks must not carry the old term's deadlines over.
     term: Option<u64>,
+    /// Leases this leader has proposed a checkpoint for, not renewed since.
+    checkpointed: HashSet<i64>,
+    /// When this leader last proposed checkpoints.
+    last_checkpoint: Option<Instant>,
 }
+
+/// How often the leader checkpoints the leases past half their TTL, by default.
+pub(super) const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
+
+/// One lease as the clock sees it: id, granted TTL and checkpoint (seconds left), from the
+/// keyspace.
+pub(super) type LeaseClock = (i64, i64, Option<i64>);
 
 impl Lessor {
     /// Forgets every deadline: this member no longer leads.
     pub(super) fn step_down(&mut self) {
         self.deadlines.clear();
         self.term = None;
+        self.checkpointed.clear();
+        self.last_checkpoint = None;
     }
 
-    /// Renews lease `id` (of `ttl` seconds) from `now`. A lease whose deadline has passed is
-    /// being revoked (or about to be): renewing it would tell the client it lives while the
-    /// revocation is already on its way. etcd answers such a keep-alive as if the lease were
-    /// gone, and so does Skiff.
-    pub(super) fn renew(&mut self, id: i64, ttl: i64, now: Instant) -> Result<(), StoreError> {
+    /// Renews lease `id` (of `ttl` seconds; `checkpointed` if the keyspace holds a
+    /// checkpoint of it) from `now`; whether a checkpoint must be cleared before the renewal
+    /// is answered. A lease whose deadline has passed is being revoked (or about to be):
+    /// renewing it would tell the client it lives while the revocation is already on its way.
+    /// etcd answers such a keep-alive as if the lease were gone, and so does Skiff.
+    pub(super) fn renew(
+        &mut self,
+        id: i64,
+        ttl: i64,
+        checkpointed: bool,
+        now: Instant,
+    ) -> Result<bool, StoreError> {
         if self.deadlines.get(&id).is_some_and(|d| *d <= now) {
             return Err(StoreError::LeaseNotFound);
         }
         self.deadlines
             .insert(id, now + Duration::from_secs(ttl.max(0) as u64));
-        Ok(())
+        Ok(self.checkpointed.remove(&id) || checkpointed)
     }
 
     /// Seconds left of lease `id` (granted `granted` seconds), rounded up; a lease this leader
@@ -51,10 +79,11 @@ impl Lessor {
         })
     }
 
-    /// One tick of the clock in `term` over the current leases (`(id, ttl)`, sorted by id):
-    /// starts a full TTL for leases not seen yet (new grants, or every lease right after this
-    /// member became leader), drops deadlines of leases that are gone, and returns the expired.
-    pub(super) fn tick(&mut self, term: u64, leases: &[(i64, i64)], now: Instant) -> Vec<i64> {
+    /// One tick of the clock in `term` over the current leases (sorted by id): starts the
+    /// clock of leases not seen yet (new grants, or every lease right after this member
+    /// became leader) at their checkpoint or else a full TTL, drops deadlines of leases that
+    /// are gone, and returns the expired.
+    pub(super) fn tick(&mut self, term: u64, leases: &[LeaseClock], now: Instant) -> Vec<i64> {
         if self.term != Some(term) {
             // Logged so that a lease outliving its TTL can be matched to the takeovers that
             // restarted it (each one gives every lease a full TTL).
@@ -66,12 +95,14 @@ impl Lessor {
             self.deadlines.clear();
             self.term = Some(term);
         }
-        self.deadlines
-            .retain(|id, _| leases.binary_search_by_key(id, |(i, _)| *i).is_ok());
-        for (id, ttl) in leases {
+        let known = |id: &i64| leases.binary_search_by_key(id, |(i, ..)| *i).is_ok();
+        self.deadlines.retain(|id, _| known(id));
+        self.checkpointed.retain(known);
+        for (id, ttl, checkpoint) in leases {
+            let start = checkpoint.map_or(*ttl, |left| left.min(*ttl));
             self.deadlines
                 .entry(*id)
-                .or_insert_with(|| now + Duration::from_secs((*ttl).max(1) as u64));
+                .or_insert_with(|| now + Duration::from_secs(start.max(1) as u64));
         }
         let mut expired: Vec<i64> = self
             .deadlines
@@ -81,6 +112,39 @@ impl Lessor {
             .collect();
         expired.sort_unstable();
         expired
+    }
+
+    /// The checkpoints to propose at `now`, once an `interval`: the seconds left
+    /// of every lease past half its TTL (rounded up), and a clear for a checkpoint in the
+    /// keyspace of a lease now in its first half (renewed under an earlier leader). Each
+    /// lease checkpointed is remembered until it is renewed.
+    pub(super) fn checkpoints_due(
+        &mut self,
+        leases: &[LeaseClock],
+        interval: Duration,
+        now: Instant,
+    ) -> Vec<(i64, Option<i64>)> {
+        if self
+            .last_checkpoint
+            .is_some_and(|at| now.duration_since(at) < interval)
+        {
+            return Vec::new();
+        }
+        self.last_checkpoint = Some(now);
+        let mut due = Vec::new();
+        for (id, ttl, stored) in leases {
+            let Some(deadline) = self.deadlines.get(id) else {
+                continue;
+            };
+            let left = deadline.saturating_duration_since(now).as_secs_f64().ceil() as i64;
+            if left * 2 <= *ttl {
+                self.checkpointed.insert(*id);
+                due.push((*id, Some(left)));
+            } else if stored.is_some() && !self.checkpointed.contains(id) {
+                due.push((*id, None));
+            }
+        }
+        due
     }
 
     /// Forgets the deadlines of leases whose revocation was committed.
@@ -131,8 +195,23 @@ impl StoreMember {
             return Err(StoreError::NoLeader);
         }
         self.confirm_leadership().await?;
-        let ttl = self.granted_ttl(id)?;
-        self.lessor().renew(id, ttl, Instant::now())?;
+        let (ttl, checkpointed) = self
+            .shared
+            .read()
+            .leases()
+            .get(&id)
+            .map(|l| (l.ttl, l.checkpoint.is_some()))
+            .ok_or(StoreError::LeaseNotFound)?;
+        let clear = self.lessor().renew(id, ttl, checkpointed, Instant::now())?;
+        if clear {
+            // After any checkpoint of this lease in flight: the clear must come later in the
+            // log, or a new leader would start the renewed lease from the stale checkpoint.
+            let _turn = self.lease_checkpoints.lock().await;
+            self.write_local(Command::LeaseCheckpoint {
+                leases: vec![(id, None)],
+            })
+            .await?;
+        }
         Ok(Ttl {
             remaining: ttl,
             granted: ttl,
@@ -158,11 +237,11 @@ impl StoreMember {
             return;
         }
         let term = self.term();
-        let (leases, keys): (Vec<(i64, i64)>, HashMap<i64, usize>) = {
+        let (leases, keys): (Vec<LeaseClock>, HashMap<i64, usize>) = {
             let mvcc = self.shared.read();
             mvcc.leases()
                 .iter()
-                .map(|(id, l)| ((*id, l.ttl), (*id, l.keys.len())))
+                .map(|(id, l)| ((*id, l.ttl, l.checkpoint), (*id, l.keys.len())))
                 .unzip()
         };
         let expired = self.lessor().tick(term, &leases, Instant::now());
@@ -179,6 +258,18 @@ impl StoreMember {
                 return;
             }
             self.lessor().revoked(&ids);
+        }
+        let _turn = self.lease_checkpoints.lock().await;
+        let interval = self.config.lease_checkpoint_interval;
+        let due = self
+            .lessor()
+            .checkpoints_due(&leases, interval, Instant::now());
+        if !due.is_empty()
+            && let Err(e) = self
+                .write_local(Command::LeaseCheckpoint { leases: due })
+                .await
+        {
+            tracing::warn!(error = %e, "lease checkpoint proposal failed");
         }
     }
 }
@@ -223,33 +314,36 @@ mod tests {
     fn a_new_term_gives_every_lease_a_full_ttl() {
         let t0 = Instant::now();
         let mut lessor = Lessor::default();
-        assert!(lessor.tick(1, &[(7, 2)], t0).is_empty());
+        assert!(lessor.tick(1, &[(7, 2, None)], t0).is_empty());
         assert!(
             lessor
-                .tick(1, &[(7, 2)], t0 + Duration::from_secs(1))
+                .tick(1, &[(7, 2, None)], t0 + Duration::from_secs(1))
                 .is_empty()
         );
         // A takeover (or losing and winning again) restarts the clock.
         assert!(
             lessor
-                .tick(2, &[(7, 2)], t0 + Duration::from_secs(2))
+                .tick(2, &[(7, 2, None)], t0 + Duration::from_secs(2))
                 .is_empty()
         );
         assert_eq!(lessor.remaining(7, 2, t0 + Duration::from_secs(2)), 2);
-        assert_eq!(lessor.tick(2, &[(7, 2)], t0 + Duration::from_secs(4)), [7]);
+        assert_eq!(
+            lessor.tick(2, &[(7, 2, None)], t0 + Duration::from_secs(4)),
+            [7]
+        );
     }
 
     #[test]
     fn expired_leases_come_back_until_revoked() {
         let t0 = Instant::now();
         let mut lessor = Lessor::default();
-        lessor.tick(1, &[(1, 1), (2, 5)], t0);
+        lessor.tick(1, &[(1, 1, None), (2, 5, None)], t0);
         let later = t0 + Duration::from_secs(2);
-        assert_eq!(lessor.tick(1, &[(1, 1), (2, 5)], later), [1]);
+        assert_eq!(lessor.tick(1, &[(1, 1, None), (2, 5, None)], later), [1]);
         // The revocation failed to commit: the next tick proposes it again.
-        assert_eq!(lessor.tick(1, &[(1, 1), (2, 5)], later), [1]);
+        assert_eq!(lessor.tick(1, &[(1, 1, None), (2, 5, None)], later), [1]);
         lessor.revoked(&[1]);
-        assert!(lessor.tick(1, &[(2, 5)], later).is_empty());
+        assert!(lessor.tick(1, &[(2, 5, None)], later).is_empty());
     }
 
     #[test]
@@ -269,14 +363,73 @@ mod tests {
     }
 
     #[test]
+    fn a_new_leader_starts_a_checkpointed_lease_from_what_was_left() {
+        let t0 = Instant::now();
+        let mut old = Lessor::default();
+        old.tick(1, &[(1, 100, None), (2, 100, None)], t0);
+        assert!(
+            old.renew(2, 100, false, t0 + Duration::from_secs(30))
+                .is_ok()
+        );
+        // Lease 1 is past half its TTL at 60 s and is checkpointed; lease 2 was renewed.
+        let at = t0 + Duration::from_secs(60);
+        assert_eq!(
+            old.checkpoints_due(&[(1, 100, None), (2, 100, None)], CHECKPOINT_INTERVAL, at),
+            [(1, Some(40))]
+        );
+        // Not again within the interval.
+        assert!(
+            old.checkpoints_due(&[(1, 100, None)], CHECKPOINT_INTERVAL, at)
+                .is_empty()
+        );
+        // A new leader: lease 1 runs out 40 s after it takes over, lease 2 gets a full TTL.
+        let t1 = at + Duration::from_secs(5);
+        let mut new = Lessor::default();
+        let leases = [(1, 100, Some(40)), (2, 100, None)];
+        assert!(new.tick(2, &leases, t1).is_empty());
+        assert!(
+            new.tick(2, &leases, t1 + Duration::from_secs(39))
+                .is_empty()
+        );
+        assert_eq!(new.tick(2, &leases, t1 + Duration::from_secs(41)), [1]);
+    }
+
+    #[test]
+    fn a_renewed_lease_has_its_checkpoint_cleared() {
+        let t0 = Instant::now();
+        let mut lessor = Lessor::default();
+        lessor.tick(1, &[(1, 10, None)], t0);
+        let at = t0 + Duration::from_secs(6);
+        assert_eq!(
+            lessor.checkpoints_due(&[(1, 10, None)], CHECKPOINT_INTERVAL, at),
+            [(1, Some(4))]
+        );
+        // The renewal after a checkpoint this leader proposed clears it, once.
+        assert_eq!(lessor.renew(1, 10, false, at).ok(), Some(true));
+        assert_eq!(lessor.renew(1, 10, false, at).ok(), Some(false));
+        // A checkpoint in the keyspace (an earlier leader's) is cleared too.
+        assert_eq!(lessor.renew(1, 10, true, at).ok(), Some(true));
+        // A new leader clears, at its first checkpoints, the keyspace's checkpoint of a lease
+        // renewed since (in its first half again).
+        let mut next = Lessor::default();
+        let leases = [(1, 10, Some(4))];
+        next.tick(2, &leases, t0);
+        assert!(next.renew(1, 10, true, t0 + Duration::from_secs(1)).is_ok());
+        assert_eq!(
+            next.checkpoints_due(&leases, CHECKPOINT_INTERVAL, t0 + Duration::from_secs(2)),
+            [(1, None)]
+        );
+    }
+
+    #[test]
     fn an_expired_lease_is_not_renewed() {
         let t0 = Instant::now();
         let mut lessor = Lessor::default();
-        lessor.tick(1, &[(1, 1)], t0);
-        assert!(lessor.renew(1, 1, t0).is_ok());
+        lessor.tick(1, &[(1, 1, None)], t0);
+        assert!(lessor.renew(1, 1, false, t0).is_ok());
         let late = t0 + Duration::from_secs(2);
         assert!(matches!(
-            lessor.renew(1, 1, late),
+            lessor.renew(1, 1, false, late),
             Err(StoreError::LeaseNotFound)
         ));
     }
@@ -285,7 +438,7 @@ mod tests {
     fn remaining_rounds_up_and_gone_leases_are_dropped() {
         let t0 = Instant::now();
         let mut lessor = Lessor::default();
-        lessor.tick(1, &[(1, 10)], t0);
+        lessor.tick(1, &[(1, 10, None)], t0);
         assert_eq!(lessor.remaining(1, 10, t0 + Duration::from_millis(500)), 10);
         assert_eq!(lessor.remaining(1, 10, t0 + Duration::from_millis(9500)), 1);
         lessor.tick(1, &[], t0);

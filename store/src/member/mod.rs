@@ -75,6 +75,9 @@ pub struct MemberConfig {
     pub quota_backend_bytes: u64,
     /// How long an Event object lives after its last write (under a lease).
     pub event_ttl: Duration,
+    /// How often the leader checkpoints the leases past half their TTL
+    /// (`--lease-checkpoint-interval`; see `lessor`).
+    pub lease_checkpoint_interval: Duration,
     /// How compacted versions are deleted from the backend.
     pub compactor: CompactorConfig,
     /// Compaction on a timer (`--auto-compaction-mode/-retention`); none when `None`.
@@ -116,6 +119,7 @@ impl Default for MemberConfig {
             max_txn_ops: 128,
             quota_backend_bytes: 2 << 30,
             event_ttl: Duration::from_secs(3600),
+            lease_checkpoint_interval: lessor::CHECKPOINT_INTERVAL,
             compactor: CompactorConfig::default(),
             auto_compaction: None,
             tls: crate::tls::TlsSettings::default(),
@@ -147,6 +151,9 @@ pub struct StoreMember {
     pub shared: Arc<Shared>,
     channels: Channels,
     lessor: Mutex<Lessor>,
+    /// Held across each lease checkpoint this member proposes as leader, and by a keep-alive
+    /// that clears one: a clear is never overtaken in the log by the checkpoint it clears.
+    lease_checkpoints: tokio::sync::Mutex<()>,
     /// Group commit of transactions while this member leads.
     proposer: Proposer,
     /// Shared ReadIndex rounds of this member's linearizable reads (forwarded to the leader

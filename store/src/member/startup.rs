@@ -189,6 +189,7 @@ impl StoreMember {
             shared,
             channels,
             lessor: Mutex::new(Lessor::default()),
+            lease_checkpoints: tokio::sync::Mutex::new(()),
             proposer,
             read_rounds: Rounds::new(),
             leader_rounds: Rounds::new(),

@@ -47,11 +47,14 @@ pub use snapshot::{RawMeta, SnapshotHead, StoredVersion};
 use txn::{TxnWrite, cmd_has_put, txn_has_put};
 
 /// A lease as the state machine knows it: its granted TTL and the keys attached to it.
-/// Deadlines are not replicated state; the leader's lessor keeps them.
+/// Deadlines are not replicated state; the leader's lessor keeps them, and checkpoints the
+/// seconds left of leases nobody keeps alive ([`Command::LeaseCheckpoint`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Lease {
     pub ttl: i64,
     pub keys: BTreeSet<Vec<u8>>,
+    /// Seconds left at the last checkpoint, if one was taken.
+    pub checkpoint: Option<i64>,
 }
 
 /// The MVCC state. Shared behind a lock: the apply path writes, reads take it shared.
@@ -87,6 +90,9 @@ const META_REVISION: &[u8] = b"revision";
 const META_COMPACTED: &[u8] = b"compacted";
 const META_ALARMS: &[u8] = b"alarms";
 const META_AUTH: &[u8] = b"auth";
+/// The leases' checkpoints, `(id, seconds left)`: in the meta family, not beside each lease's
+/// TTL, so that a lease's record keeps the format every release reads.
+const META_LEASE_CHECKPOINTS: &[u8] = b"lease-checkpoints";
 
 /// etcd's `--auth-token-ttl` default.
 pub const DEFAULT_TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(300);
@@ -147,9 +153,18 @@ impl Mvcc {
                 id,
                 Lease {
                     ttl,
-                    keys: BTreeSet::new(),
+                    ..Lease::default()
                 },
             );
+        }
+        if let Some(b) = self.db.get_cf(meta, META_LEASE_CHECKPOINTS).map_err(io)? {
+            for (id, left) in
+                backend::decode::<Vec<(i64, i64)>>(&b).map_err(StoreError::internal)?
+            {
+                if let Some(lease) = self.leases.get_mut(&id) {
+                    lease.checkpoint = Some(left);
+                }
+            }
         }
         self.index = TreeIndex::default();
         // The last record of each key tells which lease it is attached to now.
@@ -419,7 +434,7 @@ impl Mvcc {
                     *id,
                     Lease {
                         ttl: *ttl,
-                        keys: BTreeSet::new(),
+                        ..Lease::default()
                     },
                 );
                 w.batch.put_cf(
@@ -447,6 +462,15 @@ impl Mvcc {
                 }
                 Ok(Outcome::LeaseRevoked)
             }
+            Command::LeaseCheckpoint { leases } => {
+                for (id, left) in leases {
+                    if let Some(lease) = self.leases.get_mut(id) {
+                        lease.checkpoint = *left;
+                    }
+                }
+                self.persist_checkpoints(w);
+                Ok(Outcome::Nothing)
+            }
             Command::AlarmActivate { member, alarm } => {
                 self.alarms.insert((*member, *alarm));
                 self.persist_alarms(w);
@@ -468,10 +492,28 @@ impl Mvcc {
         );
     }
 
+    /// Writes every lease's checkpoint (one small value: leases nobody keeps alive are few,
+    /// kube-apiserver's event leases one a minute).
+    fn persist_checkpoints(&self, w: &mut TxnWrite) {
+        let checkpoints: Vec<(i64, i64)> = self
+            .leases
+            .iter()
+            .filter_map(|(id, l)| l.checkpoint.map(|left| (*id, left)))
+            .collect();
+        w.batch.put_cf(
+            backend::cf(&self.db, CF_META),
+            META_LEASE_CHECKPOINTS,
+            backend::encode(&checkpoints),
+        );
+    }
+
     fn revoke(&mut self, id: i64, w: &mut TxnWrite) -> Result<(), StoreError> {
         let lease = self.leases.remove(&id).unwrap_or_default();
         w.batch
             .delete_cf(backend::cf(&self.db, CF_LEASE), id.to_be_bytes());
+        if lease.checkpoint.is_some() {
+            self.persist_checkpoints(w);
+        }
         for key in lease.keys {
             self.delete_range(
                 &DeleteRangeRequest {

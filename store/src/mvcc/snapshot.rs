@@ -6,7 +6,10 @@ use std::collections::BTreeSet;
 use rocksdb::{DB, IteratorMode, WriteBatch};
 use serde::{Deserialize, Serialize};
 
-use super::{META_ALARMS, META_AUTH, META_COMPACTED, META_REVISION, Mvcc, io, restore};
+use super::{
+    META_ALARMS, META_AUTH, META_COMPACTED, META_LEASE_CHECKPOINTS, META_REVISION, Mvcc, io,
+    restore,
+};
 use crate::auth::AuthState;
 use crate::backend::{self, CF_KV, CF_LEASE, CF_META, Record};
 use crate::command::Alarm;
@@ -129,6 +132,9 @@ impl Mvcc {
             batch.put_cf(lease, id.to_be_bytes(), ttl.to_be_bytes());
         }
         let meta_cf = backend::cf(db, CF_META);
+        // Checkpoints do not travel with a snapshot: its leases start a full TTL on a new
+        // leader, as they did before checkpoints, and none is left from the keyspace replaced.
+        batch.delete_cf(meta_cf, META_LEASE_CHECKPOINTS);
         batch.put_cf(meta_cf, META_REVISION, backend::encode(&head.revision));
         batch.put_cf(meta_cf, META_COMPACTED, backend::encode(&head.compacted));
         batch.put_cf(meta_cf, META_ALARMS, backend::encode(&head.alarms));

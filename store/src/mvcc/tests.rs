@@ -980,3 +980,48 @@ fn auth_state_is_durable_travels_in_snapshots_and_fences_stale_writes() {
     carry_snapshot(&reopened, &mut fresh);
     assert_eq!(fresh.auth().state, state, "carried by a snapshot");
 }
+
+/// A lease's checkpoint survives a restart, is cleared by a checkpoint of `None`, goes with
+/// the lease, and changes no revision.
+#[test]
+fn lease_checkpoints_are_kept_cleared_and_revoked_with_the_lease() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let open = || Mvcc::open(backend::open(dir.path()).expect("open backend")).expect("open");
+    let mut m = open();
+    for id in [1, 2] {
+        m.apply(&Command::LeaseGrant { id, ttl: 60 }, &[])
+            .expect("grant");
+    }
+    let before = m.revision();
+    let a = m
+        .apply(
+            &Command::LeaseCheckpoint {
+                leases: vec![(1, Some(20)), (2, Some(5)), (3, Some(1))],
+            },
+            &[],
+        )
+        .expect("checkpoint");
+    assert_eq!(a.response.result, Ok(Outcome::Nothing));
+    assert_eq!(m.revision(), before);
+    let checkpoints = |m: &Mvcc| -> Vec<(i64, Option<i64>)> {
+        m.leases()
+            .iter()
+            .map(|(id, l)| (*id, l.checkpoint))
+            .collect()
+    };
+    drop(m);
+    let mut m = open();
+    assert_eq!(checkpoints(&m), [(1, Some(20)), (2, Some(5))]);
+    m.apply(
+        &Command::LeaseCheckpoint {
+            leases: vec![(2, None)],
+        },
+        &[],
+    )
+    .expect("clear");
+    m.apply(&Command::LeaseRevoke { id: 1 }, &[])
+        .expect("revoke");
+    drop(m);
+    let m = open();
+    assert_eq!(checkpoints(&m), [(2, None)]);
+}
