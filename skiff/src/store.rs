@@ -101,8 +101,8 @@ pub struct Args {
     /// `--event-ttl`): `1h`, `30m`.
     #[arg(long, env = "SKIFF_STORE_EVENT_TTL", default_value = "1h", value_parser = skiff_proto::duration::parse)]
     event_ttl: Duration,
-    /// How often the leader records in the log the time left of leases nobody keeps alive
-    /// (past half their TTL), so that a new leader expires them on time instead of giving
+    /// How often the leader records in the log the time left of leases nobody renewed
+    /// meanwhile, so that a new leader expires them on time instead of giving
     /// them a full TTL again (etcd's lease checkpoints).
     #[arg(long, env = "SKIFF_STORE_LEASE_CHECKPOINT_INTERVAL", default_value = "1m",
           value_parser = skiff_proto::duration::parse)]

@@ -915,9 +915,9 @@ async fn a_leader_cut_off_from_its_majority_refuses_writes_until_it_answers_agai
 }
 
 /// A lease nobody keeps alive does not get a full TTL again when the leader changes: the
-/// leader checkpoints what is left of leases past half their TTL, and the new leader starts
-/// their clocks there (etcd's lease checkpoints). A lease renewed after its checkpoint has
-/// the checkpoint cleared, and gets a full TTL as before.
+/// leader checkpoints what is left of leases not renewed for an interval, and the new leader
+/// starts their clocks there (etcd's lease checkpoints). A lease renewed after its
+/// checkpoint has the checkpoint cleared: its clock counts from the renewal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_change_keeps_the_clock_of_a_lease_nobody_keeps_alive() {
     let mut cluster = Cluster::start_with(3, |s| {
@@ -936,7 +936,7 @@ async fn a_leader_change_keeps_the_clock_of_a_lease_nobody_keeps_alive() {
     )
     .await
     .expect("put");
-    // Past half its TTL, and checkpointed at least once since (every 500 ms).
+    // Past half its TTL, and checkpointed many times (every 500 ms).
     eventually(
         Duration::from_secs(15),
         "the leases past half their TTL",

@@ -8,8 +8,8 @@
 //! A lease nobody keeps alive (kube-apiserver's event leases: a minute of events each) would
 //! then outlive its TTL by a full TTL at every takeover, and never expire under leaders that
 //! change more often than its TTL. So, as etcd's lease checkpoints do, the leader records in
-//! the log ([`Command::LeaseCheckpoint`]) the seconds left of every lease past half its TTL,
-//! once a `--lease-checkpoint-interval` ([`CHECKPOINT_INTERVAL`]); a new leader starts such a lease's clock from what was
+//! the log ([`Command::LeaseCheckpoint`]) the seconds left of every lease not renewed for a
+//! whole `--lease-checkpoint-interval` ([`CHECKPOINT_INTERVAL`]), once an interval; a new leader starts such a lease's clock from what was
 //! left. A keep-alive of a checkpointed lease clears the checkpoint through the log before it
 //! answers, so a lease that is renewed never starts a new term short.
 
@@ -35,7 +35,7 @@ pub(super) struct Lessor {
     last_checkpoint: Option<Instant>,
 }
 
-/// How often the leader checkpoints the leases past half their TTL, by default.
+/// How often the leader checkpoints the leases nobody renewed meanwhile, by default.
 pub(super) const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
 
 /// One lease as the clock sees it: id, granted TTL and checkpoint (seconds left), from the
@@ -115,9 +115,11 @@ impl Lessor {
     }
 
     /// The checkpoints to propose at `now`, once an `interval`: the seconds left
-    /// of every lease past half its TTL (rounded up), and a clear for a checkpoint in the
-    /// keyspace of a lease now in its first half (renewed under an earlier leader). Each
-    /// lease checkpointed is remembered until it is renewed.
+    /// of every lease not renewed for a whole interval (rounded up), and a clear for a
+    /// checkpoint in the keyspace of a lease renewed since (under an earlier leader). A lease
+    /// kept alive more often than the interval is never checkpointed, nor one whose TTL is
+    /// shorter (a takeover adds less than an interval to it). Each lease checkpointed is
+    /// remembered until it is renewed.
     pub(super) fn checkpoints_due(
         &mut self,
         leases: &[LeaseClock],
@@ -137,7 +139,7 @@ impl Lessor {
                 continue;
             };
             let left = deadline.saturating_duration_since(now).as_secs_f64().ceil() as i64;
-            if left * 2 <= *ttl {
+            if left.saturating_add(interval.as_secs_f64().ceil() as i64) <= *ttl {
                 self.checkpointed.insert(*id);
                 due.push((*id, Some(left)));
             } else if stored.is_some() && !self.checkpointed.contains(id) {
@@ -371,7 +373,8 @@ mod tests {
             old.renew(2, 100, false, t0 + Duration::from_secs(30))
                 .is_ok()
         );
-        // Lease 1 is past half its TTL at 60 s and is checkpointed; lease 2 was renewed.
+        // Lease 1 has gone an interval without a renewal at 60 s and is checkpointed; lease 2
+        // was renewed at 30 s.
         let at = t0 + Duration::from_secs(60);
         assert_eq!(
             old.checkpoints_due(&[(1, 100, None), (2, 100, None)], CHECKPOINT_INTERVAL, at),
@@ -397,11 +400,19 @@ mod tests {
     #[test]
     fn a_renewed_lease_has_its_checkpoint_cleared() {
         let t0 = Instant::now();
+        let interval = Duration::from_secs(2);
         let mut lessor = Lessor::default();
         lessor.tick(1, &[(1, 10, None)], t0);
+        // Not renewed for 6 s, three intervals: checkpointed. With the default interval,
+        // longer than the TTL, it never is.
         let at = t0 + Duration::from_secs(6);
+        assert!(
+            Lessor::default()
+                .checkpoints_due(&[(1, 10, None)], CHECKPOINT_INTERVAL, at)
+                .is_empty()
+        );
         assert_eq!(
-            lessor.checkpoints_due(&[(1, 10, None)], CHECKPOINT_INTERVAL, at),
+            lessor.checkpoints_due(&[(1, 10, None)], interval, at),
             [(1, Some(4))]
         );
         // The renewal after a checkpoint this leader proposed clears it, once.
@@ -410,13 +421,13 @@ mod tests {
         // A checkpoint in the keyspace (an earlier leader's) is cleared too.
         assert_eq!(lessor.renew(1, 10, true, at).ok(), Some(true));
         // A new leader clears, at its first checkpoints, the keyspace's checkpoint of a lease
-        // renewed since (in its first half again).
+        // renewed since (within the interval).
         let mut next = Lessor::default();
         let leases = [(1, 10, Some(4))];
         next.tick(2, &leases, t0);
         assert!(next.renew(1, 10, true, t0 + Duration::from_secs(1)).is_ok());
         assert_eq!(
-            next.checkpoints_due(&leases, CHECKPOINT_INTERVAL, t0 + Duration::from_secs(2)),
+            next.checkpoints_due(&leases, interval, t0 + Duration::from_secs(2)),
             [(1, None)]
         );
     }
