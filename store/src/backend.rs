@@ -136,22 +136,20 @@ pub fn cf<'a>(db: &'a DB, name: &str) -> &'a rocksdb::ColumnFamily {
 /// by snapshots (`--snapshot-count`), and it would make a member refuse writes for entries
 /// that are about to be purged.
 pub fn size(db: &DB) -> u64 {
-    FAMILIES
+    let families: Vec<&str> = FAMILIES.into_iter().filter(|n| *n != CF_LOG).collect();
+    property_sum(db, &families, "rocksdb.total-sst-files-size")
+        + property_sum(db, &families, "rocksdb.cur-size-all-mem-tables")
+}
+
+/// RocksDB's integer `property` summed over `families` (0 where it has none).
+fn property_sum(db: &DB, families: &[&str], property: &str) -> u64 {
+    families
         .iter()
-        .filter(|name| **name != CF_LOG)
         .map(|name| {
-            let h = cf(db, name);
-            let sst = db
-                .property_int_value_cf(h, "rocksdb.total-sst-files-size")
+            db.property_int_value_cf(cf(db, name), property)
                 .ok()
                 .flatten()
-                .unwrap_or(0);
-            let mem = db
-                .property_int_value_cf(h, "rocksdb.cur-size-all-mem-tables")
-                .ok()
-                .flatten()
-                .unwrap_or(0);
-            sst + mem
+                .unwrap_or(0)
         })
         .sum()
 }
@@ -160,17 +158,7 @@ pub fn size(db: &DB) -> u64 {
 /// in the Rust heap's figure): memtables, the index and filter blocks of open table files,
 /// and the block cache.
 pub fn memory(db: &DB) -> [(&'static str, u64); 3] {
-    let sum = |property: &str| -> u64 {
-        FAMILIES
-            .iter()
-            .map(|name| {
-                db.property_int_value_cf(cf(db, name), property)
-                    .ok()
-                    .flatten()
-                    .unwrap_or(0)
-            })
-            .sum()
-    };
+    let sum = |property| property_sum(db, &FAMILIES, property);
     [
         ("memtables", sum("rocksdb.cur-size-all-mem-tables")),
         ("table_readers", sum("rocksdb.estimate-table-readers-mem")),

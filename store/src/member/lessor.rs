@@ -182,13 +182,13 @@ impl StoreMember {
         self.lessor.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The granted TTL of lease `id`, from the keyspace.
-    fn granted_ttl(&self, id: i64) -> Result<i64, StoreError> {
+    /// The granted TTL of lease `id` and whether it is checkpointed, from the keyspace.
+    fn granted_ttl(&self, id: i64) -> Result<(i64, bool), StoreError> {
         self.shared
             .read()
             .leases()
             .get(&id)
-            .map(|l| l.ttl)
+            .map(|l| (l.ttl, l.checkpoint.is_some()))
             .ok_or(StoreError::LeaseNotFound)
     }
 
@@ -197,13 +197,7 @@ impl StoreMember {
             return Err(StoreError::NoLeader);
         }
         self.confirm_leadership().await?;
-        let (ttl, checkpointed) = self
-            .shared
-            .read()
-            .leases()
-            .get(&id)
-            .map(|l| (l.ttl, l.checkpoint.is_some()))
-            .ok_or(StoreError::LeaseNotFound)?;
+        let (ttl, checkpointed) = self.granted_ttl(id)?;
         let clear = self.lessor().renew(id, ttl, checkpointed, Instant::now())?;
         if clear {
             // After any checkpoint of this lease in flight: the clear must come later in the
@@ -225,7 +219,7 @@ impl StoreMember {
             return Err(StoreError::NoLeader);
         }
         self.confirm_leadership().await?;
-        let granted = self.granted_ttl(id)?;
+        let (granted, _) = self.granted_ttl(id)?;
         let remaining = self.lessor().remaining(id, granted, Instant::now());
         Ok(Ttl { remaining, granted })
     }
