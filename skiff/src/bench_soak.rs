@@ -78,14 +78,66 @@ pub fn run(Args { cluster, plan }: Args) -> Result<ExitCode> {
 /// What the churn has done so far; shared by its tasks (held only for map operations).
 #[derive(Default)]
 struct Pods {
-    /// Pods created (or being created) and not yet seen Running: when their create was sent.
-    pending: HashMap<String, Instant>,
+    /// Pods created (or being created) and not yet seen Running: how far each has come.
+    pending: HashMap<String, Progress>,
     /// Pods seen Running, to delete once their time is up, in the order they ran.
     to_delete: VecDeque<(Instant, String)>,
-    /// Create sent → Running, of every pod that ran.
-    to_running: Vec<Duration>,
+    /// The stages of every pod that ran.
+    to_running: Vec<Stages>,
     /// Running since the last report.
-    window: Vec<Duration>,
+    window: Vec<Stages>,
+}
+
+/// A pod on its way to Running: when its create was sent, answered, and seen bound.
+#[derive(Clone, Copy)]
+struct Progress {
+    sent: Instant,
+    created: Option<Instant>,
+    bound: Option<Instant>,
+}
+
+/// Where a pod's time went from its create to Running: the create (sent → answered, retries
+/// included), the scheduler (answered → seen bound) and the node (bound → seen Running). A
+/// stage seen out of order (the watch shows the pod bound before the create's answer
+/// arrives) counts as zero, so the three add up to the whole.
+#[derive(Clone, Copy, Default)]
+struct Stages {
+    total: Duration,
+    create: Duration,
+    bind: Duration,
+    run: Duration,
+}
+
+impl Progress {
+    fn stages(&self, running: Instant) -> Stages {
+        let created = self.created.unwrap_or(running).clamp(self.sent, running);
+        let bound = self.bound.unwrap_or(running).clamp(created, running);
+        Stages {
+            total: running - self.sent,
+            create: created - self.sent,
+            bind: bound - created,
+            run: running - bound,
+        }
+    }
+}
+
+/// One stage of a pod's time.
+type Stage = fn(&Stages) -> Duration;
+
+/// The stages as the report names them.
+const STAGES: [(&str, Stage); 3] = [
+    ("create sent → answered", |s| s.create),
+    ("answered → bound", |s| s.bind),
+    ("bound → Running", |s| s.run),
+];
+
+/// The percentiles of one stage of `stages`.
+fn percentiles(stages: &[Stages], stage: Stage) -> skiff_scheduler::bench::Percentiles {
+    stages
+        .iter()
+        .map(stage)
+        .collect::<Latencies>()
+        .percentiles()
 }
 
 #[derive(Default)]
@@ -229,7 +281,7 @@ fn soak(rt: &tokio::runtime::Runtime, cluster: &mut Cluster, plan: &Plan) -> Res
     let pods = pods.lock();
     let never_ran = pods.pending.len();
     let created = counts.created.load(Ordering::Relaxed);
-    let latencies = pods.to_running.iter().collect::<Latencies>().percentiles();
+    let latencies = percentiles(&pods.to_running, |s| s.total);
     println!(
         "soak: {} in {}: {created} pods created, {} Running, {never_ran} never ran, {} deleted; {kills} member kills",
         if healthy { "done" } else { "ended early" },
@@ -241,6 +293,13 @@ fn soak(rt: &tokio::runtime::Runtime, cluster: &mut Cluster, plan: &Plan) -> Res
         "  create sent → Running   p50 {:>6.0} ms   p90 {:>6.0} ms   p99 {:>6.0} ms   max {:>6.0} ms",
         latencies.p50, latencies.p90, latencies.p99, latencies.max
     );
+    for (stage, of) in STAGES {
+        let p = percentiles(&pods.to_running, of);
+        println!(
+            "    {stage:<21} p50 {:>6.0} ms   p90 {:>6.0} ms   p99 {:>6.0} ms   max {:>6.0} ms",
+            p.p50, p.p90, p.p99, p.max
+        );
+    }
     let refused = counts.refused.load(Ordering::Relaxed);
     println!(
         "  retried: {} creates, {} deletes (a member away or a leader changing); refused: {refused}",
@@ -348,7 +407,15 @@ async fn create(
             let Ok(object) = crate::bench::pod(&ns, &name, "soak", "10m", 1) else {
                 return;
             };
-            pods.lock().pending.insert(name.clone(), Instant::now());
+            let sent = Instant::now();
+            pods.lock().pending.insert(
+                name.clone(),
+                Progress {
+                    sent,
+                    created: None,
+                    bound: None,
+                },
+            );
             // AlreadyExists: a retry after a create that landed but whose answer was lost.
             let create = || api.create(&object);
             if let Err(e) = until_done(create, Code::AlreadyExists, &counts.create_retries).await {
@@ -356,6 +423,9 @@ async fn create(
                 pods.lock().pending.remove(&name);
                 counts.refused.fetch_add(1, Ordering::Relaxed);
                 return;
+            }
+            if let Some(p) = pods.lock().pending.get_mut(&name) {
+                p.created = Some(Instant::now());
             }
             counts.created.fetch_add(1, Ordering::Relaxed);
         });
@@ -372,14 +442,20 @@ async fn follow(api: ClusterClient, ns: String, pods: Arc<Mutex<Pods>>, lifetime
             let (Event::Added(Object::Pod(p)) | Event::Modified(Object::Pod(p))) = event else {
                 return;
             };
+            let mut pods = pods.lock();
             if p.phase() != Some(PodPhase::Running) {
+                if !p.spec.node_name.is_empty()
+                    && let Some(progress) = pods.pending.get_mut(&p.metadata.name)
+                {
+                    progress.bound.get_or_insert_with(Instant::now);
+                }
                 return;
             }
-            let mut pods = pods.lock();
-            if let Some(sent) = pods.pending.remove(&p.metadata.name) {
+            if let Some(progress) = pods.pending.remove(&p.metadata.name) {
                 let now = Instant::now();
-                pods.to_running.push(now - sent);
-                pods.window.push(now - sent);
+                let stages = progress.stages(now);
+                pods.to_running.push(stages);
+                pods.window.push(stages);
                 pods.to_delete
                     .push_back((now + lifetime, p.metadata.name.clone()));
             }
@@ -457,13 +533,16 @@ async fn sample(http: &HttpClient, urls: &[(String, String)], at: Duration) -> V
 fn progress(pods: &Mutex<Pods>, counts: &Counts, samples: &[Sample]) -> String {
     let mut pods = pods.lock();
     let window = std::mem::take(&mut pods.window);
-    let p99 = window.iter().collect::<Latencies>().percentiles().p99;
+    let p99 = |of| percentiles(&window, of).p99;
     let mut line = format!(
-        "created {:>7}  Running {:>7} (last minute {:>5}, p99 {:>5.0} ms)  deleted {:>7}  waiting to run {:>5}",
+        "created {:>7}  Running {:>7} (last minute {:>5}, p99 {:>5.0} ms: create {:.0}, bind {:.0}, run {:.0})  deleted {:>7}  waiting to run {:>5}",
         counts.created.load(Ordering::Relaxed),
         pods.to_running.len(),
         window.len(),
-        p99,
+        p99(|s| s.total),
+        p99(STAGES[0].1),
+        p99(STAGES[1].1),
+        p99(STAGES[2].1),
         counts.deleted.load(Ordering::Relaxed),
         pods.pending.len(),
     );
@@ -634,6 +713,47 @@ fn without_colour(line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pods_stages_add_up_even_when_seen_out_of_order() {
+        let sent = Instant::now();
+        let ms = |n| sent + Duration::from_millis(n);
+        let in_order = Progress {
+            sent,
+            created: Some(ms(10)),
+            bound: Some(ms(40)),
+        }
+        .stages(ms(100));
+        assert_eq!(
+            (in_order.create, in_order.bind, in_order.run),
+            (
+                Duration::from_millis(10),
+                Duration::from_millis(30),
+                Duration::from_millis(60)
+            )
+        );
+        // The watch showed the pod bound before the create's answer came back.
+        let bound_first = Progress {
+            sent,
+            created: Some(ms(50)),
+            bound: Some(ms(20)),
+        }
+        .stages(ms(100));
+        assert_eq!(bound_first.create, Duration::from_millis(50));
+        assert_eq!(bound_first.bind, Duration::ZERO);
+        assert_eq!(bound_first.run, Duration::from_millis(50));
+        // Neither seen: the whole time is the create's.
+        let unseen = Progress {
+            sent,
+            created: None,
+            bound: None,
+        }
+        .stages(ms(100));
+        assert_eq!(unseen.create, Duration::from_millis(100));
+        for s in [in_order, bound_first, unseen] {
+            assert_eq!(s.create + s.bind + s.run, s.total);
+        }
+    }
 
     #[test]
     fn error_lines_are_told_by_their_level() {
