@@ -17,9 +17,13 @@
 //! that starts at the compaction revision still sees the delete that happened there.
 //!
 //! The index is rebuilt from the versioned keys on start-up; the values live in the backend.
+//!
+//! Beside the keys, the index keeps its most recent changes in revision order ([`Recent`]):
+//! a watcher that is a few seconds behind is caught up at the cost of the changes it missed,
+//! not of every key in its range.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::ops::Bound;
 
 use crate::revision::Revision;
@@ -188,6 +192,80 @@ impl KeyIndex {
 #[derive(Debug, Clone, Default)]
 pub struct TreeIndex {
     keys: BTreeMap<Vec<u8>, KeyIndex>,
+    recent: Recent,
+}
+
+/// The most recent changes the index kept, at most this many (about 100 B each with their
+/// key: a few MB, and half a minute of a churning cluster's writes).
+const RECENT_CHANGES: usize = 1 << 16;
+
+/// The index's most recent changes in revision order, oldest first.
+///
+/// Why: [`TreeIndex::changes`] by key visits every key in the range, whatever happened since
+/// `from`. A member's kill sends its watchers to the others, each resuming at its own
+/// revision, and each group of them walked the whole pod prefix (tens of thousands of keys,
+/// deleted ones included until compaction) once per pass: passes took seconds while new
+/// revisions arrived faster than they were caught up, and the watchers fell further behind.
+/// Read from here, a catch-up costs what it delivers.
+#[derive(Debug, Clone, Default)]
+struct Recent {
+    changes: VecDeque<(Revision, Box<[u8]>)>,
+    /// Every change at a main revision at or above `from` is in `changes`.
+    from: i64,
+}
+
+impl Recent {
+    fn push(&mut self, key: &[u8], rev: Revision) {
+        if self.changes.len() >= RECENT_CHANGES
+            && let Some((dropped, _)) = self.changes.pop_front()
+        {
+            self.from = self.from.max(dropped.main + 1);
+        }
+        self.changes.push_back((rev, key.into()));
+    }
+
+    /// Changes at main revisions up to `main` are no longer answered from here: compacted,
+    /// or restored from the backend in key order rather than applied in revision order.
+    fn forget_through(&mut self, main: i64) {
+        while self.changes.front().is_some_and(|(r, _)| r.main <= main) {
+            self.changes.pop_front();
+        }
+        self.from = self.from.max(main + 1);
+    }
+
+    /// [`TreeIndex::changes`] from here; the caller checked that `from` is covered.
+    fn changes(&self, key: &[u8], range_end: &[u8], from: i64, to: i64, max: usize) -> Changes {
+        let start = self.changes.partition_point(|(r, _)| r.main < from);
+        let mut out: Vec<(Vec<u8>, Revision)> = Vec::new();
+        for (rev, k) in self.changes.range(start..) {
+            if rev.main > to {
+                break;
+            }
+            if !in_range(k, key, range_end) {
+                continue;
+            }
+            if out.len() >= max && out.last().is_some_and(|(_, last)| last.main != rev.main) {
+                return Changes {
+                    changes: out,
+                    covered: rev.main - 1,
+                };
+            }
+            out.push((k.to_vec(), *rev));
+        }
+        Changes {
+            changes: out,
+            covered: to,
+        }
+    }
+}
+
+/// Whether `k` is in `[key, range_end)` (etcd semantics, as [`range_bounds`]).
+fn in_range(k: &[u8], key: &[u8], range_end: &[u8]) -> bool {
+    match range_end {
+        [] => k == key,
+        [0] => k >= key,
+        end => k >= key && k < end,
+    }
 }
 
 /// The end of an etcd range: `range_end` empty means the single key; `\0` means every key ≥
@@ -227,10 +305,12 @@ impl TreeIndex {
                 self.keys.insert(key.to_vec(), ki);
             }
         }
+        self.recent.push(key, rev);
     }
 
     /// See [`KeyIndex::restore`].
     pub fn restore(&mut self, key: &[u8], rev: Revision, created: Revision, version: i64) {
+        self.recent.forget_through(rev.main);
         if let Some(ki) = self.keys.get_mut(key) {
             ki.restore(rev, created, version);
         } else {
@@ -243,6 +323,7 @@ impl TreeIndex {
     /// A tombstone read back from the backend on start-up: a delete of the live key, or one
     /// kept alone by compaction, which becomes a generation of its own.
     pub fn restore_tombstone(&mut self, key: &[u8], rev: Revision) {
+        self.recent.forget_through(rev.main);
         let ki = self.keys.entry(key.to_vec()).or_default();
         if ki.tombstone(rev).is_err() {
             let g = ki.current();
@@ -254,7 +335,9 @@ impl TreeIndex {
     }
 
     pub fn tombstone(&mut self, key: &[u8], rev: Revision) -> Result<(), NotFound> {
-        self.keys.get_mut(key).ok_or(NotFound)?.tombstone(rev)
+        self.keys.get_mut(key).ok_or(NotFound)?.tombstone(rev)?;
+        self.recent.push(key, rev);
+        Ok(())
     }
 
     pub fn get(&self, key: &[u8], at: i64) -> Option<KeyState> {
@@ -290,9 +373,11 @@ impl TreeIndex {
     /// watcher's catch-up: at most `max` of them, except that a revision is never split (its
     /// last changes are included even past `max`).
     ///
-    /// Bounded by revision, not by history: each key in the range costs a binary search for
-    /// its first revision ≥ `from`, and the keys' histories are then merged through a heap,
-    /// so only the changes returned are visited.
+    /// A range of keys read from a revision the recent changes still cover costs the changes
+    /// since `from` (each checked against the range). Otherwise, and for a single key, the
+    /// walk is by key: each key in the range costs a binary search for its first revision ≥
+    /// `from`, and the keys' histories are then merged through a heap, so only the changes
+    /// returned are visited.
     pub fn changes(&self, key: &[u8], range_end: &[u8], from: i64, to: i64, max: usize) -> Changes {
         if is_empty_range(key, range_end) || from > to {
             return Changes {
@@ -300,6 +385,21 @@ impl TreeIndex {
                 covered: to,
             };
         }
+        if !range_end.is_empty() && from >= self.recent.from {
+            return self.recent.changes(key, range_end, from, to, max);
+        }
+        self.changes_by_key(key, range_end, from, to, max)
+    }
+
+    /// [`Self::changes`], walking the keys of the range.
+    fn changes_by_key(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+        from: i64,
+        to: i64,
+        max: usize,
+    ) -> Changes {
         let mut cursors = Vec::new();
         let mut heap = BinaryHeap::new();
         for (k, ki) in self.keys.range::<[u8], _>(range_bounds(key, range_end)) {
@@ -336,6 +436,8 @@ impl TreeIndex {
 
     /// Compacts every key at `at`; returns the (key, revision) versions the backend must delete.
     pub fn compact(&mut self, at: i64) -> Vec<(Vec<u8>, Revision)> {
+        // Changes at `at` itself stay readable, as the keys keep them.
+        self.recent.forget_through(at - 1);
         let mut removed = Vec::new();
         self.keys.retain(|k, ki| {
             let (revs, empty) = ki.compact(at);
@@ -570,6 +672,67 @@ mod tests {
                 }
                 prop_assert_eq!(&got, &want, "max {}", max);
             }
+            // Read from the recent changes, any range from any start answers what the walk by
+            // key does.
+            let ranges: [(&[u8], &[u8]); 4] = [(&[0], &[0]), (&[1], &[3]), (&[2], &[0]), (&[4], &[5])];
+            for (key, end) in ranges {
+                for from in compacted..=rev {
+                    for max in [1, 3, 1000] {
+                        prop_assert_eq!(
+                            index.changes(key, end, from, rev, max),
+                            index.changes_by_key(key, end, from, rev, max),
+                            "{:?}..{:?} from {} max {}", key, end, from, max
+                        );
+                    }
+                }
+            }
         }
+    }
+
+    #[test]
+    fn catch_up_reads_fall_back_to_the_keys_where_the_recent_changes_do_not_reach() {
+        // More changes than are kept: the oldest are read by key.
+        let mut t = TreeIndex::default();
+        let last = RECENT_CHANGES as i64 + 10;
+        for rev in 1..=last {
+            t.put(&[(rev % 7) as u8], r(rev));
+        }
+        assert_eq!(t.recent.from, 11);
+        for from in [1, 5, 10, 11, 12, last - 3] {
+            for max in [1, 100] {
+                assert_eq!(
+                    t.changes(&[0], &[0], from, last, max),
+                    t.changes_by_key(&[0], &[0], from, last, max),
+                    "from {from} max {max}"
+                );
+            }
+        }
+        // A rebuilt index knows no order among what it restored: those changes are read by
+        // key, the ones applied since from the recent changes, and both agree.
+        let mut rebuilt = TreeIndex::default();
+        rebuilt.restore(b"a", r(5), r(5), 1);
+        rebuilt.restore(b"b", r(7), r(7), 1);
+        rebuilt.put(b"a", r(8));
+        assert_eq!(rebuilt.recent.from, 8);
+        assert_eq!(
+            rebuilt.changes(b"a", b"c", 5, 8, 10).changes,
+            vec![
+                (b"a".to_vec(), r(5)),
+                (b"b".to_vec(), r(7)),
+                (b"a".to_vec(), r(8))
+            ]
+        );
+        assert_eq!(
+            rebuilt.changes(b"a", b"c", 8, 8, 10).changes,
+            vec![(b"a".to_vec(), r(8))]
+        );
+        // Compaction keeps the changes at its revision readable from the recent changes.
+        rebuilt.put(b"b", r(9));
+        rebuilt.compact(8);
+        assert_eq!(rebuilt.recent.from, 8);
+        assert_eq!(
+            rebuilt.changes(b"a", b"\0", 8, 9, 10),
+            rebuilt.changes_by_key(b"a", b"\0", 8, 9, 10)
+        );
     }
 }
