@@ -286,6 +286,12 @@ impl AccessConfig {
 pub trait Facts: node::Graph {
     /// RBAC's view of the stored roles and bindings.
     fn rules(&self) -> Arc<rbac::Rules>;
+
+    /// The same read again, when what [`Facts::rules`] gave may be behind the store (for a
+    /// request it denied); `None` when it is not.
+    fn reread_rules(&self) -> Option<Arc<rbac::Rules>> {
+        None
+    }
 }
 
 /// The decision of the authorizers, with why (the answer of an access review).
@@ -387,6 +393,16 @@ impl Access {
                     reason,
                 };
             }
+        }
+        // Denied by rules that may not hold a binding the store has applied already.
+        if self.config.rbac()
+            && let Some(rules) = facts.reread_rules()
+            && let Some(r) = rules.allows(user, attributes)
+        {
+            return Decision {
+                allowed: true,
+                reason: format!("RBAC: {r}"),
+            };
         }
         Decision {
             allowed: false,
@@ -538,6 +554,97 @@ mod tests {
                 .decide(&user("alice", &[NODES]), &own, none)
                 .allowed
         );
+    }
+
+    /// Rules behind the store (their watch has not reported a new binding yet): a request
+    /// they deny is decided again by the rules read afresh, and a request they allow costs
+    /// no reread.
+    struct Behind {
+        fresh: Option<Arc<rbac::Rules>>,
+        rereads: std::cell::Cell<usize>,
+    }
+
+    impl node::Graph for Behind {
+        fn pod_node(&self, _: &str, _: &str) -> Option<String> {
+            None
+        }
+    }
+
+    impl Facts for Behind {
+        fn rules(&self) -> Arc<rbac::Rules> {
+            Arc::new(rbac::Rules::default())
+        }
+
+        fn reread_rules(&self) -> Option<Arc<rbac::Rules>> {
+            self.rereads.set(self.rereads.get() + 1);
+            self.fresh.clone()
+        }
+    }
+
+    #[test]
+    fn a_denial_rereads_rules_that_may_be_behind_the_store() {
+        use skiff_proto::api::ObjectMeta;
+        use skiff_proto::api::rbac::{
+            ClusterRole, ClusterRoleBinding, PolicyRule, RBAC_GROUP, RoleRef, Subject,
+        };
+        let scheduler = ClusterRoleBinding {
+            metadata: ObjectMeta {
+                name: "scheduler".into(),
+                ..ObjectMeta::default()
+            },
+            subjects: vec![Subject {
+                kind: "User".into(),
+                api_group: RBAC_GROUP.into(),
+                name: "system:kube-scheduler".into(),
+                namespace: String::new(),
+            }],
+            role_ref: RoleRef {
+                api_group: RBAC_GROUP.into(),
+                kind: "ClusterRole".into(),
+                name: "pods".into(),
+            },
+            ..ClusterRoleBinding::default()
+        };
+        let pods = ClusterRole {
+            metadata: ObjectMeta {
+                name: "pods".into(),
+                ..ObjectMeta::default()
+            },
+            rules: vec![PolicyRule {
+                verbs: vec!["list".into()],
+                api_groups: vec![String::new()],
+                resources: vec!["pods".into()],
+                ..PolicyRule::default()
+            }],
+            ..ClusterRole::default()
+        };
+        let rbac = Access::new(AccessConfig {
+            modes: vec![Mode::Rbac],
+            ..AccessConfig::default()
+        })
+        .unwrap();
+        let list = Attributes::resource("list", "", "pods", None, "", "");
+        let who = user("system:kube-scheduler", &[AUTHENTICATED]);
+        let behind = Behind {
+            fresh: Some(Arc::new(rbac::Rules::new(&[], &[pods], &[], &[scheduler]))),
+            rereads: Default::default(),
+        };
+        let d = rbac.decide(&who, &list, &behind);
+        assert!(d.allowed, "denied by rules behind the store");
+        assert!(d.reason.starts_with("RBAC: "), "{}", d.reason);
+        assert_eq!(behind.rereads.get(), 1);
+        // Rules that are current (nothing to reread) still deny.
+        let current = Behind {
+            fresh: None,
+            rereads: Default::default(),
+        };
+        assert!(!rbac.decide(&who, &list, &current).allowed);
+        // The privileged group is allowed without any rules, and without a reread.
+        assert!(
+            rbac.decide(&user("root", &[MASTERS]), &list, &current)
+                .allowed
+        );
+        assert_eq!(current.rereads.get(), 1);
     }
 
     #[test]

@@ -6,8 +6,13 @@
 //! happens after a change is applied, and a read clears the mark before it reads, so a
 //! change is never lost between the two: at worst the rules are read twice. Like
 //! kube-apiserver's informers, a member authorizes by what it has applied.
+//!
+//! The watch reports a change a moment after it is applied, so a request the rules deny
+//! has them read again ([`Policy::reread`]) when the keyspace has moved past the revision
+//! they were read at: a binding a client has just seen written (as `skiff up` waits for the
+//! components' bindings before it starts them) is never denied by a member that applied it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -35,6 +40,8 @@ pub struct Policy {
     /// Held while the rules are read, so concurrent requests read them once.
     reading: Mutex<()>,
     rules: RwLock<Arc<Rules>>,
+    /// The keyspace revision the rules were read at: they hold every change up to it.
+    read_at: AtomicI64,
 }
 
 impl Default for Policy {
@@ -43,6 +50,7 @@ impl Default for Policy {
             stale: AtomicBool::new(true),
             reading: Mutex::new(()),
             rules: RwLock::new(Arc::new(Rules::default())),
+            read_at: AtomicI64::new(0),
         }
     }
 }
@@ -52,20 +60,38 @@ impl Policy {
     pub fn rules(&self, api: &ClusterApi) -> Arc<Rules> {
         if self.stale.load(Ordering::Acquire) {
             let _reading = self.reading.lock().unwrap_or_else(|p| p.into_inner());
-            if self.stale.swap(false, Ordering::AcqRel) {
-                match read(api) {
-                    Ok(rules) => {
-                        *self.rules.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(rules);
-                    }
-                    Err(e) => {
-                        // Kept stale: the next request tries again; this one has the last rules.
-                        self.stale.store(true, Ordering::Release);
-                        tracing::warn!(error = %e, "reading the RBAC roles and bindings");
-                    }
-                }
+            if self.stale.swap(false, Ordering::AcqRel) && self.read(api).is_none() {
+                // Kept stale: the next request tries again; this one has the last rules.
+                self.stale.store(true, Ordering::Release);
             }
         }
         self.rules.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The rules read again, for a request they deny, when the keyspace has moved past the
+    /// revision they were read at; `None` when they are as of now (or cannot be read).
+    pub fn reread(&self, api: &ClusterApi) -> Option<Arc<Rules>> {
+        let _reading = self.reading.lock().unwrap_or_else(|p| p.into_inner());
+        if api.revision() <= self.read_at.load(Ordering::Acquire) {
+            return None;
+        }
+        self.read(api)
+    }
+
+    /// Reads the rules and keeps them; the caller holds `reading`.
+    fn read(&self, api: &ClusterApi) -> Option<Arc<Rules>> {
+        match read(api) {
+            Ok((at, rules)) => {
+                let rules = Arc::new(rules);
+                *self.rules.write().unwrap_or_else(|p| p.into_inner()) = rules.clone();
+                self.read_at.fetch_max(at, Ordering::AcqRel);
+                Some(rules)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the RBAC roles and bindings");
+                None
+            }
+        }
     }
 
     pub fn invalidate(&self) {
@@ -73,11 +99,14 @@ impl Policy {
     }
 }
 
-fn read(api: &ClusterApi) -> Result<Rules, ClusterError> {
+/// The rules, and a revision they hold every change up to (the first kind's read).
+fn read(api: &ClusterApi) -> Result<(i64, Rules), ClusterError> {
     let mut objects = Vec::new();
+    let mut at = None;
     for kind in KINDS {
         let (key, end) = crate::cluster::watch::key_range(kind, "");
-        let (_, items) = api.range(kind, &key, &end, 0)?;
+        let (revision, items) = api.range(kind, &key, &end, 0)?;
+        at.get_or_insert(revision);
         objects.extend(items.into_iter().map(|s| s.object));
     }
     let (mut roles, mut cluster_roles, mut bindings, mut cluster_bindings) =
@@ -91,11 +120,9 @@ fn read(api: &ClusterApi) -> Result<Rules, ClusterError> {
             _ => {}
         }
     }
-    Ok(Rules::new(
-        &roles,
-        &cluster_roles,
-        &bindings,
-        &cluster_bindings,
+    Ok((
+        at.unwrap_or(0),
+        Rules::new(&roles, &cluster_roles, &bindings, &cluster_bindings),
     ))
 }
 

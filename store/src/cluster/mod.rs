@@ -128,6 +128,10 @@ impl crate::access::Facts for ClusterApi {
     fn rules(&self) -> Arc<crate::access::rbac::Rules> {
         self.access.policy().rules(self)
     }
+
+    fn reread_rules(&self) -> Option<Arc<crate::access::rbac::Rules>> {
+        self.access.policy().reread(self)
+    }
 }
 
 /// An object as stored, with its mod revision.
@@ -559,6 +563,11 @@ impl ClusterApi {
             self.member.linearizable_barrier().await?;
         }
         Ok(())
+    }
+
+    /// The member's current revision.
+    pub fn revision(&self) -> i64 {
+        self.member.shared.read().revision()
     }
 
     /// The current revision and the objects under a key prefix (or one key).
