@@ -259,13 +259,9 @@ impl Recent {
     }
 }
 
-/// Whether `k` is in `[key, range_end)` (etcd semantics, as [`range_bounds`]).
+/// Whether `k` is in `[key, range_end)` (etcd semantics: [`range_bounds`]).
 fn in_range(k: &[u8], key: &[u8], range_end: &[u8]) -> bool {
-    match range_end {
-        [] => k == key,
-        [0] => k >= key,
-        end => k >= key && k < end,
-    }
+    std::ops::RangeBounds::<&[u8]>::contains(&range_bounds(key, range_end), &k)
 }
 
 /// The end of an etcd range: `range_end` empty means the single key; `\0` means every key ≥
