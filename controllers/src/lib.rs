@@ -332,7 +332,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Kind::EndpointSlice,
     ] {
         let mut informer = Informer::new(client.clone(), kind, ListParams::default());
-        for e in informer.relist().await? {
+        for e in informer.sync().await? {
             handlers.on_event(kind, &e);
         }
         handlers.cache(kind).set_synced();

@@ -677,7 +677,7 @@ impl NodeAgent {
         let initial = loop {
             tokio::select! {
                 _ = self.cancel.cancelled() => return Ok(()),
-                r = informer.relist() => match r {
+                r = informer.sync() => match r {
                     Ok(events) => break events,
                     Err(e) => {
                         tracing::warn!(node = %self.config.name, error = %e, "listing pods failed; retrying");

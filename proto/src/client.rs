@@ -590,6 +590,25 @@ impl Informer {
         self.revision
     }
 
+    /// Lists until the store answers, waiting between tries as [`Informer::run`] does (a
+    /// member that is away, a refusal for permission); then as [`Informer::relist`]. Returns
+    /// an error only for what no retry mends. This is how a component fills its caches at
+    /// start: a binding written a moment before it started may not have reached the member
+    /// it asks yet, and client-go's reflector waits that out too.
+    pub async fn sync(&mut self) -> Result<Vec<Event>> {
+        let mut backoff = Backoff::for_store();
+        loop {
+            match self.relist().await {
+                Ok(events) => return Ok(events),
+                Err(e) if waits(&e, self.kind) => {
+                    tracing::debug!(kind = %self.kind, error = %e, "list failed; trying again");
+                    backoff.wait().await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Lists and replaces the cache; returns the events that turn the old cache into the new.
     pub async fn relist(&mut self) -> Result<Vec<Event>> {
         let (items, rev) = self.client.list(self.kind, &self.params).await?;
@@ -612,9 +631,9 @@ impl Informer {
         Ok(events)
     }
 
-    /// Runs forever: lists (unless [`Informer::relist`] already did), then applies watch
-    /// events to the cache and hands each one to `on_event` with the cache as it is after the
-    /// event. Returns only on errors other than a compacted start, a broken stream, a store
+    /// Runs forever: lists (unless [`Informer::sync`] or [`Informer::relist`] already did),
+    /// then applies watch events to the cache and hands each one to `on_event` with the cache
+    /// as it is after the event. Returns only on errors other than a compacted start, a broken stream, a store
     /// that is away (which relist, reconnect or wait) or a refusal for permission (which
     /// waits and tries again, as client-go's reflector does: a binding made a moment before
     /// may not have reached the member yet, and an administrator may grant it).
@@ -629,17 +648,8 @@ impl Informer {
         let mut backoff = Backoff::for_store();
         loop {
             if need_list {
-                match self.relist().await {
-                    Ok(events) => {
-                        for e in events {
-                            on_event(&e, &self.cache);
-                        }
-                    }
-                    Err(e) if waits(&e, self.kind) => {
-                        backoff.wait().await;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
+                for e in self.sync().await? {
+                    on_event(&e, &self.cache);
                 }
                 need_list = false;
             }

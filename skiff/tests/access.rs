@@ -16,7 +16,7 @@ use skiff_launch::{
     ServingCert, SigningCa, StoreCommand, StoreTls,
 };
 use skiff_proto::api::{Kind, Object};
-use skiff_proto::client::{ClusterClient, Code, ListParams};
+use skiff_proto::client::{ClusterClient, Code, Informer, ListParams};
 use skiff_proto::tls::ClientTls;
 
 /// Who sends a request.
@@ -757,6 +757,49 @@ async fn grpc_and_etcd_requests_are_authorized() {
         .unwrap_or_else(|| panic!("no refused list of n1 in {events:#?}"));
     assert_eq!(refused["responseStatus"]["code"], 403);
     assert_eq!(refused["requestURI"], "/skiff.cluster.v1.Cluster/List");
+
+    // A component that starts before its binding has reached the member waits for it, as
+    // client-go's reflector does, instead of ending: alice's informer is refused until a
+    // binding lets her read pods, then fills its cache.
+    let mut informer = Informer::new(s.grpc(Who::Alice), Kind::Pod, ListParams::default());
+    let sync = tokio::spawn(async move { informer.sync().await.map(|_| informer) });
+    let events = s
+        .audit_events(|e| {
+            e["user"]["username"] == "alice"
+                && e["requestURI"] == "/skiff.cluster.v1.Cluster/List"
+                && e["responseStatus"]["code"] == 403
+        })
+        .await;
+    assert!(
+        events.iter().any(|e| e["user"]["username"] == "alice"),
+        "alice's list was not refused: {events:#?}"
+    );
+    assert!(!sync.is_finished(), "alice's informer ended on a refusal");
+    let binding = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "alice-views"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "view"},
+        "subjects": [{"kind": "User", "name": "alice"}]
+    })
+    .to_string();
+    let (code, body) = s.curl(
+        Who::Admin,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        Some(&binding),
+    );
+    assert_eq!(code, 201, "{body}");
+    let informer = tokio::time::timeout(Duration::from_secs(30), sync)
+        .await
+        .expect("alice's informer synced within 30 s of her binding")
+        .expect("the task")
+        .expect("alice lists pods");
+    assert!(
+        informer.cache().keys().any(|k| k.ends_with("/p")),
+        "{:?}",
+        informer.cache().keys()
+    );
 
     let (ok, out) = s.etcdctl(Who::Admin, &["put", "/x", "1"]);
     assert!(ok, "{out}");

@@ -145,11 +145,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     // Caches first: nodes, then pods, listed before any pod is placed.
     let mut nodes = Informer::new(client.clone(), Kind::Node, ListParams::default());
-    for e in nodes.relist().await? {
+    for e in nodes.sync().await? {
         handlers.on_node(&e);
     }
     let mut pods = Informer::new(client.clone(), Kind::Pod, ListParams::default());
-    for e in pods.relist().await? {
+    for e in pods.sync().await? {
         handlers.on_pod(&e);
     }
     tracing::info!(
