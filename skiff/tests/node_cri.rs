@@ -357,7 +357,9 @@ async fn pods_run_in_containerd() {
 /// Bound → Running latency through containerd, printed as p50/p99 for host-network pods and
 /// for pods on the pod network (CNI) in the same run (`SKIFF_CRI_LATENCY_PODS=50` of each for
 /// the figure, within the node's 110 pods; 10 by default to keep CI short;
-/// `SKIFF_CRI_BIND_INTERVAL_MS` paces the binds, 0 binds them all at once).
+/// `SKIFF_CRI_BIND_INTERVAL_MS` paces the binds, 0 binds them all at once). The agent runs
+/// as `skiff up` runs it, with the cluster's pod network (`SKIFF_CRI_CLUSTER_CIDR`, empty for
+/// none: then the bridge plugin masquerades each pod itself, an iptables chain per sandbox).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bound_to_running_latency_with_containerd() {
     let _turn = TURN.lock().await;
@@ -373,10 +375,21 @@ async fn bound_to_running_latency_with_containerd() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
     );
+    let cluster_cidr =
+        std::env::var("SKIFF_CRI_CLUSTER_CIDR").unwrap_or_else(|_| "10.244.0.0/16".into());
     let cluster = Cluster::start(3).await;
     let ctr = Containerd::start(cluster.dir.path());
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
-    let _agent = Agent::start(cluster.dir.path(), &cluster.endpoints(), &ctr);
+    let _agent = Agent::start_node(
+        cluster.dir.path(),
+        &cluster.endpoints(),
+        &ctr,
+        "c1",
+        NodeCommand {
+            cluster_cidr: (!cluster_cidr.is_empty()).then_some(cluster_cidr),
+            ..NodeCommand::new(RuntimeKind::Cri, vec![])
+        },
+    );
     eventually(Duration::from_secs(60), "node c1", || async {
         api.get(Kind::Node, "", "c1").await.ok().flatten()
     })
