@@ -677,6 +677,11 @@ fn scrape(s: &mut Sink<'_>, m: &StoreMember) -> std::fmt::Result {
         stats.passes(),
     )?;
     s.counter(
+        "skiff_store_watch_catch_up_reads",
+        "History reads of the watch catch-up task, one per group of watchers near each other.",
+        stats.reads(),
+    )?;
+    s.counter(
         "skiff_store_watch_catch_up_responses",
         "Responses sent to watchers that were behind.",
         stats.responses(),

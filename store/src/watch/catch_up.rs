@@ -4,15 +4,21 @@
 //! A pass works like etcd's `syncWatchers`, on a keyspace that indexes history by key:
 //!
 //! 1. **Select** (hub mutex, briefly): the unsynced watchers whose stream has room in its
-//!    queue, grouped by what they read (range, next revision, whether previous versions are
-//!    needed). A stream without room is marked blocked and costs nothing more until its
-//!    client reads (see [`super::receiver`]).
-//! 2. **Plan** (keyspace read lock, index only): each group's changes from its next revision,
-//!    at most [`MAX_CHANGES`], never splitting a revision; or the compacted answer.
+//!    queue, grouped by what they read (range, whether previous versions are needed) and
+//!    where they are: watchers whose next revisions lie within [`SPAN`] of the oldest of
+//!    them share one read from that oldest revision, as etcd's `syncWatchers` reads once for
+//!    all its unsynced watchers. After a member's kill a third of the agents resume on each
+//!    other member, each at its own revision; one read serves them all instead of one each.
+//!    A watcher further ahead starts a group of its own, so one far behind does not hold back
+//!    those nearly there. A stream without room is marked blocked and costs nothing more
+//!    until its client reads (see [`super::receiver`]).
+//! 2. **Plan** (keyspace read lock, index only): each group's changes from its oldest next
+//!    revision, at most [`MAX_CHANGES`], never splitting a revision; or the compacted answer
+//!    for the members behind the compaction.
 //! 3. **Load** (no lock): the planned versions from a RocksDB snapshot taken under the plan's
 //!    lock, at most [`MAX_BYTES`] of keys and values.
 //! 4. **Deliver** (hub mutex, `try_send` only): one response per watcher holding every
-//!    revision of the batch it wants, as etcd sends a backlog.
+//!    revision of the batch it wants from its own next revision on, as etcd sends a backlog.
 //!
 //! A group whose plan reaches the current revision with at most [`FINAL_CHANGES`] changes is
 //! loaded and delivered without releasing the keyspace lock, and its watchers become synced:
@@ -43,6 +49,9 @@ const MAX_BYTES: usize = 1 << 20;
 /// A remainder this small is read under the keyspace lock, so its watchers can move back to
 /// the apply path's feed.
 const FINAL_CHANGES: usize = 256;
+/// Watchers of one range whose next revisions are at most this far past the oldest of them
+/// share its read.
+const SPAN: i64 = MAX_CHANGES as i64;
 /// While watchers wait on blocked streams, how often to look again in case a drain's wake-up
 /// raced with the stream being marked blocked.
 const BACKSTOP: Duration = Duration::from_secs(1);
@@ -51,6 +60,7 @@ const BACKSTOP: Duration = Duration::from_secs(1);
 #[derive(Debug, Default)]
 pub struct CatchUpStats {
     passes: AtomicU64,
+    reads: AtomicU64,
     responses: AtomicU64,
     events: AtomicU64,
     failures: AtomicU64,
@@ -60,6 +70,11 @@ impl CatchUpStats {
     /// Passes run.
     pub fn passes(&self) -> u64 {
         self.passes.load(Ordering::Relaxed)
+    }
+
+    /// History reads planned: one per group of watchers a pass serves.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
     }
 
     /// Responses queued to watchers that were behind.
@@ -80,21 +95,29 @@ impl CatchUpStats {
 }
 
 /// Unsynced watchers that read the same history.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Group {
     /// Key range and `needs_prev_kv` of every member.
     range: Interest,
     options: Options,
+    /// The oldest next revision among the members: the read starts there.
     from: i64,
     /// Whether any member wants previous versions.
     prev_kv: bool,
     /// Whether any member is tagged (events must be tagged to pick).
     tagged: bool,
-    members: Vec<u64>,
+    members: Vec<Member>,
 }
 
-/// Watchers share a group when they read the same range from the same revision.
-type GroupKey = (Interest, Options, i64);
+/// A watcher of a group, and its next revision when it was selected.
+type Member = (u64, i64);
+
+/// Watchers may share a group when they read the same range with the same options.
+type GroupKey = (Interest, Options);
+
+/// An unsynced watcher as selected: id, next revision, whether it wants previous versions,
+/// whether it is tagged.
+type Selected = (u64, i64, bool, bool);
 
 /// Clears the hub's running flag when the task ends, however it ends.
 struct Running<'a>(&'a WatchHub);
@@ -193,7 +216,8 @@ impl WatchHub {
                 }
             };
             self.stats.failures.fetch_add(1, Ordering::Relaxed);
-            self.fail(&group.members, &reason);
+            let ids: Vec<u64> = group.members.iter().map(|(id, _)| *id).collect();
+            self.fail(&ids, &reason);
         }
         if !progress.is_empty() {
             let mvcc = read();
@@ -223,7 +247,7 @@ impl WatchHub {
         let Inner {
             watchers, streams, ..
         } = &mut *inner;
-        let mut groups: HashMap<GroupKey, Group> = HashMap::new();
+        let mut ranges: HashMap<GroupKey, Vec<Selected>> = HashMap::new();
         for (id, w) in watchers.iter().filter(|(_, w)| !w.synced) {
             let Some(s) = streams.get(&w.stream) else {
                 continue;
@@ -232,24 +256,36 @@ impl WatchHub {
             if s.tx.is_closed() || (s.tx.capacity() == 0 && s.gate.block(&s.tx)) {
                 continue;
             }
-            let range = w.interest.without_tag();
-            let options = w.options.for_history();
-            let g = groups
-                .entry((range.clone(), options, w.next_rev))
-                .or_insert_with(|| Group {
-                    range,
-                    options,
-                    from: w.next_rev,
-                    prev_kv: false,
-                    tagged: false,
-                    members: Vec::new(),
-                });
             let tagged = w.options.tagged();
-            g.prev_kv |= w.options.prev_kv() || w.options.needs_prev_kv() || tagged;
-            g.tagged |= tagged;
-            g.members.push(id);
+            let prev_kv = w.options.prev_kv() || w.options.needs_prev_kv() || tagged;
+            ranges
+                .entry((w.interest.without_tag(), w.options.for_history()))
+                .or_default()
+                .push((id, w.next_rev, prev_kv, tagged));
         }
-        let mut groups: Vec<Group> = groups.into_values().collect();
+        let mut groups = Vec::new();
+        for ((range, options), mut selected) in ranges {
+            selected.sort_unstable_by_key(|&(_, next_rev, ..)| next_rev);
+            let mut group: Option<Group> = None;
+            for (id, next_rev, prev_kv, tagged) in selected {
+                if group.as_ref().is_none_or(|g| next_rev - g.from > SPAN) {
+                    groups.extend(group.take());
+                    group = Some(Group {
+                        range: range.clone(),
+                        options,
+                        from: next_rev,
+                        prev_kv: false,
+                        tagged: false,
+                        members: Vec::new(),
+                    });
+                }
+                let g = group.as_mut().expect("a group was just started");
+                g.prev_kv |= prev_kv;
+                g.tagged |= tagged;
+                g.members.push((id, next_rev));
+            }
+            groups.extend(group);
+        }
         // Oldest first: the furthest behind have waited longest.
         groups.sort_by_key(|g| g.from);
         (groups, progress)
@@ -265,8 +301,25 @@ impl WatchHub {
         let current = mvcc.revision();
         let compacted = mvcc.compacted();
         if group.options.is_compacted(group.from, compacted) {
-            return Ok(self.deliver_compacted(group, compacted, current));
+            drop(mvcc);
+            // Those behind the compaction are told so; the others read on from the oldest
+            // of them.
+            let (gone, rest): (Vec<Member>, Vec<Member>) = group
+                .members
+                .iter()
+                .partition(|&&(_, next_rev)| group.options.is_compacted(next_rev, compacted));
+            let moved = self.deliver_compacted(&gone, compacted, current);
+            let Some(from) = rest.iter().map(|&(_, next_rev)| next_rev).min() else {
+                return Ok(moved);
+            };
+            let rest = Group {
+                from,
+                members: rest,
+                ..group.clone()
+            };
+            return Ok(self.catch_up_group(&rest, read)? || moved);
         }
+        self.stats.reads.fetch_add(1, Ordering::Relaxed);
         let plan = mvcc.plan_history(
             group.range.key(),
             group.range.range_end(),
@@ -289,16 +342,16 @@ impl WatchHub {
         Ok(self.deliver(group, history, None))
     }
 
-    /// Step 4: one response per member with the events it wants. `synced_at`: the current
-    /// revision, when the caller holds the keyspace lock and `history` reaches it. Returns
-    /// whether any member moved forward.
+    /// Step 4: one response per member with the events it wants from its next revision on.
+    /// `synced_at`: the current revision, when the caller holds the keyspace lock and
+    /// `history` reaches it. Returns whether any member moved forward.
     fn deliver(&self, group: &Group, history: History, synced_at: Option<i64>) -> bool {
-        let revisions: Vec<(std::sync::Arc<SharedRevision>, Tags)> = history
+        let revisions: Vec<(i64, std::sync::Arc<SharedRevision>, Tags)> = history
             .revisions
             .into_iter()
-            .map(|(_, events)| {
+            .map(|(revision, events)| {
                 let tags = self.tags(&events, group.tagged);
-                (SharedRevision::new(events), tags)
+                (revision, SharedRevision::new(events), tags)
             })
             .collect();
         let mut inner = self.lock();
@@ -310,11 +363,11 @@ impl WatchHub {
         } = &mut *inner;
         let mut now_synced = Vec::new();
         let mut moved = false;
-        for id in &group.members {
-            let Some(w) = watchers.get_mut(*id) else {
+        for &(id, selected_at) in &group.members {
+            let Some(w) = watchers.get_mut(id) else {
                 continue; // cancelled meanwhile
             };
-            if w.synced || w.next_rev != group.from {
+            if w.synced || w.next_rev != selected_at {
                 continue;
             }
             let Some(stream) = streams.get(&w.stream) else {
@@ -322,7 +375,8 @@ impl WatchHub {
             };
             let parts: Vec<Part> = revisions
                 .iter()
-                .filter_map(|(shared, tags)| {
+                .filter(|(revision, ..)| *revision >= w.next_rev)
+                .filter_map(|(_, shared, tags)| {
                     Part::new(
                         shared.clone(),
                         w.interest.pick(w.options, shared.events(), tags),
@@ -365,16 +419,16 @@ impl WatchHub {
         moved
     }
 
-    /// Tells each member still at the group's position that its history is compacted, and
-    /// removes it. Returns whether any was.
-    fn deliver_compacted(&self, group: &Group, compacted: i64, current: i64) -> bool {
+    /// Tells each of `members` still where it was selected that its history is compacted,
+    /// and removes it. Returns whether any was.
+    fn deliver_compacted(&self, members: &[Member], compacted: i64, current: i64) -> bool {
         let mut inner = self.lock();
         let mut gone = Vec::new();
-        for id in &group.members {
-            let Some(w) = inner.watchers.get(*id) else {
+        for &(id, selected_at) in members {
+            let Some(w) = inner.watchers.get(id) else {
                 continue;
             };
-            if w.synced || w.next_rev != group.from {
+            if w.synced || w.next_rev != selected_at {
                 continue;
             }
             let Some(stream) = inner.streams.get(&w.stream) else {
@@ -385,7 +439,7 @@ impl WatchHub {
                 compact_revision: compacted,
             };
             if stream.tx.try_send(msg).is_ok() {
-                gone.push((*id, w.stream));
+                gone.push((id, w.stream));
             } else {
                 stream.gate.block(&stream.tx);
             }

@@ -216,6 +216,47 @@ fn a_watch_from_a_past_revision_gets_its_backlog_in_one_response() {
     assert_eq!(hub.unsynced_count(), 0);
 }
 
+/// Watchers of one range resuming at nearby revisions (the agents that move to a member
+/// after another's kill) share one history read, each given the events from its own
+/// revision on; one much further behind is read for on its own until it comes near.
+#[test]
+fn watchers_near_each_other_share_a_read_and_each_starts_where_it_asked() {
+    let (_dir, ks) = open();
+    let hub = WatchHub::default();
+    let mut last = 0;
+    for i in 0..1200 {
+        last = put(&ks, &hub, &format!("/p/{}", i % 7), &i.to_string());
+    }
+    assert_eq!(last, 1200);
+    let (sid, _tx, mut rx) = hub.open_stream(64);
+    let near: Vec<i64> = (0..10).map(|i| 1100 + 5 * i).collect();
+    for (id, start) in near.iter().enumerate() {
+        add(&ks, &hub, sid, id as i64, spec("/p/", "/p0", *start));
+    }
+    add(&ks, &hub, sid, 99, spec("/p/", "/p0", 1));
+    settle(&ks, &hub);
+    assert_eq!(hub.unsynced_count(), 0);
+    // The ten near ones in one read; the far one in two (a thousand changes at most each),
+    // its second shared with no one, since the others were synced by then.
+    assert_eq!(hub.catch_up_stats().reads(), 3);
+    let mut got: std::collections::BTreeMap<i64, Vec<i64>> = Default::default();
+    for msg in drain(&mut rx) {
+        if let WatchMessage::Events {
+            watch_id, events, ..
+        } = msg
+        {
+            got.entry(watch_id)
+                .or_default()
+                .extend(events.iter().map(|e| e.kv.mod_revision));
+        }
+    }
+    for (id, start) in near.iter().enumerate() {
+        let want: Vec<i64> = (*start..=last).collect();
+        assert_eq!(got[&(id as i64)], want, "watcher {id} from {start}");
+    }
+    assert_eq!(got[&99], (1..=last).collect::<Vec<i64>>());
+}
+
 /// A range whose end sorts at or before its key is refused as etcd refuses it, in one
 /// message, and the member's history stays readable for every later watch (such a request
 /// used to panic the catch-up task and silence every historical watch on the member).
