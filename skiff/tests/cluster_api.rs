@@ -614,9 +614,10 @@ async fn batch_bind_commits_the_good_bindings_and_reports_the_bad_ones() {
     }
 }
 
-/// CreateMany, the event recorder's batch: the good objects land in one revision, each bad
+/// CreateMany, the batch of the event recorder and the ReplicaSet controller: the good
+/// objects land in one revision (one with `generateName` too, named in the batch), each bad
 /// one is refused with the answer Create gives it (a taken name, a validation error with its
-/// field path, a generated name made and tried one by one), and a refused one writes nothing.
+/// field path, a bad generated name under its prefix), and a refused one writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_many_writes_the_good_objects_in_one_revision_and_refuses_the_bad_alone() {
     let cluster = Cluster::start(3).await;
@@ -637,6 +638,8 @@ async fn create_many_writes_the_good_objects_in_one_revision_and_refuses_the_bad
     };
     let mut generated = pod("default", "", None);
     generated.metadata_mut().generate_name = "gen-".into();
+    let mut bad_prefix = pod("default", "", None);
+    bad_prefix.metadata_mut().generate_name = "Bad-".into();
     let results = api
         .create_many(&[
             event("e1", "Started"),
@@ -644,10 +647,13 @@ async fn create_many_writes_the_good_objects_in_one_revision_and_refuses_the_bad
             pod("default", "Bad_Name", None),
             event("e2", "Pulled"),
             generated,
+            bad_prefix,
+            pod("default", "twice", None),
+            pod("default", "twice", None),
         ])
         .await
         .expect("create many");
-    assert_eq!(results.len(), 5);
+    assert_eq!(results.len(), 8);
     let e1 = results[0].as_ref().expect("e1 created");
     let e2 = results[3].as_ref().expect("e2 created");
     assert_eq!(
@@ -655,6 +661,7 @@ async fn create_many_writes_the_good_objects_in_one_revision_and_refuses_the_bad
         e2.metadata().resource_version,
         "one revision for the batch"
     );
+    let batch_revision = e1.metadata().resource_version.clone();
     let mut results = results.into_iter();
     let _ = results.next();
     expect_err(
@@ -673,6 +680,33 @@ async fn create_many_writes_the_good_objects_in_one_revision_and_refuses_the_bad
         .expect("fifth")
         .expect("a generated name is made");
     assert!(made.metadata().name.starts_with("gen-"), "{made:?}");
+    assert_eq!(
+        made.metadata().resource_version,
+        batch_revision,
+        "a generated name is made in the batch"
+    );
+    expect_err(
+        results.next().expect("sixth"),
+        Code::InvalidArgument,
+        "Pod \"Bad-\" is invalid",
+    );
+    // The same name twice: the first is created, the second finds it there (two creates of
+    // one key in one transaction would both pass its compares).
+    let twice = results
+        .next()
+        .expect("seventh")
+        .expect("the first is created");
+    expect_err(
+        results.next().expect("eighth"),
+        Code::AlreadyExists,
+        "already exists",
+    );
+    let stored = api
+        .get(Kind::Pod, "default", "twice")
+        .await
+        .expect("get")
+        .expect("stored");
+    assert_eq!(stored.metadata().uid, twice.metadata().uid);
     assert!(
         api.get(Kind::Pod, "default", "Bad_Name")
             .await
@@ -752,12 +786,19 @@ async fn update_status_many_patches_in_one_revision_and_refuses_alone() {
     // Unpinned, as the agent writes: only the UID names the pod.
     let mut a = with_status(&made["a"], running.clone());
     a.metadata_mut().resource_version.clear();
+    // A second status of "a" in the same batch is written after the first, not over it: its
+    // condition joins the first's.
+    let mut a_again = with_status(
+        &made["a"],
+        json!({"phase": "Running", "conditions": [{"type": "example.com/second", "status": "True"}]}),
+    );
+    a_again.metadata_mut().resource_version.clear();
 
     let results = api
-        .update_status_many(&[a, other_uid, stale, d.clone(), heartbeat, missing])
+        .update_status_many(&[a, other_uid, stale, d.clone(), heartbeat, missing, a_again])
         .await
         .expect("update status many");
-    assert_eq!(results.len(), 6);
+    assert_eq!(results.len(), 7);
     let mut results = results.into_iter();
     let a = results.next().expect("a").expect("a written");
     expect_err(results.next().expect("b"), Code::NotFound, "UID not-b");
@@ -765,6 +806,9 @@ async fn update_status_many_patches_in_one_revision_and_refuses_alone() {
     let d_after = results.next().expect("d").expect("d unchanged");
     let n1_after = results.next().expect("n1").expect("n1 written");
     expect_err(results.next().expect("nope"), Code::NotFound, "not found");
+    let a_again = results.next().expect("a again").expect("a written again");
+    let revision = |o: &Object| -> i64 { o.metadata().resource_version.parse().expect("rv") };
+    assert!(revision(&a_again) > revision(&a), "{a_again:?}");
 
     assert_eq!(
         a.metadata().resource_version,
@@ -786,7 +830,9 @@ async fn update_status_many_patches_in_one_revision_and_refuses_alone() {
             .collect()
     };
     let a = api.get(Kind::Pod, "default", "a").await.expect("get");
-    assert_eq!(types(a), ["Ready", "example.com/gate"]);
+    let mut a_types = types(a);
+    a_types.sort();
+    assert_eq!(a_types, ["Ready", "example.com/gate", "example.com/second"]);
     let n1 = api.get(Kind::Node, "", "n1").await.expect("get");
     assert_eq!(types(n1), ["Ready", "NetworkUnavailable"]);
     for name in ["b", "c"] {

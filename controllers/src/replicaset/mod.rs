@@ -185,8 +185,13 @@ impl ReplicaSets {
                 self.expectations().expect(key, n, []);
                 let pod = Object::Pod(pod_for(rs));
                 let client = &self.ctx.client;
-                let (created, skipped, error) =
-                    plan::slow_start(n, |_| async { client.create(&pod).await }).await;
+                // Each batch is one CreateMany: one request and one log entry for up to 256
+                // pods, each named and admitted on its own.
+                let (created, skipped, error) = plan::slow_start(n, |batch| {
+                    let pods = vec![pod.clone(); batch.len()];
+                    async move { client.create_many(&pods).await }
+                })
+                .await;
                 let ok = created.len();
                 let failed = n - ok - skipped;
                 // A create that failed without an answer may have committed: its pod may

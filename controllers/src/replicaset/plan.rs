@@ -2,6 +2,7 @@
 //! delete, in what batches to create them, and the status that describes the pods.
 
 use std::future::Future;
+use std::ops::Range;
 
 use skiff_proto::api::apps::{ReplicaSet, ReplicaSetStatus, WorkloadCondition};
 use skiff_proto::api::{ConditionStatus, Pod, Time, WorkloadConditionType};
@@ -38,30 +39,35 @@ pub fn diff(replicas: i32, active: &[&Pod]) -> Diff {
     }
 }
 
-/// Slow start: runs `total` calls of `call` in batches of 1, 2, 4, 8 … (all of a batch at
-/// once), doubling after each batch that fully succeeded and stopping after the first batch
-/// with a failure. Returns what the calls that succeeded returned, the number of calls never
-/// made, and the first error. A quota or an admission rule that refuses every pod so costs
-/// one request, not thousands.
+/// Slow start: makes `total` calls in batches of 1, 2, 4, 8 …, doubling after each batch
+/// that fully succeeded and stopping after the first batch with a failure. `call` makes one
+/// batch (given its calls' indexes): one answer per call, in order, or one error for them
+/// all. Returns what the calls that succeeded returned, the number of calls never made, and
+/// the first error. A quota or an admission rule that refuses every pod so costs one
+/// request, not thousands.
 pub async fn slow_start<F, Fut, T, E>(total: usize, mut call: F) -> (Vec<T>, usize, Option<E>)
 where
-    F: FnMut(usize) -> Fut,
-    Fut: Future<Output = Result<T, E>>,
+    F: FnMut(Range<usize>) -> Fut,
+    Fut: Future<Output = Result<Vec<Result<T, E>>, E>>,
 {
     let mut done = 0;
     let mut batch = 1;
     let mut succeeded = Vec::new();
     while done < total {
         let n = batch.min(total - done);
-        let results = futures::future::join_all((done..done + n).map(&mut call)).await;
         let mut first_error = None;
-        for r in results {
-            match r {
-                Ok(v) => succeeded.push(v),
-                Err(e) => {
-                    first_error.get_or_insert(e);
+        match call(done..done + n).await {
+            Ok(results) => {
+                for r in results {
+                    match r {
+                        Ok(v) => succeeded.push(v),
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                        }
+                    }
                 }
             }
+            Err(e) => first_error = Some(e),
         }
         done += n;
         if first_error.is_some() {
@@ -172,10 +178,12 @@ mod tests {
             fails in proptest::collection::btree_set(0usize..2000, 0..5),
         ) {
             let made = Cell::new(0usize);
-            let (done, skipped, err) = run(slow_start(total, |i| {
-                made.set(made.get() + 1);
-                let fail = fails.contains(&i);
-                async move { if fail { Err(i) } else { Ok(i) } }
+            let (done, skipped, err) = run(slow_start(total, |batch| {
+                made.set(made.get() + batch.len());
+                let answers: Vec<Result<usize, usize>> = batch
+                    .map(|i| if fails.contains(&i) { Err(i) } else { Ok(i) })
+                    .collect();
+                async move { Ok(answers) }
             }));
             let ok = done.len();
             prop_assert!(done.iter().all(|i| !fails.contains(i)), "only successes: {done:?}");

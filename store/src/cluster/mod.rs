@@ -25,6 +25,7 @@ use crate::command::{
     PutRequest, RangeRequest, RequestOp, ResponseOp, TxnRequest, TxnResponse,
 };
 use crate::error::StoreError;
+use crate::key_index::{is_empty_range, range_bounds};
 use crate::member::StoreMember;
 pub use error::{ClusterError, Result};
 
@@ -241,6 +242,39 @@ pub fn decode_request(
 /// What the transaction of [`ClusterApi::admit_new`] did for `candidate`: created (at
 /// revision `rev`), refused because the name is taken, or `None` when a guard or claim lost a
 /// race and the create should be decided again.
+/// The keys the transactions of one batch (a CreateMany's, in one log entry) write. Every
+/// compare of a transaction is evaluated before any of its writes, so a nested transaction
+/// whose compares read a key an earlier one writes would be checked against the state before
+/// the batch: two creates of one name would both succeed, the second over the first, and two
+/// pods under a quota would each count the namespace's pods without the other. Such a
+/// transaction is left out of the batch, and its object written alone after it.
+#[derive(Debug, Default)]
+struct BatchWrites(std::collections::BTreeSet<Vec<u8>>);
+
+impl BatchWrites {
+    /// Takes `txn` into the batch (its puts among the writes) unless one of its compares
+    /// reads a key written before; whether it took it.
+    fn admit(&mut self, txn: &TxnRequest) -> bool {
+        let reads_written = txn.compare.iter().any(|c| {
+            !is_empty_range(&c.key, &c.range_end)
+                && self
+                    .0
+                    .range::<[u8], _>(range_bounds(&c.key, &c.range_end))
+                    .next()
+                    .is_some()
+        });
+        if reads_written {
+            return false;
+        }
+        for op in &txn.success {
+            if let RequestOp::Put(p) = op {
+                self.0.insert(p.key.clone());
+            }
+        }
+        true
+    }
+}
+
 fn created(
     mut candidate: Object,
     rev: i64,
@@ -748,33 +782,46 @@ impl ClusterApi {
 
     /// Many objects created in one log entry, each admitted and checked on its own as
     /// [`ClusterApi::create`] checks one: one result per object, in order. A refused object
-    /// writes nothing, and does not hold the others back. One that loses a race with another
-    /// writer's quota or address claim is tried again alone, as is one to be given a
-    /// generated name.
+    /// writes nothing, and does not hold the others back. An object with `generateName` gets
+    /// a name in the batch (a ReplicaSet's burst of pods is one entry); one whose name was
+    /// taken meanwhile, or that lost a race with another writer's quota or address claim, is
+    /// tried again alone. So is an object whose checks read what an earlier one of the batch
+    /// writes (see [`BatchWrites`]): its key, or the pods a quota counts.
     pub async fn create_many(&self, objects: Vec<Object>) -> Result<(i64, Vec<Result<Object>>)> {
         self.barrier(false).await?;
         let mut results: Vec<Option<Result<Object>>> = Vec::with_capacity(objects.len());
         let mut ops = Vec::new();
         // (index, object as admitted, the object as given) of each one in the transaction.
         let mut proposed = Vec::new();
-        for (i, object) in objects.into_iter().enumerate() {
-            let meta = object.metadata();
-            if meta.name.is_empty() && !meta.generate_name.is_empty() {
-                // A generated name is tried until one is free: the one-object path.
-                results.push(Some(self.create(object, false).await.map(|(_, o)| o)));
-                continue;
+        let mut writes = BatchWrites::default();
+        // (index, the object as given) of each one created alone after the batch.
+        let mut alone = Vec::new();
+        for (i, given) in objects.into_iter().enumerate() {
+            let meta = given.metadata();
+            let prefix = (meta.name.is_empty() && !meta.generate_name.is_empty())
+                .then(|| meta.generate_name.clone());
+            let mut object = given.clone();
+            if let Some(prefix) = &prefix {
+                object.metadata_mut().name = generated_name(prefix);
             }
             let admitted = match self.new_object(object).await {
-                Ok(o) => self.admit_new(&o).await.map(|(c, txn)| (c, txn, o)),
+                Ok(o) => self.admit_new(&o).await,
                 Err(e) => Err(e),
             };
             match admitted {
-                Ok((candidate, txn, given)) => {
-                    ops.push(RequestOp::Txn(txn));
-                    proposed.push((i, candidate, given));
+                Ok((candidate, txn)) => {
+                    if writes.admit(&txn) {
+                        ops.push(RequestOp::Txn(txn));
+                        proposed.push((i, candidate, given));
+                    } else {
+                        alone.push((i, given));
+                    }
                     results.push(None);
                 }
-                Err(e) => results.push(Some(Err(e))),
+                Err(e) => results.push(Some(Err(match &prefix {
+                    Some(prefix) => e.naming(prefix),
+                    None => e,
+                }))),
             }
         }
         let mut revision = self.member.shared.read().revision();
@@ -789,14 +836,24 @@ impl ClusterApi {
                     results[i] = Some(Err(StoreError::internal("unexpected response").into()));
                     continue;
                 };
-                results[i] = Some(match created(candidate, rev, t.succeeded, &t.responses) {
-                    Some(done) => done.map(|(_, o)| o),
-                    None => self.create_named(given, false).await.map(|(r, o)| {
-                        revision = revision.max(r);
-                        o
-                    }),
-                });
+                let generated = given.metadata().name.is_empty();
+                let done = match created(candidate, rev, t.succeeded, &t.responses) {
+                    // A generated name someone else holds: another one, alone.
+                    Some(Err(ClusterError::AlreadyExists { .. })) if generated => None,
+                    done => done,
+                };
+                match done {
+                    Some(done) => results[i] = Some(done.map(|(_, o)| o)),
+                    None => alone.push((i, given)),
+                }
             }
+        }
+        alone.sort_unstable_by_key(|(i, _)| *i);
+        for (i, given) in alone {
+            results[i] = Some(self.create(given, false).await.map(|(r, o)| {
+                revision = revision.max(r);
+                o
+            }));
         }
         Ok((revision, answered(results)))
     }
@@ -1072,7 +1129,17 @@ impl ClusterApi {
             self.barrier(false).await?;
             let mut ops = Vec::new();
             let mut proposed = Vec::new();
+            // One write of an object per round: every compare of a transaction reads the
+            // state before it, so a second one in the same entry would pass the same check
+            // and overwrite the first. A later status of the same object waits a round.
+            let mut keys = std::collections::HashSet::new();
+            let mut later = Vec::new();
             for i in std::mem::take(&mut pending) {
+                let m = objects[i].metadata();
+                if !keys.insert(objects[i].kind().key(&m.namespace, &m.name)) {
+                    later.push(i);
+                    continue;
+                }
                 match self.status_patch(&objects[i]).await {
                     Ok(Patch::Unchanged(stored)) => results[i] = Some(Ok(stored)),
                     Ok(Patch::Write(next, txn)) => {
@@ -1082,21 +1149,23 @@ impl ClusterApi {
                     Err(e) => results[i] = Some(Err(e)),
                 }
             }
-            if ops.is_empty() {
-                break;
-            }
-            let (rev, responses) = self.txn_each(ops).await?;
-            revision = rev;
-            for ((i, mut next), op) in proposed.into_iter().zip(responses) {
-                if matches!(op, ResponseOp::Txn(t) if t.succeeded) {
-                    next.metadata_mut().resource_version = rev.to_string();
-                    results[i] = Some(Ok(next));
-                } else if !objects[i].metadata().resource_version.is_empty() {
-                    results[i] = Some(Err(conflict(next.kind(), &next.metadata().name)));
-                } else {
-                    pending.push(i);
+            if !ops.is_empty() {
+                let (rev, responses) = self.txn_each(ops).await?;
+                revision = rev;
+                for ((i, mut next), op) in proposed.into_iter().zip(responses) {
+                    if matches!(op, ResponseOp::Txn(t) if t.succeeded) {
+                        next.metadata_mut().resource_version = rev.to_string();
+                        results[i] = Some(Ok(next));
+                    } else if !objects[i].metadata().resource_version.is_empty() {
+                        results[i] = Some(Err(conflict(next.kind(), &next.metadata().name)));
+                    } else {
+                        pending.push(i);
+                    }
                 }
             }
+            // In request order, so an object's statuses are written in the order given.
+            pending.extend(later);
+            pending.sort_unstable();
         }
         for i in pending {
             let m = objects[i].metadata();
@@ -1263,6 +1332,63 @@ mod tests {
 
     fn strings(s: &[&str]) -> Vec<String> {
         s.iter().map(|f| (*f).to_owned()).collect()
+    }
+
+    /// A create as admission builds it: its key absent, and, under a quota, no pod of the
+    /// namespace changed since the count.
+    fn create_txn(key: &str, quota_over: Option<&str>) -> TxnRequest {
+        let mut guards = vec![compare(key, CompareTarget::Create(0), CompareResult::Equal)];
+        if let Some(prefix) = quota_over {
+            guards.push(Compare {
+                key: prefix.as_bytes().to_vec(),
+                range_end: prefix_end(prefix.as_bytes()),
+                result: CompareResult::Less,
+                target: CompareTarget::Mod(10),
+            });
+        }
+        TxnRequest {
+            compare: guards,
+            success: vec![RequestOp::Put(PutRequest {
+                key: key.as_bytes().to_vec(),
+                ..PutRequest::default()
+            })],
+            failure: Vec::new(),
+            auth_revision: None,
+        }
+    }
+
+    /// A batch takes creates that read nothing an earlier one writes, and leaves out a second
+    /// create of a key and a pod whose quota counts pods the batch writes.
+    #[test]
+    fn a_batch_leaves_out_what_reads_its_own_writes() {
+        let mut batch = BatchWrites::default();
+        assert!(batch.admit(&create_txn("/registry/pods/a/p1", None)));
+        assert!(batch.admit(&create_txn("/registry/pods/b/p1", None)));
+        assert!(
+            !batch.admit(&create_txn("/registry/pods/a/p1", None)),
+            "same key"
+        );
+        assert!(
+            !batch.admit(&create_txn(
+                "/registry/pods/a/p2",
+                Some("/registry/pods/a/")
+            )),
+            "a quota over namespace a's pods"
+        );
+        assert!(
+            batch.admit(&create_txn(
+                "/registry/pods/c/p1",
+                Some("/registry/pods/c/")
+            )),
+            "a quota over pods the batch does not write"
+        );
+        assert!(
+            !batch.admit(&create_txn(
+                "/registry/pods/c/p2",
+                Some("/registry/pods/c/")
+            )),
+            "the pod just taken counts now"
+        );
     }
 
     /// Each policy leaves at most one collector finalizer, after the others; unset, the one
