@@ -440,11 +440,7 @@ impl StoreMember {
             },
             "pre-vote won; campaigning"
         );
-        self.raft
-            .trigger()
-            .elect()
-            .await
-            .map_err(|_| StoreError::Stopped)?;
+        self.elect().await?;
         let outcome = self
             .raft
             .wait(Some(e.heartbeat * 3))

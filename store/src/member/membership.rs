@@ -224,13 +224,27 @@ impl StoreMember {
 
     /// A membership change. openraft runs one change at a time: this member's own changes
     /// (such as every member recording its client URLs at start) wait for one another, and a
-    /// change still in progress from before (a previous leader's) is waited out for a while.
+    /// change still in progress from before (a previous leader's, or the initial membership
+    /// of a new cluster before its first commit) is waited out for a while.
     async fn change_membership(
         &self,
         change: ChangeMembers<u64, Member>,
     ) -> Result<(), StoreError> {
         let deadline = Instant::now() + LEADER_WAIT;
         let _one_at_a_time = self.one_membership_change().await?;
+        // openraft refuses a change while the last one is uncommitted, and logs the refusal
+        // as an error of its own: wait until this member has applied the membership in
+        // force. (On the leader, applied means committed.) A refusal still possible after
+        // this, when leadership moves meanwhile, is retried below.
+        let mut metrics = self.raft.metrics();
+        let settled = metrics.wait_for(|m| m.last_applied >= *m.membership_config.log_id());
+        if tokio::time::timeout_at(deadline.into(), settled)
+            .await
+            .is_err()
+        {
+            return Err(StoreError::Timeout);
+        }
+        drop(metrics);
         loop {
             match self.raft.change_membership(change.clone(), false).await {
                 Ok(_) => return Ok(()),

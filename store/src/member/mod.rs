@@ -174,6 +174,9 @@ pub struct StoreMember {
     /// Held across each membership change this member makes as leader: openraft runs one
     /// at a time and refuses (logging an error) one that arrives during another.
     membership_changes: tokio::sync::Mutex<()>,
+    /// Set as the member begins to stop, before its Raft core stops: no election starts
+    /// after it (openraft refuses one, logging an error, once its core has stopped).
+    stopping: std::sync::atomic::AtomicBool,
     /// Stops the member's background tasks, tracked by `tasks`.
     cancel: CancellationToken,
     tasks: TaskTracker,
@@ -206,6 +209,8 @@ const PROPOSAL_TIMEOUT: Duration = Duration::from_secs(7);
 
 impl StoreMember {
     pub async fn shutdown(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
@@ -225,6 +230,19 @@ impl StoreMember {
     /// The member's election state (the peer service records the leader's messages there).
     pub(crate) fn elections(&self) -> &election::Elections {
         &self.elections
+    }
+
+    /// Starts a Raft election at once (a won pre-vote, a leader handing over), unless the
+    /// member is stopping.
+    pub(crate) async fn elect(&self) -> Result<(), StoreError> {
+        if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::Stopped);
+        }
+        self.raft
+            .trigger()
+            .elect()
+            .await
+            .map_err(|_| StoreError::Stopped)
     }
 
     /// Resolves when the member stops.

@@ -198,6 +198,7 @@ impl StoreMember {
             elections,
             backlog,
             membership_changes: tokio::sync::Mutex::new(()),
+            stopping: Default::default(),
             cancel,
             tasks,
         });

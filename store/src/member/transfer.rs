@@ -274,11 +274,7 @@ impl StoreMember {
             return Err(StoreError::LeaderChanged);
         }
         tracing::info!(from = %format_args!("{:x}", req.from), term = req.term, "campaigning at the leader's request");
-        self.raft
-            .trigger()
-            .elect()
-            .await
-            .map_err(|_| StoreError::Stopped)
+        self.elect().await
     }
 
     /// Before this member stops: if it leads, hands leadership to the most caught-up voter, so
