@@ -119,6 +119,32 @@ impl Secured {
         (code.trim().parse().unwrap_or(0), body.to_owned())
     }
 
+    /// The admin binds `user` to the ClusterRole `role`: in `namespace` (a RoleBinding
+    /// `name`), or everywhere (a ClusterRoleBinding).
+    fn bind_role(&self, name: &str, namespace: Option<&str>, role: &str, user: &str) {
+        let (kind, metadata, path) = match namespace {
+            Some(ns) => (
+                "RoleBinding",
+                serde_json::json!({"name": name, "namespace": ns}),
+                format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"),
+            ),
+            None => (
+                "ClusterRoleBinding",
+                serde_json::json!({"name": name}),
+                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings".to_string(),
+            ),
+        };
+        let binding = serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": metadata,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role},
+            "subjects": [{"kind": "User", "name": user}]
+        })
+        .to_string();
+        let (code, body) = self.curl(Who::Admin, "POST", &path, Some(&binding));
+        assert_eq!(code, 201, "{body}");
+    }
+
     /// `skiff` as the admin: its command line after `args`, with the endpoint and the TLS
     /// flags.
     fn skiff_as_admin(&self, args: &[&str]) -> (bool, String) {
@@ -775,21 +801,7 @@ async fn grpc_and_etcd_requests_are_authorized() {
         "alice's list was not refused: {events:#?}"
     );
     assert!(!sync.is_finished(), "alice's informer ended on a refusal");
-    let binding = serde_json::json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "alice-views"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "view"},
-        "subjects": [{"kind": "User", "name": "alice"}]
-    })
-    .to_string();
-    let (code, body) = s.curl(
-        Who::Admin,
-        "POST",
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        Some(&binding),
-    );
-    assert_eq!(code, 201, "{body}");
+    s.bind_role("alice-views", None, "view", "alice");
     let informer = tokio::time::timeout(Duration::from_secs(30), sync)
         .await
         .expect("alice's informer synced within 30 s of her binding")
@@ -1021,20 +1033,7 @@ async fn bootstrap_tokens_authenticate_joining_nodes() {
     // A user with `view` reads pods but not Secrets (as in Kubernetes); `edit` reads them.
     for (name, role) in [("bob-view", "view"), ("alice-edit", "edit")] {
         let user = if role == "view" { "bob" } else { "alice" };
-        let binding = serde_json::json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": "kube-system"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"kind": "User", "name": user}]
-        })
-        .to_string();
-        let (code, body) = s.curl(
-            Who::Admin,
-            "POST",
-            "/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings",
-            Some(&binding),
-        );
-        assert_eq!(code, 201, "{body}");
+        s.bind_role(name, Some("kube-system"), role, user);
     }
     let pods = "/api/v1/namespaces/kube-system/pods";
     let secrets = "/api/v1/namespaces/kube-system/secrets";
@@ -1205,21 +1204,7 @@ async fn nodes_join_with_a_bootstrap_token_and_get_their_certificates() {
 
     // Alice may ask for certificates (a binding to system:node-bootstrapper) but not have a
     // node's approved: her request for one waits.
-    let binding = serde_json::json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "alice-asks"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "system:node-bootstrapper"},
-        "subjects": [{"kind": "User", "name": "alice"}]
-    })
-    .to_string();
-    let (code, body) = s.curl(
-        Who::Admin,
-        "POST",
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        Some(&binding),
-    );
-    assert_eq!(code, 201, "{body}");
+    s.bind_role("alice-asks", None, "system:node-bootstrapper", "alice");
     let (evil, _) = certificate_request("system:node:evil", Some("system:nodes"));
     let alice_csr = csr_json(
         "alice-node",
