@@ -4,8 +4,9 @@
 //!
 //! Throughout, every process's resident memory and each member's database size are sampled
 //! from their metrics, written as CSV and charted (SVG), and summed up as growth per minute in
-//! each half of the run: what levels off shows flat in the second half. At the end it counts
-//! the pods that never ran and the ERROR lines in every process's log; either fails the run.
+//! each half of the run: what levels off shows flat in the second half. At the end it stops
+//! the cluster and counts the pods that never ran and the ERROR lines in every process's log,
+//! its stop included; either fails the run.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt::Write as _;
@@ -277,6 +278,10 @@ fn soak(rt: &tokio::runtime::Runtime, cluster: &mut Cluster, plan: &Plan) -> Res
     samples.extend(rt.block_on(sample(&http, &urls, start.elapsed())));
     println!("==> deleting the soak's namespace");
     rt.block_on(crate::bench::remove_namespace(&api, &ns, IN_FLIGHT));
+    // The logs are read once every process has stopped: what they log as they stop (a
+    // member handing over leadership, a follower seeing it go) counts too.
+    println!("==> stopping the cluster");
+    cluster.stop();
 
     let pods = pods.lock();
     let never_ran = pods.pending.len();

@@ -295,8 +295,10 @@ pub(crate) fn run_then(args: Args, workload: Option<Workload<'_>>) -> Result<Exi
 
     if let Some(workload) = workload {
         let result = workload(&rt, &mut cluster);
-        println!("==> stopping the cluster");
-        cluster.stop();
+        if !cluster.is_stopped() {
+            println!("==> stopping the cluster");
+            cluster.stop();
+        }
         return result;
     }
     if args.demo {

@@ -29,6 +29,8 @@ pub struct Cluster {
     pub(super) containerds: Vec<Containerd>,
     /// The link between the real nodes' namespaces.
     pub(super) node_network: Option<NodeNetwork>,
+    /// Whether [`Cluster::stop`] has run.
+    stopped: bool,
 }
 
 impl Cluster {
@@ -40,7 +42,13 @@ impl Cluster {
             procs: Vec::new(),
             containerds: Vec::new(),
             node_network: None,
+            stopped: false,
         }
+    }
+
+    /// Whether the cluster has been stopped.
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stopped
     }
 
     /// Where every child's log goes.
@@ -126,7 +134,10 @@ impl Cluster {
 
     /// Stops everything: the agents, then the scheduler, then the members, all three at
     /// once (one by one, the first would wait out its peers' connections).
-    pub(super) fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
+        if std::mem::replace(&mut self.stopped, true) {
+            return;
+        }
         let grace = Duration::from_secs(10);
         for p in self.procs.iter_mut().rev().filter(|p| !p.restart) {
             p.child.stop(Signal::SIGTERM, grace);
