@@ -14,6 +14,10 @@
 #          both clusters on https:// client and peer URLs, client certificates required on
 #          both (made by `skiff certs`): puts from 1,000 clients and from one, and
 #          linearizable reads, etcd beside Skiff, instead of the whole race.
+#        bash scripts/race.sh puts [quick]
+#          puts/s and p99 against 1, 10, 100, 300 and 1,000 clients only, and the plot.
+#          With SKIFF_BASE_BIN=path, a second Skiff cluster from that binary runs beside the
+#          other two ("skiff-base"): an A/B of two builds beside etcd in one run.
 #        bash scripts/race.sh watch-memory
 #          heap and resident memory per watcher, 100,000 watchers on fresh members, etcd
 #          beside Skiff, instead of the whole race.
@@ -28,7 +32,7 @@ source scripts/common.sh
 
 mode=race
 if [ "${1:-}" = stuck-watchers ] || [ "${1:-}" = compaction ] || [ "${1:-}" = tls ] ||
-  [ "${1:-}" = auth ] || [ "${1:-}" = watch-memory ]; then
+  [ "${1:-}" = auth ] || [ "${1:-}" = watch-memory ] || [ "${1:-}" = puts ]; then
   mode=$1
   shift
 fi
@@ -97,13 +101,32 @@ for i in 0 1 2; do
     2>"$work/skiff-$i.log" &
   pids+=($!)
 done
+base_cluster=""
+if [ -n "${SKIFF_BASE_BIN:-}" ]; then
+  [ "$mode" = puts ] || { echo "SKIFF_BASE_BIN is for the puts mode" >&2; exit 2; }
+  for i in 0 1 2; do base_cluster+="${base_cluster:+,}b$i=http://127.0.0.1:$((42001 + 10 * i))"; done
+  for i in 0 1 2; do
+    c=$((42000 + 10 * i))
+    "$SKIFF_BASE_BIN" store --name "b$i" --data-dir "$work/skiff-base-$i" \
+      --listen-client-urls "http://127.0.0.1:$c" --listen-peer-urls "http://127.0.0.1:$((c + 1))" \
+      --listen-metrics-urls "http://127.0.0.1:$((c + 2))" --listen-api-urls "" \
+      --initial-cluster "$base_cluster" --quota-backend-bytes 8589934592 2>"$work/skiff-base-$i.log" &
+    pids+=($!)
+  done
+fi
 prefix=""
 [ "$mode" = tls ] && prefix="https://"
 etcd_eps="${prefix}127.0.0.1:40000,${prefix}127.0.0.1:40010,${prefix}127.0.0.1:40020"
 skiff_eps="${prefix}127.0.0.1:41000,${prefix}127.0.0.1:41010,${prefix}127.0.0.1:41020"
 etcd_metrics="http://127.0.0.1:40002/metrics,http://127.0.0.1:40012/metrics,http://127.0.0.1:40022/metrics"
 skiff_metrics="http://127.0.0.1:41002/metrics,http://127.0.0.1:41012/metrics,http://127.0.0.1:41022/metrics"
-for eps in "$etcd_eps" "$skiff_eps"; do
+base_eps="127.0.0.1:42000,127.0.0.1:42010,127.0.0.1:42020"
+systems=(etcd skiff)
+[ -n "$base_cluster" ] && systems+=(skiff-base)
+for system in "${systems[@]}"; do
+  eps=$etcd_eps
+  [ "$system" = skiff ] && eps=$skiff_eps
+  [ "$system" = skiff-base ] && eps=$base_eps
   for _ in $(seq 1 200); do
     ETCDCTL_API=3 etcdctl --endpoints="$eps" "${tls_client[@]}" endpoint health >/dev/null 2>&1 && break
     sleep 0.1
@@ -112,6 +135,7 @@ for eps in "$etcd_eps" "$skiff_eps"; do
 done
 "$ETCD" --version | sed -n 1p
 "$SKIFF" version | sed -n 1p
+[ -z "$base_cluster" ] || echo "skiff-base: $("$SKIFF_BASE_BIN" version | sed -n 1p)"
 
 # The client endpoint of the member that leads (from `etcdctl endpoint status`).
 leader_of() {
@@ -197,6 +221,14 @@ elif [ "$mode" = watch-memory ]; then
   tests=(
     "watch-memory|--conns 10 --clients 1|watch --watchers 100000 --streams 100 --puts 10 --put-rate 100"
   )
+elif [ "$mode" = puts ]; then
+  tests=(
+    "sweep-put-c1|--conns 1 --clients 1|put --total $((5000 / scale)) --key-size 8 --val-size 256"
+    "sweep-put-c10|--conns 10 --clients 10|put --total $((20000 / scale)) --key-size 8 --val-size 256"
+    "sweep-put-c100|--conns 100 --clients 100|put --total $((100000 / scale)) --key-size 8 --val-size 256"
+    "sweep-put-c300|--conns 100 --clients 300|put --total $((100000 / scale)) --key-size 8 --val-size 256"
+    "sweep-put-c1000|--conns 100 --clients 1000|put --total $((200000 / scale)) --key-size 8 --val-size 256"
+  )
 elif [ "$mode" = tls ]; then
   tests=(
     "put-1000-clients|--conns 100 --clients 1000|put --total $((200000 / scale)) --key-size 8 --val-size 256"
@@ -224,9 +256,10 @@ tests=(
 fi
 results="$work/results.jsonl"
 for round in 1 2; do
-  for system in etcd skiff; do
+  for system in "${systems[@]}"; do
     eps=$etcd_eps metrics=$etcd_metrics
     [ "$system" = skiff ] && eps=$skiff_eps metrics=$skiff_metrics
+    [ "$system" = skiff-base ] && eps=$base_eps metrics=""
     for t in "${tests[@]}"; do
       IFS='|' read -r name global test <<<"$t"
       if [ "$mode" = auth ] && [[ $name == on-put-1000-clients ]]; then
@@ -271,13 +304,22 @@ def mean(system, name, f):
     v = [f(r["report"]) for r in rows if r["system"] == system and r["name"] == name and r["report"]]
     return sum(v) / len(v) if v else float("nan")
 print()
-print(f"{'test':<22}{'etcd ops/s':>12}{'skiff ops/s':>13}{'ratio':>8}{'etcd p99 ms':>13}{'skiff p99 ms':>14}")
+base = any(r["system"] == "skiff-base" for r in rows)
+head = f"{'test':<22}{'etcd ops/s':>12}{'skiff ops/s':>13}{'ratio':>8}{'etcd p99 ms':>13}{'skiff p99 ms':>14}"
+if base:
+    head += f"{'base ops/s':>12}{'base ratio':>12}{'base p99 ms':>13}"
+print(head)
 for n in names:
     e = mean("etcd", n, lambda r: r["per_second"])
     s = mean("skiff", n, lambda r: r["per_second"])
     ep = mean("etcd", n, lambda r: r["latency_ms"]["p99"])
     sp = mean("skiff", n, lambda r: r["latency_ms"]["p99"])
-    print(f"{n:<22}{e:>12.0f}{s:>13.0f}{s / e if e else float('nan'):>8.2f}{ep:>13.2f}{sp:>14.2f}")
+    line = f"{n:<22}{e:>12.0f}{s:>13.0f}{s / e if e else float('nan'):>8.2f}{ep:>13.2f}{sp:>14.2f}"
+    if base:
+        b = mean("skiff-base", n, lambda r: r["per_second"])
+        bp = mean("skiff-base", n, lambda r: r["latency_ms"]["p99"])
+        line += f"{b:>12.0f}{b / e if e else float('nan'):>12.2f}{bp:>13.2f}"
+    print(line)
 for n in names:
     if n == "watch-memory":
         for system in ("etcd", "skiff"):

@@ -1,10 +1,14 @@
 //! The Raft log, vote and committed log id in RocksDB.
 //!
 //! Entries live in the `log` column family under their index (big-endian, so iteration order is
-//! log order). Appends and votes are written with `sync`: an entry is acknowledged to the leader
-//! only once it is on disk, which is what makes an acknowledged write survive kill -9 of any
-//! member. Purging deletes a prefix and records the last purged id first, so a crash between the
-//! two leaves a consistent state.
+//! log order). An append is reported flushed to openraft only once it is on disk: a follower
+//! acknowledges entries to the leader only after that, and the leader counts itself toward a
+//! commit only after that, which is what makes an acknowledged write survive kill -9 of any
+//! member. A follower's append is a synced write (Raft's core waits for it). The leader's is
+//! written without `sync`, readable at once, and reported flushed by the [`Flusher`] once it
+//! has synced the write-ahead log; meanwhile the leader's replication sends the entries (our
+//! openraft patch, `vendor/README.md`). Votes, truncations and purges are written with `sync`. Purging deletes a prefix and records the last purged id
+//! first, so a crash between the two leaves a consistent state.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -70,8 +74,65 @@ pub struct LogStore {
     db: Arc<DB>,
     /// This process's waiting proposals, told where their entries were appended.
     proposals: Arc<Proposals>,
-    /// Synced appends are timed, and the committed index noted, here.
+    /// The committed index is noted here.
     metrics: crate::metrics::StoreMetrics,
+    flusher: Arc<Flusher>,
+}
+
+/// Syncs the write-ahead log under appends written without `sync`, then reports each of them
+/// flushed, in the order they were written. Appends that arrive during a sync share the next
+/// one. Its thread ends when the last [`LogStore`] clone is dropped.
+struct Flusher<F = LogFlushed<TypeConfig>> {
+    tx: std::sync::mpsc::Sender<F>,
+}
+
+impl<F> Debug for Flusher<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Flusher").finish_non_exhaustive()
+    }
+}
+
+/// What the [`Flusher`] reports to: openraft's callback (and a test's).
+trait Flushed: Send + 'static {
+    fn flushed(self, result: Result<(), std::io::Error>);
+}
+
+impl Flushed for LogFlushed<TypeConfig> {
+    fn flushed(self, result: Result<(), std::io::Error>) {
+        self.log_io_completed(result);
+    }
+}
+
+impl<F: Flushed> Flusher<F> {
+    fn start(db: Arc<DB>, metrics: crate::metrics::StoreMetrics) -> Arc<Self> {
+        let (tx, rx) = std::sync::mpsc::channel::<F>();
+        let spawned = std::thread::Builder::new()
+            .name("raft-log-sync".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut waiting = vec![first];
+                    waiting.extend(rx.try_iter());
+                    let started = std::time::Instant::now();
+                    let res = db.flush_wal(true);
+                    metrics.wal_fsync.observe(started.elapsed().as_secs_f64());
+                    for f in waiting {
+                        f.flushed(res.as_ref().map(|_| ()).map_err(io_error));
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            // Without the thread every append reports its failure (see `flushed_after`).
+            tracing::error!(error = %e, "starting the Raft log's sync thread");
+        }
+        Arc::new(Flusher { tx })
+    }
+
+    /// Reports to `f` once everything written so far is on disk.
+    fn flushed_after(&self, f: F) {
+        if let Err(std::sync::mpsc::SendError(f)) = self.tx.send(f) {
+            f.flushed(Err(io_error("the Raft log's sync thread has ended")));
+        }
+    }
 }
 
 fn synced() -> WriteOptions {
@@ -90,15 +151,18 @@ fn write_err(e: impl std::fmt::Display) -> StorageError {
 
 impl LogStore {
     pub fn new(db: Arc<DB>, proposals: Arc<Proposals>) -> Self {
+        let metrics = crate::metrics::StoreMetrics::default();
         LogStore {
+            flusher: Flusher::start(db.clone(), metrics.clone()),
             db,
             proposals,
-            metrics: crate::metrics::StoreMetrics::default(),
+            metrics,
         }
     }
 
-    /// The same, timing its synced appends into `metrics`.
+    /// The same, timing its log syncs into `metrics`.
     pub fn with_metrics(mut self, metrics: crate::metrics::StoreMetrics) -> Self {
+        self.flusher = Flusher::start(self.db.clone(), metrics.clone());
         self.metrics = metrics;
         self
     }
@@ -237,28 +301,42 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 proposed.push((p.id, e.log_id.index));
             }
         }
+        // A follower's append is synced here: Raft's core waits for it anyway. The leader's is
+        // written without `sync` and the flusher reports it flushed once it has synced the
+        // write-ahead log; written, the entries are readable at once, so the leader's
+        // replication sends them while they are being synced.
+        let core_waits = callback.core_waits();
         let started = std::time::Instant::now();
-        let res = self.db.write_opt(batch, &synced());
-        self.metrics
-            .wal_fsync
-            .observe(started.elapsed().as_secs_f64());
-        // Before the callback: once openraft hears of the append it may overwrite the entry
-        // and answer ForwardToLeader, and the proposal must know by then that it was appended.
-        // (A failed write stops Raft, and with it every proposal.)
-        if res.is_ok() {
-            for (id, index) in &proposed {
-                self.proposals.appended(id, *index);
-            }
-            if let Some(end) = end {
-                self.proposals.log_reaches(end);
-            }
+        let res = if core_waits {
+            self.db.write_opt(batch, &synced())
+        } else {
+            self.db.write(batch)
+        };
+        if core_waits {
+            self.metrics
+                .wal_fsync
+                .observe(started.elapsed().as_secs_f64());
         }
-        let failed = res.as_ref().err().map(|e| e.to_string());
-        callback.log_io_completed(res.map_err(io_error));
-        match failed {
-            Some(e) => Err(write_err(e)),
-            None => Ok(()),
+        // Before openraft hears of the append: it may then overwrite the entry and answer
+        // ForwardToLeader, and the proposal must know by then that it was appended. (A failed
+        // write stops Raft, and with it every proposal.)
+        if let Err(e) = res {
+            let e = e.to_string();
+            callback.log_io_completed(Err(io_error(&e)));
+            return Err(write_err(e));
         }
+        for (id, index) in &proposed {
+            self.proposals.appended(id, *index);
+        }
+        if let Some(end) = end {
+            self.proposals.log_reaches(end);
+        }
+        if core_waits {
+            callback.log_io_completed(Ok(()));
+        } else {
+            self.flusher.flushed_after(callback);
+        }
+        Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
@@ -284,5 +362,40 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             (log_id.index + 1).to_be_bytes(),
         );
         self.db.write_opt(batch, &synced()).map_err(write_err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Report(u32, std::sync::mpsc::Sender<(u32, bool)>);
+
+    impl Flushed for Report {
+        fn flushed(self, result: Result<(), std::io::Error>) {
+            let _ = self.1.send((self.0, result.is_ok()));
+        }
+    }
+
+    /// Every append handed to the flusher is reported, once, in the order it was handed over,
+    /// also when many arrive during one sync.
+    #[test]
+    fn the_flusher_reports_every_append_once_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = backend::open(&dir.path().join("db")).expect("open backend");
+        let flusher = Flusher::<Report>::start(db.clone(), Default::default());
+        let (tx, rx) = std::sync::mpsc::channel();
+        for i in 0..500u32 {
+            db.put_cf(backend::cf(&db, CF_LOG), u64::from(i).to_be_bytes(), b"e")
+                .expect("write");
+            flusher.flushed_after(Report(i, tx.clone()));
+        }
+        let reports: Vec<(u32, bool)> = (0..500)
+            .map(|_| {
+                rx.recv_timeout(std::time::Duration::from_secs(30))
+                    .expect("reported")
+            })
+            .collect();
+        assert_eq!(reports, (0..500).map(|i| (i, true)).collect::<Vec<_>>());
     }
 }

@@ -3,6 +3,7 @@ use crate::raft::VoteResponse;
 use crate::replication;
 use crate::MessageSummary;
 use crate::RaftTypeConfig;
+use crate::LogId;
 use crate::Vote;
 
 /// A message coming from the internal components.
@@ -41,6 +42,14 @@ where C: RaftTypeConfig
 
     /// Result of executing a command sent from state machine worker.
     StateMachine { command_result: sm::CommandResult<C> },
+
+    /// Skiff patch: the leader's own append of the entries up to `log_id`, submitted under
+    /// `vote` without waiting, has reached the disk (or failed, with the error's text).
+    LocalLogFlushed {
+        vote: Vote<C::NodeId>,
+        log_id: LogId<C::NodeId>,
+        result: Result<(), String>,
+    },
 
     /// A tick event to wake up RaftCore to check timeout etc.
     Tick {
@@ -84,6 +93,9 @@ where C: RaftTypeConfig
             }
             Self::StateMachine { command_result } => {
                 format!("StateMachine command done: {:?}", command_result)
+            }
+            Self::LocalLogFlushed { vote, log_id, result } => {
+                format!("LocalLogFlushed: vote: {}, log_id: {}, result: {:?}", vote, log_id, result)
             }
             Self::Tick { i } => {
                 format!("Tick {}", i)

@@ -730,6 +730,38 @@ where
         Ok(())
     }
 
+    /// Skiff patch: appends the leader's own entries without waiting for them to reach the
+    /// disk; `Notify::LocalLogFlushed` reports when they have.
+    async fn submit_leader_append<I>(
+        &mut self,
+        entries: I,
+        vote: Vote<C::NodeId>,
+        last_log_id: LogId<C::NodeId>,
+    ) -> Result<(), StorageError<C::NodeId>>
+    where
+        I: IntoIterator<Item = C::Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let (tx, rx) = C::AsyncRuntime::oneshot();
+        let callback = LogFlushed::new_not_waited(LogIOId::new(vote.clone(), Some(last_log_id.clone())), tx);
+        self.log_store.append(entries, callback).await?;
+
+        let tx_notify = self.tx_notify.clone();
+        let _ = C::spawn(async move {
+            let result = match rx.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let _ = tx_notify.send(Notify::LocalLogFlushed {
+                vote,
+                log_id: last_log_id,
+                result,
+            });
+        });
+        Ok(())
+    }
+
     #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn apply_to_state_machine(
         &mut self,
@@ -1278,6 +1310,21 @@ where
                 }
             }
 
+            Notify::LocalLogFlushed { vote, log_id, result } => {
+                if let Err(e) = result {
+                    let e = StorageIOError::write_logs(AnyError::error(e));
+                    return Err(Fatal::StorageError(e.into()));
+                }
+                // Skiff patch: the leader's own entries reached its disk; only now do they
+                // count toward the commit quorum. A leader that has since stepped down (or
+                // been elected again, under another vote) ignores the report.
+                if self.does_vote_match(&vote, "LocalLogFlushed") {
+                    if let Ok(mut lh) = self.engine.leader_handler() {
+                        lh.replication_handler().update_local_progress(Some(log_id));
+                    }
+                }
+            }
+
             Notify::Tick { i } => {
                 // check every timer
 
@@ -1636,6 +1683,18 @@ where
             Command::AppendInputEntries { vote, entries } => {
                 let last_log_id = entries.last().unwrap().get_log_id().clone();
                 tracing::debug!("AppendInputEntries: {}", DisplaySlice::<_>(&entries),);
+
+                // Skiff patch: the leader's own entries are submitted without waiting for the
+                // flush, so that replication (the `Replicate` commands after this one) sends
+                // them while they are being written, as etcd's raft does. The leader counts
+                // itself toward the commit quorum only once they are on its disk
+                // (`Notify::LocalLogFlushed`). A follower still waits: it answers the leader
+                // only after its own flush.
+                let leading = self.engine.leader.as_ref().is_some_and(|l| l.vote == vote);
+                if leading {
+                    self.submit_leader_append(entries, vote, last_log_id).await?;
+                    return Ok(None);
+                }
 
                 self.append_to_log(entries, vote, last_log_id.clone()).await?;
 

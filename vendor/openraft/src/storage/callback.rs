@@ -17,6 +17,8 @@ where C: RaftTypeConfig
 {
     log_io_id: LogIOId<C::NodeId>,
     tx: OneshotSenderOf<C, Result<LogIOId<C::NodeId>, io::Error>>,
+    /// Skiff patch: whether Raft's core waits for this callback before it does anything else.
+    core_waits: bool,
 }
 
 impl<C> LogFlushed<C>
@@ -26,7 +28,31 @@ where C: RaftTypeConfig
         log_io_id: LogIOId<C::NodeId>,
         tx: OneshotSenderOf<C, Result<LogIOId<C::NodeId>, io::Error>>,
     ) -> Self {
-        Self { log_io_id, tx }
+        Self {
+            log_io_id,
+            tx,
+            core_waits: true,
+        }
+    }
+
+    /// Skiff patch: the same, for an append Raft's core does not wait for (the leader's own).
+    pub(crate) fn new_not_waited(
+        log_io_id: LogIOId<C::NodeId>,
+        tx: OneshotSenderOf<C, Result<LogIOId<C::NodeId>, io::Error>>,
+    ) -> Self {
+        Self {
+            log_io_id,
+            tx,
+            core_waits: false,
+        }
+    }
+
+    /// Skiff patch: whether Raft's core waits for this callback before it does anything else
+    /// (a follower's append, which it acknowledges only once flushed), or goes on meanwhile
+    /// (the leader's own append, sent to the followers while it is being flushed). A store
+    /// may flush the first kind inline and hand the second to a task of its own.
+    pub fn core_waits(&self) -> bool {
+        self.core_waits
     }
 
     /// Report log io completion event.
