@@ -371,6 +371,8 @@ pub mod labels {
     pub const ATTEMPT: &str = "skiff.attempt";
     pub const HOST_IP: &str = "skiff.host-ip";
     pub const HOST_NETWORK: &str = "skiff.host-network";
+    /// On a container with a memory limit: the limit in bytes.
+    pub const MEMORY_LIMIT: &str = "skiff.memory-limit";
 }
 
 /// The labels of a sandbox, as the CRI implementation writes them.

@@ -22,7 +22,7 @@
 //! * containerd may run in a network namespace of its own (`netns`), as `skiff up` runs it:
 //!   probes and the streaming server are then reached there ([`crate::netns`]).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -143,8 +143,9 @@ fn cpu_shares(request_milli: i64) -> i64 {
 const CPU_PERIOD: i64 = 100_000;
 /// The reason containerd gives a container the kernel's OOM killer ended.
 const OOM_KILLED: &str = "OOMKilled";
-/// How long an exit by SIGKILL waits for containerd's OOM event (see `oom_settled`).
-const OOM_EVENT_GRACE: Duration = Duration::from_millis(500);
+/// How long a memory-limited container's exit by SIGKILL waits for containerd's OOM event
+/// (see `oom_settled`). Under load the event has come more than 500 ms after the exit.
+const OOM_EVENT_GRACE: Duration = Duration::from_secs(3);
 
 impl CriRuntime {
     /// Connects to containerd and checks that the CRI service answers.
@@ -397,26 +398,37 @@ impl CriRuntime {
 
     /// containerd (1.6 here) records an OOM kill when it handles the task's OOM event, which
     /// can come after the exit event: a container the kernel's OOM killer ended may show exit
-    /// code 137 with reason "Error" for a moment (containerd issue 12260). A 137 that is not
-    /// "OOMKilled" is therefore asked about again for up to [`OOM_EVENT_GRACE`] before it is
-    /// believed.
-    async fn oom_settled(&self, id: &str, exit: Exit) -> Result<Exit> {
-        if exit.exit_code != 137 || exit.reason == OOM_KILLED {
-            return Ok(exit);
+    /// code 137 with reason "Error" for a while (containerd issue 12260). A container with a
+    /// memory limit whose 137 is not "OOMKilled" is therefore asked about again for up to
+    /// [`OOM_EVENT_GRACE`] before it is believed. One without a limit is believed at once, so
+    /// the SIGKILL that ends a stop's grace period costs that container no wait.
+    async fn oom_settled(&self, id: &str, status: &cri::ContainerStatus, exit: Exit) -> Exit {
+        if exit.exit_code != 137
+            || exit.reason == OOM_KILLED
+            || !status.labels.contains_key(labels::MEMORY_LIMIT)
+        {
+            return exit;
         }
         let deadline = tokio::time::Instant::now() + OOM_EVENT_GRACE;
         while tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(OOM_EVENT_GRACE / 10).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
             match self.container_state(id).await {
-                Ok(ContainerState::Exited(again)) if again.reason == OOM_KILLED => {
-                    return Ok(again);
-                }
+                Ok(ContainerState::Exited(again)) if again.reason == OOM_KILLED => return again,
                 Ok(_) => {}
                 // Removed meanwhile, or containerd did not answer: what was seen stands.
                 Err(_) => break,
             }
         }
-        Ok(exit)
+        exit
+    }
+
+    /// The container's exit, if its status says it has exited (OOM kills settled).
+    async fn exit_of(&self, id: &str) -> Result<Option<Exit>> {
+        let status = self.status(id).await?;
+        Ok(match Self::state_of(&status) {
+            ContainerState::Exited(exit) => Some(self.oom_settled(id, &status, exit).await),
+            _ => None,
+        })
     }
 }
 
@@ -517,13 +529,17 @@ impl Runtime for CriRuntime {
                 id: sandbox.id.clone(),
             })?;
         let r = spec.resources;
-        let labels: HashMap<String, String> = BTreeMap::from([
+        let labels: HashMap<String, String> = [
             (labels::POD_UID.to_string(), spec.pod_uid.clone()),
             (labels::CONTAINER_NAME.to_string(), spec.name.clone()),
             (labels::INIT.to_string(), spec.init.to_string()),
             (labels::ATTEMPT.to_string(), spec.attempt.to_string()),
-        ])
+        ]
         .into_iter()
+        .chain(
+            r.memory_limit_bytes
+                .map(|b| (labels::MEMORY_LIMIT.to_string(), b.to_string())),
+        )
         .collect();
         let config = cri::ContainerConfig {
             metadata: Some(cri::ContainerMetadata {
@@ -604,8 +620,8 @@ impl Runtime for CriRuntime {
     async fn wait_container(&self, id: &str) -> Result<Exit> {
         let mut states = self.states.clone();
         states.mark_unchanged();
-        if let ContainerState::Exited(exit) = self.container_state(id).await? {
-            return self.oom_settled(id, exit).await;
+        if let Some(exit) = self.exit_of(id).await? {
+            return Ok(exit);
         }
         loop {
             if states.changed().await.is_err() {
@@ -617,9 +633,9 @@ impl Runtime for CriRuntime {
             let state = states.borrow_and_update().get(id).copied();
             // Gone from the list (removed) or exited: ask for the details once.
             if state.is_none_or(|s| s == cri::ContainerState::ContainerExited as i32)
-                && let ContainerState::Exited(exit) = self.container_state(id).await?
+                && let Some(exit) = self.exit_of(id).await?
             {
-                return self.oom_settled(id, exit).await;
+                return Ok(exit);
             }
         }
     }
