@@ -25,7 +25,8 @@
 #          the same three tests with etcd's auth off, then on (each request authenticated
 #          by token and permission-checked, as a user with read and write on the keys the
 #          tests touch, not root), etcd beside Skiff: what auth costs each.
-# SKIFF_BIN=path uses that skiff binary instead of building the release one.
+# SKIFF_BIN=path uses that skiff binary instead of building the release one. The members' data
+# directories are removed at the end (KEEP_DATA=1 keeps them); logs and results stay.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
@@ -55,7 +56,14 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  echo "data, logs and results in $work"
+  # The members' data is gigabytes a run (four put sweeps filled this VM's free disk); the logs,
+  # results and plots stay. KEEP_DATA=1 keeps the data too.
+  if [ "${KEEP_DATA:-}" != 1 ]; then
+    rm -rf "$work"/etcd-[0-9] "$work"/skiff-[0-9] "$work"/skiff-base-[0-9]
+    echo "logs and results in $work (members' data removed; KEEP_DATA=1 keeps it)"
+  else
+    echo "data, logs and results in $work"
+  fi
 }
 trap cleanup EXIT
 
