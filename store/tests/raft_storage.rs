@@ -92,7 +92,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for RocksBuilder 
             &dir.path().join("snap"),
             source(),
         )?;
-        Ok((dir, LogStore::new(db, proposals), sm))
+        Ok((dir, LogStore::new(db, proposals, Default::default()), sm))
     }
 }
 
@@ -150,7 +150,7 @@ async fn replication_reads_are_cut_at_a_mebibyte_but_never_empty() {
         db.put_cf(log, i.to_be_bytes(), backend::encode(&put_entry(i, size)))
             .expect("put entry");
     }
-    let mut store = LogStore::new(db.clone(), Proposals::new(1));
+    let mut store = LogStore::new(db.clone(), Proposals::new(1), Default::default());
     let indexes =
         |v: &Vec<Entry<TypeConfig>>| -> Vec<u64> { v.iter().map(|e| e.log_id.index).collect() };
     let first = store.limited_get_log_entries(1, 51).await.expect("read");

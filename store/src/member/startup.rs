@@ -96,7 +96,7 @@ impl StoreMember {
         // that falls behind could be sent nothing, so a snapshot is built at once.
         let lacks_snapshot = crate::raft::log_store::read_purged(&db)? > sm.snapshot_last();
         let metrics = shared.metrics.clone();
-        let log = LogStore::new(db.clone(), proposals.clone()).with_metrics(metrics.clone());
+        let log = LogStore::new(db.clone(), proposals.clone(), metrics.clone());
         let hb = config.heartbeat_interval.as_millis() as u64;
         let el = config.election_timeout.as_millis() as u64;
         let lease = super::election::vote_lease(config.heartbeat_interval).as_millis() as u64;

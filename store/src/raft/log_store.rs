@@ -7,8 +7,9 @@
 //! member. A follower's append is a synced write (Raft's core waits for it). The leader's is
 //! written without `sync`, readable at once, and reported flushed by the [`Flusher`] once it
 //! has synced the write-ahead log; meanwhile the leader's replication sends the entries (our
-//! openraft patch, `vendor/README.md`). Votes, truncations and purges are written with `sync`. Purging deletes a prefix and records the last purged id
-//! first, so a crash between the two leaves a consistent state.
+//! openraft patch, `vendor/README.md`). Votes, truncations and purges are written with `sync`.
+//! Purging deletes a prefix and records the last purged id first, so a crash between the two
+//! leaves a consistent state.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -150,21 +151,18 @@ fn write_err(e: impl std::fmt::Display) -> StorageError {
 }
 
 impl LogStore {
-    pub fn new(db: Arc<DB>, proposals: Arc<Proposals>) -> Self {
-        let metrics = crate::metrics::StoreMetrics::default();
+    /// A log store timing its log syncs into `metrics` (and noting the committed index there).
+    pub fn new(
+        db: Arc<DB>,
+        proposals: Arc<Proposals>,
+        metrics: crate::metrics::StoreMetrics,
+    ) -> Self {
         LogStore {
             flusher: Flusher::start(db.clone(), metrics.clone()),
             db,
             proposals,
             metrics,
         }
-    }
-
-    /// The same, timing its log syncs into `metrics`.
-    pub fn with_metrics(mut self, metrics: crate::metrics::StoreMetrics) -> Self {
-        self.flusher = Flusher::start(self.db.clone(), metrics.clone());
-        self.metrics = metrics;
-        self
     }
 
     fn get_meta<T: serde::de::DeserializeOwned>(
@@ -306,17 +304,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // write-ahead log; written, the entries are readable at once, so the leader's
         // replication sends them while they are being synced.
         let core_waits = callback.core_waits();
-        let started = std::time::Instant::now();
         let res = if core_waits {
-            self.db.write_opt(batch, &synced())
-        } else {
-            self.db.write(batch)
-        };
-        if core_waits {
+            let started = std::time::Instant::now();
+            let res = self.db.write_opt(batch, &synced());
             self.metrics
                 .wal_fsync
                 .observe(started.elapsed().as_secs_f64());
-        }
+            res
+        } else {
+            self.db.write(batch)
+        };
         // Before openraft hears of the append: it may then overwrite the entry and answer
         // ForwardToLeader, and the proposal must know by then that it was appended. (A failed
         // write stops Raft, and with it every proposal.)
