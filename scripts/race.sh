@@ -15,7 +15,8 @@
 #          both (made by `skiff certs`): puts from 1,000 clients and from one, and
 #          linearizable reads, etcd beside Skiff, instead of the whole race.
 #        bash scripts/race.sh puts [quick]
-#          puts/s and p99 against 1, 10, 100, 300 and 1,000 clients only, and the plot.
+#          puts/s and p99 against 1, 10, 100, 300 and 1,000 clients over every member, 1 and
+#          10 clients through the leader (`leader-put-*`, no forwarding hop), and the plot.
 #          With SKIFF_BASE_BIN=path, a second Skiff cluster from that binary runs beside the
 #          other two ("skiff-base"): an A/B of two builds beside etcd in one run.
 #        bash scripts/race.sh watch-memory
@@ -236,6 +237,8 @@ elif [ "$mode" = puts ]; then
     "sweep-put-c100|--conns 100 --clients 100|put --total $((100000 / scale)) --key-size 8 --val-size 256"
     "sweep-put-c300|--conns 100 --clients 300|put --total $((100000 / scale)) --key-size 8 --val-size 256"
     "sweep-put-c1000|--conns 100 --clients 1000|put --total $((200000 / scale)) --key-size 8 --val-size 256"
+    "leader-put-c1|--conns 1 --clients 1|put --total $((5000 / scale)) --key-size 8 --val-size 256"
+    "leader-put-c10|--conns 10 --clients 10|put --total $((20000 / scale)) --key-size 8 --val-size 256"
   )
 elif [ "$mode" = tls ]; then
   tests=(
@@ -282,9 +285,13 @@ for round in 1 2; do
       fi
       extra=()
       [[ $test == watch* ]] && extra=(--metrics-urls "$metrics")
-      echo "==> round $round, $system: $name"
+      # The sweep goes round-robin over every member (a follower forwards); a `leader-` test
+      # goes to the member that leads, the path without the forwarding hop.
+      run_eps=$eps
+      [[ $name == leader-* ]] && run_eps=$(leader_of "$eps")
+      echo "==> round $round, $system: $name ($run_eps)"
       # shellcheck disable=SC2086
-      line=$("$SKIFF" bench kv --endpoints "$eps" "${tls_bench[@]}" $global --json $test "${extra[@]}" || true)
+      line=$("$SKIFF" bench kv --endpoints "$run_eps" "${tls_bench[@]}" $global --json $test "${extra[@]}" || true)
       echo "$line"
       echo "{\"round\": $round, \"system\": \"$system\", \"name\": \"$name\", \"report\": ${line:-null}}" >>"$results"
     done

@@ -851,6 +851,7 @@ where
         let membership_log_id = self.engine.state.membership_state.effective().log_id();
         let network = self.network.new_client(target.clone(), target_node).await;
         let snapshot_network = self.network.new_client(target.clone(), target_node).await;
+        let heartbeat_network = self.network.new_client(target.clone(), target_node).await;
 
         let leader = self.engine.leader.as_ref().unwrap();
 
@@ -864,6 +865,7 @@ where
             progress_entry.matching,
             network,
             snapshot_network,
+            heartbeat_network,
             self.log_store.get_log_reader().await,
             self.sm_handle.new_snapshot_reader(),
             self.tx_notify.clone(),

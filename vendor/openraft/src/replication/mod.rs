@@ -1,5 +1,7 @@
 //! Replication stream.
 
+pub(crate) mod beat;
+
 pub(crate) mod callbacks;
 pub(crate) mod hint;
 mod replication_session_id;
@@ -142,6 +144,10 @@ where
     /// Next replication action to run.
     next_action: Option<Data<C>>,
 
+    /// Skiff patch: the task that sends this stream's heartbeats beside its AppendEntries
+    /// (see [`beat`]).
+    beats: beat::Beats<C>,
+
     /// Appropriate number of entries to send.
     /// This is only used by AppendEntries RPC.
     entries_hint: ReplicationHint,
@@ -165,6 +171,7 @@ where
         matching: Option<LogId<C::NodeId>>,
         network: N::Network,
         snapshot_network: N::Network,
+        heartbeat_network: N::Network,
         log_reader: LS::LogReader,
         snapshot_reader: SnapshotReader<C>,
         tx_raft_core: mpsc::UnboundedSender<Notify<C>>,
@@ -181,9 +188,17 @@ where
         // other component to ReplicationStream
         let (tx_event, rx_event) = mpsc::unbounded_channel();
 
+        let beats = beat::Beats::spawn::<N>(
+            target.clone(),
+            session_id.clone(),
+            Duration::from_millis(config.heartbeat_interval),
+            heartbeat_network,
+            tx_raft_core.clone(),
+        );
         let this = Self {
             target,
             session_id,
+            beats,
             network,
             snapshot_network: Arc::new(Mutex::new(snapshot_network)),
             snapshot_state: None,
@@ -435,6 +450,7 @@ where
         };
 
         let leader_time = C::now();
+        self.beats.carried(&self.committed);
 
         // Build the heartbeat frame to be sent to the follower.
         let payload = AppendEntriesRequest {
@@ -679,16 +695,21 @@ where
 
                 self.committed = c;
 
-                // If there is no action, fill in an heartbeat action to send committed index.
-                if self.next_action.is_none() {
-                    self.next_action = Some(Data::new_heartbeat());
-                }
+                // Skiff patch: the heartbeat task tells the follower, unless an AppendEntries
+                // carries the new commit index first.
+                self.beats.beat(beat::Beat {
+                    committed: self.committed.clone(),
+                    matching: self.matching.clone(),
+                    urgent: false,
+                });
             }
             Replicate::Heartbeat => {
-                // Never overwrite action with payload.
-                if self.next_action.is_none() {
-                    self.next_action = Some(Data::new_heartbeat());
-                }
+                // Skiff patch: sent by the heartbeat task, beside the AppendEntries in flight.
+                self.beats.beat(beat::Beat {
+                    committed: self.committed.clone(),
+                    matching: self.matching.clone(),
+                    urgent: true,
+                });
             }
             Replicate::Data(d) => {
                 // TODO: Currently there is at most 1 in flight data. But in future RaftCore may send next data

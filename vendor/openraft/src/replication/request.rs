@@ -73,6 +73,8 @@ use crate::SnapshotMeta;
 pub(crate) enum Data<C>
 where C: RaftTypeConfig
 {
+    /// Skiff patch: no longer made; heartbeats go through `super::beat`.
+    #[allow(dead_code)]
     Heartbeat,
     Logs(DataWithId<LogIdRange<C::NodeId>>),
     Snapshot(DataWithId<Option<LogIdOf<C>>>),
@@ -136,6 +138,7 @@ where C: RaftTypeConfig
 impl<C> Data<C>
 where C: RaftTypeConfig
 {
+    #[allow(dead_code)]
     pub(crate) fn new_heartbeat() -> Self {
         Self::Heartbeat
     }
