@@ -335,14 +335,13 @@ pub async fn run(
 /// `skiff up`) starts it again, and the start repairs the keyspace from the log and the kept
 /// snapshot.
 async fn raft_failed(member: &StoreMember) -> String {
-    let mut metrics = member.raft.metrics();
-    loop {
-        if let Err(fatal) = &metrics.borrow_and_update().running_state {
-            return fatal.to_string();
-        }
-        if metrics.changed().await.is_err() {
-            return "its metrics ended".into();
-        }
+    // The core reports its error in its metrics and then ends, dropping their senders; the
+    // server metrics change only with elections, so waiting on them costs nothing per write.
+    let mut ended = member.raft.server_metrics();
+    while ended.changed().await.is_ok() {}
+    match &member.raft.metrics().borrow().running_state {
+        Err(fatal) => fatal.to_string(),
+        Ok(()) => "its metrics ended".into(),
     }
 }
 

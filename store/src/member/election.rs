@@ -513,7 +513,8 @@ impl StoreMember {
     fn spawn_follow_leader(self: &Arc<Self>) {
         let me = Arc::downgrade(self);
         let cancel = self.cancel.clone();
-        let mut metrics = self.raft.metrics();
+        // The server metrics change with the leader, not with every write.
+        let mut metrics = self.raft.server_metrics();
         self.tasks.spawn(async move {
             loop {
                 let leader = metrics.borrow_and_update().current_leader;

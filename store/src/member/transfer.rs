@@ -101,9 +101,10 @@ impl LeaderHistory {
 }
 
 impl StoreMember {
-    /// Follows the Raft metrics into [`LeaderHistory`] until the member stops.
+    /// Follows the Raft server metrics (vote, state, leader: they change with an election,
+    /// not with every write) into [`LeaderHistory`] until the member stops.
     pub(super) fn spawn_leader_history(self: &Arc<Self>) {
-        let mut metrics = self.raft.metrics();
+        let mut metrics = self.raft.server_metrics();
         let me = Arc::downgrade(self);
         let cancel = self.cancel.clone();
         self.tasks.spawn(async move {
@@ -111,7 +112,8 @@ impl StoreMember {
                 {
                     let Some(member) = me.upgrade() else { return };
                     let m = metrics.borrow_and_update();
-                    let leading = (m.state == ServerState::Leader).then_some(m.current_term);
+                    let leading =
+                        (m.state == ServerState::Leader).then_some(m.vote.leader_id().get_term());
                     member
                         .leader_history
                         .observe(m.current_leader, leading, Instant::now());
