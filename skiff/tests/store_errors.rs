@@ -1,4 +1,5 @@
-//! Bad input gets etcd's errors, and nothing is partially applied.
+//! Bad input gets etcd's errors, and nothing is partially applied; a member whose disk fills
+//! exits, saying why.
 
 mod common;
 
@@ -328,4 +329,55 @@ async fn over_quota_the_cluster_refuses_writes_but_serves_reads_and_deletes() {
         )
         .await;
     assert!(d.expect("deletes still allowed").deleted() > 0);
+}
+
+/// Unmounts (lazily) what a test mounted under its directory, however the test ends.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        common::unmount_under(&self.0);
+    }
+}
+
+/// A member whose disk fills stops its Raft core on the storage error and exits, saying why,
+/// rather than stay up unable to write: whatever supervises it starts it again from its data
+/// directory. (The quota is far above the disk here, so no NOSPACE alarm refuses the writes
+/// first.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_disk_fills_exits_saying_why() {
+    let mut cluster = Cluster::start_prepared(1, |c| {
+        let data = &c.members[0].data_dir;
+        std::fs::create_dir_all(data).expect("data dir");
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=48m", "skiff-disk-full"])
+            .arg(data)
+            .output()
+            .expect("run mount");
+        assert!(out.status.success(), "mount a tmpfs: {out:?}");
+    })
+    .await;
+    let _unmount = Unmount(cluster.dir.path().to_path_buf());
+    let mut c = cluster.client(0).await;
+    let value = vec![b'v'; 1 << 20];
+    let mut refused = None;
+    for i in 0..200 {
+        if let Err(e) = c.put(format!("/fill/{i}"), value.clone(), None).await {
+            refused = Some(e);
+            break;
+        }
+    }
+    let refused = refused.expect("a 48 MiB disk takes fewer than 200 puts of 1 MiB");
+    let status = eventually(Duration::from_secs(30), "the member to exit", || {
+        let status = cluster.members[0].exited();
+        async move { status }
+    })
+    .await;
+    assert!(!status.success(), "exited with {status} after {refused:?}");
+    let log = cluster.log_of(0);
+    assert!(
+        log.contains("Raft stopped on an error") && log.contains("No space left on device"),
+        "the log says why: {}",
+        log.lines().rev().take(5).collect::<Vec<_>>().join("\n")
+    );
 }
