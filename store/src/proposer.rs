@@ -86,6 +86,8 @@ struct Log {
     /// Proposals that timed out, lost their leader or were dropped (etcd's
     /// `proposals_failed_total`).
     failed: prometheus_client::metrics::counter::Counter,
+    /// Set by [`Proposer::stop`]: nothing more goes to Raft.
+    stopped: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Proposer {
@@ -108,6 +110,7 @@ impl Proposer {
             held: held_rx,
             entering: Arc::default(),
             failed,
+            stopped: Arc::default(),
         };
         let batches = log.clone();
         tasks.spawn(async move {
@@ -143,6 +146,14 @@ impl Proposer {
         self.held.send_replace(true);
         drop(self.log.entering.write().await);
         Held(self.held.clone())
+    }
+
+    /// Refuses every proposal not yet handed to Raft (they fail with [`StoreError::Stopped`])
+    /// and returns once none is on its way in: the member then stops its Raft core, and no
+    /// write reaches a stopped core (which openraft logs as an error).
+    pub async fn stop(&self) {
+        self.log.stopped.store(true, Ordering::SeqCst);
+        drop(self.log.entering.write().await);
     }
 
     /// Proposes `txn` (with others, when they arrive together) and returns what applying it
@@ -233,6 +244,9 @@ impl Log {
                 return Err(StoreError::Stopped);
             }
             let _entering = self.entering.read().await;
+            if self.stopped.load(Ordering::SeqCst) {
+                return Err(StoreError::Stopped);
+            }
             // `hold` may have begun between the two: it waits for this guard, so look again.
             if *held.borrow() {
                 continue;

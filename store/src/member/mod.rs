@@ -177,6 +177,9 @@ pub struct StoreMember {
     /// Set as the member begins to stop, before its Raft core stops: no election starts
     /// after it (openraft refuses one, logging an error, once its core has stopped).
     stopping: std::sync::atomic::AtomicBool,
+    /// Held (shared) by each call into the Raft core from outside it (see
+    /// [`StoreMember::raft_call`]), and alone by `shutdown` before it stops the core.
+    raft_calls: tokio::sync::RwLock<()>,
     /// Stops the member's background tasks, tracked by `tasks`.
     cancel: CancellationToken,
     tasks: TaskTracker,
@@ -211,6 +214,8 @@ impl StoreMember {
     pub async fn shutdown(&self) {
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.proposer.stop().await;
+        drop(self.raft_calls.write().await);
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
@@ -235,14 +240,24 @@ impl StoreMember {
     /// Starts a Raft election at once (a won pre-vote, a leader handing over), unless the
     /// member is stopping.
     pub(crate) async fn elect(&self) -> Result<(), StoreError> {
+        self.raft_call(self.raft.trigger().elect())
+            .await?
+            .map_err(|_| StoreError::Stopped)
+    }
+
+    /// Runs `call`, one call into the Raft core, unless the member is stopping. `shutdown`
+    /// waits for the calls under way before it stops the core, so none reaches a stopped
+    /// core: it would fail, and openraft logs that as an error. A call must not make another
+    /// through here (`shutdown` waiting would hold the second back for good).
+    pub(crate) async fn raft_call<T>(
+        &self,
+        call: impl Future<Output = T>,
+    ) -> Result<T, StoreError> {
+        let _open = self.raft_calls.read().await;
         if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(StoreError::Stopped);
         }
-        self.raft
-            .trigger()
-            .elect()
-            .await
-            .map_err(|_| StoreError::Stopped)
+        Ok(call.await)
     }
 
     /// Resolves when the member stops.

@@ -199,6 +199,7 @@ impl StoreMember {
             backlog,
             membership_changes: tokio::sync::Mutex::new(()),
             stopping: Default::default(),
+            raft_calls: Default::default(),
             cancel,
             tasks,
         });

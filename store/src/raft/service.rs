@@ -52,7 +52,7 @@ fn reply<T: serde::Serialize>(v: &T) -> Result<Response<RaftMessage>, Status> {
 impl RaftPeer for PeerService {
     async fn vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let rpc = decode(req.get_ref())?;
-        reply(&self.member.raft.vote(rpc).await)
+        reply(&self.member.raft_call(self.member.raft.vote(rpc)).await?)
     }
 
     async fn append_entries(
@@ -61,7 +61,10 @@ impl RaftPeer for PeerService {
     ) -> Result<Response<RaftMessage>, Status> {
         let rpc: openraft::raft::AppendEntriesRequest<TypeConfig> = decode(req.get_ref())?;
         let from = rpc.vote.leader_id().voted_for();
-        let res = self.member.raft.append_entries(rpc).await;
+        let res = self
+            .member
+            .raft_call(self.member.raft.append_entries(rpc))
+            .await?;
         let accepted = res
             .as_ref()
             .is_ok_and(|r| !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)));
@@ -83,7 +86,10 @@ impl RaftPeer for PeerService {
         match header {
             SnapshotHeader::Chunk(rpc) => {
                 let leader = *rpc.vote.leader_id();
-                let res = self.member.raft.install_snapshot(rpc).await;
+                let res = self
+                    .member
+                    .raft_call(self.member.raft.install_snapshot(rpc))
+                    .await?;
                 let accepted = res.as_ref().is_ok_and(|r| *r.vote.leader_id() == leader);
                 self.heard_from(leader.voted_for(), accepted);
                 reply(&res)
@@ -123,7 +129,10 @@ impl RaftPeer for PeerService {
                     snapshot: data,
                 };
                 let leader = *vote.leader_id();
-                let res = self.member.raft.install_full_snapshot(vote, snapshot).await;
+                let res = self
+                    .member
+                    .raft_call(self.member.raft.install_full_snapshot(vote, snapshot))
+                    .await?;
                 let accepted = res.as_ref().is_ok_and(|r| *r.vote.leader_id() == leader);
                 self.heard_from(leader.voted_for(), accepted);
                 reply(&res)
