@@ -32,7 +32,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::command::{Command, Outcome, Proposal, ProposalId, RequestOp, Response, TxnRequest};
 use crate::error::StoreError;
-use crate::raft::Raft;
+use crate::raft::{Raft, RaftGate};
 
 /// Entries of this proposer in the log at once, not yet applied. Since the leader replicates
 /// while it syncs, an entry commits sooner and a slot frees sooner; four slots then made the
@@ -86,15 +86,17 @@ struct Log {
     /// Proposals that timed out, lost their leader or were dropped (etcd's
     /// `proposals_failed_total`).
     failed: prometheus_client::metrics::counter::Counter,
-    /// Set by [`Proposer::stop`]: nothing more goes to Raft.
-    stopped: Arc<std::sync::atomic::AtomicBool>,
+    /// The member's gate into its Raft core.
+    gate: Arc<RaftGate>,
 }
 
 impl Proposer {
     /// Starts the batching task; it ends when the last clone is dropped. `proposals` must be
-    /// the tracker the member's log store and state machine report to.
+    /// the tracker the member's log store and state machine report to; proposals enter Raft
+    /// through `gate`.
     pub fn start(
         raft: Raft,
+        gate: Arc<RaftGate>,
         proposals: Arc<Proposals>,
         failed: prometheus_client::metrics::counter::Counter,
         timeout: Duration,
@@ -110,7 +112,7 @@ impl Proposer {
             held: held_rx,
             entering: Arc::default(),
             failed,
-            stopped: Arc::default(),
+            gate,
         };
         let batches = log.clone();
         tasks.spawn(async move {
@@ -146,14 +148,6 @@ impl Proposer {
         self.held.send_replace(true);
         drop(self.log.entering.write().await);
         Held(self.held.clone())
-    }
-
-    /// Refuses every proposal not yet handed to Raft (they fail with [`StoreError::Stopped`])
-    /// and returns once none is on its way in: the member then stops its Raft core, and no
-    /// write reaches a stopped core (which openraft logs as an error).
-    pub async fn stop(&self) {
-        self.log.stopped.store(true, Ordering::SeqCst);
-        drop(self.log.entering.write().await);
     }
 
     /// Proposes `txn` (with others, when they arrive together) and returns what applying it
@@ -244,17 +238,14 @@ impl Log {
                 return Err(StoreError::Stopped);
             }
             let _entering = self.entering.read().await;
-            if self.stopped.load(Ordering::SeqCst) {
-                return Err(StoreError::Stopped);
-            }
             // `hold` may have begun between the two: it waits for this guard, so look again.
             if *held.borrow() {
                 continue;
             }
             return self
-                .raft
-                .client_write_ff(proposal)
-                .await
+                .gate
+                .pass(self.raft.client_write_ff(proposal))
+                .await?
                 .map_err(|_| StoreError::Stopped);
         }
     }

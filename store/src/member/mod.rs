@@ -44,7 +44,7 @@ use crate::error::StoreError;
 use crate::proposer::Proposer;
 use crate::raft::network::{Channels, PeerActivity};
 use crate::raft::state_machine::Shared;
-use crate::raft::{Member, Raft};
+use crate::raft::{Member, Raft, RaftGate};
 use crate::read_index::Rounds;
 pub use auto_compaction::AutoCompaction;
 pub(crate) use election::PreVote;
@@ -174,12 +174,9 @@ pub struct StoreMember {
     /// Held across each membership change this member makes as leader: openraft runs one
     /// at a time and refuses (logging an error) one that arrives during another.
     membership_changes: tokio::sync::Mutex<()>,
-    /// Set as the member begins to stop, before its Raft core stops: no election starts
-    /// after it (openraft refuses one, logging an error, once its core has stopped).
-    stopping: std::sync::atomic::AtomicBool,
-    /// Held (shared) by each call into the Raft core from outside it (see
-    /// [`StoreMember::raft_call`]), and alone by `shutdown` before it stops the core.
-    raft_calls: tokio::sync::RwLock<()>,
+    /// Passed by every call into the Raft core from outside it; closed as the member begins
+    /// to stop, before its Raft core stops.
+    raft_gate: Arc<RaftGate>,
     /// Stops the member's background tasks, tracked by `tasks`.
     cancel: CancellationToken,
     tasks: TaskTracker,
@@ -212,10 +209,7 @@ const PROPOSAL_TIMEOUT: Duration = Duration::from_secs(7);
 
 impl StoreMember {
     pub async fn shutdown(&self) {
-        self.stopping
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        self.proposer.stop().await;
-        drop(self.raft_calls.write().await);
+        self.raft_gate.close().await;
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
@@ -245,19 +239,12 @@ impl StoreMember {
             .map_err(|_| StoreError::Stopped)
     }
 
-    /// Runs `call`, one call into the Raft core, unless the member is stopping. `shutdown`
-    /// waits for the calls under way before it stops the core, so none reaches a stopped
-    /// core: it would fail, and openraft logs that as an error. A call must not make another
-    /// through here (`shutdown` waiting would hold the second back for good).
+    /// Runs `call`, one call into the Raft core, through the member's [`RaftGate`].
     pub(crate) async fn raft_call<T>(
         &self,
         call: impl Future<Output = T>,
     ) -> Result<T, StoreError> {
-        let _open = self.raft_calls.read().await;
-        if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(StoreError::Stopped);
-        }
-        Ok(call.await)
+        self.raft_gate.pass(call).await
     }
 
     /// Resolves when the member stops.

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::lessor::Lessor;
-use super::{LeaderHistory, MemberConfig, PROPOSAL_TIMEOUT, StoreMember};
+use super::{LeaderHistory, MemberConfig, PROPOSAL_TIMEOUT, RaftGate, StoreMember};
 use crate::backend;
 use crate::compaction;
 use crate::mvcc::Mvcc;
@@ -161,8 +161,10 @@ impl StoreMember {
             tracing::info!("building a snapshot of the restored keyspace");
             raft.trigger().snapshot().await?;
         }
+        let raft_gate = Arc::new(RaftGate::default());
         let proposer = Proposer::start(
             raft.clone(),
+            raft_gate.clone(),
             proposals,
             metrics.proposals_failed.clone(),
             PROPOSAL_TIMEOUT,
@@ -198,8 +200,7 @@ impl StoreMember {
             elections,
             backlog,
             membership_changes: tokio::sync::Mutex::new(()),
-            stopping: Default::default(),
-            raft_calls: Default::default(),
+            raft_gate,
             cancel,
             tasks,
         });

@@ -114,3 +114,35 @@ mod tests {
         assert_eq!(cluster_id(&[1, 2, 3]), cluster_id(&[3, 1, 2]));
     }
 }
+
+/// The gate every call into a member's Raft core from outside it passes (proposals, the peer
+/// service's votes, AppendEntries and snapshots, elections). Closing it refuses what comes
+/// after and waits for the calls under way; the member closes it before it stops the core, so
+/// no call reaches a stopped core: it would fail, and openraft logs that as an error.
+#[derive(Debug, Default)]
+pub struct RaftGate {
+    closed: std::sync::atomic::AtomicBool,
+    calls: tokio::sync::RwLock<()>,
+}
+
+impl RaftGate {
+    /// Runs `call` unless the gate is closed ([`crate::error::StoreError::Stopped`]). A call
+    /// must not pass the gate again inside (a closing gate would hold the second back for
+    /// good).
+    pub async fn pass<T>(
+        &self,
+        call: impl Future<Output = T>,
+    ) -> Result<T, crate::error::StoreError> {
+        let _open = self.calls.read().await;
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(crate::error::StoreError::Stopped);
+        }
+        Ok(call.await)
+    }
+
+    /// Refuses every later call and returns once none is under way.
+    pub async fn close(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        drop(self.calls.write().await);
+    }
+}
