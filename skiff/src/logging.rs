@@ -2,11 +2,13 @@
 //!
 //! openraft 0.9 logs at ERROR what a cluster meets in its normal life: one RPC to one peer
 //! that timed out or failed (a member killed or restarting, or a heartbeat round on a loaded
-//! machine that took longer than the heartbeat interval). A quorum carries on meanwhile, so
-//! nothing is wrong with the cluster, and etcd logs the same at WARN. Those events (and only
-//! those: openraft's storage and fatal errors stay ERROR) are written at WARN, with their
-//! fields and the module they came from. ERROR in a member's log means something needs a
-//! person.
+//! machine that took longer than the heartbeat interval), and a membership change it refused
+//! because this member no longer leads or another change is under way (the refusal also goes
+//! back to the caller, which retries or answers the client). A quorum carries on meanwhile,
+//! so nothing is wrong with the cluster, and etcd logs the same at WARN. Those events (and
+//! only those: openraft's storage and fatal errors stay ERROR) are written at WARN, with
+//! their fields and the module they came from. ERROR in a member's log means something needs
+//! a person.
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
@@ -16,8 +18,8 @@ use tracing_subscriber::layer::{Context, Filter, Layer, SubscriberExt as _};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
-/// openraft's events at ERROR about one RPC to one peer: (module, message).
-const ONE_PEER_RPC: &[(&str, &str)] = &[
+/// openraft's everyday events at ERROR: (module, message).
+const EVERYDAY_ERRORS: &[(&str, &str)] = &[
     // A heartbeat round of a linearizable read: one follower did not answer in time.
     (
         "openraft::core::raft_core",
@@ -28,6 +30,22 @@ const ONE_PEER_RPC: &[(&str, &str)] = &[
     ("openraft::core::raft_core", "while requesting vote"),
     // AppendEntries or a snapshot to one follower: timed out, unreachable, or the network.
     ("openraft::replication", "RPCError"),
+];
+
+/// openraft's everyday events at ERROR whose message goes on with the error: (module, the
+/// message's start).
+const EVERYDAY_ERROR_STARTS: &[(&str, &str)] = &[
+    // A membership change refused at its first or second step: this member stepped down
+    // between deciding to make it and making it (a leadership transfer, an election), or
+    // another change is still under way. `change_membership` returns the refusal too.
+    (
+        "openraft::raft::impl_raft_blocking_write",
+        "the first step error: ",
+    ),
+    (
+        "openraft::raft::impl_raft_blocking_write",
+        "the second step error: ",
+    ),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -67,7 +85,7 @@ pub fn init(flag: Option<&str>, format: LogFormat) -> anyhow::Result<()> {
     };
     tracing_subscriber::registry()
         .with(filter)
-        .with(out.with_filter(NotOnePeerRpc))
+        .with(out.with_filter(NotEverydayError))
         .with(AsWarning)
         .try_init()
         .map_err(|e| anyhow::anyhow!("installing the logger: {e}"))
@@ -111,33 +129,36 @@ impl Visit for Fields {
     }
 }
 
-/// Whether `event` is one of openraft's errors about one RPC to one peer.
-fn is_one_peer_rpc(event: &Event<'_>) -> bool {
+/// Whether `event` is one of openraft's everyday errors (see the module's comment).
+fn is_everyday_error(event: &Event<'_>) -> bool {
     let meta = event.metadata();
     if *meta.level() != Level::ERROR || !meta.target().starts_with("openraft") {
         return false;
     }
     let mut message = Message::default();
     event.record(&mut message);
-    ONE_PEER_RPC
+    EVERYDAY_ERRORS
         .iter()
         .any(|(module, text)| meta.target() == *module && message.0 == *text)
+        || EVERYDAY_ERROR_STARTS
+            .iter()
+            .any(|(module, start)| meta.target() == *module && message.0.starts_with(start))
 }
 
-/// Keeps openraft's one-peer RPC errors out of the log as they are.
-struct NotOnePeerRpc;
+/// Keeps openraft's everyday errors out of the log as they are.
+struct NotEverydayError;
 
-impl<S> Filter<S> for NotOnePeerRpc {
+impl<S> Filter<S> for NotEverydayError {
     fn enabled(&self, _: &tracing::Metadata<'_>, _: &Context<'_, S>) -> bool {
         true
     }
 
     fn event_enabled(&self, event: &Event<'_>, _: &Context<'_, S>) -> bool {
-        !is_one_peer_rpc(event)
+        !is_everyday_error(event)
     }
 }
 
-/// Writes openraft's one-peer RPC errors again as warnings (under the target `openraft`, so
+/// Writes openraft's everyday errors again as warnings (under the target `openraft`, so
 /// the filter's `openraft=…` directive governs them).
 struct AsWarning;
 
@@ -151,7 +172,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for AsWarning {
     }
 
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
-        if !is_one_peer_rpc(event) {
+        if !is_everyday_error(event) {
             return;
         }
         let mut message = Message::default();
@@ -188,10 +209,10 @@ mod tests {
         }
     }
 
-    /// openraft's error about one peer's RPC comes out as a warning with its fields; its
-    /// other errors, and everyone else's, stay errors.
+    /// openraft's everyday errors (one peer's RPC, a refused membership change) come out as
+    /// warnings with their fields; its other errors, and everyone else's, stay errors.
     #[test]
-    fn one_peers_rpc_errors_are_warnings_and_other_errors_stay() {
+    fn everyday_openraft_errors_are_warnings_and_other_errors_stay() {
         let capture = Capture::default();
         let writer = capture.clone();
         let out = tracing_subscriber::fmt::layer()
@@ -201,16 +222,20 @@ mod tests {
         // subscriber (a scoped one would drop it).
         tracing_subscriber::registry()
             .with(filter(Some("info"), None).expect("filter"))
-            .with(out.with_filter(NotOnePeerRpc))
+            .with(out.with_filter(NotEverydayError))
             .with(AsWarning)
             .try_init()
             .expect("the only logger of this test binary");
         tracing::error!(target: "openraft::replication", err = "timeout after 100ms", "RPCError");
         tracing::error!(target: "openraft::replication", error = "disk", "error replication to target=2");
         tracing::error!(target: "skiff_store", "RPCError");
+        tracing::error!(
+            target: "openraft::raft::impl_raft_blocking_write",
+            "the first step error: has to forward request to: Some(7)"
+        );
         let text = String::from_utf8(capture.0.lock().expect("capture").clone()).expect("utf8");
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 3, "{text}");
+        assert_eq!(lines.len(), 4, "{text}");
         assert!(
             lines[0].contains("WARN")
                 && lines[0].contains("RPCError: err=timeout after 100ms")
@@ -223,6 +248,12 @@ mod tests {
         );
         assert!(
             lines[2].contains("ERROR") && lines[2].contains("skiff_store"),
+            "{text}"
+        );
+        assert!(
+            lines[3].contains("WARN")
+                && lines[3].contains("the first step error: has to forward request to")
+                && lines[3].contains("from=\"openraft::raft::impl_raft_blocking_write\""),
             "{text}"
         );
     }

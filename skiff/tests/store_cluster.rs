@@ -615,10 +615,9 @@ async fn a_leader_stopped_gracefully_hands_leadership_over_first() {
     // has led a while, as leaders do, hands over at once, and that is the pause printed.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let stopped_at = Instant::now();
-    assert!(
-        cluster.terminate(leader, Duration::from_secs(10)),
-        "the leader exits cleanly on SIGTERM"
-    );
+    if let Err(e) = cluster.terminate(leader, Duration::from_secs(10)) {
+        panic!("the leader exits cleanly on SIGTERM: {e}");
+    }
     let new_leader = cluster.wait_leader(Duration::from_secs(10)).await;
     assert_ne!(new_leader, leader);
     let after = acked.lock().expect("lock").len() + 50;
@@ -726,7 +725,9 @@ async fn a_member_whose_keyspace_differs_is_marked_corrupt_and_writes_stop() {
             .collect::<Vec<_>>()
     );
 
-    assert!(cluster.terminate(victim, Duration::from_secs(10)));
+    if let Err(e) = cluster.terminate(victim, Duration::from_secs(10)) {
+        panic!("the member exits cleanly on SIGTERM: {e}");
+    }
     {
         let db = skiff_store::backend::open(&cluster.members[victim].data_dir.join("db"))
             .expect("open the stopped member's backend");
@@ -1010,10 +1011,9 @@ async fn a_leader_stopped_under_writes_exits_without_an_error() {
             }));
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(
-            cluster.terminate(leader, Duration::from_secs(10)),
-            "the leader exits by itself, with success"
-        );
+        if let Err(e) = cluster.terminate(leader, Duration::from_secs(10)) {
+            panic!("round {round}: the leader exits by itself, with success: {e}");
+        }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         for w in writers {
             w.await.expect("writer");

@@ -317,13 +317,17 @@ impl Cluster {
     }
 
     /// SIGTERM, as an operator stops a member, and waits up to `grace` for it to exit
-    /// (SIGKILL after); whether it exited by itself, with success.
-    pub fn terminate(&mut self, i: usize, grace: Duration) -> bool {
-        self.members[i]
+    /// (SIGKILL after). Fails, saying how it ended, unless it exited by itself with success.
+    pub fn terminate(&mut self, i: usize, grace: Duration) -> Result<(), String> {
+        let status = self.members[i]
             .child
             .as_mut()
-            .and_then(|c| c.stop(nix::sys::signal::Signal::SIGTERM, grace))
-            .is_some_and(|status| status.success())
+            .and_then(|c| c.stop(nix::sys::signal::Signal::SIGTERM, grace));
+        match status {
+            Some(status) if status.success() => Ok(()),
+            Some(status) => Err(format!("member {i} exited with {status}")),
+            None => Err(format!("member {i} was still running after {grace:?}")),
+        }
     }
 
     /// SIGSTOP (`stop`) or SIGCONT.
