@@ -1025,3 +1025,71 @@ async fn a_leader_stopped_under_writes_exits_without_an_error() {
         cluster.wait_leader(Duration::from_secs(10)).await;
     }
 }
+
+/// Reads one answer of the peer stream: its status byte and its payload.
+async fn stream_answer(c: &mut tokio::net::TcpStream) -> (u8, String) {
+    use tokio::io::AsyncReadExt as _;
+    let mut len = [0u8; 4];
+    c.read_exact(&mut len).await.expect("an answer's length");
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    c.read_exact(&mut body).await.expect("an answer");
+    (body[0], String::from_utf8_lossy(&body[1..]).into_owned())
+}
+
+/// The peer stream (AppendEntries between members, beside gRPC on the peer URL) refuses a
+/// request it does not know or cannot decode with an answer that says why, and closes a
+/// connection that announces a frame no AppendEntries has; the member goes on replicating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_peer_stream_frames_are_refused_and_the_member_carries_on() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let follower = (leader + 1) % 3;
+    let addr = cluster.members[follower]
+        .peer_url
+        .trim_start_matches("http://")
+        .to_string();
+    let preamble = skiff_store::raft::stream::PREAMBLE;
+    let mut c = tokio::net::TcpStream::connect(&addr).await.expect("dial");
+    c.write_all(preamble).await.expect("preamble");
+    let mut back = [0u8; 16];
+    c.read_exact(&mut back).await.expect("preamble back");
+    assert_eq!(&back, preamble);
+
+    c.write_all(&[0, 0, 0, 4, 9, 1, 2, 3]).await.expect("write");
+    let (status, why) = stream_answer(&mut c).await;
+    assert_eq!(status, 1, "{why}");
+    assert!(why.contains("unknown request kind 9"), "{why}");
+
+    c.write_all(&[0, 0, 0, 4, 1, 0xff, 0xff, 0xff])
+        .await
+        .expect("write");
+    let (status, why) = stream_answer(&mut c).await;
+    assert_eq!(status, 1, "{why}");
+    assert!(why.contains("malformed AppendEntries"), "{why}");
+
+    c.write_all(&u32::MAX.to_be_bytes()).await.expect("write");
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut rest))
+        .await
+        .expect("the member closes the connection");
+    assert!(
+        read.is_ok_and(|n| n == 0),
+        "nothing more is answered: {rest:?}"
+    );
+
+    let mut client = cluster.client(leader).await;
+    client.put("/after", "v", None).await.expect("put");
+    let at_follower = cluster.client(follower).await;
+    eventually(Duration::from_secs(10), "the put at the follower", || {
+        let mut c = at_follower.clone();
+        async move { get_serializable(&mut c, "/after").await }
+    })
+    .await;
+    let log = cluster.log_of(follower);
+    assert!(
+        log.contains("closing a peer-stream connection"),
+        "the follower says why it closed the connection"
+    );
+    assert!(!log.contains(" ERROR "), "{log}");
+}

@@ -149,6 +149,13 @@ async fn a_cluster_over_tls_serves_its_clients_and_keeps_strangers_out() {
     );
     let (ok, out) = etcdctl(&all, &ca, root, &["put", "/tls/c", "3"]);
     assert!(ok, "the cluster still takes writes: {out}");
+    for m in 0..3 {
+        let log = cluster.log_of(m);
+        assert!(
+            !log.contains("does not speak the Raft stream"),
+            "AppendEntries travel on the peer stream over TLS too:\n{log}"
+        );
+    }
 
     // etcd's auth under --client-cert-auth: a request without a token is made by the user
     // its certificate names (CN), who needs no password.

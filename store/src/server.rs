@@ -185,15 +185,22 @@ pub async fn run(
                     return Ok(());
                 }
             };
+            let service = PeerService::new(member.clone());
+            // AppendEntries arrive on the peer stream; everything else over gRPC.
+            let incoming = crate::raft::stream::split(
+                crate::tls::accept(l, tls),
+                service.clone(),
+                member.config.max_request_bytes,
+            );
             tonic::transport::Server::builder()
                 .http2_max_pending_accept_reset_streams(Some(PENDING_RESET_STREAMS))
                 .trace_fn(|req| tracing::trace_span!("store.peer", method = %req.uri().path()))
                 .add_service(
-                    RaftPeerServer::new(PeerService::new(member))
+                    RaftPeerServer::new(service)
                         .max_decoding_message_size(usize::MAX)
                         .max_encoding_message_size(usize::MAX),
                 )
-                .serve_with_incoming_shutdown(crate::tls::accept(l, tls), wait(stop))
+                .serve_with_incoming_shutdown(incoming, wait(stop))
                 .await
                 .context("peer server")
         });

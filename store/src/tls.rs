@@ -784,21 +784,41 @@ pub fn connector(
     tower::service_fn(move |uri: tonic::codegen::http::Uri| -> Dialling {
         let connector = connector.clone();
         Box::pin(async move {
-            let host = uri
-                .host()
-                .ok_or_else(|| io::Error::other(format!("{uri}: no host")))?
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string();
-            let port = uri.port_u16().unwrap_or(443);
-            let tcp = TcpStream::connect((host.as_str(), port)).await?;
-            tcp.set_nodelay(true)?;
-            let name = ServerName::try_from(host.clone())
-                .map_err(|e| io::Error::other(format!("{host}: {e}")))?;
-            let tls = connector.connect(name, tcp).await?;
+            let (host, port) = host_port(&uri, 443)?;
+            let tcp = dial_tcp(&host, port).await?;
+            let tls = dial_tls(&connector, &host, tcp).await?;
             Ok(hyper_util::rt::TokioIo::new(tls))
         })
     })
+}
+
+/// A URL's host (without an IPv6 address's brackets) and port (`default` when it names none).
+pub fn host_port(uri: &tonic::codegen::http::Uri, default: u16) -> io::Result<(String, u16)> {
+    let host = uri
+        .host()
+        .ok_or_else(|| io::Error::other(format!("{uri}: no host")))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    Ok((host, uri.port_u16().unwrap_or(default)))
+}
+
+/// A TCP connection to a peer, Nagle off (small Raft messages go out at once).
+pub async fn dial_tcp(host: &str, port: u16) -> io::Result<TcpStream> {
+    let tcp = TcpStream::connect((host, port)).await?;
+    tcp.set_nodelay(true)?;
+    Ok(tcp)
+}
+
+/// TLS over `tcp`, the peer's certificate checked for `host`.
+pub async fn dial_tls(
+    connector: &tokio_rustls::TlsConnector,
+    host: &str,
+    tcp: TcpStream,
+) -> io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let name = ServerName::try_from(host.to_string())
+        .map_err(|e| io::Error::other(format!("{host}: {e}")))?;
+    connector.connect(name, tcp).await
 }
 
 #[cfg(test)]

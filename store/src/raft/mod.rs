@@ -1,5 +1,5 @@
 //! Raft with openraft: the type configuration, the RocksDB log and state-machine stores, and
-//! the gRPC transport between members.
+//! the transport between members (gRPC, and the peer stream for AppendEntries).
 //!
 //! | module            | what                                                            |
 //! |-------------------|-----------------------------------------------------------------|
@@ -8,6 +8,7 @@
 //! | [`snapshot`]      | snapshot files, built, kept, sent and received a frame at a time |
 //! | [`network`]       | the `RaftPeer` client: one cached channel per peer, streamed snapshots |
 //! | [`service`]       | the `RaftPeer` server side                                      |
+//! | [`stream`]        | the peer stream: AppendEntries on framed connections, pooled    |
 
 // openraft's error types (StorageError, RPCError) are large by design; the traits fix them.
 #![allow(clippy::result_large_err)]
@@ -23,6 +24,7 @@ pub mod network;
 pub mod service;
 pub mod snapshot;
 pub mod state_machine;
+pub mod stream;
 
 /// A member as the Raft membership records it: its name and URLs. Raft's own node id is the
 /// etcd-style member id (see [`member_id`]).

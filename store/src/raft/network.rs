@@ -1,8 +1,10 @@
-//! The client side of the peer transport: Raft RPCs to other members over gRPC.
+//! The client side of the peer transport: Raft RPCs to other members.
 //!
-//! One tonic channel per peer, created lazily and cached for the life of the process (a channel
-//! reconnects by itself). Raft messages travel as bincode payloads inside `RaftMessage`;
-//! snapshots are streamed from their file in 1 MiB chunks over one `InstallSnapshot` call.
+//! AppendEntries go on the peer stream ([`super::stream`]), and over gRPC to a member that
+//! does not speak it. Everything else goes over gRPC: one tonic channel per peer, created
+//! lazily and cached for the life of the process (a channel reconnects by itself). Raft
+//! messages travel as bincode payloads inside `RaftMessage`; snapshots are streamed from their
+//! file in 1 MiB chunks over one `InstallSnapshot` call.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,6 +28,7 @@ use skiff_proto::raft::v1::{RaftMessage, SnapshotChunk};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tonic::transport::{Channel, Endpoint};
 
+use super::stream::{CallError, Streams};
 use super::{Member, Snapshot, SnapshotMeta, TypeConfig};
 use crate::backend;
 
@@ -40,12 +43,20 @@ pub enum SnapshotHeader {
     Chunk(InstallSnapshotRequest<TypeConfig>),
 }
 
-/// Channels to peers, shared by every Raft replication stream and by request forwarding.
-#[derive(Clone, Default)]
+/// Channels to peers, shared by every Raft replication stream and by request forwarding,
+/// and the peer-stream connections AppendEntries travel on.
+#[derive(Clone)]
 pub struct Channels {
     inner: Arc<Mutex<HashMap<String, Channel>>>,
     /// How `https://` peers are dialled (none: they cannot be).
     tls: Option<Arc<rustls::ClientConfig>>,
+    streams: Streams,
+}
+
+impl Default for Channels {
+    fn default() -> Channels {
+        Channels::new(None)
+    }
 }
 
 impl std::fmt::Debug for Channels {
@@ -61,6 +72,7 @@ impl Channels {
     pub fn new(tls: Option<Arc<rustls::ClientConfig>>) -> Channels {
         Channels {
             inner: Arc::default(),
+            streams: Streams::new(tls.clone()),
             tls,
         }
     }
@@ -193,10 +205,10 @@ fn status_err<E: std::error::Error>(s: tonic::Status) -> RPCError<u64, Member, E
 }
 
 fn decode_reply<T: DeserializeOwned, E: std::error::Error + DeserializeOwned>(
-    msg: RaftMessage,
+    payload: &[u8],
     target: u64,
 ) -> Result<T, RPCError<u64, Member, RaftError<u64, E>>> {
-    let reply: Result<T, RaftError<u64, E>> = backend::decode(&msg.payload).map_err(network_err)?;
+    let reply: Result<T, RaftError<u64, E>> = backend::decode(payload).map_err(network_err)?;
     reply.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(target, e)))
 }
 
@@ -218,21 +230,36 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RpcErr> {
-        let mut client = self.client().map_err(unreachable_err)?;
         let heartbeat = rpc.entries.is_empty();
-        let msg = RaftMessage {
-            payload: backend::encode(&rpc),
-        };
+        let payload = backend::encode(&rpc);
         let sent = Instant::now();
-        let reply = client
-            .append_entries(self.request(msg, &option))
+        let streamed = self
+            .channels
+            .streams
+            .append_entries(&self.url, &payload, option.hard_ttl())
             .await
-            .map_err(status_err)?;
+            .map_err(|e| match e {
+                CallError::Unreachable(e) => unreachable_err(e),
+                CallError::Network(e) => network_err(e),
+            })?;
+        let reply = match streamed {
+            Some(reply) => reply,
+            // A member of a release from before the peer stream.
+            None => {
+                let mut client = self.client().map_err(unreachable_err)?;
+                client
+                    .append_entries(self.request(RaftMessage { payload }, &option))
+                    .await
+                    .map_err(status_err)?
+                    .into_inner()
+                    .payload
+            }
+        };
         if heartbeat {
             self.rtt.observe(sent.elapsed().as_secs_f64());
         }
         self.activity.answered(self.target);
-        decode_reply(reply.into_inner(), self.target)
+        decode_reply(&reply, self.target)
     }
 
     async fn install_snapshot(
@@ -252,7 +279,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
             .install_snapshot(self.request(stream, &option))
             .await
             .map_err(status_err)?;
-        decode_reply(reply.into_inner(), self.target)
+        decode_reply(&reply.into_inner().payload, self.target)
     }
 
     async fn vote(
@@ -268,7 +295,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
             .vote(self.request(msg, &option))
             .await
             .map_err(status_err)?;
-        decode_reply(reply.into_inner(), self.target)
+        decode_reply(&reply.into_inner().payload, self.target)
     }
 
     /// Streams the whole snapshot in one call: the header with the vote and metadata first,

@@ -5,6 +5,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
+use openraft::error::RaftError;
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
 use skiff_proto::raft::v1::raft_peer_server::RaftPeer;
 use skiff_proto::raft::v1::{HelloRequest, HelloResponse, RaftMessage, SnapshotChunk};
 use tokio::io::AsyncWriteExt;
@@ -13,6 +15,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::network::SnapshotHeader;
 use super::{Snapshot, TypeConfig};
 use crate::backend;
+use crate::error::StoreError;
 use crate::member::{Forwarded, PreVote, StoreMember, TimeoutNow};
 
 #[derive(Debug, Clone)]
@@ -23,6 +26,24 @@ pub struct PeerService {
 impl PeerService {
     pub fn new(member: Arc<StoreMember>) -> Self {
         PeerService { member }
+    }
+
+    /// An AppendEntries (a heartbeat when it carries no entries) from the leader, whichever
+    /// way it came (this service or the peer stream, see [`super::stream`]).
+    pub(crate) async fn take_append_entries(
+        &self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+    ) -> Result<Result<AppendEntriesResponse<u64>, RaftError<u64>>, StoreError> {
+        let from = rpc.vote.leader_id().voted_for();
+        let res = self
+            .member
+            .raft_call(self.member.raft.append_entries(rpc))
+            .await?;
+        let accepted = res
+            .as_ref()
+            .is_ok_and(|r| !matches!(r, AppendEntriesResponse::HigherVote(_)));
+        self.heard_from(from, accepted);
+        Ok(res)
     }
 
     /// A message from `from` that Raft accepted (not refused for a higher vote): `from` leads.
@@ -59,17 +80,8 @@ impl RaftPeer for PeerService {
         &self,
         req: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let rpc: openraft::raft::AppendEntriesRequest<TypeConfig> = decode(req.get_ref())?;
-        let from = rpc.vote.leader_id().voted_for();
-        let res = self
-            .member
-            .raft_call(self.member.raft.append_entries(rpc))
-            .await?;
-        let accepted = res
-            .as_ref()
-            .is_ok_and(|r| !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)));
-        self.heard_from(from, accepted);
-        reply(&res)
+        let rpc: AppendEntriesRequest<TypeConfig> = decode(req.get_ref())?;
+        reply(&self.take_append_entries(rpc).await?)
     }
 
     async fn install_snapshot(
