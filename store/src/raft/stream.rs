@@ -463,6 +463,18 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Whether `e` is the other end going away (killed, stopped, its call timed out) rather than
+/// something it sent.
+fn is_hang_up(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::UnexpectedEof
+    )
+}
+
 /// Serves one peer-stream connection: the preamble back, then each request in turn.
 async fn serve(mut conn: Conn, service: PeerService, limit: usize) {
     let peer = tonic::transport::server::Connected::connect_info(&conn)
@@ -475,6 +487,11 @@ async fn serve(mut conn: Conn, service: PeerService, limit: usize) {
         let (kind, payload) = match read_frame(&mut conn, limit).await {
             Ok(Some(frame)) => frame,
             Ok(None) => return,
+            // The leader died or stopped mid-frame: its life, not a fault of the stream.
+            Err(e) if is_hang_up(&e) => {
+                tracing::debug!(?peer, error = %e, "a peer-stream connection ended");
+                return;
+            }
             Err(e) => {
                 tracing::warn!(?peer, error = %e, "closing a peer-stream connection");
                 return;
