@@ -82,9 +82,21 @@ pub struct LogStore {
 
 /// Syncs the write-ahead log under appends written without `sync`, then reports each of them
 /// flushed, in the order they were written. Appends that arrive during a sync share the next
-/// one. Its thread ends when the last [`LogStore`] clone is dropped.
+/// one. Its thread ends when the last [`LogStore`] clone is dropped, and the drop waits for
+/// it: a thread still syncing (or closing the database) as the process exits runs into
+/// RocksDB's statics being torn down ("pthread lock: Invalid argument", an abort).
 struct Flusher<F = LogFlushed<TypeConfig>> {
-    tx: std::sync::mpsc::Sender<F>,
+    tx: Option<std::sync::mpsc::Sender<F>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl<F> Drop for Flusher<F> {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl<F> Debug for Flusher<F> {
@@ -121,16 +133,27 @@ impl<F: Flushed> Flusher<F> {
                     }
                 }
             });
-        if let Err(e) = spawned {
-            // Without the thread every append reports its failure (see `flushed_after`).
-            tracing::error!(error = %e, "starting the Raft log's sync thread");
-        }
-        Arc::new(Flusher { tx })
+        let thread = match spawned {
+            Ok(thread) => Some(thread),
+            Err(e) => {
+                // Without the thread every append reports its failure (see `flushed_after`).
+                tracing::error!(error = %e, "starting the Raft log's sync thread");
+                None
+            }
+        };
+        Arc::new(Flusher {
+            tx: Some(tx),
+            thread,
+        })
     }
 
     /// Reports to `f` once everything written so far is on disk.
     fn flushed_after(&self, f: F) {
-        if let Err(std::sync::mpsc::SendError(f)) = self.tx.send(f) {
+        let sent = match &self.tx {
+            Some(tx) => tx.send(f).map_err(|std::sync::mpsc::SendError(f)| f),
+            None => Err(f),
+        };
+        if let Err(f) = sent {
             f.flushed(Err(io_error("the Raft log's sync thread has ended")));
         }
     }
