@@ -160,6 +160,12 @@ fn decide(
     }
 }
 
+/// Whether a candidate that saw its link to `lost_leader` fail should ask a voter that refused
+/// it once more: the voter still counts that leader alive (its own link has not failed yet).
+fn ask_again(why: Refusal, lost_leader: Option<u64>) -> bool {
+    matches!(why, Refusal::LeaderAlive { leader } if Some(leader) == lost_leader)
+}
+
 /// A member's election state, shared by the peer service (which records the leader's
 /// messages and answers PreVotes) and the tasks in this module.
 #[derive(Debug)]
@@ -373,14 +379,23 @@ impl StoreMember {
         let voters = others.len() + 1;
         let needed = voters / 2; // grants from others: with its own, a majority
         let e = &self.elections;
+        let lost_leader = {
+            let c = *e.lock();
+            c.leader.filter(|_| c.link_lost)
+        };
+        let ask = |id: u64, url: String, after: Duration| {
+            let req = req.clone();
+            let asked = self.ask_pre_vote(url, req, e.election_timeout / 2);
+            Box::pin(async move {
+                tokio::time::sleep(after).await;
+                (id, asked.await)
+            })
+        };
         let mut asks: FuturesUnordered<_> = others
             .iter()
-            .map(|(id, url)| {
-                let req = req.clone();
-                let ask = self.ask_pre_vote(url.clone(), req, e.election_timeout / 2);
-                async move { (*id, ask.await) }
-            })
+            .map(|(id, url)| ask(*id, url.clone(), Duration::ZERO))
             .collect();
+        let mut asked_again = Vec::new();
         let mut granted = 0;
         let mut wait = Duration::ZERO;
         let mut deferred = false;
@@ -396,6 +411,18 @@ impl StoreMember {
                     granted += 1;
                     wait = wait.max(Duration::from_millis(lease_left_ms));
                     deferred |= defer;
+                }
+                Ok(PreVoteReply::Refused(why))
+                    if ask_again(why, lost_leader) && !asked_again.contains(&id) =>
+                {
+                    // It has not seen the death yet, and will in a moment: its own link to
+                    // that leader fails as this member's did. Waiting for the other voters
+                    // instead could mean waiting out a dead one's PreVote.
+                    tracing::debug!(voter = %format_args!("{id:x}"), ?why, "pre-vote refused; asking again");
+                    asked_again.push(id);
+                    if let Some((_, url)) = others.iter().find(|(v, _)| *v == id) {
+                        asks.push(ask(id, url.clone(), e.heartbeat / 4));
+                    }
                 }
                 Ok(PreVoteReply::Refused(why)) => {
                     tracing::debug!(voter = %format_args!("{id:x}"), ?why, "pre-vote refused");
@@ -632,6 +659,33 @@ mod tests {
             candidate: 3,
             last_log_id: last,
         }
+    }
+
+    /// A voter that still counts alive the leader whose link the candidate saw fail is asked
+    /// again (it sees the death a moment later); any other refusal stands.
+    #[test]
+    fn a_voter_that_has_not_seen_the_leader_die_yet_is_asked_again() {
+        let alive = |leader| Refusal::LeaderAlive { leader };
+        assert!(ask_again(alive(9), Some(9)));
+        assert!(
+            !ask_again(alive(9), Some(7)),
+            "another leader, alive to the voter"
+        );
+        assert!(!ask_again(alive(9), None), "the candidate's own link works");
+        assert!(!ask_again(Refusal::LogBehind, Some(9)));
+        assert!(!ask_again(Refusal::Term { term: 7 }, Some(9)));
+        // Asked again once its own link to the dead leader has failed, the same voter grants.
+        let now = Instant::now();
+        let mut me = voter(now - Duration::from_millis(50));
+        assert_eq!(
+            decide(&ask(6, log(5, 100)), &me, now, E, LEASE),
+            PreVoteReply::Refused(alive(9))
+        );
+        me.contact.link_lost = true;
+        assert!(matches!(
+            decide(&ask(6, log(5, 100)), &me, now, E, LEASE),
+            PreVoteReply::Granted { .. }
+        ));
     }
 
     #[test]
