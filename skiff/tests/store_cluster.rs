@@ -1036,9 +1036,10 @@ async fn stream_answer(c: &mut tokio::net::TcpStream) -> (u8, String) {
     (body[0], String::from_utf8_lossy(&body[1..]).into_owned())
 }
 
-/// The peer stream (AppendEntries between members, beside gRPC on the peer URL) refuses a
-/// request it does not know or cannot decode with an answer that says why, and closes a
-/// connection that announces a frame no AppendEntries has; the member goes on replicating.
+/// The peer stream (AppendEntries between members, beside gRPC on the peer URL) and the relay
+/// (requests followers forward) refuse a request they do not know or cannot decode with an
+/// answer that says why, and close a connection that announces a frame no request has; the
+/// members go on replicating and relaying.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_peer_stream_frames_are_refused_and_the_member_carries_on() {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -1078,9 +1079,47 @@ async fn malformed_peer_stream_frames_are_refused_and_the_member_carries_on() {
         "nothing more is answered: {rest:?}"
     );
 
+    // The relay, which carries the requests followers forward, on the leader's peer URL: a
+    // request that does not decode is answered with why, under its id.
+    let addr = cluster.members[leader]
+        .peer_url
+        .trim_start_matches("http://")
+        .to_string();
+    let relay = skiff_store::raft::relay::PREAMBLE;
+    let mut c = tokio::net::TcpStream::connect(&addr).await.expect("dial");
+    c.write_all(relay).await.expect("preamble");
+    c.read_exact(&mut back).await.expect("preamble back");
+    assert_eq!(&back, relay);
+    let mut frame = 11u32.to_be_bytes().to_vec();
+    frame.extend_from_slice(&7u64.to_be_bytes());
+    frame.extend_from_slice(&[0xff, 0xff, 0xff]);
+    c.write_all(&frame).await.expect("write");
+    let mut len = [0u8; 4];
+    c.read_exact(&mut len).await.expect("an answer's length");
+    let mut answer = vec![0u8; u32::from_be_bytes(len) as usize];
+    c.read_exact(&mut answer).await.expect("an answer");
+    assert_eq!(answer[..8], 7u64.to_be_bytes(), "answered under its id");
+    let why = String::from_utf8_lossy(&answer[9..]);
+    assert!(
+        answer[8] == 1 && why.contains("malformed peer message"),
+        "refused, saying why: {why}"
+    );
+    c.write_all(&u32::MAX.to_be_bytes()).await.expect("write");
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut rest))
+        .await
+        .expect("the leader closes the connection");
+    assert!(read.is_ok_and(|n| n == 0), "{rest:?}");
+
     let mut client = cluster.client(leader).await;
     client.put("/after", "v", None).await.expect("put");
     let at_follower = cluster.client(follower).await;
+    // A write through the follower travels on the relay.
+    let mut via_follower = at_follower.clone();
+    via_follower
+        .put("/relayed", "v", None)
+        .await
+        .expect("a put through the follower");
     eventually(Duration::from_secs(10), "the put at the follower", || {
         let mut c = at_follower.clone();
         async move { get_serializable(&mut c, "/after").await }
@@ -1090,6 +1129,12 @@ async fn malformed_peer_stream_frames_are_refused_and_the_member_carries_on() {
     assert!(
         log.contains("closing a peer-stream connection"),
         "the follower says why it closed the connection"
+    );
+    assert!(!log.contains(" ERROR "), "{log}");
+    let log = cluster.log_of(leader);
+    assert!(
+        log.contains("closing a relay connection"),
+        "the leader says why it closed the connection"
     );
     assert!(!log.contains(" ERROR "), "{log}");
 }

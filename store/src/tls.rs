@@ -803,10 +803,22 @@ pub fn host_port(uri: &tonic::codegen::http::Uri, default: u16) -> io::Result<(S
     Ok((host, uri.port_u16().unwrap_or(default)))
 }
 
-/// A TCP connection to a peer, Nagle off (small Raft messages go out at once).
+/// A TCP connection to a peer, Nagle off (small Raft messages go out at once). A peer that
+/// vanished without closing it (its host died, a partition that drops packets) is found out
+/// as over HTTP/2 with keep-alive pings: after 5 s of silence it is probed each second, and
+/// the connection fails after three unanswered probes, or when what was sent is 10 s
+/// unacknowledged.
 pub async fn dial_tcp(host: &str, port: u16) -> io::Result<TcpStream> {
     let tcp = TcpStream::connect((host, port)).await?;
     tcp.set_nodelay(true)?;
+    let sock = socket2::SockRef::from(&tcp);
+    sock.set_tcp_keepalive(
+        &socket2::TcpKeepalive::new()
+            .with_time(Duration::from_secs(5))
+            .with_interval(Duration::from_secs(1))
+            .with_retries(3),
+    )?;
+    sock.set_tcp_user_timeout(Some(Duration::from_secs(10)))?;
     Ok(tcp)
 }
 

@@ -1,5 +1,6 @@
 //! Requests that only the leader can serve, and how any member gets them served: here when it
-//! leads, else over the peer `Forward` call to the member that does.
+//! leads, else relayed to the member that does (the relay, `crate::raft::relay`; the peer
+//! `Forward` gRPC call to a leader of an older release).
 //!
 //! Each request is its own type, paired with the type of its reply by [`OnLeader::Reply`], so a
 //! caller cannot get back a reply of the wrong kind: the pairing is checked when the code
@@ -18,6 +19,10 @@ use crate::backend;
 use crate::command::{Command, Response};
 use crate::error::StoreError;
 use crate::raft::Member;
+use crate::raft::relay::RelayError;
+
+/// How long a follower waits for the leader's answer to a request it forwarded.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A request served by the leader, and the reply it gives.
 pub(crate) trait OnLeader: Clone + Send + Sync + Into<Forwarded> + 'static {
@@ -237,6 +242,25 @@ impl StoreMember {
         req: Forwarded,
     ) -> Result<R::Reply, StoreError> {
         let url = leader.peer_urls.first().ok_or(StoreError::NoLeader)?;
+        let relayed = self
+            .channels
+            .relays()
+            .call(url, backend::encode(&req), FORWARD_TIMEOUT)
+            .await;
+        match relayed {
+            Ok(Some(reply)) => {
+                return backend::decode::<Result<R::Reply, StoreError>>(&reply)
+                    .map_err(StoreError::internal)?;
+            }
+            // A leader of a release from before the relay: over gRPC below.
+            Ok(None) => {}
+            // Only a request that provably never left is safe to send again (to whichever
+            // member leads next): a write that reached the leader may have been committed,
+            // and proposing it twice would apply it twice.
+            Err(RelayError::NotSent(_)) => return Err(StoreError::NoLeader),
+            Err(RelayError::Ambiguous(_)) => return Err(StoreError::Timeout),
+            Err(RelayError::Refused(why)) => return Err(StoreError::Internal(why)),
+        }
         let mut client = self
             .channels
             .peer_client(url)
@@ -244,15 +268,12 @@ impl StoreMember {
         let mut request = tonic::Request::new(RaftMessage {
             payload: backend::encode(&req),
         });
-        request.set_timeout(Duration::from_secs(10));
+        request.set_timeout(FORWARD_TIMEOUT);
         match client.forward(request).await {
             Ok(reply) => {
                 backend::decode::<Result<R::Reply, StoreError>>(&reply.into_inner().payload)
                     .map_err(StoreError::internal)?
             }
-            // Only a request that provably never left is safe to send again (to whichever
-            // member leads next): a write that reached the leader may have been committed,
-            // and proposing it twice would apply it twice.
             Err(s) if s.code() == tonic::Code::Unavailable && never_sent(&s) => {
                 Err(StoreError::NoLeader)
             }

@@ -9,6 +9,7 @@
 //! | [`network`]       | the `RaftPeer` client: one cached channel per peer, streamed snapshots |
 //! | [`service`]       | the `RaftPeer` server side                                      |
 //! | [`stream`]        | the peer stream: AppendEntries on framed connections, pooled    |
+//! | [`relay`]         | forwarded requests, multiplexed on one connection per leader    |
 
 // openraft's error types (StorageError, RPCError) are large by design; the traits fix them.
 #![allow(clippy::result_large_err)]
@@ -21,6 +22,7 @@ use crate::command::{Proposal, Response};
 
 pub mod log_store;
 pub mod network;
+pub mod relay;
 pub mod service;
 pub mod snapshot;
 pub mod state_machine;

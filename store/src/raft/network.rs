@@ -28,7 +28,8 @@ use skiff_proto::raft::v1::{RaftMessage, SnapshotChunk};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tonic::transport::{Channel, Endpoint};
 
-use super::stream::{CallError, Streams};
+use super::relay::Relays;
+use super::stream::{CallError, Dialer, Streams};
 use super::{Member, Snapshot, SnapshotMeta, TypeConfig};
 use crate::backend;
 
@@ -44,13 +45,14 @@ pub enum SnapshotHeader {
 }
 
 /// Channels to peers, shared by every Raft replication stream and by request forwarding,
-/// and the peer-stream connections AppendEntries travel on.
+/// and the peer-stream and relay connections AppendEntries and forwarded requests travel on.
 #[derive(Clone)]
 pub struct Channels {
     inner: Arc<Mutex<HashMap<String, Channel>>>,
     /// How `https://` peers are dialled (none: they cannot be).
     tls: Option<Arc<rustls::ClientConfig>>,
     streams: Streams,
+    relays: Relays,
 }
 
 impl Default for Channels {
@@ -72,7 +74,8 @@ impl Channels {
     pub fn new(tls: Option<Arc<rustls::ClientConfig>>) -> Channels {
         Channels {
             inner: Arc::default(),
-            streams: Streams::new(tls.clone()),
+            streams: Streams::new(Dialer::new(tls.clone())),
+            relays: Relays::new(Dialer::new(tls.clone())),
             tls,
         }
     }
@@ -104,6 +107,11 @@ impl Channels {
         };
         map.insert(url.to_string(), channel.clone());
         Ok(channel)
+    }
+
+    /// The relay connections forwarded requests travel on.
+    pub fn relays(&self) -> &Relays {
+        &self.relays
     }
 
     pub fn peer_client(&self, url: &str) -> Result<RaftPeerClient<Channel>, ChannelError> {

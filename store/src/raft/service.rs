@@ -46,6 +46,15 @@ impl PeerService {
         Ok(res)
     }
 
+    /// A request a follower forwarded to this member as its leader, whichever way it came
+    /// (this service or the relay, see [`super::relay`]): the encoded reply, or why the
+    /// request could not be decoded.
+    pub(crate) async fn take_forwarded(&self, payload: &[u8]) -> Result<Vec<u8>, String> {
+        let fwd: Forwarded =
+            backend::decode(payload).map_err(|e| format!("malformed peer message: {e}"))?;
+        Ok(self.member.serve_forwarded(fwd).await)
+    }
+
     /// A message from `from` that Raft accepted (not refused for a higher vote): `from` leads.
     fn heard_from(&self, from: Option<u64>, accepted: bool) {
         if let (Some(leader), true) = (from, accepted) {
@@ -153,10 +162,11 @@ impl RaftPeer for PeerService {
     }
 
     async fn forward(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let fwd: Forwarded = decode(req.get_ref())?;
-        Ok(Response::new(RaftMessage {
-            payload: self.member.serve_forwarded(fwd).await,
-        }))
+        let payload = self
+            .take_forwarded(&req.get_ref().payload)
+            .await
+            .map_err(Status::invalid_argument)?;
+        Ok(Response::new(RaftMessage { payload }))
     }
 
     async fn timeout_now(

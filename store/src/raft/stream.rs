@@ -61,7 +61,7 @@ pub const GRPC_ONLY_FOR: Duration = Duration::from_secs(30);
 const IDLE_PER_PEER: usize = 8;
 
 /// The most a connection's dial (TCP and TLS handshakes, the preamble's exchange) may take.
-const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
+pub(super) const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The largest answer a member reads: AppendEntries answers are a few dozen bytes.
 const MAX_ANSWER: usize = 1 << 20;
@@ -75,11 +75,63 @@ const REQUEST_SLACK: usize = 64 << 20;
 /// How long a new connection has to send its first bytes before the listener drops it.
 const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
 
-trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+pub(super) trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
 /// A connection to a peer, plain or TLS.
-type PeerIo = Box<dyn Io>;
+pub(super) type PeerIo = Box<dyn Io>;
+
+/// How this member dials its peers' peer URLs for the stream and the relay: TCP, and TLS for
+/// `https://` ones.
+#[derive(Clone)]
+pub struct Dialer {
+    tls: Option<tokio_rustls::TlsConnector>,
+}
+
+impl std::fmt::Debug for Dialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dialer")
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+impl Dialer {
+    /// A dialer for `https://` peers with `tls` (none: they cannot be dialled).
+    pub fn new(tls: Option<Arc<rustls::ClientConfig>>) -> Dialer {
+        Dialer {
+            tls: tls.map(tokio_rustls::TlsConnector::from),
+        }
+    }
+
+    /// A new connection to `url` that opened with `preamble`, both ways; `None` if the peer
+    /// answered something else.
+    pub(super) async fn open(&self, url: &str, preamble: &[u8; 16]) -> io::Result<Option<PeerIo>> {
+        let uri: tonic::codegen::http::Uri = url
+            .parse()
+            .map_err(|e| io::Error::other(format!("{url}: {e}")))?;
+        let tls = uri.scheme_str() == Some("https");
+        let (host, port) = crate::tls::host_port(&uri, if tls { 443 } else { 80 })?;
+        let tcp = crate::tls::dial_tcp(&host, port).await?;
+        let mut io: PeerIo = if tls {
+            let connector = self.tls.as_ref().ok_or_else(|| {
+                io::Error::other("an https:// peer URL, and no --peer-cert-file to dial it with")
+            })?;
+            Box::new(crate::tls::dial_tls(connector, &host, tcp).await?)
+        } else {
+            Box::new(tcp)
+        };
+        send(&mut io, preamble).await?;
+        let mut answer = [0u8; 16];
+        match io.read_exact(&mut answer).await {
+            Ok(_) if answer == *preamble => Ok(Some(io)),
+            // An older member's gRPC server closes the connection (or says why in HTTP/2).
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
 
 /// Why a call on the peer stream failed.
 #[derive(Debug, thiserror::Error)]
@@ -97,7 +149,7 @@ pub enum CallError {
 #[derive(Clone)]
 pub struct Streams {
     inner: Arc<Mutex<Pool>>,
-    tls: Option<tokio_rustls::TlsConnector>,
+    dial: Dialer,
 }
 
 #[derive(Default)]
@@ -109,18 +161,15 @@ struct Pool {
 
 impl std::fmt::Debug for Streams {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Streams")
-            .field("tls", &self.tls.is_some())
-            .finish_non_exhaustive()
+        f.debug_struct("Streams").finish_non_exhaustive()
     }
 }
 
 impl Streams {
-    /// Streams that dial `https://` peers with `tls`.
-    pub fn new(tls: Option<Arc<rustls::ClientConfig>>) -> Streams {
+    pub fn new(dial: Dialer) -> Streams {
         Streams {
             inner: Arc::default(),
-            tls: tls.map(tokio_rustls::TlsConnector::from),
+            dial,
         }
     }
 
@@ -153,7 +202,7 @@ impl Streams {
             }
         }
         let dial = tokio::time::Instant::now() + DIAL_TIMEOUT;
-        let mut io = match timeout_at(deadline.min(dial), self.dial(url)).await {
+        let mut io = match timeout_at(deadline.min(dial), self.dial.open(url, PREAMBLE)).await {
             Ok(Ok(Some(io))) => io,
             Ok(Ok(None)) => {
                 self.pool()
@@ -212,34 +261,6 @@ impl Streams {
                 "{url} refused the request: {}",
                 String::from_utf8_lossy(&body)
             ))),
-        }
-    }
-
-    /// A new connection to `url`, the preamble exchanged; `None` if the peer answered
-    /// something else.
-    async fn dial(&self, url: &str) -> io::Result<Option<PeerIo>> {
-        let uri: tonic::codegen::http::Uri = url
-            .parse()
-            .map_err(|e| io::Error::other(format!("{url}: {e}")))?;
-        let tls = uri.scheme_str() == Some("https");
-        let (host, port) = crate::tls::host_port(&uri, if tls { 443 } else { 80 })?;
-        let tcp = crate::tls::dial_tcp(&host, port).await?;
-        let mut io: PeerIo = if tls {
-            let connector = self.tls.as_ref().ok_or_else(|| {
-                io::Error::other("an https:// peer URL, and no --peer-cert-file to dial it with")
-            })?;
-            Box::new(crate::tls::dial_tls(connector, &host, tcp).await?)
-        } else {
-            Box::new(tcp)
-        };
-        send(&mut io, PREAMBLE).await?;
-        let mut answer = [0u8; PREAMBLE.len()];
-        match io.read_exact(&mut answer).await {
-            Ok(_) if answer == *PREAMBLE => Ok(Some(io)),
-            // An older member's gRPC server closes the connection (or says why in HTTP/2).
-            Ok(_) => Ok(None),
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
-            Err(e) => Err(e),
         }
     }
 }
@@ -301,7 +322,7 @@ async fn read_frame<R: AsyncRead + Unpin>(
 }
 
 /// Writes `bytes` and flushes them (through TLS too).
-async fn send<W: AsyncWrite + Unpin>(io: &mut W, bytes: &[u8]) -> io::Result<()> {
+pub(super) async fn send<W: AsyncWrite + Unpin>(io: &mut W, bytes: &[u8]) -> io::Result<()> {
     io.write_all(bytes).await?;
     io.flush().await
 }
@@ -376,14 +397,24 @@ impl tonic::transport::server::Connected for Sniffed {
 /// What a new connection opened with.
 enum Opening {
     Stream(Conn),
+    Relay(Conn),
     Other(Sniffed),
 }
 
-/// Reads just enough of a new connection to tell the peer stream from anything else: one
-/// byte settles it for HTTP/2 and HTTP/1.1.
+/// Reads just enough of a new connection to tell the peer stream and the relay from anything
+/// else: one byte settles it for HTTP/2 and HTTP/1.1.
 async fn sniff(mut conn: Conn) -> io::Result<Opening> {
     let mut head = Vec::with_capacity(PREAMBLE.len());
-    while head.len() < PREAMBLE.len() {
+    loop {
+        if head.as_slice() == PREAMBLE {
+            return Ok(Opening::Stream(conn));
+        }
+        if head.as_slice() == super::relay::PREAMBLE {
+            return Ok(Opening::Relay(conn));
+        }
+        if !PREAMBLE.starts_with(&head) && !super::relay::PREAMBLE.starts_with(&head) {
+            return Ok(Opening::Other(Sniffed { head, at: 0, conn }));
+        }
         let mut buf = [0u8; PREAMBLE.len()];
         let n = conn.read(&mut buf[..PREAMBLE.len() - head.len()]).await?;
         if n == 0 {
@@ -393,14 +424,11 @@ async fn sniff(mut conn: Conn) -> io::Result<Opening> {
             ));
         }
         head.extend_from_slice(&buf[..n]);
-        if !PREAMBLE.starts_with(&head) {
-            return Ok(Opening::Other(Sniffed { head, at: 0, conn }));
-        }
     }
-    Ok(Opening::Stream(conn))
 }
 
-/// Splits a peer listener's connections: those that open with [`PREAMBLE`] are served here,
+/// Splits a peer listener's connections: those that open with [`PREAMBLE`] (or the relay's)
+/// are served here,
 /// on tasks of their own; every other one goes on, its first bytes put back, to the gRPC
 /// server that polls the returned stream. Dropping that stream (the gRPC server stops)
 /// closes the peer-stream connections too.
@@ -425,6 +453,10 @@ pub fn split(
                                 }
                                 Ok(Ok(Opening::Stream(conn))) => {
                                     serve(conn, service, max_request_bytes + REQUEST_SLACK).await;
+                                }
+                                Ok(Ok(Opening::Relay(conn))) => {
+                                    super::relay::serve(conn, service, max_request_bytes + REQUEST_SLACK)
+                                        .await;
                                 }
                                 Ok(Err(_)) | Err(_) => {}
                             }
@@ -465,7 +497,7 @@ impl Drop for AbortOnDrop {
 
 /// Whether `e` is the other end going away (killed, stopped, its call timed out) rather than
 /// something it sent.
-fn is_hang_up(e: &io::Error) -> bool {
+pub(super) fn is_hang_up(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::ConnectionReset
@@ -568,7 +600,7 @@ mod tests {
         let (l, url) = listener().await;
         // Two answers per connection: the third call finds its pooled connection closed.
         let peer = echo_peer(l, 2);
-        let streams = Streams::new(None);
+        let streams = Streams::new(Dialer::new(None));
         for i in 0..5u8 {
             let answer = streams
                 .append_entries(&url, &[i, 1, 2], Duration::from_secs(1))
@@ -595,7 +627,7 @@ mod tests {
             drop(c);
             l
         });
-        let streams = Streams::new(None);
+        let streams = Streams::new(Dialer::new(None));
         let first = streams
             .append_entries(&url, b"x", Duration::from_secs(1))
             .await
@@ -626,7 +658,7 @@ mod tests {
             let _ = read_frame(&mut c, 1 << 20).await;
             std::future::pending::<()>().await;
         });
-        let streams = Streams::new(None);
+        let streams = Streams::new(Dialer::new(None));
         let refused = streams
             .append_entries(&url, b"x", Duration::from_secs(1))
             .await
@@ -680,7 +712,7 @@ mod tests {
                 s.read_exact(&mut all).await.expect("read");
                 assert_eq!(&all, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
             }
-            Opening::Stream(_) => panic!("HTTP/2 taken for the stream"),
+            Opening::Stream(_) | Opening::Relay(_) => panic!("HTTP/2 taken for the stream"),
         }
         match sniff(Conn::Plain(raft)).await.expect("sniffed") {
             Opening::Stream(mut c) => {
@@ -688,7 +720,7 @@ mod tests {
                 c.read_exact(&mut next).await.expect("read");
                 assert_eq!(&next, b"next", "nothing past the preamble was taken");
             }
-            Opening::Other(_) => panic!("the stream taken for HTTP"),
+            Opening::Other(_) | Opening::Relay(_) => panic!("the stream taken for HTTP"),
         }
     }
 
