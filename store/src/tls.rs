@@ -533,6 +533,16 @@ pub enum Conn {
     Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
 }
 
+impl Conn {
+    /// The TCP connection under it.
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            Conn::Plain(c) => c,
+            Conn::Tls(c) => c.get_ref().0,
+        }
+    }
+}
+
 /// What requests on a connection know of it (in their extensions): the TCP addresses, and
 /// the subject of the client certificate it presented, if it presented one (checked against
 /// the trusted CA by the handshake).
@@ -811,15 +821,21 @@ pub fn host_port(uri: &tonic::codegen::http::Uri, default: u16) -> io::Result<(S
 pub async fn dial_tcp(host: &str, port: u16) -> io::Result<TcpStream> {
     let tcp = TcpStream::connect((host, port)).await?;
     tcp.set_nodelay(true)?;
-    let sock = socket2::SockRef::from(&tcp);
+    keep_alive(&tcp)?;
+    Ok(tcp)
+}
+
+/// TCP keep-alive probes and a timeout for unacknowledged data on a peer connection (see
+/// [`dial_tcp`]); the peer listener sets them on the connections it serves itself.
+pub fn keep_alive(tcp: &TcpStream) -> io::Result<()> {
+    let sock = socket2::SockRef::from(tcp);
     sock.set_tcp_keepalive(
         &socket2::TcpKeepalive::new()
             .with_time(Duration::from_secs(5))
             .with_interval(Duration::from_secs(1))
             .with_retries(3),
     )?;
-    sock.set_tcp_user_timeout(Some(Duration::from_secs(10)))?;
-    Ok(tcp)
+    sock.set_tcp_user_timeout(Some(Duration::from_secs(10)))
 }
 
 /// TLS over `tcp`, the peer's certificate checked for `host`.

@@ -279,6 +279,11 @@ async fn write_requests<W: AsyncWrite + Unpin>(
             );
             break;
         }
+        if dead.load(Ordering::Relaxed) {
+            // The reader failed while these were being written: nobody will answer them.
+            fail_pending(&pending, "the connection to the leader failed");
+            break;
+        }
     }
     dead.store(true, Ordering::Relaxed);
 }

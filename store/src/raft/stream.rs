@@ -452,9 +452,11 @@ pub fn split(
                                     let _ = tx.send(Ok(conn)).await;
                                 }
                                 Ok(Ok(Opening::Stream(conn))) => {
+                                    let _ = crate::tls::keep_alive(conn.tcp());
                                     serve(conn, service, max_request_bytes + REQUEST_SLACK).await;
                                 }
                                 Ok(Ok(Opening::Relay(conn))) => {
+                                    let _ = crate::tls::keep_alive(conn.tcp());
                                     super::relay::serve(conn, service, max_request_bytes + REQUEST_SLACK)
                                         .await;
                                 }
