@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::service::PeerService;
@@ -318,46 +318,11 @@ async fn read_answers<R: AsyncRead + Unpin>(
 
 /// `[u32 length][u64 id][u8 status][payload]`; `None` at a clean end between frames.
 async fn read_answer<R: AsyncRead + Unpin>(read: &mut R) -> io::Result<Option<(u64, u8, Vec<u8>)>> {
-    let Some((head, body)) = read_frame(read, MAX_ANSWER, 9).await? else {
+    let Some((head, body)) = stream::read_frame_with(read, MAX_ANSWER, 9).await? else {
         return Ok(None);
     };
     let id = u64::from_be_bytes(head[..8].try_into().expect("invariant: 9 bytes"));
     Ok(Some((id, head[8], body)))
-}
-
-/// A frame: its first `head` bytes and the rest. `None`: the connection ended between frames.
-async fn read_frame<R: AsyncRead + Unpin>(
-    read: &mut R,
-    limit: usize,
-    head: usize,
-) -> io::Result<Option<(Vec<u8>, Vec<u8>)>> {
-    let mut len = [0u8; 4];
-    match read.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    let len = u32::from_be_bytes(len) as usize;
-    if len < head || len > limit {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("a frame of {len} bytes (from {head} to {limit} are read)"),
-        ));
-    }
-    let mut first = vec![0u8; head];
-    read.read_exact(&mut first).await?;
-    let mut body = Vec::with_capacity((len - head).min(64 << 10));
-    let n = (&mut *read)
-        .take((len - head) as u64)
-        .read_to_end(&mut body)
-        .await?;
-    if n != len - head {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "a frame cut short",
-        ));
-    }
-    Ok(Some((first, body)))
 }
 
 /// Serves one relay connection on the leader: the preamble back, then each request on a task
@@ -393,7 +358,7 @@ pub(super) async fn serve(conn: Conn, service: PeerService, limit: usize) {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             break;
         };
-        let (head, payload) = match read_frame(&mut read, limit, 8).await {
+        let (head, payload) = match stream::read_frame_with(&mut read, limit, 8).await {
             Ok(Some(frame)) => frame,
             Ok(None) => break,
             Err(e) if stream::is_hang_up(&e) => {
@@ -438,15 +403,11 @@ pub(super) async fn serve(conn: Conn, service: PeerService, limit: usize) {
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
 
     use super::*;
-
-    async fn listener() -> (TcpListener, String) {
-        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let url = format!("http://{}", l.local_addr().expect("addr"));
-        (l, url)
-    }
+    use crate::raft::stream::tests::listener;
 
     fn relays() -> Relays {
         Relays::new(stream::Dialer::new(None))
@@ -463,7 +424,7 @@ mod tests {
             stream::send(&mut c, PREAMBLE).await.expect("preamble back");
             let mut got = Vec::new();
             for _ in 0..n {
-                let (head, body) = read_frame(&mut c, 1 << 20, 8)
+                let (head, body) = stream::read_frame_with(&mut c, 1 << 20, 8)
                     .await
                     .expect("read")
                     .expect("a request");
@@ -509,7 +470,7 @@ mod tests {
             let mut preamble = [0u8; 16];
             c.read_exact(&mut preamble).await.expect("preamble");
             stream::send(&mut c, PREAMBLE).await.expect("preamble back");
-            let _ = read_frame(&mut c, 1 << 20, 8).await;
+            let _ = stream::read_frame_with(&mut c, 1 << 20, 8).await;
         });
         let relays = relays();
         let lost = relays

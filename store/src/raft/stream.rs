@@ -292,6 +292,19 @@ async fn read_frame<R: AsyncRead + Unpin>(
     io: &mut R,
     limit: usize,
 ) -> io::Result<Option<(u8, Vec<u8>)>> {
+    Ok(read_frame_with(io, limit, 1)
+        .await?
+        .map(|(head, body)| (head[0], body)))
+}
+
+/// One frame, `[u32 length][head][rest]`: its first `head` bytes and the rest, the length
+/// from `head` to `limit`. `None`: the connection ended between frames. Bytes are read as
+/// they arrive, not reserved for the length up front.
+pub(super) async fn read_frame_with<R: AsyncRead + Unpin>(
+    io: &mut R,
+    limit: usize,
+    head: usize,
+) -> io::Result<Option<(Vec<u8>, Vec<u8>)>> {
     let mut len = [0u8; 4];
     match io.read_exact(&mut len).await {
         Ok(_) => {}
@@ -299,26 +312,26 @@ async fn read_frame<R: AsyncRead + Unpin>(
         Err(e) => return Err(e),
     }
     let len = u32::from_be_bytes(len) as usize;
-    if len == 0 || len > limit {
+    if len < head.max(1) || len > limit {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("a frame of {len} bytes (at most {limit} are read)"),
+            format!("a frame of {len} bytes (from {head} to {limit} are read)"),
         ));
     }
-    let mut head = [0u8; 1];
-    io.read_exact(&mut head).await?;
-    let mut body = Vec::with_capacity((len - 1).min(64 << 10));
+    let mut first = vec![0u8; head];
+    io.read_exact(&mut first).await?;
+    let mut body = Vec::with_capacity((len - head).min(64 << 10));
     let read = (&mut *io)
-        .take(len as u64 - 1)
+        .take((len - head) as u64)
         .read_to_end(&mut body)
         .await?;
-    if read != len - 1 {
+    if read != len - head {
         return Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
             "a frame cut short",
         ));
     }
-    Ok(Some((head[0], body)))
+    Ok(Some((first, body)))
 }
 
 /// Writes `bytes` and flushes them (through TLS too).
@@ -557,13 +570,13 @@ async fn serve(mut conn: Conn, service: PeerService, limit: usize) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
 
     /// A listener on a free loopback port, and its `http://` URL.
-    async fn listener() -> (TcpListener, String) {
+    pub(in crate::raft) async fn listener() -> (TcpListener, String) {
         let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", l.local_addr().expect("addr"));
         (l, url)
