@@ -765,7 +765,8 @@ fn log_refused(peer: SocketAddr, why: &str) {
     tracing::info!(%peer, reason = why, "TLS handshake refused");
 }
 
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+/// Aborts its task when dropped: a background task that lives as long as what holds it.
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

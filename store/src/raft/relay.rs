@@ -24,13 +24,13 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::service::PeerService;
-use super::stream::{self, GRPC_ONLY_FOR, PeerIo};
+use super::stream::{self, GrpcOnly, PeerIo};
 use crate::tls::Conn;
 
 /// What a relay connection opens with, both ways (as long as the peer stream's, which the
@@ -85,7 +85,7 @@ pub struct Relays {
     links: Arc<Mutex<HashMap<String, Arc<Link>>>>,
     /// One dial at a time per leader: the requests that find no link wait for it.
     dialling: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
-    grpc_only: Arc<Mutex<HashMap<String, Instant>>>,
+    grpc_only: GrpcOnly,
     dial: stream::Dialer,
     next_id: Arc<AtomicU64>,
 }
@@ -105,7 +105,7 @@ impl Relays {
         Relays {
             links: Arc::default(),
             dialling: Arc::default(),
-            grpc_only: Arc::default(),
+            grpc_only: GrpcOnly::default(),
             dial,
             next_id: Arc::new(AtomicU64::new(1)),
         }
@@ -120,7 +120,7 @@ impl Relays {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Option<Vec<u8>>, RelayError> {
-        if self.is_grpc_only(url) {
+        if self.grpc_only.contains(url) {
             return Ok(None);
         }
         let link = match self.link(url, timeout).await? {
@@ -146,18 +146,6 @@ impl Relays {
         }
     }
 
-    fn is_grpc_only(&self, url: &str) -> bool {
-        let mut only = lock(&self.grpc_only);
-        match only.get(url) {
-            Some(until) if *until > Instant::now() => true,
-            Some(_) => {
-                only.remove(url);
-                false
-            }
-            None => false,
-        }
-    }
-
     fn forget(&self, url: &str, link: &Arc<Link>) {
         let mut links = lock(&self.links);
         if links.get(url).is_some_and(|l| Arc::ptr_eq(l, link)) {
@@ -179,7 +167,7 @@ impl Relays {
         if let Some(link) = self.live(url) {
             return Ok(Some(link));
         }
-        if self.is_grpc_only(url) {
+        if self.grpc_only.contains(url) {
             return Ok(None);
         }
         let dialled = tokio::time::timeout(
@@ -190,12 +178,8 @@ impl Relays {
         let io = match dialled {
             Ok(Ok(Some(io))) => io,
             Ok(Ok(None)) => {
-                lock(&self.grpc_only).insert(url.to_string(), Instant::now() + GRPC_ONLY_FOR);
-                tracing::warn!(
-                    peer = url,
-                    "the leader does not speak the relay (an older release?); forwarded \
-                     requests go over gRPC"
-                );
+                self.grpc_only
+                    .insert(url, "the relay", "forwarded requests");
                 return Ok(None);
             }
             Ok(Err(e)) => return Err(RelayError::NotSent(format!("dialling {url}: {e}"))),
@@ -503,7 +487,7 @@ mod tests {
                 .expect("no error"),
             None
         );
-        assert!(relays.is_grpc_only(&url));
+        assert!(relays.grpc_only.contains(&url));
     }
 
     #[tokio::test]

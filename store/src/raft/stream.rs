@@ -148,15 +148,41 @@ pub enum CallError {
 /// The peer-stream connections of this member to its peers, idle ones pooled per peer URL.
 #[derive(Clone)]
 pub struct Streams {
-    inner: Arc<Mutex<Pool>>,
+    idle: Arc<Mutex<HashMap<String, Vec<PeerIo>>>>,
+    grpc_only: GrpcOnly,
     dial: Dialer,
 }
 
-#[derive(Default)]
-struct Pool {
-    idle: HashMap<String, Vec<PeerIo>>,
-    /// Peers that did not answer the preamble, and until when they are sent gRPC only.
-    grpc_only: HashMap<String, Instant>,
+/// Peers that did not answer a preamble (older releases), and until when they are sent over
+/// gRPC only; then they are asked again.
+#[derive(Clone, Default)]
+pub(super) struct GrpcOnly(Arc<Mutex<HashMap<String, Instant>>>);
+
+impl GrpcOnly {
+    pub(super) fn contains(&self, url: &str) -> bool {
+        let mut only = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match only.get(url) {
+            Some(until) if *until > Instant::now() => true,
+            Some(_) => {
+                only.remove(url);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// `url` did not answer the preamble of `protocol`: `what` goes over gRPC for
+    /// [`GRPC_ONLY_FOR`].
+    pub(super) fn insert(&self, url: &str, protocol: &str, what: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(url.to_string(), Instant::now() + GRPC_ONLY_FOR);
+        tracing::warn!(
+            peer = url,
+            "the peer does not speak {protocol} (an older release?); {what} go over gRPC"
+        );
+    }
 }
 
 impl std::fmt::Debug for Streams {
@@ -168,13 +194,14 @@ impl std::fmt::Debug for Streams {
 impl Streams {
     pub fn new(dial: Dialer) -> Streams {
         Streams {
-            inner: Arc::default(),
+            idle: Arc::default(),
+            grpc_only: GrpcOnly::default(),
             dial,
         }
     }
 
-    fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn idle(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<PeerIo>>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Sends an AppendEntries (its bincode, `payload`) to the peer at `url` and returns the
@@ -188,10 +215,10 @@ impl Streams {
     ) -> Result<Option<Vec<u8>>, CallError> {
         let deadline = tokio::time::Instant::now() + ttl;
         let frame = frame(KIND_APPEND_ENTRIES, payload);
-        if self.is_grpc_only(url) {
+        if self.grpc_only.contains(url) {
             return Ok(None);
         }
-        let pooled = self.pool().idle.get_mut(url).and_then(Vec::pop);
+        let pooled = self.idle().get_mut(url).and_then(Vec::pop);
         if let Some(mut io) = pooled {
             match timeout_at(deadline, exchange(&mut io, &frame)).await {
                 Ok(Ok(answer)) => return self.answered(url, io, answer).map(Some),
@@ -205,14 +232,8 @@ impl Streams {
         let mut io = match timeout_at(deadline.min(dial), self.dial.open(url, PREAMBLE)).await {
             Ok(Ok(Some(io))) => io,
             Ok(Ok(None)) => {
-                self.pool()
-                    .grpc_only
-                    .insert(url.to_string(), Instant::now() + GRPC_ONLY_FOR);
-                tracing::warn!(
-                    peer = url,
-                    "the peer does not speak the Raft stream (an older release?); \
-                     AppendEntries go over gRPC"
-                );
+                self.grpc_only
+                    .insert(url, "the Raft stream", "AppendEntries");
                 return Ok(None);
             }
             Ok(Err(e)) => return Err(CallError::Unreachable(format!("dialling {url}: {e}"))),
@@ -230,18 +251,6 @@ impl Streams {
         }
     }
 
-    fn is_grpc_only(&self, url: &str) -> bool {
-        let mut pool = self.pool();
-        match pool.grpc_only.get(url) {
-            Some(until) if *until > Instant::now() => true,
-            Some(_) => {
-                pool.grpc_only.remove(url);
-                false
-            }
-            None => false,
-        }
-    }
-
     /// An answer read whole: the connection goes back to the pool.
     fn answered(
         &self,
@@ -249,8 +258,8 @@ impl Streams {
         io: PeerIo,
         (status, body): (u8, Vec<u8>),
     ) -> Result<Vec<u8>, CallError> {
-        let mut pool = self.pool();
-        let idle = pool.idle.entry(url.to_string()).or_default();
+        let mut pool = self.idle();
+        let idle = pool.entry(url.to_string()).or_default();
         if idle.len() < IDLE_PER_PEER {
             idle.push(io);
         }
@@ -495,19 +504,11 @@ pub fn split(
             }
         }
     });
-    let guard = AbortOnDrop(task);
+    let guard = crate::tls::AbortOnDrop(task);
     Box::pin(futures::stream::unfold(
         (rx, guard),
         |(mut rx, guard)| async move { rx.recv().await.map(|c| (c, (rx, guard))) },
     ))
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// Whether `e` is the other end going away (killed, stopped, its call timed out) rather than
