@@ -242,38 +242,37 @@ impl StoreMember {
         req: Forwarded,
     ) -> Result<R::Reply, StoreError> {
         let url = leader.peer_urls.first().ok_or(StoreError::NoLeader)?;
-        let relayed = self
+        let payload = backend::encode(&req);
+        let reply = match self
             .channels
             .relays()
-            .call(url, backend::encode(&req), FORWARD_TIMEOUT)
-            .await;
-        match relayed {
-            Ok(Some(reply)) => {
-                return backend::decode::<Result<R::Reply, StoreError>>(&reply)
-                    .map_err(StoreError::internal)?;
-            }
-            // A leader of a release from before the relay: over gRPC below.
-            Ok(None) => {}
+            .call(url, payload.clone(), FORWARD_TIMEOUT)
+            .await
+        {
+            Ok(Some(reply)) => reply,
+            // A leader of a release from before the relay.
+            Ok(None) => self.forward_over_grpc(url, payload).await?,
             // Only a request that provably never left is safe to send again (to whichever
             // member leads next): a write that reached the leader may have been committed,
             // and proposing it twice would apply it twice.
             Err(RelayError::NotSent(_)) => return Err(StoreError::NoLeader),
             Err(RelayError::Ambiguous(_)) => return Err(StoreError::Timeout),
             Err(RelayError::Refused(why)) => return Err(StoreError::Internal(why)),
-        }
+        };
+        backend::decode::<Result<R::Reply, StoreError>>(&reply).map_err(StoreError::internal)?
+    }
+
+    /// The peer `Forward` gRPC call: the encoded reply (the same rules of what may be sent
+    /// again as the relay's).
+    async fn forward_over_grpc(&self, url: &str, payload: Vec<u8>) -> Result<Vec<u8>, StoreError> {
         let mut client = self
             .channels
             .peer_client(url)
             .map_err(|_| StoreError::NoLeader)?;
-        let mut request = tonic::Request::new(RaftMessage {
-            payload: backend::encode(&req),
-        });
+        let mut request = tonic::Request::new(RaftMessage { payload });
         request.set_timeout(FORWARD_TIMEOUT);
         match client.forward(request).await {
-            Ok(reply) => {
-                backend::decode::<Result<R::Reply, StoreError>>(&reply.into_inner().payload)
-                    .map_err(StoreError::internal)?
-            }
+            Ok(reply) => Ok(reply.into_inner().payload),
             Err(s) if s.code() == tonic::Code::Unavailable && never_sent(&s) => {
                 Err(StoreError::NoLeader)
             }
