@@ -86,11 +86,18 @@ free_base() {
 # in the background (its pid in $up_pid), and waits for it to be ready (600 s at most).
 up_pid=""
 start_up() {
-  local bin=$1 work=$2 base t0
+  local bin=$1 work=$2
   shift 2
-  base=$(free_base)
+  resume_up "$bin" "$work" --base-port "$(free_base)" "$@"
+}
+
+# resume_up BIN WORK [FLAG...]: as start_up, for WORK/up's cluster stopped earlier (it keeps
+# the ports it was created with).
+resume_up() {
+  local bin=$1 work=$2 t0
+  shift 2
   export SKIFF_CONFIG=$work/config KUBECONFIG=$work/kubeconfig
-  "$bin" up --data-dir "$work/up" --base-port "$base" --kubeconfig "$KUBECONFIG" "$@" \
+  "$bin" up --data-dir "$work/up" --kubeconfig "$KUBECONFIG" "$@" \
     >"$work/up.log" 2>&1 &
   up_pid=$!
   t0=$(date +%s)

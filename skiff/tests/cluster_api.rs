@@ -7,7 +7,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::Cluster;
+use common::{Cluster, eventually};
 use futures::StreamExt;
 use serde_json::json;
 use skiff_proto::api::meta::{FOREGROUND_DELETION_FINALIZER, ORPHAN_FINALIZER};
@@ -1021,6 +1021,226 @@ async fn a_thousand_agents_each_get_exactly_their_pods() {
     }
 }
 
+/// Names of the pods `fields` selects, as one member lists them.
+async fn pod_names(api: &ClusterClient, fields: &str) -> BTreeSet<String> {
+    let (items, _) = api
+        .list(Kind::Pod, &ListParams::default().fields(fields))
+        .await
+        .expect("list");
+    items.iter().map(id).collect()
+}
+
+/// `namespace/name`.
+fn id(o: &Object) -> String {
+    format!("{}/{}", o.metadata().namespace, o.metadata().name)
+}
+
+/// Every page of a list of `fields` through the raw API, `limit` at a time, with `between`
+/// run after the first page; the names in order and the revisions the pages read at.
+async fn pod_pages(
+    url: &str,
+    fields: &str,
+    limit: i64,
+    between: impl Future<Output = ()>,
+) -> (Vec<String>, BTreeSet<i64>) {
+    use skiff_proto::cluster::v1::cluster_client::ClusterClient as Raw;
+    use skiff_proto::cluster::v1::{ListRequest, Selectors};
+    let mut raw = Raw::connect(url.to_string()).await.expect("connect");
+    let (mut names, mut revisions, mut token) = (Vec::new(), BTreeSet::new(), String::new());
+    let mut between = Some(between);
+    loop {
+        let r = raw
+            .list(ListRequest {
+                kind: "Pod".into(),
+                namespace: String::new(),
+                selectors: Some(Selectors {
+                    label_selector: String::new(),
+                    field_selector: fields.into(),
+                }),
+                limit,
+                continue_token: token,
+                serializable: false,
+            })
+            .await
+            .expect("list")
+            .into_inner();
+        revisions.insert(r.resource_version);
+        for o in &r.items {
+            names.push(id(&Object::from_json(Kind::Pod, &o.json).expect("pod")));
+        }
+        if let Some(b) = between.take() {
+            b.await;
+        }
+        if r.continue_token.is_empty() {
+            return (names, revisions);
+        }
+        token = r.continue_token;
+    }
+}
+
+/// A list of one node's pods is read through the members' tag index: on every member, after
+/// binds, a move (delete and create again elsewhere) and deletes, and after a member's restart
+/// (the index rebuilt from disk), it names exactly the pods a full scan finds; pages hold at
+/// one revision, and a write between pages sends the later ones to a scan at that revision.
+/// Unbound pods (`spec.nodeName=`) carry no tag, and are listed and watched by scan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_of_one_nodes_pods_read_the_index_and_agree_with_a_scan() {
+    let mut cluster = Cluster::start(3).await;
+    let api = client(&cluster).await;
+    for n in ["n1", "n2", "n3"] {
+        api.create(&node(n)).await.expect("node");
+    }
+    let mut unbound_watch = Box::pin(
+        api.watch(Kind::Pod, &WatchParams::default().fields("spec.nodeName="))
+            .await
+            .expect("watch"),
+    );
+    api.create(&namespace("other")).await.expect("namespace");
+    for ns in ["default", "other"] {
+        for i in 0..12 {
+            api.create(&pod(ns, &format!("p{i:02}"), Some("10m")))
+                .await
+                .expect("pod");
+        }
+    }
+    match next_event(&mut unbound_watch).await {
+        Event::Added(o) => assert_eq!(o.metadata().name, "p00"),
+        other => panic!("expected p00 ADDED to the unbound pods' watch, got {other:?}"),
+    }
+    // Pod i of each namespace → n1, n2, n3 in turn; the last two of each stay unbound.
+    let bindings = ["default", "other"]
+        .iter()
+        .flat_map(|ns| {
+            (0..10).map(move |i| Binding {
+                namespace: (*ns).into(),
+                pod: format!("p{i:02}"),
+                node: format!("n{}", i % 3 + 1),
+                pod_resource_version: 0,
+            })
+        })
+        .collect();
+    let results = api.bind(bindings).await.expect("bind");
+    assert!(results.iter().all(|r| r.outcome == Outcome::Bound as i32));
+    // p00 moves: gone from n1, created again and bound to n2. p03 and p06 are deleted.
+    api.delete(Kind::Pod, "default", "p00", 0, Some(0))
+        .await
+        .expect("delete");
+    api.create(&pod("default", "p00", Some("10m")))
+        .await
+        .expect("pod");
+    api.bind(vec![Binding {
+        namespace: "default".into(),
+        pod: "p00".into(),
+        node: "n2".into(),
+        pod_resource_version: 0,
+    }])
+    .await
+    .expect("bind");
+    for name in ["p03", "p06"] {
+        api.delete(Kind::Pod, "other", name, 0, Some(0))
+            .await
+            .expect("delete");
+    }
+    let all = scan(&api).await;
+    assert_eq!(on(&all, "n1").len(), 5, "{all:?}");
+    for (i, m) in cluster.members.iter().enumerate() {
+        let c = ClusterClient::connect(&[m.endpoint()]).expect("client");
+        agrees_with_scan(&c, &all, &format!("member {i}")).await;
+    }
+    // Pages of two at one revision; then a write after the first page: the rest is read at
+    // the first page's revision, by scan, and agrees.
+    let url = cluster.members[0].client_url.clone();
+    let (names, revisions) = pod_pages(&url, "spec.nodeName=n2", 2, async {}).await;
+    assert_eq!(
+        names.iter().cloned().collect::<BTreeSet<_>>(),
+        on(&all, "n2")
+    );
+    assert_eq!(revisions.len(), 1);
+    let writer = api.clone();
+    let (names, revisions) = pod_pages(&url, "spec.nodeName=n2", 2, async move {
+        writer
+            .delete(Kind::Pod, "other", "p01", 0, Some(0))
+            .await
+            .expect("delete");
+    })
+    .await;
+    assert_eq!(
+        names.iter().cloned().collect::<BTreeSet<_>>(),
+        on(&all, "n2")
+    );
+    assert_eq!(
+        revisions.len(),
+        1,
+        "every page at the first page's revision"
+    );
+    let keys: Vec<String> = names
+        .iter()
+        .map(|n| all.iter().find(|o| id(o) == *n).expect("listed pod").key())
+        .collect();
+    assert!(keys.windows(2).all(|w| w[0] < w[1]), "key order: {keys:?}");
+    // A restarted member builds its index from what it holds.
+    let all = scan(&api).await;
+    assert!(!on(&all, "n2").contains("other/p01"));
+    cluster.kill(2);
+    cluster.restart(2);
+    let c = ClusterClient::connect(&[cluster.members[2].endpoint()]).expect("client");
+    eventually(Duration::from_secs(30), "the member to serve again", || {
+        let c = c.clone();
+        async move { c.list(Kind::Node, &ListParams::default()).await.ok() }
+    })
+    .await;
+    agrees_with_scan(&c, &all, "member 2, restarted").await;
+}
+
+/// Every pod, listed without a selector.
+async fn scan(api: &ClusterClient) -> Vec<Object> {
+    api.list(Kind::Pod, &ListParams::default())
+        .await
+        .expect("list")
+        .0
+}
+
+/// The names of the pods of `all` bound to `node` (unbound: "").
+fn on(all: &[Object], node: &str) -> BTreeSet<String> {
+    all.iter()
+        .filter_map(|o| match o {
+            Object::Pod(p) if p.spec.node_name == node => Some(id(o)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `api`'s lists of each node's pods (and the unbound ones) name what `all` holds, once
+/// the member has applied it.
+async fn agrees_with_scan(api: &ClusterClient, all: &[Object], who: &str) {
+    for n in ["n1", "n2", "n3", ""] {
+        let want = on(all, n);
+        let fields = format!("spec.nodeName={n}");
+        let got = eventually(Duration::from_secs(30), "the member lists", || {
+            let (api, want, fields) = (api.clone(), want.clone(), fields.clone());
+            async move {
+                let got = pod_names(&api, &fields).await;
+                (got == want).then_some(got)
+            }
+        })
+        .await;
+        assert_eq!(got, want, "{who}: {fields}");
+    }
+    // The index narrows; the rest of the selector still applies.
+    let some = pod_names(api, "spec.nodeName=n2,metadata.namespace=other").await;
+    assert!(
+        !some.is_empty()
+            && some
+                .iter()
+                .all(|n| n.starts_with("other/") && on(all, "n2").contains(n)),
+        "{who}: {some:?}"
+    );
+    assert!(
+        pod_names(api, "spec.nodeName=n9").await.is_empty(),
+        "{who}: no such node"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_page_at_one_revision_with_selectors() {
     use skiff_proto::cluster::v1::cluster_client::ClusterClient as Raw;
@@ -1219,7 +1439,7 @@ async fn events_are_kept_for_their_ttl_and_found_by_object() {
     api.update(&event("web.1", "Started", 2))
         .await
         .expect("update");
-    common::eventually(Duration::from_secs(30), "the events to expire", || async {
+    eventually(Duration::from_secs(30), "the events to expire", || async {
         let (left, _) = api
             .list(Kind::Event, &ListParams::default().namespace("default"))
             .await

@@ -277,6 +277,18 @@ pub fn range_bounds<'a>(key: &'a [u8], range_end: &'a [u8]) -> (Bound<&'a [u8]>,
     }
 }
 
+/// `range_end` that covers every key starting with `prefix`.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
 /// Whether `[key, range_end)` selects no key at all: an explicit end at or before the key
 /// (etcd: "mvcc: watcher range is empty" for a watch, an empty result for a read).
 pub fn is_empty_range(key: &[u8], range_end: &[u8]) -> bool {

@@ -69,7 +69,7 @@ fn copy_snapshots(from: &std::path::Path, to: &std::path::Path) {
 /// A member's state machine over the data directory `dir` (its keyspace and snapshots).
 fn open_member(dir: &std::path::Path, id: u64) -> (std::sync::Arc<Shared>, StateMachine) {
     let db = backend::open(&dir.join("db")).expect("open backend");
-    let shared = Shared::new(Mvcc::open(db).expect("keyspace"), None);
+    let shared = Shared::new(Mvcc::open(db).expect("keyspace"), None).expect("shared state");
     let sm = StateMachine::open(
         shared.clone(),
         Proposals::new(id),
@@ -84,7 +84,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for RocksBuilder 
     async fn build(&self) -> Result<(TempDir, LogStore, StateMachine), StorageError> {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = backend::open(&dir.path().join("db")).expect("open backend");
-        let shared = Shared::new(Mvcc::open(db.clone()).expect("open keyspace"), None);
+        let shared = Shared::new(Mvcc::open(db.clone()).expect("open keyspace"), None)
+            .expect("shared state");
         let proposals = Proposals::new(1);
         let sm = StateMachine::open(
             shared,

@@ -4,8 +4,9 @@
 //! snapshot however long the client takes between pages (until compaction passes that
 //! revision). The continue token carries that revision and the last key returned.
 
-use super::watch::{Filter, key_range};
-use super::{ClusterApi, ClusterError, Result, Stored};
+use super::watch::{Filter, index_tag, key_range};
+use super::{ClusterApi, ClusterError, Result, Stored, decode};
+use crate::command::RangeRequest;
 use crate::error::StoreError;
 use skiff_proto::api::Kind;
 
@@ -130,6 +131,14 @@ impl ClusterApi {
                 e => e,
             }
         };
+        // The pods of one node: the hub's tag index names them, so the list reads those
+        // instead of decoding every pod (a thousand agents listing at start would otherwise
+        // decode the whole collection a thousand times).
+        if let Some(tag) = index_tag(kind, filter)
+            && let Some(page) = self.list_tagged(kind, &tag, filter, at, &from, &end, limit)?
+        {
+            return Ok(page);
+        }
         // Read in chunks, so a page costs what it returns (and what the filter skips), not
         // the rest of the collection: the first chunk fixes the revision every later one, and
         // every later page, reads at.
@@ -163,12 +172,72 @@ impl ClusterApi {
             }
             from = last.into_bytes();
             from.push(0);
+            // A long scan lets the member's other tasks (heartbeats among them) run between
+            // its chunks.
+            tokio::task::yield_now().await;
         }
         Ok(ListPage {
             revision: at,
             items,
             continue_token,
         })
+    }
+}
+
+impl ClusterApi {
+    /// A page of the objects whose present state carries `tag` (see [`index_tag`]), read
+    /// through the hub's tag index at the keyspace's current revision; `None` when the list
+    /// reads at an older revision (a later page after writes), which the index does not know,
+    /// and which a scan then serves.
+    #[allow(clippy::too_many_arguments)]
+    fn list_tagged(
+        &self,
+        kind: Kind,
+        tag: &str,
+        filter: &Filter,
+        at: i64,
+        from: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Option<ListPage>> {
+        let shared = &self.member.shared;
+        let mvcc = shared.read();
+        let now = mvcc.revision();
+        if at != 0 && at != now {
+            return Ok(None);
+        }
+        // Under the keyspace read lock, the index is the keyspace's at `now`.
+        let Some(keys) = shared.hub.tagged_keys(tag, from, end) else {
+            return Ok(None);
+        };
+        let mut kvs = Vec::with_capacity(keys.len());
+        for key in keys {
+            let resp = mvcc.range(&RangeRequest {
+                key,
+                ..RangeRequest::default()
+            })?;
+            kvs.extend(resp.kvs);
+        }
+        drop(mvcc);
+        let mut items = Vec::new();
+        let mut continue_token = String::new();
+        for kv in &kvs {
+            let s = decode(kind, kv)?;
+            if !filter.matches(&s.object) {
+                continue;
+            }
+            if items.len() == limit {
+                let last: &Stored = items.last().expect("limit is at least 1");
+                continue_token = make_continue(now, last.object.key().as_bytes());
+                break;
+            }
+            items.push(s);
+        }
+        Ok(Some(ListPage {
+            revision: now,
+            items,
+            continue_token,
+        }))
     }
 }
 

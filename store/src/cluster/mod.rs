@@ -25,6 +25,7 @@ use crate::command::{
     PutRequest, RangeRequest, RequestOp, ResponseOp, TxnRequest, TxnResponse,
 };
 use crate::error::StoreError;
+pub use crate::key_index::prefix_end;
 use crate::key_index::{is_empty_range, range_bounds};
 use crate::member::StoreMember;
 pub use error::{ClusterError, Result};
@@ -408,18 +409,6 @@ pub fn deletion_finalizers(
         DeletionPropagation::Background => {}
     }
     kept
-}
-
-/// `range_end` that covers every key starting with `prefix`.
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
 }
 
 fn compare(key: &str, target: CompareTarget, result: CompareResult) -> Compare {

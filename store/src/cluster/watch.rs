@@ -46,31 +46,27 @@ fn node_tag(node: &str) -> String {
     format!("spec.nodeName={node}")
 }
 
-/// Tags pod events with the node of the pod's new and previous state, for watches of the
-/// pods bound to one node (`spec.nodeName=N`). The server registers it with the member's watch
-/// hub; the apply path knows nothing of pods.
+/// Tags each pod with the node it is bound to (`spec.nodeName=N`; an unbound pod has no
+/// tag), for watches and lists of the pods of one node. The server registers it with the
+/// member's watch hub; the apply path knows nothing of pods.
 pub fn tagger() -> Tagger {
-    let pods = Kind::Pod.prefix(None).into_bytes();
-    std::sync::Arc::new(move |e: &Event| {
-        if !e.kv.key.starts_with(&pods) {
-            return Vec::new();
-        }
-        let mut tags = Vec::with_capacity(2);
-        if e.kind == EventKind::Put
-            && let Some(n) = node_name(&e.kv.value)
-        {
-            tags.push(node_tag(&n));
-        }
-        if let Some(prev) = &e.prev_kv
-            && let Some(n) = node_name(&prev.value)
-        {
-            let t = node_tag(&n);
-            if !tags.contains(&t) {
-                tags.push(t);
-            }
-        }
-        tags
-    })
+    Tagger {
+        prefix: Kind::Pod.prefix(None).into_bytes(),
+        tags: std::sync::Arc::new(|value: &[u8]| {
+            node_name(value).map(|n| node_tag(&n)).into_iter().collect()
+        }),
+    }
+}
+
+/// The tag that names every object a `kind` selected by `filter` can be: the node of a list
+/// or watch of the pods bound to one node (not of unbound pods, `spec.nodeName=`, which carry
+/// no tag).
+pub(super) fn index_tag(kind: Kind, filter: &Filter) -> Option<String> {
+    (kind == Kind::Pod)
+        .then(|| filter.fields.equality("spec.nodeName"))
+        .flatten()
+        .filter(|n| !n.is_empty())
+        .map(node_tag)
 }
 
 /// The selectors of a list or watch, parsed.
@@ -110,9 +106,7 @@ impl ClusterApi {
         let kind = super::parse_kind(&req.kind)?;
         let filter = Filter::parse(kind, req.selectors.as_ref())?;
         let (key, range_end) = key_range(kind, &req.namespace);
-        let tag = (kind == Kind::Pod)
-            .then(|| filter.fields.equality("spec.nodeName").map(node_tag))
-            .flatten();
+        let tag = index_tag(kind, &filter);
         let hub = self.member.shared.hub.clone();
         let (stream, _ctl, mut rx) = hub.open_stream(QUEUE);
         let spec = WatchSpec {

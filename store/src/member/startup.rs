@@ -76,7 +76,7 @@ impl StoreMember {
         let mut mvcc = Mvcc::open(db.clone()).map_err(anyhow::Error::new)?;
         mvcc.set_token_ttl(config.auth_token_ttl);
         let backlog = mvcc.backlog().clone();
-        let shared = Shared::new(mvcc, tagger);
+        let shared = Shared::new(mvcc, tagger).map_err(anyhow::Error::new)?;
         // Every task of the member runs on `tasks` and stops with `cancel` (see `shutdown`).
         let cancel = CancellationToken::new();
         let tasks = TaskTracker::new();

@@ -46,16 +46,18 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// The shared state over `mvcc`; `tagger` tags events for filtered watches (see
-    /// [`WatchHub::new`]).
-    pub fn new(mvcc: Mvcc, tagger: Option<Tagger>) -> Arc<Shared> {
-        Arc::new(Shared {
+    /// The shared state over `mvcc`; `tagger` tags events for filtered watches and indexes
+    /// the keys it tags (see [`Tagger`]), which reads every key under its prefix now.
+    pub fn new(mvcc: Mvcc, tagger: Option<Tagger>) -> Result<Arc<Shared>, StoreError> {
+        let hub = WatchHub::new(tagger);
+        hub.index_keyspace(&mvcc)?;
+        Ok(Arc::new(Shared {
             auth_gate: mvcc.auth().gate.clone(),
             mvcc: RwLock::new(mvcc),
-            hub: Arc::new(WatchHub::new(tagger)),
+            hub: Arc::new(hub),
             snapshots_installed: AtomicU64::new(0),
             metrics: crate::metrics::StoreMetrics::default(),
-        })
+        }))
     }
 
     pub fn read(&self) -> RwLockReadGuard<'_, Mvcc> {
@@ -174,6 +176,10 @@ fn install_into_keyspace(
     let mut mvcc = shared.write();
     let before = mvcc.revision();
     backup::install(path, &mut mvcc, &entries).map_err(|e| snapshot_err(meta, e))?;
+    shared
+        .hub
+        .index_keyspace(&mvcc)
+        .map_err(|e| snapshot_err(meta, e))?;
     // Watchers may have missed revisions the snapshot jumped over: they catch up from the
     // installed keyspace (or learn that their start was compacted).
     shared.hub.unsync_all(before);

@@ -33,6 +33,7 @@ mod catch_up;
 mod events;
 mod receiver;
 mod registry;
+mod tag_index;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -50,6 +51,7 @@ use events::{Interest, Options, Part, SharedRevision};
 use receiver::Gate;
 pub use receiver::WatchReceiver;
 use registry::{WatchIds, Watchers};
+pub use tag_index::{TagIndex, Tagger};
 
 /// What a watch stream receives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,11 +93,6 @@ pub enum Refusal {
     #[error("mvcc: watch stream is closed")]
     StreamClosed,
 }
-
-/// Derives index tags from an event (e.g. `spec.nodeName=n1` from a pod's new and previous
-/// state), so a watcher interested in one tag among thousands of watchers is skipped at
-/// publish time without its queue ever seeing the others' events.
-pub type Tagger = Arc<dyn Fn(&Event) -> Vec<String> + Send + Sync>;
 
 /// Tags of each event of a revision (empty when no watcher needs them).
 type Tags = Vec<Vec<String>>;
@@ -202,6 +199,10 @@ pub struct WatchHub {
     next_id: AtomicU64,
     wake: Arc<Notify>,
     tagger: Option<Tagger>,
+    /// The present keyspace's keys by tag (empty without a tagger). Kept by `publish` under
+    /// the keyspace write lock; taken after the keyspace lock, never before it, and never
+    /// with the registry's.
+    index: Mutex<TagIndex>,
     stats: CatchUpStats,
     /// Whether the catch-up task is running (see [`WatchHub::catch_up_running`]).
     running: AtomicBool,
@@ -228,16 +229,60 @@ impl WatchHub {
             next_id: AtomicU64::new(1),
             wake: Arc::new(Notify::new()),
             tagger,
+            index: Mutex::new(TagIndex::default()),
             stats: CatchUpStats::default(),
             running: AtomicBool::new(false),
         }
     }
 
+    /// Tags of events read back from history (see [`Tagger::event_tags`]).
     fn tags(&self, events: &[Event], needed: bool) -> Tags {
         match &self.tagger {
-            Some(t) if needed => events.iter().map(|e| t(e)).collect(),
+            Some(t) if needed => events.iter().map(|e| t.event_tags(e)).collect(),
             _ => Vec::new(),
         }
+    }
+
+    /// Tags of a revision being applied, recorded in the tag index as they are read: each
+    /// new value is read once, and what a key carried before comes from the index.
+    fn index_revision(&self, events: &[Event]) -> Tags {
+        let Some(t) = &self.tagger else {
+            return Vec::new();
+        };
+        let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        events
+            .iter()
+            .map(|e| {
+                if e.kv.key.starts_with(&t.prefix) {
+                    index.apply(t, e)
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect()
+    }
+
+    /// Builds the tag index from `mvcc`'s present keyspace: at start, and after a snapshot
+    /// replaced the keyspace. The caller holds the keyspace write lock (or owns `mvcc`).
+    pub fn index_keyspace(&self, mvcc: &Mvcc) -> Result<(), crate::error::StoreError> {
+        if let Some(t) = &self.tagger {
+            let built = TagIndex::build(t, mvcc)?;
+            *self.index.lock().unwrap_or_else(|p| p.into_inner()) = built;
+        }
+        Ok(())
+    }
+
+    /// The keys in `[from, end)` whose present value carries `tag`, in key order; `None`
+    /// without a tagger. The caller holds the keyspace read lock, so the answer is the
+    /// keyspace's at its current revision.
+    pub fn tagged_keys(&self, tag: &str, from: &[u8], end: &[u8]) -> Option<Vec<Vec<u8>>> {
+        self.tagger.as_ref()?;
+        Some(
+            self.index
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys(tag, from, end),
+        )
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -397,6 +442,7 @@ impl WatchHub {
         if events.is_empty() {
             return;
         }
+        let tags = self.index_revision(events);
         let mut inner = self.lock();
         let Inner {
             watchers,
@@ -405,7 +451,6 @@ impl WatchHub {
             by_tag,
         } = &mut *inner;
         let mut parked = false;
-        let tags = self.tags(events, !by_tag.is_empty());
         let hit: HashSet<u64> = tags
             .iter()
             .flatten()

@@ -2,6 +2,7 @@
 //! stuck client, a panicking read, and a model of etcd's watch semantics.
 
 use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use prost::bytes::{Bytes, BytesMut};
 use tokio::sync::mpsc::error::TryRecvError;
@@ -457,13 +458,24 @@ fn a_stuck_stream_is_left_alone_until_it_reads() {
 #[test]
 fn a_panicking_read_cancels_its_watchers_and_spares_the_rest() {
     let (_dir, ks) = open();
-    let tagger: Tagger = Arc::new(|e: &Event| {
-        assert!(e.kv.key != b"boom", "tagger cannot read this event");
-        vec![String::from("t")]
-    });
+    // Reads the values as they are applied; once armed, panics on reading "x" again, as
+    // the catch-up does when it tags the history it reads.
+    let armed = Arc::new(AtomicBool::new(false));
+    let tripwire = armed.clone();
+    let tagger = Tagger {
+        prefix: Vec::new(),
+        tags: Arc::new(move |v: &[u8]| {
+            assert!(
+                !(tripwire.load(Ordering::Relaxed) && v == b"x"),
+                "tagger cannot read this event"
+            );
+            vec![String::from("t")]
+        }),
+    };
     let hub = WatchHub::new(Some(tagger));
     put(&ks, &hub, "boom", "x");
     put(&ks, &hub, "fine", "y");
+    armed.store(true, Ordering::Relaxed);
     let (sid, _tx, mut rx) = hub.open_stream(8);
     let tagged = WatchSpec {
         tag: Some("t".into()),
