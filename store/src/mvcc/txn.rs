@@ -36,7 +36,22 @@ impl Mvcc {
             });
         }
         for (key, state) in items {
-            let kv = self.key_value(&key, state, Some(w))?;
+            // The index holds the revisions and the version: only a value or a lease is read
+            // from the backend (a quota's range compare over every pod of a namespace reads
+            // none).
+            let kv = match c.target {
+                CompareTarget::Version(_) | CompareTarget::Create(_) | CompareTarget::Mod(_) => {
+                    KeyValue {
+                        create_revision: state.created.main,
+                        mod_revision: state.modified.main,
+                        version: state.version,
+                        ..KeyValue::default()
+                    }
+                }
+                CompareTarget::Value(_) | CompareTarget::Lease(_) => {
+                    self.key_value(&key, state, Some(w))?
+                }
+            };
             if !compare_one(c, &kv) {
                 return Ok(false);
             }
