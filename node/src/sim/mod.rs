@@ -75,13 +75,69 @@ struct Inner {
     state: Mutex<State>,
 }
 
+/// Every node's sandboxes and containers; one process's thousands of nodes share it, so what
+/// one node asks for is found through its node's or its sandbox's ids, not by a walk over all.
 #[derive(Debug, Default)]
 struct State {
     sandboxes: HashMap<String, Sandbox>,
     containers: HashMap<String, SimContainer>,
+    /// Sandbox ids by node.
+    by_node: HashMap<String, HashSet<String>>,
+    /// Container ids by sandbox id.
+    by_sandbox: HashMap<String, HashSet<String>>,
 }
 
 impl State {
+    fn add_sandbox(&mut self, sandbox: Sandbox) {
+        self.by_node
+            .entry(sandbox.node.clone())
+            .or_default()
+            .insert(sandbox.id.clone());
+        self.sandboxes.insert(sandbox.id.clone(), sandbox);
+    }
+
+    /// Removes a sandbox and its containers.
+    fn remove_sandbox(&mut self, id: &str) {
+        if let Some(sb) = self.sandboxes.remove(id)
+            && let Some(ids) = self.by_node.get_mut(&sb.node)
+        {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.by_node.remove(&sb.node);
+            }
+        }
+        for c in self.by_sandbox.remove(id).unwrap_or_default() {
+            self.containers.remove(&c);
+        }
+    }
+
+    fn node_sandboxes<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a Sandbox> + 'a {
+        self.by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.sandboxes.get(id))
+    }
+
+    fn add_container(&mut self, c: SimContainer) {
+        self.by_sandbox
+            .entry(c.info.sandbox_id.clone())
+            .or_default()
+            .insert(c.info.id.clone());
+        self.containers.insert(c.info.id.clone(), c);
+    }
+
+    fn remove_container(&mut self, id: &str) {
+        if let Some(c) = self.containers.remove(id)
+            && let Some(ids) = self.by_sandbox.get_mut(&c.info.sandbox_id)
+        {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.by_sandbox.remove(&c.info.sandbox_id);
+            }
+        }
+    }
+
     fn container(&self, id: &str) -> Result<&SimContainer> {
         self.containers.get(id).ok_or_else(|| not_found(id))
     }
@@ -285,9 +341,7 @@ impl Runtime for SimRuntime {
             // As CNI's host-local IPAM: the lowest address of the node's block that no
             // sandbox of the node holds (the first is the network's, the second its gateway).
             let held: HashSet<&str> = state
-                .sandboxes
-                .values()
-                .filter(|s| s.node == spec.node)
+                .node_sandboxes(&spec.node)
                 .map(|s| s.ip.as_str())
                 .collect();
             pod_addresses(&spec.pod_cidr)
@@ -320,7 +374,7 @@ impl Runtime for SimRuntime {
             ip,
             ready: true,
         };
-        state.sandboxes.insert(id, sandbox.clone());
+        state.add_sandbox(sandbox.clone());
         Ok(sandbox)
     }
 
@@ -356,20 +410,12 @@ impl Runtime for SimRuntime {
     }
 
     async fn remove_sandbox(&self, id: &str) -> Result<()> {
-        let mut st = self.state();
-        st.sandboxes.remove(id);
-        st.containers.retain(|_, c| c.info.sandbox_id != id);
+        self.state().remove_sandbox(id);
         Ok(())
     }
 
     async fn list_sandboxes(&self, node: &str) -> Result<Vec<Sandbox>> {
-        Ok(self
-            .state()
-            .sandboxes
-            .values()
-            .filter(|s| s.node == node)
-            .cloned()
-            .collect())
+        Ok(self.state().node_sandboxes(node).cloned().collect())
     }
 
     async fn create_container(&self, sandbox: &Sandbox, spec: &ContainerSpec) -> Result<String> {
@@ -390,28 +436,25 @@ impl Runtime for SimRuntime {
                 message: format!("sandbox {} is not ready", sandbox.id),
             });
         }
-        st.containers.insert(
-            id.clone(),
-            SimContainer {
-                info: Container {
-                    id: id.clone(),
-                    sandbox_id: sandbox.id.clone(),
-                    pod_uid: spec.pod_uid.clone(),
-                    name: spec.name.clone(),
-                    init: spec.init,
-                    attempt: spec.attempt,
-                    state: ContainerState::Created,
-                },
-                plan,
-                ports: spec.ports.clone(),
-                files: BTreeSet::new(),
-                log: Vec::new(),
-                started: None,
-                started_wall: None,
-                kill_at: None,
-                changed: Arc::new(Notify::new()),
+        st.add_container(SimContainer {
+            info: Container {
+                id: id.clone(),
+                sandbox_id: sandbox.id.clone(),
+                pod_uid: spec.pod_uid.clone(),
+                name: spec.name.clone(),
+                init: spec.init,
+                attempt: spec.attempt,
+                state: ContainerState::Created,
             },
-        );
+            plan,
+            ports: spec.ports.clone(),
+            files: BTreeSet::new(),
+            log: Vec::new(),
+            started: None,
+            started_wall: None,
+            kill_at: None,
+            changed: Arc::new(Notify::new()),
+        });
         Ok(id)
     }
 
@@ -543,20 +586,26 @@ impl Runtime for SimRuntime {
     }
 
     async fn remove_container(&self, id: &str) -> Result<()> {
-        self.state().containers.remove(id);
+        self.state().remove_container(id);
         Ok(())
     }
 
     async fn list_containers(&self, sandbox_id: &str) -> Result<Vec<Container>> {
         let now = Instant::now();
-        Ok(self
-            .state()
-            .containers
-            .values_mut()
-            .filter(|c| c.info.sandbox_id == sandbox_id)
-            .map(|c| {
+        let mut st = self.state();
+        let State {
+            containers,
+            by_sandbox,
+            ..
+        } = &mut *st;
+        Ok(by_sandbox
+            .get(sandbox_id)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| {
+                let c = containers.get_mut(id)?;
                 c.settle(now);
-                c.info.clone()
+                Some(c.info.clone())
             })
             .collect())
     }
@@ -599,6 +648,7 @@ impl Runtime for SimRuntime {
         let State {
             sandboxes,
             containers,
+            ..
         } = &mut *st;
         Ok(containers.values_mut().any(|c| {
             c.settle(now);

@@ -174,3 +174,59 @@ async fn pod_ips_come_from_the_nodes_block() {
         "{full}"
     );
 }
+
+/// What one node or one sandbox holds is found through its own ids: each node lists its own
+/// sandboxes, each sandbox its own containers, and a removed container or sandbox (with its
+/// containers) is gone from every list and from the runtime's counts.
+#[tokio::test(start_paused = true)]
+async fn nodes_and_sandboxes_list_only_their_own() {
+    let rt = SimRuntime::new(SimConfig::default());
+    let mut made = Vec::new();
+    for (node, uid) in [("n1", "a"), ("n1", "b"), ("n2", "c")] {
+        let sb = rt
+            .run_sandbox(&SandboxSpec {
+                node: node.into(),
+                pod_uid: uid.into(),
+                ..SandboxSpec::default()
+            })
+            .await
+            .unwrap();
+        let mut ids = Vec::new();
+        for name in ["x", "y"] {
+            let spec = ContainerSpec {
+                pod_uid: uid.into(),
+                name: name.into(),
+                image: "img:1".into(),
+                ..ContainerSpec::default()
+            };
+            ids.push(rt.create_container(&sb, &spec).await.unwrap());
+        }
+        made.push((sb, ids));
+    }
+    let uids = |sbs: Vec<Sandbox>| {
+        let mut u: Vec<String> = sbs.into_iter().map(|s| s.pod_uid).collect();
+        u.sort();
+        u
+    };
+    assert_eq!(uids(rt.list_sandboxes("n1").await.unwrap()), ["a", "b"]);
+    assert_eq!(uids(rt.list_sandboxes("n2").await.unwrap()), ["c"]);
+    assert!(rt.list_sandboxes("n3").await.unwrap().is_empty());
+    let (a, a_ids) = &made[0];
+    let mut listed: Vec<String> = rt
+        .list_containers(&a.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    listed.sort();
+    let mut want = a_ids.clone();
+    want.sort();
+    assert_eq!(listed, want);
+    rt.remove_container(&a_ids[0]).await.unwrap();
+    assert_eq!(rt.list_containers(&a.id).await.unwrap().len(), 1);
+    rt.remove_sandbox(&a.id).await.unwrap();
+    assert!(rt.list_containers(&a.id).await.unwrap().is_empty());
+    assert_eq!(uids(rt.list_sandboxes("n1").await.unwrap()), ["b"]);
+    assert_eq!(rt.counts(), (2, 4), "b's and c's sandboxes and containers");
+}
