@@ -69,6 +69,16 @@ fn namespace(name: &str) -> Object {
     )
 }
 
+/// A binding of `namespace/pod` to `node`, whatever the pod's version.
+fn binding(namespace: &str, pod: &str, node: &str) -> Binding {
+    Binding {
+        namespace: namespace.into(),
+        pod: pod.into(),
+        node: node.into(),
+        pod_resource_version: 0,
+    }
+}
+
 fn expect_err(r: skiff_proto::client::Result<Object>, code: Code, msg: &str) {
     match r {
         Err(e) => {
@@ -322,12 +332,7 @@ async fn compare_and_swap_status_path_and_graceful_deletion() {
         .await
         .expect("pod");
     let results = api
-        .bind(vec![Binding {
-            namespace: "default".into(),
-            pod: "bound".into(),
-            node: "n1".into(),
-            pod_resource_version: 0,
-        }])
+        .bind(vec![binding("default", "bound", "n1")])
         .await
         .expect("bind");
     assert_eq!(results[0].outcome, Outcome::Bound as i32);
@@ -505,14 +510,9 @@ async fn deletion_propagation_marks_with_the_collectors_finalizers() {
     api.create(&pod("default", "bound", None))
         .await
         .expect("pod");
-    api.bind(vec![Binding {
-        namespace: "default".into(),
-        pod: "bound".into(),
-        node: "n1".into(),
-        pod_resource_version: 0,
-    }])
-    .await
-    .expect("bind");
+    api.bind(vec![binding("default", "bound", "n1")])
+        .await
+        .expect("bind");
     let terminating = api
         .delete_propagating(
             Kind::Pod,
@@ -559,10 +559,8 @@ async fn batch_bind_commits_the_good_bindings_and_reports_the_bad_ones() {
         rvs.insert(name, p.metadata().revision().expect("rv"));
     }
     let bind1 = |pod: &str, node: &str, rv: i64| Binding {
-        namespace: "default".into(),
-        pod: pod.into(),
-        node: node.into(),
         pod_resource_version: rv,
+        ..binding("default", pod, node)
     };
     // d is bound beforehand; e is terminating.
     api.bind(vec![bind1("d", "n1", 0)]).await.expect("bind d");
@@ -882,15 +880,12 @@ async fn node_filtered_watches_see_pods_arrive_and_leave() {
     api.create(&pod("default", "p2", Some("100m")))
         .await
         .expect("pod");
-    let bind = |pod: &str, node: &str| Binding {
-        namespace: "default".into(),
-        pod: pod.into(),
-        node: node.into(),
-        pod_resource_version: 0,
-    };
-    api.bind(vec![bind("p1", "n1"), bind("p2", "n2")])
-        .await
-        .expect("bind");
+    api.bind(vec![
+        binding("default", "p1", "n1"),
+        binding("default", "p2", "n2"),
+    ])
+    .await
+    .expect("bind");
     api.delete(Kind::Pod, "default", "p1", 0, Some(0))
         .await
         .expect("delete");
@@ -978,12 +973,7 @@ async fn a_thousand_agents_each_get_exactly_their_pods() {
     for chunk in (0..PODS).collect::<Vec<_>>().chunks(1000) {
         let bindings = chunk
             .iter()
-            .map(|i| Binding {
-                namespace: "default".into(),
-                pod: format!("p-{i:05}"),
-                node: names[i % NODES].clone(),
-                pod_resource_version: 0,
-            })
+            .map(|i| binding("default", &format!("p-{i:05}"), &names[i % NODES]))
             .collect();
         let results = api.bind(bindings).await.expect("bind");
         assert!(results.iter().all(|r| r.outcome == Outcome::Bound as i32));
@@ -1111,12 +1101,7 @@ async fn lists_of_one_nodes_pods_read_the_index_and_agree_with_a_scan() {
     let bindings = ["default", "other"]
         .iter()
         .flat_map(|ns| {
-            (0..10).map(move |i| Binding {
-                namespace: (*ns).into(),
-                pod: format!("p{i:02}"),
-                node: format!("n{}", i % 3 + 1),
-                pod_resource_version: 0,
-            })
+            (0..10).map(move |i| binding(ns, &format!("p{i:02}"), &format!("n{}", i % 3 + 1)))
         })
         .collect();
     let results = api.bind(bindings).await.expect("bind");
@@ -1128,14 +1113,9 @@ async fn lists_of_one_nodes_pods_read_the_index_and_agree_with_a_scan() {
     api.create(&pod("default", "p00", Some("10m")))
         .await
         .expect("pod");
-    api.bind(vec![Binding {
-        namespace: "default".into(),
-        pod: "p00".into(),
-        node: "n2".into(),
-        pod_resource_version: 0,
-    }])
-    .await
-    .expect("bind");
+    api.bind(vec![binding("default", "p00", "n2")])
+        .await
+        .expect("bind");
     for name in ["p03", "p06"] {
         api.delete(Kind::Pod, "other", name, 0, Some(0))
             .await
