@@ -1,9 +1,10 @@
 //! `skiff bench restart`: a rolling restart of a three-member store under a put load, member
 //! by member, first stopping each one as an operator does (SIGTERM, so a leader hands over
 //! first) and then with kill -9, and for each restart the longest pause between acknowledged
-//! puts (`--down`: how long each member stays stopped). The members are `skiff store` processes
-//! of this binary on loopback (or, with `--etcd`, etcd's, for the same figures side by side),
-//! in a temporary directory, started and stopped here.
+//! puts and when it began, from the stop signal (`--down`: how long each member stays
+//! stopped, so a pause that began about `--down` in came from the start again). The members
+//! are `skiff store` processes of this binary on loopback (or, with `--etcd`, etcd's, for the
+//! same figures side by side), in a temporary directory, started and stopped here.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -97,17 +98,20 @@ struct Acks {
 
 impl Acks {
     /// The longest gap between acknowledgements from `from` on (the last one before `from`
-    /// counts as the start), up to now.
-    fn longest_pause_since(&self, from: Instant) -> Duration {
+    /// counts as the start), up to now, and the acknowledgement that began it.
+    fn longest_pause_since(&self, from: Instant) -> (Duration, Instant) {
         let at = self.at.lock().unwrap_or_else(|p| p.into_inner());
         let start = at.partition_point(|t| *t < from);
         let mut prev = if start > 0 { at[start - 1] } else { from };
-        let mut longest = Duration::ZERO;
-        for t in &at[start..] {
-            longest = longest.max(t.saturating_duration_since(prev));
+        let mut longest = (Duration::ZERO, prev);
+        for t in at[start..].iter().chain([&Instant::now()]) {
+            let gap = t.saturating_duration_since(prev);
+            if gap > longest.0 {
+                longest = (gap, prev);
+            }
             prev = *t;
         }
-        longest.max(Instant::now().saturating_duration_since(prev))
+        longest
     }
 }
 
@@ -242,8 +246,8 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         a.rounds
     );
     println!(
-        "{:<8} {:>5} {:>7} {:>7} {:>16} {:>13}",
-        "stop", "round", "member", "leader", "longest pause", "failed puts"
+        "{:<8} {:>5} {:>7} {:>7} {:>16} {:>14} {:>13}",
+        "stop", "round", "member", "leader", "longest pause", "began at", "failed puts"
     );
     let mut worst = Vec::new();
     for way in [Stop::Graceful, Stop::Kill] {
@@ -281,15 +285,23 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
-                let pause = acks.longest_pause_since(from);
+                let (pause, began) = acks.longest_pause_since(from);
                 pauses.push((was_leader, pause));
+                // When the pause began: at the stop (about 0) or at the start again (about
+                // `--down` later).
+                let at_ms = if began >= from {
+                    began.duration_since(from).as_secs_f64() * 1000.0
+                } else {
+                    -(from.duration_since(began).as_secs_f64() * 1000.0)
+                };
                 println!(
-                    "{:<8} {:>5} {:>7} {:>7} {:>13.0} ms {:>13}",
+                    "{:<8} {:>5} {:>7} {:>7} {:>13.0} ms {:>+11.0} ms {:>13}",
                     way.label(),
                     round,
                     names[i],
                     if was_leader { "yes" } else { "no" },
                     pause.as_secs_f64() * 1000.0,
+                    at_ms,
                     acks.failed.load(Ordering::Relaxed) - failed_before
                 );
             }

@@ -875,6 +875,74 @@ async fn followers_campaign_as_soon_as_their_leader_dies() {
     eprintln!("kill -9 of the leader: the next acknowledged write {took:?} after the kill");
 }
 
+/// A member started again keeps its client port closed until it knows its leader, so a
+/// client's connection is refused (and goes to another member) instead of being held while
+/// the member starts and waits for the leader to find it: once it accepts, a write through it
+/// goes straight to the leader. A member that cannot hear from one (its peers are down)
+/// opens the port anyway after two election timeouts, and says so in its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_member_lets_clients_in_once_it_knows_its_leader() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.wait_leader(Duration::from_secs(15)).await;
+    let mut client = cluster.client(leader).await;
+    for i in 0..200 {
+        client.put(format!("/k{i}"), "v", None).await.expect("put");
+    }
+    let back = (leader + 1) % 3;
+    let address = |c: &Cluster, i: usize| {
+        c.members[i]
+            .client_url
+            .trim_start_matches("http://")
+            .to_string()
+    };
+    // The first accepted connection, polled from the moment the member is started again.
+    async fn first_accept(address: &str, within: Duration) -> Duration {
+        let started = Instant::now();
+        loop {
+            if tokio::net::TcpStream::connect(address).await.is_ok() {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < within,
+                "{address} still refused after {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    cluster.kill(back);
+    client.put("/while-down", "v", None).await.expect("put");
+    cluster.restart(back);
+    first_accept(&address(&cluster, back), Duration::from_secs(20)).await;
+    // Let in, it serves at once: a write through it goes straight to the leader.
+    let mut direct = cluster.client(back).await;
+    let leader_id = client.status().await.expect("status").leader();
+    assert_eq!(direct.status().await.expect("status").leader(), leader_id);
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        direct.put("/through-back", "v", None),
+    )
+    .await
+    .expect("a write through the member let in answers within 2 s")
+    .expect("put");
+    // Alone: every member stopped, one started again. Its peers never answer, and after two
+    // election timeouts (1 s each here) it serves anyway, without a leader.
+    for i in 0..3 {
+        cluster.kill(i);
+    }
+    cluster.restart(0);
+    let waited = first_accept(&address(&cluster, 0), Duration::from_secs(20)).await;
+    assert!(waited >= Duration::from_secs(2), "opened after {waited:?}");
+    let mut alone = cluster.client(0).await;
+    alone.status().await.expect("status");
+    assert!(
+        cluster
+            .log_of(0)
+            .contains("no leader known yet: serving clients anyway"),
+        "{}",
+        cluster.log_of(0)
+    );
+}
+
 /// CheckQuorum: a leader that has not heard from a majority within an election timeout (both
 /// followers SIGSTOPped here) stops serving, as etcd's steps down: writes through it fail with
 /// "no leader" instead of hanging until they time out, and it serves again once a majority

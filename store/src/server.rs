@@ -12,7 +12,7 @@ use skiff_proto::etcd::{
     PbAuthServer, PbClusterServer, PbKvServer, PbLeaseServer, PbMaintenanceServer,
 };
 use skiff_proto::raft::v1::raft_peer_server::RaftPeerServer;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 
 use skiff_proto::cluster::v1::cluster_server::ClusterServer;
 use skiff_proto::metrics::{self, Registry, Scrape, Sink};
@@ -64,22 +64,37 @@ pub fn socket_addr(url: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("{url}: resolves to no address"))
 }
 
-/// Binds every URL; each listener comes with the TLS it serves (`https://` URLs), from
-/// `tls` (an `https://` URL without it is refused, saying why: `no_tls`).
+/// The TLS a listener serves (`https://` URLs), or none.
+type ServerTls = Option<Arc<rustls::ServerConfig>>;
+
+/// Each URL's address and the TLS it serves (`https://` URLs), from `tls` (an `https://`
+/// URL without it is refused, saying why: `no_tls`).
+fn targets(
+    urls: &[String],
+    tls: Option<&Arc<rustls::ServerConfig>>,
+    no_tls: &str,
+) -> anyhow::Result<Vec<(SocketAddr, String, ServerTls)>> {
+    urls.iter()
+        .map(|url| {
+            let tls = if url.starts_with("https://") {
+                Some(tls.with_context(|| format!("{url}: {no_tls}"))?.clone())
+            } else {
+                None
+            };
+            Ok((socket_addr(url)?, url.clone(), tls))
+        })
+        .collect()
+}
+
+/// Binds and listens on every URL; each listener comes with the TLS it serves.
 async fn bind_all(
     urls: &[String],
     what: &str,
     tls: Option<&Arc<rustls::ServerConfig>>,
     no_tls: &str,
-) -> anyhow::Result<Vec<(TcpListener, Option<Arc<rustls::ServerConfig>>)>> {
+) -> anyhow::Result<Vec<(TcpListener, ServerTls)>> {
     let mut out = Vec::new();
-    for url in urls {
-        let addr = socket_addr(url)?;
-        let tls = if url.starts_with("https://") {
-            Some(tls.with_context(|| format!("{url}: {no_tls}"))?.clone())
-        } else {
-            None
-        };
+    for (addr, url, tls) in targets(urls, tls, no_tls)? {
         out.push((
             TcpListener::bind(addr)
                 .await
@@ -89,6 +104,66 @@ async fn bind_all(
     }
     Ok(out)
 }
+
+/// A port bound at start and listened on once the member is ready for what comes to it:
+/// until then a connection is refused, not held.
+struct Reserved {
+    socket: TcpSocket,
+    url: String,
+    tls: ServerTls,
+}
+
+/// Binds every URL without listening yet (see [`Reserved`]): a port another process listens
+/// on still fails the start at once.
+fn reserve_all(
+    urls: &[String],
+    what: &str,
+    tls: Option<&Arc<rustls::ServerConfig>>,
+    no_tls: &str,
+) -> anyhow::Result<Vec<Reserved>> {
+    let mut out = Vec::new();
+    for (addr, url, tls) in targets(urls, tls, no_tls)? {
+        let bind = || -> std::io::Result<TcpSocket> {
+            let socket = if addr.is_ipv4() {
+                TcpSocket::new_v4()?
+            } else {
+                TcpSocket::new_v6()?
+            };
+            // As a listener binds: a restarted member's port may hold connections in TIME_WAIT.
+            socket.set_reuseaddr(true)?;
+            socket.bind(addr)?;
+            Ok(socket)
+        };
+        let socket = bind().with_context(|| format!("listening for {what} on {url}"))?;
+        out.push(Reserved { socket, url, tls });
+    }
+    Ok(out)
+}
+
+/// Listens on reserved ports.
+fn listen_all(
+    reserved: Vec<Reserved>,
+    what: &str,
+) -> anyhow::Result<Vec<(TcpListener, ServerTls)>> {
+    reserved
+        .into_iter()
+        .map(|r| {
+            let l = r
+                .socket
+                .listen(LISTEN_BACKLOG)
+                .with_context(|| format!("listening for {what} on {}", r.url))?;
+            Ok((l, r.tls))
+        })
+        .collect()
+}
+
+/// Connections a listener queues before it accepts them (tokio's own listeners' figure).
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// How long a starting member keeps its client ports closed waiting to know a leader, in
+/// election timeouts; past it, it serves anyway (requests then wait for a leader, or fail
+/// saying there is none), so a member cut off from its majority still answers.
+const READY_WAIT_ELECTIONS: u32 = 2;
 
 /// How long a stopping member lets requests in flight finish before closing connections.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(1);
@@ -139,13 +214,14 @@ pub async fn run(
     // directory is touched.
     let access = Arc::new(crate::access::Access::new(config.access.clone())?);
     // Bind first: a taken port fails the start before anything touches the data directory.
-    let client = bind_all(
+    // The client and Kubernetes API ports listen once the member knows its leader (see
+    // below); peers and metrics at once.
+    let client = reserve_all(
         &listen.client_urls,
         "clients",
         client_tls.as_ref(),
         "https:// needs --cert-file and --key-file",
-    )
-    .await?;
+    )?;
     let peer = bind_all(
         &listen.peer_urls,
         "peers",
@@ -162,13 +238,12 @@ pub async fn run(
         )
         .await?,
     );
-    let kube_api = bind_all(
+    let kube_api = reserve_all(
         &listen.api_urls,
         "the Kubernetes API",
         api_tls.as_ref(),
         "https:// needs --cert-file and --key-file (the Kubernetes API serves the client URLs' certificate)",
-    )
-    .await?;
+    )?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     // Peers must be reachable while the member starts (a joining member says hello first).
@@ -207,6 +282,18 @@ pub async fn run(
     }
     let member = StoreMember::start(config, Some(crate::cluster::watch::tagger())).await?;
     let _ = member_tx.send(Some(member.clone()));
+    // A member started again on a busy cluster knows no leader until the leader's next
+    // heartbeat finds it; the requests it took meanwhile could only wait, and every client
+    // that tried it stalled. Refused instead, they go to the other members at once.
+    let ready_wait = member.config.election_timeout * READY_WAIT_ELECTIONS;
+    if !member.wait_for_leader(ready_wait).await {
+        tracing::info!(
+            waited_ms = ready_wait.as_millis() as u64,
+            "no leader known yet: serving clients anyway"
+        );
+    }
+    let client = listen_all(client, "clients")?;
+    let kube_api = listen_all(kube_api, "the Kubernetes API")?;
     let limit = member.config.max_request_bytes + GRPC_OVERHEAD;
     // One cluster API behind both faces: they share its event lease, UID sequence and
     // access rules.
@@ -353,7 +440,7 @@ async fn raft_failed(member: &StoreMember) -> String {
 }
 
 /// Listeners that serve no TLS (metrics, the Kubernetes API: plain HTTP for now).
-fn plain(bound: Vec<(TcpListener, Option<Arc<rustls::ServerConfig>>)>) -> Vec<TcpListener> {
+fn plain(bound: Vec<(TcpListener, ServerTls)>) -> Vec<TcpListener> {
     bound.into_iter().map(|(l, _)| l).collect()
 }
 

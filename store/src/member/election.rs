@@ -214,6 +214,12 @@ impl Elections {
         c.heard = Instant::now();
     }
 
+    /// Whether this member has heard from a leader since it started (itself, leading,
+    /// included).
+    pub(crate) fn heard_any(&self) -> bool {
+        self.lock().leader.is_some()
+    }
+
     /// The `Follow` stream to `leader` ended or could not be opened.
     fn link_failed(&self, leader: u64) {
         let mut c = self.lock();

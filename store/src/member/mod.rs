@@ -27,7 +27,7 @@ mod transfer;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use openraft::ServerState;
 use openraft::error::RaftError;
@@ -258,6 +258,22 @@ impl StoreMember {
 
     pub fn leader(&self) -> Option<u64> {
         self.raft.metrics().borrow().current_leader
+    }
+
+    /// Waits up to `bound` until this member leads or has heard from its leader since it
+    /// started; whether it has. (openraft's own view can name a leader as soon as it starts:
+    /// the one of the vote it stored, alive or not.)
+    pub async fn wait_for_leader(&self, bound: Duration) -> bool {
+        let deadline = Instant::now() + bound;
+        loop {
+            if self.is_leader() || self.elections.heard_any() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     pub fn term(&self) -> u64 {
