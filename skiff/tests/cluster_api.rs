@@ -1025,31 +1025,23 @@ fn id(o: &Object) -> String {
     format!("{}/{}", o.metadata().namespace, o.metadata().name)
 }
 
-/// Every page of a list of `fields` through the raw API, `limit` at a time, with `between`
-/// run after the first page; the names in order and the revisions the pages read at.
+/// Every page of `first` (a list of pods) through the raw API, each page read with its
+/// continue token, and `between` run after the first page; the pods' `namespace/name` in
+/// order and the revisions the pages read at.
 async fn pod_pages(
     url: &str,
-    fields: &str,
-    limit: i64,
+    first: skiff_proto::cluster::v1::ListRequest,
     between: impl Future<Output = ()>,
 ) -> (Vec<String>, BTreeSet<i64>) {
     use skiff_proto::cluster::v1::cluster_client::ClusterClient as Raw;
-    use skiff_proto::cluster::v1::{ListRequest, Selectors};
     let mut raw = Raw::connect(url.to_string()).await.expect("connect");
     let (mut names, mut revisions, mut token) = (Vec::new(), BTreeSet::new(), String::new());
     let mut between = Some(between);
     loop {
         let r = raw
-            .list(ListRequest {
-                kind: "Pod".into(),
-                namespace: String::new(),
-                selectors: Some(Selectors {
-                    label_selector: String::new(),
-                    field_selector: fields.into(),
-                }),
-                limit,
+            .list(skiff_proto::cluster::v1::ListRequest {
                 continue_token: token,
-                serializable: false,
+                ..first.clone()
             })
             .await
             .expect("list")
@@ -1065,6 +1057,27 @@ async fn pod_pages(
             return (names, revisions);
         }
         token = r.continue_token;
+    }
+}
+
+/// A list of pods in `namespace` (every one: empty) selected by `labels` and `fields`,
+/// `limit` a page.
+fn pods_request(
+    namespace: &str,
+    labels: &str,
+    fields: &str,
+    limit: i64,
+) -> skiff_proto::cluster::v1::ListRequest {
+    skiff_proto::cluster::v1::ListRequest {
+        kind: "Pod".into(),
+        namespace: namespace.into(),
+        selectors: Some(skiff_proto::cluster::v1::Selectors {
+            label_selector: labels.into(),
+            field_selector: fields.into(),
+        }),
+        limit,
+        continue_token: String::new(),
+        serializable: false,
     }
 }
 
@@ -1130,14 +1143,15 @@ async fn lists_of_one_nodes_pods_read_the_index_and_agree_with_a_scan() {
     // Pages of two at one revision; then a write after the first page: the rest is read at
     // the first page's revision, by scan, and agrees.
     let url = cluster.members[0].client_url.clone();
-    let (names, revisions) = pod_pages(&url, "spec.nodeName=n2", 2, async {}).await;
+    let n2 = pods_request("", "", "spec.nodeName=n2", 2);
+    let (names, revisions) = pod_pages(&url, n2.clone(), async {}).await;
     assert_eq!(
         names.iter().cloned().collect::<BTreeSet<_>>(),
         on(&all, "n2")
     );
     assert_eq!(revisions.len(), 1);
     let writer = api.clone();
-    let (names, revisions) = pod_pages(&url, "spec.nodeName=n2", 2, async move {
+    let (names, revisions) = pod_pages(&url, n2, async move {
         writer
             .delete(Kind::Pod, "other", "p01", 0, Some(0))
             .await
@@ -1224,7 +1238,6 @@ async fn agrees_with_scan(api: &ClusterClient, all: &[Object], who: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_page_at_one_revision_with_selectors() {
     use skiff_proto::cluster::v1::cluster_client::ClusterClient as Raw;
-    use skiff_proto::cluster::v1::{ListRequest, Selectors};
     let cluster = Cluster::start(1).await;
     let api = client(&cluster).await;
     for i in 0..7 {
@@ -1234,67 +1247,33 @@ async fn lists_page_at_one_revision_with_selectors() {
         }
         api.create(&p).await.expect("pod");
     }
-    let mut raw = Raw::connect(cluster.members[0].client_url.clone())
-        .await
-        .expect("connect");
-    let mut names = Vec::new();
-    let mut token = String::new();
-    let mut revisions = BTreeSet::new();
-    loop {
-        let r = raw
-            .list(ListRequest {
-                kind: "Pod".into(),
-                namespace: "default".into(),
-                selectors: Some(Selectors {
-                    label_selector: "!odd".into(),
-                    field_selector: String::new(),
-                }),
-                limit: 2,
-                continue_token: token,
-                serializable: false,
-            })
-            .await
-            .expect("list")
-            .into_inner();
-        revisions.insert(r.resource_version);
-        for o in &r.items {
-            names.push(
-                Object::from_json(Kind::Pod, &o.json)
-                    .expect("pod")
-                    .metadata()
-                    .name
-                    .clone(),
-            );
-        }
-        if names.len() == 2 {
-            // A write between pages does not show up in later pages.
-            api.create(&pod("default", "p9", Some("10m")))
+    // A write between pages does not show up in later pages.
+    let writer = api.clone();
+    let (names, revisions) = pod_pages(
+        &cluster.members[0].client_url,
+        pods_request("default", "!odd", "", 2),
+        async move {
+            writer
+                .create(&pod("default", "p9", Some("10m")))
                 .await
                 .expect("pod");
-        }
-        if r.continue_token.is_empty() {
-            break;
-        }
-        token = r.continue_token;
-    }
-    assert_eq!(names, ["p0", "p2", "p4", "p6"]);
+        },
+    )
+    .await;
+    assert_eq!(
+        names,
+        ["default/p0", "default/p2", "default/p4", "default/p6"]
+    );
     assert_eq!(
         revisions.len(),
         1,
         "every page at the first page's revision"
     );
+    let mut raw = Raw::connect(cluster.members[0].client_url.clone())
+        .await
+        .expect("connect");
     let bad = raw
-        .list(ListRequest {
-            kind: "Pod".into(),
-            namespace: String::new(),
-            selectors: Some(Selectors {
-                label_selector: String::new(),
-                field_selector: "spec.bogus=x".into(),
-            }),
-            limit: 0,
-            continue_token: String::new(),
-            serializable: false,
-        })
+        .list(pods_request("", "", "spec.bogus=x", 0))
         .await
         .expect_err("unknown field");
     assert_eq!(bad.code(), Code::InvalidArgument);
