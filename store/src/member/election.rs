@@ -214,9 +214,10 @@ impl Elections {
         c.heard = Instant::now();
     }
 
-    /// Whether this member (`me`) has heard from another member leading since it started.
-    pub(crate) fn heard_another_leader(&self, me: u64) -> bool {
-        self.lock().leader.is_some_and(|l| l != me)
+    /// Whether this member has heard from a leader since it started (itself, leading,
+    /// included).
+    pub(crate) fn heard_any(&self) -> bool {
+        self.lock().leader.is_some()
     }
 
     /// The `Follow` stream to `leader` ended or could not be opened.
@@ -504,31 +505,6 @@ impl StoreMember {
             .map_err(|e| e.to_string())
     }
 
-    /// On the leader: how many voters (itself included) answered its Raft messages within
-    /// `window`, and how many voters there are.
-    fn voters_answered_within(&self, window: Duration) -> (usize, usize) {
-        let voters: Vec<u64> = {
-            let metrics = self.raft.metrics();
-            let m = metrics.borrow();
-            m.membership_config.membership().voter_ids().collect()
-        };
-        let heard = voters
-            .iter()
-            .filter(|v| **v == self.id || self.activity.answered_within(**v, window))
-            .count();
-        (heard, voters.len())
-    }
-
-    /// Whether this member leads and a majority of voters (itself included) answered it
-    /// within `window`. (A leader started again may lead its old term for a while, alone.)
-    pub(crate) fn leads_a_majority(&self, window: Duration) -> bool {
-        if !self.is_leader() {
-            return false;
-        }
-        let (heard, voters) = self.voters_answered_within(window);
-        heard * 2 > voters
-    }
-
     /// CheckQuorum, on the leader: whether a majority of voters (itself included) answered
     /// its Raft messages within an election timeout. A leader younger than that is given the
     /// benefit of the doubt.
@@ -542,13 +518,21 @@ impl StoreMember {
             e.quorum_lost.store(false, Ordering::Relaxed);
             return;
         }
-        let (heard, voters) = self.voters_answered_within(e.election_timeout);
-        let lost = heard * 2 <= voters;
+        let voters: Vec<u64> = {
+            let metrics = self.raft.metrics();
+            let m = metrics.borrow();
+            m.membership_config.membership().voter_ids().collect()
+        };
+        let heard = voters
+            .iter()
+            .filter(|v| **v == self.id || self.activity.answered_within(**v, e.election_timeout))
+            .count();
+        let lost = heard * 2 <= voters.len();
         if e.quorum_lost.swap(lost, Ordering::Relaxed) != lost {
             if lost {
                 tracing::warn!(
                     heard,
-                    voters,
+                    voters = voters.len(),
                     "lost contact with a majority: serving nothing until it answers again"
                 );
             } else {

@@ -260,17 +260,13 @@ impl StoreMember {
         self.raft.metrics().borrow().current_leader
     }
 
-    /// Waits up to `bound` until this member has heard from its leader since it started, or
-    /// leads and a majority has answered it since; whether it has. (openraft's own view can
-    /// name a leader as soon as it starts: the one of the vote it stored, alive or not, and a
-    /// member that led before it stopped may lead its old term again, alone.)
+    /// Waits up to `bound` until this member leads or has heard from its leader since it
+    /// started; whether it has. (openraft's own view can name a leader as soon as it starts:
+    /// the one of the vote it stored, alive or not.)
     pub async fn wait_for_leader(&self, bound: Duration) -> bool {
-        let started = Instant::now();
-        let deadline = started + bound;
+        let deadline = Instant::now() + bound;
         loop {
-            if self.elections.heard_another_leader(self.id)
-                || self.leads_a_majority(started.elapsed())
-            {
+            if self.is_leader() || self.elections.heard_any() {
                 return true;
             }
             if Instant::now() >= deadline {
