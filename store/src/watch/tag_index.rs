@@ -41,14 +41,19 @@ impl Tagger {
         if !e.kv.key.starts_with(&self.prefix) {
             return Vec::new();
         }
-        let mut tags = match e.kind {
-            EventKind::Put => (self.tags)(&e.kv.value),
-            EventKind::Delete => Vec::new(),
-        };
+        let mut tags = self.new_tags(e);
         if let Some(prev) = &e.prev_kv {
             merge(&mut tags, (self.tags)(&prev.value));
         }
         tags
+    }
+
+    /// The tags of the key's state after `e`: its new value's, none once deleted.
+    fn new_tags(&self, e: &Event) -> Vec<String> {
+        match e.kind {
+            EventKind::Put => (self.tags)(&e.kv.value),
+            EventKind::Delete => Vec::new(),
+        }
     }
 }
 
@@ -97,10 +102,7 @@ impl TagIndex {
     /// Records one revision's change of a key under the tagger's prefix and returns the
     /// event's tags: the new value's and those the key carried before.
     pub fn apply(&mut self, tagger: &Tagger, e: &Event) -> Vec<String> {
-        let mut tags = match e.kind {
-            EventKind::Put => (tagger.tags)(&e.kv.value),
-            EventKind::Delete => Vec::new(),
-        };
+        let mut tags = tagger.new_tags(e);
         let before = self.set(&e.kv.key, tags.clone());
         merge(&mut tags, before);
         tags
