@@ -8,6 +8,7 @@
 //! written without `sync`, readable at once, and reported flushed by the [`Flusher`] once it
 //! has synced the write-ahead log; meanwhile the leader's replication sends the entries (our
 //! openraft patch, `vendor/README.md`). Votes, truncations and purges are written with `sync`.
+//! The committed log id is not written on its own: it rides on the log's next write.
 //! Purging deletes a prefix and records the last purged id first, so a crash between the two
 //! leaves a consistent state.
 
@@ -78,6 +79,9 @@ pub struct LogStore {
     /// The committed index is noted here.
     metrics: crate::metrics::StoreMetrics,
     flusher: Arc<Flusher>,
+    /// The committed id openraft last saved, not yet written: it rides on the log's next
+    /// write (see `save_committed` below).
+    unsaved_committed: Option<LogId>,
 }
 
 /// Syncs the write-ahead log under appends written without `sync`, then reports each of them
@@ -185,6 +189,18 @@ impl LogStore {
             db,
             proposals,
             metrics,
+            unsaved_committed: None,
+        }
+    }
+
+    /// Puts the committed id saved since the last write of the log into `batch`.
+    fn carry_committed(&mut self, batch: &mut WriteBatch) {
+        if let Some(c) = self.unsaved_committed.take() {
+            batch.put_cf(
+                backend::cf(&self.db, CF_RAFT),
+                COMMITTED,
+                backend::encode(&Some(c)),
+            );
         }
     }
 
@@ -284,22 +300,24 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.get_meta(VOTE)
     }
 
+    /// Kept in memory and written with the log's next write (an append, a truncation, a
+    /// purge), not on its own. openraft saves the committed id before it applies what was
+    /// committed, so a write of its own stood between every commit and its answer, on the
+    /// leader and on each follower. The id written lags by at most the writes since, and a
+    /// lagging one is safe: a committed id is only a hint for what to apply again at start
+    /// (openraft takes the state machine's applied id when that is later), and a member
+    /// learns the rest from its leader.
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         if let Some(c) = committed {
             self.metrics.committed(c.index);
+            self.unsaved_committed = Some(c);
         }
-        // Not synced: a lost committed id only means re-applying from the last applied one.
-        self.db
-            .put_cf(
-                backend::cf(&self.db, CF_RAFT),
-                COMMITTED,
-                backend::encode(&committed),
-            )
-            .map_err(write_err)
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        Ok(self.get_meta::<Option<LogId>>(COMMITTED)?.flatten())
+        let saved = self.get_meta::<Option<LogId>>(COMMITTED)?.flatten();
+        Ok(saved.max(self.unsaved_committed))
     }
 
     async fn append<I>(
@@ -311,8 +329,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let cf = backend::cf(&self.db, CF_LOG);
         let mut batch = WriteBatch::default();
+        self.carry_committed(&mut batch);
+        let cf = backend::cf(&self.db, CF_LOG);
         let mut proposed = Vec::new();
         let mut end = None;
         for e in entries {
@@ -360,8 +379,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        let cf = backend::cf(&self.db, CF_LOG);
         let mut batch = WriteBatch::default();
+        self.carry_committed(&mut batch);
+        let cf = backend::cf(&self.db, CF_LOG);
         batch.delete_range_cf(cf, log_id.index.to_be_bytes(), u64::MAX.to_be_bytes());
         batch.delete_cf(cf, u64::MAX.to_be_bytes());
         self.db.write_opt(batch, &synced()).map_err(write_err)
@@ -371,6 +391,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // The marker and the deletion in one synced batch: after a crash the log state never
         // shows entries gone without the marker, nor the marker without its deletion.
         let mut batch = WriteBatch::default();
+        self.carry_committed(&mut batch);
         batch.put_cf(
             backend::cf(&self.db, CF_RAFT),
             PURGED,

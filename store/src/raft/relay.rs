@@ -210,7 +210,11 @@ fn start_link(io: PeerIo) -> Link {
     let pending: Arc<Mutex<HashMap<u64, oneshot::Sender<Answer>>>> = Arc::default();
     let dead = Arc::new(AtomicBool::new(false));
     tokio::spawn(write_requests(write, rx, pending.clone(), dead.clone()));
-    tokio::spawn(read_answers(read, pending.clone(), dead.clone()));
+    tokio::spawn(read_answers(
+        tokio::io::BufReader::new(read),
+        pending.clone(),
+        dead.clone(),
+    ));
     Link {
         queue,
         pending,
@@ -315,10 +319,11 @@ pub(super) async fn serve(conn: Conn, service: PeerService, limit: usize) {
     let peer = tonic::transport::server::Connected::connect_info(&conn)
         .tcp
         .remote_addr();
-    let (mut read, mut write) = tokio::io::split(conn);
+    let (read, mut write) = tokio::io::split(conn);
     if stream::send(&mut write, PREAMBLE).await.is_err() {
         return;
     }
+    let mut read = tokio::io::BufReader::new(read);
     let (answers, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let writer = tokio::spawn(async move {
         let mut buf = Vec::new();

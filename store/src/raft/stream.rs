@@ -32,7 +32,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf};
 use tokio::time::timeout_at;
 
 use super::TypeConfig;
@@ -80,6 +80,10 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
 /// A connection to a peer, plain or TLS.
 pub(super) type PeerIo = Box<dyn Io>;
+
+/// A peer-stream connection as the pool keeps it: reads buffered, so that a frame's length,
+/// tag and payload, which arrive together, take one read from the socket and not three.
+type Pooled = BufReader<PeerIo>;
 
 /// How this member dials its peers' peer URLs for the stream and the relay: TCP, and TLS for
 /// `https://` ones.
@@ -148,7 +152,7 @@ pub enum CallError {
 /// The peer-stream connections of this member to its peers, idle ones pooled per peer URL.
 #[derive(Clone)]
 pub struct Streams {
-    idle: Arc<Mutex<HashMap<String, Vec<PeerIo>>>>,
+    idle: Arc<Mutex<HashMap<String, Vec<Pooled>>>>,
     grpc_only: GrpcOnly,
     dial: Dialer,
 }
@@ -200,7 +204,7 @@ impl Streams {
         }
     }
 
-    fn idle(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<PeerIo>>> {
+    fn idle(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Pooled>>> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -230,7 +234,7 @@ impl Streams {
         }
         let dial = tokio::time::Instant::now() + DIAL_TIMEOUT;
         let mut io = match timeout_at(deadline.min(dial), self.dial.open(url, PREAMBLE)).await {
-            Ok(Ok(Some(io))) => io,
+            Ok(Ok(Some(io))) => BufReader::new(io),
             Ok(Ok(None)) => {
                 self.grpc_only
                     .insert(url, "the Raft stream", "AppendEntries");
@@ -255,7 +259,7 @@ impl Streams {
     fn answered(
         &self,
         url: &str,
-        io: PeerIo,
+        io: Pooled,
         (status, body): (u8, Vec<u8>),
     ) -> Result<Vec<u8>, CallError> {
         let mut pool = self.idle();
@@ -289,7 +293,7 @@ fn frame(tag: u8, payload: &[u8]) -> Vec<u8> {
 }
 
 /// Writes `frame` and reads the answer: its status and payload.
-async fn exchange(io: &mut PeerIo, frame: &[u8]) -> io::Result<(u8, Vec<u8>)> {
+async fn exchange(io: &mut Pooled, frame: &[u8]) -> io::Result<(u8, Vec<u8>)> {
     send(io, frame).await?;
     read_frame(io, MAX_ANSWER)
         .await?
@@ -531,6 +535,7 @@ async fn serve(mut conn: Conn, service: PeerService, limit: usize) {
     if send(&mut conn, PREAMBLE).await.is_err() {
         return;
     }
+    let mut conn = BufReader::new(conn);
     loop {
         let (kind, payload) = match read_frame(&mut conn, limit).await {
             Ok(Some(frame)) => frame,
