@@ -256,8 +256,18 @@ impl StoreMember {
         self.raft.metrics().borrow().state == ServerState::Leader
     }
 
+    /// The leader this member knows of: itself when it leads, else the one it has heard from
+    /// since it started. (openraft names the leader of the vote it stored as soon as it starts,
+    /// alive or not; `endpoint status`, the health check and the metrics would report a dead
+    /// leader until the election that replaced it was heard of.)
     pub fn leader(&self) -> Option<u64> {
-        self.raft.metrics().borrow().current_leader
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        if m.state == ServerState::Leader || self.elections.heard_any() {
+            m.current_leader
+        } else {
+            None
+        }
     }
 
     /// Waits up to `bound` until this member leads or has heard from its leader since it
