@@ -723,6 +723,67 @@ async fn create_many_writes_the_good_objects_in_one_revision_and_refuses_the_bad
     }
 }
 
+/// Pods under a ResourceQuota created in one CreateMany (a ReplicaSet's burst): admission
+/// counts the namespace's pods once and each pod of the batch against the ones before it, so
+/// the pods that fit land together in one revision, and each that does not is refused with
+/// the usage its batch left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_many_under_a_quota_counts_the_batch_and_writes_it_in_one_revision() {
+    let cluster = Cluster::start(3).await;
+    let api = client(&cluster).await;
+    api.create(&namespace("quota")).await.expect("namespace");
+    let q = obj(
+        Kind::ResourceQuota,
+        json!({"metadata": {"name": "q", "namespace": "quota"},
+               "spec": {"hard": {"pods": "4", "requests.cpu": "1"}}}),
+    );
+    api.create(&q).await.expect("quota");
+    api.create(&pod("quota", "a", Some("300m")))
+        .await
+        .expect("first pod");
+    let results = api
+        .create_many(&[
+            pod("quota", "b", Some("300m")),
+            pod("quota", "c", Some("300m")),
+            pod("quota", "d", Some("300m")),
+            pod("quota", "e", Some("10m")),
+            pod("quota", "f", Some("10m")),
+        ])
+        .await
+        .expect("create many");
+    let mut results = results.into_iter();
+    let mut created = Vec::new();
+    for name in ["b", "c"] {
+        created.push(results.next().expect("result").expect(name));
+    }
+    expect_err(
+        results.next().expect("d"),
+        Code::FailedPrecondition,
+        "exceeded quota: q, requested: requests.cpu=300m, used: requests.cpu=900m, limited: requests.cpu=1",
+    );
+    created.push(results.next().expect("result").expect("e"));
+    expect_err(
+        results.next().expect("f"),
+        Code::FailedPrecondition,
+        "exceeded quota: q, requested: pods=1, used: pods=4, limited: pods=4",
+    );
+    let revisions: Vec<&str> = created
+        .iter()
+        .map(|p| p.metadata().resource_version.as_str())
+        .collect();
+    assert!(
+        revisions.iter().all(|r| *r == revisions[0]),
+        "the pods that fit are written together: {revisions:?}"
+    );
+    let (pods, _) = api
+        .list(Kind::Pod, &ListParams::default().namespace("quota"))
+        .await
+        .expect("list");
+    let mut names: Vec<&str> = pods.iter().map(|p| p.metadata().name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["a", "b", "c", "e"], "refused pods were not written");
+}
+
 /// UpdateStatusMany, the node agent's batch: the statuses that change something land in one
 /// revision, conditions others wrote stay, a status already stored writes nothing, and each
 /// refusal (another pod under the name, a stale pinned version, no such pod) is its own.

@@ -4,7 +4,8 @@
 //! kube-apiserver words it. Also the update rules: what an update may change and what it may
 //! not.
 
-use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 
 use skiff_proto::api::certificates::{
     CertificateSigningRequestCondition, CertificateSigningRequestStatus,
@@ -46,12 +47,42 @@ fn default_service_account(pod: &mut Pod) {
     spec.service_account = spec.service_account_name.clone();
 }
 
-/// Runs admission for a create; returns the guards the write must carry.
-pub fn admit_create(api: &ClusterApi, object: &mut Object) -> Result<Vec<Compare>> {
+/// What the pods of each namespace use against its quotas, counted once per create or per
+/// batch of creates (a CreateMany) at the revision in `at`, each pod admitted since added.
+/// A batch's pods are thus checked against each other as well as against what is stored,
+/// and the namespace's pods are decoded once per batch, not once per pod. A pod admitted and
+/// then not written with its batch (its name was taken meanwhile) still counts for the rest
+/// of the batch: a batch errs toward refusing, never toward exceeding a quota.
+#[derive(Debug, Default)]
+pub struct QuotaCounts(HashMap<String, Counted>);
+
+#[derive(Debug)]
+struct Counted {
+    at: i64,
+    used: BTreeMap<&'static str, Quantity>,
+}
+
+/// What admission asks of a create's write.
+#[derive(Debug, Default)]
+pub struct Admitted {
+    /// What must still hold when the write lands (the namespace exists, …).
+    pub guards: Vec<Compare>,
+    /// Under a quota: no pod of the namespace was created since the count. A batch's own
+    /// earlier pods are in the count, so this guard does not read the batch's writes.
+    pub counted: Option<Compare>,
+}
+
+/// Runs admission for a create, counting quota usage into `counts`; returns what the write
+/// must carry.
+pub fn admit_create(
+    api: &ClusterApi,
+    object: &mut Object,
+    counts: &mut QuotaCounts,
+) -> Result<Admitted> {
     let kind = object.kind();
     let mut guards = Vec::new();
     if !kind.is_namespaced() {
-        return Ok(guards);
+        return Ok(Admitted::default());
     }
     let ns = object.metadata().namespace.clone();
     let (_, found) = api.get_local(Kind::Namespace, "", &ns)?;
@@ -84,7 +115,10 @@ pub fn admit_create(api: &ClusterApi, object: &mut Object) -> Result<Vec<Compare
         }
     }
     let Object::Pod(pod) = object else {
-        return Ok(guards);
+        return Ok(Admitted {
+            guards,
+            counted: None,
+        });
     };
     default_toleration_seconds(pod);
     default_service_account(pod);
@@ -108,19 +142,29 @@ pub fn admit_create(api: &ClusterApi, object: &mut Object) -> Result<Vec<Compare
         0,
     )?;
     if quotas.is_empty() {
-        return Ok(guards);
+        return Ok(Admitted {
+            guards,
+            counted: None,
+        });
     }
     let pods_prefix = Kind::Pod.prefix(Some(&ns));
-    let (at, pods) = api.range(
-        Kind::Pod,
-        pods_prefix.as_bytes(),
-        &prefix_end(pods_prefix.as_bytes()),
-        0,
-    )?;
-    let used = usage(pods.iter().filter_map(|p| match &p.object {
-        Object::Pod(p) if !p.is_terminal() => Some(p),
-        _ => None,
-    }));
+    let counted = match counts.0.entry(ns.clone()) {
+        Entry::Occupied(e) => e.into_mut(),
+        Entry::Vacant(e) => {
+            let (at, pods) = api.range(
+                Kind::Pod,
+                pods_prefix.as_bytes(),
+                &prefix_end(pods_prefix.as_bytes()),
+                0,
+            )?;
+            let used = usage(pods.iter().filter_map(|p| match &p.object {
+                Object::Pod(p) if !p.is_terminal() => Some(p),
+                _ => None,
+            }));
+            e.insert(Counted { at, used })
+        }
+    };
+    let used = &counted.used;
     let wanted = usage(std::iter::once(&*pod));
     for q in &quotas {
         let Object::ResourceQuota(quota) = &q.object else {
@@ -159,15 +203,27 @@ pub fn admit_create(api: &ClusterApi, object: &mut Object) -> Result<Vec<Compare
             }
         }
     }
-    // No pod in the namespace may have changed since the usage above was counted (a deleted
-    // one only frees quota, so absence is fine).
-    guards.push(Compare {
+    for (resource, q) in wanted {
+        let e = counted.used.entry(resource).or_insert(Quantity::ZERO);
+        *e = e.checked_add(&q).unwrap_or(*e);
+    }
+    // No pod may have been created in the namespace since the count: only a new pod adds to
+    // what the namespace uses. A pod's requests and limits never change once it is created,
+    // and one that ends, or is deleted, only frees quota; so updates of other pods (their
+    // status, say), which never stop while the namespace runs pods, do not make this create
+    // count again. (A pod's status moved back from Succeeded or Failed would use quota
+    // again unseen; nothing in Skiff does that, and Kubernetes' own quota would also only
+    // see it at its controller's next count.)
+    let counted = Compare {
         key: pods_prefix.as_bytes().to_vec(),
         range_end: prefix_end(pods_prefix.as_bytes()),
         result: CompareResult::Less,
-        target: CompareTarget::Mod(at + 1),
-    });
-    Ok(guards)
+        target: CompareTarget::Create(counted.at + 1),
+    };
+    Ok(Admitted {
+        guards,
+        counted: Some(counted),
+    })
 }
 
 /// What a set of pods counts against a quota, under every name a quota may use.

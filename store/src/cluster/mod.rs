@@ -246,18 +246,21 @@ pub fn decode_request(
 /// The keys the transactions of one batch (a CreateMany's, in one log entry) write. Every
 /// compare of a transaction is evaluated before any of its writes, so a nested transaction
 /// whose compares read a key an earlier one writes would be checked against the state before
-/// the batch: two creates of one name would both succeed, the second over the first, and two
-/// pods under a quota would each count the namespace's pods without the other. Such a
-/// transaction is left out of the batch, and its object written alone after it.
+/// the batch: two creates of one name would both succeed, the second over the first. Such a
+/// transaction is left out of the batch, and its object written alone after it. A quota's
+/// guard is the exception: admission counted the batch's earlier pods already (see
+/// [`admission::QuotaCounts`]), so pods under a quota stay in the batch.
 #[derive(Debug, Default)]
 struct BatchWrites(std::collections::BTreeSet<Vec<u8>>);
 
 impl BatchWrites {
     /// Takes `txn` into the batch (its puts among the writes) unless one of its compares
-    /// reads a key written before; whether it took it.
-    fn admit(&mut self, txn: &TxnRequest) -> bool {
+    /// other than `counted` (its quota's guard) reads a key written before; whether it took
+    /// it.
+    fn admit(&mut self, txn: &TxnRequest, counted: Option<&Compare>) -> bool {
         let reads_written = txn.compare.iter().any(|c| {
-            !is_empty_range(&c.key, &c.range_end)
+            Some(c) != counted
+                && !is_empty_range(&c.key, &c.range_end)
                 && self
                     .0
                     .range::<[u8], _>(range_bounds(&c.key, &c.range_end))
@@ -752,7 +755,9 @@ impl ClusterApi {
         let kind = object.kind();
         for _ in 0..WRITE_ATTEMPTS {
             self.barrier(false).await?;
-            let (candidate, txn) = self.admit_new(&object).await?;
+            let (candidate, txn, _) = self
+                .admit_new(&object, &mut admission::QuotaCounts::default())
+                .await?;
             if dry_run {
                 return Ok((self.member.shared.read().revision(), candidate));
             }
@@ -783,6 +788,7 @@ impl ClusterApi {
         // (index, object as admitted, the object as given) of each one in the transaction.
         let mut proposed = Vec::new();
         let mut writes = BatchWrites::default();
+        let mut counts = admission::QuotaCounts::default();
         // (index, the object as given) of each one created alone after the batch.
         let mut alone = Vec::new();
         for (i, given) in objects.into_iter().enumerate() {
@@ -794,12 +800,12 @@ impl ClusterApi {
                 object.metadata_mut().name = generated_name(prefix);
             }
             let admitted = match self.new_object(object).await {
-                Ok(o) => self.admit_new(&o).await,
+                Ok(o) => self.admit_new(&o, &mut counts).await,
                 Err(e) => Err(e),
             };
             match admitted {
-                Ok((candidate, txn)) => {
-                    if writes.admit(&txn) {
+                Ok((candidate, txn, counted)) => {
+                    if writes.admit(&txn, counted.as_ref()) {
                         ops.push(RequestOp::Txn(txn));
                         proposed.push((i, candidate, given));
                     } else {
@@ -902,12 +908,18 @@ impl ClusterApi {
 
     /// Admission and validation of a new object against the current state (read after a
     /// barrier), and the transaction that creates it: "the key is absent and every admission
-    /// guard holds" → put it, with the claims it makes; else read the key.
-    async fn admit_new(&self, object: &Object) -> Result<(Object, TxnRequest)> {
+    /// guard holds" → put it, with the claims it makes; else read the key. Quota usage is
+    /// counted into `counts` (see [`admission::QuotaCounts`]); the quota's guard is also
+    /// returned on its own.
+    async fn admit_new(
+        &self,
+        object: &Object,
+        counts: &mut admission::QuotaCounts,
+    ) -> Result<(Object, TxnRequest, Option<Compare>)> {
         let kind = object.kind();
         let key = object.key();
         let mut candidate = object.clone();
-        let guards = admission::admit_create(self, &mut candidate)?;
+        let admitted = admission::admit_create(self, &mut candidate, counts)?;
         let claim = self.claim_pod_cidr(&mut candidate)?;
         let addresses = self.service_addresses(None, &mut candidate)?;
         validation::validate(&candidate).map_err(|e| validation_error(&candidate, e))?;
@@ -916,7 +928,8 @@ impl ClusterApi {
             CompareTarget::Create(0),
             CompareResult::Equal,
         )];
-        compare.extend(guards);
+        compare.extend(admitted.guards);
+        compare.extend(admitted.counted.clone());
         let mut success = vec![RequestOp::Put(PutRequest {
             key: key.as_bytes().to_vec(),
             value: encode(&candidate),
@@ -936,7 +949,7 @@ impl ClusterApi {
             })],
             auth_revision: None,
         };
-        Ok((candidate, txn))
+        Ok((candidate, txn, admitted.counted))
     }
 
     /// The `default` namespace exists from the first write into it on, as in Kubernetes,
@@ -1324,18 +1337,17 @@ mod tests {
     }
 
     /// A create as admission builds it: its key absent, and, under a quota, no pod of the
-    /// namespace changed since the count.
-    fn create_txn(key: &str, quota_over: Option<&str>) -> TxnRequest {
+    /// namespace created since the count (that guard also returned on its own).
+    fn create_txn(key: &str, quota_over: Option<&str>) -> (TxnRequest, Option<Compare>) {
+        let counted = quota_over.map(|prefix| Compare {
+            key: prefix.as_bytes().to_vec(),
+            range_end: prefix_end(prefix.as_bytes()),
+            result: CompareResult::Less,
+            target: CompareTarget::Create(10),
+        });
         let mut guards = vec![compare(key, CompareTarget::Create(0), CompareResult::Equal)];
-        if let Some(prefix) = quota_over {
-            guards.push(Compare {
-                key: prefix.as_bytes().to_vec(),
-                range_end: prefix_end(prefix.as_bytes()),
-                result: CompareResult::Less,
-                target: CompareTarget::Mod(10),
-            });
-        }
-        TxnRequest {
+        guards.extend(counted.clone());
+        let txn = TxnRequest {
             compare: guards,
             success: vec![RequestOp::Put(PutRequest {
                 key: key.as_bytes().to_vec(),
@@ -1343,41 +1355,38 @@ mod tests {
             })],
             failure: Vec::new(),
             auth_revision: None,
-        }
+        };
+        (txn, counted)
     }
 
     /// A batch takes creates that read nothing an earlier one writes, and leaves out a second
-    /// create of a key and a pod whose quota counts pods the batch writes.
+    /// create of a key; a quota's guard over the pods the batch writes does not count as a
+    /// read (admission counted those pods), any other read of them does.
     #[test]
     fn a_batch_leaves_out_what_reads_its_own_writes() {
         let mut batch = BatchWrites::default();
-        assert!(batch.admit(&create_txn("/registry/pods/a/p1", None)));
-        assert!(batch.admit(&create_txn("/registry/pods/b/p1", None)));
+        let mut admit = |key: &str, quota_over: Option<&str>| {
+            let (txn, counted) = create_txn(key, quota_over);
+            batch.admit(&txn, counted.as_ref())
+        };
+        assert!(admit("/registry/pods/a/p1", None));
+        assert!(admit("/registry/pods/b/p1", None));
+        assert!(!admit("/registry/pods/a/p1", None), "same key");
         assert!(
-            !batch.admit(&create_txn("/registry/pods/a/p1", None)),
-            "same key"
+            admit("/registry/pods/a/p2", Some("/registry/pods/a/")),
+            "a quota over namespace a's pods, which counted them"
         );
         assert!(
-            !batch.admit(&create_txn(
-                "/registry/pods/a/p2",
-                Some("/registry/pods/a/")
-            )),
-            "a quota over namespace a's pods"
+            admit("/registry/pods/a/p3", Some("/registry/pods/a/")),
+            "and the pod just taken"
         );
+        let (mut txn, _) = create_txn("/registry/pods/a/p4", Some("/registry/pods/a/"));
         assert!(
-            batch.admit(&create_txn(
-                "/registry/pods/c/p1",
-                Some("/registry/pods/c/")
-            )),
-            "a quota over pods the batch does not write"
+            !batch.admit(&txn, None),
+            "the same range read by a guard that did not count the batch"
         );
-        assert!(
-            !batch.admit(&create_txn(
-                "/registry/pods/c/p2",
-                Some("/registry/pods/c/")
-            )),
-            "the pod just taken counts now"
-        );
+        txn.compare.truncate(1);
+        assert!(batch.admit(&txn, None), "without it");
     }
 
     /// Each policy leaves at most one collector finalizer, after the others; unset, the one
