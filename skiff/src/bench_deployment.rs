@@ -29,6 +29,11 @@ pub struct Args {
     /// deleted and the time until its pods are gone is measured.
     #[arg(long)]
     keep: bool,
+    /// Put a ResourceQuota on the Deployment's namespace (pods and CPU requests, with room
+    /// for every replica), so that each pod is created through quota admission, as in a
+    /// namespace of a cluster shared by teams.
+    #[arg(long)]
+    quota: bool,
     #[command(flatten)]
     endpoints: Endpoints,
 }
@@ -51,6 +56,20 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let api = a.endpoints.resolve()?.connect()?;
     let ready = crate::bench::ready_nodes(&api).await?;
     let (ns, _) = crate::bench::fresh_namespace(&api, "deploy").await?;
+    if a.quota {
+        let quota = Object::from_json(
+            Kind::ResourceQuota,
+            serde_json::json!({
+                "metadata": {"name": "bench", "namespace": ns},
+                "spec": {"hard": {"pods": (2 * a.replicas).to_string(), "requests.cpu": "100000"}}
+            })
+            .to_string()
+            .as_bytes(),
+        )?;
+        api.create(&quota)
+            .await
+            .context("creating the ResourceQuota")?;
+    }
     let (_, revision) = api.list(Kind::Pod, &ListParams::default()).await?;
     let mut pods = api
         .watch(
@@ -81,8 +100,13 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         .as_bytes(),
     )?;
     eprintln!(
-        "a Deployment of {} replicas in namespace {ns} on {ready} Ready nodes …",
-        a.replicas
+        "a Deployment of {} replicas in namespace {ns}{} on {ready} Ready nodes …",
+        a.replicas,
+        if a.quota {
+            " (under a ResourceQuota)"
+        } else {
+            ""
+        }
     );
     let start = Instant::now();
     api.create(&deployment)
