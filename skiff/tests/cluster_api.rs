@@ -89,6 +89,17 @@ fn expect_err(r: skiff_proto::client::Result<Object>, code: Code, msg: &str) {
     }
 }
 
+/// Namespace `ns` with a ResourceQuota `q` of `pods` pods and one CPU of requests.
+async fn namespace_with_quota(api: &ClusterClient, ns: &str, pods: &str) {
+    api.create(&namespace(ns)).await.expect("namespace");
+    let q = obj(
+        Kind::ResourceQuota,
+        json!({"metadata": {"name": "q", "namespace": ns},
+               "spec": {"hard": {"pods": pods, "requests.cpu": "1"}}}),
+    );
+    api.create(&q).await.expect("quota");
+}
+
 async fn client(c: &Cluster) -> ClusterClient {
     ClusterClient::connect(&c.endpoints()).expect("client")
 }
@@ -220,13 +231,7 @@ async fn validation_and_admission_refuse_with_reasons_and_write_nothing() {
         "spec.restartPolicy: unsupported value \"Sometimes\"",
     );
     // ResourceQuota: count and request totals.
-    api.create(&namespace("quota")).await.expect("namespace");
-    let q = obj(
-        Kind::ResourceQuota,
-        json!({"metadata": {"name": "q", "namespace": "quota"},
-               "spec": {"hard": {"pods": "2", "requests.cpu": "1"}}}),
-    );
-    api.create(&q).await.expect("quota");
+    namespace_with_quota(&api, "quota", "2").await;
     api.create(&pod("quota", "a", Some("400m")))
         .await
         .expect("first pod fits");
@@ -731,13 +736,7 @@ async fn create_many_writes_the_good_objects_in_one_revision_and_refuses_the_bad
 async fn create_many_under_a_quota_counts_the_batch_and_writes_it_in_one_revision() {
     let cluster = Cluster::start(3).await;
     let api = client(&cluster).await;
-    api.create(&namespace("quota")).await.expect("namespace");
-    let q = obj(
-        Kind::ResourceQuota,
-        json!({"metadata": {"name": "q", "namespace": "quota"},
-               "spec": {"hard": {"pods": "4", "requests.cpu": "1"}}}),
-    );
-    api.create(&q).await.expect("quota");
+    namespace_with_quota(&api, "quota", "4").await;
     api.create(&pod("quota", "a", Some("300m")))
         .await
         .expect("first pod");
