@@ -781,6 +781,40 @@ async fn create_many_under_a_quota_counts_the_batch_and_writes_it_in_one_revisio
     let mut names: Vec<&str> = pods.iter().map(|p| p.metadata().name.as_str()).collect();
     names.sort_unstable();
     assert_eq!(names, ["a", "b", "c", "e"], "refused pods were not written");
+    // The member keeps each namespace's count and reads only what changed since: a deleted
+    // pod and a pod that ended free what they used, a new one adds to it.
+    api.delete(Kind::Pod, "quota", "b", 0, Some(0))
+        .await
+        .expect("delete b");
+    api.create(&pod("quota", "g", Some("300m")))
+        .await
+        .expect("g fits where b was");
+    expect_err(
+        api.create(&pod("quota", "h", Some("10m"))).await,
+        Code::FailedPrecondition,
+        "exceeded quota: q, requested: pods=1, used: pods=4, limited: pods=4",
+    );
+    let mut ended = api
+        .get(Kind::Pod, "quota", "g")
+        .await
+        .expect("get")
+        .expect("g");
+    if let Object::Pod(p) = &mut ended {
+        p.status.get_or_insert_with(Default::default).phase = Some(PodPhase::Failed);
+    }
+    api.update_status(&ended).await.expect("g failed");
+    api.create(&pod("quota", "h", Some("10m")))
+        .await
+        .expect("h fits once g ended");
+    api.delete(Kind::Pod, "quota", "a", 0, Some(0))
+        .await
+        .expect("delete a");
+    // c, e and h: 320m.
+    expect_err(
+        api.create(&pod("quota", "i", Some("700m"))).await,
+        Code::FailedPrecondition,
+        "exceeded quota: q, requested: requests.cpu=700m, used: requests.cpu=320m, limited: requests.cpu=1",
+    );
 }
 
 /// UpdateStatusMany, the node agent's batch: the statuses that change something land in one

@@ -6,6 +6,8 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 use skiff_proto::api::certificates::{
     CertificateSigningRequestCondition, CertificateSigningRequestStatus,
@@ -18,8 +20,8 @@ use skiff_proto::api::{
 };
 use skiff_proto::quantity::Quantity;
 
-use super::{ClusterApi, ClusterError, Result, not_found, pod_security, prefix_end};
-use crate::command::{Compare, CompareResult, CompareTarget};
+use super::{ClusterApi, ClusterError, Result, decode, not_found, pod_security, prefix_end};
+use crate::command::{Compare, CompareResult, CompareTarget, RangeRequest};
 
 fn forbidden(object: &Object, why: String) -> ClusterError {
     ClusterError::Forbidden {
@@ -50,7 +52,7 @@ fn default_service_account(pod: &mut Pod) {
 /// What the pods of each namespace use against its quotas, counted once per create or per
 /// batch of creates (a CreateMany) at the revision in `at`, each pod admitted since added.
 /// A batch's pods are thus checked against each other as well as against what is stored,
-/// and the namespace's pods are decoded once per batch, not once per pod. A pod admitted and
+/// and the namespace is counted once per batch, from the member's [`UsageCache`]. A pod admitted and
 /// then not written with its batch (its name was taken meanwhile) still counts for the rest
 /// of the batch: a batch errs toward refusing, never toward exceeding a quota.
 #[derive(Debug, Default)]
@@ -59,7 +61,100 @@ pub struct QuotaCounts(HashMap<String, Counted>);
 #[derive(Debug)]
 struct Counted {
     at: i64,
-    used: BTreeMap<&'static str, Quantity>,
+    used: Usage,
+}
+
+/// Quantities by the names a quota may give them (`pods`, `requests.cpu`, `cpu`, …).
+type Usage = BTreeMap<&'static str, Quantity>;
+
+/// What the pods of each namespace under a quota use, as of a revision, kept by the member
+/// between creates: a count decodes only the pods changed since the namespace's last count
+/// ([`crate::mvcc::Mvcc::changed_since`]), not every pod in it. A namespace is counted whole
+/// again when the index no longer reaches back to its last count (compaction) and after a
+/// snapshot replaced the keyspace; it is forgotten once no quota is left in it.
+#[derive(Debug, Default)]
+pub struct UsageCache(Mutex<HashMap<String, Arc<Mutex<NamespaceUsage>>>>);
+
+#[derive(Debug, Default)]
+struct NamespaceUsage {
+    /// The revision counted at; 0: to be counted whole.
+    at: i64,
+    /// The member's snapshot installs as of that count.
+    epoch: u64,
+    /// Each counted pod's usage, by key (pods that ended use nothing and are not held).
+    pods: HashMap<Vec<u8>, Usage>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl UsageCache {
+    /// What the pods of namespace `ns` use now, and the revision that is as of.
+    fn count(&self, api: &ClusterApi, ns: &str) -> Result<(i64, Usage)> {
+        let entry = lock(&self.0).entry(ns.to_owned()).or_default().clone();
+        let mut counted = lock(&entry);
+        let prefix = Kind::Pod.prefix(Some(ns));
+        let end = prefix_end(prefix.as_bytes());
+        let shared = &api.member.shared;
+        let mvcc = shared.read();
+        // Read under the keyspace lock, as the install raises it: the epoch of what is read.
+        let epoch = shared.snapshots_installed.load(Ordering::Relaxed);
+        let now = mvcc.revision();
+        let changed = if counted.at > 0 && counted.epoch == epoch {
+            mvcc.changed_since(prefix.as_bytes(), &end, counted.at)?
+        } else {
+            None
+        };
+        let (whole, kvs) = match changed {
+            Some(changed) => (false, changed),
+            None => {
+                let all = mvcc.range(&RangeRequest {
+                    key: prefix.as_bytes().to_vec(),
+                    range_end: end,
+                    revision: now,
+                    ..RangeRequest::default()
+                })?;
+                let kvs = all.kvs.into_iter().map(|kv| (kv.key.clone(), Some(kv)));
+                (true, kvs.collect())
+            }
+        };
+        // Decoded without the keyspace lock, so the apply path does not wait on it.
+        drop(mvcc);
+        if whole {
+            // Until this count is done: an error part way leaves it to be counted whole.
+            counted.at = 0;
+            counted.pods.clear();
+        }
+        for (key, kv) in kvs {
+            counted.pods.remove(&key);
+            if let Some(kv) = kv
+                && let Object::Pod(pod) = decode(Kind::Pod, &kv)?.object
+                && !pod.is_terminal()
+            {
+                counted.pods.insert(key, usage(std::iter::once(&pod)));
+            }
+        }
+        counted.at = now;
+        counted.epoch = epoch;
+        let mut used = Usage::new();
+        for pod in counted.pods.values() {
+            add_usage(&mut used, pod);
+        }
+        Ok((now, used))
+    }
+
+    /// `ns` has no quota (left): its count is not kept.
+    fn forget(&self, ns: &str) {
+        lock(&self.0).remove(ns);
+    }
+}
+
+fn add_usage(into: &mut Usage, more: &Usage) {
+    for (resource, q) in more {
+        let e = into.entry(resource).or_insert(Quantity::ZERO);
+        *e = e.checked_add(q).unwrap_or(*e);
+    }
 }
 
 /// What admission asks of a create's write.
@@ -142,6 +237,7 @@ pub fn admit_create(
         0,
     )?;
     if quotas.is_empty() {
+        api.member.shared.quota_usage.forget(&ns);
         return Ok(Admitted {
             guards,
             counted: None,
@@ -151,16 +247,7 @@ pub fn admit_create(
     let counted = match counts.0.entry(ns.clone()) {
         Entry::Occupied(e) => e.into_mut(),
         Entry::Vacant(e) => {
-            let (at, pods) = api.range(
-                Kind::Pod,
-                pods_prefix.as_bytes(),
-                &prefix_end(pods_prefix.as_bytes()),
-                0,
-            )?;
-            let used = usage(pods.iter().filter_map(|p| match &p.object {
-                Object::Pod(p) if !p.is_terminal() => Some(p),
-                _ => None,
-            }));
+            let (at, used) = api.member.shared.quota_usage.count(api, &ns)?;
             e.insert(Counted { at, used })
         }
     };
@@ -203,10 +290,7 @@ pub fn admit_create(
             }
         }
     }
-    for (resource, q) in wanted {
-        let e = counted.used.entry(resource).or_insert(Quantity::ZERO);
-        *e = e.checked_add(&q).unwrap_or(*e);
-    }
+    add_usage(&mut counted.used, &wanted);
     // No pod may have been created in the namespace since the count: only a new pod adds to
     // what the namespace uses. A pod's requests and limits never change once it is created,
     // and one that ends, or is deleted, only frees quota; so updates of other pods (their
@@ -227,7 +311,7 @@ pub fn admit_create(
 }
 
 /// What a set of pods counts against a quota, under every name a quota may use.
-fn usage<'a>(pods: impl Iterator<Item = &'a Pod>) -> BTreeMap<&'static str, Quantity> {
+fn usage<'a>(pods: impl Iterator<Item = &'a Pod>) -> Usage {
     let mut out: BTreeMap<&'static str, Quantity> = BTreeMap::new();
     let mut add = |name: &'static str, q: Quantity| {
         let e = out.entry(name).or_insert(Quantity::ZERO);

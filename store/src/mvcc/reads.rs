@@ -8,6 +8,9 @@ use crate::error::StoreError;
 use crate::key_index::KeyState;
 use crate::revision::{Revision, versioned_key};
 
+/// A key that changed, and its value now (none: deleted).
+pub type Changed = (Vec<u8>, Option<KeyValue>);
+
 impl Mvcc {
     pub(super) fn load_record(
         &self,
@@ -46,6 +49,32 @@ impl Mvcc {
             }),
             Record::Tombstone => Err(StoreError::internal("index points at a tombstone")),
         }
+    }
+
+    /// The keys in `[key, range_end)` changed (put or deleted) at main revisions after
+    /// `since`, each once, in key order, with its value now (none: deleted). `None` when the
+    /// index cannot tell, `since` being behind the compaction: read the range whole instead.
+    pub fn changed_since(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+        since: i64,
+    ) -> Result<Option<Vec<Changed>>, StoreError> {
+        if since < self.compacted {
+            return Ok(None);
+        }
+        let found = self
+            .index
+            .changes(key, range_end, since + 1, self.revision, usize::MAX);
+        let keys: std::collections::BTreeSet<Vec<u8>> =
+            found.changes.into_iter().map(|(k, _)| k).collect();
+        keys.into_iter()
+            .map(|k| {
+                let now = self.get(&k, self.revision)?;
+                Ok((k, now))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
     }
 
     /// The key as of main revision `at`, if it existed.

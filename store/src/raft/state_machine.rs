@@ -37,8 +37,11 @@ const META_MEMBERSHIP: &[u8] = b"membership";
 pub struct Shared {
     mvcc: RwLock<Mvcc>,
     pub hub: Arc<WatchHub>,
-    /// Snapshots received from a leader and installed (a metric).
+    /// Snapshots received from a leader and installed (a metric; raised under the keyspace
+    /// write lock, as the keyspace is replaced).
     pub snapshots_installed: AtomicU64,
+    /// What the pods of each namespace under a ResourceQuota use (quota admission's).
+    pub quota_usage: crate::cluster::admission::UsageCache,
     /// What the member times and counts as it runs (etcd's metric names).
     pub metrics: crate::metrics::StoreMetrics,
     /// Whether etcd's auth is on, without the keyspace lock.
@@ -56,6 +59,7 @@ impl Shared {
             mvcc: RwLock::new(mvcc),
             hub: Arc::new(hub),
             snapshots_installed: AtomicU64::new(0),
+            quota_usage: Default::default(),
             metrics: crate::metrics::StoreMetrics::default(),
         }))
     }
@@ -183,8 +187,10 @@ fn install_into_keyspace(
     // Watchers may have missed revisions the snapshot jumped over: they catch up from the
     // installed keyspace (or learn that their start was compacted).
     shared.hub.unsync_all(before);
-    drop(mvcc);
+    // Under the lock: a reader that holds it sees the count of the keyspace it reads (quota
+    // admission's usage cache starts over on a new one).
     shared.snapshots_installed.fetch_add(1, Ordering::Relaxed);
+    drop(mvcc);
     Ok(())
 }
 
