@@ -100,6 +100,16 @@ async fn namespace_with_quota(api: &ClusterClient, ns: &str, pods: &str) {
     api.create(&q).await.expect("quota");
 }
 
+/// Creating pod `name` (requesting `cpu`) in namespace `quota` is refused by quota
+/// admission, saying `msg`.
+async fn refused_by_quota(api: &ClusterClient, name: &str, cpu: &str, msg: &str) {
+    expect_err(
+        api.create(&pod("quota", name, Some(cpu))).await,
+        Code::FailedPrecondition,
+        msg,
+    );
+}
+
 async fn client(c: &Cluster) -> ClusterClient {
     ClusterClient::connect(&c.endpoints()).expect("client")
 }
@@ -235,11 +245,13 @@ async fn validation_and_admission_refuse_with_reasons_and_write_nothing() {
     api.create(&pod("quota", "a", Some("400m")))
         .await
         .expect("first pod fits");
-    expect_err(
-        api.create(&pod("quota", "b", Some("700m"))).await,
-        Code::FailedPrecondition,
+    refused_by_quota(
+        &api,
+        "b",
+        "700m",
         "exceeded quota: q, requested: requests.cpu=700m, used: requests.cpu=400m, limited: requests.cpu=1",
-    );
+    )
+    .await;
     expect_err(
         api.create(&pod("quota", "c", None)).await,
         Code::FailedPrecondition,
@@ -248,11 +260,13 @@ async fn validation_and_admission_refuse_with_reasons_and_write_nothing() {
     api.create(&pod("quota", "b", Some("500m")))
         .await
         .expect("second pod fits");
-    expect_err(
-        api.create(&pod("quota", "d", Some("10m"))).await,
-        Code::FailedPrecondition,
+    refused_by_quota(
+        &api,
+        "d",
+        "10m",
         "exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2",
-    );
+    )
+    .await;
     let (pods, _) = api
         .list(Kind::Pod, &ListParams::default().namespace("quota"))
         .await
@@ -789,11 +803,13 @@ async fn create_many_under_a_quota_counts_the_batch_and_writes_it_in_one_revisio
     api.create(&pod("quota", "g", Some("300m")))
         .await
         .expect("g fits where b was");
-    expect_err(
-        api.create(&pod("quota", "h", Some("10m"))).await,
-        Code::FailedPrecondition,
+    refused_by_quota(
+        &api,
+        "h",
+        "10m",
         "exceeded quota: q, requested: pods=1, used: pods=4, limited: pods=4",
-    );
+    )
+    .await;
     let mut ended = api
         .get(Kind::Pod, "quota", "g")
         .await
@@ -810,11 +826,13 @@ async fn create_many_under_a_quota_counts_the_batch_and_writes_it_in_one_revisio
         .await
         .expect("delete a");
     // c, e and h: 320m.
-    expect_err(
-        api.create(&pod("quota", "i", Some("700m"))).await,
-        Code::FailedPrecondition,
+    refused_by_quota(
+        &api,
+        "i",
+        "700m",
         "exceeded quota: q, requested: requests.cpu=700m, used: requests.cpu=320m, limited: requests.cpu=1",
-    );
+    )
+    .await;
 }
 
 /// UpdateStatusMany, the node agent's batch: the statuses that change something land in one
