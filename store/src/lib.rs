@@ -54,3 +54,9 @@ pub mod revision;
 pub mod server;
 pub mod tls;
 pub mod watch;
+
+/// Locks `m`, taking over a lock that a panicking thread left poisoned: what it guards is
+/// kept consistent between statements, and a panic elsewhere must not stop the member.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

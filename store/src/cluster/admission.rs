@@ -22,6 +22,7 @@ use skiff_proto::quantity::Quantity;
 
 use super::{ClusterApi, ClusterError, Result, decode, not_found, pod_security, prefix_end};
 use crate::command::{Compare, CompareResult, CompareTarget, RangeRequest};
+use crate::lock;
 
 fn forbidden(object: &Object, why: String) -> ClusterError {
     ClusterError::Forbidden {
@@ -52,9 +53,9 @@ fn default_service_account(pod: &mut Pod) {
 /// What the pods of each namespace use against its quotas, counted once per create or per
 /// batch of creates (a CreateMany) at the revision in `at`, each pod admitted since added.
 /// A batch's pods are thus checked against each other as well as against what is stored,
-/// and the namespace is counted once per batch, from the member's [`UsageCache`]. A pod admitted and
-/// then not written with its batch (its name was taken meanwhile) still counts for the rest
-/// of the batch: a batch errs toward refusing, never toward exceeding a quota.
+/// and the namespace is counted once per batch, from the member's [`UsageCache`]. A pod
+/// admitted and then not written with its batch (its name was taken meanwhile) still counts
+/// for the rest of the batch: a batch errs toward refusing, never toward exceeding a quota.
 #[derive(Debug, Default)]
 pub struct QuotaCounts(HashMap<String, Counted>);
 
@@ -83,10 +84,6 @@ struct NamespaceUsage {
     epoch: u64,
     /// Each counted pod's usage, by key (pods that ended use nothing and are not held).
     pods: HashMap<Vec<u8>, Usage>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl UsageCache {
@@ -152,9 +149,14 @@ impl UsageCache {
 
 fn add_usage(into: &mut Usage, more: &Usage) {
     for (resource, q) in more {
-        let e = into.entry(resource).or_insert(Quantity::ZERO);
-        *e = e.checked_add(q).unwrap_or(*e);
+        add_quantity(into, resource, q);
     }
+}
+
+/// Adds `q` to `resource` in `into` (a sum past what a quantity holds stays where it was).
+fn add_quantity(into: &mut Usage, resource: &'static str, q: &Quantity) {
+    let e = into.entry(resource).or_insert(Quantity::ZERO);
+    *e = e.checked_add(q).unwrap_or(*e);
 }
 
 /// What admission asks of a create's write.
@@ -312,11 +314,8 @@ pub fn admit_create(
 
 /// What a set of pods counts against a quota, under every name a quota may use.
 fn usage<'a>(pods: impl Iterator<Item = &'a Pod>) -> Usage {
-    let mut out: BTreeMap<&'static str, Quantity> = BTreeMap::new();
-    let mut add = |name: &'static str, q: Quantity| {
-        let e = out.entry(name).or_insert(Quantity::ZERO);
-        *e = e.checked_add(&q).unwrap_or(*e);
-    };
+    let mut out = Usage::new();
+    let mut add = |name: &'static str, q: Quantity| add_quantity(&mut out, name, &q);
     for pod in pods {
         add("pods", Quantity::from_units(1));
         for (resource, req, lim) in [

@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::service::PeerService;
 use super::stream::{self, GrpcOnly, PeerIo};
+use crate::lock;
 use crate::tls::Conn;
 
 /// What a relay connection opens with, both ways (as long as the peer stream's, which the
@@ -94,10 +95,6 @@ impl std::fmt::Debug for Relays {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Relays").finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Relays {
