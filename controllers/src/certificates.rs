@@ -27,8 +27,8 @@ use skiff_proto::api::rbac::{AccessReview, AccessReviewSpec, ResourceAttributes}
 use skiff_proto::api::{CertificateConditionType, Kind, Object, Time};
 use skiff_proto::client::{ClientError, Code, Event};
 
+use crate::core::{Context, Controller, Requeue, gone_is_none};
 use crate::queue::WorkQueue;
-use crate::{Context, Controller, Requeue, gone_is_none};
 
 /// The controller's name in logs and metrics.
 pub const NAME: &str = "certificates";

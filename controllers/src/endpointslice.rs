@@ -29,8 +29,8 @@ use skiff_proto::api::service::{
 use skiff_proto::api::{ConditionStatus, Kind, Object, ObjectMeta, Pod, PodConditionType};
 use skiff_proto::client::{ClientError, Event};
 
+use crate::core::{Context, Controller, Requeue, controller_ref, gone_is_none, key_of, split_key};
 use crate::queue::WorkQueue;
-use crate::{Context, Controller, Requeue, controller_ref, gone_is_none, key_of, split_key};
 
 /// The controller's name in logs and metrics.
 pub const NAME: &str = "endpointslice";

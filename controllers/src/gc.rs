@@ -26,8 +26,8 @@ use skiff_proto::api::{DeletionPropagation, Kind, Object};
 use skiff_proto::client::{ClientError, Code, Event};
 
 use crate::cache::Cache;
+use crate::core::{Context, Controller, Requeue};
 use crate::queue::WorkQueue;
-use crate::{Context, Controller, Requeue};
 
 /// The controller's name in logs and metrics.
 pub const NAME: &str = "garbagecollector";

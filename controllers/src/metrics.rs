@@ -13,7 +13,6 @@ use skiff_proto::metrics::prometheus_client::metrics::histogram::{Histogram, exp
 use skiff_proto::metrics::{self, Registry, Scrape, Sink};
 
 use crate::queue::WorkQueue;
-use crate::{Error, Result};
 
 type Labels = [(&'static str, &'static str); 1];
 
@@ -101,8 +100,9 @@ pub fn registry(metrics: Arc<Metrics>, queues: Vec<(&'static str, WorkQueue)>) -
 }
 
 /// Serves the registry at `http://addr/metrics` until the task is aborted.
-pub async fn serve(addr: SocketAddr, registry: Registry) -> Result<tokio::task::JoinHandle<()>> {
-    metrics::serve(addr, registry)
-        .await
-        .map_err(|source| Error::Metrics { addr, source })
+pub async fn serve(
+    addr: SocketAddr,
+    registry: Registry,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    metrics::serve(addr, registry).await
 }

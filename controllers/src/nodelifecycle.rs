@@ -30,8 +30,8 @@ use skiff_proto::api::{
 use skiff_proto::client::{ClientError, Code, Event};
 use skiff_proto::recorder::{EventRecorder, reference};
 
+use crate::core::{Context, Controller, Requeue};
 use crate::queue::WorkQueue;
-use crate::{Context, Controller, Requeue};
 
 /// The controller's name in logs and metrics.
 pub const NAME: &str = "nodelifecycle";

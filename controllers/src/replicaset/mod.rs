@@ -20,10 +20,11 @@ use skiff_proto::client::{ClientError, Code, Event};
 use skiff_proto::recorder::{EventRecorder, reference};
 
 use crate::cache::controller_of;
-use crate::queue::WorkQueue;
-use crate::{
-    Context, Controller, Requeue, controller_ref, gone_is_none, key_of, owner_key, pods, split_key,
+use crate::core::{
+    Context, Controller, Requeue, controller_ref, gone_is_none, key_of, owner_key, split_key,
 };
+use crate::pods;
+use crate::queue::WorkQueue;
 
 pub mod expectations;
 pub mod plan;

@@ -1,0 +1,90 @@
+//! What every controller shares: the [`Context`] it reads and writes through, the
+//! [`Controller`] trait its workers run, and how objects are named in queue keys and owner
+//! references. It sits below the controllers; [`crate::manager`], which starts them, sits
+//! above.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use skiff_proto::api::meta::OwnerReference;
+use skiff_proto::api::{Kind, Object, ObjectMeta};
+use skiff_proto::client::{ClientError, ClusterClient, Code};
+use skiff_proto::recorder::EventRecorder;
+
+use crate::cache::{self, Cache};
+use crate::metrics::Metrics;
+use crate::queue::WorkQueue;
+use crate::replicaset::expectations::Expectations;
+
+/// What every controller reads and writes through.
+#[derive(Debug)]
+pub struct Context {
+    pub client: ClusterClient,
+    pub pods: Cache,
+    pub replica_sets: Cache,
+    pub deployments: Cache,
+    pub nodes: Cache,
+    pub csrs: Cache,
+    pub services: Cache,
+    pub endpoint_slices: Cache,
+    pub events: EventRecorder,
+    pub metrics: Arc<Metrics>,
+    /// The ReplicaSet controller's outstanding creates and deletes, per ReplicaSet uid: the
+    /// Deployment controller counts creates in flight towards the surge.
+    pub expectations: Expectations,
+}
+
+/// `namespace/name`: the key a controller's queue holds for an object.
+pub fn key_of(meta: &ObjectMeta) -> String {
+    format!("{}/{}", meta.namespace, meta.name)
+}
+
+/// The parts of a queue key.
+pub fn split_key(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
+}
+
+/// The controller reference an owner of `kind` puts on what it creates or adopts.
+pub fn controller_ref(kind: Kind, owner: &ObjectMeta) -> OwnerReference {
+    OwnerReference {
+        api_version: kind.api_version().into(),
+        kind: kind.name().into(),
+        name: owner.name.clone(),
+        uid: owner.uid.clone(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+        other: Default::default(),
+    }
+}
+
+/// The queue key (`namespace/name`) of the owner of `kind` that controls `object`, if one
+/// does.
+pub fn owner_key(object: &Object, kind: Kind) -> Option<String> {
+    let r = cache::controller_of(object)?;
+    (r.kind == kind.name()).then(|| format!("{}/{}", object.metadata().namespace, r.name))
+}
+
+/// A write's result, with "the object is gone" as `None` rather than an error. A conflict
+/// stays an error: the sync runs again on the newer object.
+pub fn gone_is_none(r: Result<Object, ClientError>) -> Result<Option<Object>, ClientError> {
+    match r {
+        Ok(o) => Ok(Some(o)),
+        Err(e) if e.code() == Some(Code::NotFound) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A sync's answer: look again after this long, or not unless something changes.
+pub type Requeue = Option<Duration>;
+
+/// A controller: a queue of keys and what syncing one key does.
+pub trait Controller: Send + Sync + 'static {
+    /// The name in logs and metrics (`replicaset`, `deployment`).
+    const NAME: &'static str;
+
+    fn queue(&self) -> &WorkQueue;
+
+    /// Makes the object of `key` as its spec says; an error queues it again after its
+    /// back-off.
+    fn sync(&self, key: &str) -> impl Future<Output = Result<Requeue, ClientError>> + Send;
+}
