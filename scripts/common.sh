@@ -28,13 +28,13 @@ ensure_packages() {
 # Build requirements: protoc and the well-known .proto files for the gRPC code, clang/libclang for RocksDB's bindings,
 # make for jemalloc (the binary's allocator).
 BUILD_PACKAGES=(protobuf-compiler libprotobuf-dev clang libclang-dev make)
-# Real peers the tests and the demo talk to: Debian's etcdctl (etcd 3.4); iptables (and
+# Real peers the tests and the demo talk to: Debian's etcdctl and etcd (3.4: the API server runs on it); iptables (and
 # iproute2's ip, util-linux's unshare) for the Jepsen harness's network namespaces and faults, and
 # with conntrack for the agent's Service rules;
 # containerd and runc for the node agent's CRI runtime, the CNI plugins for its pods' network, and
 # busybox-static for its images;
 # curl for the Kubernetes API tests that need a plain HTTPS client (anonymous requests).
-PEER_PACKAGES=(etcd-client iptables iproute2 conntrack containerd runc containernetworking-plugins busybox-static curl)
+PEER_PACKAGES=(etcd-client etcd-server iptables iproute2 conntrack containerd runc containernetworking-plugins busybox-static curl)
 
 require_cargo() {
   if ! command -v cargo >/dev/null; then

@@ -1,6 +1,6 @@
 //! Fuzz targets: the decoders that face the network, each a function of raw bytes that must
 //! return, whatever the bytes, without panicking (a panic, an integer overflow in a debug
-//! build, or a stack overflow is a finding). `store/tests/fuzz.rs` drives them over the
+//! build, or a stack overflow is a finding). `apiserver/tests/fuzz.rs` drives them over the
 //! corpus in `fuzz/corpus/<target>/` and its mutations, for a bounded time in the default
 //! test suite and as long as asked (`SKIFF_FUZZ_SECS`) outside it.
 //!
@@ -201,29 +201,29 @@ pub fn grpc(data: &[u8]) {
         }
         4 => {
             if let Ok(r) = PbRangeRequest::decode(bytes) {
-                let _ = crate::etcd::convert::range_request(r);
+                let _ = skiff_store::etcd::convert::range_request(r);
             }
         }
         5 => {
             if let Ok(r) = PbPutRequest::decode(bytes) {
-                let _ = crate::etcd::convert::put_request(r);
+                let _ = skiff_store::etcd::convert::put_request(r);
             }
         }
         6 => {
             if let Ok(r) = PbDeleteRequest::decode(bytes) {
-                let _ = crate::etcd::convert::delete_request(r);
+                let _ = skiff_store::etcd::convert::delete_request(r);
             }
         }
         7 => {
             if let Ok(r) = PbTxnRequest::decode(bytes) {
-                let _ = crate::etcd::convert::txn_request(r, 128);
+                let _ = skiff_store::etcd::convert::txn_request(r, 128);
             }
         }
         _ => {
             if let Ok(r) = PbWatchRequest::decode(bytes)
                 && let Some(u) = r.request_union
             {
-                let _ = crate::etcd::convert::watch_request(u);
+                let _ = skiff_store::etcd::convert::watch_request(u);
             }
         }
     }

@@ -1,4 +1,4 @@
-//! The default test suite's fuzzing step: every target of `skiff_store::fuzz` runs each
+//! The default test suite's fuzzing step: every target of `skiff_apiserver::fuzz` runs each
 //! input of its corpus (`fuzz/corpus/<target>/`), then mutations of them (bit flips, byte
 //! changes, insertions, deletions, repeats, splices, dictionary tokens, stacked) until its
 //! time is up: `SKIFF_FUZZ_SECS` (3 seconds a target by default; `scripts/fuzz.sh` runs the
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use skiff_store::fuzz::{FuzzTarget, target};
+use skiff_apiserver::fuzz::{FuzzTarget, target};
 
 /// Tokens a mutation may insert: the punctuation and words of the formats the targets read.
 const DICTIONARY: &[&[u8]] = &[

@@ -84,8 +84,11 @@ pub struct StoreCommand {
     pub listen_client_url: String,
     pub listen_peer_url: String,
     pub listen_metrics_url: Option<String>,
-    /// Where to serve the Kubernetes REST API; `None` serves none (the command's own default,
-    /// port 6443, would collide between members and tests on one machine).
+    /// Run Skiff's Kubernetes API server in the member's process (`--apiserver`): the cluster
+    /// API on the client URL, the REST API on `listen_api_url`. Without TLS the command also
+    /// says `--apiserver-insecure`: every URL is then plain `http://`.
+    pub apiserver: bool,
+    /// Where to serve the Kubernetes REST API, with `apiserver`; `None` serves none.
     pub listen_api_url: Option<String>,
     /// Every member of the initial cluster: (name, peer URL); empty: this member alone.
     pub initial_cluster: Vec<(String, String)>,
@@ -192,10 +195,7 @@ impl StoreCommand {
             .flag("listen-client-urls", &self.listen_client_url)
             .flag("listen-peer-urls", &self.listen_peer_url)
             .opt("listen-metrics-urls", self.listen_metrics_url.as_ref())
-            .flag(
-                "listen-api-urls",
-                self.listen_api_url.as_deref().unwrap_or_default(),
-            )
+            .opt("listen-api-urls", self.listen_api_url.as_ref())
             .list("initial-cluster", &initial)
             .flag("initial-cluster-state", self.initial_cluster_state.as_str())
             .opt("heartbeat-interval", self.heartbeat_interval)
@@ -223,6 +223,12 @@ impl StoreCommand {
             .opt("cluster-cidr", self.cluster_cidr.as_ref())
             .opt("node-cidr-mask-size", self.node_cidr_mask_size)
             .opt("log", self.log.as_ref());
+        if self.apiserver {
+            a.flag("apiserver", "true");
+            if self.tls.is_none() {
+                a.flag("apiserver-insecure", "true");
+            }
+        }
         if let Some(f) = &self.token_auth_file {
             a.flag("token-auth-file", f);
         }

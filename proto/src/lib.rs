@@ -19,23 +19,33 @@
 //! | [`etcd`]     | the etcd v3 messages and server traits, wire-exact from `etcd-client`   |
 //!
 //! The scheduler, the node agents and the CLI depend on this crate and never on the store:
-//! they meet the store only over the wire.
+//! they meet the store only over the wire. The store itself builds it without the
+//! `kubernetes` feature: the wire protocols it speaks (`etcd`, `raft`) and the shared plumbing
+//! (`backoff`, `duration`, `leader`, `tls`, `metrics`, `http`), nothing of Kubernetes.
 
+#[cfg(feature = "kubernetes")]
 pub mod api;
 pub mod backoff;
+#[cfg(feature = "kubernetes")]
 pub mod client;
 pub mod duration;
 pub mod http;
 pub mod leader;
+#[cfg(feature = "kubernetes")]
 pub mod logs;
+#[cfg(feature = "kubernetes")]
 pub mod manifest;
 pub mod metrics;
+#[cfg(feature = "kubernetes")]
 pub mod quantity;
+#[cfg(feature = "kubernetes")]
 pub mod recorder;
+#[cfg(feature = "kubernetes")]
 pub mod selector;
 pub mod tls;
 
 /// The typed cluster API: `skiff.cluster.v1`.
+#[cfg(feature = "kubernetes")]
 pub mod cluster {
     #[allow(
         unused_qualifications,
@@ -50,6 +60,7 @@ pub mod cluster {
 
 /// The node agent's services, `skiff.node.v1`: container logs (called by the store's `pods/log`
 /// and `skiff logs`) and interactive sessions (called by `pods/exec` and `pods/attach`).
+#[cfg(feature = "kubernetes")]
 pub mod node {
     #[allow(
         unused_qualifications,
@@ -83,6 +94,7 @@ pub mod etcd {
     pub use etcd_client::proto::*;
 }
 
+#[cfg(feature = "kubernetes")]
 pub use quantity::Quantity;
 
 /// Skiff's version, as `skiff version` prints it.

@@ -4,8 +4,8 @@
 //! kills the store leader with SIGKILL and measures how long writes are refused, then
 //! deletes the pods gracefully and the Deployment with its ReplicaSets and pods.
 
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -13,7 +13,7 @@ use skiff_proto::api::{Kind, Object, PodPhase};
 use skiff_proto::client::{ClusterClient, ListParams};
 
 use crate::config::Store;
-use crate::up::{Cluster, wait_for};
+use crate::up::{Cluster, Workload, wait_for};
 
 /// The example manifests the demo applies (`node.yaml` is a node without an agent, for
 /// scheduler experiments: left out).
@@ -61,12 +61,17 @@ fn skiff(exe: &str, store: &Store, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-pub fn run(
-    rt: &tokio::runtime::Runtime,
-    cluster: &mut Cluster,
-    exe: &str,
-    dir: &Path,
-) -> Result<()> {
+/// The demo as `up`'s workload: the tour of `dir`'s manifests, on the cluster once it is
+/// ready; the cluster stops after it.
+pub fn workload<'a>(dir: PathBuf) -> Workload<'a> {
+    Box::new(move |rt, cluster| {
+        let exe = std::env::current_exe().context("finding the skiff binary")?;
+        let exe = exe.to_string_lossy().to_string();
+        run(rt, cluster, &exe, &dir).map(|()| ExitCode::SUCCESS)
+    })
+}
+
+fn run(rt: &tokio::runtime::Runtime, cluster: &mut Cluster, exe: &str, dir: &Path) -> Result<()> {
     let store = Store {
         endpoints: cluster.endpoints(),
         tls: cluster.client_tls(),

@@ -6,16 +6,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use logging::LogFormat;
 
+mod apiserver;
 mod apply;
 mod bench;
-mod bench_api;
-mod bench_deployment;
-mod bench_kv;
-mod bench_restart;
-mod bench_scheduler;
-mod bench_services;
-mod bench_soak;
-mod bench_startup;
 mod certs;
 mod config;
 mod controller_manager;
@@ -62,6 +55,9 @@ enum Command {
     Validate(validate::Args),
     /// Run one member of the replicated store (etcd v3 API on the client URLs).
     Store(Box<store::Args>),
+    /// Run Skiff's Kubernetes API server on its own, over any etcd v3 cluster
+    /// (`--etcd-servers`).
+    Apiserver(Box<apiserver::Args>),
     /// Make a CA and certificates for store members and clients (`https://` URLs).
     Certs(certs::Args),
     /// Bootstrap tokens for nodes joining the cluster (`skiff token create`).
@@ -123,13 +119,21 @@ fn main() -> ExitCode {
         }
         Command::Validate(args) => validate::run(&args),
         Command::Store(args) => store::run(*args),
+        Command::Apiserver(args) => apiserver::run(*args),
         Command::Certs(args) => certs::run(&args),
         Command::Token(cmd) => token::run(cmd),
         Command::Apply(args) => apply::apply(&args),
         Command::Get(args) => apply::get(&args),
         Command::Describe(args) => describe::run(&args),
         Command::Delete(args) => delete::run(&args),
-        Command::Up(args) => up::run(args),
+        // `up` runs the demo as it runs any workload, so it need not know the demo.
+        Command::Up(args) => match args.demo_dir() {
+            Some(dir) => {
+                let demo = demo::workload(dir.to_path_buf());
+                up::run_then(args, Some(demo))
+            }
+            None => up::run(args),
+        },
         Command::Scheduler(args) => scheduler::run(args),
         Command::ControllerManager(args) => controller_manager::run(args),
         Command::Bench(args) => bench::run(args),

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use skiff_apiserver::cluster::ApiConfig;
+use skiff_apiserver::server::{ApiListen, InProcess};
 use skiff_store::compaction::CompactorConfig;
 use skiff_store::member::{AutoCompaction, MemberConfig};
 use skiff_store::server::{self, Listen};
@@ -66,14 +68,24 @@ pub struct Args {
         default_value = "skiff-cluster"
     )]
     initial_cluster_token: String,
-    /// URLs to serve the Kubernetes REST API on (kubectl, client libraries); empty to serve
-    /// none.
-    #[arg(
-        long,
-        env = "SKIFF_STORE_LISTEN_API_URLS",
-        default_value = "http://127.0.0.1:6443",
-        value_delimiter = ','
-    )]
+    /// Run Skiff's Kubernetes API server in this member's process: the cluster API (gRPC)
+    /// beside the etcd API on the client URLs, and the REST API (kubectl, client libraries)
+    /// on `--listen-api-urls`. Without it the member is an etcd and serves nothing else.
+    #[arg(long, env = "SKIFF_STORE_APISERVER", num_args = 0..=1, default_value_t = false,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    apiserver: bool,
+    /// Let `--apiserver` serve the Kubernetes API on `http://` URLs: to anyone who reaches
+    /// them, with no certificate to say who they are. Without it the API is served over
+    /// `https://` only.
+    #[arg(long, env = "SKIFF_STORE_APISERVER_INSECURE", num_args = 0..=1, default_value_t = false,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    apiserver_insecure: bool,
+    /// The API server's own flags (with `--apiserver`).
+    #[command(flatten)]
+    api: crate::apiserver::ApiFlags,
+    /// URLs to serve the Kubernetes REST API on, with `--apiserver` (comma-separated;
+    /// `https://` ones serve the client URLs' certificate); none by default.
+    #[arg(long, env = "SKIFF_STORE_LISTEN_API_URLS", value_delimiter = ',')]
     listen_api_urls: Vec<String>,
     /// URLs to serve `/health` and `/metrics` on.
     #[arg(long, env = "SKIFF_STORE_LISTEN_METRICS_URLS", value_delimiter = ',')]
@@ -97,10 +109,6 @@ pub struct Args {
         default_value_t = 5_000
     )]
     snapshot_catchup_entries: u64,
-    /// How long an Event object is kept after its last update (kube-apiserver's
-    /// `--event-ttl`): `1h`, `30m`.
-    #[arg(long, env = "SKIFF_STORE_EVENT_TTL", default_value = "1h", value_parser = skiff_proto::duration::parse)]
-    event_ttl: Duration,
     /// How often the leader records in the log the time left of leases nobody renewed
     /// meanwhile, so that a new leader expires them on time instead of giving
     /// them a full TTL again (etcd's lease checkpoints).
@@ -194,115 +202,6 @@ pub struct Args {
     #[arg(long, env = "SKIFF_STORE_BCRYPT_COST", default_value_t = skiff_store::auth::DEFAULT_BCRYPT_COST,
           value_parser = clap::value_parser!(u32).range(4..=31))]
     bcrypt_cost: u32,
-    /// kube-apiserver's: the CA of client certificates that name Kubernetes users (CN) and
-    /// groups (O), on the client URLs (the cluster API) and the Kubernetes API URLs. A
-    /// certificate is then asked for, and checked when presented, without being required.
-    #[arg(long, env = "SKIFF_STORE_CLIENT_CA_FILE")]
-    client_ca_file: Option<PathBuf>,
-    /// Who may do what on the Kubernetes API (both faces), asked in order, comma-separated:
-    /// `AlwaysAllow` (everything; kube-apiserver's default), `Node` (node agents reach their
-    /// own Node and pods) and `RBAC` (roles and bindings; the bootstrap roles are created at
-    /// start), as `Node,RBAC`.
-    #[arg(
-        long,
-        env = "SKIFF_STORE_AUTHORIZATION_MODE",
-        value_delimiter = ',',
-        default_value = "AlwaysAllow"
-    )]
-    authorization_mode: Vec<skiff_store::access::Mode>,
-    /// Bearer tokens for the Kubernetes API, kube-apiserver's CSV: `token,user,uid,"group1,group2"`.
-    #[arg(long, env = "SKIFF_STORE_TOKEN_AUTH_FILE")]
-    token_auth_file: Option<PathBuf>,
-    /// kube-apiserver's: bootstrap tokens (`<id>.<secret>`, kept as Secrets
-    /// `kube-system/bootstrap-token-<id>`) authenticate joining nodes as
-    /// `system:bootstrap:<id>` in `system:bootstrappers`.
-    #[arg(long, env = "SKIFF_STORE_ENABLE_BOOTSTRAP_TOKEN_AUTH", num_args = 0..=1, default_value_t = false,
-          default_missing_value = "true", action = clap::ArgAction::Set)]
-    enable_bootstrap_token_auth: bool,
-    /// A request without credentials is `system:anonymous` (and authorized as such); off:
-    /// it is refused with 401.
-    #[arg(long, env = "SKIFF_STORE_ANONYMOUS_AUTH", num_args = 0..=1, default_value_t = true,
-          default_missing_value = "true", action = clap::ArgAction::Set)]
-    anonymous_auth: bool,
-    /// kube-apiserver's: where the Kubernetes API's audit log goes (JSON lines, one
-    /// `audit.k8s.io/v1` Event per request); none: no audit log.
-    #[arg(long, env = "SKIFF_STORE_AUDIT_LOG_PATH")]
-    audit_log_path: Option<PathBuf>,
-    /// kube-apiserver's audit policy (`audit.k8s.io/v1` Policy, YAML): the level of each
-    /// request; without one every request is logged at `Metadata`.
-    #[arg(
-        long,
-        env = "SKIFF_STORE_AUDIT_POLICY_FILE",
-        requires = "audit_log_path"
-    )]
-    audit_policy_file: Option<PathBuf>,
-    /// kube-apiserver's: megabytes the audit log may reach before it is rotated (renamed
-    /// with the time in its name, and a new one started); 0: never rotated.
-    #[arg(
-        long = "audit-log-maxsize",
-        env = "SKIFF_STORE_AUDIT_LOG_MAXSIZE",
-        default_value_t = 0,
-        value_name = "MB"
-    )]
-    audit_log_maxsize: u64,
-    /// kube-apiserver's: rotated audit logs to keep, the newest; 0: all of them.
-    #[arg(
-        long = "audit-log-maxbackup",
-        env = "SKIFF_STORE_AUDIT_LOG_MAXBACKUP",
-        default_value_t = 0
-    )]
-    audit_log_maxbackup: usize,
-    /// kube-apiserver's: days a rotated audit log is kept; 0: no limit.
-    #[arg(
-        long = "audit-log-maxage",
-        env = "SKIFF_STORE_AUDIT_LOG_MAXAGE",
-        default_value_t = 0,
-        value_name = "DAYS"
-    )]
-    audit_log_maxage: u64,
-    /// kube-apiserver's: the CA that node agents' serving certificates chain to, for
-    /// `pods/log`, `pods/exec` and `pods/attach` through agents that serve TLS.
-    #[arg(long, env = "SKIFF_STORE_KUBELET_CERTIFICATE_AUTHORITY", requires_all = ["kubelet_client_certificate", "kubelet_client_key"])]
-    kubelet_certificate_authority: Option<PathBuf>,
-    /// kube-apiserver's: the client certificate this member presents to node agents; its
-    /// user must be allowed what it asks of them (the bootstrap policy binds
-    /// `system:kubelet-api-admin` to `kube-apiserver-kubelet-client`).
-    #[arg(long, env = "SKIFF_STORE_KUBELET_CLIENT_CERTIFICATE", requires_all = ["kubelet_certificate_authority", "kubelet_client_key"])]
-    kubelet_client_certificate: Option<PathBuf>,
-    /// The key of `--kubelet-client-certificate`.
-    #[arg(
-        long,
-        env = "SKIFF_STORE_KUBELET_CLIENT_KEY",
-        requires = "kubelet_client_certificate"
-    )]
-    kubelet_client_key: Option<PathBuf>,
-    /// kube-controller-manager's: the cluster's pod network, cut into one block per Node
-    /// (`--node-cidr-mask-size`) given when the Node registers (`spec.podCIDR`) and freed
-    /// when it is deleted; empty: Nodes get no block.
-    #[arg(
-        long,
-        env = "SKIFF_STORE_CLUSTER_CIDR",
-        default_value = "10.244.0.0/16"
-    )]
-    cluster_cidr: String,
-    /// The prefix length of each Node's block of `--cluster-cidr`.
-    #[arg(long, env = "SKIFF_STORE_NODE_CIDR_MASK_SIZE", default_value_t = 24)]
-    node_cidr_mask_size: u8,
-    /// Where Services' cluster IPs come from (kube-apiserver's flag); each is given once,
-    /// in the write that creates its Service, and freed with it.
-    #[arg(
-        long,
-        env = "SKIFF_STORE_SERVICE_CLUSTER_IP_RANGE",
-        default_value = "10.96.0.0/12"
-    )]
-    service_cluster_ip_range: String,
-    /// The ports NodePort Services get on every node (`FIRST-LAST`).
-    #[arg(
-        long,
-        env = "SKIFF_STORE_SERVICE_NODE_PORT_RANGE",
-        default_value = "30000-32767"
-    )]
-    service_node_port_range: String,
     /// Interval of progress notifications to watchers that asked for them (e.g. 10m, 5s).
     #[arg(long, env = "SKIFF_STORE_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL", default_value = "10m", value_parser = skiff_proto::duration::parse)]
     experimental_watch_progress_notify_interval: Duration,
@@ -351,7 +250,7 @@ fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
         Some(s) => parse_initial_cluster(s)?,
         None => vec![(a.name.clone(), a.initial_advertise_peer_urls[0].clone())],
     };
-    let config = skiff_store::backup::RestoreConfig {
+    let config = skiff_store::restore::RestoreConfig {
         data_dir: a
             .data_dir
             .unwrap_or_else(|| PathBuf::from(format!("{}.skiff", a.name))),
@@ -361,7 +260,7 @@ fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
         initial_advertise_peer_urls: a.initial_advertise_peer_urls,
     };
     let started = std::time::Instant::now();
-    let (summary, cluster) = skiff_store::backup::restore(&a.file, &config)?;
+    let (summary, cluster) = skiff_store::restore::restore(&a.file, &config)?;
     println!(
         "restored {} at revision {} ({} keys, {} versions) into {} in {:.1} s; new cluster {cluster:x}",
         a.file.display(),
@@ -500,7 +399,7 @@ fn parse_initial_cluster(s: &str) -> anyhow::Result<Vec<(String, String)>> {
 }
 
 impl Args {
-    fn config(self) -> anyhow::Result<(MemberConfig, Listen)> {
+    fn config(self) -> anyhow::Result<(MemberConfig, Listen, Option<ApiServer>)> {
         let advertise_peer = if self.initial_advertise_peer_urls.is_empty() {
             self.listen_peer_urls.clone()
         } else {
@@ -536,7 +435,7 @@ impl Args {
                 key: self.key_file.clone().unwrap_or_default(),
                 trusted_ca: self.trusted_ca_file.clone(),
                 client_cert_auth: self.client_cert_auth,
-                client_ca: self.client_ca_file.clone(),
+                client_ca: self.api.client_ca_file.clone(),
             }),
             peer: self.peer_cert_file.map(|cert| skiff_store::tls::TlsFiles {
                 cert,
@@ -569,13 +468,13 @@ impl Args {
                 self.auth_token
             );
         }
-        if self.client_ca_file.is_some() && tls.client.is_none() {
+        if self.api.client_ca_file.is_some() && tls.client.is_none() {
             bail!(
                 "--client-ca-file needs --cert-file and --key-file (https:// client or API URLs)"
             );
         }
         if self.client_cert_auth
-            && let (Some(k8s), Some(etcd)) = (&self.client_ca_file, &self.trusted_ca_file)
+            && let (Some(k8s), Some(etcd)) = (&self.api.client_ca_file, &self.trusted_ca_file)
             && k8s != etcd
         {
             bail!(
@@ -584,25 +483,36 @@ impl Args {
                  Kubernetes user; use one CA for both"
             );
         }
-        if self.authorization_mode.is_empty() {
-            bail!("--authorization-mode needs at least one mode: AlwaysAllow or RBAC");
-        }
         if self.auth_token_ttl == 0 {
             bail!("--auth-token-ttl must be at least 1 (second)");
         }
-        let pod_cidrs = (!self.cluster_cidr.is_empty())
-            .then(|| {
-                skiff_store::cluster::ipam::PodCidrs::new(
-                    &self.cluster_cidr,
-                    self.node_cidr_mask_size,
-                )
+        let api_urls: Vec<String> = self
+            .listen_api_urls
+            .into_iter()
+            .filter(|u| !u.is_empty())
+            .collect();
+        if !self.apiserver && !api_urls.is_empty() {
+            bail!("--listen-api-urls serves the Kubernetes API: it needs --apiserver");
+        }
+        let listen = Listen {
+            client_urls: self.listen_client_urls,
+            peer_urls: self.listen_peer_urls,
+            metrics_urls: self.listen_metrics_urls,
+            watch_progress_notify_interval: self.experimental_watch_progress_notify_interval,
+        };
+        let apiserver = if self.apiserver {
+            let (config, access) = self.api.build()?;
+            Some(ApiServer {
+                config,
+                access,
+                listen: ApiListen {
+                    rest_urls: api_urls,
+                    client_urls: listen.client_urls.clone(),
+                    insecure: self.apiserver_insecure,
+                },
             })
-            .transpose()?;
-        let services = skiff_store::cluster::addresses::ServiceRanges {
-            ips: skiff_store::cluster::addresses::ServiceIps::new(&self.service_cluster_ip_range)?,
-            node_ports: skiff_store::cluster::addresses::NodePorts::new(
-                &self.service_node_port_range,
-            )?,
+        } else {
+            None
         };
         let config = MemberConfig {
             data_dir: self
@@ -621,7 +531,6 @@ impl Args {
             max_request_bytes: self.max_request_bytes,
             max_txn_ops: self.max_txn_ops,
             quota_backend_bytes: self.quota_backend_bytes,
-            event_ttl: self.event_ttl,
             lease_checkpoint_interval: self.lease_checkpoint_interval,
             compactor: CompactorConfig {
                 batch_limit: self.compaction_batch_limit as usize,
@@ -633,47 +542,17 @@ impl Args {
                 .then_some(self.experimental_corrupt_check_time),
             auth_token_ttl: Duration::from_secs(self.auth_token_ttl),
             bcrypt_cost: self.bcrypt_cost,
-            pod_cidrs,
-            services,
-            access: skiff_store::access::AccessConfig {
-                modes: self.authorization_mode,
-                token_auth_file: self.token_auth_file,
-                anonymous: self.anonymous_auth,
-                client_certs: self.client_ca_file.is_some(),
-                audit: self
-                    .audit_log_path
-                    .map(|path| skiff_store::access::AuditConfig {
-                        path,
-                        policy: self.audit_policy_file,
-                        rotation: skiff_store::access::audit::Rotation {
-                            max_bytes: self.audit_log_maxsize << 20,
-                            max_backups: self.audit_log_maxbackup,
-                            max_age: Duration::from_secs(self.audit_log_maxage * 86_400),
-                        },
-                    }),
-                bootstrap_tokens: self.enable_bootstrap_token_auth,
-                kubelet: self
-                    .kubelet_certificate_authority
-                    .map(|ca| skiff_proto::tls::ClientTls {
-                        ca,
-                        cert: self.kubelet_client_certificate,
-                        key: self.kubelet_client_key,
-                    }),
-            },
         };
-        let listen = Listen {
-            client_urls: self.listen_client_urls,
-            peer_urls: self.listen_peer_urls,
-            metrics_urls: self.listen_metrics_urls,
-            api_urls: self
-                .listen_api_urls
-                .into_iter()
-                .filter(|u| !u.is_empty())
-                .collect(),
-            watch_progress_notify_interval: self.experimental_watch_progress_notify_interval,
-        };
-        Ok((config, listen))
+        Ok((config, listen, apiserver))
     }
+}
+
+/// Skiff's Kubernetes API server in the member's process (`--apiserver`), as the flags set it.
+#[derive(Debug)]
+struct ApiServer {
+    config: ApiConfig,
+    access: skiff_apiserver::access::AccessConfig,
+    listen: ApiListen,
 }
 
 pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
@@ -687,12 +566,21 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     if let Some(path) = args.config_file.take() {
         args = from_config_file(&path)?;
     }
-    let (config, listen) = args.config()?;
+    let (config, listen, apiserver) = args.config()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(server::run(config, listen, crate::signals::terminated()))?;
+    let shutdown = crate::signals::terminated();
+    rt.block_on(async move {
+        match apiserver {
+            Some(api) => {
+                let api = InProcess::new(api.config, api.access, &api.listen, &config.tls)?;
+                server::run_with(config, listen, api, shutdown).await
+            }
+            None => server::run(config, listen, shutdown).await,
+        }
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -765,7 +653,7 @@ mod tests {
         assert_eq!(a.listen_client_urls.len(), 2);
         assert_eq!(a.listen_peer_urls, ["http://127.0.0.1:2380"]);
         assert_eq!((a.heartbeat_interval, a.election_timeout), (50, 500));
-        let (config, _) = a.config().expect("valid");
+        let (config, _, _) = a.config().expect("valid");
         assert_eq!(
             config.auto_compaction,
             Some(AutoCompaction::Periodic(Duration::from_secs(3600)))
@@ -801,6 +689,7 @@ mod tests {
                 "--client-cert-auth",
                 "--client-ca-file",
                 ca,
+                "--apiserver",
             ])
             .expect("parses");
             match cli.command {
@@ -810,8 +699,8 @@ mod tests {
         };
         let e = args("/other/ca.pem").config().expect_err("two CAs");
         assert!(e.to_string().contains("different CAs"), "{e}");
-        let (config, _) = args("/c/ca.pem").config().expect("one CA");
-        assert!(config.access.client_certs);
+        let (_, _, api) = args("/c/ca.pem").config().expect("one CA");
+        assert!(api.expect("--apiserver").access.client_certs);
     }
 
     #[test]
@@ -834,6 +723,7 @@ mod tests {
             listen_client_url: "http://127.0.0.1:1".into(),
             listen_peer_url: "http://127.0.0.1:2".into(),
             listen_metrics_url: Some("http://127.0.0.1:3".into()),
+            apiserver: true,
             listen_api_url: Some("http://127.0.0.1:5".into()),
             initial_cluster: vec![
                 ("m0".into(), "http://127.0.0.1:2".into()),
@@ -912,7 +802,7 @@ mod tests {
         assert_eq!(Some(a.max_request_bytes), cmd.max_request_bytes);
         assert_eq!(Some(a.max_txn_ops), cmd.max_txn_ops);
         assert_eq!(Some(a.quota_backend_bytes), cmd.quota_backend_bytes);
-        assert_eq!(Some(a.event_ttl), cmd.event_ttl);
+        assert_eq!(Some(a.api.event_ttl), cmd.event_ttl);
         assert_eq!(
             Some(a.lease_checkpoint_interval),
             cmd.lease_checkpoint_interval
@@ -932,25 +822,35 @@ mod tests {
         assert_eq!(a.peer_key_file.as_ref(), Some(&tls.key));
         assert_eq!(a.peer_trusted_ca_file.as_ref(), Some(&tls.ca));
         assert!(a.client_cert_auth && a.peer_client_cert_auth);
-        assert_eq!(a.client_ca_file.as_ref(), Some(&tls.ca));
+        assert!(
+            a.apiserver && !a.apiserver_insecure,
+            "TLS: no --apiserver-insecure"
+        );
+        assert_eq!(a.api.client_ca_file.as_ref(), Some(&tls.ca));
         assert_eq!(
-            a.authorization_mode,
+            a.api.authorization_mode,
             [
-                skiff_store::access::Mode::Node,
-                skiff_store::access::Mode::Rbac
+                skiff_apiserver::access::Mode::Node,
+                skiff_apiserver::access::Mode::Rbac
             ]
         );
-        assert_eq!(a.token_auth_file, cmd.token_auth_file);
-        assert!(a.enable_bootstrap_token_auth);
-        assert_eq!(a.audit_log_path, cmd.audit_log);
-        assert_eq!(Some(a.audit_log_maxsize), cmd.audit_log_maxsize);
-        assert_eq!(Some(a.audit_log_maxbackup), cmd.audit_log_maxbackup);
-        assert_eq!(Some(&a.cluster_cidr), cmd.cluster_cidr.as_ref());
-        assert_eq!(Some(a.node_cidr_mask_size), cmd.node_cidr_mask_size);
+        assert_eq!(a.api.token_auth_file, cmd.token_auth_file);
+        assert!(a.api.enable_bootstrap_token_auth);
+        assert_eq!(a.api.audit_log_path, cmd.audit_log);
+        assert_eq!(Some(a.api.audit_log_maxsize), cmd.audit_log_maxsize);
+        assert_eq!(Some(a.api.audit_log_maxbackup), cmd.audit_log_maxbackup);
+        assert_eq!(Some(&a.api.cluster_cidr), cmd.cluster_cidr.as_ref());
+        assert_eq!(Some(a.api.node_cidr_mask_size), cmd.node_cidr_mask_size);
         let kubelet = cmd.kubelet.as_ref().expect("kubelet");
-        assert_eq!(a.kubelet_certificate_authority.as_ref(), Some(&kubelet.ca));
-        assert_eq!(a.kubelet_client_certificate.as_ref(), Some(&kubelet.cert));
-        assert_eq!(a.kubelet_client_key.as_ref(), Some(&kubelet.key));
+        assert_eq!(
+            a.api.kubelet_certificate_authority.as_ref(),
+            Some(&kubelet.ca)
+        );
+        assert_eq!(
+            a.api.kubelet_client_certificate.as_ref(),
+            Some(&kubelet.cert)
+        );
+        assert_eq!(a.api.kubelet_client_key.as_ref(), Some(&kubelet.key));
 
         // Unset options stay at the command's defaults.
         let least = StoreCommand {
@@ -968,8 +868,8 @@ mod tests {
         assert_eq!(a.initial_cluster_state, "new");
         assert_eq!(a.heartbeat_interval, 100);
         assert!(a.listen_metrics_urls.is_empty());
-        // No API URL: none served (an empty value, not the 6443 default).
-        assert_eq!(a.listen_api_urls, [""]);
+        // No API server, no API URL: an etcd.
+        assert!(!a.apiserver && a.listen_api_urls.is_empty());
         assert_eq!(a.initial_cluster, None);
     }
 }

@@ -130,7 +130,7 @@ mod tests {
         let (id, secret) = (random_part(6), random_part(16));
         let token = format!("{id}.{secret}");
         assert_eq!(
-            skiff_store::access::authn::bootstrap_token(&token),
+            skiff_apiserver::access::authn::bootstrap_token(&token),
             Some((id.as_str(), secret.as_str()))
         );
     }

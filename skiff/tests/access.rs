@@ -296,6 +296,7 @@ async fn secured() -> Secured {
         data_dir: dir.path().join("m0"),
         listen_client_url: format!("https://127.0.0.1:{client}"),
         listen_peer_url: format!("https://127.0.0.1:{peer}"),
+        apiserver: true,
         listen_api_url: Some(format!("https://127.0.0.1:{api}")),
         initial_cluster: vec![("m0".into(), format!("https://127.0.0.1:{peer}"))],
         tls: Some(StoreTls {

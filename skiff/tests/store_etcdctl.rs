@@ -365,3 +365,110 @@ async fn client_urls_serve_health_and_etcd_metrics() {
     // gRPC still works on the same port, over the same HTTP/2 connections.
     assert_eq!(ctl.ok(&["get", "/m/a", "--print-value-only"]).trim(), "1");
 }
+
+/// Three `skiff store` members started on one host with etcd's flags alone (the shape of
+/// etcd's own three-member Procfile) form a cluster that serves etcdctl, and each is an etcd
+/// and nothing else: it listens on its client and peer URLs only (no Kubernetes API port), and
+/// its client URL answers the cluster API's calls as an etcd would, UNIMPLEMENTED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_with_etcds_flags_alone_are_an_etcd() {
+    use common::{free_port, skiff_bin};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let initial = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (_, peer))| format!("infra{i}=http://127.0.0.1:{peer}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut members = Vec::new();
+    for (i, (client, peer)) in ports.iter().enumerate() {
+        let name = format!("infra{i}");
+        let child = skiff_launch::Launch::new(&name, skiff_bin(), dir.path().join(&name))
+            .args([
+                "store".to_string(),
+                format!("--name={name}"),
+                format!(
+                    "--data-dir={}",
+                    dir.path().join(format!("{name}.etcd")).display()
+                ),
+                format!("--listen-client-urls=http://127.0.0.1:{client}"),
+                format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+                format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+                "--initial-cluster-token=etcd-cluster-1".to_string(),
+                format!("--initial-cluster={initial}"),
+                "--initial-cluster-state=new".to_string(),
+            ])
+            .spawn()
+            .expect("spawn skiff store");
+        members.push(child);
+    }
+    let endpoints: Vec<String> = ports
+        .iter()
+        .map(|(c, _)| format!("http://127.0.0.1:{c}"))
+        .collect();
+    let ctl = Etcdctl {
+        endpoints: endpoints.join(","),
+    };
+    eventually(
+        Duration::from_secs(20),
+        "the members elect a leader",
+        || {
+            let ok = ctl.run(&["put", "/procfile/a", "1"], None).0;
+            async move { ok.then_some(()) }
+        },
+    )
+    .await;
+    for e in &endpoints {
+        let one = Etcdctl {
+            endpoints: e.clone(),
+        };
+        assert_eq!(
+            one.ok(&["get", "/procfile/a", "--print-value-only"]).trim(),
+            "1"
+        );
+    }
+    // Each member listens on its own two ports and no other.
+    for (child, (client, peer)) in members.iter().zip(&ports) {
+        let pid = child.pid().expect("running");
+        let out = Command::new("ss")
+            .args(["-Hltnp"])
+            .output()
+            .expect("ss (iproute2)");
+        let mut listening: Vec<u16> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(&format!("pid={pid},")))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .nth(3)?
+                    .rsplit(':')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        listening.sort_unstable();
+        let mut expected = vec![*client, *peer];
+        expected.sort_unstable();
+        assert_eq!(
+            listening, expected,
+            "member {pid} listens on its URLs alone"
+        );
+    }
+    // The cluster API is not served: an etcd client port knows no such service.
+    let channel = tonic::transport::Channel::from_shared(endpoints[0].clone())
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    let mut api = skiff_proto::cluster::v1::cluster_client::ClusterClient::new(channel);
+    let status = api
+        .list(skiff_proto::cluster::v1::ListRequest {
+            kind: "Pod".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no cluster API on an etcd");
+    assert_eq!(status.code(), tonic::Code::Unimplemented, "{status}");
+}

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{RequestOp, TxnRequest};
 use crate::error::StoreError;
+use crate::request::{RequestOp, TxnRequest};
 
 /// The user and role that may do everything, and without which auth cannot be enabled.
 pub const ROOT: &str = "root";

@@ -5,14 +5,13 @@
 //!
 //! A request is gRPC when its `content-type` says so; anything else goes to the HTTP routes.
 //!
-//! Under Kubernetes RBAC the etcd services are the cluster's back end, as etcd is behind
-//! kube-apiserver: a call to one is a request for the path that names it
-//! (`/etcdserverpb.KV/Range`, verb `post`), made by the user its client certificate names,
-//! and refused (PERMISSION_DENIED) unless a ClusterRole grants that path. `cluster-admin`
-//! grants every path; the scheduler and the controller manager hold their leadership keys
-//! through KV, Lease and Watch; node agents get none of it.
+//! A process that serves more than the etcd API on the client URLs may put a [`CallGate`] in
+//! front of every gRPC call: it refuses a call before its service sees it, and is told how
+//! each call it let through ended. Skiff's Kubernetes API server, in the member's process,
+//! gates the etcd services with Kubernetes RBAC and writes its own calls to its audit log.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http_body_util::BodyExt;
@@ -22,45 +21,45 @@ use tonic::body::Body;
 use tonic::codegen::http;
 use tower::ServiceExt;
 
-use crate::access::Attributes;
-use crate::access::audit::{AuditLog, Level, Record, Slot, http_code};
-use crate::cluster::ClusterApi;
 use crate::metrics::GrpcLabels;
-use crate::tls::ConnInfo;
+
+/// Who may make a gRPC call on the client URLs, and what is done when it ends.
+pub trait CallGate: std::fmt::Debug + Send + Sync + 'static {
+    /// Checks the call to `path` (its headers, and in `extensions` the connection it came on,
+    /// a `ConnInfo`): the status to answer when it may not be made; else what to run with
+    /// its status code when it has ended, if anything. It may leave in `extensions` what the
+    /// service reads.
+    fn admit(
+        &self,
+        path: &str,
+        headers: &http::HeaderMap,
+        extensions: &mut http::Extensions,
+    ) -> Result<Option<CallDone>, tonic::Status>;
+}
+
+/// What a [`CallGate`] runs when a call it let through has ended, with its status code.
+pub type CallDone = Box<dyn FnOnce(tonic::Code) + Send>;
 
 /// Puts the HTTP routes beside the gRPC services of a tonic server, and counts its calls.
 #[derive(Debug, Clone)]
 pub struct ClientPortLayer {
     http: axum::Router,
     handled: Family<GrpcLabels, Counter>,
-    /// The API whose access rules gate the etcd services, when they are gated (RBAC).
-    gate: Option<ClusterApi>,
-    /// The API whose audit log records the cluster API's calls, when one is kept.
-    audit: Option<ClusterApi>,
+    gate: Option<Arc<dyn CallGate>>,
 }
 
 impl ClientPortLayer {
-    pub fn new(http: axum::Router, handled: Family<GrpcLabels, Counter>, api: &ClusterApi) -> Self {
+    pub fn new(
+        http: axum::Router,
+        handled: Family<GrpcLabels, Counter>,
+        gate: Option<Arc<dyn CallGate>>,
+    ) -> Self {
         ClientPortLayer {
             http,
             handled,
-            gate: api.access.config.rbac().then(|| api.clone()),
-            audit: api.access.audit.is_some().then(|| api.clone()),
+            gate,
         }
     }
-}
-
-/// Whether the etcd service call at `path` may be made on `conn`; the status to answer if not.
-fn etcd_gate(api: &ClusterApi, path: &str, conn: Option<&ConnInfo>) -> Result<(), tonic::Status> {
-    if !path.starts_with("/etcdserverpb.") {
-        return Ok(());
-    }
-    let user = api
-        .access
-        .authenticate(None, conn.and_then(|c| c.client.as_ref()), api)
-        .map_err(|e| tonic::Status::unauthenticated(e.to_string()))?;
-    api.authorize(&user, Attributes::path("post", path))
-        .map_err(|e| tonic::Status::permission_denied(e.to_string()))
 }
 
 impl<S> tower::Layer<S> for ClientPortLayer {
@@ -71,7 +70,6 @@ impl<S> tower::Layer<S> for ClientPortLayer {
             http: self.http.clone(),
             handled: self.handled.clone(),
             gate: self.gate.clone(),
-            audit: self.audit.clone(),
         }
     }
 }
@@ -81,8 +79,7 @@ pub struct ClientPort<S> {
     grpc: S,
     http: axum::Router,
     handled: Family<GrpcLabels, Counter>,
-    gate: Option<ClusterApi>,
-    audit: Option<ClusterApi>,
+    gate: Option<Arc<dyn CallGate>>,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -118,37 +115,16 @@ where
                 Ok(resp.map(Body::new))
             });
         }
-        if let Some(api) = &self.gate
-            && let Err(status) = etcd_gate(api, req.uri().path(), req.extensions().get())
-        {
-            return Box::pin(async move { Ok(status.into_http()) });
+        let mut done = None;
+        if let Some(gate) = &self.gate {
+            let (parts, body) = req.into_parts();
+            let mut parts = parts;
+            match gate.admit(parts.uri.path(), &parts.headers, &mut parts.extensions) {
+                Ok(d) => done = d,
+                Err(status) => return Box::pin(async move { Ok(status.into_http()) }),
+            }
+            req = http::Request::from_parts(parts, body);
         }
-        // Calls of the cluster API go to the audit log, when one is kept: the handler says
-        // who asked what through the slot, the event is written when the call has ended.
-        let audit = self
-            .audit
-            .as_ref()
-            .filter(|_| req.uri().path().starts_with(CLUSTER_API))
-            .map(|api| {
-                let slot = Slot::default();
-                req.extensions_mut().insert(slot.clone());
-                let conn = req.extensions().get::<ConnInfo>();
-                Pending {
-                    api: api.clone(),
-                    slot,
-                    uri: req.uri().path().to_owned(),
-                    source_ip: conn
-                        .and_then(|c| c.tcp.remote_addr())
-                        .map(|a| a.ip().to_string()),
-                    user_agent: req
-                        .headers()
-                        .get(http::header::USER_AGENT)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or_default()
-                        .to_owned(),
-                    received: chrono::Utc::now(),
-                }
-            });
         let (service, method) = split_path(req.uri().path());
         let labels = GrpcLabels {
             grpc_type: grpc_type(&service, &method),
@@ -162,7 +138,7 @@ where
         let mut inner = std::mem::replace(&mut self.grpc, ready);
         Box::pin(async move {
             let resp = inner.call(req).await?;
-            Ok(count(resp, labels, handled, audit))
+            Ok(count(resp, labels, handled, done))
         })
     }
 }
@@ -173,7 +149,7 @@ fn count(
     resp: http::Response<Body>,
     labels: GrpcLabels,
     handled: Family<GrpcLabels, Counter>,
-    mut audit: Option<Pending>,
+    mut done: Option<CallDone>,
 ) -> http::Response<Body> {
     let mut record = move |headers: &http::HeaderMap, labels: &GrpcLabels| {
         let Some(code) = headers
@@ -188,8 +164,8 @@ fn count(
                 ..labels.clone()
             })
             .inc();
-        if let Some(a) = audit.take() {
-            a.done(code.map_or(tonic::Code::Unknown, tonic::Code::from_i32));
+        if let Some(done) = done.take() {
+            done(code.map_or(tonic::Code::Unknown, tonic::Code::from_i32));
         }
         true
     };
@@ -204,63 +180,6 @@ fn count(
             frame
         }))
     })
-}
-
-/// The path prefix of the cluster API's calls.
-const CLUSTER_API: &str = "/skiff.cluster.v1.Cluster/";
-
-/// A cluster API call on its way, for the audit log.
-struct Pending {
-    api: ClusterApi,
-    slot: Slot,
-    uri: String,
-    source_ip: Option<String>,
-    user_agent: String,
-    received: chrono::DateTime<chrono::Utc>,
-}
-
-impl Pending {
-    /// Writes the call's event, at the level the policy gives who asked what; a call that
-    /// ended before its handler knew either (it did not decode, its credentials were
-    /// wrong) is written as a path.
-    fn done(self, code: tonic::Code) {
-        let Some(log) = self.api.access.audit.as_ref() else {
-            return;
-        };
-        let asked = self.slot.take();
-        let (user, attributes, allowed) = match asked {
-            Some(a) => (a.user, a.attributes, Some(a.allowed)),
-            None => (
-                crate::access::User {
-                    name: String::new(),
-                    uid: String::new(),
-                    groups: Vec::new(),
-                },
-                Attributes::path("post", &self.uri),
-                None,
-            ),
-        };
-        let level = log.policy.level(&user, &attributes);
-        if level == Level::None {
-            return;
-        }
-        log.record(&Record {
-            level,
-            id: AuditLog::new_id(),
-            uri: self.uri,
-            user,
-            impersonated: None,
-            source_ip: self.source_ip,
-            user_agent: self.user_agent,
-            attributes,
-            decision: allowed.map(|a| if a { "allow" } else { "forbid" }),
-            code: http_code(code),
-            received: self.received,
-            done: chrono::Utc::now(),
-            request_object: None,
-            response_object: None,
-        });
-    }
 }
 
 fn split_path(path: &str) -> (String, String) {

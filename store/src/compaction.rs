@@ -27,20 +27,19 @@
 //! * Snapshots are read without the keyspace lock; they leave out what the index would drop
 //!   (see [`Mvcc::snapshot_from`](crate::mvcc::Mvcc::snapshot_from)).
 //!
+//! The deleting task is the member's (`member/compactor.rs`); this module holds what it works
+//! through.
+//!
 //! A batch holds the keyspace *read* lock: reads go on beside it, and the apply path waits for
 //! at most one batch. A snapshot install (write lock) never overlaps a batch, and it replaces
 //! the backlog with the one rebuilt from the installed data.
 
 use std::collections::VecDeque;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-
-use crate::raft::state_machine::Shared;
 
 /// How the background deletion paces itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,70 +146,14 @@ impl Backlog {
     pub fn failing(&self) -> bool {
         self.failing.load(Ordering::Relaxed)
     }
-}
 
-/// How long the task waits after a failed batch before trying again.
-const RETRY: Duration = Duration::from_secs(1);
+    /// Records whether the last deletion batch failed.
+    pub(crate) fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::Relaxed);
+    }
 
-/// Starts the background deletion of `shared`'s backlog on `tracker`, until `cancel`.
-///
-/// Supervised: a failed batch (a RocksDB error) or a panic in one is logged, flags the
-/// backlog as failing (so `/health` fails) and is retried after [`RETRY`]; the flag clears
-/// with the next batch that succeeds. The loop itself holds no lock across an `.await`.
-pub fn spawn(
-    shared: Arc<Shared>,
-    backlog: Arc<Backlog>,
-    config: CompactorConfig,
-    cancel: CancellationToken,
-    tracker: &TaskTracker,
-) {
-    tracker.spawn(async move {
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = backlog.work.notified() => {}
-            }
-            if backlog.pending() == 0 {
-                continue;
-            }
-            // Drain the backlog, one batch per blocking call.
-            loop {
-                let step = {
-                    let shared = shared.clone();
-                    tokio::task::spawn_blocking(move || {
-                        shared.read().delete_compacted(config.batch_limit)
-                    })
-                    .await
-                };
-                let pause = match step {
-                    Ok(Ok(0)) => {
-                        backlog.failing.store(false, Ordering::Relaxed);
-                        tracing::info!(
-                            took_ms = backlog.last_duration().as_millis() as u64,
-                            "compaction: stale versions deleted"
-                        );
-                        break;
-                    }
-                    Ok(Ok(_)) => {
-                        backlog.failing.store(false, Ordering::Relaxed);
-                        config.pause
-                    }
-                    Ok(Err(e)) => {
-                        backlog.failing.store(true, Ordering::Relaxed);
-                        tracing::error!(error = %e, "compaction: deleting stale versions failed");
-                        RETRY
-                    }
-                    Err(e) => {
-                        backlog.failing.store(true, Ordering::Relaxed);
-                        tracing::error!(error = %e, "compaction: a deletion batch panicked");
-                        RETRY
-                    }
-                };
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(pause) => {}
-                }
-            }
-        }
-    });
+    /// Waits until versions are scheduled (at once if some were since the last wait).
+    pub(crate) async fn work(&self) {
+        self.work.notified().await;
+    }
 }

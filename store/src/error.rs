@@ -63,6 +63,10 @@ pub enum StoreError {
     Invalid(String),
     #[error("etcdserver: {0}")]
     Internal(String),
+    /// Another etcd this process is a client of (an API server's, see `crate::remote`) could
+    /// not be reached, or did not answer in time.
+    #[error("etcd unavailable: {0}")]
+    Unreachable(String),
     /// A MemberAdd or MemberUpdate whose peer URLs are missing or not `http://host:port`.
     #[error("etcdserver: given member URLs are invalid")]
     MemberBadUrls,
@@ -127,9 +131,13 @@ impl StoreError {
             | MemberNotLearner
             | BadLeaderTransferee
             | NotEnoughStartedMembers => Code::FailedPrecondition,
-            NoLeader | Timeout | LeaderTransferTimeout | LeaderChanged | Stopped | Unhealthy => {
-                Code::Unavailable
-            }
+            NoLeader
+            | Timeout
+            | LeaderTransferTimeout
+            | LeaderChanged
+            | Stopped
+            | Unhealthy
+            | Unreachable(_) => Code::Unavailable,
             Internal(_) => Code::Internal,
         }
     }

@@ -1,6 +1,7 @@
-//! Serving a member: the etcd services and the cluster API on the client URLs, the peer service
-//! on the peer URLs, the Kubernetes REST API on the API URLs, and `/health` and `/metrics` over
-//! HTTP on the metrics URLs.
+//! Serving a member: the etcd services on the client URLs, the peer service on the peer URLs,
+//! and `/health` and `/metrics` over HTTP on the metrics URLs (and on the client URLs). What
+//! else a process serves beside its member (Skiff's Kubernetes API server, in-process) comes
+//! in through one [`Extension`].
 
 use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -14,11 +15,12 @@ use skiff_proto::etcd::{
 use skiff_proto::raft::v1::raft_peer_server::RaftPeerServer;
 use tokio::net::{TcpListener, TcpSocket};
 
-use skiff_proto::cluster::v1::cluster_server::ClusterServer;
 use skiff_proto::metrics::{self, Registry, Scrape, Sink};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tonic::service::Routes;
 
-use crate::client_port::ClientPortLayer;
-use crate::cluster::ClusterApi;
+use crate::client_port::{CallGate, ClientPortLayer};
 use crate::command::Alarm;
 use crate::etcd::auth::AuthService;
 use crate::etcd::cluster::ClusterService;
@@ -26,11 +28,12 @@ use crate::etcd::kv::KvService;
 use crate::etcd::lease::LeaseService;
 use crate::etcd::maintenance::MaintenanceService;
 use crate::etcd::watch::{WatchServer, WatchService};
+use crate::member::peer::PeerService;
 use crate::member::{MemberConfig, StoreMember};
-use crate::raft::service::PeerService;
+use crate::watch::Tagger;
 
 /// gRPC framing and metadata on top of the largest request, as etcd allows.
-const GRPC_OVERHEAD: usize = 512 * 1024;
+pub const GRPC_OVERHEAD: usize = 512 * 1024;
 
 /// Where a member listens.
 #[derive(Debug, Clone)]
@@ -38,8 +41,6 @@ pub struct Listen {
     pub client_urls: Vec<String>,
     pub peer_urls: Vec<String>,
     pub metrics_urls: Vec<String>,
-    /// URLs to serve the Kubernetes REST API on (none: not served).
-    pub api_urls: Vec<String>,
     /// How often watchers that asked for progress notifications get one.
     pub watch_progress_notify_interval: Duration,
 }
@@ -65,7 +66,7 @@ pub fn socket_addr(url: &str) -> anyhow::Result<SocketAddr> {
 }
 
 /// The TLS a listener serves (`https://` URLs), or none.
-type ServerTls = Option<Arc<rustls::ServerConfig>>;
+pub type ServerTls = Option<Arc<rustls::ServerConfig>>;
 
 /// Each URL's address and the TLS it serves (`https://` URLs), from `tls` (an `https://`
 /// URL without it is refused, saying why: `no_tls`).
@@ -107,7 +108,8 @@ async fn bind_all(
 
 /// A port bound at start and listened on once the member is ready for what comes to it:
 /// until then a connection is refused, not held.
-struct Reserved {
+#[derive(Debug)]
+pub struct Reserved {
     socket: TcpSocket,
     url: String,
     tls: ServerTls,
@@ -115,7 +117,7 @@ struct Reserved {
 
 /// Binds every URL without listening yet (see [`Reserved`]): a port another process listens
 /// on still fails the start at once.
-fn reserve_all(
+pub fn reserve_all(
     urls: &[String],
     what: &str,
     tls: Option<&Arc<rustls::ServerConfig>>,
@@ -141,7 +143,7 @@ fn reserve_all(
 }
 
 /// Listens on reserved ports.
-fn listen_all(
+pub fn listen_all(
     reserved: Vec<Reserved>,
     what: &str,
 ) -> anyhow::Result<Vec<(TcpListener, ServerTls)>> {
@@ -176,46 +178,104 @@ const SHUTDOWN_DRAIN: Duration = Duration::from_secs(1);
 /// queue.
 const PENDING_RESET_STREAMS: usize = 1_000;
 
-/// Starts the member and serves it until `shutdown` resolves.
+/// What a process that serves a member adds to it, beside the etcd API: Skiff's Kubernetes
+/// API server, when it runs in the member's process. The store knows it only through this
+/// trait: an extension tags watched keys, starts its own listeners once the member is ready,
+/// and adds gRPC services (and a gate over every call) to the client URLs.
+pub trait Extension: Send + 'static {
+    /// How the watch hub tags keys for its tag index (see [`Tagger`]); none by default.
+    fn tagger(&self) -> Option<Tagger> {
+        None
+    }
+
+    /// Starts what the extension serves over `member`, once the member knows its leader and
+    /// just before the client URLs listen: its tasks go on `tasks` and end when `stop` is
+    /// cancelled (an error from one stops the member). What it adds to the client URLs.
+    fn start(
+        self,
+        member: Arc<StoreMember>,
+        tasks: &mut JoinSet<anyhow::Result<()>>,
+        stop: CancellationToken,
+    ) -> anyhow::Result<ClientExtras>;
+}
+
+/// What an [`Extension`] serves on the client URLs beside the etcd services.
+#[derive(Default)]
+pub struct ClientExtras {
+    /// Adds more gRPC services to the etcd services' routes (their paths must not be
+    /// etcd's); called once per client URL.
+    pub services: Option<Arc<AddServices>>,
+    /// Checks every gRPC call before it reaches its service.
+    pub gate: Option<Arc<dyn CallGate>>,
+}
+
+/// Adds gRPC services to a client URL's routes.
+pub type AddServices = dyn Fn(Routes) -> Routes + Send + Sync;
+
+impl std::fmt::Debug for ClientExtras {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientExtras")
+            .field("services", &self.services.is_some())
+            .field("gate", &self.gate)
+            .finish()
+    }
+}
+
+/// A member serving the etcd API and nothing else.
+#[derive(Debug, Clone, Copy)]
+pub struct EtcdOnly;
+
+impl Extension for EtcdOnly {
+    fn start(
+        self,
+        _: Arc<StoreMember>,
+        _: &mut JoinSet<anyhow::Result<()>>,
+        _: CancellationToken,
+    ) -> anyhow::Result<ClientExtras> {
+        Ok(ClientExtras::default())
+    }
+}
+
+/// The TLS a URL serves when it is `https://`, from `files` (none: `https://` is refused).
+pub fn server_tls(
+    files: Option<&crate::tls::TlsFiles>,
+    cipher_suites: &[String],
+    certs: crate::tls::ClientCerts,
+) -> anyhow::Result<ServerTls> {
+    let Some(files) = files else {
+        return Ok(None);
+    };
+    let provider = crate::tls::provider(cipher_suites)?;
+    Ok(Some(crate::tls::server_config(files, provider, certs)?))
+}
+
+/// Starts the member and serves the etcd API until `shutdown` resolves.
 pub async fn run(
     config: MemberConfig,
     listen: Listen,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    run_with(config, listen, EtcdOnly, shutdown).await
+}
+
+/// Starts the member and serves it, with what `extension` adds, until `shutdown` resolves.
+pub async fn run_with<E: Extension>(
+    config: MemberConfig,
+    listen: Listen,
+    extension: E,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     use crate::tls::ClientCerts;
-    let provider = crate::tls::provider(&config.tls.cipher_suites)?;
-    let client_tls = match &config.tls.client {
-        Some(files) => Some(crate::tls::server_config(
-            files,
-            provider.clone(),
-            ClientCerts::AsConfigured,
-        )?),
-        None => None,
-    };
-    // The Kubernetes API serves the client URLs' certificate; a client certificate is
-    // optional there (a bearer token may name the user instead).
-    let api_tls = match &config.tls.client {
-        Some(files) => Some(crate::tls::server_config(
-            files,
-            provider.clone(),
-            ClientCerts::Optional,
-        )?),
-        None => None,
-    };
-    let peer_tls = match &config.tls.peer {
-        Some(files) => Some(crate::tls::server_config(
-            files,
-            provider,
-            ClientCerts::AsConfigured,
-        )?),
-        None => None,
-    };
-    // A token file or audit policy that does not load fails the start, before the data
-    // directory is touched.
-    let access = Arc::new(crate::access::Access::new(config.access.clone())?);
+    let suites = &config.tls.cipher_suites;
+    let client_tls = server_tls(
+        config.tls.client.as_ref(),
+        suites,
+        ClientCerts::AsConfigured,
+    )?;
+    let peer_tls = server_tls(config.tls.peer.as_ref(), suites, ClientCerts::AsConfigured)?;
     // Bind first: a taken port fails the start before anything touches the data directory.
-    // The client and Kubernetes API ports listen once the member knows its leader (see
-    // below); peers and metrics at once.
+    // The client ports listen once the member knows its leader (see below); peers and
+    // metrics at once.
     let client = reserve_all(
         &listen.client_urls,
         "clients",
@@ -238,19 +298,13 @@ pub async fn run(
         )
         .await?,
     );
-    let kube_api = reserve_all(
-        &listen.api_urls,
-        "the Kubernetes API",
-        api_tls.as_ref(),
-        "https:// needs --cert-file and --key-file (the Kubernetes API serves the client URLs' certificate)",
-    )?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut tasks = tokio::task::JoinSet::new();
+    let stop = CancellationToken::new();
+    let mut tasks = JoinSet::new();
     // Peers must be reachable while the member starts (a joining member says hello first).
     let (member_tx, member_rx) = tokio::sync::watch::channel(None::<Arc<StoreMember>>);
     for (l, tls) in peer {
         let mut rx = member_rx.clone();
-        let stop = stop_rx.clone();
+        let stop = stop.clone();
         tasks.spawn(async move {
             let member = loop {
                 if let Some(m) = rx.borrow().clone() {
@@ -275,12 +329,12 @@ pub async fn run(
                         .max_decoding_message_size(usize::MAX)
                         .max_encoding_message_size(usize::MAX),
                 )
-                .serve_with_incoming_shutdown(incoming, wait(stop))
+                .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                 .await
                 .context("peer server")
         });
     }
-    let member = StoreMember::start(config, Some(crate::cluster::watch::tagger())).await?;
+    let member = StoreMember::start(config, extension.tagger()).await?;
     let _ = member_tx.send(Some(member.clone()));
     // A member started again on a busy cluster knows no leader until the leader's next
     // heartbeat finds it; the requests it took meanwhile could only wait, and every client
@@ -292,44 +346,16 @@ pub async fn run(
             "no leader known yet: serving clients anyway"
         );
     }
+    let extras = extension.start(member.clone(), &mut tasks, stop.clone())?;
     let client = listen_all(client, "clients")?;
-    let kube_api = listen_all(kube_api, "the Kubernetes API")?;
     let limit = member.config.max_request_bytes + GRPC_OVERHEAD;
-    // One cluster API behind both faces: they share its event lease, UID sequence and
-    // access rules.
-    let cluster_api = ClusterApi::with_access(member.clone(), access.clone());
-    if access.config.rbac() {
-        let (api, policy, stop) = (
-            cluster_api.clone(),
-            access.policy().clone(),
-            stop_rx.clone(),
-        );
-        tasks.spawn(crate::access::policy::maintain(api, policy, true, stop));
-    }
-    for (l, tls) in kube_api {
-        let address = l
-            .local_addr()
-            .context("the Kubernetes API listener")?
-            .to_string();
-        let router = crate::rest::router(cluster_api.clone(), address);
-        let stop = stop_rx.clone();
-        tasks.spawn(async move {
-            axum::serve(
-                crate::tls::ApiListener::new(l, tls),
-                router.into_make_service_with_connect_info::<crate::tls::ApiPeer>(),
-            )
-            .with_graceful_shutdown(wait(stop))
-            .await
-            .context("Kubernetes API server")
-        });
-    }
     for (l, tls) in client {
         let m = member.clone();
-        let stop = stop_rx.clone();
+        let stop = stop.clone();
         let progress = listen.watch_progress_notify_interval;
-        let cluster_api = cluster_api.clone();
+        let (services, gate) = (extras.services.clone(), extras.gate.clone());
         tasks.spawn(async move {
-            tonic::transport::Server::builder()
+            let mut server = tonic::transport::Server::builder()
                 // etcd serves `/health` and the like on its client URLs, over HTTP/1.1 too.
                 .accept_http1(true)
                 .http2_max_pending_accept_reset_streams(Some(PENDING_RESET_STREAMS))
@@ -338,51 +364,50 @@ pub async fn run(
                 // Watch streams are long-lived; etcd allows practically unlimited ones too.
                 .max_concurrent_streams(Some(1 << 20))
                 .layer(tower::util::MapResponseLayer::new(
-                    oversized_as_grpc_go::<tonic::body::Body>,
+                    crate::etcd::oversized_as_grpc_go::<tonic::body::Body>,
                 ))
                 .layer(ClientPortLayer::new(
                     http_routes(m.clone()),
                     m.shared.metrics.grpc_handled.clone(),
-                    &cluster_api,
-                ))
-                .add_service(
-                    PbKvServer::new(KvService::new(m.clone())).max_decoding_message_size(limit),
-                )
-                .add_service(WatchServer::new(
-                    WatchService::new(m.clone(), progress),
-                    limit,
-                ))
-                .add_service(
-                    PbLeaseServer::new(LeaseService::new(m.clone()))
-                        .max_decoding_message_size(limit),
-                )
-                .add_service(
-                    PbClusterServer::new(ClusterService::new(m.clone()))
-                        .max_decoding_message_size(limit),
-                )
-                .add_service(
-                    PbMaintenanceServer::new(MaintenanceService::new(m.clone()))
-                        .max_decoding_message_size(limit),
-                )
-                .add_service(
-                    PbAuthServer::new(AuthService::new(m.clone())).max_decoding_message_size(limit),
-                )
-                .add_service(
-                    ClusterServer::new(cluster_api.clone())
-                        .max_decoding_message_size(limit)
-                        .max_encoding_message_size(usize::MAX),
-                )
-                .serve_with_incoming_shutdown(crate::tls::accept(l, tls), wait(stop))
+                    gate,
+                ));
+            let mut routes = Routes::new(
+                PbKvServer::new(KvService::new(m.clone())).max_decoding_message_size(limit),
+            )
+            .add_service(WatchServer::new(
+                WatchService::new(m.clone(), progress),
+                limit,
+            ))
+            .add_service(
+                PbLeaseServer::new(LeaseService::new(m.clone())).max_decoding_message_size(limit),
+            )
+            .add_service(
+                PbClusterServer::new(ClusterService::new(m.clone()))
+                    .max_decoding_message_size(limit),
+            )
+            .add_service(
+                PbMaintenanceServer::new(MaintenanceService::new(m.clone()))
+                    .max_decoding_message_size(limit),
+            )
+            .add_service(
+                PbAuthServer::new(AuthService::new(m.clone())).max_decoding_message_size(limit),
+            );
+            if let Some(add) = services {
+                routes = add(routes);
+            }
+            server
+                .add_routes(routes)
+                .serve_with_incoming_shutdown(crate::tls::accept(l, tls), stop.cancelled_owned())
                 .await
                 .context("client server")
         });
     }
     for l in metrics {
         let m = member.clone();
-        let stop = stop_rx.clone();
+        let stop = stop.clone();
         tasks.spawn(async move {
             axum::serve(l, http_routes(m))
-                .with_graceful_shutdown(wait(stop))
+                .with_graceful_shutdown(stop.cancelled_owned())
                 .await
                 .context("metrics server")
         });
@@ -407,7 +432,7 @@ pub async fn run(
     };
     // A leader hands over first, while its servers still answer peers and forwarded writes.
     member.step_down().await;
-    let _ = stop_tx.send(true);
+    stop.cancel();
     member.shutdown().await;
     // Graceful shutdown waits for open connections, and peers and watchers hold theirs open
     // for as long as they live: give requests in flight a moment, then close the rest.
@@ -439,61 +464,9 @@ async fn raft_failed(member: &StoreMember) -> String {
     }
 }
 
-/// Listeners that serve no TLS (metrics, the Kubernetes API: plain HTTP for now).
+/// Listeners that serve no TLS (metrics).
 fn plain(bound: Vec<(TcpListener, ServerTls)>) -> Vec<TcpListener> {
     bound.into_iter().map(|(l, _)| l).collect()
-}
-
-/// The start of tonic's answer to a message over `max_decoding_message_size`.
-const TONIC_TOO_LARGE: &str = "Error, decoded message length too large: found ";
-
-/// grpc-go's answer where tonic refused a message over the receive limit (OUT_OF_RANGE):
-/// RESOURCE_EXHAUSTED, "grpc: received message larger than max (N vs. M)"; `None` for any
-/// other status. Streams (Watch, LeaseKeepAlive) end with it too.
-pub(crate) fn as_grpc_go(status: &tonic::Status) -> Option<tonic::Status> {
-    if status.code() != tonic::Code::OutOfRange || !status.message().starts_with(TONIC_TOO_LARGE) {
-        return None;
-    }
-    // "… found {len} bytes, the limit is: {limit} bytes"
-    let numbers: Vec<&str> = status
-        .message()
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|n| !n.is_empty())
-        .collect();
-    let text = match numbers.as_slice() {
-        [len, limit] => format!("grpc: received message larger than max ({len} vs. {limit})"),
-        _ => "grpc: received message larger than max".to_string(),
-    };
-    Some(tonic::Status::resource_exhausted(text))
-}
-
-/// Rewrites tonic's answer to a request over the receive limit (OUT_OF_RANGE) as grpc-go's,
-/// which etcd clients see from etcd: RESOURCE_EXHAUSTED, "grpc: received message larger than
-/// max (N vs. M)". A request over `--max-request-bytes` but within the limit plus
-/// [`GRPC_OVERHEAD`] reaches the service and gets etcd's own "request is too large"
-/// (INVALID_ARGUMENT). Covers answers whose status is in the headers: every unary call (the
-/// request is decoded before the service runs); a streaming call that fails later ends with
-/// the status in its trailers, untouched here.
-fn oversized_as_grpc_go<B>(
-    mut resp: tonic::codegen::http::Response<B>,
-) -> tonic::codegen::http::Response<B> {
-    let headers = resp.headers_mut();
-    // The message travels percent-encoded: read it (and write ours) through tonic's `Status`.
-    let Some(status) = tonic::Status::from_header_map(headers).and_then(|s| as_grpc_go(&s)) else {
-        return resp;
-    };
-    if status.add_header(headers).is_err() {
-        tracing::debug!("could not rewrite an oversized request's status");
-    }
-    resp
-}
-
-async fn wait(mut stop: tokio::sync::watch::Receiver<bool>) {
-    while !*stop.borrow() {
-        if stop.changed().await.is_err() {
-            return;
-        }
-    }
 }
 
 /// `/metrics`, `/health`, `/readyz` and `/livez` of one member, served on its metrics URLs
@@ -805,39 +778,6 @@ pub fn set_heap_probe(probe: HeapProbe) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// tonic's OUT_OF_RANGE for an oversized request becomes grpc-go's RESOURCE_EXHAUSTED
-    /// with grpc-go's text; every other answer passes unchanged.
-    #[test]
-    fn oversized_requests_are_answered_as_grpc_go_does() {
-        // Headers as tonic writes them (the message percent-encoded), read back as a client
-        // reads them.
-        let answer = |status: &str, message: &str| {
-            let mut r = tonic::codegen::http::Response::new(());
-            let code = tonic::Code::from_i32(status.parse().expect("code"));
-            tonic::Status::new(code, message)
-                .add_header(r.headers_mut())
-                .expect("header");
-            let r = oversized_as_grpc_go(r);
-            let s = tonic::Status::from_header_map(r.headers()).expect("status");
-            ((s.code() as i32).to_string(), s.message().to_string())
-        };
-        assert_eq!(
-            answer(
-                "11",
-                "Error, decoded message length too large: found 2097160 bytes, the limit is: 2097152 bytes"
-            ),
-            (
-                "8".to_string(),
-                "grpc: received message larger than max (2097160 vs. 2097152)".to_string()
-            )
-        );
-        let compacted = "etcdserver: mvcc: required revision has been compacted";
-        assert_eq!(
-            answer("11", compacted),
-            ("11".to_string(), compacted.to_string())
-        );
-    }
 
     #[test]
     fn listen_urls() {

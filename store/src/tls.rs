@@ -9,14 +9,12 @@
 //! | `--peer-trusted-ca-file` | the CA peers' certificates (served and presented) must chain to |
 //! | `--peer-client-cert-auth` | peers dialling in must present one |
 //! | `--cipher-suites` | the TLS 1.2 suites allowed, by IANA name; TLS 1.3's are always on, as in Go |
-//! | `--client-ca-file` | kube-apiserver's: a client certificate from this CA, when one is presented, names the Kubernetes user (CN) and groups (O) on the client and API URLs |
 //!
-//! The Kubernetes API URLs (`https://`) serve the client URLs' certificate. There a client
-//! certificate is asked for but not required (a client may bring a bearer token instead),
-//! and one that is presented must chain to `--client-ca-file`. A certificate names a
-//! Kubernetes user only when `--client-ca-file` is given; under `--client-cert-auth` it must
-//! be the `--trusted-ca-file` too, so that no etcd client certificate passes for a
-//! Kubernetes user.
+//! A process that serves an API of its own beside the member (Skiff's Kubernetes API server)
+//! may add one more CA ([`TlsFiles::client_ca`]): a client certificate from it is asked for and
+//! checked where none is required, and the connection's [`ConnInfo`] names its subject. Such
+//! an API's own URLs serve the client URLs' certificate with client certificates optional
+//! ([`ClientCerts::Optional`]).
 //!
 //! A URL is served with TLS when it is `https://`. A member's certificate and key (served, and
 //! presented when it dials a peer) and the CA files it checks certificates against are read
@@ -57,8 +55,9 @@ pub struct TlsFiles {
     pub trusted_ca: Option<PathBuf>,
     /// The other side must present a certificate from `trusted_ca`.
     pub client_cert_auth: bool,
-    /// The CA of the client certificates that name Kubernetes users; when given, a client
-    /// certificate is asked for (and checked) even where none is required.
+    /// One more CA whose client certificates are accepted: when given, a client certificate
+    /// is asked for (and checked) even where none is required. An API served beside the
+    /// member names its users by them.
     pub client_ca: Option<PathBuf>,
 }
 
@@ -68,8 +67,8 @@ pub enum ClientCerts {
     /// As the files say: required under `client_cert_auth`, else asked for when there is a
     /// `client_ca`, else not asked for.
     AsConfigured,
-    /// Asked for when there is a CA to check them against, never required (the Kubernetes
-    /// API, where a bearer token may stand in for one).
+    /// Asked for when there is a CA to check them against, never required (for an API where
+    /// a bearer token may stand in for one).
     Optional,
 }
 
@@ -482,9 +481,9 @@ pub fn server_config(
                 .into(),
         ));
     }
-    // The Kubernetes API checks certificates against the Kubernetes CA alone; the client
-    // URLs against etcd's under --client-cert-auth, and the Kubernetes CA's when there is one
-    // (the same file: `skiff store` refuses two different ones together).
+    // Optional client certificates are checked against the extra CA alone; the client URLs'
+    // against etcd's under --client-cert-auth, and the extra CA's when there is one (the
+    // same file: `skiff store` refuses two different ones together).
     let cas: Vec<&PathBuf> = files
         .trusted_ca
         .iter()
@@ -573,67 +572,6 @@ impl tonic::transport::server::Connected for Conn {
                 }
             }
         }
-    }
-}
-
-/// The Kubernetes API's listener for axum: its connections (TLS handshakes done off the
-/// accepting task), each with what its requests know of it ([`ConnInfo`]).
-pub struct ApiListener {
-    incoming: Pin<Box<dyn futures::Stream<Item = io::Result<Conn>> + Send>>,
-}
-
-impl std::fmt::Debug for ApiListener {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiListener").finish_non_exhaustive()
-    }
-}
-
-impl ApiListener {
-    pub fn new(listener: TcpListener, tls: Option<Arc<ServerConfig>>) -> ApiListener {
-        ApiListener {
-            incoming: accept(listener, tls),
-        }
-    }
-}
-
-impl axum::serve::Listener for ApiListener {
-    type Io = Conn;
-    type Addr = Option<ConnInfo>;
-
-    async fn accept(&mut self) -> (Conn, Option<ConnInfo>) {
-        use futures::StreamExt as _;
-        use tonic::transport::server::Connected as _;
-        loop {
-            match self.incoming.next().await {
-                Some(Ok(conn)) => {
-                    let info = conn.connect_info();
-                    return (conn, Some(info));
-                }
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "accepting a Kubernetes API connection");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                // The accepting task is gone (it never ends while the stream lives).
-                None => std::future::pending::<()>().await,
-            }
-        }
-    }
-
-    /// Not known per connection: the server's own address has no client.
-    fn local_addr(&self) -> io::Result<Option<ConnInfo>> {
-        Ok(None)
-    }
-}
-
-/// What a Kubernetes API request knows of its connection (axum's `ConnectInfo`).
-#[derive(Debug, Clone)]
-pub struct ApiPeer(pub Option<ConnInfo>);
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, ApiListener>>
-    for ApiPeer
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, ApiListener>) -> ApiPeer {
-        ApiPeer(stream.remote_addr().clone())
     }
 }
 

@@ -23,7 +23,7 @@ use skiff_proto::api::Secret;
 use skiff_proto::api::secret::BOOTSTRAP_TOKEN_TYPE;
 
 use super::{ANONYMOUS, AUTHENTICATED, UNAUTHENTICATED, Unauthorized};
-use crate::tls::Subject;
+use skiff_store::tls::Subject;
 
 /// The group of every bootstrap token's user.
 pub const BOOTSTRAPPERS: &str = "system:bootstrappers";

@@ -187,7 +187,7 @@ fn admin_rules() -> Vec<PolicyRule> {
 }
 
 /// The etcd services a leader-elected component holds its leadership key through (see
-/// [`crate::client_port`]).
+/// [`skiff_store::client_port`]).
 fn leadership() -> PolicyRule {
     paths(
         &["post"],

@@ -362,7 +362,7 @@ impl Access {
     pub fn authenticate(
         &self,
         bearer: Option<&str>,
-        cert: Option<&crate::tls::Subject>,
+        cert: Option<&skiff_store::tls::Subject>,
         secrets: &dyn authn::BootstrapSecrets,
     ) -> Result<User, Unauthorized> {
         self.authn

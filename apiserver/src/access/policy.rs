@@ -128,12 +128,12 @@ fn read(api: &ClusterApi) -> Result<(i64, Rules), ClusterError> {
 
 /// Keeps `policy` current (watching the RBAC kinds, watching again when a watch ends) and,
 /// with `bootstrap`, creates the bootstrap roles and bindings that are missing. Runs until
-/// `stop` is set.
+/// `stop` is cancelled.
 pub async fn maintain(
     api: ClusterApi,
     policy: Arc<Policy>,
     bootstrap: bool,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<()> {
     let work = async {
         tokio::join!(
@@ -147,7 +147,7 @@ pub async fn maintain(
     };
     tokio::select! {
         _ = work => {}
-        _ = stop.wait_for(|s| *s) => {}
+        _ = stop.cancelled() => {}
     }
     Ok(())
 }

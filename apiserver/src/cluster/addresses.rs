@@ -19,7 +19,7 @@ use skiff_proto::api::{Kind, Object};
 
 use super::ipam::{Claim, Pool, claim, release};
 use super::{ClusterApi, ClusterError, Result};
-use crate::command::RequestOp;
+use skiff_store::request::RequestOp;
 
 /// Why a service range flag cannot be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -183,7 +183,7 @@ fn node_ports_of(svc: &Service) -> Vec<String> {
 
 impl ClusterApi {
     fn service_ranges(&self) -> &ServiceRanges {
-        &self.member.config.services
+        &self.config.services
     }
 
     /// The addresses of a Service being written (`current`: the one an update replaces),

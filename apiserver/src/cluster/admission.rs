@@ -6,7 +6,6 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use skiff_proto::api::certificates::{
@@ -21,8 +20,8 @@ use skiff_proto::api::{
 use skiff_proto::quantity::Quantity;
 
 use super::{ClusterApi, ClusterError, Result, decode, not_found, pod_security, prefix_end};
-use crate::command::{Compare, CompareResult, CompareTarget, RangeRequest};
-use crate::lock;
+use skiff_store::lock;
+use skiff_store::request::{Compare, CompareResult, CompareTarget, RangeRequest};
 
 fn forbidden(object: &Object, why: String) -> ClusterError {
     ClusterError::Forbidden {
@@ -68,9 +67,9 @@ struct Counted {
 /// Quantities by the names a quota may give them (`pods`, `requests.cpu`, `cpu`, …).
 type Usage = BTreeMap<&'static str, Quantity>;
 
-/// What the pods of each namespace under a quota use, as of a revision, kept by the member
-/// between creates: a count decodes only the pods changed since the namespace's last count
-/// ([`crate::mvcc::Mvcc::changed_since`]), not every pod in it. A namespace is counted whole
+/// What the pods of each namespace under a quota use, as of a revision, kept by the API
+/// server between creates: a count decodes only the pods changed since the namespace's last count
+/// ([`skiff_store::mvcc::Mvcc::changed_since`]), not every pod in it. A namespace is counted whole
 /// again when the index no longer reaches back to its last count (compaction) and after a
 /// snapshot replaced the keyspace; it is forgotten once no quota is left in it.
 #[derive(Debug, Default)]
@@ -93,10 +92,10 @@ impl UsageCache {
         let mut counted = lock(&entry);
         let prefix = Kind::Pod.prefix(Some(ns));
         let end = prefix_end(prefix.as_bytes());
-        let shared = &api.member.shared;
-        let mvcc = shared.read();
+        let keyspace = api.keyspace();
+        let mvcc = keyspace.read();
         // Read under the keyspace lock, as the install raises it: the epoch of what is read.
-        let epoch = shared.snapshots_installed.load(Ordering::Relaxed);
+        let epoch = keyspace.epoch();
         let now = mvcc.revision();
         let changed = if counted.at > 0 && counted.epoch == epoch {
             mvcc.changed_since(prefix.as_bytes(), &end, counted.at)?
@@ -239,7 +238,7 @@ pub fn admit_create(
         0,
     )?;
     if quotas.is_empty() {
-        api.member.shared.quota_usage.forget(&ns);
+        api.quota_usage.forget(&ns);
         return Ok(Admitted {
             guards,
             counted: None,
@@ -249,7 +248,7 @@ pub fn admit_create(
     let counted = match counts.0.entry(ns.clone()) {
         Entry::Occupied(e) => e.into_mut(),
         Entry::Vacant(e) => {
-            let (at, used) = api.member.shared.quota_usage.count(api, &ns)?;
+            let (at, used) = api.quota_usage.count(api, &ns)?;
             e.insert(Counted { at, used })
         }
     };

@@ -14,7 +14,7 @@ use skiff_proto::cluster::v1::bind_result::Outcome;
 use skiff_proto::cluster::v1::{BindResult, Binding};
 
 use super::{ClusterApi, encode};
-use crate::command::{
+use skiff_store::request::{
     Compare, CompareResult, CompareTarget, PutRequest, RangeRequest, RequestOp, ResponseOp,
     TxnRequest,
 };
@@ -166,7 +166,7 @@ impl ClusterApi {
             }));
             proposed.push((i, pod_key));
         }
-        let mut revision = self.member.shared.read().revision();
+        let mut revision = self.revision();
         if !ops.is_empty() {
             let (rev, responses) = self.txn_each(ops).await?;
             revision = rev;

@@ -9,7 +9,7 @@ use skiff_proto::api::{Kind, SchemaError, ValidationErrors};
 use skiff_proto::selector::SelectorError;
 use tonic::{Code, Status};
 
-use crate::error::StoreError;
+use skiff_store::error::StoreError;
 
 pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
 

@@ -14,7 +14,7 @@ use std::net::Ipv4Addr;
 use skiff_proto::api::{Node, Object};
 
 use super::{ClusterApi, ClusterError, Result, compare, prefix_end};
-use crate::command::{
+use skiff_store::request::{
     Compare, CompareResult, CompareTarget, DeleteRangeRequest, PutRequest, RangeRequest,
     RangeResponse, RequestOp,
 };
@@ -176,7 +176,7 @@ pub struct Claim {
 
 impl ClusterApi {
     fn pod_cidrs(&self) -> Option<&PodCidrs> {
-        self.member.config.pod_cidrs.as_ref()
+        self.config.pod_cidrs.as_ref()
     }
 
     /// The block for a Node being created: the one it names (when it is one of the network's
@@ -230,7 +230,7 @@ impl ClusterApi {
 
     /// A range of this member's keyspace as it is now.
     fn read_raw(&self, request: RangeRequest) -> Result<RangeResponse> {
-        Ok(self.member.shared.read().range(&request)?)
+        Ok(self.keyspace().read().range(&request)?)
     }
 
     /// Who holds `slot` of `pool`, if anyone.

@@ -6,9 +6,9 @@
 
 use super::watch::{Filter, index_tag, key_range};
 use super::{ClusterApi, ClusterError, Result, Stored, decode};
-use crate::command::RangeRequest;
-use crate::error::StoreError;
 use skiff_proto::api::Kind;
+use skiff_store::error::StoreError;
+use skiff_store::request::RangeRequest;
 
 /// The fewest objects one read of a list takes from the store (a selective filter skips most).
 const MIN_CHUNK: usize = 256;
@@ -102,10 +102,10 @@ impl ClusterApi {
                     ReadAt::Any => 0,
                     ReadAt::Exact(rev) => rev,
                     ReadAt::NotOlderThan(rev) => {
-                        if self.member.shared.read().revision() < rev {
+                        if self.revision() < rev {
                             self.barrier(false).await?;
                         }
-                        let now = self.member.shared.read().revision();
+                        let now = self.revision();
                         if now < rev {
                             return Err(ClusterError::FutureRevision {
                                 resource_version: rev,
@@ -126,7 +126,7 @@ impl ClusterApi {
                 },
                 ClusterError::Store(StoreError::FutureRevision) => ClusterError::FutureRevision {
                     resource_version: at,
-                    current: self.member.shared.read().revision(),
+                    current: self.revision(),
                 },
                 e => e,
             }
@@ -200,14 +200,14 @@ impl ClusterApi {
         end: &[u8],
         limit: usize,
     ) -> Result<Option<ListPage>> {
-        let shared = &self.member.shared;
-        let mvcc = shared.read();
+        let keyspace = self.keyspace();
+        let mvcc = keyspace.read();
         let now = mvcc.revision();
         if at != 0 && at != now {
             return Ok(None);
         }
         // Under the keyspace read lock, the index is the keyspace's at `now`.
-        let Some(keys) = shared.hub.tagged_keys(tag, from, end) else {
+        let Some(keys) = mvcc.tagged_keys(tag, from, end) else {
             return Ok(None);
         };
         let mut kvs = Vec::with_capacity(keys.len());

@@ -20,20 +20,23 @@ use skiff_proto::api::{DeletionPropagation, Kind, Object, PodPhase, Time, defaul
 use skiff_proto::cluster::v1 as pb;
 
 use crate::access::{Access, Attributes, User};
-use crate::command::{
-    Command, Compare, CompareResult, CompareTarget, DeleteRangeRequest, KeyValue, Outcome,
-    PutRequest, RangeRequest, RequestOp, ResponseOp, TxnRequest, TxnResponse,
-};
-use crate::error::StoreError;
-pub use crate::key_index::prefix_end;
-use crate::key_index::{is_empty_range, range_bounds};
-use crate::member::StoreMember;
+pub use config::ApiConfig;
 pub use error::{ClusterError, Result};
+use skiff_store::error::StoreError;
+pub use skiff_store::key_index::prefix_end;
+use skiff_store::key_index::{is_empty_range, range_bounds};
+use skiff_store::kv::{Keyspace, Kv};
+use skiff_store::request::{
+    Compare, CompareResult, CompareTarget, DeleteRangeRequest, KeyValue, PutRequest, RangeRequest,
+    RequestOp, ResponseOp, TxnRequest, TxnResponse,
+};
 
 pub mod addresses;
 pub mod admission;
 pub mod bind;
+pub mod config;
 pub mod error;
+pub mod gate;
 pub mod ipam;
 pub mod list;
 pub mod pod_security;
@@ -53,7 +56,8 @@ const EVENT_LEASE_REUSE: Duration = Duration::from_secs(60);
 /// The cluster API over one member.
 #[derive(Debug, Clone)]
 pub struct ClusterApi {
-    pub member: Arc<StoreMember>,
+    /// The store the API keeps its objects in.
+    pub kv: Arc<dyn Kv>,
     uid_seq: Arc<AtomicU64>,
     /// The lease new Event writes go under, and when it was granted.
     event_lease: Arc<Mutex<Option<(i64, Instant)>>>,
@@ -64,6 +68,10 @@ pub struct ClusterApi {
     /// Who the writes of this handle are made for, when a face knows it: admission
     /// (NodeRestriction) judges what a node agent writes.
     requester: Option<Arc<User>>,
+    /// The API server's settings.
+    pub config: Arc<ApiConfig>,
+    /// What the pods of each namespace under a quota use (quota admission's).
+    quota_usage: Arc<admission::UsageCache>,
 }
 
 /// Which part of an object an update writes: the object (spec and metadata, status kept),
@@ -143,11 +151,12 @@ pub struct Stored {
     pub mod_revision: i64,
 }
 
-pub fn header(member: &StoreMember, revision: i64) -> Option<pb::ResponseHeader> {
+pub fn header(kv: &dyn Kv, revision: i64) -> Option<pb::ResponseHeader> {
+    let h = kv.header();
     Some(pb::ResponseHeader {
         revision,
-        member_id: member.id,
-        raft_term: member.term(),
+        member_id: h.member_id,
+        raft_term: h.raft_term,
     })
 }
 
@@ -424,19 +433,23 @@ fn compare(key: &str, target: CompareTarget, result: CompareResult) -> Compare {
 }
 
 impl ClusterApi {
-    /// The API of `member`, open to everyone (no authentication, everything allowed).
-    pub fn new(member: Arc<StoreMember>) -> Self {
-        ClusterApi::with_access(member, Arc::new(Access::open()))
+    /// The API of `member` with the default settings, open to everyone (no authentication,
+    /// everything allowed).
+    pub fn new(kv: Arc<dyn Kv>) -> Self {
+        ClusterApi::with_access(kv, Arc::new(Access::open()), ApiConfig::default())
     }
 
-    pub fn with_access(member: Arc<StoreMember>, access: Arc<Access>) -> Self {
+    /// The API of `member` under `access`'s rules, with `config`.
+    pub fn with_access(kv: Arc<dyn Kv>, access: Arc<Access>, config: ApiConfig) -> Self {
         ClusterApi {
-            member,
+            kv,
             uid_seq: Arc::new(AtomicU64::new(0)),
             event_lease: Arc::new(Mutex::new(None)),
             fence: None,
             access,
             requester: None,
+            config: Arc::new(config),
+            quota_usage: Arc::default(),
         }
     }
 
@@ -539,7 +552,7 @@ impl ClusterApi {
         }
         // The lock is never held across an await: two writers may both grant, and the later
         // grant wins the cache; the other lease just expires with its events.
-        let event_ttl = self.member.config.event_ttl;
+        let event_ttl = self.config.event_ttl;
         let reuse = EVENT_LEASE_REUSE.min(event_ttl / 10);
         let cached = *self
             .event_lease
@@ -551,11 +564,7 @@ impl ClusterApi {
             return Ok(id);
         }
         let ttl = (event_ttl + reuse).as_secs_f64().ceil() as i64;
-        let id = self.member.new_lease_id();
-        let resp = self.member.propose(Command::LeaseGrant { id, ttl }).await?;
-        let Outcome::LeaseGranted { id, .. } = resp.result? else {
-            return Err(StoreError::internal("grant answered with another outcome").into());
-        };
+        let id = self.kv.lease_grant(ttl).await?;
         *self
             .event_lease
             .lock()
@@ -586,14 +595,19 @@ impl ClusterApi {
     /// Reads are linearizable unless the caller accepts a possibly stale local view.
     pub async fn barrier(&self, serializable: bool) -> Result<()> {
         if !serializable {
-            self.member.linearizable_barrier().await?;
+            self.kv.barrier().await?;
         }
         Ok(())
     }
 
-    /// The member's current revision.
+    /// The keyspace's current revision.
     pub fn revision(&self) -> i64 {
-        self.member.shared.read().revision()
+        self.keyspace().read().revision()
+    }
+
+    /// The keyspace, to read and watch.
+    pub fn keyspace(&self) -> Keyspace {
+        self.kv.keyspace()
     }
 
     /// The current revision and the objects under a key prefix (or one key).
@@ -618,7 +632,8 @@ impl ClusterApi {
         revision: i64,
         limit: usize,
     ) -> Result<(i64, Vec<Stored>, bool)> {
-        let mvcc = self.member.shared.read();
+        let keyspace = self.keyspace();
+        let mvcc = keyspace.read();
         let resp = mvcc.range(&RangeRequest {
             key: key.to_vec(),
             range_end: range_end.to_vec(),
@@ -651,24 +666,33 @@ impl ClusterApi {
         Ok((rev, items.pop()))
     }
 
-    /// Proposes a transaction; returns the revision after it and its response.
-    /// Proposes a transaction (with this handle's fence among its comparisons); a fenced
-    /// one that failed because the fence moved is [`ClusterError::Fenced`], not a conflict.
-    /// Independent writes in one transaction, so one log entry and one revision: each op a
-    /// nested transaction that takes its own branch (batch Bind, CreateMany). The revision and
-    /// each op's response, in order.
+    /// Independent writes, each op a nested transaction that takes its own branch (batch
+    /// Bind, CreateMany): in one transaction, so one revision, when they fit the store's
+    /// limit on operations (a member has none; an etcd takes 128 by default), else in as
+    /// few as fit. The last revision and each op's response, in order.
     pub(super) async fn txn_each(&self, ops: Vec<RequestOp>) -> Result<(i64, Vec<ResponseOp>)> {
-        let (rev, resp) = self
-            .txn(TxnRequest {
-                compare: Vec::new(),
-                success: ops,
-                failure: Vec::new(),
-                auth_revision: None,
-            })
-            .await?;
-        Ok((rev, resp.responses))
+        let max = self.kv.max_txn_ops().max(1);
+        let mut revision = self.revision();
+        let mut responses = Vec::with_capacity(ops.len());
+        let mut ops = ops.into_iter().peekable();
+        while ops.peek().is_some() {
+            let (rev, resp) = self
+                .txn(TxnRequest {
+                    compare: Vec::new(),
+                    success: ops.by_ref().take(max).collect(),
+                    failure: Vec::new(),
+                    auth_revision: None,
+                })
+                .await?;
+            revision = rev;
+            responses.extend(resp.responses);
+        }
+        Ok((revision, responses))
     }
 
+    /// Applies a transaction (with this handle's fence among its comparisons): the revision
+    /// after it and its response. A fenced one that failed because the fence moved is
+    /// [`ClusterError::Fenced`], not a conflict.
     pub async fn txn(&self, mut txn: TxnRequest) -> Result<(i64, TxnResponse)> {
         if let Some(fence) = &self.fence {
             txn.compare.push(compare(
@@ -677,20 +701,13 @@ impl ClusterApi {
                 CompareResult::Equal,
             ));
         }
-        let resp = self.member.propose(Command::Txn(txn)).await?;
-        let (revision, t) = match resp.result? {
-            Outcome::Txn(t) => (resp.revision, t),
-            other => {
-                return Err(StoreError::internal(format!("unexpected outcome {other:?}")).into());
-            }
-        };
+        let (revision, t) = self.kv.txn(txn).await?;
         if let Some(fence) = &self.fence
             && !t.succeeded
         {
             self.barrier(false).await?;
             let held = self
-                .member
-                .shared
+                .keyspace()
                 .read()
                 .range(&RangeRequest {
                     key: fence.0.as_bytes().to_vec(),
@@ -714,8 +731,9 @@ impl ClusterApi {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .as_nanos() as u64;
-        let a = t ^ self.member.id.rotate_left(29);
-        let b = n.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ self.member.id;
+        let id = self.kv.header().member_id;
+        let a = t ^ id.rotate_left(29);
+        let b = n.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ id;
         format!(
             "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
             (a >> 32) as u32,
@@ -759,7 +777,7 @@ impl ClusterApi {
                 .admit_new(&object, &mut admission::QuotaCounts::default())
                 .await?;
             if dry_run {
-                return Ok((self.member.shared.read().revision(), candidate));
+                return Ok((self.revision(), candidate));
             }
             let (rev, resp) = self.write_txn(kind, txn).await?;
             match created(candidate, rev, resp.succeeded, &resp.responses) {
@@ -819,7 +837,7 @@ impl ClusterApi {
                 }))),
             }
         }
-        let mut revision = self.member.shared.read().revision();
+        let mut revision = self.revision();
         if !ops.is_empty() {
             let (rev, responses) = self.txn_each(ops).await.inspect_err(|_| {
                 // A failed write may have been refused for its lease: only Events have one.
@@ -1123,7 +1141,7 @@ impl ClusterApi {
     ) -> Result<(i64, Vec<Result<Object>>)> {
         let mut results: Vec<Option<Result<Object>>> = objects.iter().map(|_| None).collect();
         let mut pending: Vec<usize> = (0..objects.len()).collect();
-        let mut revision = self.member.shared.read().revision();
+        let mut revision = self.revision();
         for _ in 0..WRITE_ATTEMPTS {
             if pending.is_empty() {
                 break;

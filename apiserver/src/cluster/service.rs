@@ -18,7 +18,7 @@ use super::{
 };
 use crate::access::User;
 use crate::access::audit::{Asked, Slot};
-use crate::tls::ConnInfo;
+use skiff_store::tls::ConnInfo;
 
 /// Who sent a request: its connection's client certificate, else its bearer token, else
 /// anonymous (when allowed).
@@ -171,7 +171,7 @@ where
     }
     let (rev, written) = match me {
         Some(allowed) => write(fenced(&allowed, fence), objects).await?,
-        None => (api.member.shared.read().revision(), Vec::new()),
+        None => (api.revision(), Vec::new()),
     };
     let mut written = written.into_iter();
     let results = results
@@ -189,7 +189,7 @@ where
         })
         .collect();
     Ok(Response::new(pb::ManyResponse {
-        header: header(&api.member, rev),
+        header: header(&*api.kv, rev),
         results,
     }))
 }
@@ -227,7 +227,7 @@ fn object_response(
     object: &skiff_proto::api::Object,
 ) -> Response<pb::ObjectResponse> {
     Response::new(pb::ObjectResponse {
-        header: header(&api.member, revision),
+        header: header(&*api.kv, revision),
         object: Some(to_pb(object)),
     })
 }
@@ -279,7 +279,7 @@ impl Cluster for ClusterApi {
         let me = authorize(self, &req, Ask::new("create", object.kind(), ns, ""))?;
         if object.kind().is_review() {
             let answered = self.review(&user(self, &req)?, object)?;
-            let revision = self.member.shared.read().revision();
+            let revision = self.revision();
             return Ok(object_response(self, revision, &answered));
         }
         let req = req.into_inner();
@@ -330,7 +330,7 @@ impl Cluster for ClusterApi {
         )
         .await?;
         Ok(Response::new(pb::ListResponse {
-            header: header(&self.member, page.revision),
+            header: header(&*self.kv, page.revision),
             items: page.items.iter().map(|s| to_pb(&s.object)).collect(),
             resource_version: page.revision,
             continue_token: page.continue_token,
@@ -455,7 +455,7 @@ impl Cluster for ClusterApi {
         )
         .await?;
         Ok(Response::new(pb::BindResponse {
-            header: header(&self.member, rev),
+            header: header(&*self.kv, rev),
             results,
         }))
     }

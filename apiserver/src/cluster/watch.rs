@@ -19,8 +19,8 @@ use tokio::sync::mpsc;
 use super::error::{ClusterError, Result};
 
 use super::{ClusterApi, decode, prefix_end, to_pb};
-use crate::command::{Event, EventKind};
-use crate::watch::{Tagger, WatchMessage, WatchSpec};
+use skiff_store::request::{Event, EventKind};
+use skiff_store::watch::{Tagger, WatchMessage, WatchSpec};
 
 /// Queue of one watch stream before it is parked and caught up from disk.
 const QUEUE: usize = 1024;
@@ -107,8 +107,8 @@ impl ClusterApi {
         let filter = Filter::parse(kind, req.selectors.as_ref())?;
         let (key, range_end) = key_range(kind, &req.namespace);
         let tag = index_tag(kind, &filter);
-        let hub = self.member.shared.hub.clone();
-        let (stream, _ctl, mut rx) = hub.open_stream(QUEUE);
+        let keyspace = self.keyspace();
+        let (stream, mut rx) = keyspace.open(QUEUE);
         let spec = WatchSpec {
             key,
             range_end,
@@ -124,21 +124,21 @@ impl ClusterApi {
             tag,
         };
         {
-            let mvcc = self.member.shared.read();
-            if req.resource_version > 0 && spec.is_compacted(spec.start_revision, mvcc.compacted())
+            let view = keyspace.read();
+            if req.resource_version > 0 && spec.is_compacted(spec.start_revision, view.compacted())
             {
-                hub.close_stream(stream);
-                return Err(too_old(req.resource_version, mvcc.compacted()));
+                keyspace.close(stream);
+                return Err(too_old(req.resource_version, view.compacted()));
             }
-            if let Err(why) = hub.add(&mvcc, stream, 0, spec, None) {
-                hub.close_stream(stream);
+            if let Err(why) = view.watch(stream, spec) {
+                drop(view);
+                keyspace.close(stream);
                 return Err(ClusterError::WatchRefused {
                     reason: why.to_string(),
                 });
             }
         }
         let (tx, out) = mpsc::channel(QUEUE);
-        let member = self.member.clone();
         tokio::spawn(async move {
             let mut bookmarks = tokio::time::interval(Duration::from_secs(1));
             bookmarks.tick().await;
@@ -146,7 +146,7 @@ impl ClusterApi {
                 let msg = tokio::select! {
                     m = rx.recv() => m,
                     _ = bookmarks.tick(), if req.allow_bookmarks => {
-                        hub.notify_progress(&member.shared.read(), stream, &[0]);
+                        keyspace.read().notify_progress(stream);
                         continue;
                     }
                     _ = tx.closed() => None,
@@ -201,7 +201,7 @@ impl ClusterApi {
                     break;
                 }
             }
-            hub.close_stream(stream);
+            keyspace.close(stream);
         });
         Ok(out)
     }

@@ -54,7 +54,7 @@ use serde_json::json;
 use crate::access::audit::{AuditLog, Level, Record};
 use crate::access::{Attributes, User};
 use crate::cluster::{ClusterApi, ClusterError, kind_attributes};
-use crate::tls::ApiPeer;
+use crate::listener::ApiPeer;
 use request::{Accept, Params, Target, read_body};
 use status::{ApiError, Reason};
 use verbs::json_response;

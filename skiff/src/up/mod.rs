@@ -112,10 +112,18 @@ pub struct Args {
     kubeconfig: Option<PathBuf>,
 }
 
-/// What a benchmark runs on the cluster `up` started, once it is ready (`skiff bench soak`);
+/// What runs on the cluster `up` started, once it is ready (`skiff bench soak`, `--demo`);
 /// the cluster stops after it.
 pub(crate) type Workload<'a> =
     Box<dyn FnOnce(&tokio::runtime::Runtime, &mut Cluster) -> Result<ExitCode> + 'a>;
+
+impl Args {
+    /// The manifests of the demo when `--demo` asks for it. `up` does not run the demo itself:
+    /// whoever starts it hands the demo over as the workload.
+    pub(crate) fn demo_dir(&self) -> Option<&Path> {
+        self.demo.then_some(self.demo_dir.as_path())
+    }
+}
 
 pub fn run(args: Args) -> Result<ExitCode> {
     run_then(args, None)
@@ -125,9 +133,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
 pub(crate) fn run_then(args: Args, workload: Option<Workload<'_>>) -> Result<ExitCode> {
     let started = Instant::now();
     check(&args)?;
-    if args.demo && workload.is_some() {
-        bail!("--demo runs the demo workload; a benchmark's cannot run with it");
-    }
     let (dir, _lock) = open_dir(&args)?;
     let (layout, resumed) = layout::load_layout(&dir, args.base_port, !args.insecure)?;
     let agents = real_node_names(&args).len();
@@ -163,7 +168,7 @@ pub(crate) fn run_then(args: Args, workload: Option<Workload<'_>>) -> Result<Exi
                 .map(|(file, user)| crate::certs::ClientIdentity {
                     file,
                     user,
-                    group: Some(skiff_store::access::bootstrap::NODES),
+                    group: Some(skiff_apiserver::access::bootstrap::NODES),
                 }),
         );
         crate::certs::ensure(&dir.join(CERTS), &servers, &hosts, &clients)?;
@@ -204,7 +209,7 @@ pub(crate) fn run_then(args: Args, workload: Option<Workload<'_>>) -> Result<Exi
             Duration::from_secs(60),
             "the cluster's bootstrap roles",
             || async {
-                let last = skiff_store::access::bootstrap::cluster_role_bindings()
+                let last = skiff_apiserver::access::bootstrap::cluster_role_bindings()
                     .pop()
                     .map(|b| b.metadata.name)
                     .unwrap_or_default();
@@ -301,12 +306,6 @@ pub(crate) fn run_then(args: Args, workload: Option<Workload<'_>>) -> Result<Exi
         }
         return result;
     }
-    if args.demo {
-        let result = crate::demo::run(&rt, &mut cluster, &exe, &args.demo_dir);
-        println!("==> stopping the cluster");
-        cluster.stop();
-        return result.map(|()| ExitCode::SUCCESS);
-    }
     println!(
         "Ctrl-C stops the cluster; `skiff up` on {} resumes it.",
         dir.display()
@@ -365,7 +364,7 @@ fn real_node_names(args: &Args) -> Vec<String> {
 /// made by `run`.
 fn identities(args: &Args) -> Vec<crate::certs::ClientIdentity<'static>> {
     use crate::certs::ClientIdentity;
-    use skiff_store::access::bootstrap::{CONTROLLER_MANAGER, NODES, SCHEDULER};
+    use skiff_apiserver::access::bootstrap::{CONTROLLER_MANAGER, NODES, SCHEDULER};
     // A lone node is a node agent like any; many simulated nodes in one process are one
     // client, which `up` grants every node's rules (see `grant_simulated_nodes`).
     let (nodes_user, nodes_group) = if args.nodes == 1 {
@@ -377,7 +376,7 @@ fn identities(args: &Args) -> Vec<crate::certs::ClientIdentity<'static>> {
         ClientIdentity {
             file: ADMIN,
             user: "admin",
-            group: Some(skiff_store::access::MASTERS),
+            group: Some(skiff_apiserver::access::MASTERS),
         },
         ClientIdentity {
             file: "scheduler",
@@ -396,7 +395,7 @@ fn identities(args: &Args) -> Vec<crate::certs::ClientIdentity<'static>> {
         },
         ClientIdentity {
             file: KUBELET_CLIENT,
-            user: skiff_store::access::bootstrap::KUBELET_CLIENT,
+            user: skiff_apiserver::access::bootstrap::KUBELET_CLIENT,
             group: None,
         },
     ]
@@ -475,6 +474,7 @@ fn start_members(
             listen_client_url: format!("{scheme}://127.0.0.1:{}", layout.client(i)),
             listen_peer_url: format!("{scheme}://127.0.0.1:{}", layout.peer(i)),
             listen_metrics_url: Some(format!("http://127.0.0.1:{}", layout.metrics(i))),
+            apiserver: true,
             listen_api_url: Some(layout.api_url(i)),
             tls: layout.tls.then(|| StoreTls {
                 cert: certs.join(format!("{m}.pem")),

@@ -274,6 +274,7 @@ impl Cluster {
             listen_client_url: m.client_url.clone(),
             listen_peer_url: m.peer_url.clone(),
             listen_metrics_url: Some(m.metrics_url.clone()),
+            apiserver: true,
             listen_api_url: self.serve_api.then(|| m.api_url.clone()),
             initial_cluster,
             initial_cluster_state: state,

@@ -103,7 +103,7 @@ impl PbLeaseService for LeaseService {
                 let msg = match msg {
                     Ok(msg) => msg,
                     Err(status) => {
-                        let status = crate::server::as_grpc_go(&status).unwrap_or(status);
+                        let status = super::as_grpc_go(&status).unwrap_or(status);
                         let _ = tx.send(Err(status)).await;
                         break;
                     }

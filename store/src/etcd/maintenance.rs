@@ -16,7 +16,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
-use sha2::{Digest, Sha256};
 use skiff_proto::etcd::{
     PbAlarmMember, PbAlarmRequest, PbAlarmResponse, PbDefragmentRequest, PbDefragmentResponse,
     PbDowngradeRequest, PbDowngradeResponse, PbHashKvRequest, PbHashKvResponse, PbHashRequest,
@@ -26,7 +25,7 @@ use skiff_proto::etcd::{
 use tonic::{Request, Response, Status};
 
 use super::{API_VERSION, admin, caller, header};
-use crate::command::{Alarm, Command, Outcome, RangeRequest};
+use crate::command::{Alarm, Command, Outcome};
 use crate::error::StoreError;
 use crate::member::{BackupPiece, StoreMember};
 
@@ -52,62 +51,6 @@ fn alarm_members(alarms: &[(u64, Alarm)]) -> Vec<PbAlarmMember> {
 }
 
 type SnapshotStream = Pin<Box<dyn Stream<Item = Result<PbSnapshotResponse, Status>> + Send>>;
-
-/// Keys hashed per hold of the read lock, so the apply path waits for one chunk at most.
-const HASH_CHUNK: i64 = 10_000;
-
-/// The hash of the keyspace as a read at `revision` (0: the current one) sees it; the
-/// revision hashed and the compaction revision then.
-pub(crate) fn hash_keyspace(
-    member: &StoreMember,
-    revision: i64,
-) -> Result<(u32, i64, i64), StoreError> {
-    let (at, compacted) = {
-        let mvcc = member.shared.read();
-        let current = mvcc.revision();
-        let at = if revision <= 0 { current } else { revision };
-        if at > current {
-            return Err(StoreError::FutureRevision);
-        }
-        if at < mvcc.compacted() {
-            return Err(StoreError::Compacted {
-                compacted: mvcc.compacted(),
-            });
-        }
-        (at, mvcc.compacted())
-    };
-    let mut hasher = Sha256::new();
-    let mut from = vec![0u8];
-    loop {
-        // Every key from `from` on (`range_end` "\0"), a chunk at a time, all at `at`.
-        let chunk = member.shared.read().range(&RangeRequest {
-            key: from.clone(),
-            range_end: vec![0],
-            limit: HASH_CHUNK,
-            revision: at,
-            ..RangeRequest::default()
-        })?;
-        for kv in &chunk.kvs {
-            hasher.update((kv.key.len() as u64).to_le_bytes());
-            hasher.update(&kv.key);
-            for n in [kv.create_revision, kv.mod_revision, kv.version, kv.lease] {
-                hasher.update(n.to_le_bytes());
-            }
-            hasher.update((kv.value.len() as u64).to_le_bytes());
-            hasher.update(&kv.value);
-        }
-        match chunk.kvs.last() {
-            Some(last) if chunk.more => {
-                from = last.key.clone();
-                from.push(0);
-            }
-            _ => break,
-        }
-    }
-    let digest = hasher.finalize();
-    let hash = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
-    Ok((hash, at, compacted))
-}
 
 #[tonic::async_trait]
 impl PbMaintenanceService for MaintenanceService {

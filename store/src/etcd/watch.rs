@@ -342,7 +342,7 @@ impl WatchService {
                         continue;
                     }
                     Some(Err(status)) => {
-                        let status = crate::server::as_grpc_go(&status).unwrap_or(status);
+                        let status = super::as_grpc_go(&status).unwrap_or(status);
                         let _ = failed_tx.send(status);
                         break;
                     }

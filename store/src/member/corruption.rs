@@ -11,15 +11,72 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
 use skiff_proto::raft::v1::RaftMessage;
 
 use super::StoreMember;
 use crate::backend;
-use crate::command::{Alarm, Command};
+use crate::command::{Alarm, Command, RangeRequest};
 use crate::error::StoreError;
 
 /// A member's answer: the hash, the revision hashed, the compaction revision.
 type Hashed = Result<(u32, i64, i64), StoreError>;
+
+/// Keys hashed per hold of the read lock, so the apply path waits for one chunk at most.
+const HASH_CHUNK: i64 = 10_000;
+
+/// The hash of the keyspace as a read at `revision` (0: the current one) sees it; the
+/// revision hashed and the compaction revision then.
+pub(crate) fn hash_keyspace(
+    member: &StoreMember,
+    revision: i64,
+) -> Result<(u32, i64, i64), StoreError> {
+    let (at, compacted) = {
+        let mvcc = member.shared.read();
+        let current = mvcc.revision();
+        let at = if revision <= 0 { current } else { revision };
+        if at > current {
+            return Err(StoreError::FutureRevision);
+        }
+        if at < mvcc.compacted() {
+            return Err(StoreError::Compacted {
+                compacted: mvcc.compacted(),
+            });
+        }
+        (at, mvcc.compacted())
+    };
+    let mut hasher = Sha256::new();
+    let mut from = vec![0u8];
+    loop {
+        // Every key from `from` on (`range_end` "\0"), a chunk at a time, all at `at`.
+        let chunk = member.shared.read().range(&RangeRequest {
+            key: from.clone(),
+            range_end: vec![0],
+            limit: HASH_CHUNK,
+            revision: at,
+            ..RangeRequest::default()
+        })?;
+        for kv in &chunk.kvs {
+            hasher.update((kv.key.len() as u64).to_le_bytes());
+            hasher.update(&kv.key);
+            for n in [kv.create_revision, kv.mod_revision, kv.version, kv.lease] {
+                hasher.update(n.to_le_bytes());
+            }
+            hasher.update((kv.value.len() as u64).to_le_bytes());
+            hasher.update(&kv.value);
+        }
+        match chunk.kvs.last() {
+            Some(last) if chunk.more => {
+                from = last.key.clone();
+                from.push(0);
+            }
+            _ => break,
+        }
+    }
+    let digest = hasher.finalize();
+    let hash = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+    Ok((hash, at, compacted))
+}
 
 impl StoreMember {
     /// Starts the check every `period` (nothing when `None`); it runs only while this member

@@ -16,12 +16,14 @@
 
 mod auth;
 mod auto_compaction;
+pub(crate) mod compactor;
 mod corruption;
 mod election;
 mod forward;
 mod housekeeping;
 mod lessor;
 mod membership;
+pub mod peer;
 mod startup;
 mod transfer;
 
@@ -73,8 +75,6 @@ pub struct MemberConfig {
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
     pub quota_backend_bytes: u64,
-    /// How long an Event object lives after its last write (under a lease).
-    pub event_ttl: Duration,
     /// How often the leader checkpoints the leases past half their TTL
     /// (`--lease-checkpoint-interval`; see `lessor`).
     pub lease_checkpoint_interval: Duration,
@@ -84,8 +84,6 @@ pub struct MemberConfig {
     pub auto_compaction: Option<AutoCompaction>,
     /// Certificates for `https://` client and peer URLs.
     pub tls: crate::tls::TlsSettings,
-    /// Authentication and authorization of the Kubernetes API (both faces).
-    pub access: crate::access::AccessConfig,
     /// How often the leader compares every member's keyspace hash with its own
     /// (`--experimental-corrupt-check-time`); never when `None`.
     pub corrupt_check: Option<Duration>,
@@ -93,12 +91,6 @@ pub struct MemberConfig {
     pub auth_token_ttl: Duration,
     /// bcrypt's cost for new passwords (`--bcrypt-cost`).
     pub bcrypt_cost: u32,
-    /// The pod network cut into node blocks given at registration (`--cluster-cidr`,
-    /// `--node-cidr-mask-size`); none: Nodes get no block.
-    pub pod_cidrs: Option<crate::cluster::ipam::PodCidrs>,
-    /// Where Services' cluster IPs and node ports come from (`--service-cluster-ip-range`,
-    /// `--service-node-port-range`).
-    pub services: crate::cluster::addresses::ServiceRanges,
 }
 
 impl Default for MemberConfig {
@@ -118,17 +110,13 @@ impl Default for MemberConfig {
             max_request_bytes: 1536 * 1024,
             max_txn_ops: 128,
             quota_backend_bytes: 2 << 30,
-            event_ttl: Duration::from_secs(3600),
             lease_checkpoint_interval: lessor::CHECKPOINT_INTERVAL,
             compactor: CompactorConfig::default(),
             auto_compaction: None,
             tls: crate::tls::TlsSettings::default(),
-            access: crate::access::AccessConfig::default(),
             corrupt_check: None,
             auth_token_ttl: crate::mvcc::DEFAULT_TOKEN_TTL,
             bcrypt_cost: crate::auth::DEFAULT_BCRYPT_COST,
-            pod_cidrs: None,
-            services: Default::default(),
         }
     }
 }
@@ -424,10 +412,10 @@ impl StoreMember {
 
     /// The hash of the keyspace at `revision` (0: the current one), read on a blocking task:
     /// the hash, the revision hashed and the compaction revision (see
-    /// [`crate::etcd::maintenance`] for what is hashed).
+    /// [`corruption`] for what is hashed).
     pub async fn hash_kv(self: &Arc<Self>, revision: i64) -> Result<(u32, i64, i64), StoreError> {
         let me = self.clone();
-        tokio::task::spawn_blocking(move || crate::etcd::maintenance::hash_keyspace(&me, revision))
+        tokio::task::spawn_blocking(move || corruption::hash_keyspace(&me, revision))
             .await
             .map_err(StoreError::internal)?
     }

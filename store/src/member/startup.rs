@@ -13,7 +13,6 @@ use tokio_util::task::TaskTracker;
 use super::lessor::Lessor;
 use super::{LeaderHistory, MemberConfig, PROPOSAL_TIMEOUT, RaftGate, StoreMember};
 use crate::backend;
-use crate::compaction;
 use crate::mvcc::Mvcc;
 use crate::proposer::{Proposals, Proposer};
 use crate::raft::log_store::LogStore;
@@ -171,7 +170,7 @@ impl StoreMember {
             cancel.clone(),
             &tasks,
         );
-        compaction::spawn(
+        super::compactor::spawn(
             shared.clone(),
             backlog.clone(),
             config.compactor,

@@ -38,11 +38,13 @@ use crate::key_index::TreeIndex;
 use crate::revision::{Revision, split_versioned_key, versioned_key};
 
 mod history;
+mod mirror;
 mod reads;
 mod snapshot;
 mod txn;
 
 pub use history::{History, HistoryPlan};
+pub use mirror::Mirrored;
 pub use snapshot::{RawMeta, SnapshotHead, StoredVersion};
 use txn::{TxnWrite, cmd_has_put, txn_has_put};
 

@@ -22,7 +22,7 @@ use rocksdb::{DB, Direction, IteratorMode, WriteBatch, WriteOptions};
 
 use super::{Entry, LogId, StorageError, TypeConfig, io_error};
 use crate::backend::{self, CF_LOG, CF_RAFT};
-use crate::proposer::Proposals;
+use crate::proposals::Proposals;
 
 const VOTE: &[u8] = b"vote";
 const COMMITTED: &[u8] = b"committed";

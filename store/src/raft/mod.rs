@@ -7,7 +7,7 @@
 //! | [`state_machine`] | applies entries to the MVCC keyspace, snapshots, watch publish  |
 //! | [`snapshot`]      | snapshot files, built, kept, sent and received a frame at a time |
 //! | [`network`]       | the `RaftPeer` client: one cached channel per peer, streamed snapshots |
-//! | [`service`]       | the `RaftPeer` server side                                      |
+//! | [`handler`]       | what the transport hands up: the member implements it           |
 //! | [`stream`]        | the peer stream: AppendEntries on framed connections, pooled    |
 //! | [`relay`]         | forwarded requests, multiplexed on one connection per leader    |
 
@@ -20,10 +20,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::{Proposal, Response};
 
+pub mod handler;
 pub mod log_store;
 pub mod network;
 pub mod relay;
-pub mod service;
 pub mod snapshot;
 pub mod state_machine;
 pub mod stream;

@@ -29,7 +29,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::service::PeerService;
+use super::handler::PeerHandler;
 use super::stream::{self, GrpcOnly, PeerIo};
 use crate::lock;
 use crate::tls::Conn;
@@ -312,7 +312,7 @@ async fn read_answer<R: AsyncRead + Unpin>(read: &mut R) -> io::Result<Option<(u
 
 /// Serves one relay connection on the leader: the preamble back, then each request on a task
 /// of its own, the answers written as they finish.
-pub(super) async fn serve(conn: Conn, service: PeerService, limit: usize) {
+pub(super) async fn serve<H: PeerHandler>(conn: Conn, service: H, limit: usize) {
     let peer = tonic::transport::server::Connected::connect_info(&conn)
         .tcp
         .remote_addr();

@@ -26,7 +26,7 @@ use crate::backup;
 use crate::command::Response;
 use crate::error::StoreError;
 use crate::mvcc::Mvcc;
-use crate::proposer::Proposals;
+use crate::proposals::Proposals;
 use crate::watch::{Tagger, WatchHub};
 
 const META_APPLIED: &[u8] = b"applied";
@@ -40,8 +40,6 @@ pub struct Shared {
     /// Snapshots received from a leader and installed (a metric; raised under the keyspace
     /// write lock, as the keyspace is replaced).
     pub snapshots_installed: AtomicU64,
-    /// What the pods of each namespace under a ResourceQuota use (quota admission's).
-    pub quota_usage: crate::cluster::admission::UsageCache,
     /// What the member times and counts as it runs (etcd's metric names).
     pub metrics: crate::metrics::StoreMetrics,
     /// Whether etcd's auth is on, without the keyspace lock.
@@ -59,7 +57,6 @@ impl Shared {
             mvcc: RwLock::new(mvcc),
             hub: Arc::new(hub),
             snapshots_installed: AtomicU64::new(0),
-            quota_usage: Default::default(),
             metrics: crate::metrics::StoreMetrics::default(),
         }))
     }
@@ -70,6 +67,56 @@ impl Shared {
 
     fn write(&self) -> RwLockWriteGuard<'_, Mvcc> {
         self.mvcc.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes the changes of another etcd's revision `revision` into a mirrored keyspace and
+    /// publishes them to its watchers (see [`Mvcc::mirror`]), under the write lock as the
+    /// apply path does.
+    pub fn mirror(
+        &self,
+        revision: i64,
+        changes: &[crate::mvcc::Mirrored],
+    ) -> Result<(), StoreError> {
+        let mut mvcc = self.write();
+        let events = mvcc.mirror(revision, changes)?;
+        self.hub.publish(revision, &events);
+        Ok(())
+    }
+
+    /// A mirrored keyspace's other etcd is at `revision`, nothing changed in the mirrored
+    /// range since (see [`Mvcc::advance`]).
+    pub fn advance(&self, revision: i64) -> Result<(), StoreError> {
+        self.write().advance(revision)
+    }
+
+    /// Replaces a mirrored keyspace with what its other etcd held at `revision` (see
+    /// [`Mvcc::mirror_all`]), as a snapshot install replaces a member's: watchers catch up
+    /// from it, or learn their start is gone.
+    pub fn mirror_all(
+        &self,
+        revision: i64,
+        kvs: &[crate::request::KeyValue],
+    ) -> Result<(), StoreError> {
+        let mut mvcc = self.write();
+        let before = mvcc.revision();
+        mvcc.mirror_all(revision, kvs)?;
+        self.hub.index_keyspace(&mvcc)?;
+        self.hub.unsync_all(before);
+        self.snapshots_installed.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Compacts a mirrored keyspace's history up to `revision` (its backlog is deleted by
+    /// the compactor task).
+    pub fn compact_mirror(&self, revision: i64) -> Result<(), StoreError> {
+        let mut mvcc = self.write();
+        if revision <= mvcc.compacted() || revision > mvcc.revision() {
+            return Ok(());
+        }
+        mvcc.apply(&crate::command::Command::Compact { revision }, &[])?
+            .response
+            .result
+            .map(|_| ())
     }
 
     /// Starts the watch catch-up task on `tasks`; it ends when `cancel` fires or the member's

@@ -36,7 +36,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, R
 use tokio::time::timeout_at;
 
 use super::TypeConfig;
-use super::service::PeerService;
+use super::handler::PeerHandler;
 use crate::backend;
 use crate::tls::Conn;
 
@@ -458,9 +458,9 @@ async fn sniff(mut conn: Conn) -> io::Result<Opening> {
 /// on tasks of their own; every other one goes on, its first bytes put back, to the gRPC
 /// server that polls the returned stream. Dropping that stream (the gRPC server stops)
 /// closes the peer-stream connections too.
-pub fn split(
+pub fn split<H: PeerHandler>(
     mut incoming: Pin<Box<dyn Stream<Item = io::Result<Conn>> + Send>>,
-    service: PeerService,
+    service: H,
     max_request_bytes: usize,
 ) -> Pin<Box<dyn Stream<Item = io::Result<Sniffed>> + Send>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<Sniffed>>(64);
@@ -528,7 +528,7 @@ pub(super) fn is_hang_up(e: &io::Error) -> bool {
 }
 
 /// Serves one peer-stream connection: the preamble back, then each request in turn.
-async fn serve(mut conn: Conn, service: PeerService, limit: usize) {
+async fn serve<H: PeerHandler>(mut conn: Conn, service: H, limit: usize) {
     let peer = tonic::transport::server::Connected::connect_info(&conn)
         .tcp
         .remote_addr();

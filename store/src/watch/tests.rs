@@ -501,15 +501,15 @@ fn a_panicking_read_cancels_its_watchers_and_spares_the_rest() {
 fn a_watcher_stays_small() {
     assert_eq!(size_of::<Watcher>(), 56);
     let spec = WatchSpec {
-        key: b"/registry/pods/".to_vec(),
-        range_end: b"/registry/pods0".to_vec(),
+        key: b"/things/".to_vec(),
+        range_end: b"/things0".to_vec(),
         prev_kv: true,
         tag: Some("spec.nodeName=n1".into()),
         ..WatchSpec::default()
     };
     let (interest, options) = (Interest::new(&spec), Options::of(&spec));
-    assert_eq!(interest.key(), b"/registry/pods/");
-    assert_eq!(interest.range_end(), b"/registry/pods0");
+    assert_eq!(interest.key(), b"/things/");
+    assert_eq!(interest.range_end(), b"/things0");
     assert_eq!(interest.tag(options), Some("spec.nodeName=n1"));
     assert!(options.prev_kv() && !options.needs_prev_kv());
     let bare = interest.without_tag();

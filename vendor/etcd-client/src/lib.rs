@@ -227,6 +227,13 @@ pub mod proto {
     #[cfg(feature = "build-server")]
     pub use crate::rpc::pb::etcdserverpb::watch_request::RequestUnion as PbWatchRequestUnion;
 
+    // Skiff's patch: the messages a client builds to watch (create, progress), so a crate
+    // that speaks to etcd through these messages can open a watch.
+    #[cfg(feature = "build-server")]
+    pub use crate::rpc::pb::etcdserverpb::{
+        WatchCreateRequest as PbWatchCreateRequest, WatchProgressRequest as PbWatchProgressRequest,
+    };
+
     // Skiff's patch: the permission a role holds, as AuthRoleGet answers and
     // AuthRoleGrantPermission carries it.
     #[cfg(feature = "build-server")]

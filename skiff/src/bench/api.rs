@@ -31,6 +31,7 @@ use skiff_proto::client::{ClusterClient, Event, WatchParams};
 use skiff_proto::http::{Body, HttpClient};
 use skiff_scheduler::bench::{Latencies, Percentiles};
 
+use super::fixtures;
 use crate::config::{self, ClientConfig, Endpoints};
 
 /// How long one REST request may take before the benchmark calls it failed.
@@ -218,7 +219,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     }
     let api = store.connect()?;
     let http = HttpClient::new();
-    let (ns, namespace) = crate::bench::fresh_namespace(&api, "api").await?;
+    let (ns, namespace) = fixtures::fresh_namespace(&api, "api").await?;
     let revision = namespace
         .metadata()
         .revision()

@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use skiff_proto::api::{Kind, Object, PodPhase};
 use skiff_proto::client::{Event, ListParams, WatchParams};
 
+use super::fixtures;
 use crate::config::Endpoints;
 use skiff_scheduler::bench::Latencies;
 
@@ -62,9 +63,9 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         bail!("--pods and --concurrency must be at least 1");
     }
     let api = a.endpoints.resolve()?.connect()?;
-    let ready = crate::bench::ready_nodes(&api).await?;
+    let ready = fixtures::ready_nodes(&api).await?;
     let (_, revision) = api.list(Kind::Pod, &ListParams::default()).await?;
-    let (ns, _) = crate::bench::fresh_namespace(&api, "startup").await?;
+    let (ns, _) = fixtures::fresh_namespace(&api, "startup").await?;
     eprintln!(
         "{} pods into namespace {ns} on {ready} Ready nodes, {} …",
         a.pods,
@@ -121,7 +122,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                     tokio::time::sleep_until((start + step * i as u32).into()).await;
                 }
                 let name = format!("p-{i:06}");
-                let object = crate::bench::pod(&ns, &name, "startup-bench", &cpu, 0)?;
+                let object = fixtures::pod(&ns, &name, "startup-bench", &cpu, 0)?;
                 seen.lock().created.insert(name, Instant::now());
                 api.create(&object).await.map_err(anyhow::Error::from)
             }
@@ -213,7 +214,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
 
     if !a.keep {
         eprintln!("deleting the benchmark's pods …");
-        crate::bench::remove_namespace(&api, &ns, a.concurrency).await;
+        fixtures::remove_namespace(&api, &ns, a.concurrency).await;
     }
     Ok(if complete {
         ExitCode::SUCCESS

@@ -12,6 +12,7 @@ use futures::StreamExt;
 use skiff_proto::api::{Kind, Object, PodPhase};
 use skiff_proto::client::{Event, ListParams, WatchParams};
 
+use super::fixtures;
 use crate::config::Endpoints;
 
 #[derive(Debug, clap::Args)]
@@ -54,8 +55,8 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         bail!("--replicas must be at least 1");
     }
     let api = a.endpoints.resolve()?.connect()?;
-    let ready = crate::bench::ready_nodes(&api).await?;
-    let (ns, _) = crate::bench::fresh_namespace(&api, "deploy").await?;
+    let ready = fixtures::ready_nodes(&api).await?;
+    let (ns, _) = fixtures::fresh_namespace(&api, "deploy").await?;
     if a.quota {
         let quota = Object::from_json(
             Kind::ResourceQuota,

@@ -24,6 +24,7 @@ use skiff_proto::http::HttpClient;
 use skiff_proto::metrics;
 use skiff_scheduler::bench::Latencies;
 
+use super::fixtures;
 use crate::plot::{self, Series, XAxis};
 use crate::up::{Cluster, Workload};
 
@@ -72,6 +73,9 @@ pub fn run(Args { cluster, plan }: Args) -> Result<ExitCode> {
     }
     std::fs::create_dir_all(&plan.out)
         .with_context(|| format!("creating {}", plan.out.display()))?;
+    if cluster.demo_dir().is_some() {
+        bail!("--demo runs the demo workload; a benchmark's cannot run with it");
+    }
     let workload: Workload<'_> = Box::new(move |rt, c| soak(rt, c, &plan));
     crate::up::run_then(cluster, Some(workload))
 }
@@ -162,7 +166,7 @@ struct Sample {
 
 fn soak(rt: &tokio::runtime::Runtime, cluster: &mut Cluster, plan: &Plan) -> Result<ExitCode> {
     let api = ClusterClient::connect_with(&cluster.endpoints(), cluster.client_tls().as_ref())?;
-    let (ns, _) = rt.block_on(crate::bench::fresh_namespace(&api, "soak"))?;
+    let (ns, _) = rt.block_on(fixtures::fresh_namespace(&api, "soak"))?;
     let alive = plan.rate * plan.lifetime.as_secs_f64();
     println!(
         "==> soak for {}: {} pods/s created and deleted (about {alive:.0} alive) in namespace {ns}; {}",
@@ -277,7 +281,7 @@ fn soak(rt: &tokio::runtime::Runtime, cluster: &mut Cluster, plan: &Plan) -> Res
     watcher.abort();
     samples.extend(rt.block_on(sample(&http, &urls, start.elapsed())));
     println!("==> deleting the soak's namespace");
-    rt.block_on(crate::bench::remove_namespace(&api, &ns, IN_FLIGHT));
+    rt.block_on(fixtures::remove_namespace(&api, &ns, IN_FLIGHT));
     // The logs are read once every process has stopped: what they log as they stop (a
     // member handing over leadership, a follower seeing it go) counts too.
     println!("==> stopping the cluster");
@@ -409,7 +413,7 @@ async fn create(
             let _slot = slot;
             let name = format!("s-{i:08}");
             // A grace period of a second: its agent stops it and then deletes it.
-            let Ok(object) = crate::bench::pod(&ns, &name, "soak", "10m", 1) else {
+            let Ok(object) = fixtures::pod(&ns, &name, "soak", "10m", 1) else {
                 return;
             };
             let sent = Instant::now();

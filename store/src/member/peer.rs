@@ -1,5 +1,6 @@
-//! The server side of the peer transport: the `RaftPeer` service a member serves on its peer
-//! URL, handing Raft RPCs to openraft and forwarded client requests to the member.
+//! The member's side of the peer transport: the `RaftPeer` service a member serves on its peer
+//! URL, handing Raft RPCs to openraft and forwarded client requests to the member, and the
+//! [`PeerHandler`] the peer stream and the relay hand their frames to.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -12,11 +13,12 @@ use skiff_proto::raft::v1::{HelloRequest, HelloResponse, RaftMessage, SnapshotCh
 use tokio::io::AsyncWriteExt;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::network::SnapshotHeader;
-use super::{Snapshot, TypeConfig};
+use super::{Forwarded, PreVote, StoreMember, TimeoutNow};
 use crate::backend;
 use crate::error::StoreError;
-use crate::member::{Forwarded, PreVote, StoreMember, TimeoutNow};
+use crate::raft::handler::PeerHandler;
+use crate::raft::network::SnapshotHeader;
+use crate::raft::{Snapshot, TypeConfig};
 
 #[derive(Debug, Clone)]
 pub struct PeerService {
@@ -28,9 +30,16 @@ impl PeerService {
         PeerService { member }
     }
 
-    /// An AppendEntries (a heartbeat when it carries no entries) from the leader, whichever
-    /// way it came (this service or the peer stream, see [`super::stream`]).
-    pub(crate) async fn take_append_entries(
+    /// A message from `from` that Raft accepted (not refused for a higher vote): `from` leads.
+    fn heard_from(&self, from: Option<u64>, accepted: bool) {
+        if let (Some(leader), true) = (from, accepted) {
+            self.member.elections().heard_from(leader);
+        }
+    }
+}
+
+impl PeerHandler for PeerService {
+    async fn take_append_entries(
         &self,
         rpc: AppendEntriesRequest<TypeConfig>,
     ) -> Result<Result<AppendEntriesResponse<u64>, RaftError<u64>>, StoreError> {
@@ -46,20 +55,10 @@ impl PeerService {
         Ok(res)
     }
 
-    /// A request a follower forwarded to this member as its leader, whichever way it came
-    /// (this service or the relay, see [`super::relay`]): the encoded reply, or why the
-    /// request could not be decoded.
-    pub(crate) async fn take_forwarded(&self, payload: &[u8]) -> Result<Vec<u8>, String> {
+    async fn take_forwarded(&self, payload: &[u8]) -> Result<Vec<u8>, String> {
         let fwd: Forwarded =
             backend::decode(payload).map_err(|e| format!("malformed peer message: {e}"))?;
         Ok(self.member.serve_forwarded(fwd).await)
-    }
-
-    /// A message from `from` that Raft accepted (not refused for a higher vote): `from` leads.
-    fn heard_from(&self, from: Option<u64>, accepted: bool) {
-        if let (Some(leader), true) = (from, accepted) {
-            self.member.elections().heard_from(leader);
-        }
     }
 }
 

@@ -28,6 +28,7 @@ use skiff_scheduler::bench::Latencies;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
+use super::fixtures;
 use crate::config::Endpoints;
 
 #[derive(Debug, clap::Args)]
@@ -148,7 +149,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             (base_ports, base_endpoints) = (ports, endpoints);
         }
     }
-    let (ns, _) = crate::bench::fresh_namespace(&api, "svcbench").await?;
+    let (ns, _) = fixtures::fresh_namespace(&api, "svcbench").await?;
     println!(
         "programming {} Services × {} endpoints ({} ready each) in namespace {ns}",
         a.services,

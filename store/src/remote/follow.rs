@@ -1,0 +1,300 @@
+//! The follower: keeps the mirror of an etcd's key range current. It lists the range at one
+//! revision, then watches it from the next, writing each revision's events into the mirror
+//! at that revision and moving the mirror's revision on with etcd's progress notifications. A
+//! watch that breaks is opened again from the mirror's revision; one whose start etcd has
+//! compacted away lists the range again, replacing the mirror (its watchers then catch up or
+//! are told their start is gone, as after a snapshot install).
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use skiff_proto::backoff::Backoff;
+use skiff_proto::etcd::{
+    PbRangeResponse, PbWatchCreateRequest, PbWatchProgressRequest, PbWatchRequest,
+    PbWatchRequestUnion, PbWatchResponse,
+};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+use super::{RemoteConfig, wire};
+use crate::compaction::Backlog;
+use crate::error::StoreError;
+use crate::key_index::prefix_end;
+use crate::kv::Header;
+use crate::mvcc::{Mirrored, Mvcc};
+use crate::raft::state_machine::Shared;
+use crate::request::{KeyValue, RangeRequest};
+use crate::watch::Tagger;
+
+/// Keys listed per request.
+const PAGE: i64 = 1000;
+/// How often the mirror's history is compacted to what it keeps.
+const COMPACT_EVERY: Duration = Duration::from_secs(30);
+
+/// Opens the mirror's keyspace in `dir`, emptied first: the keyspace and its compaction
+/// backlog.
+pub(super) fn open_mirror(
+    dir: &Path,
+    tagger: Option<Tagger>,
+) -> anyhow::Result<(Arc<Shared>, Arc<Backlog>)> {
+    use anyhow::Context as _;
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)
+            .with_context(|| format!("emptying the mirror's directory {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the mirror's directory {}", dir.display()))?;
+    let db = crate::backend::open(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+    let mvcc = Mvcc::open(db)?;
+    let backlog = mvcc.backlog().clone();
+    Ok((Shared::new(mvcc, tagger)?, backlog))
+}
+
+pub(super) struct Follower {
+    channel: Channel,
+    shared: Arc<Shared>,
+    key: Vec<u8>,
+    range_end: Vec<u8>,
+    history: Duration,
+    revision: watch::Sender<i64>,
+    progress: mpsc::Receiver<()>,
+    /// The mirror's revision at past moments, oldest first, for compacting to `history`.
+    marks: VecDeque<(Instant, i64)>,
+}
+
+impl Follower {
+    pub(super) fn new(
+        channel: Channel,
+        shared: Arc<Shared>,
+        config: &RemoteConfig,
+        revision: watch::Sender<i64>,
+        progress: mpsc::Receiver<()>,
+    ) -> Follower {
+        Follower {
+            channel,
+            shared,
+            range_end: prefix_end(&config.prefix),
+            key: config.prefix.clone(),
+            history: config.history,
+            revision,
+            progress,
+            marks: VecDeque::new(),
+        }
+    }
+
+    /// Lists the range into the mirror, replacing what it held: the header of the list.
+    pub(super) async fn list(&self) -> anyhow::Result<Header> {
+        let mut kvs: Vec<KeyValue> = Vec::new();
+        let mut at = 0;
+        let mut from = self.key.clone();
+        let mut header = None;
+        loop {
+            let resp: PbRangeResponse = wire::unary(
+                &self.channel,
+                "/etcdserverpb.KV/Range",
+                wire::range_request(&RangeRequest {
+                    key: from.clone(),
+                    range_end: self.range_end.clone(),
+                    limit: PAGE,
+                    revision: at,
+                    ..RangeRequest::default()
+                }),
+            )
+            .await
+            .map_err(|s| {
+                anyhow::anyhow!("listing {} from etcd: {}", self.describe(), s.message())
+            })?;
+            if at == 0 {
+                let h = resp
+                    .header
+                    .ok_or_else(|| anyhow::anyhow!("etcd answered a range without a header"))?;
+                at = h.revision;
+                header = Some(Header {
+                    cluster_id: h.cluster_id,
+                    member_id: h.member_id,
+                    raft_term: h.raft_term,
+                });
+            }
+            let more = resp.more;
+            kvs.extend(resp.kvs.into_iter().map(wire::kv));
+            match kvs.last() {
+                Some(last) if more => {
+                    from = last.key.clone();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        self.shared.mirror_all(at, &kvs)?;
+        self.revision.send_replace(at);
+        tracing::info!(
+            revision = at,
+            keys = kvs.len(),
+            range = %self.describe(),
+            "mirror of etcd listed"
+        );
+        header.ok_or_else(|| anyhow::anyhow!("etcd answered no range"))
+    }
+
+    fn describe(&self) -> String {
+        String::from_utf8_lossy(&self.key).into_owned()
+    }
+
+    /// Follows etcd until `cancel`: watches, watches again when a watch breaks, lists again
+    /// when etcd compacted past the mirror. Never gives up while the process runs.
+    pub(super) async fn run(mut self, cancel: CancellationToken) {
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+        let mut compact = tokio::time::interval(COMPACT_EVERY);
+        loop {
+            let outcome = tokio::select! {
+                () = cancel.cancelled() => return,
+                o = self.watch(&mut compact) => o,
+            };
+            match outcome {
+                Ok(Ended::Compacted(compacted)) => {
+                    tracing::warn!(
+                        mirror = *self.revision.borrow(),
+                        compacted,
+                        "etcd compacted past the mirror's revision: listing again"
+                    );
+                    if let Err(e) = self.list().await {
+                        tracing::warn!(error = %e, "listing etcd again failed");
+                        tokio::select! {
+                            () = cancel.cancelled() => return,
+                            () = backoff.wait() => {}
+                        }
+                    }
+                }
+                Ok(Ended::Closed) => backoff.reset(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the watch of etcd broke: watching again");
+                    tokio::select! {
+                        () = cancel.cancelled() => return,
+                        () = backoff.wait() => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// One watch of the range, from the mirror's revision on, until it ends.
+    async fn watch(&mut self, compact: &mut tokio::time::Interval) -> Result<Ended, tonic::Status> {
+        let start = *self.revision.borrow() + 1;
+        let (requests, rx) = mpsc::channel::<PbWatchRequest>(4);
+        let create = PbWatchRequest {
+            request_union: Some(PbWatchRequestUnion::CreateRequest(PbWatchCreateRequest {
+                key: self.key.clone(),
+                range_end: self.range_end.clone(),
+                start_revision: start,
+                progress_notify: true,
+                ..PbWatchCreateRequest::default()
+            })),
+        };
+        requests
+            .send(create)
+            .await
+            .map_err(|_| tonic::Status::internal("watch request queue closed"))?;
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let mut responses = wire::streaming::<PbWatchRequest, PbWatchResponse>(
+            &self.channel,
+            "/etcdserverpb.Watch/Watch",
+            stream,
+        )
+        .await?;
+        loop {
+            tokio::select! {
+                msg = responses.message() => {
+                    let Some(resp) = msg? else { return Ok(Ended::Closed) };
+                    if resp.compact_revision > 0 {
+                        return Ok(Ended::Compacted(resp.compact_revision));
+                    }
+                    if resp.canceled {
+                        return Err(tonic::Status::aborted(format!(
+                            "etcd cancelled the watch: {}", resp.cancel_reason
+                        )));
+                    }
+                    if resp.created {
+                        continue;
+                    }
+                    self.apply(resp).map_err(|e| tonic::Status::internal(e.to_string()))?;
+                }
+                Some(()) = self.progress.recv() => {
+                    let ask = PbWatchRequest {
+                        request_union: Some(PbWatchRequestUnion::ProgressRequest(
+                            PbWatchProgressRequest::default(),
+                        )),
+                    };
+                    if requests.send(ask).await.is_err() {
+                        return Ok(Ended::Closed);
+                    }
+                }
+                _ = compact.tick() => self.compact(),
+            }
+        }
+    }
+
+    /// Writes a watch response into the mirror: each revision's events at that revision, or
+    /// (no events: a progress notification) the revision etcd has reached.
+    fn apply(&mut self, resp: PbWatchResponse) -> Result<(), StoreError> {
+        let mut changes: Vec<Mirrored> = Vec::new();
+        let mut at = 0;
+        // Only a response without events says where etcd is: etcd sends a lagging watcher's
+        // events in batches, each under its current revision, the rest still to come.
+        let progress = resp.events.is_empty();
+        for e in resp.events {
+            let Some(kv) = e.kv else { continue };
+            if kv.mod_revision != at && !changes.is_empty() {
+                self.shared.mirror(at, &std::mem::take(&mut changes))?;
+            }
+            at = kv.mod_revision;
+            // mvccpb.Event.EventType: PUT 0, DELETE 1.
+            changes.push(if e.r#type == 1 {
+                Mirrored::Delete { key: kv.key }
+            } else {
+                Mirrored::Put {
+                    key: kv.key,
+                    value: kv.value,
+                    lease: kv.lease,
+                }
+            });
+        }
+        if !changes.is_empty() {
+            self.shared.mirror(at, &changes)?;
+        }
+        if let (true, Some(h)) = (progress, resp.header) {
+            self.shared.advance(h.revision)?;
+        }
+        self.revision.send_replace(self.shared.read().revision());
+        Ok(())
+    }
+
+    /// Compacts the mirror to the revision it had `history` ago.
+    fn compact(&mut self) {
+        let now = Instant::now();
+        self.marks.push_back((now, *self.revision.borrow()));
+        let mut to = None;
+        while let Some(&(at, rev)) = self.marks.front() {
+            if now.duration_since(at) < self.history {
+                break;
+            }
+            to = Some(rev);
+            self.marks.pop_front();
+        }
+        if let Some(rev) = to
+            && let Err(e) = self.shared.compact_mirror(rev)
+        {
+            tracing::warn!(error = %e, revision = rev, "compacting the mirror failed");
+        }
+    }
+}
+
+/// How a watch of etcd ended without an error.
+enum Ended {
+    /// etcd compacted past where it would start, to this revision.
+    Compacted(i64),
+    /// The stream closed.
+    Closed,
+}
