@@ -81,7 +81,7 @@ pub async fn run(
     )
     .await
     .context("connecting to etcd")?;
-    let api = ClusterApi::with_access(kv, access, config.api);
+    let api = ClusterApi::with_access(kv.clone(), access, config.api);
     let mut tasks = JoinSet::new();
     crate::server::serve_rest(&api, rest, &mut tasks, &cancel)?;
     let gate = ApiGate::new(&api).map(|g| Arc::new(g) as _);
@@ -92,9 +92,10 @@ pub async fn run(
                 .max_decoding_message_size(MAX_REQUEST)
                 .max_encoding_message_size(usize::MAX),
         );
-        let router = routes
-            .into_axum_router()
-            .fallback_service(EtcdProxy(etcd.clone()));
+        let router = routes.into_axum_router().fallback_service(EtcdProxy {
+            etcd: etcd.clone(),
+            kv: kv.clone(),
+        });
         let http = skiff_proto::metrics::router(registry.clone())
             .route("/healthz", axum::routing::get(|| async { "ok" }));
         let layer = ClientPortLayer::new(http, Default::default(), gate.clone());
@@ -130,9 +131,16 @@ pub async fn run(
 }
 
 /// etcd's services on the API server's client URLs, passed through to its etcd unchanged:
-/// the components' leader elections (KV, Lease, Watch) reach the etcd the API server uses.
+/// the components' leader elections (KV, Lease, Watch) reach the etcd the API server uses. A
+/// compaction made this way compacts the API server's mirror too.
 #[derive(Debug, Clone)]
-struct EtcdProxy(Channel);
+struct EtcdProxy {
+    etcd: Channel,
+    kv: Arc<RemoteKv>,
+}
+
+/// The path of etcd's Compact call.
+const COMPACT: &str = "/etcdserverpb.KV/Compact";
 
 impl tower::Service<http::Request<axum::body::Body>> for EtcdProxy {
     type Response = http::Response<axum::body::Body>;
@@ -144,24 +152,86 @@ impl tower::Service<http::Request<axum::body::Body>> for EtcdProxy {
     }
 
     fn call(&mut self, req: http::Request<axum::body::Body>) -> Self::Future {
-        let mut channel = self.0.clone();
+        let proxy = self.clone();
         Box::pin(async move {
-            if !req.uri().path().starts_with("/etcdserverpb.") {
-                let status = tonic::Status::unimplemented(format!(
-                    "{} is not served here",
-                    req.uri().path()
-                ));
+            let path = req.uri().path().to_owned();
+            if !path.starts_with("/etcdserverpb.") {
+                let status = tonic::Status::unimplemented(format!("{path} is not served here"));
                 return Ok(status.into_http());
             }
-            let req = req.map(tonic::body::Body::new);
-            let answer = match tower::ServiceExt::ready(&mut channel).await {
-                Ok(ch) => tower::Service::call(ch, req).await,
-                Err(e) => Err(e),
-            };
-            Ok(match answer {
-                Ok(resp) => resp.map(axum::body::Body::new),
-                Err(e) => tonic::Status::unavailable(format!("etcd: {e}")).into_http(),
-            })
+            if path == COMPACT {
+                return Ok(proxy.compact(req).await.unwrap_or_else(|s| s.into_http()));
+            }
+            Ok(proxy.forward(req.map(tonic::body::Body::new)).await)
         })
+    }
+}
+
+impl EtcdProxy {
+    async fn forward(
+        &self,
+        req: http::Request<tonic::body::Body>,
+    ) -> http::Response<axum::body::Body> {
+        let mut channel = self.etcd.clone();
+        let answer = match tower::ServiceExt::ready(&mut channel).await {
+            Ok(ch) => tower::Service::call(ch, req).await,
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(resp) => resp.map(axum::body::Body::new),
+            Err(e) => tonic::Status::unavailable(format!("etcd: {e}")).into_http(),
+        }
+    }
+
+    /// Compact: read (a small unary message), passed on, and once etcd has compacted, the
+    /// mirror compacted to the same revision.
+    async fn compact(
+        &self,
+        req: http::Request<axum::body::Body>,
+    ) -> Result<http::Response<axum::body::Body>, tonic::Status> {
+        use http_body_util::BodyExt as _;
+        use prost::Message as _;
+        let (parts, body) = req.into_parts();
+        let bytes = body
+            .collect()
+            .await
+            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?
+            .to_bytes();
+        // One gRPC frame: a flag byte, the length (4 bytes), the message.
+        let message = bytes
+            .get(5..)
+            .ok_or_else(|| tonic::Status::invalid_argument("a Compact call without a message"))?;
+        let revision = skiff_proto::etcd::PbCompactionRequest::decode(message)
+            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?
+            .revision;
+        let req = http::Request::from_parts(
+            parts,
+            tonic::body::Body::new(http_body_util::Full::new(bytes)),
+        );
+        let (parts, body) = self.forward(req).await.into_parts();
+        let collected = body
+            .collect()
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let ok = |h: &http::HeaderMap| h.get("grpc-status").is_some_and(|v| v == "0");
+        if ok(&parts.headers) || collected.trailers().is_some_and(ok) {
+            self.kv
+                .compacted(revision)
+                .await
+                .map_err(tonic::Status::from)?;
+        }
+        let trailers = collected.trailers().cloned();
+        let mut body = http_body_util::Full::new(collected.to_bytes())
+            .map_err(|never| match never {})
+            .boxed_unsync();
+        if let Some(t) = trailers {
+            body = body
+                .with_trailers(async move { Some(Ok(t)) })
+                .boxed_unsync();
+        }
+        Ok(http::Response::from_parts(
+            parts,
+            axum::body::Body::new(body),
+        ))
     }
 }

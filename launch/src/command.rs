@@ -293,6 +293,46 @@ impl Argv {
     }
 }
 
+/// `skiff apiserver`: the Kubernetes API server on its own, over an etcd.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiServerCommand {
+    /// etcd's client URLs.
+    pub etcd_servers: Vec<String>,
+    /// Where its mirror of etcd lives.
+    pub data_dir: PathBuf,
+    /// The cluster API's URL (and etcd's services passed through).
+    pub listen_client_url: String,
+    /// The REST API's URL; none: no REST API.
+    pub listen_api_url: Option<String>,
+    /// `--apiserver-insecure`: plain `http://` URLs.
+    pub insecure: bool,
+    pub event_ttl: Option<Duration>,
+    pub cluster_cidr: Option<String>,
+    pub node_cidr_mask_size: Option<u8>,
+    pub log: Option<String>,
+}
+
+impl ApiServerCommand {
+    pub fn args(&self) -> Vec<OsString> {
+        let mut a = Argv(vec!["apiserver".into()]);
+        a.list("etcd-servers", &self.etcd_servers)
+            .flag("data-dir", &self.data_dir)
+            .flag("listen-client-urls", &self.listen_client_url)
+            .flag(
+                "listen-api-urls",
+                self.listen_api_url.as_deref().unwrap_or_default(),
+            )
+            .opt("event-ttl", self.event_ttl.map(duration))
+            .opt("cluster-cidr", self.cluster_cidr.as_ref())
+            .opt("node-cidr-mask-size", self.node_cidr_mask_size)
+            .opt("log", self.log.as_ref());
+        if self.insecure {
+            a.flag("apiserver-insecure", "true");
+        }
+        a.0
+    }
+}
+
 /// `skiff scheduler`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SchedulerCommand {

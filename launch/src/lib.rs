@@ -3,7 +3,7 @@
 //!
 //! | module | what lives there |
 //! |---|---|
-//! | [`command`] | typed `skiff store`, `skiff scheduler` and `skiff node` command lines (their argv is checked against the real clap definitions by the skiff crate's tests) and [`RuntimeKind`] |
+//! | [`command`] | typed `skiff store`, `skiff apiserver`, `skiff scheduler` and `skiff node` command lines (their argv is checked against the real clap definitions by the skiff crate's tests) and [`RuntimeKind`] |
 //! | [`child`] | [`Launch`] (what to run, where its output goes) and [`Child`], the handle: logs to a file, dies with its parent, is killed by PID when dropped, prints its log's tail when dropped during a panic |
 //! | [`containerd`] | a containerd of one's own (config, root, state and socket under one directory) with the busybox and pause images imported |
 //! | [`network`] | the link the real nodes of one machine share: a bridge in a namespace of its own, each node's namespace joined by a veth pair |
@@ -24,8 +24,8 @@ use std::path::PathBuf;
 
 pub use child::{Child, Launch};
 pub use command::{
-    ClientCert, ClusterState, ControllerManagerCommand, NodeBootstrap, NodeCommand, RuntimeKind,
-    SchedulerCommand, ServingCert, SigningCa, StoreCommand, StoreTls,
+    ApiServerCommand, ClientCert, ClusterState, ControllerManagerCommand, NodeBootstrap,
+    NodeCommand, RuntimeKind, SchedulerCommand, ServingCert, SigningCa, StoreCommand, StoreTls,
 };
 pub use containerd::{Containerd, unmount_under};
 pub use network::{Netns, NodeNetwork};

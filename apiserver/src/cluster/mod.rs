@@ -432,6 +432,33 @@ fn compare(key: &str, target: CompareTarget, result: CompareResult) -> Compare {
     }
 }
 
+/// A random pause before attempt `attempt + 1` of a write whose guard lost a race: up to
+/// 1 ms, doubling each attempt (128 ms at most), so writers racing for the same slots (pod
+/// CIDRs when a pool is nearly full, a quota's last units) spread out instead of meeting
+/// again.
+async fn contended_pause(attempt: usize) {
+    use rand::Rng as _;
+    let cap = 1_000u64 << attempt.min(7);
+    let pause = rand::rng().random_range(0..=cap);
+    tokio::time::sleep(Duration::from_micros(pause)).await;
+}
+
+/// The operations `op` nests below itself, as etcd counts them against its `--max-txn-ops`:
+/// a transaction's widest list, plus what its own ops nest.
+fn nested_ops(op: &RequestOp) -> usize {
+    let RequestOp::Txn(t) = op else {
+        return 0;
+    };
+    let wide = t.compare.len().max(t.success.len()).max(t.failure.len());
+    wide + t
+        .success
+        .iter()
+        .chain(&t.failure)
+        .map(nested_ops)
+        .max()
+        .unwrap_or(0)
+}
+
 impl ClusterApi {
     /// The API of `member` with the default settings, open to everyone (no authentication,
     /// everything allowed).
@@ -671,7 +698,10 @@ impl ClusterApi {
     /// limit on operations (a member has none; an etcd takes 128 by default), else in as
     /// few as fit. The last revision and each op's response, in order.
     pub(super) async fn txn_each(&self, ops: Vec<RequestOp>) -> Result<(i64, Vec<ResponseOp>)> {
-        let max = self.kv.max_txn_ops().max(1);
+        // etcd counts a nested transaction's operations against what its parent leaves of
+        // the limit: a chunk of n ops, each nesting at most `deepest`, needs n + deepest.
+        let deepest = ops.iter().map(nested_ops).max().unwrap_or(0);
+        let max = self.kv.max_txn_ops().saturating_sub(deepest).max(1);
         let mut revision = self.revision();
         let mut responses = Vec::with_capacity(ops.len());
         let mut ops = ops.into_iter().peekable();
@@ -771,7 +801,7 @@ impl ClusterApi {
     async fn create_named(&self, object: Object, dry_run: bool) -> Result<(i64, Object)> {
         let object = self.new_object(object).await?;
         let kind = object.kind();
-        for _ in 0..WRITE_ATTEMPTS {
+        for attempt in 0..WRITE_ATTEMPTS {
             self.barrier(false).await?;
             let (candidate, txn, _) = self
                 .admit_new(&object, &mut admission::QuotaCounts::default())
@@ -782,8 +812,9 @@ impl ClusterApi {
             let (rev, resp) = self.write_txn(kind, txn).await?;
             match created(candidate, rev, resp.succeeded, &resp.responses) {
                 Some(done) => return done,
-                // A quota guard or a pod CIDR claim lost a race: count again.
-                None => continue,
+                // A quota guard or a pod CIDR claim lost a race: count again, after a pause
+                // that spreads the writers racing for the same slots.
+                None => contended_pause(attempt).await,
             }
         }
         Err(ClusterError::Contended {

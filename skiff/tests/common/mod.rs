@@ -1,6 +1,11 @@
 //! A real store cluster for tests: `skiff store` processes on loopback with ephemeral ports
 //! and temporary data directories, started through `skiff-launch` (killed by PID when the
 //! test ends, their logs' tails printed when it fails).
+//!
+//! With `SKIFF_TEST_STORE=etcd` the same tests run on Skiff's API server over Debian's etcd
+//! instead: one etcd and, for each "member", one `skiff apiserver` process over it, whose
+//! client URL serves the cluster API (and etcd's services passed through) and whose API URL
+//! the REST API (`scripts/test.sh` runs the cluster API and REST suites so).
 
 #![allow(dead_code)]
 
@@ -11,8 +16,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use etcd_client::Client;
-use skiff_launch::{Child, ClusterState, Launch, StoreCommand, StoreTls};
+use skiff_launch::{ApiServerCommand, Child, ClusterState, Launch, StoreCommand, StoreTls};
 use skiff_proto::http::HttpClient;
+
+/// Whether this run puts the API server over Debian's etcd (`SKIFF_TEST_STORE=etcd`) instead
+/// of Skiff's members.
+pub fn over_etcd() -> bool {
+    std::env::var("SKIFF_TEST_STORE").is_ok_and(|v| v == "etcd")
+}
 
 /// A port that is free now, below Linux's ephemeral range (32768+): ports the kernel hands
 /// to outgoing connections could be taken again before a member binds them.
@@ -79,6 +90,8 @@ pub struct Cluster {
     /// `skiff certs` output the members use for `https://` URLs (`m<i>.pem`, `ca.pem`); none:
     /// plain HTTP.
     pub tls_dir: Option<PathBuf>,
+    /// Over etcd ([`over_etcd`]): the etcd the API servers use, and its client URL.
+    pub etcd: Option<(Child, String)>,
 }
 
 /// The certificates (`root.pem` as the client's) that clients of `https://` endpoints in this
@@ -186,8 +199,16 @@ impl Cluster {
                 store: store.clone(),
                 serve_api,
                 tls_dir: tls_dir.clone(),
+                etcd: None,
             };
             prepare(&c);
+            if over_etcd() {
+                assert!(
+                    tls_dir.is_none(),
+                    "over etcd the API servers serve plain HTTP"
+                );
+                c.start_etcd();
+            }
             for i in 0..n {
                 c.spawn(i, ClusterState::New);
             }
@@ -211,6 +232,9 @@ impl Cluster {
     /// port, say) accepts connections in its place.
     async fn wait_listening(&mut self, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
+        if self.etcd.is_some() {
+            return self.wait_api_servers(deadline).await;
+        }
         for m in &mut self.members {
             let address = m
                 .client_url
@@ -265,7 +289,47 @@ impl Cluster {
             .collect()
     }
 
+    /// Starts the etcd the API servers use (over etcd only).
+    fn start_etcd(&mut self) {
+        let (client, peer) = (free_port(), free_port());
+        let url = format!("http://127.0.0.1:{client}");
+        let dir = self.dir.path();
+        let child = Launch::new("etcd", "etcd", dir.join("etcd.log"))
+            .args([
+                "--name=etcd".to_string(),
+                format!("--data-dir={}", dir.join("etcd").display()),
+                format!("--listen-client-urls={url}"),
+                format!("--advertise-client-urls={url}"),
+                format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+                format!("--initial-cluster=etcd=http://127.0.0.1:{peer}"),
+            ])
+            .spawn()
+            .expect("etcd is installed (Debian package etcd-server; the test command installs it)");
+        self.etcd = Some((child, url));
+    }
+
     fn spawn(&mut self, i: usize, state: ClusterState) {
+        if let Some((_, etcd)) = &self.etcd {
+            let m = &mut self.members[i];
+            let api = ApiServerCommand {
+                etcd_servers: vec![etcd.clone()],
+                data_dir: m.data_dir.clone(),
+                listen_client_url: m.client_url.clone(),
+                listen_api_url: self.serve_api.then(|| m.api_url.clone()),
+                insecure: true,
+                event_ttl: self.store.event_ttl,
+                cluster_cidr: self.store.cluster_cidr.clone(),
+                node_cidr_mask_size: self.store.node_cidr_mask_size,
+                log: self.store.log.clone(),
+            };
+            let child = Launch::new(&m.name, skiff_bin(), &m.log)
+                .args(api.args())
+                .spawn()
+                .expect("spawn skiff apiserver");
+            m.child = Some(child);
+            return;
+        }
         let initial_cluster = self.initial_cluster();
         let m = &mut self.members[i];
         let store = StoreCommand {
@@ -362,8 +426,46 @@ impl Cluster {
         connect(&self.endpoints()).await
     }
 
-    /// Waits until some running member reports itself leader; returns its index.
+    /// Over etcd: waits until every API server answers the cluster API (its mirror of etcd
+    /// listed); fails if one exits meanwhile.
+    async fn wait_api_servers(&mut self, deadline: Instant) -> Result<(), String> {
+        use skiff_proto::api::Kind;
+        use skiff_proto::client::{ClusterClient, ListParams};
+        for m in &mut self.members {
+            let endpoint = m.endpoint();
+            let Some(child) = m.child.as_mut() else {
+                continue;
+            };
+            loop {
+                if let Some(status) = child.exited() {
+                    let last = child.log_tail(1);
+                    return Err(format!("{} exited with {status}: {last}", m.name));
+                }
+                let listed = match ClusterClient::connect(std::slice::from_ref(&endpoint)) {
+                    Ok(api) => api
+                        .list(Kind::Namespace, &ListParams::default())
+                        .await
+                        .is_ok(),
+                    Err(_) => false,
+                };
+                if listed {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("{} not serving in time", m.name));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until some running member reports itself leader; returns its index. Over etcd
+    /// the API servers lead nothing: the first one.
     pub async fn wait_leader(&self, timeout: Duration) -> usize {
+        if self.etcd.is_some() {
+            return 0;
+        }
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(i) = self.agreed_leader().await {

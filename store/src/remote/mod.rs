@@ -156,6 +156,14 @@ impl RemoteKv {
         }
     }
 
+    /// A compaction of etcd at `revision` made through this API server: the mirror drops
+    /// the same history once it has reached `revision`, so a watch from before it is told
+    /// its start is gone, as etcd would tell it.
+    pub async fn compacted(&self, revision: i64) -> Result<(), StoreError> {
+        self.caught_up(revision).await?;
+        self.shared.compact_mirror(revision)
+    }
+
     async fn txn_once(&self, txn: &TxnRequest) -> Result<(i64, TxnResponse), StoreError> {
         let resp: PbTxnResponse = wire::unary(
             &self.channel,
