@@ -306,6 +306,19 @@ pub struct ApiServerCommand {
     pub listen_api_url: Option<String>,
     /// `--apiserver-insecure`: plain `http://` URLs.
     pub insecure: bool,
+    /// The client of etcd's `https://` URLs (`--etcd-cafile`, `--etcd-certfile`,
+    /// `--etcd-keyfile`).
+    pub etcd_tls: Option<ClientCert>,
+    /// The serving certificate, and the CA whose client certificates name users
+    /// (`--tls-cert-file`, `--tls-private-key-file`, `--client-ca-file`).
+    pub tls: Option<StoreTls>,
+    /// `--authorization-mode Node,RBAC` (with `tls`).
+    pub rbac: bool,
+    pub bootstrap_tokens: bool,
+    pub kubelet: Option<ClientCert>,
+    pub audit_log: Option<PathBuf>,
+    pub audit_log_maxsize: Option<u64>,
+    pub audit_log_maxbackup: Option<usize>,
     pub event_ttl: Option<Duration>,
     pub cluster_cidr: Option<String>,
     pub node_cidr_mask_size: Option<u8>,
@@ -328,6 +341,32 @@ impl ApiServerCommand {
             .opt("log", self.log.as_ref());
         if self.insecure {
             a.flag("apiserver-insecure", "true");
+        }
+        if let Some(t) = &self.etcd_tls {
+            a.flag("etcd-cafile", &t.ca)
+                .flag("etcd-certfile", &t.cert)
+                .flag("etcd-keyfile", &t.key);
+        }
+        if let Some(tls) = &self.tls {
+            a.flag("tls-cert-file", &tls.cert)
+                .flag("tls-private-key-file", &tls.key)
+                .flag("client-ca-file", &tls.ca);
+            if self.rbac {
+                a.flag("authorization-mode", "Node,RBAC");
+            }
+        }
+        if self.bootstrap_tokens {
+            a.flag("enable-bootstrap-token-auth", "true");
+        }
+        if let Some(k) = &self.kubelet {
+            a.flag("kubelet-certificate-authority", &k.ca)
+                .flag("kubelet-client-certificate", &k.cert)
+                .flag("kubelet-client-key", &k.key);
+        }
+        if let Some(f) = &self.audit_log {
+            a.flag("audit-log-path", f)
+                .opt("audit-log-maxsize", self.audit_log_maxsize.as_ref())
+                .opt("audit-log-maxbackup", self.audit_log_maxbackup.as_ref());
         }
         a.0
     }

@@ -552,7 +552,42 @@ fn kubectl_session() {
         return;
     }
     let work = tempfile::tempdir().expect("tempdir");
-    let up = Up::start(work.path(), free_base(), &["--nodes", "2"]);
+    kubectl_session_on(work.path(), &[]);
+}
+
+/// The same session on `skiff up --etcd-servers`: three `skiff apiserver` processes over
+/// Debian's etcd 3.4 (started here) in place of the store members.
+#[test]
+fn kubectl_session_on_etcd() {
+    if !kubectl_on_path() {
+        eprintln!("skipped: kubectl is not on PATH");
+        return;
+    }
+    let work = tempfile::tempdir().expect("tempdir");
+    let (client, peer) = (common::free_port(), common::free_port());
+    let url = format!("http://127.0.0.1:{client}");
+    let _etcd = Launch::new("etcd", "etcd", work.path().join("etcd.log"))
+        .args([
+            "--name=etcd".to_string(),
+            format!("--data-dir={}", work.path().join("etcd").display()),
+            format!("--listen-client-urls={url}"),
+            format!("--advertise-client-urls={url}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-cluster=etcd=http://127.0.0.1:{peer}"),
+        ])
+        .spawn()
+        .expect("etcd is installed (Debian package etcd-server; the test command installs it)");
+    kubectl_session_on(work.path(), &["--etcd-servers", &url]);
+}
+
+/// The kubectl session of [`kubectl_session`], on `skiff up` with `extra` flags.
+fn kubectl_session_on(work: &Path, extra: &[&str]) {
+    let flags: Vec<&str> = ["--nodes", "2"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let up = Up::start(work, free_base(), &flags);
     assert!(
         up.output().contains("kubectl: context \"skiff\""),
         "{}",

@@ -28,6 +28,22 @@ pub(super) struct Layout {
     /// before clusters were secured have none, and resume as they were.
     #[serde(default)]
     pub(super) tls: bool,
+    /// The etcd the cluster's API servers keep its objects in (`up --etcd-servers`), instead
+    /// of three store members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) etcd: Option<Etcd>,
+}
+
+/// An etcd `up` runs the API servers on: its client URLs, and the files of a TLS client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Etcd {
+    pub(crate) servers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ca: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) cert: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) key: Option<PathBuf>,
 }
 
 impl Layout {
@@ -168,9 +184,24 @@ pub(crate) fn kubernetes_api(dir: &Path) -> Result<Option<String>> {
 
 /// The layout of the cluster in `dir`, and whether it exists already; a new one is not
 /// recorded yet (see [`save`]).
-pub(super) fn load_layout(dir: &Path, base_port: Option<u16>, tls: bool) -> Result<(Layout, bool)> {
+pub(super) fn load_layout(
+    dir: &Path,
+    base_port: Option<u16>,
+    tls: bool,
+    etcd: Option<Etcd>,
+) -> Result<(Layout, bool)> {
     match read(dir)? {
         Some(layout) => {
+            if etcd.is_some() && etcd != layout.etcd {
+                bail!(
+                    "{} holds a cluster created {}; it keeps its store (drop --etcd-servers, or use another --data-dir)",
+                    dir.display(),
+                    match &layout.etcd {
+                        Some(e) => format!("on etcd {}", e.servers.join(",")),
+                        None => "with its own store members".to_string(),
+                    }
+                );
+            }
             if layout.tls != tls {
                 bail!(
                     "{} holds a cluster created {}; it stays so ({}, or use another --data-dir)",
@@ -204,10 +235,21 @@ pub(super) fn load_layout(dir: &Path, base_port: Option<u16>, tls: bool) -> Resu
             let base_port = base_port.unwrap_or_else(|| {
                 (0..50)
                     .map(|i| 2379 + 100 * i)
-                    .find(|b| Layout { base_port: *b, tls }.ports().into_iter().all(free))
+                    .find(|b| {
+                        let probe = Layout {
+                            base_port: *b,
+                            tls,
+                            etcd: None,
+                        };
+                        probe.ports().into_iter().all(free)
+                    })
                     .unwrap_or(2379)
             });
-            let layout = Layout { base_port, tls };
+            let layout = Layout {
+                base_port,
+                tls,
+                etcd,
+            };
             if u32::from(layout.base_port) + 40 > u32::from(u16::MAX) {
                 bail!(
                     "--base-port {} leaves no room for the cluster's ports",

@@ -48,8 +48,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use skiff_launch::{
-    Containerd, ControllerManagerCommand, Launch, NodeCommand, NodeNetwork, RuntimeKind,
-    SchedulerCommand, StoreCommand, StoreTls,
+    ApiServerCommand, Containerd, ControllerManagerCommand, Launch, NodeCommand, NodeNetwork,
+    RuntimeKind, SchedulerCommand, StoreCommand, StoreTls,
 };
 use skiff_proto::api::{Kind, Object};
 use skiff_proto::client::{ClusterClient, ListParams};
@@ -110,6 +110,20 @@ pub struct Args {
     /// $KUBECONFIG, else ~/.kube/config].
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// Run the cluster on this etcd (its client URLs, comma-separated) instead of three store
+    /// members: three `skiff apiserver` processes over it, then everything else as usual.
+    /// Fixed when the cluster is created.
+    #[arg(long, value_delimiter = ',')]
+    etcd_servers: Vec<String>,
+    /// The CA of the etcd's certificates (`https://` etcd servers).
+    #[arg(long, requires = "etcd_servers")]
+    etcd_cafile: Option<PathBuf>,
+    /// The client certificate presented to the etcd.
+    #[arg(long, requires_all = ["etcd_servers", "etcd_keyfile"])]
+    etcd_certfile: Option<PathBuf>,
+    /// Its key.
+    #[arg(long, requires_all = ["etcd_servers", "etcd_certfile"])]
+    etcd_keyfile: Option<PathBuf>,
 }
 
 /// What runs on the cluster `up` started, once it is ready (`skiff bench soak`, `--demo`);
@@ -134,7 +148,13 @@ pub(crate) fn run_then(args: Args, workload: Option<Workload<'_>>) -> Result<Exi
     let started = Instant::now();
     check(&args)?;
     let (dir, _lock) = open_dir(&args)?;
-    let (layout, resumed) = layout::load_layout(&dir, args.base_port, !args.insecure)?;
+    let etcd = (!args.etcd_servers.is_empty()).then(|| layout::Etcd {
+        servers: args.etcd_servers.clone(),
+        ca: args.etcd_cafile.clone(),
+        cert: args.etcd_certfile.clone(),
+        key: args.etcd_keyfile.clone(),
+    });
+    let (layout, resumed) = layout::load_layout(&dir, args.base_port, !args.insecure, etcd)?;
     let agents = real_node_names(&args).len();
     let busy: Vec<u16> = layout
         .ports()
@@ -177,12 +197,25 @@ pub(crate) fn run_then(args: Args, workload: Option<Workload<'_>>) -> Result<Exi
     let exe = exe.to_string_lossy().to_string();
     let mut cluster = Cluster::new(dir.clone(), layout.clone());
 
-    println!(
-        "{} a three-member store quorum in {}",
-        if resumed { "resuming" } else { "starting" },
-        dir.display()
-    );
-    start_members(&mut cluster, &exe, args.nodes, args.event_ttl)?;
+    match &layout.etcd {
+        Some(etcd) => {
+            println!(
+                "{} three API servers on etcd {} in {}",
+                if resumed { "resuming" } else { "starting" },
+                etcd.servers.join(","),
+                dir.display()
+            );
+            start_apiservers(&mut cluster, &exe, etcd, args.nodes, args.event_ttl)?;
+        }
+        None => {
+            println!(
+                "{} a three-member store quorum in {}",
+                if resumed { "resuming" } else { "starting" },
+                dir.display()
+            );
+            start_members(&mut cluster, &exe, args.nodes, args.event_ttl)?;
+        }
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -194,7 +227,11 @@ pub(crate) fn run_then(args: Args, workload: Option<Workload<'_>>) -> Result<Exi
     rt.block_on(wait_for(
         &mut cluster,
         Duration::from_secs(60),
-        "the store quorum",
+        if layout.etcd.is_some() {
+            "the API servers"
+        } else {
+            "the store quorum"
+        },
         || async {
             api.list(Kind::Namespace, &ListParams::default())
                 .await
@@ -257,9 +294,14 @@ pub(crate) fn run_then(args: Args, workload: Option<Workload<'_>>) -> Result<Exi
     });
     let kube = kubeconfig::write(&kubeconfig_path, &kube_server, credentials.as_ref())?;
     println!(
-        "ready in {:.1} s (quorum in {:.1} s): 3 store members, the scheduler, the controller manager, {} {} node(s)",
+        "ready in {:.1} s (quorum in {:.1} s): {}, the scheduler, the controller manager, {} {} node(s)",
         ready_at.as_secs_f64(),
         quorum_at.as_secs_f64(),
+        if layout.etcd.is_some() {
+            "3 API servers on etcd"
+        } else {
+            "3 store members"
+        },
         names.len(),
         match args.runtime {
             RuntimeKind::Sim => "simulated",
@@ -511,6 +553,58 @@ fn start_members(
     Ok(())
 }
 
+/// Three API servers over `etcd` in place of the members, on the members' client and
+/// Kubernetes API ports, restarted by the supervisor when they exit.
+fn start_apiservers(
+    cluster: &mut Cluster,
+    exe: &str,
+    etcd: &layout::Etcd,
+    nodes: usize,
+    event_ttl: Duration,
+) -> Result<()> {
+    let layout = cluster.layout.clone();
+    let certs = cluster.dir.join(CERTS);
+    for (i, m) in MEMBERS.iter().enumerate() {
+        let api = ApiServerCommand {
+            etcd_servers: etcd.servers.clone(),
+            data_dir: cluster.dir.join("apiserver").join(m),
+            listen_client_url: format!("{}://127.0.0.1:{}", layout.scheme(), layout.client(i)),
+            listen_api_url: Some(layout.api_url(i)),
+            insecure: !layout.tls,
+            etcd_tls: match (&etcd.ca, &etcd.cert, &etcd.key) {
+                (Some(ca), Some(cert), Some(key)) => Some(skiff_launch::ClientCert {
+                    ca: ca.clone(),
+                    cert: cert.clone(),
+                    key: key.clone(),
+                }),
+                _ => None,
+            },
+            tls: layout.tls.then(|| StoreTls {
+                cert: certs.join(format!("{m}.pem")),
+                key: certs.join(format!("{m}-key.pem")),
+                ca: certs.join("ca.pem"),
+            }),
+            rbac: layout.tls,
+            bootstrap_tokens: layout.tls,
+            kubelet: cluster.client_cert(KUBELET_CLIENT),
+            audit_log: layout
+                .tls
+                .then(|| cluster.logs().join(format!("audit-{m}.log"))),
+            audit_log_maxsize: Some(100),
+            audit_log_maxbackup: Some(5),
+            event_ttl: Some(event_ttl),
+            cluster_cidr: Some(cluster_cidr(nodes)),
+            ..ApiServerCommand::default()
+        };
+        let log = cluster.logs().join(format!("apiserver-{m}.log"));
+        cluster.start(
+            Launch::new(format!("apiserver-{m}"), exe, log).args(api.args()),
+            true,
+        )?;
+    }
+    Ok(())
+}
+
 fn start_scheduler(cluster: &mut Cluster, exe: &str) -> Result<()> {
     let scheduler = SchedulerCommand {
         endpoints: cluster.endpoints(),
@@ -699,13 +793,16 @@ fn print_endpoints(layout: &Layout, dir: &Path, config_path: &Path, replaced: bo
             .collect::<Vec<_>>()
             .join(" ")
     );
-    println!(
-        "  store metrics           {}",
-        (0..MEMBERS.len())
-            .map(|i| format!("http://127.0.0.1:{}/metrics", layout.metrics(i)))
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
+    match &layout.etcd {
+        Some(etcd) => println!("  etcd                    {}", etcd.servers.join(",")),
+        None => println!(
+            "  store metrics           {}",
+            (0..MEMBERS.len())
+                .map(|i| format!("http://127.0.0.1:{}/metrics", layout.metrics(i)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    }
     println!(
         "  scheduler metrics       http://127.0.0.1:{}/metrics",
         layout.scheduler_metrics()

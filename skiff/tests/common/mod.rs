@@ -322,6 +322,7 @@ impl Cluster {
                 cluster_cidr: self.store.cluster_cidr.clone(),
                 node_cidr_mask_size: self.store.node_cidr_mask_size,
                 log: self.store.log.clone(),
+                ..ApiServerCommand::default()
             };
             let child = Launch::new(&m.name, skiff_bin(), &m.log)
                 .args(api.args())
