@@ -270,7 +270,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ca: args.etcd_cafile,
             cert: args.etcd_certfile,
             key: args.etcd_keyfile,
-            prefix: b"/".to_vec(),
             data_dir: args.data_dir,
             history: args.watch_history,
             max_txn_ops: args.etcd_max_txn_ops,

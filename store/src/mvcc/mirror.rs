@@ -74,16 +74,6 @@ impl Mvcc {
         Ok(w.events)
     }
 
-    /// The other etcd is at `revision` with nothing changed in the mirrored range since this
-    /// keyspace's revision: reads and watches are as of `revision` from now on.
-    pub fn advance(&mut self, revision: i64) -> Result<(), StoreError> {
-        if revision <= self.revision {
-            return Ok(());
-        }
-        self.revision = revision;
-        self.commit(rocksdb::WriteBatch::default(), &[])
-    }
-
     /// Replaces the whole keyspace with `kvs`, what the other etcd held at `revision`
     /// (every key present then, with its own create revision, mod revision and version): the
     /// history before `revision` is not kept, so reads and watches start there.

@@ -83,12 +83,6 @@ impl Shared {
         Ok(())
     }
 
-    /// A mirrored keyspace's other etcd is at `revision`, nothing changed in the mirrored
-    /// range since (see [`Mvcc::advance`]).
-    pub fn advance(&self, revision: i64) -> Result<(), StoreError> {
-        self.write().advance(revision)
-    }
-
     /// Replaces a mirrored keyspace with what its other etcd held at `revision` (see
     /// [`Mvcc::mirror_all`]), as a snapshot install replaces a member's: watchers catch up
     /// from it, or learn their start is gone.

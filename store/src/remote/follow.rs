@@ -1,7 +1,8 @@
-//! The follower: keeps the mirror of an etcd's key range current. It lists the range at one
-//! revision, then watches it from the next, writing each revision's events into the mirror
-//! at that revision and moving the mirror's revision on with etcd's progress notifications. A
-//! watch that breaks is opened again from the mirror's revision; one whose start etcd has
+//! The follower: keeps the mirror of an etcd's keyspace current. It lists every key at one
+//! revision, then watches every key from the next, writing each revision's events into the
+//! mirror at that revision (every revision etcd makes changes some key, so the mirror's
+//! revision is etcd's once the events have come; progress notifications are not used, see
+//! `RemoteKv::caught_up`). A watch that breaks is opened again from the mirror's revision; one whose start etcd has
 //! compacted away lists the range again, replacing the mirror (its watchers then catch up or
 //! are told their start is gone, as after a snapshot install).
 
@@ -12,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use skiff_proto::backoff::Backoff;
 use skiff_proto::etcd::{
-    PbRangeResponse, PbWatchCreateRequest, PbWatchProgressRequest, PbWatchRequest,
-    PbWatchRequestUnion, PbWatchResponse,
+    PbRangeResponse, PbWatchCreateRequest, PbWatchRequest, PbWatchRequestUnion, PbWatchResponse,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -22,7 +22,6 @@ use tonic::transport::Channel;
 use super::{RemoteConfig, wire};
 use crate::compaction::Backlog;
 use crate::error::StoreError;
-use crate::key_index::prefix_end;
 use crate::kv::Header;
 use crate::mvcc::{Mirrored, Mvcc};
 use crate::raft::state_machine::Shared;
@@ -60,7 +59,6 @@ pub(super) struct Follower {
     range_end: Vec<u8>,
     history: Duration,
     revision: watch::Sender<i64>,
-    progress: mpsc::Receiver<()>,
     /// The mirror's revision at past moments, oldest first, for compacting to `history`.
     marks: VecDeque<(Instant, i64)>,
 }
@@ -71,16 +69,15 @@ impl Follower {
         shared: Arc<Shared>,
         config: &RemoteConfig,
         revision: watch::Sender<i64>,
-        progress: mpsc::Receiver<()>,
     ) -> Follower {
         Follower {
             channel,
             shared,
-            range_end: prefix_end(&config.prefix),
-            key: config.prefix.clone(),
+            // Every key: from the empty key's successor to the end of the keyspace.
+            key: vec![0],
+            range_end: vec![0],
             history: config.history,
             revision,
-            progress,
             marks: VecDeque::new(),
         }
     }
@@ -104,9 +101,7 @@ impl Follower {
                 }),
             )
             .await
-            .map_err(|s| {
-                anyhow::anyhow!("listing {} from etcd: {}", self.describe(), s.message())
-            })?;
+            .map_err(|s| anyhow::anyhow!("listing etcd's keys: {}", s.message()))?;
             if at == 0 {
                 let h = resp
                     .header
@@ -130,17 +125,8 @@ impl Follower {
         }
         self.shared.mirror_all(at, &kvs)?;
         self.revision.send_replace(at);
-        tracing::info!(
-            revision = at,
-            keys = kvs.len(),
-            range = %self.describe(),
-            "mirror of etcd listed"
-        );
+        tracing::info!(revision = at, keys = kvs.len(), "mirror of etcd listed");
         header.ok_or_else(|| anyhow::anyhow!("etcd answered no range"))
-    }
-
-    fn describe(&self) -> String {
-        String::from_utf8_lossy(&self.key).into_owned()
     }
 
     /// Follows etcd until `cancel`: watches, watches again when a watch breaks, lists again
@@ -189,7 +175,6 @@ impl Follower {
                 key: self.key.clone(),
                 range_end: self.range_end.clone(),
                 start_revision: start,
-                progress_notify: true,
                 ..PbWatchCreateRequest::default()
             })),
         };
@@ -221,29 +206,15 @@ impl Follower {
                     }
                     self.apply(resp).map_err(|e| tonic::Status::internal(e.to_string()))?;
                 }
-                Some(()) = self.progress.recv() => {
-                    let ask = PbWatchRequest {
-                        request_union: Some(PbWatchRequestUnion::ProgressRequest(
-                            PbWatchProgressRequest::default(),
-                        )),
-                    };
-                    if requests.send(ask).await.is_err() {
-                        return Ok(Ended::Closed);
-                    }
-                }
                 _ = compact.tick() => self.compact(),
             }
         }
     }
 
-    /// Writes a watch response into the mirror: each revision's events at that revision, or
-    /// (no events: a progress notification) the revision etcd has reached.
+    /// Writes a watch response into the mirror: each revision's events at that revision.
     fn apply(&mut self, resp: PbWatchResponse) -> Result<(), StoreError> {
         let mut changes: Vec<Mirrored> = Vec::new();
         let mut at = 0;
-        // Only a response without events says where etcd is: etcd sends a lagging watcher's
-        // events in batches, each under its current revision, the rest still to come.
-        let progress = resp.events.is_empty();
         for e in resp.events {
             let Some(kv) = e.kv else { continue };
             if kv.mod_revision != at && !changes.is_empty() {
@@ -263,9 +234,6 @@ impl Follower {
         }
         if !changes.is_empty() {
             self.shared.mirror(at, &changes)?;
-        }
-        if let (true, Some(h)) = (progress, resp.header) {
-            self.shared.advance(h.revision)?;
         }
         self.revision.send_replace(self.shared.read().revision());
         Ok(())

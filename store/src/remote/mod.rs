@@ -2,8 +2,8 @@
 //! 3.4 or 3.5, or a Skiff store over the wire).
 //!
 //! Writes, leases and the revision a linearizable read must see go to etcd. Reads and watches
-//! are served from a mirror of the key range the API server keeps its objects in: a keyspace
-//! of this process (`mvcc`, under a watch hub, as a member's), listed from etcd once and then
+//! are served from a mirror of etcd's whole keyspace (the API server's objects, its claims and
+//! the components' leader leases): a keyspace of this process (`mvcc`, under a watch hub, as a member's), listed from etcd once and then
 //! kept current by one etcd watch, at etcd's own revisions (see `Mvcc::mirror`). This is
 //! kube-apiserver's watch cache with its consistent reads: a read after [`Kv::barrier`], and
 //! a write's answer, wait until the mirror has reached etcd's revision, so the API server
@@ -12,7 +12,7 @@
 //! keyspace.
 //!
 //! ```text
-//!   txn, lease_grant ──────────────────────────► etcd ──┐ watch from R+1 (events, progress)
+//!   txn, lease_grant ──────────────────────────► etcd ──┐ watch of every key from R+1
 //!   barrier: etcd's revision X, then wait ◄──┐          ▼
 //!   keyspace(): read, watch ◄──────────── mirror (RocksDB in --data-dir, compacted to
 //!                                          --history) ◄── follower task: list at R, watch,
@@ -24,13 +24,13 @@ pub mod wire;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use skiff_proto::etcd::{
     PbLeaseGrantRequest, PbLeaseGrantResponse, PbRangeResponse, PbResponseHeader, PbTxnResponse,
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -56,8 +56,6 @@ pub struct RemoteConfig {
     pub ca: Option<PathBuf>,
     pub cert: Option<PathBuf>,
     pub key: Option<PathBuf>,
-    /// The key range mirrored: every key under this prefix.
-    pub prefix: Vec<u8>,
     /// Where the mirror keeps its keyspace; emptied at start (it is a cache).
     pub data_dir: PathBuf,
     /// How much history the mirror keeps for watches and lists at a past revision.
@@ -75,8 +73,6 @@ pub struct RemoteKv {
     header: Mutex<Header>,
     /// The mirror's revision, raised by the follower as it applies.
     revision: watch::Receiver<i64>,
-    /// Asks the follower for a progress notification from etcd.
-    progress: mpsc::Sender<()>,
     max_txn_ops: usize,
 }
 
@@ -93,14 +89,7 @@ impl RemoteKv {
         let channel = channel(&config)?;
         let (shared, backlog) = follow::open_mirror(&config.data_dir, tagger)?;
         let (revision_tx, revision) = watch::channel(0);
-        let (progress, progress_rx) = mpsc::channel(1);
-        let follower = follow::Follower::new(
-            channel.clone(),
-            shared.clone(),
-            &config,
-            revision_tx,
-            progress_rx,
-        );
+        let follower = follow::Follower::new(channel.clone(), shared.clone(), &config, revision_tx);
         let header = follower.list().await?;
         shared.spawn_watch_catch_up(cancel.clone(), tasks);
         crate::member::compactor::spawn(
@@ -116,7 +105,6 @@ impl RemoteKv {
             shared,
             header: Mutex::new(header),
             revision,
-            progress,
             max_txn_ops: config.max_txn_ops.max(1),
         }))
     }
@@ -133,26 +121,19 @@ impl RemoteKv {
         h.revision
     }
 
-    /// Waits until the mirror holds etcd's revision `revision`, asking etcd for progress
-    /// when no event brings it there (writes outside the range, a failed compare).
+    /// Waits until the mirror holds etcd's revision `revision`. Every revision etcd makes
+    /// changes some key, and the mirror follows every key, so an event brings it there; etcd's
+    /// progress notifications are not relied on (before 3.4.25 and 3.5.8 etcd could send one
+    /// ahead of events it had still to send, etcd issue 15220).
     async fn caught_up(&self, revision: i64) -> Result<(), StoreError> {
         let mut rx = self.revision.clone();
-        let deadline = Instant::now() + CATCH_UP;
-        let mut wait = Duration::from_millis(5);
-        loop {
-            if *rx.borrow_and_update() >= revision {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(StoreError::Unreachable(format!(
-                    "the watch of etcd did not reach revision {revision} within {CATCH_UP:?}"
-                )));
-            }
-            if tokio::time::timeout(wait, rx.changed()).await.is_err() {
-                // Nothing arrived: ask etcd where it is (one request in flight at most).
-                let _ = self.progress.try_send(());
-                wait = (wait * 2).min(Duration::from_millis(200));
-            }
+        let reached = tokio::time::timeout(CATCH_UP, rx.wait_for(|r| *r >= revision)).await;
+        match reached {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(StoreError::Stopped),
+            Err(_) => Err(StoreError::Unreachable(format!(
+                "the watch of etcd did not reach revision {revision} within {CATCH_UP:?}"
+            ))),
         }
     }
 

@@ -227,12 +227,10 @@ pub mod proto {
     #[cfg(feature = "build-server")]
     pub use crate::rpc::pb::etcdserverpb::watch_request::RequestUnion as PbWatchRequestUnion;
 
-    // Skiff's patch: the messages a client builds to watch (create, progress), so a crate
-    // that speaks to etcd through these messages can open a watch.
+    // Skiff's patch: the message a client builds to open a watch, so a crate that speaks to
+    // etcd through these messages can watch.
     #[cfg(feature = "build-server")]
-    pub use crate::rpc::pb::etcdserverpb::{
-        WatchCreateRequest as PbWatchCreateRequest, WatchProgressRequest as PbWatchProgressRequest,
-    };
+    pub use crate::rpc::pb::etcdserverpb::WatchCreateRequest as PbWatchCreateRequest;
 
     // Skiff's patch: the permission a role holds, as AuthRoleGet answers and
     // AuthRoleGrantPermission carries it.
