@@ -44,9 +44,11 @@ impl ApiListen {
         let mut urls = self.rest_urls.iter().chain(&self.client_urls);
         if let Some(url) = urls.find(|u| u.starts_with("http://")) {
             anyhow::bail!(
-                "{url}: the Kubernetes API is served over https:// only (--cert-file and \
-                 --key-file); on http:// it answers anyone who reaches the port without \
-                 knowing who they are: add --apiserver-insecure to serve it so anyway"
+                "{url}: the Kubernetes API is served over https:// only, with a serving \
+                 certificate (`skiff store --cert-file --key-file`, `skiff apiserver \
+                 --tls-cert-file --tls-private-key-file`); on http:// it answers anyone who \
+                 reaches the port without knowing who they are: add --apiserver-insecure to \
+                 serve it so anyway"
             );
         }
         Ok(())
