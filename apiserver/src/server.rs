@@ -137,7 +137,7 @@ pub(crate) fn serve_rest(
 ) -> anyhow::Result<()> {
     if api.access.config.rbac() {
         let policy = api.access.policy().clone();
-        tasks.spawn(crate::access::policy::maintain(
+        tasks.spawn(crate::cluster::rbac_policy::maintain(
             api.clone(),
             policy,
             true,

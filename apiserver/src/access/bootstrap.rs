@@ -8,7 +8,7 @@
 //! ([`super::node`]), which confines each to its own Node and pods.
 //!
 //! Each member creates the ones that are missing when it starts with RBAC on, and adds to
-//! existing ones the rules and subjects they lack (see `policy::create_bootstrap`); one
+//! existing ones the rules and subjects they lack (see `cluster::rbac_policy`); one
 //! annotated `rbac.authorization.kubernetes.io/autoupdate: "false"` is left as it is.
 
 use skiff_proto::api::ObjectMeta;
@@ -30,6 +30,9 @@ pub const KUBELET_CLIENT: &str = "kube-apiserver-kubelet-client";
 
 /// The label Kubernetes puts on its bootstrap objects.
 const BOOTSTRAP_LABEL: (&str, &str) = ("kubernetes.io/bootstrapping", "rbac-defaults");
+
+/// The annotation that keeps a bootstrap object from being reconciled when `"false"`.
+pub const AUTOUPDATE: &str = "rbac.authorization.kubernetes.io/autoupdate";
 
 const CERTIFICATES: &str = "certificates.k8s.io";
 /// The role that lets joining nodes (bootstrap tokens) ask for certificates.
@@ -85,7 +88,7 @@ fn meta(name: &str) -> ObjectMeta {
     m.labels
         .insert(BOOTSTRAP_LABEL.0.to_owned(), BOOTSTRAP_LABEL.1.to_owned());
     m.annotations
-        .insert(super::policy::AUTOUPDATE.to_owned(), "true".to_owned());
+        .insert(AUTOUPDATE.to_owned(), "true".to_owned());
     m
 }
 

@@ -40,6 +40,7 @@ pub mod gate;
 pub mod ipam;
 pub mod list;
 pub mod pod_security;
+pub mod rbac_policy;
 mod review;
 pub mod service;
 pub mod watch;

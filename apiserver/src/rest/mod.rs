@@ -30,7 +30,6 @@ pub mod logs;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;
-mod protobuf_apps;
 pub mod request;
 pub mod review;
 pub mod scale;

@@ -22,8 +22,19 @@
 //! body as the unaggregated document.
 //!
 //! Every served kind names its group and version through [`Kind::api_version`] (`v1`,
-//! `apps/v1`), so adding a group is adding its kinds to [`resources`]; the group lists, the
-//! per-group documents and the OpenAPI documents follow.
+//! `apps/v1`), so adding a group is adding a module of its resources to `GROUPS`; the group
+//! lists, the per-group documents and the OpenAPI documents follow.
+//!
+//! This module holds the types and the documents; the served resources themselves are listed
+//! by group, a module each: `core`, `apps`, `rbac`, `authorization`, `endpoint_slices`
+//! (`discovery.k8s.io`) and `certificates`.
+
+mod apps;
+mod authorization;
+mod certificates;
+mod core;
+mod endpoint_slices;
+mod rbac;
 
 use serde_json::{Map, Value, json};
 use skiff_proto::api::Kind;
@@ -168,236 +179,33 @@ const READ_WRITE: &[&str] = &[
     UPDATE,
     WATCH,
 ];
-/// Namespaces are deleted one at a time (each deletion drains the namespace's contents), so
-/// Kubernetes serves no `deletecollection` for them.
-const NAMESPACE_VERBS: &[&str] = &[CREATE, DELETE, GET, LIST, PATCH, UPDATE, WATCH];
 const STATUS_VERBS: &[&str] = &[GET, PATCH, UPDATE];
 
-static RESOURCES: [Resource; 19] = [
-    Resource {
-        kind: Kind::Pod,
-        verbs: READ_WRITE,
-        subresources: &[
-            Subresource {
-                name: "attach",
-                kind: "PodAttachOptions",
-                api_version: None,
-                verbs: &[CREATE, GET],
-            },
-            Subresource {
-                name: "binding",
-                kind: "Binding",
-                api_version: None,
-                verbs: &[CREATE],
-            },
-            Subresource {
-                name: "eviction",
-                kind: "Eviction",
-                api_version: Some("policy/v1"),
-                verbs: &[CREATE],
-            },
-            Subresource {
-                name: "exec",
-                kind: "PodExecOptions",
-                api_version: None,
-                verbs: &[CREATE, GET],
-            },
-            Subresource {
-                name: "log",
-                kind: "Pod",
-                api_version: None,
-                verbs: &[GET],
-            },
-            Subresource {
-                name: "status",
-                kind: "Pod",
-                api_version: None,
-                verbs: STATUS_VERBS,
-            },
-        ],
-        categories: &["all"],
-    },
-    Resource {
-        kind: Kind::Node,
-        verbs: READ_WRITE,
-        subresources: &[Subresource {
-            name: "status",
-            kind: "Node",
-            api_version: None,
-            verbs: STATUS_VERBS,
-        }],
-        categories: &[],
-    },
-    Resource {
-        kind: Kind::Namespace,
-        verbs: NAMESPACE_VERBS,
-        subresources: &[Subresource {
-            name: "status",
-            kind: "Namespace",
-            api_version: None,
-            verbs: STATUS_VERBS,
-        }],
-        categories: &[],
-    },
-    Resource {
-        kind: Kind::Event,
-        verbs: READ_WRITE,
-        subresources: &[],
-        categories: &[],
-    },
-    Resource {
-        kind: Kind::ResourceQuota,
-        verbs: READ_WRITE,
-        subresources: &[],
-        categories: &[],
-    },
-    Resource {
-        kind: Kind::LimitRange,
-        verbs: READ_WRITE,
-        subresources: &[],
-        categories: &[],
-    },
-    Resource {
-        kind: Kind::Secret,
-        verbs: READ_WRITE,
-        subresources: &[],
-        categories: &[],
-    },
-    Resource {
-        kind: Kind::Service,
-        verbs: READ_WRITE,
-        subresources: &[Subresource {
-            name: "status",
-            kind: "Service",
-            api_version: None,
-            verbs: STATUS_VERBS,
-        }],
-        categories: &["all"],
-    },
-    // Bindings are only ever created: the scheduler's assignment of a pod to a node.
-    Resource {
-        kind: Kind::Binding,
-        verbs: &[CREATE],
-        subresources: &[],
-        categories: &[],
-    },
-    Resource {
-        kind: Kind::Deployment,
-        verbs: READ_WRITE,
-        subresources: &[
-            SCALE,
-            Subresource {
-                name: "status",
-                kind: "Deployment",
-                api_version: None,
-                verbs: STATUS_VERBS,
-            },
-        ],
-        categories: &["all"],
-    },
-    Resource {
-        kind: Kind::ReplicaSet,
-        verbs: READ_WRITE,
-        subresources: &[
-            SCALE,
-            Subresource {
-                name: "status",
-                kind: "ReplicaSet",
-                api_version: None,
-                verbs: STATUS_VERBS,
-            },
-        ],
-        categories: &["all"],
-    },
-    Resource {
-        kind: Kind::Role,
-        verbs: READ_WRITE,
-        subresources: &[],
-        categories: &[],
-    },
-    Resource {
-        kind: Kind::ClusterRole,
-        verbs: READ_WRITE,
-        subresources: &[],
-        categories: &[],
-    },
-    Resource {
-        kind: Kind::RoleBinding,
-        verbs: READ_WRITE,
-        subresources: &[],
-        categories: &[],
-    },
-    Resource {
-        kind: Kind::ClusterRoleBinding,
-        verbs: READ_WRITE,
-        subresources: &[],
-        categories: &[],
-    },
-    // Reviews are questions: created, answered, never stored (`kubectl auth can-i`).
-    Resource {
-        kind: Kind::SelfSubjectAccessReview,
-        verbs: &[CREATE],
-        subresources: &[],
-        categories: &[],
-    },
-    Resource {
-        kind: Kind::SubjectAccessReview,
-        verbs: &[CREATE],
-        subresources: &[],
-        categories: &[],
-    },
-    // The addresses behind each Service, kept by the EndpointSlice controller.
-    Resource {
-        kind: Kind::EndpointSlice,
-        verbs: READ_WRITE,
-        subresources: &[],
-        categories: &[],
-    },
-    // Certificates asked for by joining nodes and users, approved and signed.
-    Resource {
-        kind: Kind::CertificateSigningRequest,
-        verbs: READ_WRITE,
-        subresources: &[
-            Subresource {
-                name: "approval",
-                kind: "CertificateSigningRequest",
-                api_version: None,
-                verbs: STATUS_VERBS,
-            },
-            Subresource {
-                name: "status",
-                kind: "CertificateSigningRequest",
-                api_version: None,
-                verbs: STATUS_VERBS,
-            },
-        ],
-        categories: &[],
-    },
+/// The served resources of each group, in discovery order: the core group first, then the
+/// others in the order `/apis` lists them.
+static GROUPS: [&[Resource]; 6] = [
+    core::RESOURCES,
+    apps::RESOURCES,
+    rbac::RESOURCES,
+    authorization::RESOURCES,
+    endpoint_slices::RESOURCES,
+    certificates::RESOURCES,
 ];
 
-/// A workload's replica count as an autoscaling/v1 `Scale`: what `kubectl scale` and
-/// autoscalers read and write.
-const SCALE: Subresource = Subresource {
-    name: "scale",
-    kind: "Scale",
-    api_version: Some("autoscaling/v1"),
-    verbs: STATUS_VERBS,
-};
-
 /// Every served resource, in discovery order.
-pub fn resources() -> &'static [Resource] {
-    &RESOURCES
+pub fn resources() -> impl Iterator<Item = &'static Resource> {
+    GROUPS.iter().flat_map(|group| group.iter())
 }
 
 /// The served resource of `kind`, if any.
 pub fn resource(kind: Kind) -> Option<&'static Resource> {
-    RESOURCES.iter().find(|r| r.kind == kind)
+    resources().find(|r| r.kind == kind)
 }
 
 /// Every served group version, in discovery order (the first resource of each decides).
 pub fn group_versions() -> Vec<GroupVersion> {
     let mut out: Vec<GroupVersion> = Vec::new();
-    for gv in RESOURCES.iter().map(Resource::group_version) {
+    for gv in resources().map(Resource::group_version) {
         if !out.contains(&gv) {
             out.push(gv);
         }
@@ -451,7 +259,7 @@ pub fn core_v1_resources() -> Value {
 /// Kubernetes lists them.
 pub fn resource_list(gv: GroupVersion) -> Value {
     let mut entries = Vec::new();
-    for r in RESOURCES.iter().filter(|r| r.group_version() == gv) {
+    for r in resources().filter(|r| r.group_version() == gv) {
         let mut entry = Map::new();
         entry.insert("name".into(), r.plural().into());
         entry.insert("singularName".into(), r.kind.singular().into());
@@ -466,7 +274,7 @@ pub fn resource_list(gv: GroupVersion) -> Value {
         }
         entries.push(Value::Object(entry));
     }
-    for r in RESOURCES.iter().filter(|r| r.group_version() == gv) {
+    for r in resources().filter(|r| r.group_version() == gv) {
         for s in r.subresources {
             let mut entry = Map::new();
             entry.insert("name".into(), format!("{}/{}", r.plural(), s.name).into());
@@ -504,8 +312,7 @@ fn aggregated(include: impl Fn(GroupVersion) -> bool) -> Value {
     // group name → its versions, in discovery order
     let mut groups: Vec<(&str, Vec<Value>)> = Vec::new();
     for gv in group_versions().into_iter().filter(|gv| include(*gv)) {
-        let resources: Vec<Value> = RESOURCES
-            .iter()
+        let resources: Vec<Value> = resources()
             .filter(|r| r.group_version() == gv)
             .map(|r| aggregated_resource(r, gv))
             .collect();
@@ -615,7 +422,7 @@ pub fn accepts_aggregated(accept: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn find<'a>(list: &'a Value, name: &str) -> &'a Value {
+    pub(super) fn find<'a>(list: &'a Value, name: &str) -> &'a Value {
         list["resources"]
             .as_array()
             .expect("resources")
@@ -628,85 +435,10 @@ mod tests {
     #[test]
     fn every_kind_is_served_once() {
         for kind in Kind::ALL {
-            assert_eq!(
-                resources().iter().filter(|r| r.kind == kind).count(),
-                1,
-                "{kind}"
-            );
+            assert_eq!(resources().filter(|r| r.kind == kind).count(), 1, "{kind}");
             assert_eq!(resource(kind).map(|r| r.kind), Some(kind));
         }
-        assert_eq!(resources().len(), Kind::ALL.len());
-    }
-
-    /// The core resource list has kubectl's names, scopes and verbs, lists subresources as
-    /// `parent/sub` entries, names the eviction kind's group, and leaves out what is not served.
-    #[test]
-    fn core_resource_list() {
-        let list = core_v1_resources();
-        assert_eq!(list["kind"], "APIResourceList");
-        assert_eq!(list["groupVersion"], "v1");
-        let pods = find(&list, "pods");
-        assert_eq!(pods["singularName"], "pod");
-        assert_eq!(pods["namespaced"], true);
-        assert_eq!(pods["kind"], "Pod");
-        assert_eq!(
-            pods["verbs"],
-            json!([
-                "create",
-                "delete",
-                "deletecollection",
-                "get",
-                "list",
-                "patch",
-                "update",
-                "watch"
-            ])
-        );
-        assert_eq!(pods["shortNames"], json!(["po"]));
-        assert_eq!(pods["categories"], json!(["all"]));
-        let nodes = find(&list, "nodes");
-        assert_eq!(nodes["namespaced"], false);
-        assert!(nodes.get("categories").is_none());
-        assert!(
-            !find(&list, "namespaces")["verbs"]
-                .as_array()
-                .expect("verbs")
-                .contains(&json!("deletecollection"))
-        );
-        assert_eq!(find(&list, "bindings")["verbs"], json!(["create"]));
-        assert_eq!(find(&list, "events")["shortNames"], json!(["ev"]));
-        assert_eq!(
-            find(&list, "resourcequotas")["shortNames"],
-            json!(["quota"])
-        );
-        assert_eq!(find(&list, "limitranges")["shortNames"], json!(["limits"]));
-
-        let status = find(&list, "pods/status");
-        assert_eq!(status["singularName"], "");
-        assert_eq!(status["kind"], "Pod");
-        assert_eq!(status["verbs"], json!(["get", "patch", "update"]));
-        let eviction = find(&list, "pods/eviction");
-        assert_eq!(
-            (&eviction["group"], &eviction["version"], &eviction["kind"]),
-            (&json!("policy"), &json!("v1"), &json!("Eviction"))
-        );
-        assert_eq!(find(&list, "pods/binding")["kind"], "Binding");
-        assert!(find(&list, "pods/binding").get("group").is_none());
-        assert_eq!(find(&list, "pods/log")["verbs"], json!(["get"]));
-        assert_eq!(find(&list, "nodes/status")["namespaced"], false);
-        assert_eq!(find(&list, "namespaces/status")["kind"], "Namespace");
-        assert_eq!(find(&list, "pods/exec")["verbs"], json!(["create", "get"]));
-        assert_eq!(find(&list, "pods/attach")["kind"], "PodAttachOptions");
-        for absent in ["pods/portforward", "pods/proxy", "nodes/proxy"] {
-            assert!(
-                list["resources"]
-                    .as_array()
-                    .expect("resources")
-                    .iter()
-                    .all(|r| r["name"] != absent),
-                "{absent} is advertised"
-            );
-        }
+        assert_eq!(resources().count(), Kind::ALL.len());
     }
 
     /// The aggregated core document has the apidiscovery v2 shape client-go decodes, and
@@ -723,8 +455,7 @@ mod tests {
         assert_eq!(version["version"], "v1");
         assert_eq!(version["freshness"], "Current");
         let resources = version["resources"].as_array().expect("resources");
-        let core = RESOURCES
-            .iter()
+        let core = super::resources()
             .filter(|r| r.group_version() == GroupVersion::CORE_V1)
             .count();
         assert_eq!(resources.len(), core);
@@ -767,63 +498,6 @@ mod tests {
                 assert_eq!(s["verbs"], find(&list, &name)["verbs"], "{name}");
             }
         }
-    }
-
-    /// `/apis` lists apps/v1 first in both forms, with the workloads and their `Scale`,
-    /// then RBAC and access reviews.
-    #[test]
-    fn apps_is_the_other_group() {
-        let gv = |g: &str| json!({"groupVersion": format!("{g}/v1"), "version": "v1"});
-        let group = |g: &str| json!({"name": g, "preferredVersion": gv(g), "versions": [gv(g)]});
-        assert_eq!(
-            api_group_list()["groups"],
-            json!([
-                group("apps"),
-                group("rbac.authorization.k8s.io"),
-                group("authorization.k8s.io"),
-                group("discovery.k8s.io"),
-                group("certificates.k8s.io")
-            ])
-        );
-        let aggregated = aggregated_groups();
-        assert_eq!(aggregated["kind"], "APIGroupDiscoveryList");
-        assert_eq!(aggregated["items"][0]["metadata"]["name"], "apps");
-        let version = &aggregated["items"][0]["versions"][0];
-        assert_eq!(version["version"], "v1");
-        let deployments = version["resources"]
-            .as_array()
-            .expect("resources")
-            .iter()
-            .find(|r| r["resource"] == "deployments")
-            .expect("deployments");
-        assert_eq!(
-            deployments["responseKind"],
-            json!({"group": "apps", "version": "v1", "kind": "Deployment"})
-        );
-        assert_eq!(deployments["shortNames"], json!(["deploy"]));
-        assert_eq!(deployments["categories"], json!(["all"]));
-        assert_eq!(
-            deployments["subresources"],
-            json!([
-                {
-                    "subresource": "scale",
-                    "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
-                    "verbs": ["get", "patch", "update"],
-                },
-                {
-                    "subresource": "status",
-                    "responseKind": {"group": "apps", "version": "v1", "kind": "Deployment"},
-                    "verbs": ["get", "patch", "update"],
-                },
-            ])
-        );
-        let list = resource_list(GroupVersion::parse("apps/v1"));
-        let scale = find(&list, "deployments/scale");
-        assert_eq!(
-            (&scale["group"], &scale["version"], &scale["kind"]),
-            (&json!("autoscaling"), &json!("v1"), &json!("Scale"))
-        );
-        assert_eq!(find(&list, "replicasets")["shortNames"], json!(["rs"]));
     }
 
     /// `GET /api` names v1 and the address given.

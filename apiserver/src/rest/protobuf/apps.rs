@@ -9,11 +9,10 @@
 
 use k8s_pb::api::apps::v1 as apps;
 use k8s_pb::api::core::v1 as core;
-use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Map, Value, json};
 
-use super::protobuf::{label_selector, object};
-use super::status::{ApiError, Reason};
+use super::wire::{int_or_string, label_selector, object, put, put_flag, put_str};
+use crate::rest::status::{ApiError, Reason};
 
 fn unread(what: &str) -> ApiError {
     ApiError::new(
@@ -23,32 +22,6 @@ fn unread(what: &str) -> ApiError {
              send it as application/json"
         ),
     )
-}
-
-/// Puts `v` under `k` when it is set.
-pub(super) fn put<T: Into<Value>>(o: &mut Map<String, Value>, k: &str, v: Option<T>) {
-    if let Some(v) = v {
-        o.insert(k.into(), v.into());
-    }
-}
-
-/// Puts a string under `k` unless it is unset or empty (Go writes its strings either way).
-pub(super) fn put_str(o: &mut Map<String, Value>, k: &str, v: Option<String>) {
-    put(o, k, v.filter(|s| !s.is_empty()));
-}
-
-/// Puts a flag under `k` when it is true (Go writes its `false`s too).
-fn put_flag(o: &mut Map<String, Value>, k: &str, v: Option<bool>) {
-    put(o, k, v.filter(|b| *b));
-}
-
-pub(super) fn int_or_string(v: IntOrString) -> Value {
-    match (v.r#type, v.int_val, v.str_val) {
-        (Some(1), _, Some(s)) => json!(s),
-        (_, Some(i), _) => json!(i),
-        (_, _, Some(s)) => json!(s),
-        _ => json!(0),
-    }
 }
 
 fn quantities(

@@ -6,11 +6,17 @@
 //! JSON, which client-go accepts alongside protobuf.
 //!
 //! Only what a client can send here is read: Namespace, ResourceQuota, Secret (`kubectl
-//! create secret`), Deployment (`kubectl create deployment`, see `protobuf_apps.rs`), the
+//! create secret`), Deployment (`kubectl create deployment`, see `apps`), the
 //! policy/v1 Eviction,
 //! the DeleteOptions of a delete, the RBAC kinds (`kubectl create role`, `create
 //! rolebinding` ...) and access reviews (`kubectl auth can-i`). Server-owned fields (timestamps, `managedFields`, `resourceVersion`)
 //! are not carried over, as the server sets them.
+//!
+//! The encoders every kind uses (metadata, label selectors, the `put`s) are in `wire`, below
+//! the kinds; Deployments, the one apps/v1 kind read, are in `apps`.
+
+mod apps;
+mod wire;
 
 use k8s_pb::api::authorization::v1 as authz;
 use k8s_pb::api::certificates::v1 as certificates;
@@ -23,6 +29,7 @@ use prost::Message;
 use serde_json::{Map, Value, json};
 
 use super::status::{ApiError, Reason};
+use wire::{int_or_string, label_selector, object, put, put_str};
 
 /// The media type of Kubernetes' protobuf encoding.
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
@@ -91,7 +98,7 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
         ("apps/v1", "Deployment") => {
             let d = k8s_pb::api::apps::v1::Deployment::decode(raw.as_slice())
                 .map_err(|e| bad("Deployment", e))?;
-            super::protobuf_apps::deployment(d)?
+            apps::deployment(d)?
         }
         ("v1", "Namespace") => {
             let ns = core::Namespace::decode(raw.as_slice()).map_err(|e| bad("Namespace", e))?;
@@ -231,7 +238,6 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
 /// A Service as `kubectl create service` sends it: its type, selector, ports and cluster IP.
 /// A body setting anything else is refused whole (send it as JSON), so nothing is dropped.
 fn service(svc: core::Service) -> Result<Map<String, Value>, ApiError> {
-    use super::protobuf_apps::{int_or_string, put, put_str};
     let mut o = object(svc.metadata);
     let Some(spec) = svc.spec else {
         return Ok(o);
@@ -375,80 +381,6 @@ fn certificate_signing_request(c: certificates::CertificateSigningRequest) -> Ma
         o.insert("status".into(), Value::Object(s));
     }
     o
-}
-
-/// A JSON object holding `metadata` as the client set it.
-pub(super) fn object(m: Option<meta::ObjectMeta>) -> Map<String, Value> {
-    let m = m.unwrap_or_default();
-    let mut meta = Map::new();
-    let mut put = |k: &str, v: Option<String>| {
-        if let Some(v) = v.filter(|v| !v.is_empty()) {
-            meta.insert(k.into(), json!(v));
-        }
-    };
-    put("name", m.name);
-    put("generateName", m.generate_name);
-    put("namespace", m.namespace);
-    put("uid", m.uid);
-    // An update's precondition (a create ignores it).
-    put("resourceVersion", m.resource_version);
-    if !m.labels.is_empty() {
-        meta.insert("labels".into(), json!(m.labels));
-    }
-    if !m.annotations.is_empty() {
-        meta.insert("annotations".into(), json!(m.annotations));
-    }
-    if !m.finalizers.is_empty() {
-        meta.insert("finalizers".into(), json!(m.finalizers));
-    }
-    if !m.owner_references.is_empty() {
-        let refs: Vec<Value> = m
-            .owner_references
-            .into_iter()
-            .map(|r| {
-                let mut o = json!({
-                    "apiVersion": r.api_version.unwrap_or_default(),
-                    "kind": r.kind.unwrap_or_default(),
-                    "name": r.name.unwrap_or_default(),
-                    "uid": r.uid.unwrap_or_default(),
-                });
-                if let Some(c) = r.controller {
-                    o["controller"] = json!(c);
-                }
-                if let Some(b) = r.block_owner_deletion {
-                    o["blockOwnerDeletion"] = json!(b);
-                }
-                o
-            })
-            .collect();
-        meta.insert("ownerReferences".into(), Value::Array(refs));
-    }
-    let mut o = Map::new();
-    o.insert("metadata".into(), Value::Object(meta));
-    o
-}
-
-/// A label selector's JSON: `matchLabels` and `matchExpressions`.
-pub(super) fn label_selector(s: meta::LabelSelector) -> Value {
-    let mut o = Map::new();
-    if !s.match_labels.is_empty() {
-        o.insert("matchLabels".into(), json!(s.match_labels));
-    }
-    if !s.match_expressions.is_empty() {
-        let exprs: Vec<Value> = s
-            .match_expressions
-            .into_iter()
-            .map(|e| {
-                json!({
-                    "key": e.key.unwrap_or_default(),
-                    "operator": e.operator.unwrap_or_default(),
-                    "values": e.values,
-                })
-            })
-            .collect();
-        o.insert("matchExpressions".into(), json!(exprs));
-    }
-    Value::Object(o)
 }
 
 fn rules(rules: Vec<rbac::PolicyRule>) -> Value {
