@@ -3,9 +3,10 @@
 //! [`RemoteKv`]: writes go to etcd, reads and watches come from its mirror.
 //!
 //! It serves the REST API on its API URLs and, on its client URLs, the cluster API beside
-//! etcd's services passed through to its etcd, so Skiff's components (which hold their
-//! leader leases through etcd's API and everything else through the cluster API) take the
-//! API server's client URLs as their endpoints, as they take a member's.
+//! etcd's services passed through to its etcd (keys moved to where `--etcd-prefix` keeps
+//! them), so Skiff's components (which hold their leader leases through etcd's API and
+//! everything else through the cluster API) take the API server's client URLs as their
+//! endpoints, as they take a member's.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -14,8 +15,10 @@ use std::task::{Context, Poll};
 use anyhow::Context as _;
 use futures::future::BoxFuture;
 use skiff_proto::cluster::v1::cluster_server::ClusterServer;
+use skiff_proto::etcd::{PbKvServer, PbWatchServer};
 use skiff_store::client_port::ClientPortLayer;
-use skiff_store::remote::{RemoteConfig, RemoteKv};
+use skiff_store::remote::namespace::{NamespacedKv, NamespacedWatch};
+use skiff_store::remote::{KeyMap, RemoteConfig, RemoteKv};
 use skiff_store::server::{listen_all, reserve_all, server_tls};
 use skiff_store::tls::{ClientCerts, TlsSettings};
 use tokio::task::JoinSet;
@@ -43,6 +46,35 @@ pub struct Standalone {
     /// The serving certificate of `https://` URLs (its `client` files; `client_ca` names the
     /// Kubernetes users' CA).
     pub tls: TlsSettings,
+}
+
+/// kube-apiserver's default `--etcd-prefix`: the objects' keys as the API server names them.
+pub const DEFAULT_ETCD_PREFIX: &str = "/registry";
+
+/// Where the API server's keys are in etcd for `--etcd-prefix prefix`: `/registry/…` under
+/// `prefix/…` and Skiff's own `/skiff/…` under `prefix-skiff/…`; for the default prefix,
+/// every key where it is named (the layout of a member's own API server), and all of etcd.
+pub fn etcd_keys(prefix: &str) -> anyhow::Result<KeyMap> {
+    let trimmed = prefix.trim_end_matches('/');
+    anyhow::ensure!(
+        trimmed.starts_with('/') && trimmed.len() > 1,
+        "--etcd-prefix {prefix:?}: a key prefix such as /registry or /clusters/a (starting \
+         with / and not / alone)"
+    );
+    if trimmed == DEFAULT_ETCD_PREFIX {
+        return Ok(KeyMap::everything());
+    }
+    KeyMap::new([
+        (
+            format!("{DEFAULT_ETCD_PREFIX}/").into_bytes(),
+            format!("{trimmed}/").into_bytes(),
+        ),
+        (
+            b"/skiff/".to_vec(),
+            format!("{trimmed}-skiff/").into_bytes(),
+        ),
+    ])
+    .map_err(|e| anyhow::anyhow!("--etcd-prefix {prefix:?}: {e}"))
 }
 
 /// Runs the API server until `shutdown` resolves.
@@ -91,11 +123,20 @@ pub async fn run(
             ClusterServer::new(api.clone())
                 .max_decoding_message_size(MAX_REQUEST)
                 .max_encoding_message_size(usize::MAX),
+        )
+        .add_service(
+            PbKvServer::new(NamespacedKv::new(kv.clone()))
+                .max_decoding_message_size(MAX_REQUEST)
+                .max_encoding_message_size(usize::MAX),
+        )
+        .add_service(
+            PbWatchServer::new(NamespacedWatch::new(kv.clone()))
+                .max_decoding_message_size(MAX_REQUEST)
+                .max_encoding_message_size(usize::MAX),
         );
-        let router = routes.into_axum_router().fallback_service(EtcdProxy {
-            etcd: etcd.clone(),
-            kv: kv.clone(),
-        });
+        let router = routes
+            .into_axum_router()
+            .fallback_service(EtcdProxy { etcd: etcd.clone() });
         let http = skiff_proto::metrics::router(registry.clone())
             .route("/healthz", axum::routing::get(|| async { "ok" }));
         let layer = ClientPortLayer::new(http, Default::default(), gate.clone());
@@ -130,17 +171,14 @@ pub async fn run(
     result
 }
 
-/// etcd's services on the API server's client URLs, passed through to its etcd unchanged:
-/// the components' leader elections (KV, Lease, Watch) reach the etcd the API server uses. A
-/// compaction made this way compacts the API server's mirror too.
+/// etcd's services other than KV and Watch (Lease, Cluster, Maintenance, Auth) on the API
+/// server's client URLs, passed through to its etcd unchanged: they name no key. KV and Watch
+/// go through [`NamespacedKv`] and [`NamespacedWatch`], which move keys to where the API
+/// server keeps them (`--etcd-prefix`).
 #[derive(Debug, Clone)]
 struct EtcdProxy {
     etcd: Channel,
-    kv: Arc<RemoteKv>,
 }
-
-/// The path of etcd's Compact call.
-const COMPACT: &str = "/etcdserverpb.KV/Compact";
 
 impl tower::Service<http::Request<axum::body::Body>> for EtcdProxy {
     type Response = http::Response<axum::body::Body>;
@@ -152,86 +190,50 @@ impl tower::Service<http::Request<axum::body::Body>> for EtcdProxy {
     }
 
     fn call(&mut self, req: http::Request<axum::body::Body>) -> Self::Future {
-        let proxy = self.clone();
+        let mut channel = self.etcd.clone();
         Box::pin(async move {
             let path = req.uri().path().to_owned();
             if !path.starts_with("/etcdserverpb.") {
                 let status = tonic::Status::unimplemented(format!("{path} is not served here"));
                 return Ok(status.into_http());
             }
-            if path == COMPACT {
-                return Ok(proxy.compact(req).await.unwrap_or_else(|s| s.into_http()));
-            }
-            Ok(proxy.forward(req.map(tonic::body::Body::new)).await)
+            let req = req.map(tonic::body::Body::new);
+            let answer = match tower::ServiceExt::ready(&mut channel).await {
+                Ok(ch) => tower::Service::call(ch, req).await,
+                Err(e) => Err(e),
+            };
+            Ok(match answer {
+                Ok(resp) => resp.map(axum::body::Body::new),
+                Err(e) => tonic::Status::unavailable(format!("etcd: {e}")).into_http(),
+            })
         })
     }
 }
 
-impl EtcdProxy {
-    async fn forward(
-        &self,
-        req: http::Request<tonic::body::Body>,
-    ) -> http::Response<axum::body::Body> {
-        let mut channel = self.etcd.clone();
-        let answer = match tower::ServiceExt::ready(&mut channel).await {
-            Ok(ch) => tower::Service::call(ch, req).await,
-            Err(e) => Err(e),
-        };
-        match answer {
-            Ok(resp) => resp.map(axum::body::Body::new),
-            Err(e) => tonic::Status::unavailable(format!("etcd: {e}")).into_http(),
-        }
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    /// Compact: read (a small unary message), passed on, and once etcd has compacted, the
-    /// mirror compacted to the same revision.
-    async fn compact(
-        &self,
-        req: http::Request<axum::body::Body>,
-    ) -> Result<http::Response<axum::body::Body>, tonic::Status> {
-        use http_body_util::BodyExt as _;
-        use prost::Message as _;
-        let (parts, body) = req.into_parts();
-        let bytes = body
-            .collect()
-            .await
-            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?
-            .to_bytes();
-        // One gRPC frame: a flag byte, the length (4 bytes), the message.
-        let message = bytes
-            .get(5..)
-            .ok_or_else(|| tonic::Status::invalid_argument("a Compact call without a message"))?;
-        let revision = skiff_proto::etcd::PbCompactionRequest::decode(message)
-            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?
-            .revision;
-        let req = http::Request::from_parts(
-            parts,
-            tonic::body::Body::new(http_body_util::Full::new(bytes)),
+    #[test]
+    fn the_etcd_prefix_takes_the_place_of_registry() {
+        let keys = etcd_keys("/clusters/a/").expect("valid");
+        assert_eq!(
+            keys.key_to_etcd(b"/registry/pods/ns/p").expect("an object"),
+            b"/clusters/a/pods/ns/p"
         );
-        let (parts, body) = self.forward(req).await.into_parts();
-        let collected = body
-            .collect()
-            .await
-            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-        let ok = |h: &http::HeaderMap| h.get("grpc-status").is_some_and(|v| v == "0");
-        if ok(&parts.headers) || collected.trailers().is_some_and(ok) {
-            self.kv
-                .compacted(revision)
-                .await
-                .map_err(tonic::Status::from)?;
+        assert_eq!(
+            keys.key_to_etcd(b"/skiff/ipam/podcidrs/x")
+                .expect("a claim"),
+            b"/clusters/a-skiff/ipam/podcidrs/x"
+        );
+        assert!(keys.key_to_etcd(b"/other").is_err());
+        // The default: every key where it is named, as in a member.
+        let default = etcd_keys(DEFAULT_ETCD_PREFIX).expect("valid");
+        assert!(default.is_identity());
+        assert_eq!(default.key_to_etcd(b"/other").expect("any key"), b"/other");
+        for bad in ["", "/", "registry"] {
+            let e = etcd_keys(bad).expect_err(bad).to_string();
+            assert!(e.contains("--etcd-prefix"), "{e}");
         }
-        let trailers = collected.trailers().cloned();
-        let mut body = http_body_util::Full::new(collected.to_bytes())
-            .map_err(|never| match never {})
-            .boxed_unsync();
-        if let Some(t) = trailers {
-            body = body
-                .with_trailers(async move { Some(Ok(t)) })
-                .boxed_unsync();
-        }
-        Ok(http::Response::from_parts(
-            parts,
-            axum::body::Body::new(body),
-        ))
     }
 }

@@ -309,6 +309,8 @@ pub struct ApiServerCommand {
     /// The client of etcd's `https://` URLs (`--etcd-cafile`, `--etcd-certfile`,
     /// `--etcd-keyfile`).
     pub etcd_tls: Option<ClientCert>,
+    /// `--etcd-prefix`: where in etcd the API server keeps its objects.
+    pub etcd_prefix: Option<String>,
     /// The serving certificate, and the CA whose client certificates name users
     /// (`--tls-cert-file`, `--tls-private-key-file`, `--client-ca-file`).
     pub tls: Option<StoreTls>,
@@ -335,6 +337,7 @@ impl ApiServerCommand {
                 "listen-api-urls",
                 self.listen_api_url.as_deref().unwrap_or_default(),
             )
+            .opt("etcd-prefix", self.etcd_prefix.as_ref())
             .opt("event-ttl", self.event_ttl.map(duration))
             .opt("cluster-cidr", self.cluster_cidr.as_ref())
             .opt("node-cidr-mask-size", self.node_cidr_mask_size)

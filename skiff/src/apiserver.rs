@@ -216,6 +216,15 @@ pub struct Args {
     /// The most operations etcd takes in one transaction (its `--max-txn-ops`).
     #[arg(long, env = "SKIFF_APISERVER_ETCD_MAX_TXN_OPS", default_value_t = 128)]
     etcd_max_txn_ops: usize,
+    /// Where in etcd the objects are: kube-apiserver's `--etcd-prefix`, which takes the
+    /// place of `/registry` in every object's key (`/registry/pods/NS/NAME` becomes
+    /// `PREFIX/pods/NS/NAME`), with Skiff's own keys (address claims, leader leases) under
+    /// `PREFIX-skiff/`. Several clusters share one etcd, each under its own prefix, and
+    /// each API server, and the etcd calls of clients passed through it, sees only its own
+    /// keys. The default keeps the layout of `skiff store --apiserver` and follows all of
+    /// etcd.
+    #[arg(long, env = "SKIFF_APISERVER_ETCD_PREFIX", default_value = "/registry")]
+    etcd_prefix: String,
     /// URLs of the Kubernetes REST API (kubectl, client libraries), comma-separated.
     #[arg(
         long,
@@ -273,6 +282,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             data_dir: args.data_dir,
             history: args.watch_history,
             max_txn_ops: args.etcd_max_txn_ops,
+            keys: skiff_apiserver::standalone::etcd_keys(&args.etcd_prefix)?,
         },
         listen: ApiListen {
             rest_urls: args

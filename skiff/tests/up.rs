@@ -566,7 +566,7 @@ fn kubectl_session_on_etcd() {
     let work = tempfile::tempdir().expect("tempdir");
     let (client, peer) = (common::free_port(), common::free_port());
     let url = format!("http://127.0.0.1:{client}");
-    let _etcd = Launch::new("etcd", "etcd", work.path().join("etcd.log"))
+    let _etcd = Launch::new("etcd", common::etcd_bin(), work.path().join("etcd.log"))
         .args([
             "--name=etcd".to_string(),
             format!("--data-dir={}", work.path().join("etcd").display()),

@@ -44,6 +44,9 @@ pub(crate) struct Etcd {
     pub(crate) cert: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) key: Option<PathBuf>,
+    /// Where in the etcd the cluster's objects are (`--etcd-prefix`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) prefix: Option<String>,
 }
 
 impl Layout {

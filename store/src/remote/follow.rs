@@ -1,10 +1,12 @@
-//! The follower: keeps the mirror of an etcd's keyspace current. It lists every key at one
-//! revision, then watches every key from the next, writing each revision's events into the
-//! mirror at that revision (every revision etcd makes changes some key, so the mirror's
-//! revision is etcd's once the events have come; progress notifications are not used, see
-//! `RemoteKv::caught_up`). A watch that breaks is opened again from the mirror's revision; one whose start etcd has
-//! compacted away lists the range again, replacing the mirror (its watchers then catch up or
-//! are told their start is gone, as after a snapshot install).
+//! The follower: keeps the mirror of the client's keys in etcd current. It lists the client's
+//! ranges at one revision, then watches every key from the next, writing each revision's
+//! events on the client's keys into the mirror at that revision. Every revision etcd makes
+//! changes some key, so the watch of every key brings the mirror to etcd's revision once the
+//! events have come, even where the revision's keys are another client's (they only raise
+//! the mirror's revision): progress notifications are not used, see `RemoteKv::caught_up`. A
+//! watch that breaks is opened again from the mirror's revision; one whose start etcd has
+//! compacted away lists again, replacing the mirror (its watchers then catch up or are told
+//! their start is gone, as after a snapshot install).
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -19,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
-use super::{RemoteConfig, wire};
+use super::{KeyMap, RemoteConfig, wire};
 use crate::compaction::Backlog;
 use crate::error::StoreError;
 use crate::kv::Header;
@@ -55,8 +57,7 @@ pub(super) fn open_mirror(
 pub(super) struct Follower {
     channel: Channel,
     shared: Arc<Shared>,
-    key: Vec<u8>,
-    range_end: Vec<u8>,
+    keys: KeyMap,
     history: Duration,
     revision: watch::Sender<i64>,
     /// The mirror's revision at past moments, oldest first, for compacting to `history`.
@@ -73,28 +74,48 @@ impl Follower {
         Follower {
             channel,
             shared,
-            // Every key: from the empty key's successor to the end of the keyspace.
-            key: vec![0],
-            range_end: vec![0],
+            keys: config.keys.clone(),
             history: config.history,
             revision,
             marks: VecDeque::new(),
         }
     }
 
-    /// Lists the range into the mirror, replacing what it held: the header of the list.
+    /// Lists the client's keys into the mirror, replacing what it held, all at one revision:
+    /// the header of the list.
     pub(super) async fn list(&self) -> anyhow::Result<Header> {
         let mut kvs: Vec<KeyValue> = Vec::new();
         let mut at = 0;
-        let mut from = self.key.clone();
         let mut header = None;
+        for (key, range_end) in self.keys.etcd_ranges() {
+            at = self
+                .list_range(key, range_end, at, &mut header, &mut kvs)
+                .await?;
+        }
+        self.shared.mirror_all(at, &kvs)?;
+        self.revision.send_replace(at);
+        tracing::info!(revision = at, keys = kvs.len(), "mirror of etcd listed");
+        header.ok_or_else(|| anyhow::anyhow!("etcd answered no range"))
+    }
+
+    /// Lists `[key, range_end)` of etcd at revision `at` (0: now, then set in `header`) into
+    /// `kvs`, in the client's names: the revision listed at.
+    async fn list_range(
+        &self,
+        key: Vec<u8>,
+        range_end: Vec<u8>,
+        mut at: i64,
+        header: &mut Option<Header>,
+        kvs: &mut Vec<KeyValue>,
+    ) -> anyhow::Result<i64> {
+        let mut from = key;
         loop {
             let resp: PbRangeResponse = wire::unary(
                 &self.channel,
                 "/etcdserverpb.KV/Range",
                 wire::range_request(&RangeRequest {
                     key: from.clone(),
-                    range_end: self.range_end.clone(),
+                    range_end: range_end.clone(),
                     limit: PAGE,
                     revision: at,
                     ..RangeRequest::default()
@@ -107,26 +128,29 @@ impl Follower {
                     .header
                     .ok_or_else(|| anyhow::anyhow!("etcd answered a range without a header"))?;
                 at = h.revision;
-                header = Some(Header {
+                *header = Some(Header {
                     cluster_id: h.cluster_id,
                     member_id: h.member_id,
                     raft_term: h.raft_term,
                 });
             }
             let more = resp.more;
-            kvs.extend(resp.kvs.into_iter().map(wire::kv));
-            match kvs.last() {
-                Some(last) if more => {
-                    from = last.key.clone();
-                    from.push(0);
-                }
-                _ => break,
+            let next = resp.kvs.last().map(|kv| {
+                let mut next = kv.key.clone();
+                next.push(0);
+                next
+            });
+            kvs.extend(
+                resp.kvs
+                    .into_iter()
+                    .filter_map(|kv| self.keys.kv_from_etcd(kv))
+                    .map(wire::kv),
+            );
+            match next {
+                Some(next) if more => from = next,
+                _ => return Ok(at),
             }
         }
-        self.shared.mirror_all(at, &kvs)?;
-        self.revision.send_replace(at);
-        tracing::info!(revision = at, keys = kvs.len(), "mirror of etcd listed");
-        header.ok_or_else(|| anyhow::anyhow!("etcd answered no range"))
     }
 
     /// Follows etcd until `cancel`: watches, watches again when a watch breaks, lists again
@@ -171,9 +195,11 @@ impl Follower {
         let start = *self.revision.borrow() + 1;
         let (requests, rx) = mpsc::channel::<PbWatchRequest>(4);
         let create = PbWatchRequest {
+            // Every key, for its revisions (see the module's comment): from the empty key's
+            // successor to the end of the keyspace.
             request_union: Some(PbWatchRequestUnion::CreateRequest(PbWatchCreateRequest {
-                key: self.key.clone(),
-                range_end: self.range_end.clone(),
+                key: vec![0],
+                range_end: vec![0],
                 start_revision: start,
                 ..PbWatchCreateRequest::default()
             })),
@@ -211,12 +237,18 @@ impl Follower {
         }
     }
 
-    /// Writes a watch response into the mirror: each revision's events at that revision.
+    /// Writes a watch response into the mirror: each revision's events on the client's keys
+    /// at that revision, and its last revision, if only others' keys changed then.
     fn apply(&mut self, resp: PbWatchResponse) -> Result<(), StoreError> {
         let mut changes: Vec<Mirrored> = Vec::new();
         let mut at = 0;
+        let mut last = 0;
         for e in resp.events {
             let Some(kv) = e.kv else { continue };
+            last = last.max(kv.mod_revision);
+            let Some(kv) = self.keys.kv_from_etcd(kv) else {
+                continue;
+            };
             if kv.mod_revision != at && !changes.is_empty() {
                 self.shared.mirror(at, &std::mem::take(&mut changes))?;
             }
@@ -234,6 +266,9 @@ impl Follower {
         }
         if !changes.is_empty() {
             self.shared.mirror(at, &changes)?;
+        }
+        if last > self.shared.read().revision() {
+            self.shared.mirror(last, &[])?;
         }
         self.revision.send_replace(self.shared.read().revision());
         Ok(())

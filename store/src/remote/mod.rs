@@ -2,25 +2,29 @@
 //! 3.4 or 3.5, or a Skiff store over the wire).
 //!
 //! Writes, leases and the revision a linearizable read must see go to etcd. Reads and watches
-//! are served from a mirror of etcd's whole keyspace (the API server's objects, its claims and
-//! the components' leader leases): a keyspace of this process (`mvcc`, under a watch hub, as a member's), listed from etcd once and then
-//! kept current by one etcd watch, at etcd's own revisions (see `Mvcc::mirror`). This is
-//! kube-apiserver's watch cache with its consistent reads: a read after [`Kv::barrier`], and
-//! a write's answer, wait until the mirror has reached etcd's revision, so the API server
-//! answers from the mirror what it would answer from the store it runs in. The tag index and
-//! the keys changed since a revision, the store's two extensions, come from the mirror's own
-//! keyspace.
+//! are served from a mirror of the client's keys in etcd (its [`KeyMap`]: every key, or the
+//! prefixes it keeps in an etcd shared with others): a keyspace of this process (`mvcc`,
+//! under a watch hub, as a member's), listed from etcd once and then kept current by one etcd
+//! watch, at etcd's own revisions (see `Mvcc::mirror`). This is kube-apiserver's watch cache
+//! with its consistent reads: a read after [`Kv::barrier`], and a write's answer, wait until
+//! the mirror has reached etcd's revision, so the API server answers from the mirror what it
+//! would answer from the store it runs in. The tag index and the keys changed since a
+//! revision, the store's two extensions, come from the mirror's own keyspace.
 //!
 //! ```text
-//!   txn, lease_grant ──────────────────────────► etcd ──┐ watch of every key from R+1
-//!   barrier: etcd's revision X, then wait ◄──┐          ▼
+//!   txn, lease_grant ──── KeyMap ────────────► etcd ──┐ watch of every key from R+1
+//!   barrier: etcd's revision X, then wait ◄──┐          ▼ (others' keys only raise the revision)
 //!   keyspace(): read, watch ◄──────────── mirror (RocksDB in --data-dir, compacted to
 //!                                          --history) ◄── follower task: list at R, watch,
 //!                                                          list again when etcd compacted past it
 //! ```
 
 mod follow;
+pub mod keys;
+pub mod namespace;
 pub mod wire;
+
+pub use keys::KeyMap;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -63,6 +67,8 @@ pub struct RemoteConfig {
     /// The most operations etcd takes in one transaction (its `--max-txn-ops`, 128 by
     /// default): independent writes are sent in transactions of at most this many.
     pub max_txn_ops: usize,
+    /// Where the client's keys are in etcd; the mirror holds those keys alone.
+    pub keys: KeyMap,
 }
 
 /// An etcd cluster, reached over gRPC, as the API server's store.
@@ -74,6 +80,7 @@ pub struct RemoteKv {
     /// The mirror's revision, raised by the follower as it applies.
     revision: watch::Receiver<i64>,
     max_txn_ops: usize,
+    keys: KeyMap,
 }
 
 impl RemoteKv {
@@ -106,6 +113,7 @@ impl RemoteKv {
             header: Mutex::new(header),
             revision,
             max_txn_ops: config.max_txn_ops.max(1),
+            keys: config.keys,
         }))
     }
 
@@ -145,14 +153,23 @@ impl RemoteKv {
         self.shared.compact_mirror(revision)
     }
 
+    /// Where the client's keys are in etcd.
+    pub fn keys(&self) -> &KeyMap {
+        &self.keys
+    }
+
+    /// The channel to etcd.
+    pub fn channel(&self) -> &Channel {
+        &self.channel
+    }
+
     async fn txn_once(&self, txn: &TxnRequest) -> Result<(i64, TxnResponse), StoreError> {
-        let resp: PbTxnResponse = wire::unary(
-            &self.channel,
-            "/etcdserverpb.KV/Txn",
-            wire::txn_request(txn),
-        )
-        .await
-        .map_err(wire::status_error)?;
+        let mut req = wire::txn_request(txn);
+        self.keys.txn_request_to_etcd(&mut req)?;
+        let mut resp: PbTxnResponse = wire::unary(&self.channel, "/etcdserverpb.KV/Txn", req)
+            .await
+            .map_err(wire::status_error)?;
+        self.keys.txn_response_from_etcd(&mut resp);
         let revision = self.note(resp.header.as_ref());
         let t = wire::txn_response(resp)?;
         self.caught_up(revision).await?;

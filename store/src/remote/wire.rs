@@ -35,11 +35,26 @@ where
     Req: prost::Message + Send + Sync + 'static,
     Resp: prost::Message + Default + Send + Sync + 'static,
 {
+    unary_as(channel, path, tonic::metadata::MetadataMap::new(), req).await
+}
+
+/// A unary call made for a client of this process, with the client's credentials (see
+/// [`credentials`]).
+pub async fn unary_as<Req, Resp>(
+    channel: &Channel,
+    path: &'static str,
+    metadata: tonic::metadata::MetadataMap,
+    req: Req,
+) -> Result<Resp, tonic::Status>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
     let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
     let resp = ready(channel)
         .await?
         .unary(
-            tonic::Request::new(req),
+            tonic::Request::from_parts(metadata, Default::default(), req),
             PathAndQuery::from_static(path),
             codec,
         )
@@ -57,16 +72,42 @@ where
     Req: prost::Message + Send + Sync + 'static,
     Resp: prost::Message + Default + Send + Sync + 'static,
 {
+    streaming_as(channel, path, tonic::metadata::MetadataMap::new(), requests).await
+}
+
+/// A bidirectional stream opened for a client of this process, with its credentials.
+pub async fn streaming_as<Req, Resp>(
+    channel: &Channel,
+    path: &'static str,
+    metadata: tonic::metadata::MetadataMap,
+    requests: impl futures::Stream<Item = Req> + Send + 'static,
+) -> Result<tonic::Streaming<Resp>, tonic::Status>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
     let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
     let resp = ready(channel)
         .await?
         .streaming(
-            tonic::Request::new(requests),
+            tonic::Request::from_parts(metadata, Default::default(), requests),
             PathAndQuery::from_static(path),
             codec,
         )
         .await?;
     Ok(resp.into_inner())
+}
+
+/// What of a client's call metadata goes on to etcd: its etcd token (`token`, from etcd's
+/// Authenticate) and an `authorization` header, nothing else.
+pub fn credentials(from: &tonic::metadata::MetadataMap) -> tonic::metadata::MetadataMap {
+    let mut out = tonic::metadata::MetadataMap::new();
+    for name in ["token", "authorization"] {
+        if let Some(v) = from.get(name) {
+            out.insert(name, v.clone());
+        }
+    }
+    out
 }
 
 /// What etcd answered, as the store's error: the one its message names (etcd's messages are
