@@ -112,9 +112,15 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Version => {
-            println!("skiff {}", skiff_proto::VERSION);
-            println!("cluster API: skiff.cluster.v1 (objects: core/v1)");
-            println!("etcd API: v3 (etcdserverpb, mvccpb)");
+            // Written, not printed: `skiff version | head -1` closes the pipe early, which is
+            // no error of ours.
+            use std::io::Write as _;
+            let _ = write!(
+                std::io::stdout().lock(),
+                "skiff {}\ncluster API: skiff.cluster.v1 (objects: core/v1)\n\
+                 etcd API: v3 (etcdserverpb, mvccpb)\n",
+                skiff_proto::VERSION
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Validate(args) => validate::run(&args),
