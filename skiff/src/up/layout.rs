@@ -200,7 +200,14 @@ pub(super) fn load_layout(
                     "{} holds a cluster created {}; it keeps its store (drop --etcd-servers, or use another --data-dir)",
                     dir.display(),
                     match &layout.etcd {
-                        Some(e) => format!("on etcd {}", e.servers.join(",")),
+                        Some(e) => format!(
+                            "on etcd {}{}",
+                            e.servers.join(","),
+                            e.prefix
+                                .as_ref()
+                                .map(|p| format!(" under --etcd-prefix {p}"))
+                                .unwrap_or_default()
+                        ),
                         None => "with its own store members".to_string(),
                     }
                 );
