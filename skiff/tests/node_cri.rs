@@ -214,7 +214,10 @@ async fn pods_run_in_containerd() {
         json!({"containers": [container("echo crashing; exit 1")]}),
     )
     .await;
-    let mut oom = container("tail /dev/zero");
+    // A moment before it fills its memory: containerd can miss an OOM kill that comes in the
+    // first instant after start, and report it as 137 "Error" (containerd issue 8180;
+    // Kubernetes' own OOM test waits the same way).
+    let mut oom = container("sleep 1; tail /dev/zero");
     oom["resources"] = json!({"limits": {"memory": "16Mi"}});
     create_and_bind(
         &api,

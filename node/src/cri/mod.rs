@@ -401,7 +401,10 @@ impl CriRuntime {
     /// code 137 with reason "Error" for a while (containerd issue 12260). A container with a
     /// memory limit whose 137 is not "OOMKilled" is therefore asked about again for up to
     /// [`OOM_EVENT_GRACE`] before it is believed. One without a limit is believed at once, so
-    /// the SIGKILL that ends a stop's grace period costs that container no wait.
+    /// the SIGKILL that ends a stop's grace period costs that container no wait. An OOM kill
+    /// in the first instant after start, before containerd watches the container's cgroup,
+    /// containerd never records (containerd issue 8180): such a container stays 137 "Error",
+    /// as it does under the kubelet.
     async fn oom_settled(&self, id: &str, status: &cri::ContainerStatus, exit: Exit) -> Exit {
         if exit.exit_code != 137
             || exit.reason == OOM_KILLED
