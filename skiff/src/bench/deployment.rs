@@ -1,8 +1,10 @@
 //! `skiff bench deployment`: one Deployment of many replicas against a running cluster with
 //! node agents and the controller manager (`skiff up --nodes 1000`): the time from the
 //! create to every replica available, the rate at which the ReplicaSet controller created
-//! pods, read off a watch of the pods (first to last pod seen), and the time the garbage
-//! collector takes to remove them all once the Deployment is deleted.
+//! pods, read off a watch of the pods (first to last pod seen), the CPU the cluster's
+//! processes on this machine spent until every replica was available (per role, and per pod),
+//! and the time the garbage collector takes to remove them all once the Deployment is
+//! deleted.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -109,6 +111,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             ""
         }
     );
+    let cpu_before = super::cpu::Sample::now();
     let start = Instant::now();
     api.create(&deployment)
         .await
@@ -160,6 +163,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             last_report = Instant::now();
         }
     }
+    let cpu = super::cpu::Sample::now().since(&cpu_before);
     let created_span = match (p.first_pod, p.last_pod) {
         (Some(a), Some(b)) if b > a => (b - a).as_secs_f64(),
         _ => f64::NAN,
@@ -181,6 +185,25 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             "  all available           not within {:?} ({} Running)",
             a.timeout, p.running
         ),
+    }
+    if !cpu.is_empty() {
+        // Per pod created: the work the pods made, whether or not all became available.
+        let total: f64 = cpu.iter().map(|c| c.seconds).sum();
+        let per_pod = |s: f64| s * 1e3 / p.pods.max(1) as f64;
+        println!(
+            "  CPU until then          {total:.1} s in the cluster's processes: {:.2} ms per pod",
+            per_pod(total)
+        );
+        for c in &cpu {
+            println!(
+                "    {:<22}{:>7.1} s  {:>6.3} ms per pod  ({} process{})",
+                c.role,
+                c.seconds,
+                per_pod(c.seconds),
+                c.processes,
+                if c.processes == 1 { "" } else { "es" }
+            );
+        }
     }
     if !a.keep {
         // The garbage collector takes the ReplicaSet and the pods (each deleted gracefully,

@@ -25,6 +25,7 @@ use anyhow::Context;
 
 mod api;
 mod bind;
+mod cpu;
 mod deployment;
 mod fixtures;
 mod kv;
