@@ -16,7 +16,8 @@ use skiff_proto::etcd::{
 };
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{RemoteKv, wire};
+use super::{KeyMap, RemoteKv, wire};
+use crate::error::StoreError;
 
 /// etcd's KV service, over a [`RemoteKv`]'s etcd.
 #[derive(Debug, Clone)]
@@ -29,14 +30,35 @@ impl NamespacedKv {
         NamespacedKv { kv }
     }
 
-    async fn read(&self, req: Request<PbRangeRequest>) -> Result<PbRangeResponse, Status> {
+    /// One unary call passed on to etcd at `path`, with the caller's credentials: the
+    /// request's keys moved there by `to`, the answer's moved back by `from`.
+    async fn pass<Req, Resp>(
+        &self,
+        path: &'static str,
+        req: Request<Req>,
+        to: impl FnOnce(&KeyMap, &mut Req) -> Result<(), StoreError>,
+        from: impl FnOnce(&KeyMap, &mut Resp),
+    ) -> Result<Resp, Status>
+    where
+        Req: prost::Message + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
         let metadata = wire::credentials(req.metadata());
         let mut r = req.into_inner();
-        self.kv.keys().range_request_to_etcd(&mut r)?;
-        let mut resp: PbRangeResponse =
-            wire::unary_as(self.kv.channel(), "/etcdserverpb.KV/Range", metadata, r).await?;
-        self.kv.keys().range_response_from_etcd(&mut resp);
+        to(self.kv.keys(), &mut r)?;
+        let mut resp: Resp = wire::unary_as(self.kv.channel(), path, metadata, r).await?;
+        from(self.kv.keys(), &mut resp);
         Ok(resp)
+    }
+
+    async fn read(&self, req: Request<PbRangeRequest>) -> Result<PbRangeResponse, Status> {
+        self.pass(
+            "/etcdserverpb.KV/Range",
+            req,
+            KeyMap::range_request_to_etcd,
+            KeyMap::range_response_from_etcd,
+        )
+        .await
     }
 }
 
@@ -66,41 +88,39 @@ impl PbKvService for NamespacedKv {
     }
 
     async fn put(&self, req: Request<PbPutRequest>) -> Result<Response<PbPutResponse>, Status> {
-        let metadata = wire::credentials(req.metadata());
-        let mut p = req.into_inner();
-        self.kv.keys().put_request_to_etcd(&mut p)?;
-        let mut resp: PbPutResponse =
-            wire::unary_as(self.kv.channel(), "/etcdserverpb.KV/Put", metadata, p).await?;
-        self.kv.keys().put_response_from_etcd(&mut resp);
-        Ok(Response::new(resp))
+        self.pass(
+            "/etcdserverpb.KV/Put",
+            req,
+            KeyMap::put_request_to_etcd,
+            KeyMap::put_response_from_etcd,
+        )
+        .await
+        .map(Response::new)
     }
 
     async fn delete_range(
         &self,
         req: Request<PbDeleteRequest>,
     ) -> Result<Response<PbDeleteResponse>, Status> {
-        let metadata = wire::credentials(req.metadata());
-        let mut d = req.into_inner();
-        self.kv.keys().delete_request_to_etcd(&mut d)?;
-        let mut resp: PbDeleteResponse = wire::unary_as(
-            self.kv.channel(),
+        self.pass(
             "/etcdserverpb.KV/DeleteRange",
-            metadata,
-            d,
+            req,
+            KeyMap::delete_request_to_etcd,
+            KeyMap::delete_response_from_etcd,
         )
-        .await?;
-        self.kv.keys().delete_response_from_etcd(&mut resp);
-        Ok(Response::new(resp))
+        .await
+        .map(Response::new)
     }
 
     async fn txn(&self, req: Request<PbTxnRequest>) -> Result<Response<PbTxnResponse>, Status> {
-        let metadata = wire::credentials(req.metadata());
-        let mut t = req.into_inner();
-        self.kv.keys().txn_request_to_etcd(&mut t)?;
-        let mut resp: PbTxnResponse =
-            wire::unary_as(self.kv.channel(), "/etcdserverpb.KV/Txn", metadata, t).await?;
-        self.kv.keys().txn_response_from_etcd(&mut resp);
-        Ok(Response::new(resp))
+        self.pass(
+            "/etcdserverpb.KV/Txn",
+            req,
+            KeyMap::txn_request_to_etcd,
+            KeyMap::txn_response_from_etcd,
+        )
+        .await
+        .map(Response::new)
     }
 
     /// Compacts etcd (every client's history: etcd has one), then the mirror to the same
