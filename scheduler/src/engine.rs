@@ -44,8 +44,14 @@ impl Rng {
 /// Where one pod of a batch goes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    Placed { row: usize, score: f32 },
+    Placed {
+        row: usize,
+        score: f32,
+    },
     Unschedulable(Diagnosis),
+    /// Not attempted: the nodes changed while the batch paused
+    /// ([`schedule_batch_yielding`]).
+    Unplaced,
 }
 
 /// The per-node score components that do not depend on resources, before normalisation.
@@ -255,8 +261,11 @@ struct Overlay {
 }
 
 /// One batch in progress.
+///
+/// It borrows no table: every method is handed the table it runs against, so the caller can
+/// let the table's lock go between placements (see [`schedule_batch_yielding`]). Its own
+/// state (feasible rows, scores, overlay) stays what it was computed from.
 struct Batch<'a> {
-    table: &'a NodeTable,
     pod: &'a PodInfo,
     ctx: PodCtx,
     k: &'a Kernels,
@@ -277,7 +286,7 @@ struct Batch<'a> {
 }
 
 impl<'a> Batch<'a> {
-    fn new(table: &'a NodeTable, pod: &'a PodInfo, k: &'a Kernels) -> Self {
+    fn new(table: &NodeTable, pod: &'a PodInfo, k: &'a Kernels) -> Self {
         let ctx = PodCtx::new(table, pod, k);
         let mut base = filter::feasible(table, pod, &ctx, k);
         let n = table.len();
@@ -297,7 +306,6 @@ impl<'a> Batch<'a> {
             || !ctx.preferred.is_empty()
             || ctx.spread.iter().any(|s| !s.hard);
         let mut b = Batch {
-            table,
             pod,
             ctx,
             k,
@@ -312,21 +320,20 @@ impl<'a> Batch<'a> {
             overlay: HashMap::new(),
             normalised,
         };
-        b.recompute();
+        b.recompute(table);
         b
     }
 
     /// Redoes the term filters, the term-dependent scores and every total.
-    fn recompute(&mut self) {
-        let n = self.table.len();
+    fn recompute(&mut self, t: &NodeTable) {
+        let n = t.len();
         self.feasible.copy_from_slice(&self.base);
         if self.ctx.has_terms() {
             let mut tmp = vec![0u64; kernels::words(n)];
-            filter::term_mask(self.table, &self.ctx, self.k, &mut self.feasible, &mut tmp);
-            self.comps.spread = spread_raw(self.table, &self.ctx);
-            self.comps.inter_pod = inter_pod_raw(self.table, &self.ctx);
+            filter::term_mask(t, &self.ctx, self.k, &mut self.feasible, &mut tmp);
+            self.comps.spread = spread_raw(t, &self.ctx);
+            self.comps.inter_pod = inter_pod_raw(t, &self.ctx);
         }
-        let t = self.table;
         (self.k.resource_scores)(
             &mut self.totals,
             &self.feasible,
@@ -385,11 +392,10 @@ impl<'a> Batch<'a> {
 
     /// The total of one row, as `recompute` would give it (same operations, same order;
     /// normalisation over the current feasible set).
-    fn row_total(&self, row: usize) -> f32 {
+    fn row_total(&self, t: &NodeTable, row: usize) -> f32 {
         if !kernels::get(&self.feasible, row) {
             return f32::NEG_INFINITY;
         }
-        let t = self.table;
         let c = &self.comps;
         let f = &self.feasible;
         let mut total = kernels::resource_score(
@@ -424,7 +430,7 @@ impl<'a> Batch<'a> {
         total
     }
 
-    fn place(&mut self, row: usize) {
+    fn place(&mut self, t: &NodeTable, row: usize) {
         let p = self.pod;
         let o = self.overlay.entry(row).or_default();
         o.req.milli_cpu += p.requests.milli_cpu;
@@ -439,38 +445,37 @@ impl<'a> Batch<'a> {
         o.pods += 1;
         o.nz_cpu += p.nonzero_milli_cpu;
         o.nz_mem += p.nonzero_memory;
-        self.used_cpu[row] = (self.table.nz_cpu[row] + o.nz_cpu) as f32;
-        self.used_mem[row] = (self.table.nz_mem[row] + o.nz_mem) as f32;
+        self.used_cpu[row] = (t.nz_cpu[row] + o.nz_cpu) as f32;
+        self.used_mem[row] = (t.nz_mem[row] + o.nz_mem) as f32;
         let version = self.ctx.version;
-        self.ctx.place(self.table, row);
-        let fits = self.row_fits_resources(row);
+        self.ctx.place(t, row);
+        let fits = self.row_fits_resources(t, row);
         let dropped = !fits && kernels::get(&self.base, row);
         if dropped {
             kernels::set(&mut self.base, row, false);
         }
         if self.ctx.version != version || (dropped && self.normalised) {
-            self.recompute();
+            self.recompute(t);
         } else {
             if dropped {
                 kernels::set(&mut self.feasible, row, false);
             }
-            self.totals[row] = self.row_total(row);
+            self.totals[row] = self.row_total(t, row);
             self.refresh_block(row / BLOCK);
         }
     }
 
     /// Resource, pod-count and port fit of `row` with the overlay (the static filters held
     /// when the row entered the batch; the term filters are redone separately).
-    fn row_fits_resources(&self, row: usize) -> bool {
+    fn row_fits_resources(&self, t: &NodeTable, row: usize) -> bool {
         let o = self.overlay.get(&row).cloned().unwrap_or_default();
         if !self.pod.host_ports.is_empty() && o.pods > 0 {
             return false;
         }
-        filter::fits_resources(self.table, self.pod, row, &o.req, o.pods)
+        filter::fits_resources(t, self.pod, row, &o.req, o.pods)
     }
 
-    fn diagnose(&self) -> Diagnosis {
-        let t = self.table;
+    fn diagnose(&self, t: &NodeTable) -> Diagnosis {
         let mut reasons = std::collections::BTreeMap::new();
         for row in 0..t.len() {
             let o = self.overlay.get(&row).cloned().unwrap_or_default();
@@ -509,8 +514,46 @@ pub fn schedule_batch(
     k: &Kernels,
     rng: &mut Rng,
 ) -> Vec<Outcome> {
+    let mut table = table;
+    place_all(&mut table, pod, count, k, rng, |_| true)
+}
+
+/// As [`schedule_batch`], against a table behind a read lock that is let go between
+/// placements whenever another thread waits for it (a worker's commit needs the write
+/// lock, and a batch can take milliseconds), so no commit waits for a whole batch.
+///
+/// Placements after such a pause were made against the batch's view: its feasible rows
+/// and scores, the pods the table held, plus its own placements, and the rows the table
+/// has now for resources. The commit re-checks each one, as it re-checks every optimistic
+/// placement. If a node was added, changed or removed meanwhile, rows no longer mean the
+/// nodes they meant: the batch stops there, and every pod of it comes back
+/// [`Outcome::Unplaced`], to be queued again.
+pub fn schedule_batch_yielding(
+    guard: &mut parking_lot::RwLockReadGuard<'_, NodeTable>,
+    pod: &PodInfo,
+    count: usize,
+    k: &Kernels,
+    rng: &mut Rng,
+) -> Vec<Outcome> {
+    let node_version = guard.node_version;
+    place_all(guard, pod, count, k, rng, |g| {
+        parking_lot::RwLockReadGuard::bump(g);
+        g.node_version == node_version
+    })
+}
+
+/// The batch loop of both: `pause` runs between placements and says whether the batch
+/// may go on.
+fn place_all<T: std::ops::Deref<Target = NodeTable>>(
+    view: &mut T,
+    pod: &PodInfo,
+    count: usize,
+    k: &Kernels,
+    rng: &mut Rng,
+    mut pause: impl FnMut(&mut T) -> bool,
+) -> Vec<Outcome> {
     let mut out = Vec::with_capacity(count);
-    if table.is_empty() {
+    if view.is_empty() {
         let d = Diagnosis {
             nodes: 0,
             reasons: Default::default(),
@@ -518,18 +561,25 @@ pub fn schedule_batch(
         out.resize(count, Outcome::Unschedulable(d));
         return out;
     }
-    let mut b = Batch::new(table, pod, k);
+    let mut b = Batch::new(view, pod, k);
     for i in 0..count {
+        if i > 0 && !pause(view) {
+            // The rows of the placements so far name other nodes now.
+            out.clear();
+            out.resize(count, Outcome::Unplaced);
+            break;
+        }
+        let table: &NodeTable = view;
         let (max, ties) = b.best();
         if max == f32::NEG_INFINITY || ties == 0 {
-            let d = b.diagnose();
+            let d = b.diagnose(table);
             out.extend(std::iter::repeat_n(Outcome::Unschedulable(d), count - i));
             break;
         }
         let pick = rng.below(ties);
         let row = b.nth_best(max, pick).expect("invariant: ties counted");
         out.push(Outcome::Placed { row, score: max });
-        b.place(row);
+        b.place(table, row);
     }
     out
 }
@@ -544,5 +594,61 @@ pub fn schedule_pods(
     match pods.first() {
         Some(p) => schedule_batch(table, p, pods.len(), k, rng),
         None => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::NodeInfo;
+    use crate::synth::{self, Profile};
+
+    fn cluster(nodes: usize) -> (NodeTable, PodInfo) {
+        let (nodes, pods) = synth::workload(nodes, 1, Profile::Basic, 7);
+        let mut table = NodeTable::new();
+        for n in &nodes {
+            table.upsert_node(NodeInfo::from_node(n));
+        }
+        (table, PodInfo::from_pod(&pods[0]))
+    }
+
+    #[test]
+    fn pauses_that_let_the_batch_go_on_change_nothing() {
+        let (table, pod) = cluster(64);
+        let k = Kernels::auto();
+        let plain = schedule_batch(&table, &pod, 40, &k, &mut Rng::new(3));
+        let mut pauses = 0;
+        let mut view = &table;
+        let paused = place_all(&mut view, &pod, 40, &k, &mut Rng::new(3), |_| {
+            pauses += 1;
+            true
+        });
+        assert_eq!(plain, paused);
+        assert_eq!(
+            pauses, 39,
+            "a pause between placements, none before the first"
+        );
+    }
+
+    #[test]
+    fn a_batch_whose_nodes_change_in_a_pause_places_none_of_its_pods() {
+        let (mut table, pod) = cluster(64);
+        let k = Kernels::auto();
+        let version = table.node_version;
+        let mut view = &mut table;
+        let mut pauses = 0;
+        let out = place_all(&mut view, &pod, 40, &k, &mut Rng::new(3), |t| {
+            pauses += 1;
+            if pauses == 5 {
+                let gone = t.names[0].clone();
+                t.remove_node(&gone);
+            }
+            t.node_version == version
+        });
+        assert_eq!(out.len(), 40);
+        assert!(
+            out.iter().all(|o| *o == Outcome::Unplaced),
+            "rows placed before the change name other nodes now: {out:?}"
+        );
     }
 }

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard};
 
 use crate::engine::{self, Outcome, Rng};
 use crate::filter::{self, Diagnosis, PodCtx};
@@ -115,8 +115,11 @@ impl Core {
 
 struct Proposal {
     pods: Vec<Arc<PodInfo>>,
-    /// Per pod: the chosen node's name, or the diagnosis.
-    outcomes: Vec<Result<String, Diagnosis>>,
+    /// Per pod: the chosen node's name, or the diagnosis; `None` when the batch stopped
+    /// before the pod (the nodes changed under it).
+    outcomes: Vec<Option<Result<String, Diagnosis>>>,
+    /// The table's `node_version` the placements were made against.
+    node_version: u64,
     popped: Instant,
 }
 
@@ -190,18 +193,31 @@ where
             pods = pods.len()
         )
         .entered();
-        if first.has_pod_terms() {
+        // The write lock waits for every other worker to pause: taken only for terms the
+        // table does not count yet.
+        if first.has_pod_terms() && !filter::terms_registered(&core.table.read(), &first) {
             filter::register_terms(&mut core.table.write(), &first);
         }
-        let outcomes = {
-            let table = core.table.read();
-            engine::schedule_batch(&table, &first, pods.len(), &core.kernels, &mut rng)
+        let (outcomes, node_version) = {
+            let mut table = core.table.read();
+            let outcomes = engine::schedule_batch_yielding(
+                &mut table,
+                &first,
+                pods.len(),
+                &core.kernels,
+                &mut rng,
+            );
+            // Rows name the nodes they named when the batch began (it stops if the nodes
+            // change), and the guard holds the table as it is now.
+            let outcomes = outcomes
                 .into_iter()
                 .map(|o| match o {
-                    Outcome::Placed { row, .. } => Ok(table.names[row].clone()),
-                    Outcome::Unschedulable(d) => Err(d),
+                    Outcome::Placed { row, .. } => Some(Ok(table.names[row].clone())),
+                    Outcome::Unschedulable(d) => Some(Err(d)),
+                    Outcome::Unplaced => None,
                 })
-                .collect()
+                .collect();
+            (outcomes, table.node_version)
         };
         core.stats.batches.fetch_add(1, Ordering::Relaxed);
         let verdicts = commit(
@@ -209,6 +225,7 @@ where
             Proposal {
                 pods,
                 outcomes,
+                node_version,
                 popped,
             },
         );
@@ -217,31 +234,45 @@ where
 }
 
 /// Re-checks and commits one proposal; reports every pod to the queue.
+///
+/// The re-check is what other workers' commits since the placement can have changed. While
+/// no node has changed and nothing placed can turn this signature away (no pod terms of
+/// its own, no placed pod's anti-affinity selecting it), that is each row's resources and
+/// host ports: [`filter::still_fits`], O(1) per pod. Otherwise every filter runs again
+/// against the table as it is now ([`filter::check_row`]).
 fn commit(core: &Core, p: Proposal) -> Vec<Verdict> {
     let mut verdicts = Vec::with_capacity(p.pods.len());
     let mut retry = Vec::new();
     {
-        let mut table = core.table.write();
+        // What the re-check needs is worked out under an upgradable read, beside the other
+        // workers' reads: no other writer can change the table before the upgrade, and the
+        // exclusive part is only the checks and the adds.
+        let table = core.table.upgradable_read();
         let first = &p.pods[0];
-        if first.has_pod_terms() {
-            filter::register_terms(&mut table, first);
-        }
-        let mut ctx: Option<PodCtx> = None;
+        // The worker registered the signature's terms before placing it, and the table
+        // never forgets a term.
+        let quick = table.node_version == p.node_version && !PodCtx::depends_on_pods(&table, first);
+        let placing = p.outcomes.iter().any(|o| matches!(o, Some(Ok(_))));
+        let mut ctx = (!quick && placing).then(|| PodCtx::new(&table, first, &core.kernels));
+        let mut table = RwLockUpgradableReadGuard::upgrade(table);
         let none = Resources::default();
         for (pod, outcome) in p.pods.iter().zip(p.outcomes) {
-            core.stats.attempts.fetch_add(1, Ordering::Relaxed);
             let latency = p.popped.elapsed();
             match outcome {
-                Ok(node) => {
-                    let ctx = ctx.get_or_insert_with(|| PodCtx::new(&table, first, &core.kernels));
+                None => retry.push(pod.clone()),
+                Some(Ok(node)) => {
                     let fits = table.row(&node).is_some_and(|row| {
-                        filter::check_row(&table, pod, ctx, row, &none, 0).is_empty()
+                        if quick {
+                            return filter::still_fits(&table, pod, row);
+                        }
+                        ctx.as_ref().is_some_and(|ctx| {
+                            filter::check_row(&table, pod, ctx, row, &none, 0).is_empty()
+                        })
                     });
                     if fits && table.add_pod(pod.clone(), &node, true).is_ok() {
-                        if let Some(row) = table.row(&node) {
+                        if let (Some(ctx), Some(row)) = (ctx.as_mut(), table.row(&node)) {
                             ctx.place(&table, row);
                         }
-                        core.stats.placed.fetch_add(1, Ordering::Relaxed);
                         core.stats.observe(latency);
                         verdicts.push(Verdict::Placed {
                             pod: pod.clone(),
@@ -249,12 +280,10 @@ fn commit(core: &Core, p: Proposal) -> Vec<Verdict> {
                             latency,
                         });
                     } else {
-                        core.stats.conflicts.fetch_add(1, Ordering::Relaxed);
                         retry.push(pod.clone());
                     }
                 }
-                Err(diagnosis) => {
-                    core.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
+                Some(Err(diagnosis)) => {
                     core.stats.observe(latency);
                     verdicts.push(Verdict::Unschedulable {
                         pod: pod.clone(),
@@ -265,21 +294,33 @@ fn commit(core: &Core, p: Proposal) -> Vec<Verdict> {
             }
         }
     }
-    for v in &verdicts {
-        match v {
-            Verdict::Placed { pod, .. } => core.queue.done(pod, Done::Placed),
-            Verdict::Unschedulable { pod, diagnosis, .. } => core.queue.done(
-                pod,
-                if diagnosis.blocked_by_pods() {
-                    Done::BlockedByPods
-                } else {
-                    Done::Unschedulable
-                },
-            ),
-        }
-    }
-    for pod in retry {
-        core.queue.done(&pod, Done::Retry);
-    }
+    let placed = verdicts
+        .iter()
+        .filter(|v| matches!(v, Verdict::Placed { .. }))
+        .count() as u64;
+    let stats = &core.stats;
+    stats
+        .attempts
+        .fetch_add(p.pods.len() as u64, Ordering::Relaxed);
+    stats.placed.fetch_add(placed, Ordering::Relaxed);
+    stats
+        .unschedulable
+        .fetch_add(verdicts.len() as u64 - placed, Ordering::Relaxed);
+    stats
+        .conflicts
+        .fetch_add(retry.len() as u64, Ordering::Relaxed);
+    let reports = verdicts.iter().map(|v| match v {
+        Verdict::Placed { pod, .. } => (pod.as_ref(), Done::Placed),
+        Verdict::Unschedulable { pod, diagnosis, .. } => (
+            pod.as_ref(),
+            if diagnosis.blocked_by_pods() {
+                Done::BlockedByPods
+            } else {
+                Done::Unschedulable
+            },
+        ),
+    });
+    core.queue
+        .done_batch(reports.chain(retry.iter().map(|pod| (pod.as_ref(), Done::Retry))));
     verdicts
 }

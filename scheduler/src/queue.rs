@@ -118,6 +118,14 @@ struct Waiters {
     keys: HashSet<String>,
 }
 
+/// A pod with its key and signature: hashing a signature costs microseconds, so it is
+/// done before the queue's lock is taken.
+type Keyed = (String, u64, Arc<PodInfo>);
+
+fn keyed(pod: Arc<PodInfo>) -> Keyed {
+    (pod.key(), pod.signature(), pod)
+}
+
 /// Active pods group by (priority, signature); groups are served highest priority first,
 /// oldest first within a priority.
 #[derive(Debug, Default)]
@@ -152,6 +160,112 @@ impl Inner {
 }
 
 impl Inner {
+    /// Adds a pod in state `new`, or replaces the version held (see [`Queue::add_pod`]).
+    /// `key` and `signature` are the pod's, worked out before the lock was taken.
+    fn insert(&mut self, (key, signature, pod): Keyed, object: Option<Arc<Pod>>, new: State) {
+        if self.entries.get(&key).is_some_and(|e| {
+            e.pod.uid != pod.uid || e.signature != signature || e.pod.priority != pod.priority
+        }) {
+            // Indexed under the old signature, if waiting on pods.
+            self.unwait(&key);
+        }
+        match self.entries.get_mut(&key) {
+            Some(e) if e.pod.uid == pod.uid => {
+                let moved = e.signature != signature || e.pod.priority != pod.priority;
+                e.pod = pod;
+                e.object = object;
+                e.signature = signature;
+                match e.state {
+                    State::InFlight => e.updated = true,
+                    State::Active if moved => {
+                        // Its group changed: re-file it (the stale group slot is skipped).
+                        self.activate(&key);
+                    }
+                    State::Active => {}
+                    State::Unschedulable { .. } if moved => {
+                        // Its scheduling-relevant spec changed: it may fit now.
+                        self.activate(&key);
+                    }
+                    // A status or metadata change (our own FailedScheduling condition,
+                    // say) does not change where it fits.
+                    State::Unschedulable { .. } => {}
+                    // Its Bind is in flight: kept for a retry, not placed a second time.
+                    State::Assumed => {}
+                }
+            }
+            // A new pod, or the same name for another pod: the one held was deleted (a late
+            // verdict or Bind outcome for it finds the UID changed and leaves this one alone).
+            _ => {
+                self.entries.insert(
+                    key.clone(),
+                    Entry {
+                        pod,
+                        object,
+                        signature,
+                        state: new,
+                        attempts: 0,
+                        updated: false,
+                    },
+                );
+                if new == State::Active {
+                    self.activate(&key);
+                }
+            }
+        }
+    }
+
+    /// See [`Queue::done`]; whether the pod went back to active at once (a waiting worker
+    /// should be woken).
+    fn done(&mut self, pod: &PodInfo, how: Done) -> bool {
+        let key = pod.key();
+        let key = key.as_str();
+        let Some(e) = self.entries.get_mut(key) else {
+            return false;
+        };
+        if e.state != State::InFlight || e.pod.uid != pod.uid {
+            return false;
+        }
+        // A version that arrived in flight is already in `e.pod`.
+        let updated = std::mem::take(&mut e.updated);
+        match how {
+            Done::Placed => {
+                // Assumed until the store confirms the binding; a version that arrived in
+                // flight is held for a retry should the Bind be refused.
+                e.state = State::Assumed;
+                false
+            }
+            Done::Retry => {
+                self.activate(key);
+                true
+            }
+            Done::Unschedulable | Done::BlockedByPods => {
+                let now = Instant::now();
+                let backoff = backoff(e.attempts);
+                let on_pods = how == Done::BlockedByPods;
+                e.state = State::Unschedulable {
+                    since: now,
+                    until: now + backoff,
+                    on_pods,
+                };
+                if on_pods {
+                    let (signature, pod) = (e.signature, e.pod.clone());
+                    self.waiting
+                        .entry(signature)
+                        .or_insert_with(|| Waiters {
+                            pod,
+                            keys: HashSet::new(),
+                        })
+                        .keys
+                        .insert(key.to_string());
+                }
+                if updated {
+                    self.activate(key);
+                }
+                updated
+            }
+        }
+    }
+
     /// Takes `key` out of the index of pods waiting on pods, if it is there: it leaves
     /// the unschedulable state, or its signature is about to change.
     fn unwait(&mut self, key: &str) {
@@ -280,60 +394,22 @@ impl Queue {
     }
 
     fn insert(&self, pod: Arc<PodInfo>, object: Option<Arc<Pod>>, new: State) {
-        let key = pod.key();
-        let signature = pod.signature();
+        let keyed = keyed(pod);
+        self.inner.lock().insert(keyed, object, new);
+        self.ready.notify_one();
+    }
+
+    /// Adds many pending pods (or replaces the queued versions) under one hold of the lock,
+    /// as [`Queue::add`] adds one: what an informer's list, or a benchmark's workload, hands
+    /// over at once.
+    pub fn add_many(&self, pods: impl IntoIterator<Item = Arc<PodInfo>>) {
+        let pods: Vec<Keyed> = pods.into_iter().map(keyed).collect();
         let mut q = self.inner.lock();
-        if q.entries.get(&key).is_some_and(|e| {
-            e.pod.uid != pod.uid || e.signature != signature || e.pod.priority != pod.priority
-        }) {
-            // Indexed under the old signature, if waiting on pods.
-            q.unwait(&key);
-        }
-        match q.entries.get_mut(&key) {
-            Some(e) if e.pod.uid == pod.uid => {
-                let moved = e.signature != signature || e.pod.priority != pod.priority;
-                e.pod = pod;
-                e.object = object;
-                e.signature = signature;
-                match e.state {
-                    State::InFlight => e.updated = true,
-                    State::Active if moved => {
-                        // Its group changed: re-file it (the stale group slot is skipped).
-                        q.activate(&key);
-                    }
-                    State::Active => {}
-                    State::Unschedulable { .. } if moved => {
-                        // Its scheduling-relevant spec changed: it may fit now.
-                        q.activate(&key);
-                    }
-                    // A status or metadata change (our own FailedScheduling condition,
-                    // say) does not change where it fits.
-                    State::Unschedulable { .. } => {}
-                    // Its Bind is in flight: kept for a retry, not placed a second time.
-                    State::Assumed => {}
-                }
-            }
-            // A new pod, or the same name for another pod: the one held was deleted (a late
-            // verdict or Bind outcome for it finds the UID changed and leaves this one alone).
-            _ => {
-                q.entries.insert(
-                    key.clone(),
-                    Entry {
-                        pod,
-                        object,
-                        signature,
-                        state: new,
-                        attempts: 0,
-                        updated: false,
-                    },
-                );
-                if new == State::Active {
-                    q.activate(&key);
-                }
-            }
+        for pod in pods {
+            q.insert(pod, None, State::Active);
         }
         drop(q);
-        self.ready.notify_one();
+        self.ready.notify_all();
     }
 
     /// Forgets a pod: deleted, bound (by us, confirmed, or by someone else), or no longer
@@ -435,51 +511,28 @@ impl Queue {
     /// Reports how a popped pod's attempt ended. A pod of that name created since (another
     /// UID) is not the one popped: it is left as it is.
     pub fn done(&self, pod: &PodInfo, how: Done) {
-        let key = pod.key();
-        let key = key.as_str();
-        let mut q = self.inner.lock();
-        let Some(e) = q.entries.get_mut(key) else {
-            return;
-        };
-        if e.state != State::InFlight || e.pod.uid != pod.uid {
-            return;
+        let requeued = self.inner.lock().done(pod, how);
+        if requeued {
+            self.ready.notify_one();
         }
-        // A version that arrived in flight is already in `e.pod`.
-        let updated = std::mem::take(&mut e.updated);
-        match how {
-            Done::Placed => {
-                // Assumed until the store confirms the binding; a version that arrived in
-                // flight is held for a retry should the Bind be refused.
-                e.state = State::Assumed;
-            }
-            Done::Retry => {
-                q.activate(key);
-                drop(q);
+    }
+
+    /// Reports a batch's verdicts, as [`Queue::done`] reports each, under one hold of the
+    /// lock.
+    pub fn done_batch<'a>(&self, verdicts: impl IntoIterator<Item = (&'a PodInfo, Done)>) {
+        let mut q = self.inner.lock();
+        let mut requeued = 0;
+        for (pod, how) in verdicts {
+            requeued += usize::from(q.done(pod, how));
+        }
+        drop(q);
+        match requeued {
+            0 => {}
+            1 => {
                 self.ready.notify_one();
             }
-            Done::Unschedulable | Done::BlockedByPods => {
-                let now = Instant::now();
-                let backoff = backoff(e.attempts);
-                let on_pods = how == Done::BlockedByPods;
-                e.state = State::Unschedulable {
-                    since: now,
-                    until: now + backoff,
-                    on_pods,
-                };
-                if on_pods {
-                    let (signature, pod) = (e.signature, e.pod.clone());
-                    q.waiting
-                        .entry(signature)
-                        .or_insert_with(|| Waiters {
-                            pod,
-                            keys: HashSet::new(),
-                        })
-                        .keys
-                        .insert(key.to_string());
-                }
-                if updated {
-                    q.activate(key);
-                }
+            _ => {
+                self.ready.notify_all();
             }
         }
     }
@@ -674,6 +727,25 @@ mod tests {
         assert_eq!(q.depth(), (0, 0, 0));
         q.remove("default/a");
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_batch_added_and_reported_at_once_ends_as_each_pod_would() {
+        let q = Queue::new();
+        q.add_many(["a", "b", "c", "d"].map(|n| pod(n, 0, 100)));
+        let b = q.pop_batch(4, Duration::ZERO);
+        assert_eq!(b.len(), 4, "one signature, one batch");
+        q.done_batch([
+            (b[0].as_ref(), Done::Placed),
+            (b[1].as_ref(), Done::Retry),
+            (b[2].as_ref(), Done::Unschedulable),
+            (b[3].as_ref(), Done::Placed),
+        ]);
+        assert!(q.is_assumed("default/a") && q.is_assumed("default/d"));
+        assert_eq!(q.depth(), (1, 0, 1), "b active again, c backing off");
+        let again = q.pop_batch(4, Duration::ZERO);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].name, "b");
     }
 
     #[test]

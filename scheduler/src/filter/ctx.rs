@@ -1,8 +1,8 @@
 //! What filters and scores know of one pod signature beyond the table: its terms resolved
 //! against the table with batch-local counts, its node-affinity bitmap, its requirement tables.
 
-use skiff_proto::api::TaintEffect;
 use skiff_proto::api::pod::{NodeSelectorRequirement, PodAffinityTerm};
+use skiff_proto::api::{LabelSelector, TaintEffect};
 
 use super::{node_affinity_mask, requirement_holds};
 use crate::kernels::{self, Kernels};
@@ -115,21 +115,50 @@ pub struct PodCtx {
 /// Registers every term a pod's filters and scores read, so the table counts them. Needs
 /// the table mutably; [`PodCtx::new`] then reads it shared.
 pub fn register_terms(table: &mut NodeTable, pod: &PodInfo) {
+    each_term(pod, |selector, namespaces, topology_key, role| {
+        table.term_for(selector, namespaces, topology_key, role);
+    });
+}
+
+/// Whether every term [`register_terms`] would register for `pod` is registered already,
+/// so a worker needs the table's write lock only for a signature the table has not seen.
+pub fn terms_registered(table: &NodeTable, pod: &PodInfo) -> bool {
+    let mut all = true;
+    each_term(pod, |selector, namespaces, topology_key, role| {
+        all = all && table.has_term(selector, namespaces, topology_key, role);
+    });
+    all
+}
+
+/// Every term a pod's filters and scores read, as (selector, namespaces, topology key,
+/// role): its own terms, the terms it owns for others to match, its spread constraints.
+fn each_term(
+    pod: &PodInfo,
+    mut f: impl FnMut(Option<&LabelSelector>, Vec<String>, &str, TermRole),
+) {
     for t in pod
         .required_affinity
         .iter()
         .chain(&pod.required_anti_affinity)
+        .chain(pod.preferred_terms.iter().map(|(_, t)| t))
     {
-        table.term(t, &pod.namespace, TermRole::Matches);
-    }
-    for (_, t) in &pod.preferred_terms {
-        table.term(t, &pod.namespace, TermRole::Matches);
+        f(
+            t.label_selector.as_ref(),
+            term_namespaces(t, &pod.namespace),
+            &t.topology_key,
+            TermRole::Matches,
+        );
     }
     for (role, t) in owned_terms(pod) {
-        table.term(t, &pod.namespace, role);
+        f(
+            t.label_selector.as_ref(),
+            term_namespaces(t, &pod.namespace),
+            &t.topology_key,
+            role,
+        );
     }
     for c in &pod.spread {
-        table.term_for(
+        f(
             c.label_selector.as_ref(),
             vec![pod.namespace.clone()],
             &c.topology_key,
@@ -303,6 +332,28 @@ impl PodCtx {
             tolerates_unschedulable,
             version: 0,
         }
+    }
+
+    /// Whether a filter can turn `pod` away from a node because of other pods placed
+    /// there: its own required affinity, anti-affinity or DoNotSchedule spread constraints,
+    /// or a placed pod's required anti-affinity term that selects it. O(terms in the table),
+    /// without building a context.
+    pub fn depends_on_pods(table: &NodeTable, pod: &PodInfo) -> bool {
+        !pod.required_affinity.is_empty()
+            || !pod.required_anti_affinity.is_empty()
+            || pod
+                .spread
+                .iter()
+                .any(|c| c.when_unsatisfiable != "ScheduleAnyway")
+            || table.terms.iter().any(|term| {
+                term.key.role == TermRole::RequiredAnti
+                    && term_selects(
+                        term.selector.as_ref(),
+                        &term.key.namespaces,
+                        &pod.namespace,
+                        &pod.labels,
+                    )
+            })
     }
 
     /// Whether any filter or score depends on other pods' placement.

@@ -20,7 +20,7 @@ use crate::table::NodeTable;
 
 mod ctx;
 use ctx::requirement_lut;
-pub use ctx::{PodCtx, SpreadSlot, TermSlot, register_terms};
+pub use ctx::{PodCtx, SpreadSlot, TermSlot, register_terms, terms_registered};
 
 /// Why a node cannot take a pod, worded as kube-scheduler words it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -287,13 +287,7 @@ pub fn check_row(
     {
         return vec![Reason::Taint(format!("{}: {}", t.key, t.value))];
     }
-    let taken = table.ports.row(row);
-    if pod.host_ports.iter().any(|p| {
-        table
-            .port_ids
-            .get(p)
-            .is_some_and(|id| taken[id as usize / 64] >> (id % 64) & 1 == 1)
-    }) {
+    if !ports_free(table, pod, row) {
         return vec![Reason::Ports];
     }
     let out = insufficient(table, pod, row, extra, extra_pods);
@@ -379,6 +373,27 @@ fn insufficient(
         }
     }
     out
+}
+
+/// NodePorts for one row: whether none of the pod's host ports is held there.
+fn ports_free(table: &NodeTable, pod: &PodInfo, row: usize) -> bool {
+    let taken = table.ports.row(row);
+    !pod.host_ports.iter().any(|p| {
+        table
+            .port_ids
+            .get(p)
+            .is_some_and(|id| taken[id as usize / 64] >> (id % 64) & 1 == 1)
+    })
+}
+
+/// The committer's re-check of a placement made against an older table, for a pod whose
+/// fit other placements can change only through the row's resources and host ports: the
+/// nodes are as the placement saw them (no node added, changed or removed since) and
+/// [`PodCtx::depends_on_pods`] is false. Then a row that passed every filter then fails
+/// now only for NodePorts or NodeResourcesFit, and this is [`check_row`] less the filters
+/// that cannot have changed: O(1), where `check_row` needs a [`PodCtx`], O(nodes) to build.
+pub fn still_fits(table: &NodeTable, pod: &PodInfo, row: usize) -> bool {
+    ports_free(table, pod, row) && fits_resources(table, pod, row, &Default::default(), 0)
 }
 
 /// Whether one more pod fits `row`'s resources (the batch has put `extra` there already).

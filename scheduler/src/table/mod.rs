@@ -115,6 +115,10 @@ pub struct NodeTable {
     term_index: HashMap<TermKey, u32>,
     /// Bumped on every change, so workers can tell whether their view is current.
     pub generation: u64,
+    /// Bumped when a node is added, changed or removed: while it stands, every row is the
+    /// node it was, with the labels, taints and schedulability it had (only the pods on
+    /// it change).
+    pub node_version: u64,
 }
 
 fn selector_key(s: Option<&LabelSelector>) -> String {
@@ -162,6 +166,7 @@ impl NodeTable {
     /// Adds a node, or replaces what the table knows of it.
     pub fn upsert_node(&mut self, info: NodeInfo) {
         self.generation += 1;
+        self.node_version += 1;
         let row = match self.index.get(&info.name) {
             Some(&r) => r as usize,
             None => self.push_row(&info.name),
@@ -337,6 +342,7 @@ impl NodeTable {
             return;
         };
         self.generation += 1;
+        self.node_version += 1;
         for key in std::mem::take(&mut self.node_pods[row]) {
             if let Some(entry) = self.pods.get(&key).cloned() {
                 self.account(row, &entry.info, false);
@@ -625,6 +631,22 @@ impl NodeTable {
         self.terms.push(term);
         self.term_index.insert(key, id as u32);
         id
+    }
+
+    /// Whether [`NodeTable::term_for`] with these parts would find the term registered.
+    pub fn has_term(
+        &self,
+        selector: Option<&LabelSelector>,
+        namespaces: Vec<String>,
+        topology_key: &str,
+        role: TermRole,
+    ) -> bool {
+        self.term_index.contains_key(&TermKey {
+            selector: selector_key(selector),
+            namespaces,
+            topology_key: topology_key.to_string(),
+            role,
+        })
     }
 
     /// The registered term with this key, without registering it.
