@@ -82,6 +82,97 @@ pub struct LogStore {
     /// The committed id openraft last saved, not yet written: it rides on the log's next
     /// write (see `save_committed` below).
     unsaved_committed: Option<LogId>,
+    /// The newest entries, shared with every reader clone (see [`Recent`]).
+    recent: Arc<parking_lot::Mutex<Recent>>,
+}
+
+/// The log's newest entries, as appended, so replication and apply read what was just
+/// written without reading it back from RocksDB and decoding it again: on the leader every
+/// entry is read once per follower and once more to apply it. It holds a contiguous run
+/// of entries that ends at the log's last entry (every append, truncation and purge goes
+/// through it), or nothing: after a start, until the first append. A read that starts
+/// before its first entry goes to RocksDB.
+#[derive(Debug, Default)]
+struct Recent {
+    /// Each with its encoded size.
+    entries: std::collections::VecDeque<(Entry, usize)>,
+    /// Encoded bytes of `entries`.
+    bytes: usize,
+}
+
+/// The most encoded bytes [`Recent`] holds: a few hundred milliseconds of writes at full
+/// load; older entries leave first.
+const RECENT_BYTES: usize = 16 << 20;
+
+impl Recent {
+    fn pop_front(&mut self) {
+        if let Some((_, size)) = self.entries.pop_front() {
+            self.bytes -= size;
+        }
+    }
+
+    /// Entries appended after the last held (or, if they do not follow it, in its place).
+    fn appended(&mut self, entries: Vec<(Entry, usize)>) {
+        let Some((first, _)) = entries.first() else {
+            return;
+        };
+        let follows = self
+            .entries
+            .back()
+            .is_some_and(|(last, _)| last.log_id.index + 1 == first.log_id.index);
+        if !follows {
+            self.entries.clear();
+            self.bytes = 0;
+        }
+        for (e, size) in entries {
+            self.bytes += size;
+            self.entries.push_back((e, size));
+        }
+        while self.bytes > RECENT_BYTES && self.entries.len() > 1 {
+            self.pop_front();
+        }
+    }
+
+    /// Entries from `index` on are gone.
+    fn truncated(&mut self, index: u64) {
+        while let Some((last, size)) = self.entries.back() {
+            if last.log_id.index < index {
+                break;
+            }
+            self.bytes -= size;
+            self.entries.pop_back();
+        }
+    }
+
+    /// Entries up to `index` are gone.
+    fn purged(&mut self, index: u64) {
+        while self
+            .entries
+            .front()
+            .is_some_and(|(first, _)| first.log_id.index <= index)
+        {
+            self.pop_front();
+        }
+    }
+
+    /// As [`LogStore::read_entries`], when the run holds `start`; `None` when it does not.
+    fn read(&self, start: u64, mut more: impl FnMut(u64, usize) -> bool) -> Option<Vec<Entry>> {
+        let first = self.entries.front()?.0.log_id.index;
+        if start < first {
+            return None;
+        }
+        let skip = usize::try_from(start - first).ok()?;
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for (e, size) in self.entries.iter().skip(skip) {
+            if !more(e.log_id.index, bytes) {
+                break;
+            }
+            bytes += size;
+            out.push(e.clone());
+        }
+        Some(out)
+    }
 }
 
 /// Syncs the write-ahead log under appends written without `sync`, then reports each of them
@@ -190,6 +281,7 @@ impl LogStore {
             proposals,
             metrics,
             unsaved_committed: None,
+            recent: Arc::default(),
         }
     }
 
@@ -227,6 +319,9 @@ impl LogStore {
         start: u64,
         mut more: impl FnMut(u64, usize) -> bool,
     ) -> Result<Vec<Entry>, StorageError> {
+        if let Some(held) = self.recent.lock().read(start, &mut more) {
+            return Ok(held);
+        }
         let mut out = Vec::new();
         let mut bytes = 0;
         let it = self.db.iterator_cf(
@@ -334,12 +429,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let cf = backend::cf(&self.db, CF_LOG);
         let mut proposed = Vec::new();
         let mut end = None;
+        let mut written = Vec::new();
         for e in entries {
             end = Some(e.log_id.index);
-            batch.put_cf(cf, e.log_id.index.to_be_bytes(), backend::encode(&e));
+            let bytes = backend::encode(&e);
+            batch.put_cf(cf, e.log_id.index.to_be_bytes(), &bytes);
             if let EntryPayload::Normal(p) = &e.payload {
                 proposed.push((p.id, e.log_id.index));
             }
+            written.push((e, bytes.len()));
         }
         // A follower's append is synced here: Raft's core waits for it anyway. The leader's is
         // written without `sync` and the flusher reports it flushed once it has synced the
@@ -364,6 +462,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             callback.log_io_completed(Err(io_error(&e)));
             return Err(write_err(e));
         }
+        self.recent.lock().appended(written);
         for (id, index) in &proposed {
             self.proposals.appended(id, *index);
         }
@@ -384,6 +483,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let cf = backend::cf(&self.db, CF_LOG);
         batch.delete_range_cf(cf, log_id.index.to_be_bytes(), u64::MAX.to_be_bytes());
         batch.delete_cf(cf, u64::MAX.to_be_bytes());
+        // Out of the held run first: a reader must not be served what the log no longer
+        // has, even while the deletion is being written.
+        self.recent.lock().truncated(log_id.index);
         self.db.write_opt(batch, &synced()).map_err(write_err)
     }
 
@@ -402,6 +504,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             0u64.to_be_bytes(),
             (log_id.index + 1).to_be_bytes(),
         );
+        self.recent.lock().purged(log_id.index);
         self.db.write_opt(batch, &synced()).map_err(write_err)
     }
 }
@@ -415,6 +518,78 @@ mod tests {
     impl Flushed for Report {
         fn flushed(self, result: Result<(), std::io::Error>) {
             let _ = self.1.send((self.0, result.is_ok()));
+        }
+    }
+
+    fn blank(index: u64) -> Entry {
+        Entry {
+            log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Blank,
+        }
+    }
+
+    proptest::proptest! {
+        /// The held run answers every read it takes exactly as the log would, through any
+        /// sequence of appends (following, or overwriting a suffix), truncations and purges,
+        /// and its byte count stays the sum of what it holds.
+        #[test]
+        fn the_held_run_reads_as_the_log_does(
+            ops in proptest::collection::vec((0u8..4, 0u64..40, 1usize..5), 1..60)
+        ) {
+            let mut recent = Recent::default();
+            let mut log = std::collections::BTreeMap::<u64, usize>::new();
+            for (op, at, n) in ops {
+                match op {
+                    0 | 1 => {
+                        // Append n entries at the end (op 0), or from `at` on, replacing
+                        // what follows it, as a follower's conflicting append does (op 1).
+                        let start = match (op, log.keys().next_back()) {
+                            (0, Some(last)) => last + 1,
+                            _ => at,
+                        };
+                        log.retain(|i, _| *i < start);
+                        let batch: Vec<(Entry, usize)> =
+                            (start..start + n as u64).map(|i| (blank(i), 10 + i as usize)).collect();
+                        for (e, size) in &batch {
+                            log.insert(e.log_id.index, *size);
+                        }
+                        recent.truncated(start);
+                        recent.appended(batch);
+                        proptest::prop_assert!(
+                            recent.read(start, |_, _| true).is_some(),
+                            "what was just appended is held"
+                        );
+                    }
+                    2 => {
+                        log.retain(|i, _| *i < at);
+                        recent.truncated(at);
+                    }
+                    _ => {
+                        log.retain(|i, _| *i > at);
+                        recent.purged(at);
+                    }
+                }
+                proptest::prop_assert_eq!(
+                    recent.bytes,
+                    recent.entries.iter().map(|(_, s)| s).sum::<usize>()
+                );
+                for start in 0..45 {
+                    let Some(held) = recent.read(start, |i, bytes| i < start + 3 || bytes < 30) else {
+                        continue;
+                    };
+                    let mut want = Vec::new();
+                    let mut bytes = 0;
+                    for (&i, size) in log.range(start..) {
+                        if !(i < start + 3 || bytes < 30) {
+                            break;
+                        }
+                        bytes += size;
+                        want.push(i);
+                    }
+                    let got: Vec<u64> = held.iter().map(|e| e.log_id.index).collect();
+                    proptest::prop_assert_eq!(got, want, "read from {}", start);
+                }
+            }
         }
     }
 
