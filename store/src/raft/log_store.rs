@@ -100,7 +100,7 @@ struct Recent {
     bytes: usize,
 }
 
-/// The most encoded bytes [`Recent`] holds: a few hundred milliseconds of writes at full
+/// The most encoded bytes [`Recent`] holds: a second or two of writes at full
 /// load; older entries leave first.
 const RECENT_BYTES: usize = 16 << 20;
 
