@@ -1,9 +1,10 @@
 //! Parallel scheduling, Omega style: workers take batches from the queue and place them
-//! optimistically against the shared table under a read lock; then the commit step re-checks
-//! every placement against the table as it is now and commits (assumes) the ones that still
-//! fit. Commits run one at a time, under the table's write lock, so they act as a single
-//! committer; a placement that lost a race to another worker's commit goes back to the
-//! queue, so the table, and therefore what the binder sends, never overcommits a node.
+//! optimistically against the shared table under a read lock (let go between placements
+//! whenever a commit waits for it); then the commit step re-checks every placement against
+//! the table as it is now and commits (assumes) the ones that still fit. Commits run one at a
+//! time, under the table's write lock, so they act as a single committer; a placement that
+//! lost a race to another worker's commit goes back to the queue, so the table, and
+//! therefore what the binder sends, never overcommits a node.
 //!
 //! A worker commits its batch before it takes the next one, so it always schedules against
 //! its own earlier placements; only the batches other workers have in flight are unseen.
