@@ -9,6 +9,12 @@ if [ -d "$HOME/.cargo/bin" ]; then
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/skiff-target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# Incremental compilation keeps its state per clone path: CI builds a fresh clone each run, so
+# that state (gigabytes of a debug build) would pile up in the shared target directory and
+# never be read again. A build from scratch is also faster without it.
+if [ "${CI:-}" = true ]; then
+  export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+fi
 
 # ensure_packages PKG...: installs the Debian packages that are not installed yet, without prompts.
 ensure_packages() {
