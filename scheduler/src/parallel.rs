@@ -194,10 +194,16 @@ where
             pods = pods.len()
         )
         .entered();
-        // The write lock waits for every other worker to pause: taken only for terms the
-        // table does not count yet.
+        // Terms the table does not count yet are counted over every placed pod under an
+        // upgradable read, beside the other workers, and only inserted under the write lock.
         if first.has_pod_terms() && !filter::terms_registered(&core.table.read(), &first) {
-            filter::register_terms(&mut core.table.write(), &first);
+            let table = core.table.upgradable_read();
+            let counted = filter::count_missing_terms(&table, &first);
+            let mut table = RwLockUpgradableReadGuard::upgrade(table);
+            for term in counted {
+                table.insert_term(term);
+            }
+            filter::register_terms(&mut table, &first);
         }
         let (outcomes, node_version) = {
             let mut table = core.table.read();
@@ -257,6 +263,9 @@ fn commit(core: &Core, p: Proposal) -> Vec<Verdict> {
         let mut ctx = (!quick && placing).then(|| PodCtx::new(&table, first, &core.kernels));
         let mut table = RwLockUpgradableReadGuard::upgrade(table);
         let none = Resources::default();
+        // The pods of a batch share a signature: the terms that count them are worked out
+        // once.
+        let mut alike = None;
         for (pod, outcome) in p.pods.iter().zip(p.outcomes) {
             let latency = p.popped.elapsed();
             match outcome {
@@ -270,7 +279,11 @@ fn commit(core: &Core, p: Proposal) -> Vec<Verdict> {
                             filter::check_row(&table, pod, ctx, row, &none, 0).is_empty()
                         })
                     });
-                    if fits && table.add_pod(pod.clone(), &node, true).is_ok() {
+                    if fits
+                        && table
+                            .add_pod_alike(pod.clone(), &node, true, &mut alike)
+                            .is_ok()
+                    {
                         if let (Some(ctx), Some(row)) = (ctx.as_mut(), table.row(&node)) {
                             ctx.place(&table, row);
                         }

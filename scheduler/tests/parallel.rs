@@ -35,6 +35,14 @@ fn check_table(t: &NodeTable) {
         );
         assert!(pods.len() as i64 <= t.alloc_pods[row]);
     }
+    // Every term counts what a fresh count over the placed pods finds.
+    for term in &t.terms {
+        let fresh = t
+            .count_term(term.key.clone(), term.selector.as_ref())
+            .expect("a registered term has its column");
+        assert_eq!(term.per_node, fresh.per_node, "{:?} per node", term.key);
+        assert_eq!(term.total, fresh.total, "{:?} in all", term.key);
+    }
     // Required anti-affinity: no selected pod shares the owner's domain.
     for (key, e) in &t.pods {
         let Some(row) = t.row(&e.node) else { continue };

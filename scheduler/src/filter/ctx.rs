@@ -130,6 +130,24 @@ pub fn terms_registered(table: &NodeTable, pod: &PodInfo) -> bool {
     all
 }
 
+/// The terms [`register_terms`] would register for `pod` that the table lacks, counted
+/// over the pods placed now ([`NodeTable::count_term`]), for [`NodeTable::insert_term`]
+/// while nothing has changed the table since: under an upgradable read, the part of a
+/// registration that reads every placed pod runs beside the other workers' placements.
+/// Terms whose topology key has no column yet are left to [`register_terms`].
+pub fn count_missing_terms(table: &NodeTable, pod: &PodInfo) -> Vec<crate::table::Term> {
+    let mut counted = Vec::new();
+    each_term(pod, |selector, namespaces, topology_key, role| {
+        let key = TermKey::new(selector, namespaces, topology_key, role);
+        if table.find_term(&key).is_none()
+            && !counted.iter().any(|t: &crate::table::Term| t.key == key)
+        {
+            counted.extend(table.count_term(key, selector));
+        }
+    });
+    counted
+}
+
 /// Every term a pod's filters and scores read, as (selector, namespaces, topology key,
 /// role): its own terms, the terms it owns for others to match, its spread constraints.
 fn each_term(
@@ -168,16 +186,12 @@ fn each_term(
 }
 
 fn matches_key(pod: &PodInfo, term: &PodAffinityTerm, role: TermRole) -> TermKey {
-    TermKey {
-        selector: term
-            .label_selector
-            .as_ref()
-            .map(|s| serde_json::to_string(s).unwrap_or_default())
-            .unwrap_or_default(),
-        namespaces: term_namespaces(term, &pod.namespace),
-        topology_key: term.topology_key.clone(),
+    TermKey::new(
+        term.label_selector.as_ref(),
+        term_namespaces(term, &pod.namespace),
+        &term.topology_key,
         role,
-    }
+    )
 }
 
 /// Whether `pod` owns a term with exactly this key.
@@ -241,16 +255,12 @@ impl PodCtx {
         let node_affinity = node_affinity_mask(table, pod, k);
         let mut spread = Vec::new();
         for c in &pod.spread {
-            let key = TermKey {
-                selector: c
-                    .label_selector
-                    .as_ref()
-                    .map(|s| serde_json::to_string(s).unwrap_or_default())
-                    .unwrap_or_default(),
-                namespaces: vec![pod.namespace.clone()],
-                topology_key: c.topology_key.clone(),
-                role: TermRole::Matches,
-            };
+            let key = TermKey::new(
+                c.label_selector.as_ref(),
+                vec![pod.namespace.clone()],
+                &c.topology_key,
+                TermRole::Matches,
+            );
             let Some(id) = table.find_term(&key) else {
                 continue;
             };

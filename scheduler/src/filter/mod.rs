@@ -20,7 +20,9 @@ use crate::table::NodeTable;
 
 mod ctx;
 use ctx::requirement_lut;
-pub use ctx::{PodCtx, SpreadSlot, TermSlot, register_terms, terms_registered};
+pub use ctx::{
+    PodCtx, SpreadSlot, TermSlot, count_missing_terms, register_terms, terms_registered,
+};
 
 /// Why a node cannot take a pod, worded as kube-scheduler words it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

@@ -47,6 +47,19 @@ pub struct PodEntry {
     pub assumed: bool,
 }
 
+/// The terms a pod is counted in (ids in [`NodeTable::terms`]), as the table had them when
+/// they were worked out: pods it counts alike ([`counted_alike`]) are counted in the same
+/// terms, so a batch of one signature works them out once ([`NodeTable::add_pod_alike`]).
+#[derive(Debug, Clone)]
+pub struct CountedIn {
+    /// `Matches` terms that select the pod.
+    selected: Vec<usize>,
+    /// Terms the pod owns, one per owned term.
+    owned: Vec<usize>,
+    /// How many terms the table had: a term registered since may select the pod too.
+    terms: usize,
+}
+
 /// What [`NodeTable::add_pod`] did with a pod.
 #[derive(Debug, Clone)]
 pub enum Placement {
@@ -128,6 +141,22 @@ pub struct NodeTable {
 fn selector_key(s: Option<&LabelSelector>) -> String {
     s.map(|s| serde_json::to_string(s).unwrap_or_default())
         .unwrap_or_default()
+}
+
+impl TermKey {
+    pub fn new(
+        selector: Option<&LabelSelector>,
+        namespaces: Vec<String>,
+        topology_key: &str,
+        role: TermRole,
+    ) -> Self {
+        TermKey {
+            selector: selector_key(selector),
+            namespaces,
+            topology_key: topology_key.to_string(),
+            role,
+        }
+    }
 }
 
 impl NodeTable {
@@ -410,6 +439,43 @@ impl NodeTable {
         node: &str,
         assumed: bool,
     ) -> Result<Placement, TableError> {
+        self.add_pod_with(info, node, assumed, None)
+    }
+
+    /// As [`NodeTable::add_pod`], for the pods of one batch: `alike` carries the terms the
+    /// last pod added this way was counted in, reused for this one when the table counts the
+    /// two alike and no term was registered since, and otherwise worked out again. Counting a
+    /// pod in its terms evaluates every registered selector against its labels; under the
+    /// committer's write lock that was most of a placement's cost once hundreds of terms
+    /// were registered.
+    pub fn add_pod_alike(
+        &mut self,
+        info: Arc<PodInfo>,
+        node: &str,
+        assumed: bool,
+        alike: &mut Option<(Arc<PodInfo>, CountedIn)>,
+    ) -> Result<Placement, TableError> {
+        let reusable = alike.as_ref().is_some_and(|(pod, counted)| {
+            counted.terms == self.terms.len() && counted_alike(pod, &info)
+        });
+        if !reusable {
+            *alike = Some((info.clone(), self.terms_of(&info)));
+        }
+        self.add_pod_with(
+            info,
+            node,
+            assumed,
+            alike.as_ref().map(|(_, counted)| counted),
+        )
+    }
+
+    fn add_pod_with(
+        &mut self,
+        info: Arc<PodInfo>,
+        node: &str,
+        assumed: bool,
+        alike: Option<&CountedIn>,
+    ) -> Result<Placement, TableError> {
         let id = info.id();
         if let Some(e) = self.pods.get(&id) {
             if e.node != node {
@@ -441,7 +507,7 @@ impl NodeTable {
         self.generation += 1;
         match self.row(node) {
             Some(row) => {
-                self.account(row, &info, true);
+                self.account_with(row, &info, true, alike);
                 self.node_pods[row].push(id.clone());
             }
             None => self
@@ -522,6 +588,12 @@ impl NodeTable {
     }
 
     fn account(&mut self, row: usize, pod: &PodInfo, add: bool) {
+        self.account_with(row, pod, add, None);
+    }
+
+    /// As [`NodeTable::account`], with the terms the pod is counted in when the caller
+    /// knows them (`alike`, from [`NodeTable::terms_of`] for a pod counted alike).
+    fn account_with(&mut self, row: usize, pod: &PodInfo, add: bool, alike: Option<&CountedIn>) {
         let s = if add { 1 } else { -1 };
         let r = &pod.requests;
         self.req_cpu[row] += s * r.milli_cpu;
@@ -548,26 +620,49 @@ impl NodeTable {
             }
             self.ports.set(row, id, held);
         }
-        // Terms this pod is counted in: every registered `Matches` term that selects it,
-        // and the terms it owns.
-        for t in 0..self.terms.len() {
-            let term = &self.terms[t];
-            if term.key.role == TermRole::Matches
-                && term_selects(
-                    term.selector.as_ref(),
-                    &term.key.namespaces,
-                    &pod.namespace,
-                    &pod.labels,
-                )
-            {
-                let d = self.labels[term.topo as usize].col[row];
-                self.terms[t].bump(row, d, add);
+        let computed;
+        let terms = match alike {
+            Some(terms) => terms,
+            None => {
+                computed = self.terms_of(pod);
+                &computed
             }
+        };
+        for &t in &terms.selected {
+            let d = self.labels[self.terms[t].topo as usize].col[row];
+            self.terms[t].bump(row, d, add);
         }
-        for (role, term) in owned_terms(pod) {
-            let id = self.term(term, &pod.namespace, role);
-            let d = self.labels[self.terms[id].topo as usize].col[row];
-            self.terms[id].bump(row, d, add);
+        for &t in &terms.owned {
+            let d = self.labels[self.terms[t].topo as usize].col[row];
+            self.terms[t].bump(row, d, add);
+        }
+    }
+
+    /// The terms `pod` is counted in: every registered `Matches` term that selects it, and
+    /// the terms it owns (registered here if new).
+    fn terms_of(&mut self, pod: &PodInfo) -> CountedIn {
+        let selected = self
+            .terms
+            .iter()
+            .enumerate()
+            .filter(|(_, term)| {
+                term.key.role == TermRole::Matches
+                    && term_selects(
+                        term.selector.as_ref(),
+                        &term.key.namespaces,
+                        &pod.namespace,
+                        &pod.labels,
+                    )
+            })
+            .map(|(t, _)| t)
+            .collect();
+        let owned = owned_terms(pod)
+            .map(|(role, term)| self.term(term, &pod.namespace, role))
+            .collect();
+        CountedIn {
+            selected,
+            owned,
+            terms: self.terms.len(),
         }
     }
 
@@ -589,29 +684,40 @@ impl NodeTable {
         topology_key: &str,
         role: TermRole,
     ) -> usize {
-        let key = TermKey {
-            selector: selector_key(selector),
-            namespaces,
-            topology_key: topology_key.to_string(),
-            role,
-        };
+        let key = TermKey::new(selector, namespaces, topology_key, role);
         if let Some(&id) = self.term_index.get(&key) {
             return id as usize;
         }
-        let topo = self.label_id(topology_key);
+        self.label_id(topology_key);
+        let term = self
+            .count_term(key, selector)
+            .expect("invariant: the topology key's column was just added");
+        self.insert_term(term)
+    }
+
+    /// A term not registered yet, counted over the pods placed now, for
+    /// [`NodeTable::insert_term`]: the part of registering a term that reads every placed
+    /// pod needs the table only shared, so it can run beside the workers' reads. `None`
+    /// when no node has had the topology key yet (registering its column needs the table
+    /// mutably: [`NodeTable::term_for`]).
+    pub fn count_term(&self, key: TermKey, selector: Option<&LabelSelector>) -> Option<Term> {
+        let topo = self.label_keys.get(&key.topology_key)?;
+        let column = &self.labels[topo as usize];
         let mut term = Term {
-            key: key.clone(),
+            key,
             selector: selector.cloned(),
             topo,
             per_node: vec![0; self.len()],
-            by_domain: vec![0; self.labels[topo as usize].domains()],
+            by_domain: vec![0; column.domains()],
             total: 0,
         };
-        // Count what is already placed.
-        for (row, keys) in self.node_pods.iter().enumerate() {
-            let d = self.labels[topo as usize].col[row];
-            for k in keys {
-                let Some(e) = self.pods.get(k) else { continue };
+        let mut per_row = Vec::with_capacity(self.len());
+        let key = &term.key;
+        for (row, ids) in self.node_pods.iter().enumerate() {
+            let d = column.col[row];
+            let mut counted = 0;
+            for id in ids {
+                let Some(e) = self.pods.get(id) else { continue };
                 let counts = match &key.role {
                     TermRole::Matches => term_selects(
                         term.selector.as_ref(),
@@ -619,21 +725,35 @@ impl NodeTable {
                         &e.info.namespace,
                         &e.info.labels,
                     ),
+                    // The pod's own term with this key: compared field by field (the key's
+                    // selector string is that selector's JSON, and equal selectors give equal
+                    // JSON), without encoding each placed pod's selectors.
                     role => owned_terms(&e.info).any(|(r, t)| {
                         r == *role
                             && t.topology_key == key.topology_key
-                            && selector_key(t.label_selector.as_ref()) == key.selector
+                            && t.label_selector.as_ref() == term.selector.as_ref()
                             && term_namespaces(t, &e.info.namespace) == key.namespaces
                     }),
                 };
-                if counts {
-                    term.bump(row, d, true);
-                }
+                counted += u32::from(counts);
             }
+            per_row.push((row, d, counted));
+        }
+        for (row, d, counted) in per_row {
+            term.add(row, d, counted);
+        }
+        Some(term)
+    }
+
+    /// Registers a term counted by [`NodeTable::count_term`] against this table as it is
+    /// (no pod placed or removed since); its id. A term registered meanwhile keeps its id.
+    pub fn insert_term(&mut self, term: Term) -> usize {
+        if let Some(&id) = self.term_index.get(&term.key) {
+            return id as usize;
         }
         let id = self.terms.len();
+        self.term_index.insert(term.key.clone(), id as u32);
         self.terms.push(term);
-        self.term_index.insert(key, id as u32);
         id
     }
 
@@ -645,12 +765,8 @@ impl NodeTable {
         topology_key: &str,
         role: TermRole,
     ) -> bool {
-        self.term_index.contains_key(&TermKey {
-            selector: selector_key(selector),
-            namespaces,
-            topology_key: topology_key.to_string(),
-            role,
-        })
+        self.term_index
+            .contains_key(&TermKey::new(selector, namespaces, topology_key, role))
     }
 
     /// The registered term with this key, without registering it.

@@ -43,15 +43,7 @@ pub struct Term {
 impl Term {
     pub(crate) fn bump(&mut self, node: usize, domain: u32, up: bool) {
         if up {
-            self.per_node[node] += 1;
-            self.total += 1;
-            if domain > 0 {
-                let d = domain as usize;
-                if self.by_domain.len() <= d {
-                    self.by_domain.resize(d + 1, 0);
-                }
-                self.by_domain[d] += 1;
-            }
+            self.add(node, domain, 1);
         } else {
             self.per_node[node] -= 1;
             self.total -= 1;
@@ -60,6 +52,19 @@ impl Term {
             }
         }
     }
+    /// Counts `n` more pods on `node`, in `domain`.
+    pub(crate) fn add(&mut self, node: usize, domain: u32, n: u32) {
+        self.per_node[node] += n;
+        self.total += u64::from(n);
+        if domain > 0 {
+            let d = domain as usize;
+            if self.by_domain.len() <= d {
+                self.by_domain.resize(d + 1, 0);
+            }
+            self.by_domain[d] += n;
+        }
+    }
+
     /// Count in domain `d` (0 when the domain is unknown or absent).
     pub fn in_domain(&self, d: u32) -> u32 {
         if d == 0 {
