@@ -23,7 +23,7 @@ use crate::tls::ClientTls;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The server's answer: its message names the cause (and field path, for validation).
-    #[error("{}", .0.message())]
+    #[error("{}", status_message(.0))]
     Status(#[from] Status),
     #[error("endpoint {endpoint}: {source}")]
     Endpoint {
@@ -40,6 +40,19 @@ pub enum ClientError {
     Token,
     #[error("server sent a {kind} that does not decode: {source}")]
     Decode { kind: String, source: DecodeError },
+}
+
+/// What a server's status says. gRPC answers a call to a service the server does not have
+/// with `Unimplemented` and no message: from a member started without `--apiserver`, which
+/// serves the etcd API alone, that is the first thing a client of the cluster API sees.
+fn status_message(s: &Status) -> String {
+    if s.code() == Code::Unimplemented && s.message().is_empty() {
+        return "the endpoint does not serve Skiff's cluster API: a member started without \
+                --apiserver is an etcd and nothing else (start the members with --apiserver, \
+                or point at `skiff apiserver`)"
+            .into();
+    }
+    s.message().to_string()
 }
 
 impl ClientError {
@@ -729,5 +742,15 @@ mod tests {
         ] {
             assert!(!waits(&ended, Kind::Pod), "{ended:?}");
         }
+    }
+
+    /// A call to a service the server lacks names the likely cause; a server's own message
+    /// is passed on as it is.
+    #[test]
+    fn a_server_without_the_cluster_api_is_named() {
+        let bare = ClientError::Status(Status::new(Code::Unimplemented, ""));
+        assert!(bare.to_string().contains("--apiserver"), "{bare}");
+        let own = ClientError::Status(Status::new(Code::Unimplemented, "CreateMany is newer"));
+        assert_eq!(own.to_string(), "CreateMany is newer");
     }
 }
