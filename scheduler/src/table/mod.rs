@@ -711,6 +711,12 @@ impl NodeTable {
             by_domain: vec![0; column.domains()],
             total: 0,
         };
+        // A counted pod is counted in the terms it owns from its first accounting, which
+        // registers them (`terms_of`): a term of an owner's role that is not registered yet
+        // has no pod to count, and reading every placed pod would find none.
+        if term.key.role != TermRole::Matches && self.find_term(&term.key).is_none() {
+            return Some(term);
+        }
         let mut per_row = Vec::with_capacity(self.len());
         let key = &term.key;
         for (row, ids) in self.node_pods.iter().enumerate() {
