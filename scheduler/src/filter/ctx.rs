@@ -233,14 +233,7 @@ impl PodCtx {
             .collect();
         let mut existing_anti = Vec::new();
         for (id, term) in table.terms.iter().enumerate() {
-            let selects = || {
-                term_selects(
-                    term.selector.as_ref(),
-                    &term.key.namespaces,
-                    &pod.namespace,
-                    &pod.labels,
-                )
-            };
+            let selects = || term.selects(pod);
             match term.key.role {
                 TermRole::RequiredAnti if selects() => {
                     existing_anti.push(TermSlot::new(table, id, owns(pod, &term.key), 0));
@@ -355,15 +348,10 @@ impl PodCtx {
                 .spread
                 .iter()
                 .any(|c| c.when_unsatisfiable != "ScheduleAnyway")
-            || table.terms.iter().any(|term| {
-                term.key.role == TermRole::RequiredAnti
-                    && term_selects(
-                        term.selector.as_ref(),
-                        &term.key.namespaces,
-                        &pod.namespace,
-                        &pod.labels,
-                    )
-            })
+            || table
+                .terms
+                .iter()
+                .any(|term| term.key.role == TermRole::RequiredAnti && term.selects(pod))
     }
 
     /// Whether any filter or score depends on other pods' placement.

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use skiff_proto::api::pod::PodAffinityTerm;
 use skiff_proto::api::{LabelSelector, TaintEffect};
 
-use crate::model::{NodeInfo, PodInfo, Resources, term_namespaces, term_selects};
+use crate::model::{NodeInfo, PodInfo, Resources, term_namespaces};
 
 mod columns;
 mod terms;
@@ -645,15 +645,7 @@ impl NodeTable {
             .terms
             .iter()
             .enumerate()
-            .filter(|(_, term)| {
-                term.key.role == TermRole::Matches
-                    && term_selects(
-                        term.selector.as_ref(),
-                        &term.key.namespaces,
-                        &pod.namespace,
-                        &pod.labels,
-                    )
-            })
+            .filter(|(_, term)| term.key.role == TermRole::Matches && term.selects(pod))
             .map(|(t, _)| t)
             .collect();
         let owned = owned_terms(pod)
@@ -725,12 +717,7 @@ impl NodeTable {
             for id in ids {
                 let Some(e) = self.pods.get(id) else { continue };
                 let counts = match &key.role {
-                    TermRole::Matches => term_selects(
-                        term.selector.as_ref(),
-                        &key.namespaces,
-                        &e.info.namespace,
-                        &e.info.labels,
-                    ),
+                    TermRole::Matches => term.selects(&e.info),
                     // The pod's own term with this key: compared field by field (the key's
                     // selector string is that selector's JSON, and equal selectors give equal
                     // JSON), without encoding each placed pod's selectors.

@@ -4,7 +4,7 @@
 use skiff_proto::api::LabelSelector;
 use skiff_proto::api::pod::PodAffinityTerm;
 
-use crate::model::PodInfo;
+use crate::model::{PodInfo, term_selects};
 
 /// What a term counts on each node and in each domain.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -63,6 +63,16 @@ impl Term {
             }
             self.by_domain[d] += n;
         }
+    }
+
+    /// Whether the term's selector, in its namespaces, selects `pod`.
+    pub fn selects(&self, pod: &PodInfo) -> bool {
+        term_selects(
+            self.selector.as_ref(),
+            &self.key.namespaces,
+            &pod.namespace,
+            &pod.labels,
+        )
     }
 
     /// Count in domain `d` (0 when the domain is unknown or absent).
