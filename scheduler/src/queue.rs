@@ -220,9 +220,7 @@ impl Inner {
 
     /// See [`Queue::done`]; whether the pod went back to active at once (a waiting worker
     /// should be woken).
-    fn done(&mut self, pod: &PodInfo, how: Done) -> bool {
-        let key = pod.key();
-        let key = key.as_str();
+    fn done(&mut self, key: &str, pod: &PodInfo, how: Done) -> bool {
         let Some(e) = self.entries.get_mut(key) else {
             return false;
         };
@@ -515,7 +513,8 @@ impl Queue {
     /// Reports how a popped pod's attempt ended. A pod of that name created since (another
     /// UID) is not the one popped: it is left as it is.
     pub fn done(&self, pod: &PodInfo, how: Done) {
-        let requeued = self.inner.lock().done(pod, how);
+        let key = pod.key();
+        let requeued = self.inner.lock().done(&key, pod, how);
         if requeued {
             self.ready.notify_one();
         }
@@ -524,10 +523,15 @@ impl Queue {
     /// Reports a batch's verdicts, as [`Queue::done`] reports each, under one hold of the
     /// lock.
     pub fn done_batch<'a>(&self, verdicts: impl IntoIterator<Item = (&'a PodInfo, Done)>) {
+        // Keys are formatted before the lock is taken.
+        let verdicts: Vec<(String, &PodInfo, Done)> = verdicts
+            .into_iter()
+            .map(|(pod, how)| (pod.key(), pod, how))
+            .collect();
         let mut q = self.inner.lock();
         let mut requeued = 0;
-        for (pod, how) in verdicts {
-            requeued += usize::from(q.done(pod, how));
+        for (key, pod, how) in verdicts {
+            requeued += usize::from(q.done(&key, pod, how));
         }
         drop(q);
         match requeued {
