@@ -457,7 +457,11 @@ impl NodeAgent {
                 container_runtime_version: self.runtime.version(),
                 operating_system: std::env::consts::OS.into(),
                 architecture: std::env::consts::ARCH.into(),
-                ..NodeSystemInfo::default()
+                ..if self.runtime.simulated() {
+                    NodeSystemInfo::default()
+                } else {
+                    host_system_info()
+                }
             }),
             ..NodeStatus::default()
         }
@@ -903,6 +907,34 @@ async fn heartbeat(
                 }
             },
         }
+    }
+}
+
+/// The host's identity as the kubelet reports it: machine and boot IDs, the DMI system UUID
+/// (readable by root only), the kernel release and the OS's pretty name. A fact that cannot be
+/// read is reported empty, as Kubernetes does.
+fn host_system_info() -> NodeSystemInfo {
+    fn read(path: &str) -> String {
+        std::fs::read_to_string(path)
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default()
+    }
+    let os_image = std::fs::read_to_string("/etc/os-release")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|line| {
+                let value = line.strip_prefix("PRETTY_NAME=")?;
+                Some(value.trim_matches('"').to_owned())
+            })
+        })
+        .unwrap_or_default();
+    NodeSystemInfo {
+        machine_id: read("/etc/machine-id"),
+        system_uuid: read("/sys/class/dmi/id/product_uuid").to_ascii_lowercase(),
+        boot_id: read("/proc/sys/kernel/random/boot_id"),
+        kernel_version: read("/proc/sys/kernel/osrelease"),
+        os_image,
+        ..NodeSystemInfo::default()
     }
 }
 

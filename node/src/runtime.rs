@@ -261,6 +261,12 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
     /// `name version`, reported in the Node's `containerRuntimeVersion`.
     fn version(&self) -> String;
 
+    /// Whether the runtime's nodes are simulated: they report none of the host's identity
+    /// (machine ID, boot ID, kernel), which thousands of them would share.
+    fn simulated(&self) -> bool {
+        false
+    }
+
     /// The prefix of container IDs in pod status (`containerd://…`, `sim://…`).
     fn id_scheme(&self) -> &'static str;
 

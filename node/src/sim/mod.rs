@@ -326,6 +326,10 @@ impl Runtime for SimRuntime {
         format!("sim {}", skiff_proto::VERSION)
     }
 
+    fn simulated(&self) -> bool {
+        true
+    }
+
     fn id_scheme(&self) -> &'static str {
         "sim"
     }

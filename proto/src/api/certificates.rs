@@ -86,7 +86,7 @@ pub struct CertificateSigningRequestSpec {
     #[serde(default, with = "base64_bytes")]
     pub request: Vec<u8>,
     /// Who is asked to sign it (`kubernetes.io/kube-apiserver-client-kubelet`, ...).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub signer_name: String,
     /// How long the certificate should be valid; the signer may give less.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -151,25 +151,28 @@ pub struct NodeAddress {
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeSystemInfo {
-    #[serde(
-        default,
-        rename = "machineID",
-        skip_serializing_if = "String::is_empty"
-    )]
+    // Every field is written, empty when unknown, as Kubernetes' Go type writes them: strict
+    // clients refuse a node whose `nodeInfo` lacks one.
+    #[serde(default, rename = "machineID")]
     pub machine_id: String,
-    #[serde(default, rename = "bootID", skip_serializing_if = "String::is_empty")]
+    #[serde(default, rename = "systemUUID")]
+    pub system_uuid: String,
+    #[serde(default, rename = "bootID")]
     pub boot_id: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub kernel_version: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub os_image: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub container_runtime_version: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub kubelet_version: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    /// Deprecated in Kubernetes and never set by it since 1.31; still required by its schema.
+    #[serde(default)]
+    pub kube_proxy_version: String,
+    #[serde(default)]
     pub operating_system: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub architecture: String,
     /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
     #[serde(flatten)]

@@ -620,6 +620,148 @@ mod tests {
         }
     }
 
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Every object, of every kind and whatever its values, is served with what
+        /// Kubernetes' OpenAPI schema requires of it: strict clients generated from that
+        /// schema decode it.
+        #[test]
+        fn every_kind_serves_what_kubernetes_requires(mut obj in any_object()) {
+            obj.set_type_meta();
+            let served = obj.to_json_value();
+            let found = super::super::schema::violations(obj.kind(), &served);
+            prop_assert!(found.is_empty(), "{}: {:?}\n{:#}", obj.kind(), found, served);
+        }
+    }
+
+    /// Every field of Kubernetes' schema for `kind`, to `depth`, at its zero value: `""`, `0`,
+    /// `false`, one element per list, one entry per map. The object Skiff's types most often
+    /// leave fields out of.
+    fn zero_object(kind: Kind) -> serde_json::Value {
+        struct Zero;
+        impl super::super::schema::WithType for Zero {
+            type Output = serde_json::Value;
+            fn with<T>(self) -> serde_json::Value
+            where
+                T: serde::de::DeserializeOwned
+                    + serde::Serialize
+                    + k8s_openapi::schemars::JsonSchema,
+            {
+                let mut generator =
+                    k8s_openapi::schemars::generate::SchemaSettings::openapi3().into_generator();
+                let root = generator.subschema_for::<T>().to_value();
+                let definitions = generator.take_definitions(true);
+                zero(&root, &definitions, &mut Vec::new())
+            }
+        }
+        fn zero(
+            schema: &serde_json::Value,
+            definitions: &serde_json::Map<String, serde_json::Value>,
+            seen: &mut Vec<String>,
+        ) -> serde_json::Value {
+            use serde_json::{Value, json};
+            if let Some(name) = super::super::schema::reference(schema) {
+                let name = name.to_owned();
+                if seen.contains(&name) || seen.len() > 12 {
+                    return Value::Null;
+                }
+                seen.push(name.clone());
+                let v = zero(&definitions[&name], definitions, seen);
+                seen.pop();
+                return v;
+            }
+            match schema.get("type").and_then(Value::as_str) {
+                Some("string") => match schema.get("format").and_then(Value::as_str) {
+                    Some("date-time") => json!("1970-01-01T00:00:00Z"),
+                    _ => json!(""),
+                },
+                Some("integer") | Some("number") => json!(0),
+                Some("boolean") => json!(false),
+                Some("array") => match schema.get("items") {
+                    Some(items) => match zero(items, definitions, seen) {
+                        Value::Null => json!([]),
+                        v => json!([v]),
+                    },
+                    None => json!([]),
+                },
+                _ if schema.get("x-kubernetes-int-or-string").is_some() => json!(0),
+                _ => {
+                    let mut out = serde_json::Map::new();
+                    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                        for (name, s) in props {
+                            let v = zero(s, definitions, seen);
+                            if !v.is_null() {
+                                out.insert(name.clone(), v);
+                            }
+                        }
+                    } else if let Some(a) =
+                        schema.get("additionalProperties").filter(|a| a.is_object())
+                    {
+                        let v = zero(a, definitions, seen);
+                        if !v.is_null() {
+                            out.insert("k".to_owned(), v);
+                        }
+                    }
+                    Value::Object(out)
+                }
+            }
+        }
+        super::super::schema::with_type(kind, Zero)
+    }
+
+    /// Every kind, with every field of Kubernetes' schema at its zero value, is served with
+    /// every field Kubernetes always writes: what Skiff's types leave out when empty is what
+    /// Kubernetes' Go types leave out (`omitempty`), and no more.
+    #[test]
+    fn zero_values_are_served_as_kubernetes_serves_them() {
+        let mut failures = Vec::new();
+        for kind in Kind::ALL {
+            let mut json = zero_object(kind);
+            json["apiVersion"] = kind.api_version().into();
+            json["kind"] = kind.name().into();
+            // A closed vocabulary (`restartPolicy`) refuses `""`: take its first value.
+            let decoded = loop {
+                match Object::from_json(kind, &serde_json::to_vec(&json).unwrap()) {
+                    Ok(o) => break Ok(o),
+                    Err(e) => {
+                        let message = e.source.to_string();
+                        let first = message
+                            .split_once("supported values: \"")
+                            .and_then(|(_, rest)| rest.split_once('"'))
+                            .map(|(value, _)| value.to_owned());
+                        let field = e
+                            .path
+                            .split(['.', '[', ']'])
+                            .filter(|s| !s.is_empty())
+                            .try_fold(&mut json, |v, step| match step.parse::<usize>() {
+                                Ok(i) => v.get_mut(i),
+                                Err(_) => v.get_mut(step),
+                            });
+                        match (first, field) {
+                            (Some(value), Some(field)) if field != &serde_json::json!(value) => {
+                                *field = value.into();
+                            }
+                            _ => break Err(e),
+                        }
+                    }
+                }
+            };
+            let obj = match decoded {
+                Ok(o) => o,
+                Err(e) => {
+                    failures.push(format!("{kind}: does not decode: {e}"));
+                    continue;
+                }
+            };
+            let found = super::super::schema::violations(kind, &obj.to_json_value());
+            if !found.is_empty() {
+                failures.push(format!("{kind}: {found:?}"));
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
     #[test]
     fn storage_keys() {
         assert_eq!(

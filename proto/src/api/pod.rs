@@ -542,9 +542,10 @@ pub struct ContainerStatus {
     pub ready: bool,
     #[serde(default)]
     pub restart_count: i32,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    // Kubernetes writes both, empty until the runtime has pulled the image.
+    #[serde(default)]
     pub image: String,
-    #[serde(default, rename = "imageID", skip_serializing_if = "String::is_empty")]
+    #[serde(default, rename = "imageID")]
     pub image_id: String,
     #[serde(
         default,

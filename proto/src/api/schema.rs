@@ -104,42 +104,195 @@ pub fn unknown_fields(kind: Kind, object: &Value) -> Result<Vec<String>, SchemaE
     Ok(out)
 }
 
-/// `object` decoded as Kubernetes' type of `kind` and encoded again: only the fields Kubernetes
-/// knows survive.
-fn round_trip(kind: Kind, object: &Value) -> Result<Value, SchemaError> {
-    fn typed<T: DeserializeOwned + Serialize>(object: &Value) -> Result<Value, SchemaError> {
-        let decoded: T = serde_path_to_error::deserialize(object).map_err(|e| {
-            let path = e.path().to_string();
-            SchemaError::Type {
-                path: if path == "." { String::new() } else { path },
-                message: e.into_inner().to_string(),
-            }
-        })?;
-        Ok(serde_json::to_value(decoded)
-            .expect("invariant: Kubernetes' types always encode as JSON"))
-    }
+/// Something done with Kubernetes' own type of a kind: `k8s-openapi`'s struct, which knows
+/// every field of that Kubernetes release, its JSON type and its schema.
+pub trait WithType {
+    type Output;
+    fn with<T>(self) -> Self::Output
+    where
+        T: DeserializeOwned + Serialize + k8s_openapi::schemars::JsonSchema;
+}
+
+/// Calls `f` with Kubernetes' type of `kind`: the one place a kind is mapped to it.
+pub fn with_type<F: WithType>(kind: Kind, f: F) -> F::Output {
     match kind {
-        Kind::Pod => typed::<k8s::Pod>(object),
-        Kind::Node => typed::<k8s::Node>(object),
-        Kind::Namespace => typed::<k8s::Namespace>(object),
-        Kind::ResourceQuota => typed::<k8s::ResourceQuota>(object),
-        Kind::LimitRange => typed::<k8s::LimitRange>(object),
-        Kind::Binding => typed::<k8s::Binding>(object),
-        Kind::Event => typed::<k8s::Event>(object),
-        Kind::Deployment => typed::<apps::Deployment>(object),
-        Kind::ReplicaSet => typed::<apps::ReplicaSet>(object),
-        Kind::Role => typed::<rbac::Role>(object),
-        Kind::ClusterRole => typed::<rbac::ClusterRole>(object),
-        Kind::RoleBinding => typed::<rbac::RoleBinding>(object),
-        Kind::ClusterRoleBinding => typed::<rbac::ClusterRoleBinding>(object),
-        Kind::SubjectAccessReview => typed::<authz::SubjectAccessReview>(object),
-        Kind::SelfSubjectAccessReview => typed::<authz::SelfSubjectAccessReview>(object),
-        Kind::Secret => typed::<k8s::Secret>(object),
+        Kind::Pod => f.with::<k8s::Pod>(),
+        Kind::Node => f.with::<k8s::Node>(),
+        Kind::Namespace => f.with::<k8s::Namespace>(),
+        Kind::ResourceQuota => f.with::<k8s::ResourceQuota>(),
+        Kind::LimitRange => f.with::<k8s::LimitRange>(),
+        Kind::Binding => f.with::<k8s::Binding>(),
+        Kind::Event => f.with::<k8s::Event>(),
+        Kind::Deployment => f.with::<apps::Deployment>(),
+        Kind::ReplicaSet => f.with::<apps::ReplicaSet>(),
+        Kind::Role => f.with::<rbac::Role>(),
+        Kind::ClusterRole => f.with::<rbac::ClusterRole>(),
+        Kind::RoleBinding => f.with::<rbac::RoleBinding>(),
+        Kind::ClusterRoleBinding => f.with::<rbac::ClusterRoleBinding>(),
+        Kind::SubjectAccessReview => f.with::<authz::SubjectAccessReview>(),
+        Kind::SelfSubjectAccessReview => f.with::<authz::SelfSubjectAccessReview>(),
+        Kind::Secret => f.with::<k8s::Secret>(),
         Kind::CertificateSigningRequest => {
-            typed::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>(object)
+            f.with::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>()
         }
-        Kind::Service => typed::<k8s::Service>(object),
-        Kind::EndpointSlice => typed::<k8s_openapi::api::discovery::v1::EndpointSlice>(object),
+        Kind::Service => f.with::<k8s::Service>(),
+        Kind::EndpointSlice => f.with::<k8s_openapi::api::discovery::v1::EndpointSlice>(),
+    }
+}
+
+/// `object` decoded as Kubernetes' type of `kind` and encoded again: only the fields Kubernetes
+/// knows survive, and every field its Go type always writes is there (empty when unknown).
+pub fn round_trip(kind: Kind, object: &Value) -> Result<Value, SchemaError> {
+    struct RoundTrip<'a>(&'a Value);
+    impl WithType for RoundTrip<'_> {
+        type Output = Result<Value, SchemaError>;
+        fn with<T>(self) -> Self::Output
+        where
+            T: DeserializeOwned + Serialize + k8s_openapi::schemars::JsonSchema,
+        {
+            let decoded: T = serde_path_to_error::deserialize(self.0).map_err(|e| {
+                let path = e.path().to_string();
+                SchemaError::Type {
+                    path: if path == "." { String::new() } else { path },
+                    message: e.into_inner().to_string(),
+                }
+            })?;
+            Ok(serde_json::to_value(decoded)
+                .expect("invariant: Kubernetes' types always encode as JSON"))
+        }
+    }
+    with_type(kind, RoundTrip(object))
+}
+
+/// What in `object`, the JSON of an object of `kind` as served, Kubernetes' OpenAPI schema
+/// for that kind refuses: a required field absent or `null`, a value of the wrong JSON type, an
+/// integer out of its format's range, a `date-time` that is not RFC 3339. Each is named by its
+/// path (`status.nodeInfo.bootID`). Strict clients generated from the schema (the official
+/// Python client's models, for one) refuse an object with any of these; kube-apiserver never
+/// serves one, because its Go types write every field they do not mark `omitempty`.
+pub fn violations(kind: Kind, object: &Value) -> Vec<String> {
+    struct Check<'a>(&'a Value);
+    impl WithType for Check<'_> {
+        type Output = Vec<String>;
+        fn with<T>(self) -> Vec<String>
+        where
+            T: DeserializeOwned + Serialize + k8s_openapi::schemars::JsonSchema,
+        {
+            let mut generator =
+                k8s_openapi::schemars::generate::SchemaSettings::openapi3().into_generator();
+            let root = generator.subschema_for::<T>().to_value();
+            let definitions = generator.take_definitions(true);
+            let mut out = Vec::new();
+            check_value(self.0, &root, &definitions, &mut String::new(), &mut out);
+            out
+        }
+    }
+    with_type(kind, Check(object))
+}
+
+/// The definition a schema stands for: a `$ref`, or the one `allOf` that a field with a
+/// description of its own wraps its `$ref` in.
+pub(crate) fn reference(schema: &Value) -> Option<&str> {
+    let target = match schema.get("allOf").and_then(Value::as_array) {
+        Some(all) if all.len() == 1 => all[0].get("$ref"),
+        _ => schema.get("$ref"),
+    }?;
+    target.as_str()?.rsplit('/').next()
+}
+
+fn check_value(
+    value: &Value,
+    schema: &Value,
+    definitions: &serde_json::Map<String, Value>,
+    path: &mut String,
+    out: &mut Vec<String>,
+) {
+    let mut schema = schema;
+    while let Some(name) = reference(schema) {
+        match definitions.get(name) {
+            Some(s) => schema = s,
+            None => return,
+        }
+    }
+    let at = |path: &str| {
+        if path.is_empty() {
+            ".".to_owned()
+        } else {
+            path.to_owned()
+        }
+    };
+    let int_or_string = schema.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
+    if let Some(ty) = schema.get("type").and_then(Value::as_str) {
+        let ok = match ty {
+            "string" => value.is_string() || (int_or_string && value.is_i64()),
+            "integer" => value.is_i64() || value.is_u64(),
+            "number" => value.is_number(),
+            "boolean" => value.is_boolean(),
+            "array" => value.is_array(),
+            "object" => value.is_object(),
+            _ => true,
+        };
+        if !ok {
+            out.push(format!("{}: expected {ty}, found {value}", at(path)));
+            return;
+        }
+    }
+    match (schema.get("format").and_then(Value::as_str), value) {
+        (Some("int32"), Value::Number(n))
+            if n.as_i64().and_then(|n| i32::try_from(n).ok()).is_none() =>
+        {
+            out.push(format!("{}: {n} is not an int32", at(path)));
+        }
+        (Some("date-time"), Value::String(s))
+            if chrono::DateTime::parse_from_rfc3339(s).is_err() =>
+        {
+            out.push(format!("{}: {s:?} is not an RFC 3339 date-time", at(path)));
+        }
+        _ => {}
+    }
+    match value {
+        Value::Object(fields) => {
+            for required in schema
+                .get("required")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+            {
+                if fields.get(required).is_none_or(Value::is_null) {
+                    let sep = if path.is_empty() { "" } else { "." };
+                    out.push(format!("{path}{sep}{required}: required, absent"));
+                }
+            }
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (name, field) in fields {
+                let Some(field_schema) = properties.and_then(|p| p.get(name)).or(additional) else {
+                    continue;
+                };
+                if field.is_null() {
+                    continue;
+                }
+                let len = path.len();
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(name);
+                check_value(field, field_schema, definitions, path, out);
+                path.truncate(len);
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    let len = path.len();
+                    path.push_str(&format!("[{i}]"));
+                    check_value(item, item_schema, definitions, path, out);
+                    path.truncate(len);
+                }
+            }
+        }
+        _ => {}
     }
 }
 
