@@ -78,7 +78,7 @@ impl fmt::Display for ManifestError {
                 )
             }
             Problem::UnknownKind { api_version, kind } => {
-                let known = Kind::ALL.map(Kind::name).join(", ");
+                let known = Kind::all().map(Kind::name).collect::<Vec<_>>().join(", ");
                 write!(
                     f,
                     "kind: unknown kind {kind:?} (apiVersion {api_version:?}): Skiff serves {known}"
@@ -407,6 +407,11 @@ fn decode_typed<'de, D: serde::Deserializer<'de>>(kind: Kind, de: D) -> Result<O
         Kind::CertificateSigningRequest => Object::CertificateSigningRequest(typed(de)?),
         Kind::Service => Object::Service(typed(de)?),
         Kind::EndpointSlice => Object::EndpointSlice(typed(de)?),
+        Kind::Generic(_) => {
+            let value: serde_json::Value = typed(de)?;
+            Object::from_value(kind, value)
+                .map_err(|e| field_problem(e.path, e.source.to_string()))?
+        }
     })
 }
 
@@ -575,10 +580,10 @@ mod tests {
 
     #[test]
     fn unknown_kinds_and_versions() {
-        let e = one_error("apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: d}\n");
+        let e = one_error("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: d}\n");
         assert!(
             e.contains(
-                "kind: unknown kind \"StatefulSet\" (apiVersion \"apps/v1\"): Skiff serves Pod, Node"
+                "kind: unknown kind \"Widget\" (apiVersion \"example.com/v1\"): Skiff serves Pod, Node"
             ),
             "{e}"
         );

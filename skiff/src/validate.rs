@@ -210,6 +210,24 @@ fn summary(o: &Object) -> String {
             s.spec.ports.len()
         ),
         Object::EndpointSlice(s) => format!("{} endpoint(s)", s.endpoints.len()),
+        // What its table shows, but its age.
+        Object::Generic(g, _) => {
+            let served = o.to_json_value();
+            let now = chrono::Utc::now();
+            g.info()
+                .columns
+                .iter()
+                .filter(|c| c.name != "Age" && c.priority == 0)
+                .map(|c| {
+                    let cell = (c.cell)(&served, now);
+                    let text = cell
+                        .as_str()
+                        .map_or_else(|| cell.to_string(), str::to_owned);
+                    format!("{}={text}", c.name.to_ascii_lowercase())
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
         Object::CertificateSigningRequest(c) => format!(
             "certificate request to {}",
             if c.spec.signer_name.is_empty() {

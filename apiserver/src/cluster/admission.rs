@@ -619,6 +619,12 @@ pub fn with_spec(current: &Object, request: &Object) -> Result<Object> {
         (Object::ClusterRoleBinding(cur), Object::ClusterRoleBinding(new)) => {
             role_kept(current, &cur.role_ref, &new.role_ref)?;
         }
+        (Object::Generic(g, cur), Object::Generic(_, new)) if g.info().status => {
+            match cur.body.get("status") {
+                Some(status) => new.body.insert("status".to_owned(), status.clone()),
+                None => new.body.remove("status"),
+            };
+        }
         _ => {}
     }
     if spec_changed(current, &next) {
@@ -675,6 +681,12 @@ pub fn with_status(current: &Object, request: &Object) -> Result<Object> {
         (Object::Deployment(n), Object::Deployment(r)) => n.status = r.status.clone(),
         (Object::ReplicaSet(n), Object::ReplicaSet(r)) => n.status = r.status.clone(),
         (Object::Service(n), Object::Service(r)) => n.status = r.status.clone(),
+        (Object::Generic(g, n), Object::Generic(_, r)) if g.info().status => {
+            match r.body.get("status") {
+                Some(status) => n.body.insert("status".to_owned(), status.clone()),
+                None => n.body.remove("status"),
+            };
+        }
         (Object::CertificateSigningRequest(n), Object::CertificateSigningRequest(r)) => {
             // The signer's part: the certificate (once) and conditions other than the
             // approver's, which only the approval subresource changes.

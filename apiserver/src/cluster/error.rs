@@ -211,8 +211,7 @@ impl From<ClusterError> for Status {
 
 /// The kinds the cluster API stores, by name.
 fn stored_kinds() -> String {
-    Kind::ALL
-        .into_iter()
+    Kind::all()
         .filter(|k| k.is_stored())
         .map(Kind::name)
         .collect::<Vec<_>>()

@@ -1157,6 +1157,7 @@ impl ClusterApi {
         defaults::apply(&mut next);
         let allocation = self.service_addresses(Some(current), &mut next)?;
         validation::validate(&next).map_err(|e| validation_error(&next, e))?;
+        validation::validate_update(&next, current).map_err(|e| validation_error(&next, e))?;
         Ok((next, allocation))
     }
 
@@ -1284,10 +1285,7 @@ impl ClusterApi {
                 // Nothing may outlive its namespace (a Service would keep its addresses
                 // claimed): whatever it holds goes first. Events expire on their own.
                 let mut held = Vec::new();
-                for k in Kind::ALL
-                    .into_iter()
-                    .filter(|k| k.is_namespaced() && *k != Kind::Event)
-                {
+                for k in Kind::all().filter(|k| k.is_namespaced() && *k != Kind::Event) {
                     let prefix = k.prefix(Some(name));
                     let (_, items) =
                         self.range(k, prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0)?;

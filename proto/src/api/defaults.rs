@@ -28,6 +28,7 @@ pub fn apply(object: &mut Object) {
         meta.namespace = DEFAULT_NAMESPACE.to_owned();
     }
     match object {
+        Object::Generic(g, o) => crate::api::registry::apply_defaults(g.info(), o),
         Object::Pod(pod) => pod_spec_defaults(&mut pod.spec),
         Object::Deployment(d) => deployment_defaults(d),
         Object::ReplicaSet(rs) => replica_set_defaults(rs),
@@ -163,7 +164,7 @@ fn replica_set_defaults(rs: &mut ReplicaSet) {
     template_defaults(&mut rs.spec.template);
 }
 
-fn template_defaults(t: &mut PodTemplateSpec) {
+pub(crate) fn template_defaults(t: &mut PodTemplateSpec) {
     pod_spec_defaults(&mut t.spec);
 }
 

@@ -17,6 +17,9 @@
 //! | `certificates` | `CertificateSigningRequest`: certificates asked for, approved, signed |
 //! | `service`    | `Service`, `EndpointSlice`: stable addresses for the pods a selector picks |
 //! | `object`     | [`Object`], [`Kind`]: one enum over every kind, storage keys |
+//! | `registry`   | [`KindInfo`]: a kind served from its declaration; [`GenericObject`] |
+//! | `kinds`      | the declared kinds: ConfigMap, Job, DaemonSet, Lease, ...      |
+//! | `print`      | ages and field readers for table columns                    |
 //! | `vocabulary` | Kubernetes' fixed values as enums: phase, restart policy, conditions, taint effects |
 //! | `defaults`   | defaulting applied before validation                        |
 //! | `validation` | field-path errors for every rule                            |
@@ -26,12 +29,15 @@ pub mod apps;
 pub mod certificates;
 pub mod defaults;
 pub mod event;
+pub mod kinds;
 pub mod meta;
 pub mod namespace;
 pub mod node;
 pub mod object;
 pub mod pod;
+pub mod print;
 pub mod rbac;
+pub mod registry;
 pub mod schema;
 pub mod secret;
 pub mod service;
@@ -56,6 +62,7 @@ pub use namespace::{
 pub use node::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
 pub use object::{Kind, Object};
 pub use pod::{Container, Pod, PodCondition, PodSpec, PodStatus, Toleration};
+pub use registry::{GenericKind, GenericObject, KindInfo};
 pub use schema::{FieldValidation, SchemaError};
 pub use secret::Secret;
 pub use service::{EndpointSlice, Service};

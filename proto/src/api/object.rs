@@ -11,6 +11,7 @@ use super::namespace::{Binding, LimitRange, Namespace, ResourceQuota};
 use super::node::Node;
 use super::pod::Pod;
 use super::rbac::{AccessReview, ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use super::registry::{GenericKind, GenericObject};
 use super::secret::Secret;
 use super::service::{EndpointSlice, Service};
 
@@ -38,9 +39,12 @@ pub enum Kind {
     CertificateSigningRequest,
     Service,
     EndpointSlice,
+    /// A kind served from its declaration ([`super::registry`]).
+    Generic(GenericKind),
 }
 
 impl Kind {
+    /// The kinds with types of their own; [`Kind::all`] adds the declared ones.
     pub const ALL: [Kind; 19] = [
         Kind::Pod,
         Kind::Node,
@@ -63,9 +67,25 @@ impl Kind {
         Kind::EndpointSlice,
     ];
 
+    /// Every kind served.
+    pub fn all() -> impl Iterator<Item = Kind> {
+        Kind::ALL
+            .into_iter()
+            .chain(GenericKind::all().map(Kind::Generic))
+    }
+
+    /// The declaration of a declared kind.
+    pub fn declared(self) -> Option<&'static super::registry::KindInfo> {
+        match self {
+            Kind::Generic(g) => Some(g.info()),
+            _ => None,
+        }
+    }
+
     /// The `kind:` of a manifest.
     pub fn name(self) -> &'static str {
         match self {
+            Kind::Generic(g) => g.info().kind,
             Kind::Pod => "Pod",
             Kind::Node => "Node",
             Kind::Namespace => "Namespace",
@@ -91,6 +111,7 @@ impl Kind {
     /// The resource name: the storage path segment and what the CLI prints (`pod/web`).
     pub fn plural(self) -> &'static str {
         match self {
+            Kind::Generic(g) => g.info().plural,
             Kind::Pod => "pods",
             Kind::Node => "nodes",
             Kind::Namespace => "namespaces",
@@ -116,6 +137,7 @@ impl Kind {
     /// The group and version (`v1` for the core group, `apps/v1`), as `apiVersion:` says.
     pub fn api_version(self) -> &'static str {
         match self {
+            Kind::Generic(g) => g.info().api_version,
             Kind::Deployment | Kind::ReplicaSet => "apps/v1",
             Kind::Role | Kind::ClusterRole | Kind::RoleBinding | Kind::ClusterRoleBinding => {
                 "rbac.authorization.k8s.io/v1"
@@ -142,6 +164,9 @@ impl Kind {
     }
 
     pub fn is_namespaced(self) -> bool {
+        if let Kind::Generic(g) = self {
+            return g.info().namespaced;
+        }
         !matches!(
             self,
             Kind::Node
@@ -173,7 +198,7 @@ impl Kind {
 
     /// The manifest `kind:` (exact, as Kubernetes).
     pub fn from_name(name: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.name() == name)
+        Kind::all().find(|k| k.name() == name)
     }
 
     /// The singular resource name (`pod`), as discovery documents it.
@@ -185,6 +210,7 @@ impl Kind {
     /// them and kubectl accepts them.
     pub fn short_names(self) -> &'static [&'static str] {
         match self {
+            Kind::Generic(g) => g.info().short_names,
             Kind::Pod => &["po"],
             Kind::Node => &["no"],
             Kind::Namespace => &["ns"],
@@ -210,14 +236,13 @@ impl Kind {
     /// What a user types on the command line: `pod`, `pods`, `po`, `Pod`, `nodes`, `no`, `ns`, ...
     pub fn from_cli(word: &str) -> Option<Kind> {
         let w = word.to_ascii_lowercase();
-        Kind::ALL
-            .into_iter()
+        Kind::all()
             .find(|k| w == k.singular() || w == k.plural() || k.short_names().contains(&w.as_str()))
     }
 
     /// The resource of a REST path segment (`pods`), as the Kubernetes API names it.
     pub fn from_plural(plural: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.plural() == plural)
+        Kind::all().find(|k| k.plural() == plural)
     }
 
     /// Storage key of one object: `/registry/pods/<namespace>/<name>` or
@@ -270,6 +295,8 @@ pub enum Object {
     CertificateSigningRequest(CertificateSigningRequest),
     Service(Service),
     EndpointSlice(EndpointSlice),
+    /// An object of a declared kind.
+    Generic(GenericKind, GenericObject),
 }
 
 macro_rules! each_kind {
@@ -294,6 +321,7 @@ macro_rules! each_kind {
             Object::CertificateSigningRequest($o) => $e,
             Object::Service($o) => $e,
             Object::EndpointSlice($o) => $e,
+            Object::Generic(_, $o) => $e,
         }
     };
 }
@@ -370,6 +398,7 @@ impl Object {
             Object::CertificateSigningRequest(_) => Kind::CertificateSigningRequest,
             Object::Service(_) => Kind::Service,
             Object::EndpointSlice(_) => Kind::EndpointSlice,
+            Object::Generic(g, _) => Kind::Generic(*g),
         }
     }
 
@@ -462,6 +491,7 @@ impl Object {
             Kind::CertificateSigningRequest => Object::CertificateSigningRequest(decode(json)?),
             Kind::Service => Object::Service(decode(json)?),
             Kind::EndpointSlice => Object::EndpointSlice(decode(json)?),
+            Kind::Generic(g) => Object::Generic(g, decode(json)?),
         })
     }
 
@@ -498,6 +528,17 @@ impl Object {
             Kind::CertificateSigningRequest => Object::CertificateSigningRequest(typed(value)?),
             Kind::Service => Object::Service(typed(value)?),
             Kind::EndpointSlice => Object::EndpointSlice(typed(value)?),
+            // Through Kubernetes' type: every field its Go type always writes is there.
+            Kind::Generic(g) => {
+                let value = g.info().schema.round_trip(&value).map_err(|e| match e {
+                    super::schema::SchemaError::Type { path, message } => DecodeError {
+                        path,
+                        source: serde::de::Error::custom(message),
+                    },
+                    other => DecodeError::whole(other),
+                })?;
+                Object::Generic(g, typed(value)?)
+            }
         })
     }
 
@@ -635,26 +676,13 @@ mod tests {
         }
     }
 
-    /// Every field of Kubernetes' schema for `kind`, to `depth`, at its zero value: `""`, `0`,
-    /// `false`, one element per list, one entry per map. The object Skiff's types most often
-    /// leave fields out of.
+    /// Every field of Kubernetes' schema for `kind`, at its zero value: `""`, `0`, `false`,
+    /// one element per list, one entry per map (recursive types to a depth). The object Skiff's
+    /// types most often leave fields out of.
     fn zero_object(kind: Kind) -> serde_json::Value {
-        struct Zero;
-        impl super::super::schema::WithType for Zero {
-            type Output = serde_json::Value;
-            fn with<T>(self) -> serde_json::Value
-            where
-                T: serde::de::DeserializeOwned
-                    + serde::Serialize
-                    + k8s_openapi::schemars::JsonSchema,
-            {
-                let mut generator =
-                    k8s_openapi::schemars::generate::SchemaSettings::openapi3().into_generator();
-                let root = generator.subschema_for::<T>().to_value();
-                let definitions = generator.take_definitions(true);
-                zero(&root, &definitions, &mut Vec::new())
-            }
-        }
+        let (root, definitions) = super::super::schema::openapi(kind);
+        return zero(&root, &definitions, &mut Vec::new());
+
         fn zero(
             schema: &serde_json::Value,
             definitions: &serde_json::Map<String, serde_json::Value>,
@@ -707,7 +735,6 @@ mod tests {
                 }
             }
         }
-        super::super::schema::with_type(kind, Zero)
     }
 
     /// Every kind, with every field of Kubernetes' schema at its zero value, is served with
@@ -716,7 +743,7 @@ mod tests {
     #[test]
     fn zero_values_are_served_as_kubernetes_serves_them() {
         let mut failures = Vec::new();
-        for kind in Kind::ALL {
+        for kind in Kind::all() {
             let mut json = zero_object(kind);
             json["apiVersion"] = kind.api_version().into();
             json["kind"] = kind.name().into();
@@ -793,6 +820,7 @@ mod tests {
         }
         assert_eq!(Kind::from_cli("deploy"), Some(Kind::Deployment));
         assert_eq!(Kind::from_cli("rs"), Some(Kind::ReplicaSet));
-        assert_eq!(Kind::from_cli("statefulsets"), None);
+        assert_eq!(Kind::from_cli("sts").map(Kind::name), Some("StatefulSet"));
+        assert_eq!(Kind::from_cli("widgets"), None);
     }
 }

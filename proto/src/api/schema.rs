@@ -17,11 +17,12 @@ use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::authorization::v1 as authz;
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::api::rbac::v1 as rbac;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use std::marker::PhantomData;
+
 use serde_json::Value;
 
 use super::Kind;
+use super::registry::{KubeType, Typed};
 
 /// kube-apiserver's `fieldValidation` query parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -104,64 +105,55 @@ pub fn unknown_fields(kind: Kind, object: &Value) -> Result<Vec<String>, SchemaE
     Ok(out)
 }
 
-/// Something done with Kubernetes' own type of a kind: `k8s-openapi`'s struct, which knows
-/// every field of that Kubernetes release, its JSON type and its schema.
-pub trait WithType {
-    type Output;
-    fn with<T>(self) -> Self::Output
-    where
-        T: DeserializeOwned + Serialize + k8s_openapi::schemars::JsonSchema;
-}
-
-/// Calls `f` with Kubernetes' type of `kind`: the one place a kind is mapped to it.
-pub fn with_type<F: WithType>(kind: Kind, f: F) -> F::Output {
+/// Kubernetes' own type of `kind`: the one place a kind is mapped to it.
+pub fn kube_type(kind: Kind) -> &'static dyn KubeType {
+    macro_rules! typed {
+        ($t:ty) => {
+            &Typed::<$t>(PhantomData)
+        };
+    }
     match kind {
-        Kind::Pod => f.with::<k8s::Pod>(),
-        Kind::Node => f.with::<k8s::Node>(),
-        Kind::Namespace => f.with::<k8s::Namespace>(),
-        Kind::ResourceQuota => f.with::<k8s::ResourceQuota>(),
-        Kind::LimitRange => f.with::<k8s::LimitRange>(),
-        Kind::Binding => f.with::<k8s::Binding>(),
-        Kind::Event => f.with::<k8s::Event>(),
-        Kind::Deployment => f.with::<apps::Deployment>(),
-        Kind::ReplicaSet => f.with::<apps::ReplicaSet>(),
-        Kind::Role => f.with::<rbac::Role>(),
-        Kind::ClusterRole => f.with::<rbac::ClusterRole>(),
-        Kind::RoleBinding => f.with::<rbac::RoleBinding>(),
-        Kind::ClusterRoleBinding => f.with::<rbac::ClusterRoleBinding>(),
-        Kind::SubjectAccessReview => f.with::<authz::SubjectAccessReview>(),
-        Kind::SelfSubjectAccessReview => f.with::<authz::SelfSubjectAccessReview>(),
-        Kind::Secret => f.with::<k8s::Secret>(),
+        Kind::Pod => typed!(k8s::Pod),
+        Kind::Node => typed!(k8s::Node),
+        Kind::Namespace => typed!(k8s::Namespace),
+        Kind::ResourceQuota => typed!(k8s::ResourceQuota),
+        Kind::LimitRange => typed!(k8s::LimitRange),
+        Kind::Binding => typed!(k8s::Binding),
+        Kind::Event => typed!(k8s::Event),
+        Kind::Deployment => typed!(apps::Deployment),
+        Kind::ReplicaSet => typed!(apps::ReplicaSet),
+        Kind::Role => typed!(rbac::Role),
+        Kind::ClusterRole => typed!(rbac::ClusterRole),
+        Kind::RoleBinding => typed!(rbac::RoleBinding),
+        Kind::ClusterRoleBinding => typed!(rbac::ClusterRoleBinding),
+        Kind::SubjectAccessReview => typed!(authz::SubjectAccessReview),
+        Kind::SelfSubjectAccessReview => typed!(authz::SelfSubjectAccessReview),
+        Kind::Secret => typed!(k8s::Secret),
         Kind::CertificateSigningRequest => {
-            f.with::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>()
+            typed!(k8s_openapi::api::certificates::v1::CertificateSigningRequest)
         }
-        Kind::Service => f.with::<k8s::Service>(),
-        Kind::EndpointSlice => f.with::<k8s_openapi::api::discovery::v1::EndpointSlice>(),
+        Kind::Service => typed!(k8s::Service),
+        Kind::EndpointSlice => typed!(k8s_openapi::api::discovery::v1::EndpointSlice),
+        Kind::Generic(g) => g.info().schema,
     }
 }
 
 /// `object` decoded as Kubernetes' type of `kind` and encoded again: only the fields Kubernetes
 /// knows survive, and every field its Go type always writes is there (empty when unknown).
 pub fn round_trip(kind: Kind, object: &Value) -> Result<Value, SchemaError> {
-    struct RoundTrip<'a>(&'a Value);
-    impl WithType for RoundTrip<'_> {
-        type Output = Result<Value, SchemaError>;
-        fn with<T>(self) -> Self::Output
-        where
-            T: DeserializeOwned + Serialize + k8s_openapi::schemars::JsonSchema,
-        {
-            let decoded: T = serde_path_to_error::deserialize(self.0).map_err(|e| {
-                let path = e.path().to_string();
-                SchemaError::Type {
-                    path: if path == "." { String::new() } else { path },
-                    message: e.into_inner().to_string(),
-                }
-            })?;
-            Ok(serde_json::to_value(decoded)
-                .expect("invariant: Kubernetes' types always encode as JSON"))
-        }
-    }
-    with_type(kind, RoundTrip(object))
+    kube_type(kind).round_trip(object)
+}
+
+/// Kubernetes' schema of `kind`, as a reference to its definition, and every definition.
+pub fn openapi(kind: Kind) -> (Value, serde_json::Map<String, Value>) {
+    let mut generator =
+        k8s_openapi::schemars::generate::SchemaSettings::openapi3().into_generator();
+    let name = kube_type(kind).schema(&mut generator);
+    let definitions = generator.take_definitions(true);
+    (
+        serde_json::json!({ "$ref": format!("#/components/schemas/{name}") }),
+        definitions,
+    )
 }
 
 /// What in `object`, the JSON of an object of `kind` as served, Kubernetes' OpenAPI schema
@@ -171,23 +163,10 @@ pub fn round_trip(kind: Kind, object: &Value) -> Result<Value, SchemaError> {
 /// Python client's models, for one) refuse an object with any of these; kube-apiserver never
 /// serves one, because its Go types write every field they do not mark `omitempty`.
 pub fn violations(kind: Kind, object: &Value) -> Vec<String> {
-    struct Check<'a>(&'a Value);
-    impl WithType for Check<'_> {
-        type Output = Vec<String>;
-        fn with<T>(self) -> Vec<String>
-        where
-            T: DeserializeOwned + Serialize + k8s_openapi::schemars::JsonSchema,
-        {
-            let mut generator =
-                k8s_openapi::schemars::generate::SchemaSettings::openapi3().into_generator();
-            let root = generator.subschema_for::<T>().to_value();
-            let definitions = generator.take_definitions(true);
-            let mut out = Vec::new();
-            check_value(self.0, &root, &definitions, &mut String::new(), &mut out);
-            out
-        }
-    }
-    with_type(kind, Check(object))
+    let (root, definitions) = openapi(kind);
+    let mut out = Vec::new();
+    check_value(object, &root, &definitions, &mut String::new(), &mut out);
+    out
 }
 
 /// The definition a schema stands for: a `$ref`, or the one `allOf` that a field with a

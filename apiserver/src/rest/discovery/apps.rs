@@ -66,7 +66,12 @@ mod tests {
                 group("rbac.authorization.k8s.io"),
                 group("authorization.k8s.io"),
                 group("discovery.k8s.io"),
-                group("certificates.k8s.io")
+                group("certificates.k8s.io"),
+                group("coordination.k8s.io"),
+                group("batch"),
+                group("policy"),
+                group("scheduling.k8s.io"),
+                group("storage.k8s.io")
             ])
         );
         let aggregated = aggregated_groups();

@@ -192,9 +192,38 @@ static GROUPS: [&[Resource]; 6] = [
     certificates::RESOURCES,
 ];
 
-/// Every served resource, in discovery order.
+/// The declared kinds' resources ([`skiff_proto::api::registry`]): every verb, and `status`
+/// where the kind has one.
+static DECLARED: std::sync::LazyLock<Vec<Resource>> = std::sync::LazyLock::new(|| {
+    skiff_proto::api::GenericKind::all()
+        .map(|g| {
+            let info = g.info();
+            let subresources: &'static [Subresource] = if info.status {
+                Box::leak(Box::new([Subresource {
+                    name: "status",
+                    kind: info.kind,
+                    api_version: None,
+                    verbs: STATUS_VERBS,
+                }]))
+            } else {
+                &[]
+            };
+            Resource {
+                kind: Kind::Generic(g),
+                verbs: READ_WRITE,
+                subresources,
+                categories: info.categories,
+            }
+        })
+        .collect()
+});
+
+/// Every served resource, in discovery order: each group's own, then the declared kinds'.
 pub fn resources() -> impl Iterator<Item = &'static Resource> {
-    GROUPS.iter().flat_map(|group| group.iter())
+    GROUPS
+        .iter()
+        .flat_map(|group| group.iter())
+        .chain(DECLARED.iter())
 }
 
 /// The served resource of `kind`, if any.
@@ -434,11 +463,11 @@ mod tests {
     /// Every kind the cluster API stores is served, each once, and nothing else.
     #[test]
     fn every_kind_is_served_once() {
-        for kind in Kind::ALL {
+        for kind in Kind::all() {
             assert_eq!(resources().filter(|r| r.kind == kind).count(), 1, "{kind}");
             assert_eq!(resource(kind).map(|r| r.kind), Some(kind));
         }
-        assert_eq!(resources().count(), Kind::ALL.len());
+        assert_eq!(resources().count(), Kind::all().count());
     }
 
     /// The aggregated core document has the apidiscovery v2 shape client-go decodes, and
@@ -531,7 +560,12 @@ mod tests {
                 "rbac.authorization.k8s.io",
                 "authorization.k8s.io",
                 "discovery.k8s.io",
-                "certificates.k8s.io"
+                "certificates.k8s.io",
+                "coordination.k8s.io",
+                "batch",
+                "policy",
+                "scheduling.k8s.io",
+                "storage.k8s.io"
             ]
         );
         let list: meta::APIResourceList =
@@ -543,8 +577,8 @@ mod tests {
             .expect("pods/eviction");
         assert_eq!(eviction.group.as_deref(), Some("policy"));
         // nine core resources, six pod subresources, and the status of nodes, namespaces
-        // and services
-        assert_eq!(list.resources.len(), 9 + 9);
+        // and services; six declared kinds, and the status of three of them
+        assert_eq!(list.resources.len(), 9 + 9 + 6 + 3);
         let apps: meta::APIResourceList =
             serde_json::from_value(resource_list(GroupVersion::parse("apps/v1")))
                 .expect("APIResourceList");
@@ -554,13 +588,18 @@ mod tests {
             [
                 "deployments",
                 "replicasets",
+                "daemonsets",
+                "statefulsets",
+                "controllerrevisions",
                 "deployments/scale",
                 "deployments/status",
                 "replicasets/scale",
-                "replicasets/status"
+                "replicasets/status",
+                "daemonsets/status",
+                "statefulsets/status"
             ]
         );
-        let scale = &apps.resources[2];
+        let scale = &apps.resources[5];
         assert_eq!(
             (scale.group.as_deref(), scale.version.as_deref()),
             (Some("autoscaling"), Some("v1"))
@@ -586,7 +625,12 @@ mod tests {
                 GroupVersion::parse("rbac.authorization.k8s.io/v1"),
                 GroupVersion::parse("authorization.k8s.io/v1"),
                 GroupVersion::parse("discovery.k8s.io/v1"),
-                GroupVersion::parse("certificates.k8s.io/v1")
+                GroupVersion::parse("certificates.k8s.io/v1"),
+                GroupVersion::parse("coordination.k8s.io/v1"),
+                GroupVersion::parse("batch/v1"),
+                GroupVersion::parse("policy/v1"),
+                GroupVersion::parse("scheduling.k8s.io/v1"),
+                GroupVersion::parse("storage.k8s.io/v1")
             ]
         );
     }

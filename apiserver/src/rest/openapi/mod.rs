@@ -289,6 +289,11 @@ mod tests {
             "apis/authorization.k8s.io/v1",
             "apis/certificates.k8s.io/v1",
             "apis/discovery.k8s.io/v1",
+            "apis/coordination.k8s.io/v1",
+            "apis/batch/v1",
+            "apis/policy/v1",
+            "apis/scheduling.k8s.io/v1",
+            "apis/storage.k8s.io/v1",
         ];
         for path in paths {
             let url = index["paths"][path]["serverRelativeURL"]

@@ -57,7 +57,12 @@ pub(super) fn kind_schema(
         ("certificates.k8s.io", "v1", "CertificateSigningRequest") => {
             add::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>(generator)
         }
-        _ => return None,
+        _ => {
+            let declared = skiff_proto::api::GenericKind::all()
+                .map(|g| g.info())
+                .find(|info| info.kind == kind && info.api_version == gv.api_version())?;
+            declared.schema.schema(generator)
+        }
     })
 }
 

@@ -79,6 +79,18 @@ pub(super) fn for_kind(kind: Kind) -> &'static Schema {
         | Kind::Secret
         | Kind::CertificateSigningRequest
         | Kind::EndpointSlice => &METADATA_ONLY,
+        Kind::Generic(g) => {
+            let info = g.info();
+            match (info.group(), info.kind) {
+                ("", "ServiceAccount") => &SERVICE_ACCOUNT,
+                ("", "PodTemplate") => &POD_TEMPLATE,
+                ("batch", "CronJob") => &CRON_JOB,
+                // Jobs, DaemonSets, StatefulSets and ReplicationControllers tag their
+                // template and their status conditions as Deployments do.
+                _ if info.template == Some("/spec/template") => &WORKLOAD,
+                _ => &METADATA_ONLY,
+            }
+        }
     }
 }
 
@@ -237,6 +249,38 @@ static WORKLOAD: Schema = Schema {
         nested("metadata", &OBJECT_META),
         nested("spec", &WORKLOAD_SPEC),
         nested("status", &WORKLOAD_STATUS),
+    ],
+};
+
+/// core/v1 ServiceAccount: its secrets merge by name.
+static SERVICE_ACCOUNT: Schema = Schema {
+    fields: &[nested("metadata", &OBJECT_META), by_key("secrets", "name")],
+};
+
+/// core/v1 PodTemplate: the template at the top.
+static POD_TEMPLATE: Schema = Schema {
+    fields: &[
+        nested("metadata", &OBJECT_META),
+        nested("template", &POD_TEMPLATE_SPEC),
+    ],
+};
+
+/// batch/v1 CronJob: a Job's template in `spec.jobTemplate`.
+static CRON_JOB: Schema = Schema {
+    fields: &[
+        nested("metadata", &OBJECT_META),
+        nested("spec", &CRON_JOB_SPEC),
+    ],
+};
+
+static CRON_JOB_SPEC: Schema = Schema {
+    fields: &[nested("jobTemplate", &JOB_TEMPLATE)],
+};
+
+static JOB_TEMPLATE: Schema = Schema {
+    fields: &[
+        nested("metadata", &OBJECT_META),
+        nested("spec", &WORKLOAD_SPEC),
     ],
 };
 

@@ -86,6 +86,61 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
             }
             o
         }
+        ("v1", "ConfigMap") => {
+            use base64::Engine as _;
+            let cm = core::ConfigMap::decode(raw.as_slice()).map_err(|e| bad("ConfigMap", e))?;
+            let mut o = object(cm.metadata);
+            if !cm.data.is_empty() {
+                o.insert("data".into(), json!(cm.data));
+            }
+            if !cm.binary_data.is_empty() {
+                let binary: Map<String, Value> = cm
+                    .binary_data
+                    .into_iter()
+                    .map(|(k, v)| {
+                        (
+                            k,
+                            json!(base64::engine::general_purpose::STANDARD.encode(v)),
+                        )
+                    })
+                    .collect();
+                o.insert("binaryData".into(), Value::Object(binary));
+            }
+            if let Some(i) = cm.immutable {
+                o.insert("immutable".into(), json!(i));
+            }
+            o
+        }
+        ("v1", "ServiceAccount") => {
+            let sa = core::ServiceAccount::decode(raw.as_slice())
+                .map_err(|e| bad("ServiceAccount", e))?;
+            let mut o = object(sa.metadata);
+            let names = |refs: Vec<String>| -> Value {
+                refs.into_iter()
+                    .map(|name| json!({ "name": name }))
+                    .collect()
+            };
+            if !sa.secrets.is_empty() {
+                let secrets = sa
+                    .secrets
+                    .into_iter()
+                    .filter_map(|r| r.name)
+                    .collect::<Vec<_>>();
+                o.insert("secrets".into(), names(secrets));
+            }
+            if !sa.image_pull_secrets.is_empty() {
+                let secrets = sa
+                    .image_pull_secrets
+                    .into_iter()
+                    .filter_map(|r| r.name)
+                    .collect::<Vec<_>>();
+                o.insert("imagePullSecrets".into(), names(secrets));
+            }
+            if let Some(a) = sa.automount_service_account_token {
+                o.insert("automountServiceAccountToken".into(), json!(a));
+            }
+            o
+        }
         ("certificates.k8s.io/v1", "CertificateSigningRequest") => {
             let c = certificates::CertificateSigningRequest::decode(raw.as_slice())
                 .map_err(|e| bad("CertificateSigningRequest", e))?;
@@ -224,8 +279,8 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
         }
         _ => {
             return Err(unsupported(format!(
-                "{MEDIA_TYPE} bodies are read for Namespace, ResourceQuota, Secret, \
-                 Deployment, Service, CertificateSigningRequest, Eviction, DeleteOptions, the RBAC kinds and access reviews; send \
+                "{MEDIA_TYPE} bodies are read for Namespace, ResourceQuota, Secret, ConfigMap, \
+                 ServiceAccount, Deployment, Service, CertificateSigningRequest, Eviction, DeleteOptions, the RBAC kinds and access reviews; send \
                  {kind} ({api_version}) as application/json"
             )));
         }
@@ -660,6 +715,41 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Secret",
                    "metadata": {"name": "s", "namespace": "team"},
                    "data": {"user": "YWxpY2U="}, "type": "Opaque"})
+        );
+    }
+
+    /// `kubectl create configmap c --from-literal=a=1 --from-file=bin`, and `kubectl create
+    /// serviceaccount`.
+    #[test]
+    fn config_map_and_service_account() {
+        let cm = core::ConfigMap {
+            metadata: Some(meta::ObjectMeta {
+                name: Some("c".into()),
+                ..Default::default()
+            }),
+            data: [("a".to_string(), "1".to_string())].into(),
+            binary_data: [("bin".to_string(), vec![0u8, 1])].into(),
+            immutable: None,
+        };
+        let v = to_json(&envelope("v1", "ConfigMap", cm.encode_to_vec())).unwrap();
+        assert_eq!(
+            v,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+                   "data": {"a": "1"}, "binaryData": {"bin": "AAE="}})
+        );
+        let sa = core::ServiceAccount {
+            metadata: Some(meta::ObjectMeta {
+                name: Some("robot".into()),
+                ..Default::default()
+            }),
+            automount_service_account_token: Some(false),
+            ..Default::default()
+        };
+        let v = to_json(&envelope("v1", "ServiceAccount", sa.encode_to_vec())).unwrap();
+        assert_eq!(
+            v,
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"},
+                   "automountServiceAccountToken": false})
         );
     }
 

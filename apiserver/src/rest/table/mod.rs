@@ -29,9 +29,9 @@ mod core;
 mod endpoint_slices;
 mod rbac;
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
-use skiff_proto::api::Kind;
+use skiff_proto::api::{Kind, KindInfo};
 
 /// What each row's `object` holds: the `includeObject` query parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -108,7 +108,20 @@ pub fn table(
     };
     table.insert("metadata".into(), metadata);
     if with_columns {
-        let columns: Vec<Value> = printer.columns().iter().map(Column::to_json).collect();
+        let columns: Vec<Value> = match printer {
+            Printer::Declared(info) => std::iter::once(NAME.to_json())
+                .chain(info.columns.iter().map(|c| {
+                    json!({
+                        "name": c.name,
+                        "type": c.type_,
+                        "format": c.format,
+                        "description": c.description,
+                        "priority": c.priority,
+                    })
+                }))
+                .collect(),
+            _ => printer.columns().iter().map(Column::to_json).collect(),
+        };
         table.insert("columnDefinitions".into(), columns.into());
     }
     table.insert("rows".into(), rows.into());
@@ -225,11 +238,15 @@ enum Printer {
     EndpointSlice,
     /// Kubernetes' default table, for kinds without a printer.
     Default,
+    /// A declared kind's columns, after its name.
+    Declared(&'static KindInfo),
 }
 
 impl Printer {
     fn of(kind: Kind) -> Printer {
         match kind {
+            Kind::Generic(g) if g.info().columns.is_empty() => Printer::Default,
+            Kind::Generic(g) => Printer::Declared(g.info()),
             Kind::Pod => Printer::Pod,
             Kind::Node => Printer::Node,
             Kind::Namespace => Printer::Namespace,
@@ -265,7 +282,7 @@ impl Printer {
             Printer::CertificateSigningRequest => certificates::CSR_COLUMNS,
             Printer::Service => core::SERVICE_COLUMNS,
             Printer::EndpointSlice => endpoint_slices::ENDPOINT_SLICE_COLUMNS,
-            Printer::Default => DEFAULT_COLUMNS,
+            Printer::Default | Printer::Declared(_) => DEFAULT_COLUMNS,
         }
     }
 
@@ -286,24 +303,13 @@ impl Printer {
                 Row::cells(endpoint_slices::endpoint_slice_cells(object, now))
             }
             Printer::Default => Row::cells(vec![name(object).into(), created_at(object).into()]),
+            Printer::Declared(info) => Row::cells(
+                std::iter::once(name(object).into())
+                    .chain(info.columns.iter().map(|c| (c.cell)(object, now)))
+                    .collect(),
+            ),
         }
     }
-}
-
-/// The string at a JSON pointer, or `""` (Go's zero value, which the printers test for).
-fn text<'a>(object: &'a Value, pointer: &str) -> &'a str {
-    object
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-}
-
-/// The integer at a JSON pointer, or 0.
-fn number(object: &Value, pointer: &str) -> i64 {
-    object
-        .pointer(pointer)
-        .and_then(Value::as_i64)
-        .unwrap_or_default()
 }
 
 fn flag(object: &Value, pointer: &str) -> bool {
@@ -321,22 +327,8 @@ fn items<'a>(object: &'a Value, pointer: &str) -> &'a [Value] {
         .map_or(&[], Vec::as_slice)
 }
 
-/// The timestamp at a JSON pointer (RFC 3339, as the API writes `Time` and `MicroTime`);
-/// absent, null and unparsable all read as Go's zero time.
-fn time(object: &Value, pointer: &str) -> Option<DateTime<Utc>> {
-    let text = object.pointer(pointer)?.as_str()?;
-    DateTime::parse_from_rfc3339(text)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
-}
-
 fn name(object: &Value) -> &str {
     text(object, "/metadata/name")
-}
-
-/// The time since `t` as kubectl prints ages, or `<unknown>` for the zero time.
-fn since(t: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
-    t.map_or_else(|| "<unknown>".to_owned(), |t| human_duration(now - t))
 }
 
 fn age(object: &Value, now: DateTime<Utc>) -> String {
@@ -351,57 +343,8 @@ fn created_at(object: &Value) -> String {
     )
 }
 
-/// A duration the way kubectl prints ages (apimachinery's `duration.HumanDuration`): about
-/// two significant figures, `45s`, `3m20s`, `5h`, `2d3h`, `400d`, `3y20d`. Clocks a second
-/// apart count as now; a time further in the future is `<invalid>`.
-pub fn human_duration(d: TimeDelta) -> String {
-    let seconds = d.num_seconds();
-    if seconds < -1 {
-        return "<invalid>".to_owned();
-    }
-    if seconds < 0 {
-        return "0s".to_owned();
-    }
-    if seconds < 60 * 2 {
-        return format!("{seconds}s");
-    }
-    let minutes = d.num_minutes();
-    if minutes < 10 {
-        return match seconds % 60 {
-            0 => format!("{minutes}m"),
-            s => format!("{minutes}m{s}s"),
-        };
-    }
-    if minutes < 60 * 3 {
-        return format!("{minutes}m");
-    }
-    let hours = d.num_hours();
-    if hours < 8 {
-        return match minutes % 60 {
-            0 => format!("{hours}h"),
-            m => format!("{hours}h{m}m"),
-        };
-    }
-    if hours < 48 {
-        return format!("{hours}h");
-    }
-    if hours < 24 * 8 {
-        return match hours % 24 {
-            0 => format!("{}d", hours / 24),
-            h => format!("{}d{h}h", hours / 24),
-        };
-    }
-    if hours < 24 * 365 * 2 {
-        return format!("{}d", hours / 24);
-    }
-    if hours < 24 * 365 * 8 {
-        return match (hours / 24) % 365 {
-            0 => format!("{}y", hours / 24 / 365),
-            d => format!("{}y{d}d", hours / 24 / 365),
-        };
-    }
-    format!("{}y", hours / 24 / 365)
-}
+pub use skiff_proto::api::print::human_duration;
+use skiff_proto::api::print::{number, since, text, time};
 
 fn or_none(s: &str) -> &str {
     if s.is_empty() { "<none>" } else { s }
@@ -415,6 +358,7 @@ fn or_unknown(s: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::TimeDelta;
 
     pub(super) fn now() -> DateTime<Utc> {
         DateTime::parse_from_rfc3339("2025-06-01T12:00:00Z")

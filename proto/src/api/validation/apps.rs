@@ -26,7 +26,7 @@ pub(super) fn validate_deployment(errs: &mut Errors, d: &Deployment) {
             format!("invalid value {deadline}: must be greater than minReadySeconds"),
         );
     }
-    selector_and_template(errs, &spec, &s.selector, &s.template);
+    selector_and_template(errs, "Deployment", &spec, &s.selector, &s.template);
     let Some(strategy) = &s.strategy else {
         return;
     };
@@ -65,7 +65,13 @@ pub(super) fn validate_replica_set(errs: &mut Errors, rs: &ReplicaSet) {
         &spec.field("minReadySeconds"),
         rs.spec.min_ready_seconds,
     );
-    selector_and_template(errs, &spec, &rs.spec.selector, &rs.spec.template);
+    selector_and_template(
+        errs,
+        "ReplicaSet",
+        &spec,
+        &rs.spec.selector,
+        &rs.spec.template,
+    );
     if let Some(status) = &rs.status {
         let p = Path::root("status");
         for (field, v) in [
@@ -79,7 +85,7 @@ pub(super) fn validate_replica_set(errs: &mut Errors, rs: &ReplicaSet) {
     }
 }
 
-fn non_negative(errs: &mut Errors, path: &Path, value: Option<i32>) {
+pub(crate) fn non_negative(errs: &mut Errors, path: &Path, value: Option<i32>) {
     if let Some(v) = value
         && v < 0
     {
@@ -89,7 +95,7 @@ fn non_negative(errs: &mut Errors, path: &Path, value: Option<i32>) {
 
 /// A count or a percentage (`25%`) that is at least 0, and at most 100 % when it bounds
 /// unavailability; its value when it is a plain count.
-fn int_or_percent(
+pub(crate) fn int_or_percent(
     errs: &mut Errors,
     path: &Path,
     value: &IntOrString,
@@ -117,8 +123,9 @@ fn int_or_percent(
 
 /// The selector selects something and selects the template's pods; the template is a valid
 /// pod that always restarts (a workload's pods are replaced, never left finished).
-fn selector_and_template(
+pub(crate) fn selector_and_template(
     errs: &mut Errors,
+    kind: &str,
     spec: &Path,
     selector: &LabelSelector,
     template: &PodTemplateSpec,
@@ -127,7 +134,10 @@ fn selector_and_template(
     if selector.match_labels.is_empty() && selector.match_expressions.is_empty() {
         errs.add(
             &sel,
-            "invalid value: empty selector is invalid for deployment and replicaset",
+            format!(
+                "invalid value: empty selector is invalid for {}",
+                kind.to_ascii_lowercase()
+            ),
         );
     } else {
         validate_selector(errs, &sel, selector);
@@ -202,9 +212,7 @@ spec:
         let yaml = WEB.replace("selector: {matchLabels: {app: web}}", "selector: {}");
         assert_eq!(
             errors(Kind::ReplicaSet, &yaml),
-            [
-                "spec.selector: invalid value: empty selector is invalid for deployment and replicaset"
-            ]
+            ["spec.selector: invalid value: empty selector is invalid for replicaset"]
         );
     }
 

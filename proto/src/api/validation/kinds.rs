@@ -199,25 +199,30 @@ pub const SECRET_MAX_BYTES: usize = 1024 * 1024;
 
 /// A Secret's keys are config keys (`[-._a-zA-Z0-9]+`, not `.` or `..`), its data at most
 /// 1 MiB; a bootstrap token's Secret is named after its token id.
+/// A key of a Secret's or a ConfigMap's data: what can be a file name in a volume.
+pub(crate) fn config_key(errs: &mut Errors, path: &Path, key: &str) {
+    let ok = !key.is_empty()
+        && key.len() <= 253
+        && key != "."
+        && key != ".."
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !ok {
+        errs.add(
+            path,
+            format!(
+                "Invalid value: {key:?}: a valid config key must consist of alphanumeric \
+                 characters, '-', '_' or '.' (e.g. 'key.name')"
+            ),
+        );
+    }
+}
+
 pub(super) fn validate_secret(errs: &mut Errors, s: &Secret) {
     let data = Path::root("data");
     for key in s.data.keys() {
-        let ok = !key.is_empty()
-            && key.len() <= 253
-            && key != "."
-            && key != ".."
-            && key
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-        if !ok {
-            errs.add(
-                &data.key(key),
-                format!(
-                    "Invalid value: {key:?}: a valid config key must consist of alphanumeric \
-                     characters, '-', '_' or '.' (e.g. 'key.name')"
-                ),
-            );
-        }
+        config_key(errs, &data.key(key), key);
     }
     let total: usize = s.data.values().map(Vec::len).sum();
     if total > SECRET_MAX_BYTES {

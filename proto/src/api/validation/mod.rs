@@ -19,11 +19,11 @@ use std::fmt;
 
 use super::object::{Kind, Object};
 
-mod apps;
+pub(crate) mod apps;
 mod certificates;
-mod kinds;
-mod names;
-mod pod;
+pub(crate) mod kinds;
+pub(crate) mod names;
+pub(crate) mod pod;
 mod rbac;
 mod resources;
 mod service;
@@ -62,24 +62,24 @@ impl fmt::Display for ValidationErrors {
 
 /// A JSON path under construction: `spec`, `.containers`, `[0]`, `.name`.
 #[derive(Debug, Clone)]
-struct Path(String);
+pub(crate) struct Path(String);
 
 impl Path {
-    fn root(name: &str) -> Path {
+    pub(crate) fn root(name: &str) -> Path {
         Path(name.to_owned())
     }
-    fn field(&self, name: &str) -> Path {
+    pub(crate) fn field(&self, name: &str) -> Path {
         if self.0.is_empty() {
             Path(name.to_owned())
         } else {
             Path(format!("{}.{name}", self.0))
         }
     }
-    fn index(&self, i: usize) -> Path {
+    pub(crate) fn index(&self, i: usize) -> Path {
         Path(format!("{}[{i}]", self.0))
     }
     /// A map key; keys that are not plain words are bracketed: `labels["app.kubernetes.io/name"]`.
-    fn key(&self, k: &str) -> Path {
+    pub(crate) fn key(&self, k: &str) -> Path {
         if !k.is_empty()
             && k.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
@@ -92,17 +92,17 @@ impl Path {
 }
 
 #[derive(Default)]
-struct Errors(Vec<FieldError>);
+pub(crate) struct Errors(Vec<FieldError>);
 
 impl Errors {
-    fn add(&mut self, path: &Path, message: impl Into<String>) {
+    pub(crate) fn add(&mut self, path: &Path, message: impl Into<String>) {
         self.0.push(FieldError {
             path: path.0.clone(),
             message: message.into(),
         });
     }
 
-    fn one_of(&mut self, path: &Path, value: &str, allowed: &[&str]) {
+    pub(crate) fn one_of(&mut self, path: &Path, value: &str, allowed: &[&str]) {
         if !allowed.contains(&value) {
             let list = allowed
                 .iter()
@@ -116,7 +116,7 @@ impl Errors {
         }
     }
 
-    fn finish(self) -> Result<(), ValidationErrors> {
+    pub(crate) fn finish(self) -> Result<(), ValidationErrors> {
         if self.0.is_empty() {
             Ok(())
         } else {
@@ -154,6 +154,18 @@ pub fn validate(object: &Object) -> Result<(), ValidationErrors> {
         Object::CertificateSigningRequest(c) => certificates::validate_csr(&mut errs, c),
         Object::Service(s) => service::validate_service(&mut errs, s),
         Object::EndpointSlice(s) => service::validate_endpoint_slice(&mut errs, s),
+        Object::Generic(g, o) => crate::api::registry::validate(&mut errs, g.info(), o),
+    }
+    errs.finish()
+}
+
+/// Validates an update: the rules that compare the object with the stored one (fields fixed
+/// at creation). The typed kinds' are in the API server's admission (`with_spec`); a declared
+/// kind's are part of its declaration.
+pub fn validate_update(object: &Object, stored: &Object) -> Result<(), ValidationErrors> {
+    let mut errs = Errors::default();
+    if let (Object::Generic(g, o), Object::Generic(_, s)) = (object, stored) {
+        crate::api::registry::validate_update(&mut errs, g.info(), o, s);
     }
     errs.finish()
 }

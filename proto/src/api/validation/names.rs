@@ -57,7 +57,7 @@ pub fn is_label_value(s: &str) -> bool {
     s.is_empty() || is_label_name(s)
 }
 
-pub(super) fn validate_labels(errs: &mut Errors, path: &Path, labels: &BTreeMap<String, String>) {
+pub(crate) fn validate_labels(errs: &mut Errors, path: &Path, labels: &BTreeMap<String, String>) {
     for (k, v) in labels {
         if !is_qualified_name(k) {
             errs.add(&path.key(k), format!("invalid label key {k:?}: must be a qualified name ([prefix/]name, name at most 63 characters of [A-Za-z0-9_.-] starting and ending alphanumeric)"));
@@ -135,7 +135,7 @@ pub(super) fn validate_meta(errs: &mut Errors, kind: Kind, m: &ObjectMeta) {
     }
 }
 
-pub(super) fn validate_selector(errs: &mut Errors, path: &Path, sel: &LabelSelector) {
+pub(crate) fn validate_selector(errs: &mut Errors, path: &Path, sel: &LabelSelector) {
     validate_labels(errs, &path.field("matchLabels"), &sel.match_labels);
     for (i, r) in sel.match_expressions.iter().enumerate() {
         let p = path.field("matchExpressions").index(i);

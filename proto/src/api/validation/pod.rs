@@ -20,7 +20,7 @@ pub(super) fn validate_pod(errs: &mut Errors, pod: &Pod) {
 }
 
 /// A pod spec, of a pod (`spec`) or of a workload's template (`spec.template.spec`).
-pub(super) fn validate_pod_spec(errs: &mut Errors, spec: &Path, s: &PodSpec) {
+pub(crate) fn validate_pod_spec(errs: &mut Errors, spec: &Path, s: &PodSpec) {
     if s.containers.is_empty() {
         errs.add(
             &spec.field("containers"),
