@@ -229,11 +229,13 @@ async fn killing_the_leader_loses_no_acknowledged_write_and_it_catches_up_from_a
 /// (openraft restores a member whose committed vote is its own as leader), and a write it
 /// accepts then is appended to its log alone. Here the other two members are stopped while it
 /// comes back, so that window stays open: the put is appended, and then the others run again.
-/// `fills` writes go to the new leader meanwhile. Returns the restarted member and the put's
-/// answer.
+/// `fills` writes go to the new leader meanwhile; with `from_snapshot`, it is then waited on to
+/// purge them from its log, so the restarted member can only catch up from a snapshot.
+/// Returns the restarted member and the put's answer.
 async fn put_to_a_leader_back_in_its_old_term(
     cluster: &mut Cluster,
     fills: usize,
+    from_snapshot: bool,
 ) -> (usize, Result<etcd_client::PutResponse, etcd_client::Error>) {
     let old = cluster.wait_leader(Duration::from_secs(10)).await;
     let mut c = cluster.client(old).await;
@@ -245,6 +247,28 @@ async fn put_to_a_leader_back_in_its_old_term(
         c.put(format!("/fate/fill/{n:03}"), n.to_string(), None)
             .await
             .expect("put while the old leader is down");
+    }
+    // The old leader's log ends before the fills: once the new leader has purged past its
+    // own first fill, the old one can only catch up from a snapshot (purges come in batches,
+    // after snapshots, so this is waited for, not assumed).
+    let first_fill = cluster
+        .metric(new, "skiff_store_raft_index")
+        .await
+        .expect("metric")
+        - fills as f64;
+    if from_snapshot {
+        eventually(
+            Duration::from_secs(30),
+            "the new leader to purge its log past the old leader's end",
+            || {
+                let cluster = &*cluster;
+                async move {
+                    let purged = cluster.metric(new, "skiff_store_raft_purged_index").await?;
+                    (purged > first_fill).then_some(())
+                }
+            },
+        )
+        .await;
     }
     let others: Vec<usize> = (0..3).filter(|&i| i != old).collect();
     for &i in &others {
@@ -304,7 +328,7 @@ async fn a_write_whose_entry_a_snapshot_replaced_is_answered_as_ambiguous_at_onc
     })
     .await;
     // Past openraft's purge batch (256 entries), so the log behind the snapshot is gone.
-    let (old, answer) = put_to_a_leader_back_in_its_old_term(&mut cluster, 600).await;
+    let (old, answer) = put_to_a_leader_back_in_its_old_term(&mut cluster, 600, true).await;
     let err = answer.expect_err("the put cannot have been acknowledged");
     assert!(
         err.to_string().contains("etcdserver: leader changed"),
@@ -333,7 +357,7 @@ async fn a_write_whose_entry_a_snapshot_replaced_is_answered_as_ambiguous_at_onc
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_whose_entry_was_overwritten_is_sent_on_to_the_new_leader_once() {
     let mut cluster = Cluster::start(3).await;
-    let (old, answer) = put_to_a_leader_back_in_its_old_term(&mut cluster, 200).await;
+    let (old, answer) = put_to_a_leader_back_in_its_old_term(&mut cluster, 200, false).await;
     let put = answer
         .unwrap_or_else(|e| panic!("the put failed with {e}; logs in {}", cluster.log_of(old)));
     let revision = put.header().expect("header").revision();

@@ -670,6 +670,11 @@ fn scrape(s: &mut Sink<'_>, m: &StoreMember) -> std::fmt::Result {
         m.applied_index(),
     )?;
     s.gauge(
+        "skiff_store_raft_purged_index",
+        "Last Raft log index purged behind a snapshot: a member behind it is sent a snapshot.",
+        m.purged_index(),
+    )?;
+    s.gauge(
         "skiff_store_mvcc_revision",
         "Current store revision.",
         revision,

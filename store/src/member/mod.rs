@@ -286,6 +286,12 @@ impl StoreMember {
             .unwrap_or_default()
     }
 
+    /// The last index purged from the log (behind a snapshot): a member that lags behind it
+    /// catches up from a snapshot, not from entries.
+    pub fn purged_index(&self) -> u64 {
+        self.raft.metrics().borrow().purged.map_or(0, |l| l.index)
+    }
+
     pub fn applied_index(&self) -> u64 {
         self.raft
             .metrics()
