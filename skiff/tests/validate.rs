@@ -99,7 +99,7 @@ fn bad_manifests_are_refused_precisely() {
         (
             "unknown-kind.yaml",
             &[
-                "unknown-kind.yaml: document 1: kind: unknown kind \"StatefulSet\" (apiVersion \"apps/v1\")",
+                "unknown-kind.yaml: document 1: kind: unknown kind \"Widget\" (apiVersion \"example.com/v1\")",
             ],
         ),
         (

@@ -345,20 +345,11 @@ pub static DECLARED: &[KindInfo] = &[
                 description: "The time zone name for the given schedule.",
                 cell: |o, _| json!(or_none(text(o, "/spec/timeZone"))),
             },
-            Column {
-                name: "Suspend",
-                type_: "boolean",
-                format: "",
-                priority: 0,
-                description: "Whether subsequent executions are suspended.",
-                cell: |o, _| {
-                    json!(
-                        o.pointer("/spec/suspend")
-                            .and_then(Value::as_bool)
-                            .unwrap_or(false)
-                    )
-                },
-            },
+            flag_column!(
+                "Suspend",
+                "/spec/suspend",
+                "Whether subsequent executions are suspended."
+            ),
             Column {
                 name: "Active",
                 type_: "integer",
@@ -577,20 +568,11 @@ pub static DECLARED: &[KindInfo] = &[
         validate: priority_class,
         columns: &[
             integer!("Value", "/value", "The priority of the pods of the class."),
-            Column {
-                name: "Global-Default",
-                type_: "boolean",
-                format: "",
-                priority: 0,
-                description: "Whether pods without a class get this one.",
-                cell: |o, _| {
-                    json!(
-                        o.pointer("/globalDefault")
-                            .and_then(Value::as_bool)
-                            .unwrap_or(false)
-                    )
-                },
-            },
+            flag_column!(
+                "Global-Default",
+                "/globalDefault",
+                "Whether pods without a class get this one."
+            ),
             AGE,
             text_column!(
                 "PreemptionPolicy",
@@ -631,20 +613,11 @@ pub static DECLARED: &[KindInfo] = &[
                 0,
                 "When volumes are bound to claims."
             ),
-            Column {
-                name: "AllowVolumeExpansion",
-                type_: "boolean",
-                format: "",
-                priority: 0,
-                description: "Whether claims may grow.",
-                cell: |o, _| {
-                    json!(
-                        o.pointer("/allowVolumeExpansion")
-                            .and_then(Value::as_bool)
-                            .unwrap_or(false)
-                    )
-                },
-            },
+            flag_column!(
+                "AllowVolumeExpansion",
+                "/allowVolumeExpansion",
+                "Whether claims may grow."
+            ),
             AGE,
         ],
     },
@@ -739,6 +712,27 @@ macro_rules! text_column {
     };
 }
 use text_column;
+
+/// A column of the boolean at a JSON pointer (`false` when absent).
+macro_rules! flag_column {
+    ($name:expr, $pointer:expr, $description:expr) => {
+        Column {
+            name: $name,
+            type_: "boolean",
+            format: "",
+            priority: 0,
+            description: $description,
+            cell: |o, _| {
+                json!(
+                    o.pointer($pointer)
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false)
+                )
+            },
+        }
+    };
+}
+use flag_column;
 
 /// `Containers`: the names of the template's containers.
 macro_rules! containers_column {

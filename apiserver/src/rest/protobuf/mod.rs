@@ -59,21 +59,10 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
     let raw = unknown.raw.unwrap_or_default();
     let mut object = match (api_version.as_str(), kind.as_str()) {
         ("v1", "Secret") => {
-            use base64::Engine as _;
             let sec = core::Secret::decode(raw.as_slice()).map_err(|e| bad("Secret", e))?;
             let mut o = object(sec.metadata);
             if !sec.data.is_empty() {
-                let data: Map<String, Value> = sec
-                    .data
-                    .into_iter()
-                    .map(|(k, v)| {
-                        (
-                            k,
-                            json!(base64::engine::general_purpose::STANDARD.encode(v)),
-                        )
-                    })
-                    .collect();
-                o.insert("data".into(), Value::Object(data));
+                o.insert("data".into(), base64_values(sec.data));
             }
             if !sec.string_data.is_empty() {
                 o.insert("stringData".into(), json!(sec.string_data));
@@ -87,24 +76,13 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
             o
         }
         ("v1", "ConfigMap") => {
-            use base64::Engine as _;
             let cm = core::ConfigMap::decode(raw.as_slice()).map_err(|e| bad("ConfigMap", e))?;
             let mut o = object(cm.metadata);
             if !cm.data.is_empty() {
                 o.insert("data".into(), json!(cm.data));
             }
             if !cm.binary_data.is_empty() {
-                let binary: Map<String, Value> = cm
-                    .binary_data
-                    .into_iter()
-                    .map(|(k, v)| {
-                        (
-                            k,
-                            json!(base64::engine::general_purpose::STANDARD.encode(v)),
-                        )
-                    })
-                    .collect();
-                o.insert("binaryData".into(), Value::Object(binary));
+                o.insert("binaryData".into(), base64_values(cm.binary_data));
             }
             if let Some(i) = cm.immutable {
                 o.insert("immutable".into(), json!(i));
@@ -288,6 +266,21 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
     object.insert("apiVersion".into(), json!(api_version));
     object.insert("kind".into(), json!(kind));
     Ok(Value::Object(object))
+}
+
+/// Bytes by key, as JSON writes them: base64 (a Secret's `data`, a ConfigMap's `binaryData`).
+fn base64_values(values: std::collections::BTreeMap<String, Vec<u8>>) -> Value {
+    use base64::Engine as _;
+    values
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                k,
+                json!(base64::engine::general_purpose::STANDARD.encode(v)),
+            )
+        })
+        .collect::<Map<String, Value>>()
+        .into()
 }
 
 /// A Service as `kubectl create service` sends it: its type, selector, ports and cluster IP.
