@@ -135,6 +135,22 @@ pub(crate) fn serve_rest(
     tasks: &mut JoinSet<anyhow::Result<()>>,
     stop: &CancellationToken,
 ) -> anyhow::Result<()> {
+    {
+        // Every task here lives as long as the server (one that ends stops it), so this one
+        // waits for the stop once the system objects are in place.
+        let api = api.clone();
+        let stop = stop.clone();
+        tasks.spawn(async move {
+            tokio::select! {
+                () = async {
+                    crate::cluster::system::ensure(api).await;
+                    stop.cancelled().await;
+                } => {}
+                () = stop.cancelled() => {}
+            }
+            Ok(())
+        });
+    }
     if api.access.config.rbac() {
         let policy = api.access.policy().clone();
         tasks.spawn(crate::cluster::rbac_policy::maintain(

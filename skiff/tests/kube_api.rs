@@ -1099,3 +1099,189 @@ async fn delete_propagation_over_rest() {
     );
     assert_eq!(e.code, 400);
 }
+
+/// The declared kinds through kube-rs's typed `Api<K>`: a ConfigMap's life (create, watch,
+/// merge patch, immutability), a Lease taken over compare-and-swap as client-go's and
+/// kube-rs's leader election do, a Job with kube-apiserver's defaults and its generated
+/// selector, a StatefulSet scaled through its `scale` subresource, the system namespaces and
+/// priority classes, and the same objects read as `DynamicObject`s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_kinds_through_typed_clients() {
+    use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+    use k8s_openapi::api::batch::v1::{Job, JobSpec};
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    use kube::discovery::ApiResource;
+
+    let cluster = Cluster::start_with_api(1).await;
+    let c = client(&cluster, 0).await;
+
+    // ConfigMap: created, seen by a watch, patched; once immutable, its data stays.
+    let config_maps: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    let mut watch = config_maps
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let cm = ConfigMap {
+        metadata: kube::core::ObjectMeta {
+            name: Some("settings".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("mode".to_string(), "fast".to_string())])),
+        ..Default::default()
+    };
+    config_maps
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    match watch.try_next().await.unwrap() {
+        Some(WatchEvent::Added(seen)) => {
+            assert_eq!(seen.metadata.name.as_deref(), Some("settings"))
+        }
+        other => panic!("expected the ConfigMap added, got {other:?}"),
+    }
+    let patched = config_maps
+        .patch(
+            "settings",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"level": "3"}, "immutable": true})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.data.unwrap().len(), 2);
+    let e = api_error(
+        config_maps
+            .patch(
+                "settings",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"level": "4"}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 422, "{e:?}");
+    assert!(
+        e.message.contains("data: field is immutable"),
+        "{}",
+        e.message
+    );
+
+    // Lease: two candidates race for it with the version each read; one wins, the other gets
+    // 409 and reads again, as leader election does.
+    let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-system");
+    let lease = Lease {
+        metadata: kube::core::ObjectMeta {
+            name: Some("controller".into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("a".into()),
+            lease_duration_seconds: Some(15),
+            ..Default::default()
+        }),
+    };
+    let held = leases.create(&PostParams::default(), &lease).await.unwrap();
+    let take = |holder: &str| {
+        let mut l = held.clone();
+        l.spec.as_mut().unwrap().holder_identity = Some(holder.into());
+        l
+    };
+    leases
+        .replace("controller", &PostParams::default(), &take("b"))
+        .await
+        .unwrap();
+    let e = api_error(
+        leases
+            .replace("controller", &PostParams::default(), &take("c"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 409);
+    let now = leases.get("controller").await.unwrap();
+    assert_eq!(now.spec.unwrap().holder_identity.as_deref(), Some("b"));
+
+    // Job: kube-apiserver's defaults, and a selector of its own uid on the pods' labels.
+    let jobs: Api<Job> = Api::namespaced(c.clone(), "default");
+    let mut template = deployment("unused", "pi").spec.unwrap().template;
+    template.metadata = None;
+    template.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+    let job = Job {
+        metadata: kube::core::ObjectMeta {
+            name: Some("pi".into()),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            template,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let job = jobs.create(&PostParams::default(), &job).await.unwrap();
+    let spec = job.spec.unwrap();
+    assert_eq!(
+        (spec.completions, spec.parallelism, spec.backoff_limit),
+        (Some(1), Some(1), Some(6))
+    );
+    let uid = job.metadata.uid.unwrap();
+    let selector = spec.selector.unwrap().match_labels.unwrap();
+    assert_eq!(selector["batch.kubernetes.io/controller-uid"], uid);
+    let labels = spec.template.metadata.unwrap().labels.unwrap();
+    assert_eq!(labels["job-name"], "pi");
+
+    // StatefulSet: its scale subresource.
+    let sets: Api<StatefulSet> = Api::namespaced(c.clone(), "default");
+    let web = deployment("db", "db").spec.unwrap();
+    let sts = StatefulSet {
+        metadata: kube::core::ObjectMeta {
+            name: Some("db".into()),
+            ..Default::default()
+        },
+        spec: Some(StatefulSetSpec {
+            service_name: Some("db".into()),
+            selector: web.selector,
+            template: web.template,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    sets.create(&PostParams::default(), &sts).await.unwrap();
+    let scale = sets.get_scale("db").await.unwrap();
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(1));
+    assert_eq!(
+        scale.status.and_then(|s| s.selector).as_deref(),
+        Some("app=db")
+    );
+    sets.patch_scale(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 3}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        sets.get("db").await.unwrap().spec.unwrap().replicas,
+        Some(3)
+    );
+
+    // What every cluster has, made when the member starts.
+    let namespaces: Api<Namespace> = Api::all(c.clone());
+    let classes: Api<PriorityClass> = Api::all(c.clone());
+    eventually(Duration::from_secs(10), "the system objects", || {
+        let (namespaces, classes) = (namespaces.clone(), classes.clone());
+        async move {
+            namespaces.get("kube-node-lease").await.ok()?;
+            let critical = classes.get("system-node-critical").await.ok()?;
+            (critical.value == 2_000_001_000).then_some(())
+        }
+    })
+    .await;
+
+    // The same objects, untyped.
+    let resource = ApiResource::erase::<Job>(&());
+    let dynamic: Api<DynamicObject> = Api::namespaced_with(c.clone(), "default", &resource);
+    let listed = dynamic.list(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(listed.items[0].data["spec"]["completionMode"], "NonIndexed");
+}

@@ -43,6 +43,7 @@ pub mod pod_security;
 pub mod rbac_policy;
 mod review;
 pub mod service;
+pub mod system;
 pub mod watch;
 
 /// Attempts at a write whose guard lost a race with another writer (quota usage moved, or the

@@ -1,4 +1,5 @@
-//! The `scale` subresource of Deployments and ReplicaSets: the workload's replica count as an
+//! The `scale` subresource of Deployments, ReplicaSets and the declared kinds that have one
+//! (StatefulSets, ReplicationControllers): the workload's replica count as an
 //! autoscaling/v1 `Scale`, which `kubectl scale` and autoscalers read and write without
 //! knowing the workload's kind.
 //!
@@ -21,7 +22,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use skiff_proto::api::{Kind, Object};
+use skiff_proto::api::{Kind, LabelSelector, Object};
 use skiff_proto::selector::LabelQuery;
 
 use super::patch::{self, PatchType};
@@ -73,6 +74,7 @@ struct ScaleSpec {
 
 /// The Scale of a stored workload.
 pub fn scale_of(workload: &Object) -> Result<Value, ApiError> {
+    let declared;
     let (replicas, observed, selector) = match workload {
         Object::Deployment(d) => (
             d.replicas(),
@@ -84,6 +86,32 @@ pub fn scale_of(workload: &Object) -> Result<Value, ApiError> {
             rs.status.as_ref().map_or(0, |s| s.replicas),
             &rs.spec.selector,
         ),
+        Object::Generic(g, o) if g.info().scale => {
+            let count = |pointer| {
+                o.int(pointer)
+                    .and_then(|n| i32::try_from(n).ok())
+                    .unwrap_or(0)
+            };
+            // A label selector, or (a ReplicationController's) a plain map of labels.
+            let selector = o.at("/spec/selector").cloned().unwrap_or_default();
+            declared = serde_json::from_value::<LabelSelector>(selector.clone())
+                .ok()
+                .filter(|s| !s.match_labels.is_empty() || !s.match_expressions.is_empty())
+                .or_else(|| {
+                    serde_json::from_value(selector)
+                        .ok()
+                        .map(|match_labels| LabelSelector {
+                            match_labels,
+                            ..LabelSelector::default()
+                        })
+                })
+                .unwrap_or_default();
+            (
+                count("/spec/replicas"),
+                count("/status/replicas"),
+                &declared,
+            )
+        }
         other => return Err(no_scale(other.kind())),
     };
     let m = workload.metadata();
@@ -213,6 +241,10 @@ fn with_replicas(
     match &mut next {
         Object::Deployment(d) => d.spec.replicas = Some(replicas),
         Object::ReplicaSet(rs) => rs.spec.replicas = Some(replicas),
+        Object::Generic(g, o) if g.info().scale => {
+            o.object_at("/spec")
+                .insert("replicas".to_owned(), json!(replicas));
+        }
         other => return Err(no_scale(other.kind())),
     }
     next.metadata_mut().resource_version = resource_version.to_string();

@@ -10,6 +10,7 @@ use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::batch::v1 as batch;
 use k8s_openapi::api::coordination::v1 as coordination;
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::networking::v1 as networking;
 use serde_json::{Value, json};
 
 use super::meta::{IntOrString, LabelSelector};
@@ -31,6 +32,7 @@ pub static DECLARED: &[KindInfo] = &[
         short_names: &["cm"],
         categories: &[],
         status: false,
+        scale: false,
         template: None,
         schema: &Typed::<core::ConfigMap>(PhantomData),
         defaults: no_defaults,
@@ -55,6 +57,7 @@ pub static DECLARED: &[KindInfo] = &[
         short_names: &["sa"],
         categories: &[],
         status: false,
+        scale: false,
         template: None,
         schema: &Typed::<core::ServiceAccount>(PhantomData),
         defaults: no_defaults,
@@ -79,6 +82,7 @@ pub static DECLARED: &[KindInfo] = &[
         short_names: &[],
         categories: &[],
         status: false,
+        scale: false,
         template: None,
         schema: &Typed::<coordination::Lease>(PhantomData),
         defaults: no_defaults,
@@ -103,6 +107,7 @@ pub static DECLARED: &[KindInfo] = &[
         short_names: &[],
         categories: &[],
         status: false,
+        scale: false,
         template: Some("/template"),
         schema: &Typed::<core::PodTemplate>(PhantomData),
         defaults: no_defaults,
@@ -128,6 +133,7 @@ pub static DECLARED: &[KindInfo] = &[
         short_names: &["rc"],
         categories: &["all"],
         status: true,
+        scale: true,
         template: Some("/spec/template"),
         schema: &Typed::<core::ReplicationController>(PhantomData),
         defaults: replication_controller_defaults,
@@ -157,6 +163,7 @@ pub static DECLARED: &[KindInfo] = &[
         short_names: &["ds"],
         categories: &["all"],
         status: true,
+        scale: false,
         template: Some("/spec/template"),
         schema: &Typed::<apps::DaemonSet>(PhantomData),
         defaults: daemon_set_defaults,
@@ -209,6 +216,7 @@ pub static DECLARED: &[KindInfo] = &[
         short_names: &["sts"],
         categories: &["all"],
         status: true,
+        scale: true,
         template: Some("/spec/template"),
         schema: &Typed::<apps::StatefulSet>(PhantomData),
         defaults: stateful_set_defaults,
@@ -241,6 +249,7 @@ pub static DECLARED: &[KindInfo] = &[
         short_names: &[],
         categories: &[],
         status: false,
+        scale: false,
         template: None,
         schema: &Typed::<apps::ControllerRevision>(PhantomData),
         defaults: no_defaults,
@@ -275,6 +284,7 @@ pub static DECLARED: &[KindInfo] = &[
         short_names: &[],
         categories: &["all"],
         status: true,
+        scale: false,
         template: Some("/spec/template"),
         schema: &Typed::<batch::Job>(PhantomData),
         defaults: job_defaults,
@@ -324,6 +334,7 @@ pub static DECLARED: &[KindInfo] = &[
         short_names: &["cj"],
         categories: &["all"],
         status: true,
+        scale: false,
         template: Some("/spec/jobTemplate/spec/template"),
         schema: &Typed::<batch::CronJob>(PhantomData),
         defaults: cron_job_defaults,
@@ -390,6 +401,7 @@ pub static DECLARED: &[KindInfo] = &[
         short_names: &["pv"],
         categories: &[],
         status: true,
+        scale: false,
         template: None,
         schema: &Typed::<core::PersistentVolume>(PhantomData),
         defaults: persistent_volume_defaults,
@@ -468,6 +480,7 @@ pub static DECLARED: &[KindInfo] = &[
         short_names: &["pvc"],
         categories: &[],
         status: true,
+        scale: false,
         template: None,
         schema: &Typed::<core::PersistentVolumeClaim>(PhantomData),
         defaults: persistent_volume_claim_defaults,
@@ -525,6 +538,7 @@ pub static DECLARED: &[KindInfo] = &[
         short_names: &["pdb"],
         categories: &[],
         status: true,
+        scale: false,
         template: None,
         schema: &Typed::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(PhantomData),
         defaults: no_defaults,
@@ -562,6 +576,7 @@ pub static DECLARED: &[KindInfo] = &[
         short_names: &["pc"],
         categories: &[],
         status: false,
+        scale: false,
         template: None,
         schema: &Typed::<k8s_openapi::api::scheduling::v1::PriorityClass>(PhantomData),
         defaults: priority_class_defaults,
@@ -590,6 +605,7 @@ pub static DECLARED: &[KindInfo] = &[
         short_names: &["sc"],
         categories: &[],
         status: false,
+        scale: false,
         template: None,
         schema: &Typed::<k8s_openapi::api::storage::v1::StorageClass>(PhantomData),
         defaults: storage_class_defaults,
@@ -617,6 +633,221 @@ pub static DECLARED: &[KindInfo] = &[
                 "AllowVolumeExpansion",
                 "/allowVolumeExpansion",
                 "Whether claims may grow."
+            ),
+            AGE,
+        ],
+    },
+    KindInfo {
+        kind: "Endpoints",
+        plural: "endpoints",
+        api_version: "v1",
+        namespaced: true,
+        short_names: &["ep"],
+        categories: &[],
+        status: false,
+        scale: false,
+        template: None,
+        schema: &Typed::<core::Endpoints>(PhantomData),
+        defaults: no_defaults,
+        validate: endpoints,
+        columns: &[
+            Column {
+                name: "Endpoints",
+                type_: "string",
+                format: "",
+                priority: 0,
+                description: "Endpoints of the service.",
+                cell: |o, _| json!(endpoints_cell(o)),
+            },
+            AGE,
+        ],
+    },
+    KindInfo {
+        kind: "Ingress",
+        plural: "ingresses",
+        api_version: "networking.k8s.io/v1",
+        namespaced: true,
+        short_names: &["ing"],
+        categories: &[],
+        status: true,
+        scale: false,
+        template: None,
+        schema: &Typed::<networking::Ingress>(PhantomData),
+        defaults: no_defaults,
+        validate: ingress,
+        columns: &[
+            Column {
+                name: "Class",
+                type_: "string",
+                format: "",
+                priority: 0,
+                description: "The name of the IngressClass resource that should be used for this Ingress.",
+                cell: |o, _| json!(or_none(text(o, "/spec/ingressClassName"))),
+            },
+            Column {
+                name: "Hosts",
+                type_: "string",
+                format: "",
+                priority: 0,
+                description: "Hosts that incoming requests are matched against.",
+                cell: |o, _| {
+                    let hosts: Vec<&str> = items(o, "/spec/rules")
+                        .iter()
+                        .map(|r| text(r, "/host"))
+                        .map(|h| if h.is_empty() { "*" } else { h })
+                        .collect();
+                    json!(if hosts.is_empty() {
+                        "*".to_owned()
+                    } else {
+                        hosts.join(",")
+                    })
+                },
+            },
+            Column {
+                name: "Address",
+                type_: "string",
+                format: "",
+                priority: 0,
+                description: "Address is a list containing ingress points for the load-balancer.",
+                cell: |o, _| json!(load_balancer(o)),
+            },
+            Column {
+                name: "Ports",
+                type_: "string",
+                format: "",
+                priority: 0,
+                description: "Ports of TLS configurations that open.",
+                cell: |o, _| {
+                    json!(if items(o, "/spec/tls").is_empty() {
+                        "80"
+                    } else {
+                        "80, 443"
+                    })
+                },
+            },
+            AGE,
+        ],
+    },
+    KindInfo {
+        kind: "IngressClass",
+        plural: "ingressclasses",
+        api_version: "networking.k8s.io/v1",
+        namespaced: false,
+        short_names: &[],
+        categories: &[],
+        status: false,
+        scale: false,
+        template: None,
+        schema: &Typed::<networking::IngressClass>(PhantomData),
+        defaults: no_defaults,
+        validate: ingress_class,
+        columns: &[
+            text_column!(
+                "Controller",
+                "/spec/controller",
+                0,
+                "Controller that is in charge of handling this class."
+            ),
+            Column {
+                name: "Parameters",
+                type_: "string",
+                format: "",
+                priority: 0,
+                description: "A reference to a resource with additional parameters.",
+                cell: |o, _| {
+                    let name = text(o, "/spec/parameters/name");
+                    json!(if name.is_empty() {
+                        "<none>".to_owned()
+                    } else {
+                        format!("{}/{name}", text(o, "/spec/parameters/kind"))
+                    })
+                },
+            },
+            AGE,
+        ],
+    },
+    KindInfo {
+        kind: "NetworkPolicy",
+        plural: "networkpolicies",
+        api_version: "networking.k8s.io/v1",
+        namespaced: true,
+        short_names: &["netpol"],
+        categories: &[],
+        status: false,
+        scale: false,
+        template: None,
+        schema: &Typed::<networking::NetworkPolicy>(PhantomData),
+        defaults: network_policy_defaults,
+        validate: network_policy,
+        columns: &[
+            Column {
+                name: "Pod-Selector",
+                type_: "string",
+                format: "",
+                priority: 0,
+                description: "Selects the pods to which this NetworkPolicy object applies.",
+                cell: |o, _| {
+                    let s = selector(o, "/spec/podSelector");
+                    json!(if s == "<none>" {
+                        "<none>".to_owned()
+                    } else {
+                        s
+                    })
+                },
+            },
+            AGE,
+        ],
+    },
+    KindInfo {
+        kind: "HorizontalPodAutoscaler",
+        plural: "horizontalpodautoscalers",
+        api_version: "autoscaling/v2",
+        namespaced: true,
+        short_names: &["hpa"],
+        categories: &["all"],
+        status: true,
+        scale: false,
+        template: None,
+        schema: &Typed::<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>(PhantomData),
+        defaults: horizontal_pod_autoscaler_defaults,
+        validate: horizontal_pod_autoscaler,
+        columns: &[
+            Column {
+                name: "Reference",
+                type_: "string",
+                format: "",
+                priority: 0,
+                description: "Reference to the target resource.",
+                cell: |o, _| {
+                    json!(format!(
+                        "{}/{}",
+                        text(o, "/spec/scaleTargetRef/kind"),
+                        text(o, "/spec/scaleTargetRef/name")
+                    ))
+                },
+            },
+            Column {
+                name: "Targets",
+                type_: "string",
+                format: "",
+                priority: 0,
+                description: "The current and target values of the metrics.",
+                cell: |o, _| json!(hpa_targets(o)),
+            },
+            integer!(
+                "MinPods",
+                "/spec/minReplicas",
+                "Lower limit for the number of pods."
+            ),
+            integer!(
+                "MaxPods",
+                "/spec/maxReplicas",
+                "Upper limit for the number of pods."
+            ),
+            integer!(
+                "Replicas",
+                "/status/currentReplicas",
+                "Current number of replicas of pods managed by this autoscaler."
             ),
             AGE,
         ],
@@ -1686,10 +1917,19 @@ fn errs_one_of_optional(errs: &mut Errors, o: &GenericObject, pointer: &str, all
 
 /// The highest value a user's PriorityClass may have; above it are the system classes'.
 pub const HIGHEST_USER_PRIORITY: i64 = 1_000_000_000;
-/// The system classes Kubernetes creates, and their values.
-pub const SYSTEM_PRIORITY_CLASSES: [(&str, i64); 2] = [
-    ("system-node-critical", 2_000_001_000),
-    ("system-cluster-critical", 2_000_000_000),
+/// The system classes Kubernetes creates, their values and descriptions.
+pub const SYSTEM_PRIORITY_CLASSES: [(&str, i64, &str); 2] = [
+    (
+        "system-node-critical",
+        2_000_001_000,
+        "Used for system critical pods that must not be moved from their current node.",
+    ),
+    (
+        "system-cluster-critical",
+        2_000_000_000,
+        "Used for system critical pods that must run in the cluster, but can be moved to \
+         another node if necessary.",
+    ),
 ];
 
 fn priority_class_defaults(o: &mut GenericObject) {
@@ -1703,8 +1943,8 @@ fn priority_class_defaults(o: &mut GenericObject) {
 fn priority_class(errs: &mut Errors, o: &GenericObject, stored: Option<&GenericObject>) {
     let name = o.metadata.name.as_str();
     let value = o.int("/value");
-    match SYSTEM_PRIORITY_CLASSES.iter().find(|(n, _)| *n == name) {
-        Some((_, v)) if value != Some(*v) => errs.add(
+    match SYSTEM_PRIORITY_CLASSES.iter().find(|(n, _, _)| *n == name) {
+        Some((_, v, _)) if value != Some(*v) => errs.add(
             &path("/value"),
             format!("Forbidden: the value of {name} is {v}"),
         ),
@@ -1774,6 +2014,418 @@ fn storage_class(errs: &mut Errors, o: &GenericObject, stored: Option<&GenericOb
         ] {
             immutable(errs, o, stored, field);
         }
+    }
+}
+
+// Endpoints
+
+fn endpoints(errs: &mut Errors, o: &GenericObject, _: Option<&GenericObject>) {
+    for (i, subset) in o
+        .at("/subsets")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let p = Path::root("subsets").index(i);
+        for field in ["addresses", "notReadyAddresses"] {
+            for (j, a) in items(subset, &format!("/{field}")).iter().enumerate() {
+                let ip = text(a, "/ip");
+                if ip.parse::<std::net::IpAddr>().is_err() {
+                    errs.add(
+                        &p.field(field).index(j).field("ip"),
+                        format!("Invalid value: {ip:?}: must be a valid IP address"),
+                    );
+                }
+            }
+        }
+        let ports = items(subset, "/ports");
+        for (j, port) in ports.iter().enumerate() {
+            let pp = p.field("ports").index(j);
+            port_rules(errs, &pp, port, ports.len() > 1);
+        }
+    }
+}
+
+/// A port of an Endpoints subset or a network policy: a number in range, a known protocol,
+/// and (when there are several) a name.
+fn port_rules(errs: &mut Errors, p: &Path, port: &Value, named: bool) {
+    match port.get("port").and_then(Value::as_i64) {
+        Some(n) if (1..=65535).contains(&n) => {}
+        Some(n) => errs.add(
+            &p.field("port"),
+            format!("Invalid value: {n}: must be between 1 and 65535, inclusive"),
+        ),
+        None => {}
+    }
+    if let Some(protocol) = port.get("protocol").and_then(Value::as_str) {
+        errs.one_of(&p.field("protocol"), protocol, &["TCP", "UDP", "SCTP"]);
+    }
+    let name = text(port, "/name");
+    if named && name.is_empty() {
+        errs.add(&p.field("name"), "Required value");
+    } else if !name.is_empty() && !super::validation::is_dns1123_label(name) {
+        errs.add(
+            &p.field("name"),
+            format!("Invalid value: {name:?}: must be a DNS label"),
+        );
+    }
+}
+
+/// An Endpoints' addresses as kubectl prints them: `ip:port`, the first three, then how many
+/// more.
+fn endpoints_cell(o: &Value) -> String {
+    let mut list = Vec::new();
+    for subset in items(o, "/subsets") {
+        let ports = items(subset, "/ports");
+        for a in items(subset, "/addresses") {
+            if ports.is_empty() {
+                list.push(text(a, "/ip").to_owned());
+            }
+            for port in ports {
+                list.push(format!("{}:{}", text(a, "/ip"), number(port, "/port")));
+            }
+        }
+    }
+    match list.len() {
+        0 => "<none>".to_owned(),
+        n if n > 3 => format!("{} + {} more...", list[..3].join(","), n - 3),
+        _ => list.join(","),
+    }
+}
+
+// Ingress and IngressClass
+
+fn ingress(errs: &mut Errors, o: &GenericObject, _: Option<&GenericObject>) {
+    let rules = o.at("/spec/rules").and_then(Value::as_array);
+    let default_backend = o.at("/spec/defaultBackend").filter(|v| !v.is_null());
+    if rules.is_none_or(Vec::is_empty) && default_backend.is_none() {
+        errs.add(
+            &Path::root("spec"),
+            "Invalid value: either `defaultBackend` or `rules` must be specified",
+        );
+    }
+    if let Some(b) = default_backend {
+        backend_rules(errs, &path("/spec/defaultBackend"), b);
+    }
+    for (i, rule) in rules.into_iter().flatten().enumerate() {
+        let p = path("/spec/rules").index(i);
+        let host = text(rule, "/host");
+        let bare = host.strip_prefix("*.").unwrap_or(host);
+        if !host.is_empty()
+            && (!super::validation::is_dns1123_subdomain(bare)
+                || host.parse::<std::net::IpAddr>().is_ok())
+        {
+            errs.add(&p.field("host"), format!("Invalid value: {host:?}: a host must be a DNS name, optionally with a leading wildcard label, and not an IP"));
+        }
+        for (j, rp) in items(rule, "/http/paths").iter().enumerate() {
+            let pp = p.field("http").field("paths").index(j);
+            let path_type = text(rp, "/pathType");
+            if path_type.is_empty() {
+                errs.add(
+                    &pp.field("pathType"),
+                    "Required value: pathType must be specified",
+                );
+            } else {
+                errs.one_of(
+                    &pp.field("pathType"),
+                    path_type,
+                    &["Exact", "Prefix", "ImplementationSpecific"],
+                );
+            }
+            let route = text(rp, "/path");
+            if matches!(path_type, "Exact" | "Prefix") && !route.starts_with('/') {
+                errs.add(
+                    &pp.field("path"),
+                    format!("Invalid value: {route:?}: must be an absolute path"),
+                );
+            }
+            match rp.get("backend") {
+                Some(b) => backend_rules(errs, &pp.field("backend"), b),
+                None => errs.add(&pp.field("backend"), "Required value"),
+            }
+        }
+    }
+}
+
+/// An Ingress backend: a service (a name and a port by name or number) or a resource, not both.
+fn backend_rules(errs: &mut Errors, p: &Path, backend: &Value) {
+    let service = backend.get("service").filter(|v| !v.is_null());
+    let resource = backend.get("resource").filter(|v| !v.is_null());
+    match (service, resource) {
+        (Some(_), Some(_)) => errs.add(
+            p,
+            "Invalid value: cannot set both service and resource backends",
+        ),
+        (None, None) => errs.add(
+            p,
+            "Invalid value: one backend (service or resource) must be specified",
+        ),
+        (Some(s), None) => {
+            if text(s, "/name").is_empty() {
+                errs.add(&p.field("service").field("name"), "Required value");
+            }
+            let name = text(s, "/port/name");
+            let number = s.pointer("/port/number").and_then(Value::as_i64);
+            match (name.is_empty(), number) {
+                (false, Some(_)) => errs.add(
+                    &p.field("service").field("port"),
+                    "Invalid value: cannot set both port name & port number",
+                ),
+                (true, None) => errs.add(
+                    &p.field("service").field("port"),
+                    "Invalid value: port name or number is required",
+                ),
+                (true, Some(n)) if !(1..=65535).contains(&n) => {
+                    errs.add(
+                        &p.field("service").field("port").field("number"),
+                        format!("Invalid value: {n}: must be between 1 and 65535, inclusive"),
+                    );
+                }
+                _ => {}
+            }
+        }
+        (None, Some(_)) => {}
+    }
+}
+
+/// A load balancer's ingress points, as kubectl prints them.
+fn load_balancer(o: &Value) -> String {
+    items(o, "/status/loadBalancer/ingress")
+        .iter()
+        .map(|i| {
+            let ip = text(i, "/ip");
+            if ip.is_empty() {
+                text(i, "/hostname")
+            } else {
+                ip
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn ingress_class(errs: &mut Errors, o: &GenericObject, stored: Option<&GenericObject>) {
+    let controller = o.text("/spec/controller");
+    let valid = controller.len() <= 250
+        && controller.split_once('/').is_some_and(|(domain, rest)| {
+            super::validation::is_dns1123_subdomain(domain) && !rest.is_empty()
+        });
+    if !controller.is_empty() && !valid {
+        errs.add(
+            &path("/spec/controller"),
+            format!("Invalid value: {controller:?}: must be a domain-prefixed path (such as \"acme.io/foo\")"),
+        );
+    }
+    if let Some(stored) = stored {
+        immutable(errs, o, stored, "/spec/controller");
+    }
+}
+
+// NetworkPolicy
+
+fn network_policy_defaults(o: &mut GenericObject) {
+    let egress = o
+        .at("/spec/egress")
+        .and_then(Value::as_array)
+        .is_some_and(|e| !e.is_empty());
+    let spec = o.object_at("/spec");
+    if spec
+        .get("policyTypes")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty)
+    {
+        let mut types = vec![json!("Ingress")];
+        if egress {
+            types.push(json!("Egress"));
+        }
+        spec.insert("policyTypes".to_owned(), Value::Array(types));
+    }
+}
+
+fn network_policy(errs: &mut Errors, o: &GenericObject, _: Option<&GenericObject>) {
+    if let Some(v) = o.at("/spec/podSelector")
+        && let Ok(sel) = serde_json::from_value::<LabelSelector>(v.clone())
+    {
+        validate_selector(errs, &path("/spec/podSelector"), &sel);
+    }
+    for (i, t) in o
+        .at("/spec/policyTypes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        errs.one_of(
+            &path("/spec/policyTypes").index(i),
+            t.as_str().unwrap_or_default(),
+            &["Ingress", "Egress"],
+        );
+    }
+    for (direction, peers) in [("ingress", "from"), ("egress", "to")] {
+        for (i, rule) in o
+            .at(&format!("/spec/{direction}"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let p = Path::root("spec").field(direction).index(i);
+            for (j, port) in items(rule, "/ports").iter().enumerate() {
+                let pp = p.field("ports").index(j);
+                if let Some(protocol) = port.get("protocol").and_then(Value::as_str) {
+                    errs.one_of(&pp.field("protocol"), protocol, &["TCP", "UDP", "SCTP"]);
+                }
+                if let (Some(start), Some(end)) = (
+                    port.get("port").and_then(Value::as_i64),
+                    port.get("endPort").and_then(Value::as_i64),
+                ) && end < start
+                {
+                    errs.add(
+                        &pp.field("endPort"),
+                        "Invalid value: must be greater than or equal to `port`",
+                    );
+                }
+            }
+            for (j, peer) in items(rule, &format!("/{peers}")).iter().enumerate() {
+                let Some(block) = peer.get("ipBlock") else {
+                    continue;
+                };
+                let bp = p.field(peers).index(j).field("ipBlock");
+                let cidr = text(block, "/cidr");
+                if !is_cidr(cidr) {
+                    errs.add(
+                        &bp.field("cidr"),
+                        format!("Invalid value: {cidr:?}: must be a valid CIDR"),
+                    );
+                }
+                for (k, except) in items(block, "/except").iter().enumerate() {
+                    let e = except.as_str().unwrap_or_default();
+                    if !is_cidr(e) {
+                        errs.add(
+                            &bp.field("except").index(k),
+                            format!("Invalid value: {e:?}: must be a valid CIDR"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `10.0.0.0/8`, `fd00::/64`.
+fn is_cidr(s: &str) -> bool {
+    let Some((ip, bits)) = s.split_once('/') else {
+        return false;
+    };
+    match (ip.parse::<std::net::IpAddr>(), bits.parse::<u8>()) {
+        (Ok(std::net::IpAddr::V4(_)), Ok(b)) => b <= 32,
+        (Ok(std::net::IpAddr::V6(_)), Ok(b)) => b <= 128,
+        _ => false,
+    }
+}
+
+// HorizontalPodAutoscaler
+
+fn horizontal_pod_autoscaler_defaults(o: &mut GenericObject) {
+    let spec = o.object_at("/spec");
+    default_field(spec, "minReplicas", json!(1));
+    // No metric: the average CPU utilization, at 80 %.
+    if spec
+        .get("metrics")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty)
+    {
+        spec.insert(
+            "metrics".to_owned(),
+            json!([{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]),
+        );
+    }
+}
+
+fn horizontal_pod_autoscaler(errs: &mut Errors, o: &GenericObject, _: Option<&GenericObject>) {
+    for field in ["kind", "name"] {
+        if o.text(&format!("/spec/scaleTargetRef/{field}")).is_empty() {
+            errs.add(&path("/spec/scaleTargetRef").field(field), "Required value");
+        }
+    }
+    let min = o.int("/spec/minReplicas").unwrap_or(1);
+    let max = o.int("/spec/maxReplicas").unwrap_or(0);
+    if min < 1 {
+        errs.add(
+            &path("/spec/minReplicas"),
+            format!("Invalid value: {min}: must be greater than or equal to 1"),
+        );
+    }
+    if max < 1 {
+        errs.add(
+            &path("/spec/maxReplicas"),
+            format!("Invalid value: {max}: must be greater than 0"),
+        );
+    } else if max < min {
+        errs.add(
+            &path("/spec/maxReplicas"),
+            format!("Invalid value: {max}: must be greater than or equal to `minReplicas`"),
+        );
+    }
+    for (i, m) in o
+        .at("/spec/metrics")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        errs.one_of(
+            &path("/spec/metrics").index(i).field("type"),
+            text(m, "/type"),
+            &[
+                "Object",
+                "Pods",
+                "Resource",
+                "ContainerResource",
+                "External",
+            ],
+        );
+    }
+}
+
+/// An autoscaler's metrics as kubectl prints them: `cpu: <unknown>/80%`, current first.
+fn hpa_targets(o: &Value) -> String {
+    let current = items(o, "/status/currentMetrics");
+    let list: Vec<String> = items(o, "/spec/metrics")
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let kind = text(m, "/type");
+            let (name, target) = match kind {
+                "Resource" => (text(m, "/resource/name"), m.pointer("/resource/target")),
+                "ContainerResource" => (
+                    text(m, "/containerResource/name"),
+                    m.pointer("/containerResource/target"),
+                ),
+                _ => ("", None),
+            };
+            let target = target.cloned().unwrap_or_default();
+            let want = match target.get("averageUtilization").and_then(Value::as_i64) {
+                Some(u) => format!("{u}%"),
+                None => text(&target, "/averageValue").to_owned(),
+            };
+            let have = current
+                .get(i)
+                .and_then(|c| c.pointer("/resource/current/averageUtilization"))
+                .and_then(Value::as_i64)
+                .map_or_else(|| "<unknown>".to_owned(), |u| format!("{u}%"));
+            if name.is_empty() {
+                format!("{have}/{want}")
+            } else {
+                format!("{name}: {have}/{want}")
+            }
+        })
+        .collect();
+    if list.is_empty() {
+        "<none>".to_owned()
+    } else {
+        list.join(", ")
     }
 }
 
@@ -2141,6 +2793,76 @@ mod tests {
                 json!({"metadata": {"name": "d"}, "spec": {"accessModes": []}})
             )
             .is_err()
+        );
+    }
+
+    #[test]
+    fn networking_rules_and_defaults() {
+        let errors = write(
+            kind("Ingress"),
+            json!({"metadata": {"name": "web"}, "spec": {"rules": [{"host": "10.0.0.1", "http": {"paths": [
+                {"path": "api", "pathType": "Prefix", "backend": {"service": {"name": "api", "port": {"number": 70000}}}},
+                {"path": "/", "backend": {"service": {"name": "web"}}}
+            ]}}]}}),
+        )
+        .expect_err("invalid");
+        assert_eq!(
+            errors,
+            [
+                "spec.rules[0].host: Invalid value: \"10.0.0.1\": a host must be a DNS name, optionally with a leading wildcard label, and not an IP",
+                "spec.rules[0].http.paths[0].path: Invalid value: \"api\": must be an absolute path",
+                "spec.rules[0].http.paths[0].backend.service.port.number: Invalid value: 70000: must be between 1 and 65535, inclusive",
+                "spec.rules[0].http.paths[1].pathType: Required value: pathType must be specified",
+                "spec.rules[0].http.paths[1].backend.service.port: Invalid value: port name or number is required",
+            ]
+        );
+        let policy = write(
+            kind("NetworkPolicy"),
+            json!({"metadata": {"name": "p"}, "spec": {"podSelector": {}, "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}]}}),
+        )
+        .expect("valid");
+        assert_eq!(
+            policy.to_json_value()["spec"]["policyTypes"],
+            json!(["Ingress", "Egress"])
+        );
+        assert!(
+            write(
+                kind("NetworkPolicy"),
+                json!({"metadata": {"name": "p"}, "spec": {"ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/33"}}]}]}}),
+            )
+            .is_err()
+        );
+        assert!(
+            write(
+                kind("Endpoints"),
+                json!({"metadata": {"name": "e"}, "subsets": [{"addresses": [{"ip": "nope"}], "ports": [{"port": 80}]}]}),
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn autoscaler_defaults_and_rules() {
+        let hpa = write(
+            kind("HorizontalPodAutoscaler"),
+            json!({"metadata": {"name": "web"}, "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "maxReplicas": 5}}),
+        )
+        .expect("valid");
+        let v = hpa.to_json_value();
+        assert_eq!(v["spec"]["minReplicas"], 1);
+        assert_eq!(
+            v["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"],
+            80
+        );
+        assert_eq!(hpa_targets(&v), "cpu: <unknown>/80%");
+        let errors = write(
+            kind("HorizontalPodAutoscaler"),
+            json!({"metadata": {"name": "web"}, "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "minReplicas": 4, "maxReplicas": 2}}),
+        )
+        .expect_err("invalid");
+        assert_eq!(
+            errors,
+            ["spec.maxReplicas: Invalid value: 2: must be greater than or equal to `minReplicas`"]
         );
     }
 }

@@ -99,6 +99,9 @@ pub struct KindInfo {
     /// Whether the kind has a `status` subresource: a write of the object keeps the stored
     /// status, a write of `/status` keeps everything else.
     pub status: bool,
+    /// Whether the kind has a `scale` subresource (autoscaling/v1 `Scale`) over
+    /// `spec.replicas`, `status.replicas` and `spec.selector`.
+    pub scale: bool,
     /// JSON pointer to the pod template of a kind that makes pods (`/spec/template`).
     pub template: Option<&'static str>,
     pub schema: &'static dyn KubeType,

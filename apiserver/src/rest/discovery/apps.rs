@@ -39,7 +39,7 @@ pub(super) const RESOURCES: &[Resource] = &[
 
 /// A workload's replica count as an autoscaling/v1 `Scale`: what `kubectl scale` and
 /// autoscalers read and write.
-const SCALE: Subresource = Subresource {
+pub(super) const SCALE: Subresource = Subresource {
     name: "scale",
     kind: "Scale",
     api_version: Some("autoscaling/v1"),
@@ -71,7 +71,13 @@ mod tests {
                 group("batch"),
                 group("policy"),
                 group("scheduling.k8s.io"),
-                group("storage.k8s.io")
+                group("storage.k8s.io"),
+                group("networking.k8s.io"),
+                json!({
+                    "name": "autoscaling",
+                    "preferredVersion": {"groupVersion": "autoscaling/v2", "version": "v2"},
+                    "versions": [{"groupVersion": "autoscaling/v2", "version": "v2"}]
+                })
             ])
         );
         let aggregated = aggregated_groups();

@@ -192,22 +192,25 @@ static GROUPS: [&[Resource]; 6] = [
     certificates::RESOURCES,
 ];
 
-/// The declared kinds' resources ([`skiff_proto::api::registry`]): every verb, and `status`
-/// where the kind has one.
+/// The declared kinds' resources ([`skiff_proto::api::registry`]): every verb, and `scale`
+/// and `status` where the kind has them.
 static DECLARED: std::sync::LazyLock<Vec<Resource>> = std::sync::LazyLock::new(|| {
     skiff_proto::api::GenericKind::all()
         .map(|g| {
             let info = g.info();
-            let subresources: &'static [Subresource] = if info.status {
-                Box::leak(Box::new([Subresource {
+            let mut subresources = Vec::new();
+            if info.scale {
+                subresources.push(apps::SCALE);
+            }
+            if info.status {
+                subresources.push(Subresource {
                     name: "status",
                     kind: info.kind,
                     api_version: None,
                     verbs: STATUS_VERBS,
-                }]))
-            } else {
-                &[]
-            };
+                });
+            }
+            let subresources: &'static [Subresource] = Box::leak(subresources.into_boxed_slice());
             Resource {
                 kind: Kind::Generic(g),
                 verbs: READ_WRITE,
@@ -565,7 +568,9 @@ mod tests {
                 "batch",
                 "policy",
                 "scheduling.k8s.io",
-                "storage.k8s.io"
+                "storage.k8s.io",
+                "networking.k8s.io",
+                "autoscaling"
             ]
         );
         let list: meta::APIResourceList =
@@ -577,8 +582,9 @@ mod tests {
             .expect("pods/eviction");
         assert_eq!(eviction.group.as_deref(), Some("policy"));
         // nine core resources, six pod subresources, and the status of nodes, namespaces
-        // and services; six declared kinds, and the status of three of them
-        assert_eq!(list.resources.len(), 9 + 9 + 6 + 3);
+        // and services; seven declared kinds, the status of three of them (replication
+        // controllers, persistent volumes and their claims) and the scale of one
+        assert_eq!(list.resources.len(), 9 + 9 + 7 + 3 + 1);
         let apps: meta::APIResourceList =
             serde_json::from_value(resource_list(GroupVersion::parse("apps/v1")))
                 .expect("APIResourceList");
@@ -596,6 +602,7 @@ mod tests {
                 "replicasets/scale",
                 "replicasets/status",
                 "daemonsets/status",
+                "statefulsets/scale",
                 "statefulsets/status"
             ]
         );
@@ -630,7 +637,9 @@ mod tests {
                 GroupVersion::parse("batch/v1"),
                 GroupVersion::parse("policy/v1"),
                 GroupVersion::parse("scheduling.k8s.io/v1"),
-                GroupVersion::parse("storage.k8s.io/v1")
+                GroupVersion::parse("storage.k8s.io/v1"),
+                GroupVersion::parse("networking.k8s.io/v1"),
+                GroupVersion::parse("autoscaling/v2")
             ]
         );
     }

@@ -294,6 +294,8 @@ mod tests {
             "apis/policy/v1",
             "apis/scheduling.k8s.io/v1",
             "apis/storage.k8s.io/v1",
+            "apis/networking.k8s.io/v1",
+            "apis/autoscaling/v2",
         ];
         for path in paths {
             let url = index["paths"][path]["serverRelativeURL"]

@@ -14,11 +14,12 @@ use serde_json::{Map, Value, json};
 use super::wire::{int_or_string, label_selector, object, put, put_flag, put_str};
 use crate::rest::status::{ApiError, Reason};
 
-fn unread(what: &str) -> ApiError {
+/// A body that sets what is not read from protobuf: refused whole, so nothing is dropped.
+pub(super) fn unread(kind: &str, what: &str) -> ApiError {
     ApiError::new(
         Reason::UnsupportedMediaType,
         format!(
-            "the protobuf Deployment sets {what}, which Skiff reads from JSON bodies only; \
+            "the protobuf {kind} sets {what}, which Skiff reads from JSON bodies only; \
              send it as application/json"
         ),
     )
@@ -78,7 +79,7 @@ fn container(mut c: core::Container) -> Result<Value, ApiError> {
         let mut env = Vec::new();
         for e in std::mem::take(&mut c.env) {
             if e.value_from.is_some() {
-                return Err(unread("an env valueFrom"));
+                return Err(unread("pod template", "an env valueFrom"));
             }
             env.push(
                 json!({"name": e.name.unwrap_or_default(), "value": e.value.unwrap_or_default()}),
@@ -88,7 +89,7 @@ fn container(mut c: core::Container) -> Result<Value, ApiError> {
     }
     if let Some(r) = c.resources.take() {
         if !r.claims.is_empty() {
-            return Err(unread("resources.claims"));
+            return Err(unread("pod template", "resources.claims"));
         }
         let mut res = Map::new();
         if !r.limits.is_empty() {
@@ -100,11 +101,14 @@ fn container(mut c: core::Container) -> Result<Value, ApiError> {
         o.insert("resources".into(), Value::Object(res));
     }
     if c != core::Container::default() {
-        return Err(unread(&format!(
-            "container fields beyond name, image, command, args, workingDir, ports, env, \
+        return Err(unread(
+            "pod template",
+            &format!(
+                "container fields beyond name, image, command, args, workingDir, ports, env, \
              resources and the pull and termination-message policies (container {:?})",
-            o.get("name").and_then(Value::as_str).unwrap_or_default()
-        )));
+                o.get("name").and_then(Value::as_str).unwrap_or_default()
+            ),
+        ));
     }
     Ok(Value::Object(o))
 }
@@ -159,12 +163,29 @@ fn pod_spec(mut s: core::PodSpec) -> Result<Value, ApiError> {
     }
     if s != core::PodSpec::default() {
         return Err(unread(
+            "pod template",
             "pod spec fields beyond containers, initContainers, restartPolicy, \
              terminationGracePeriodSeconds, dnsPolicy, nodeSelector, nodeName, the service \
              account, hostNetwork, schedulerName and priorityClassName",
         ));
     }
     Ok(Value::Object(o))
+}
+
+/// The JSON of a protobuf pod template: its metadata and its pod spec.
+pub(super) fn pod_template(t: core::PodTemplateSpec) -> Result<Value, ApiError> {
+    let mut template = Map::new();
+    // `object` answers `{"metadata": …}`, a whole object's start.
+    if let Some(meta) = object(t.metadata)
+        .remove("metadata")
+        .filter(|m| m.as_object().is_some_and(|m| !m.is_empty()))
+    {
+        template.insert("metadata".into(), meta);
+    }
+    if let Some(p) = t.spec {
+        template.insert("spec".into(), pod_spec(p)?);
+    }
+    Ok(Value::Object(template))
 }
 
 /// The JSON of a protobuf apps/v1 Deployment.
@@ -179,18 +200,7 @@ pub(super) fn deployment(d: apps::Deployment) -> Result<Map<String, Value>, ApiE
         s.insert("selector".into(), label_selector(sel));
     }
     if let Some(t) = spec.template.take() {
-        let mut template = Map::new();
-        // `object` answers `{"metadata": …}`, a whole object's start.
-        if let Some(meta) = object(t.metadata)
-            .remove("metadata")
-            .filter(|m| m.as_object().is_some_and(|m| !m.is_empty()))
-        {
-            template.insert("metadata".into(), meta);
-        }
-        if let Some(p) = t.spec {
-            template.insert("spec".into(), pod_spec(p)?);
-        }
-        s.insert("template".into(), Value::Object(template));
+        s.insert("template".into(), pod_template(t)?);
     }
     if let Some(st) = spec.strategy.take() {
         let mut strategy = Map::new();
@@ -223,6 +233,7 @@ pub(super) fn deployment(d: apps::Deployment) -> Result<Map<String, Value>, ApiE
     );
     if spec != apps::DeploymentSpec::default() {
         return Err(unread(
+            "Deployment",
             "Deployment spec fields Skiff does not read from protobuf",
         ));
     }

@@ -6,7 +6,8 @@
 //! JSON, which client-go accepts alongside protobuf.
 //!
 //! Only what a client can send here is read: Namespace, ResourceQuota, Secret (`kubectl
-//! create secret`), Deployment (`kubectl create deployment`, see `apps`), the
+//! create secret`), ConfigMap and ServiceAccount, Deployment (`kubectl create deployment`,
+//! see `apps`), Job and CronJob (`kubectl create job|cronjob`, see `batch`), the
 //! policy/v1 Eviction,
 //! the DeleteOptions of a delete, the RBAC kinds (`kubectl create role`, `create
 //! rolebinding` ...) and access reviews (`kubectl auth can-i`). Server-owned fields (timestamps, `managedFields`, `resourceVersion`)
@@ -16,6 +17,7 @@
 //! the kinds; Deployments, the one apps/v1 kind read, are in `apps`.
 
 mod apps;
+mod batch;
 mod wire;
 
 use k8s_pb::api::authorization::v1 as authz;
@@ -132,6 +134,54 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
             let d = k8s_pb::api::apps::v1::Deployment::decode(raw.as_slice())
                 .map_err(|e| bad("Deployment", e))?;
             apps::deployment(d)?
+        }
+        ("batch/v1", "Job") => {
+            let j =
+                k8s_pb::api::batch::v1::Job::decode(raw.as_slice()).map_err(|e| bad("Job", e))?;
+            batch::job(j)?
+        }
+        ("batch/v1", "CronJob") => {
+            let c = k8s_pb::api::batch::v1::CronJob::decode(raw.as_slice())
+                .map_err(|e| bad("CronJob", e))?;
+            batch::cron_job(c)?
+        }
+        ("scheduling.k8s.io/v1", "PriorityClass") => {
+            let pc = k8s_pb::api::scheduling::v1::PriorityClass::decode(raw.as_slice())
+                .map_err(|e| bad("PriorityClass", e))?;
+            let mut o = object(pc.metadata);
+            put(&mut o, "value", pc.value);
+            put(&mut o, "globalDefault", pc.global_default);
+            put_str(&mut o, "description", pc.description);
+            put_str(&mut o, "preemptionPolicy", pc.preemption_policy);
+            o
+        }
+        ("policy/v1", "PodDisruptionBudget") => {
+            let pdb = policy::PodDisruptionBudget::decode(raw.as_slice())
+                .map_err(|e| bad("PodDisruptionBudget", e))?;
+            let mut o = object(pdb.metadata);
+            if let Some(spec) = pdb.spec {
+                let mut s = Map::new();
+                put(
+                    &mut s,
+                    "minAvailable",
+                    spec.min_available.map(int_or_string),
+                );
+                put(
+                    &mut s,
+                    "maxUnavailable",
+                    spec.max_unavailable.map(int_or_string),
+                );
+                if let Some(sel) = spec.selector {
+                    s.insert("selector".into(), label_selector(sel));
+                }
+                put_str(
+                    &mut s,
+                    "unhealthyPodEvictionPolicy",
+                    spec.unhealthy_pod_eviction_policy,
+                );
+                o.insert("spec".into(), Value::Object(s));
+            }
+            o
         }
         ("v1", "Namespace") => {
             let ns = core::Namespace::decode(raw.as_slice()).map_err(|e| bad("Namespace", e))?;
@@ -258,7 +308,7 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
         _ => {
             return Err(unsupported(format!(
                 "{MEDIA_TYPE} bodies are read for Namespace, ResourceQuota, Secret, ConfigMap, \
-                 ServiceAccount, Deployment, Service, CertificateSigningRequest, Eviction, DeleteOptions, the RBAC kinds and access reviews; send \
+                 ServiceAccount, Deployment, Job, CronJob, PriorityClass, PodDisruptionBudget, Service, CertificateSigningRequest, Eviction, DeleteOptions, the RBAC kinds and access reviews; send \
                  {kind} ({api_version}) as application/json"
             )));
         }
