@@ -151,6 +151,7 @@ pub(crate) fn serve_rest(
             Ok(())
         });
     }
+    tasks.spawn(crate::cluster::crds::maintain(api.clone(), stop.clone()));
     if api.access.config.rbac() {
         let policy = api.access.policy().clone();
         tasks.spawn(crate::cluster::rbac_policy::maintain(

@@ -1285,3 +1285,237 @@ async fn declared_kinds_through_typed_clients() {
     assert_eq!(listed.items.len(), 1);
     assert_eq!(listed.items[0].data["spec"]["completionMode"], "NonIndexed");
 }
+
+/// A CustomResourceDefinition through kube-rs, as an operator uses one: applied, established,
+/// discovered (its newest version preferred), its objects pruned, defaulted and validated by
+/// its schema (a bad one is a 422 naming each field), read in either version, watched, their
+/// status and scale subresources, their printer columns in a Table and their schema in the
+/// OpenAPI document; deleted, it takes its objects with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resources_through_kube_rs() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::core::{ApiResource, GroupVersionKind};
+
+    let cluster = Cluster::start_with_api(1).await;
+    let c = client(&cluster, 0).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "spec": {"type": "object", "required": ["image"], "properties": {
+                "image": {"type": "string"},
+                "replicas": {"type": "integer", "minimum": 0, "maximum": 10, "default": 1},
+                "mode": {"type": "string", "enum": ["fast", "safe"]}
+            }},
+            "status": {"type": "object", "properties": {
+                "replicas": {"type": "integer"}, "selector": {"type": "string"}
+            }}
+        }
+    });
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget",
+                      "shortNames": ["wd"]},
+            "versions": [
+                {"name": "v1", "served": true, "storage": true,
+                 "schema": {"openAPIV3Schema": schema},
+                 "subresources": {"status": {}, "scale": {
+                     "specReplicasPath": ".spec.replicas",
+                     "statusReplicasPath": ".status.replicas",
+                     "labelSelectorPath": ".status.selector"}},
+                 "additionalPrinterColumns": [
+                     {"name": "Image", "type": "string", "jsonPath": ".spec.image"},
+                     {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"}]},
+                {"name": "v2", "served": true, "storage": false,
+                 "schema": {"openAPIV3Schema": schema}}
+            ]
+        }
+    }))
+    .unwrap();
+    let created = crds.create(&PostParams::default(), &crd).await.unwrap();
+    assert_eq!(
+        created.metadata.finalizers.as_deref(),
+        Some(&["customresourcecleanup.apiextensions.k8s.io".to_string()][..])
+    );
+    eventually(Duration::from_secs(10), "the CRD established", || {
+        let crds = crds.clone();
+        async move {
+            let status = crds.get("widgets.example.com").await.ok()?.status?;
+            let established = status
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            (established && status.stored_versions == Some(vec!["v1".into()])).then_some(())
+        }
+    })
+    .await;
+
+    // Discovery: both versions, v2 preferred (Kubernetes' version priority).
+    let discovery = kube::Discovery::new(c.clone()).run().await.unwrap();
+    let group = discovery
+        .groups()
+        .find(|g| g.name() == "example.com")
+        .expect("example.com discovered");
+    assert_eq!(group.versions().collect::<Vec<_>>(), ["v2", "v1"]);
+    assert_eq!(group.preferred_version(), Some("v2"));
+
+    let v1 = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.com", "v1", "Widget"),
+        "widgets",
+    );
+    let v2 = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.com", "v2", "Widget"),
+        "widgets",
+    );
+    let widgets: Api<DynamicObject> = Api::namespaced_with(c.clone(), "default", &v1);
+    let widget = |name: &str, spec: serde_json::Value| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .unwrap()
+    };
+    let mut watch = widgets
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+
+    // Pruned and defaulted by the schema.
+    let made = widgets
+        .create(
+            &PostParams::default(),
+            &widget("w1", json!({"image": "busybox", "typo": true})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        made.data["spec"],
+        json!({"image": "busybox", "replicas": 1})
+    );
+    match watch.try_next().await.unwrap() {
+        Some(WatchEvent::Added(seen)) => assert_eq!(seen.metadata.name.as_deref(), Some("w1")),
+        other => panic!("expected the widget added, got {other:?}"),
+    }
+
+    // Validated by the schema: every violation named, nothing written.
+    let e = api_error(
+        widgets
+            .create(
+                &PostParams::default(),
+                &widget("bad", json!({"replicas": 11, "mode": "slow"})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 422, "{e:?}");
+    for field in ["spec.image", "spec.replicas", "spec.mode"] {
+        assert!(e.message.contains(field), "{field} in {}", e.message);
+    }
+    assert!(widgets.get_opt("bad").await.unwrap().is_none());
+
+    // Read in the other version.
+    let as_v2: Api<DynamicObject> = Api::namespaced_with(c.clone(), "default", &v2);
+    let read = as_v2.get("w1").await.unwrap();
+    assert_eq!(
+        read.types.map(|t| t.api_version).as_deref(),
+        Some("example.com/v2")
+    );
+
+    // Status: its own subresource, kept by writes of the object.
+    widgets
+        .patch_status(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": 1, "selector": "app=w1"}})),
+        )
+        .await
+        .unwrap();
+    let updated = widgets
+        .patch(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}, "status": {"replicas": 9}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(updated.data["status"]["replicas"], 1);
+
+    // Scale, at the CRD's paths.
+    let scale = widgets.get_scale("w1").await.unwrap();
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(2));
+    let status = scale.status.unwrap();
+    assert_eq!(
+        (status.replicas, status.selector.as_deref()),
+        (1, Some("app=w1"))
+    );
+    widgets
+        .patch_scale(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(widgets.get("w1").await.unwrap().data["spec"]["replicas"], 5);
+
+    // The printer columns, as kubectl asks for them.
+    let table: serde_json::Value = c
+        .request(get_request(
+            "/apis/example.com/v1/namespaces/default/widgets",
+            "application/json;as=Table;v=v1;g=meta.k8s.io",
+        ))
+        .await
+        .unwrap();
+    let columns: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(columns, ["Name", "Image", "Replicas"]);
+    assert_eq!(table["rows"][0]["cells"], json!(["w1", "busybox", 5]));
+
+    // The schema, in the group version's OpenAPI document.
+    let index: serde_json::Value = c
+        .request(get_request("/openapi/v3", "application/json"))
+        .await
+        .unwrap();
+    let url = index["paths"]["apis/example.com/v1"]["serverRelativeURL"]
+        .as_str()
+        .expect("the custom group version in the OpenAPI index")
+        .to_owned();
+    let document: serde_json::Value = c
+        .request(get_request(&url, "application/json"))
+        .await
+        .unwrap();
+    let schema = &document["components"]["schemas"]["com.example.v1.Widget"];
+    assert_eq!(
+        schema["properties"]["spec"]["properties"]["replicas"]["maximum"].as_f64(),
+        Some(10.0)
+    );
+
+    // Deleted, the CRD takes its objects; created again, it has none.
+    crds.delete("widgets.example.com", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "the CRD gone", || {
+        let crds = crds.clone();
+        async move { matches!(crds.get_opt("widgets.example.com").await, Ok(None)).then_some(()) }
+    })
+    .await;
+    let e = api_error(widgets.list(&ListParams::default()).await.unwrap_err());
+    assert_eq!(e.code, 404);
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let listed = eventually(Duration::from_secs(10), "the CRD served again", || {
+        let widgets = widgets.clone();
+        async move { widgets.list(&ListParams::default()).await.ok() }
+    })
+    .await;
+    assert!(listed.items.is_empty(), "{:?}", listed.items);
+}

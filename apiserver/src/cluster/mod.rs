@@ -35,6 +35,7 @@ pub mod addresses;
 pub mod admission;
 pub mod bind;
 pub mod config;
+pub mod crds;
 pub mod error;
 pub mod gate;
 pub mod ipam;
@@ -191,6 +192,12 @@ pub fn encode(object: &Object) -> Vec<u8> {
     let mut o = object.clone();
     o.metadata_mut().resource_version.clear();
     o.set_type_meta();
+    // A custom kind's objects are kept in its storage version, whichever version wrote them.
+    if let Object::Generic(g, generic) = &mut o
+        && let Some(live) = skiff_proto::api::custom::live(*g)
+    {
+        generic.api_version.clone_from(&live.storage_version);
+    }
     o.to_json()
 }
 

@@ -46,8 +46,9 @@ impl Target {
                 ),
             )
         };
-        let served =
-            |plural: &str| Kind::from_plural(plural).filter(|k| k.api_version() == api_version);
+        let served = |plural: &str| {
+            Kind::all().find(|k| k.plural() == plural && k.api_version() == api_version)
+        };
         let kind_of = |plural: &str| served(plural).ok_or_else(unknown);
         let namespaced_collection = segments.len() >= 3
             && segments[0] == "namespaces"

@@ -22,7 +22,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use skiff_proto::api::{Kind, LabelSelector, Object};
+use skiff_proto::api::{GenericObject, Kind, LabelSelector, Object, custom};
 use skiff_proto::selector::LabelQuery;
 
 use super::patch::{self, PatchType};
@@ -72,45 +72,66 @@ struct ScaleSpec {
     replicas: i32,
 }
 
+/// A declared workload's selector: a label selector, or (a ReplicationController's) a plain
+/// map of labels.
+fn workload_selector(o: &GenericObject) -> LabelSelector {
+    let selector = o.at("/spec/selector").cloned().unwrap_or_default();
+    serde_json::from_value::<LabelSelector>(selector.clone())
+        .ok()
+        .filter(|s| !s.match_labels.is_empty() || !s.match_expressions.is_empty())
+        .or_else(|| {
+            serde_json::from_value(selector)
+                .ok()
+                .map(|match_labels| LabelSelector {
+                    match_labels,
+                    ..LabelSelector::default()
+                })
+        })
+        .unwrap_or_default()
+}
+
 /// The Scale of a stored workload.
 pub fn scale_of(workload: &Object) -> Result<Value, ApiError> {
-    let declared;
+    // Validation admits only selectors that convert; an empty one selects everything.
+    let text = |selector: &LabelSelector| {
+        LabelQuery::try_from(selector)
+            .map(|q| q.to_string())
+            .unwrap_or_default()
+    };
     let (replicas, observed, selector) = match workload {
         Object::Deployment(d) => (
             d.replicas(),
             d.status.as_ref().map_or(0, |s| s.replicas),
-            &d.spec.selector,
+            text(&d.spec.selector),
         ),
         Object::ReplicaSet(rs) => (
             rs.replicas(),
             rs.status.as_ref().map_or(0, |s| s.replicas),
-            &rs.spec.selector,
+            text(&rs.spec.selector),
         ),
         Object::Generic(g, o) if g.info().scale => {
-            let count = |pointer| {
+            let count = |pointer: &str| {
                 o.int(pointer)
                     .and_then(|n| i32::try_from(n).ok())
                     .unwrap_or(0)
             };
-            // A label selector, or (a ReplicationController's) a plain map of labels.
-            let selector = o.at("/spec/selector").cloned().unwrap_or_default();
-            declared = serde_json::from_value::<LabelSelector>(selector.clone())
-                .ok()
-                .filter(|s| !s.match_labels.is_empty() || !s.match_expressions.is_empty())
-                .or_else(|| {
-                    serde_json::from_value(selector)
-                        .ok()
-                        .map(|match_labels| LabelSelector {
-                            match_labels,
-                            ..LabelSelector::default()
-                        })
-                })
-                .unwrap_or_default();
-            (
-                count("/spec/replicas"),
-                count("/status/replicas"),
-                &declared,
-            )
+            match custom::live(*g).and_then(|l| l.scale.clone()) {
+                // A custom kind's paths are its CRD's; its selector is already a string.
+                Some(paths) => (
+                    count(&paths.spec_replicas),
+                    count(&paths.status_replicas),
+                    paths
+                        .label_selector
+                        .as_deref()
+                        .map(|p| o.text(p).to_owned())
+                        .unwrap_or_default(),
+                ),
+                None => (
+                    count("/spec/replicas"),
+                    count("/status/replicas"),
+                    text(&workload_selector(o)),
+                ),
+            }
         }
         other => return Err(no_scale(other.kind())),
     };
@@ -129,10 +150,6 @@ pub fn scale_of(workload: &Object) -> Result<Value, ApiError> {
     }
     let mut status = Map::new();
     status.insert("replicas".into(), json!(observed));
-    // Validation admits only selectors that convert; an empty one selects everything.
-    let selector = LabelQuery::try_from(selector)
-        .map(|q| q.to_string())
-        .unwrap_or_default();
     if !selector.is_empty() {
         status.insert("selector".into(), json!(selector));
     }
@@ -242,8 +259,12 @@ fn with_replicas(
         Object::Deployment(d) => d.spec.replicas = Some(replicas),
         Object::ReplicaSet(rs) => rs.spec.replicas = Some(replicas),
         Object::Generic(g, o) if g.info().scale => {
-            o.object_at("/spec")
-                .insert("replicas".to_owned(), json!(replicas));
+            let pointer = custom::live(*g)
+                .and_then(|l| l.scale.as_ref().map(|p| p.spec_replicas.clone()))
+                .unwrap_or_else(|| "/spec/replicas".to_owned());
+            let (parent, field) = pointer.rsplit_once('/').expect("invariant: a JSON pointer");
+            o.object_at(parent)
+                .insert(field.to_owned(), json!(replicas));
         }
         other => return Err(no_scale(other.kind())),
     }

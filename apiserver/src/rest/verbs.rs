@@ -359,6 +359,22 @@ pub async fn patch(
     if patch_type == PatchType::Apply {
         return server_side_apply(api, target, params, accept, body).await;
     }
+    // A custom kind's schema says nothing of merge keys, so strategic merge has no meaning
+    // for it (kube-apiserver refuses it alike; kubectl then sends a merge patch).
+    if patch_type == PatchType::StrategicMerge
+        && matches!(target.kind, Kind::Generic(g) if g.custom_index().is_some())
+    {
+        return Err(ApiError::new(
+            Reason::UnsupportedMediaType,
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: \
+                 application/json-patch+json, application/merge-patch+json, \
+                 application/apply-patch+yaml (strategic merge patch is not supported for the \
+                 custom resource {})",
+                target.kind.qualified_resource()
+            ),
+        ));
+    }
     for _ in 0..ATTEMPTS {
         api.barrier(false).await?;
         let (_, current) = api.get_local(target.kind, &target.namespace, &target.name)?;

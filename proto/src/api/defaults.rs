@@ -28,7 +28,7 @@ pub fn apply(object: &mut Object) {
         meta.namespace = DEFAULT_NAMESPACE.to_owned();
     }
     match object {
-        Object::Generic(g, o) => crate::api::registry::apply_defaults(g.info(), o),
+        Object::Generic(g, o) => crate::api::registry::apply_defaults(*g, o),
         Object::Pod(pod) => pod_spec_defaults(&mut pod.spec),
         Object::Deployment(d) => deployment_defaults(d),
         Object::ReplicaSet(rs) => replica_set_defaults(rs),

@@ -852,6 +852,30 @@ pub static DECLARED: &[KindInfo] = &[
             AGE,
         ],
     },
+    KindInfo {
+        kind: "CustomResourceDefinition",
+        plural: "customresourcedefinitions",
+        api_version: "apiextensions.k8s.io/v1",
+        namespaced: false,
+        short_names: &["crd", "crds"],
+        categories: &["api-extensions"],
+        status: true,
+        scale: false,
+        template: None,
+        schema: &Typed::<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        >(PhantomData),
+        defaults: super::custom::crd::defaults,
+        validate: super::custom::crd::validate,
+        columns: &[Column {
+            name: "Created At",
+            type_: "date",
+            format: "",
+            priority: 0,
+            description: "When the definition was created.",
+            cell: |o, _| json!(text(o, "/metadata/creationTimestamp")),
+        }],
+    },
 ];
 
 /// `Age`, the column most printers end with.

@@ -19,6 +19,7 @@
 //! | `object`     | [`Object`], [`Kind`]: one enum over every kind, storage keys |
 //! | `registry`   | [`KindInfo`]: a kind served from its declaration; [`GenericObject`] |
 //! | `kinds`      | the declared kinds: ConfigMap, Job, DaemonSet, Lease, ...      |
+//! | `custom`     | kinds defined by CustomResourceDefinitions; structural schemas |
 //! | `print`      | ages and field readers for table columns                    |
 //! | `vocabulary` | Kubernetes' fixed values as enums: phase, restart policy, conditions, taint effects |
 //! | `defaults`   | defaulting applied before validation                        |
@@ -27,6 +28,7 @@
 
 pub mod apps;
 pub mod certificates;
+pub mod custom;
 pub mod defaults;
 pub mod event;
 pub mod kinds;

@@ -249,17 +249,28 @@ impl Kind {
     /// `/registry/nodes/<name>` for cluster-scoped kinds.
     pub fn key(self, namespace: &str, name: &str) -> String {
         if self.is_namespaced() {
-            format!("/registry/{}/{namespace}/{name}", self.plural())
+            format!("{}{namespace}/{name}", self.collection())
         } else {
-            format!("/registry/{}/{name}", self.plural())
+            format!("{}{name}", self.collection())
+        }
+    }
+
+    /// `/registry/<plural>/`; a custom kind's, `/registry/<group>/<plural>/` (every version of
+    /// it shares one), as kube-apiserver keeps them.
+    fn collection(self) -> String {
+        match self {
+            Kind::Generic(g) if g.custom_index().is_some() => {
+                format!("/registry/{}/{}/", self.group(), self.plural())
+            }
+            _ => format!("/registry/{}/", self.plural()),
         }
     }
 
     /// Prefix under which all objects of this kind (in `namespace`, if given) are stored.
     pub fn prefix(self, namespace: Option<&str>) -> String {
         match namespace {
-            Some(ns) if self.is_namespaced() => format!("/registry/{}/{ns}/", self.plural()),
-            _ => format!("/registry/{}/", self.plural()),
+            Some(ns) if self.is_namespaced() => format!("{}{ns}/", self.collection()),
+            _ => self.collection(),
         }
     }
 }
@@ -491,7 +502,15 @@ impl Object {
             Kind::CertificateSigningRequest => Object::CertificateSigningRequest(decode(json)?),
             Kind::Service => Object::Service(decode(json)?),
             Kind::EndpointSlice => Object::EndpointSlice(decode(json)?),
-            Kind::Generic(g) => Object::Generic(g, decode(json)?),
+            Kind::Generic(g) => {
+                let mut object: GenericObject = decode(json)?;
+                // A custom kind's objects are stored in one version and read in any: only
+                // `apiVersion` differs (`None` conversion).
+                if g.custom_index().is_some() {
+                    g.info().api_version.clone_into(&mut object.api_version);
+                }
+                Object::Generic(g, object)
+            }
         })
     }
 

@@ -131,15 +131,33 @@ impl KindInfo {
 pub struct GenericKind(u16);
 
 impl GenericKind {
-    /// Every declared kind.
+    /// Every kind served from a declaration: the declared ones, then the custom kinds served
+    /// now ([`super::custom`]).
     pub fn all() -> impl Iterator<Item = GenericKind> {
-        (0..super::kinds::DECLARED.len()).map(|i| {
-            GenericKind(u16::try_from(i).expect("invariant: fewer than 65536 declared kinds"))
-        })
+        GenericKind::declared().chain(super::custom::served())
+    }
+
+    /// The kinds declared in [`super::kinds`].
+    pub fn declared() -> impl Iterator<Item = GenericKind> {
+        (0..super::kinds::DECLARED.len()).map(GenericKind::from_index)
+    }
+
+    pub(crate) fn from_index(i: usize) -> GenericKind {
+        GenericKind(
+            u16::try_from(i).expect("invariant: fewer than 65536 declared and custom kinds"),
+        )
+    }
+
+    /// The kind's number among the custom kinds, if it is one.
+    pub fn custom_index(self) -> Option<usize> {
+        usize::from(self.0).checked_sub(super::kinds::DECLARED.len())
     }
 
     pub fn info(self) -> &'static KindInfo {
-        &super::kinds::DECLARED[usize::from(self.0)]
+        match self.custom_index() {
+            None => &super::kinds::DECLARED[usize::from(self.0)],
+            Some(i) => super::custom::info(i),
+        }
     }
 }
 
@@ -210,9 +228,12 @@ pub(crate) fn default_field(map: &mut Map<String, Value>, field: &str, value: Va
     }
 }
 
-/// The kind's defaults, then those of its pod template (a pod's, as every workload's).
-pub(crate) fn apply_defaults(info: &KindInfo, object: &mut GenericObject) {
+/// The kind's defaults (a custom kind's from its schema), then those of its pod template (a
+/// pod's, as every workload's).
+pub(crate) fn apply_defaults(kind: GenericKind, object: &mut GenericObject) {
+    let info = kind.info();
     (info.defaults)(object);
+    super::custom::apply_defaults(kind, object);
     if let Some(pointer) = info.template
         && let Some(value) = object.at(pointer)
         && let Ok(mut template) = serde_json::from_value::<PodTemplateSpec>(value.clone())
@@ -226,9 +247,11 @@ pub(crate) fn apply_defaults(info: &KindInfo, object: &mut GenericObject) {
     }
 }
 
-/// The kind's rules (on a create; [`validate_update`] on an update).
-pub(crate) fn validate(errs: &mut Errors, info: &KindInfo, object: &GenericObject) {
-    (info.validate)(errs, object, None);
+/// The kind's rules (on a create; [`validate_update`] on an update); a custom kind's are its
+/// schema's.
+pub(crate) fn validate(errs: &mut Errors, kind: GenericKind, object: &GenericObject) {
+    (kind.info().validate)(errs, object, None);
+    super::custom::validate(errs, kind, object);
 }
 
 /// The pod template of `object` at `pointer`, typed; a template that does not decode is an
@@ -251,11 +274,11 @@ pub(crate) fn template(
 /// The rules of an update of a declared kind: its own, with the stored object.
 pub(crate) fn validate_update(
     errs: &mut Errors,
-    info: &KindInfo,
+    kind: GenericKind,
     object: &GenericObject,
     stored: &GenericObject,
 ) {
-    (info.validate)(errs, object, Some(stored));
+    (kind.info().validate)(errs, object, Some(stored));
 }
 
 /// A path for field errors: `spec.template`, from a JSON pointer.

@@ -77,7 +77,8 @@ mod tests {
                     "name": "autoscaling",
                     "preferredVersion": {"groupVersion": "autoscaling/v2", "version": "v2"},
                     "versions": [{"groupVersion": "autoscaling/v2", "version": "v2"}]
-                })
+                }),
+                group("apiextensions.k8s.io")
             ])
         );
         let aggregated = aggregated_groups();

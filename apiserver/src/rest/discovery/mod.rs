@@ -36,8 +36,12 @@ mod core;
 mod endpoint_slices;
 mod rbac;
 
+use std::cmp::Reverse;
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex, PoisonError};
+
 use serde_json::{Map, Value, json};
-use skiff_proto::api::Kind;
+use skiff_proto::api::{GenericKind, Kind};
 
 /// The verbs of the Kubernetes API, as discovery spells them.
 pub mod verb {
@@ -192,41 +196,71 @@ static GROUPS: [&[Resource]; 6] = [
     certificates::RESOURCES,
 ];
 
-/// The declared kinds' resources ([`skiff_proto::api::registry`]): every verb, and `scale`
-/// and `status` where the kind has them.
-static DECLARED: std::sync::LazyLock<Vec<Resource>> = std::sync::LazyLock::new(|| {
-    skiff_proto::api::GenericKind::all()
+/// The resource of a kind served from a declaration (declared, or defined by a CRD): every
+/// verb, and `scale` and `status` where the kind has them.
+fn declared_resource(g: GenericKind) -> Resource {
+    let info = g.info();
+    let mut subresources = Vec::new();
+    if info.scale {
+        subresources.push(apps::SCALE);
+    }
+    if info.status {
+        subresources.push(Subresource {
+            name: "status",
+            kind: info.kind,
+            api_version: None,
+            verbs: STATUS_VERBS,
+        });
+    }
+    Resource {
+        kind: Kind::Generic(g),
+        verbs: READ_WRITE,
+        subresources: Box::leak(subresources.into_boxed_slice()),
+        categories: info.categories,
+    }
+}
+
+/// The declared kinds' resources ([`skiff_proto::api::registry`]).
+static DECLARED: LazyLock<Vec<Resource>> =
+    LazyLock::new(|| GenericKind::declared().map(declared_resource).collect());
+
+/// The resources of the custom kinds ever served, made once each (a custom kind's shape
+/// never changes: [`skiff_proto::api::custom`]).
+static CUSTOM: LazyLock<Mutex<HashMap<GenericKind, &'static Resource>>> =
+    LazyLock::new(Mutex::default);
+
+/// The custom kinds' resources served now, in the order their kinds were first defined.
+fn custom_resources() -> Vec<&'static Resource> {
+    let served = skiff_proto::api::custom::served();
+    if served.is_empty() {
+        return Vec::new();
+    }
+    let mut made = CUSTOM.lock().unwrap_or_else(PoisonError::into_inner);
+    served
+        .into_iter()
         .map(|g| {
-            let info = g.info();
-            let mut subresources = Vec::new();
-            if info.scale {
-                subresources.push(apps::SCALE);
-            }
-            if info.status {
-                subresources.push(Subresource {
-                    name: "status",
-                    kind: info.kind,
-                    api_version: None,
-                    verbs: STATUS_VERBS,
-                });
-            }
-            let subresources: &'static [Subresource] = Box::leak(subresources.into_boxed_slice());
-            Resource {
-                kind: Kind::Generic(g),
-                verbs: READ_WRITE,
-                subresources,
-                categories: info.categories,
-            }
+            *made
+                .entry(g)
+                .or_insert_with(|| Box::leak(Box::new(declared_resource(g))))
         })
         .collect()
-});
+}
 
-/// Every served resource, in discovery order: each group's own, then the declared kinds'.
+/// Every served resource, in discovery order: each group's own, then the declared kinds',
+/// then the custom kinds' served now.
 pub fn resources() -> impl Iterator<Item = &'static Resource> {
     GROUPS
         .iter()
         .flat_map(|group| group.iter())
         .chain(DECLARED.iter())
+        .chain(custom_resources())
+}
+
+/// Whether `gv` is a custom kinds' group version (defined by CRDs, not built in).
+pub fn is_custom(gv: GroupVersion) -> bool {
+    resources().any(|r| {
+        r.group_version() == gv && matches!(r.kind, Kind::Generic(g) if g.custom_index().is_some())
+    })
 }
 
 /// The served resource of `kind`, if any.
@@ -234,7 +268,8 @@ pub fn resource(kind: Kind) -> Option<&'static Resource> {
     resources().find(|r| r.kind == kind)
 }
 
-/// Every served group version, in discovery order (the first resource of each decides).
+/// Every served group version, in discovery order: groups as their first resource comes,
+/// and a group's versions by Kubernetes' version priority, the one clients prefer first.
 pub fn group_versions() -> Vec<GroupVersion> {
     let mut out: Vec<GroupVersion> = Vec::new();
     for gv in resources().map(Resource::group_version) {
@@ -242,7 +277,41 @@ pub fn group_versions() -> Vec<GroupVersion> {
             out.push(gv);
         }
     }
+    let groups: Vec<&str> = out.iter().fold(Vec::new(), |mut groups, gv| {
+        if !groups.contains(&gv.group) {
+            groups.push(gv.group);
+        }
+        groups
+    });
+    let rank = |gv: &GroupVersion| groups.iter().position(|g| *g == gv.group);
+    out.sort_by(|a, b| {
+        rank(a)
+            .cmp(&rank(b))
+            .then_with(|| version_priority(a.version).cmp(&version_priority(b.version)))
+    });
     out
+}
+
+/// The sort key of a version by Kubernetes' priority: GA before beta before alpha, a higher
+/// major (then minor) version first (`v2`, `v1`, `v1beta2`, `v1beta1`, `v1alpha1`), and any
+/// other version after them, alphabetically.
+fn version_priority(version: &str) -> (u8, Reverse<u64>, Reverse<u64>, &str) {
+    let parsed = version.strip_prefix('v').and_then(|rest| {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let major: u64 = rest[..digits].parse().ok()?;
+        let (stage, minor) = match &rest[digits..] {
+            "" => return Some((0, major, 0)),
+            tail => tail
+                .strip_prefix("beta")
+                .map(|m| (1, m))
+                .or_else(|| tail.strip_prefix("alpha").map(|m| (2, m)))?,
+        };
+        Some((stage, major, minor.parse().ok()?))
+    });
+    match parsed {
+        Some((stage, major, minor)) if major > 0 => (stage, Reverse(major), Reverse(minor), ""),
+        _ => (3, Reverse(0), Reverse(0), version),
+    }
 }
 
 /// `GET /api`: the core group's versions, and the address clients should use.
@@ -570,7 +639,8 @@ mod tests {
                 "scheduling.k8s.io",
                 "storage.k8s.io",
                 "networking.k8s.io",
-                "autoscaling"
+                "autoscaling",
+                "apiextensions.k8s.io"
             ]
         );
         let list: meta::APIResourceList =
@@ -613,6 +683,39 @@ mod tests {
         );
     }
 
+    /// Versions sort as Kubernetes prioritises them.
+    #[test]
+    fn versions_sort_by_kubernetes_priority() {
+        let mut versions = [
+            "v1alpha1",
+            "v1",
+            "foo",
+            "v1beta1",
+            "v2",
+            "v10beta3",
+            "v1beta2",
+            "v11alpha2",
+            "bar",
+            "v12",
+        ];
+        versions.sort_by_key(|v| version_priority(v));
+        assert_eq!(
+            versions,
+            [
+                "v12",
+                "v2",
+                "v1",
+                "v10beta3",
+                "v1beta2",
+                "v1beta1",
+                "v11alpha2",
+                "v1alpha1",
+                "bar",
+                "foo"
+            ]
+        );
+    }
+
     /// Group versions parse and print both ways, and give the paths kubectl looks up.
     #[test]
     fn group_version_forms() {
@@ -639,7 +742,8 @@ mod tests {
                 GroupVersion::parse("scheduling.k8s.io/v1"),
                 GroupVersion::parse("storage.k8s.io/v1"),
                 GroupVersion::parse("networking.k8s.io/v1"),
-                GroupVersion::parse("autoscaling/v2")
+                GroupVersion::parse("autoscaling/v2"),
+                GroupVersion::parse("apiextensions.k8s.io/v1")
             ]
         );
     }

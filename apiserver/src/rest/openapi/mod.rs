@@ -32,9 +32,10 @@ mod operations;
 mod parameters;
 mod schemas;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::schemars::generate::SchemaSettings;
@@ -59,35 +60,62 @@ struct Document {
     hash: String,
 }
 
-fn documents() -> &'static [Document] {
+fn document_of(gv: GroupVersion) -> Document {
+    let bytes =
+        serde_json::to_vec(&build(gv)).expect("invariant: a serde_json::Value always serializes");
+    let hash = Sha256::digest(&bytes)
+        .iter()
+        .fold(String::with_capacity(64), |mut hex, byte| {
+            let _ = write!(hex, "{byte:02X}");
+            hex
+        });
+    Document {
+        path: gv.path(),
+        bytes,
+        hash,
+    }
+}
+
+/// The documents of the built-in group versions, built once per process.
+fn built_in() -> &'static [Document] {
     static DOCUMENTS: OnceLock<Vec<Document>> = OnceLock::new();
     DOCUMENTS.get_or_init(|| {
         discovery::group_versions()
             .into_iter()
-            .map(|gv| {
-                let bytes = serde_json::to_vec(&build(gv))
-                    .expect("invariant: a serde_json::Value always serializes");
-                let hash = Sha256::digest(&bytes).iter().fold(
-                    String::with_capacity(64),
-                    |mut hex, byte| {
-                        let _ = write!(hex, "{byte:02X}");
-                        hex
-                    },
-                );
-                Document {
-                    path: gv.path(),
-                    bytes,
-                    hash,
-                }
-            })
+            .filter(|gv| !discovery::is_custom(*gv))
+            .map(document_of)
             .collect()
     })
 }
 
+/// The documents of the group versions of custom kinds served now, built again when what is
+/// served changes.
+fn custom() -> Arc<Vec<Document>> {
+    static DOCUMENTS: Mutex<Option<(u64, Arc<Vec<Document>>)>> = Mutex::new(None);
+    let generation = skiff_proto::api::custom::generation();
+    let mut cached = DOCUMENTS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((built, documents)) = cached.as_ref()
+        && *built == generation
+    {
+        return documents.clone();
+    }
+    let documents: Arc<Vec<Document>> = Arc::new(
+        discovery::group_versions()
+            .into_iter()
+            .filter(|gv| discovery::is_custom(*gv))
+            .map(document_of)
+            .collect(),
+    );
+    *cached = Some((generation, documents.clone()));
+    documents
+}
+
 /// `GET /openapi/v3`: each group version's document, by path, with its hash in the URL.
 pub fn index() -> Value {
-    let paths: Map<String, Value> = documents()
+    let custom = custom();
+    let paths: Map<String, Value> = built_in()
         .iter()
+        .chain(custom.iter())
         .map(|d| {
             let url = format!("/openapi/v3/{}?hash={}", d.path, d.hash);
             (d.path.clone(), json!({"serverRelativeURL": url}))
@@ -96,21 +124,25 @@ pub fn index() -> Value {
     json!({"paths": paths})
 }
 
-/// `GET /openapi/v3/<path>` (`api/v1`): the document's JSON, built once per process.
-pub fn document(group_version_path: &str) -> Option<&'static [u8]> {
-    documents()
+/// `GET /openapi/v3/<path>` (`api/v1`): the document's JSON.
+pub fn document(group_version_path: &str) -> Option<Cow<'static, [u8]>> {
+    if let Some(d) = built_in().iter().find(|d| d.path == group_version_path) {
+        return Some(Cow::Borrowed(d.bytes.as_slice()));
+    }
+    custom()
         .iter()
         .find(|d| d.path == group_version_path)
-        .map(|d| d.bytes.as_slice())
+        .map(|d| Cow::Owned(d.bytes.clone()))
 }
 
 /// The hash the index gives for a document: a request whose `?hash=` equals it may be answered
 /// as immutable, since a different document would have a different hash.
-pub fn hash(group_version_path: &str) -> Option<&'static str> {
-    documents()
+pub fn hash(group_version_path: &str) -> Option<String> {
+    built_in()
         .iter()
+        .chain(custom().iter())
         .find(|d| d.path == group_version_path)
-        .map(|d| d.hash.as_str())
+        .map(|d| d.hash.clone())
 }
 
 /// Subresources that upgrade the connection instead of carrying an object.
@@ -249,7 +281,7 @@ mod tests {
     use super::*;
 
     pub(super) fn doc(path: &str) -> Value {
-        serde_json::from_slice(document(path).unwrap_or_else(|| panic!("{path} is not served")))
+        serde_json::from_slice(&document(path).unwrap_or_else(|| panic!("{path} is not served")))
             .expect("the document is JSON")
     }
 
@@ -296,6 +328,7 @@ mod tests {
             "apis/storage.k8s.io/v1",
             "apis/networking.k8s.io/v1",
             "apis/autoscaling/v2",
+            "apis/apiextensions.k8s.io/v1",
         ];
         for path in paths {
             let url = index["paths"][path]["serverRelativeURL"]
@@ -307,7 +340,7 @@ mod tests {
                 .map(|b| format!("{b:02X}"))
                 .collect();
             assert_eq!(url, format!("/openapi/v3/{path}?hash={expected}"));
-            assert_eq!(hash(path), Some(expected.as_str()));
+            assert_eq!(hash(path), Some(expected));
         }
         assert_eq!(document("apis/autoscaling/v1"), None);
         assert_eq!(index["paths"].as_object().map(Map::len), Some(paths.len()));

@@ -29,9 +29,13 @@ mod core;
 mod endpoint_slices;
 mod rbac;
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
+use jsonpath_rust::JsonPath as _;
 use serde_json::{Map, Value, json};
-use skiff_proto::api::{Kind, KindInfo};
+use skiff_proto::api::custom::{self, PrinterColumn};
+use skiff_proto::api::{GenericKind, Kind, KindInfo};
 
 /// What each row's `object` holds: the `includeObject` query parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -109,6 +113,19 @@ pub fn table(
     table.insert("metadata".into(), metadata);
     if with_columns {
         let columns: Vec<Value> = match printer {
+            Printer::Custom(g) => with_custom_columns(g, |columns| {
+                std::iter::once(NAME.to_json())
+                    .chain(columns.iter().map(|c| {
+                        json!({
+                            "name": c.name,
+                            "type": c.type_,
+                            "format": c.format,
+                            "description": c.description,
+                            "priority": c.priority,
+                        })
+                    }))
+                    .collect()
+            }),
             Printer::Declared(info) => std::iter::once(NAME.to_json())
                 .chain(info.columns.iter().map(|c| {
                     json!({
@@ -240,11 +257,14 @@ enum Printer {
     Default,
     /// A declared kind's columns, after its name.
     Declared(&'static KindInfo),
+    /// A custom kind's additional printer columns (its CRD's), after its name.
+    Custom(GenericKind),
 }
 
 impl Printer {
     fn of(kind: Kind) -> Printer {
         match kind {
+            Kind::Generic(g) if g.custom_index().is_some() => Printer::Custom(g),
             Kind::Generic(g) if g.info().columns.is_empty() => Printer::Default,
             Kind::Generic(g) => Printer::Declared(g.info()),
             Kind::Pod => Printer::Pod,
@@ -282,7 +302,7 @@ impl Printer {
             Printer::CertificateSigningRequest => certificates::CSR_COLUMNS,
             Printer::Service => core::SERVICE_COLUMNS,
             Printer::EndpointSlice => endpoint_slices::ENDPOINT_SLICE_COLUMNS,
-            Printer::Default | Printer::Declared(_) => DEFAULT_COLUMNS,
+            Printer::Default | Printer::Declared(_) | Printer::Custom(_) => DEFAULT_COLUMNS,
         }
     }
 
@@ -308,7 +328,55 @@ impl Printer {
                     .chain(info.columns.iter().map(|c| (c.cell)(object, now)))
                     .collect(),
             ),
+            Printer::Custom(g) => Row::cells(with_custom_columns(g, |columns| {
+                std::iter::once(name(object).into())
+                    .chain(columns.iter().map(|c| custom_cell(c, object, now)))
+                    .collect()
+            })),
         }
+    }
+}
+
+/// The column of a custom kind without printer columns: `Age`, as kube-apiserver prints
+/// custom resources.
+static CUSTOM_AGE: LazyLock<[PrinterColumn; 1]> = LazyLock::new(|| {
+    [PrinterColumn {
+        name: "Age".into(),
+        type_: "date".into(),
+        format: String::new(),
+        description: AGE.description.into(),
+        priority: 0,
+        json_path: ".metadata.creationTimestamp".into(),
+    }]
+});
+
+/// `f` of a custom kind's columns: its CRD's additional printer columns, or [`CUSTOM_AGE`].
+fn with_custom_columns<T>(g: GenericKind, f: impl FnOnce(&[PrinterColumn]) -> T) -> T {
+    let live = custom::live(g);
+    match live.as_deref() {
+        Some(l) if !l.columns.is_empty() => f(&l.columns),
+        _ => f(&*CUSTOM_AGE),
+    }
+}
+
+/// The cell of a printer column: the first value its JSONPath finds (none: `null`, which
+/// kubectl prints as `<none>`); a `date` as the time since, as kubectl prints ages.
+fn custom_cell(column: &PrinterColumn, object: &Value, now: DateTime<Utc>) -> Value {
+    let found = object
+        .query(&format!("${}", column.json_path))
+        .ok()
+        .and_then(|values| values.first().map(|v| (*v).clone()));
+    match (column.type_.as_str(), found) {
+        (_, None) => Value::Null,
+        ("date", Some(Value::String(t))) => {
+            let at = DateTime::parse_from_rfc3339(&t)
+                .ok()
+                .map(|t| t.with_timezone(&Utc));
+            json!(since(at, now))
+        }
+        ("string", Some(Value::String(s))) => json!(s),
+        ("string", Some(other)) => json!(other.to_string()),
+        (_, Some(v)) => v,
     }
 }
 

@@ -116,6 +116,14 @@ impl Errors {
         }
     }
 
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub(crate) fn into_vec(self) -> Vec<FieldError> {
+        self.0
+    }
+
     pub(crate) fn finish(self) -> Result<(), ValidationErrors> {
         if self.0.is_empty() {
             Ok(())
@@ -154,7 +162,7 @@ pub fn validate(object: &Object) -> Result<(), ValidationErrors> {
         Object::CertificateSigningRequest(c) => certificates::validate_csr(&mut errs, c),
         Object::Service(s) => service::validate_service(&mut errs, s),
         Object::EndpointSlice(s) => service::validate_endpoint_slice(&mut errs, s),
-        Object::Generic(g, o) => crate::api::registry::validate(&mut errs, g.info(), o),
+        Object::Generic(g, o) => crate::api::registry::validate(&mut errs, *g, o),
     }
     errs.finish()
 }
@@ -165,7 +173,7 @@ pub fn validate(object: &Object) -> Result<(), ValidationErrors> {
 pub fn validate_update(object: &Object, stored: &Object) -> Result<(), ValidationErrors> {
     let mut errs = Errors::default();
     if let (Object::Generic(g, o), Object::Generic(_, s)) = (object, stored) {
-        crate::api::registry::validate_update(&mut errs, g.info(), o, s);
+        crate::api::registry::validate_update(&mut errs, *g, o, s);
     }
     errs.finish()
 }
