@@ -753,6 +753,61 @@ fn kubectl_session_on(work: &Path, extra: &[&str]) {
     let missing = up.kubectl(&["get", "pod", "bad"], None);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("pods \"bad\" not found"));
 
+    // A CRD, and its objects through kubectl: established, applied, listed with the CRD's
+    // printer columns, explained, refused with field paths, gone with the CRD.
+    let crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: crontabs.stable.example.com}\nspec:\n  group: stable.example.com\n  scope: Namespaced\n  names: {plural: crontabs, singular: crontab, kind: CronTab, shortNames: [ct]}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        properties:\n          spec:\n            type: object\n            required: [cronSpec]\n            properties:\n              cronSpec: {type: string, description: the schedule}\n              replicas: {type: integer, minimum: 1, maximum: 10, default: 1}\n    additionalPrinterColumns:\n    - {name: Spec, type: string, jsonPath: .spec.cronSpec}\n    - {name: Replicas, type: integer, jsonPath: .spec.replicas}\n";
+    assert_eq!(
+        up.kubectl_ok(&["apply", "-f", "-"], Some(crd)).trim(),
+        "customresourcedefinition.apiextensions.k8s.io/crontabs.stable.example.com created"
+    );
+    up.kubectl_ok(
+        &[
+            "wait",
+            "--for=condition=established",
+            "--timeout=30s",
+            "crd/crontabs.stable.example.com",
+        ],
+        None,
+    );
+    let cron = "apiVersion: stable.example.com/v1\nkind: CronTab\nmetadata: {name: nightly}\nspec: {cronSpec: '0 3 * * *'}\n";
+    assert_eq!(
+        up.kubectl_ok(&["apply", "-f", "-"], Some(cron)).trim(),
+        "crontab.stable.example.com/nightly created"
+    );
+    let listed = up.kubectl_ok(&["get", "ct"], None);
+    let columns: Vec<&str> = listed
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(columns, ["NAME", "SPEC", "REPLICAS"], "{listed}");
+    assert!(
+        listed.contains("nightly") && listed.contains("0 3 * * *"),
+        "{listed}"
+    );
+    let explained = up.kubectl_ok(&["explain", "crontab.spec.cronSpec"], None);
+    assert!(explained.contains("the schedule"), "{explained}");
+    let wrong = "apiVersion: stable.example.com/v1\nkind: CronTab\nmetadata: {name: wrong}\nspec: {replicas: 20}\n";
+    let out = up.kubectl(&["apply", "-f", "-"], Some(wrong));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("spec.cronSpec: Required value") && err.contains("spec.replicas"),
+        "{err}"
+    );
+    up.kubectl_ok(
+        &[
+            "delete",
+            "crd",
+            "crontabs.stable.example.com",
+            "--timeout=30s",
+        ],
+        None,
+    );
+    let gone = up.kubectl(&["get", "ct"], None);
+    assert!(!gone.status.success());
+
     let deleted = up.kubectl_ok(&["delete", "pod", "web", "--wait", "--timeout=60s"], None);
     assert_eq!(deleted.trim(), "pod \"web\" deleted");
     let after = up.kubectl(&["get", "pod", "web"], None);
