@@ -185,7 +185,7 @@ fn pod(ns: &str, name: &str, scheduler: &str) -> serde_json::Value {
 
 /// The REST API's base URL: the flag, else the first member of the `skiff up` cluster whose
 /// endpoints these are. Other endpoints say nothing of where their REST API listens.
-fn api_url(given: Option<&str>, endpoints: &[String]) -> Result<String> {
+pub(super) fn api_url(given: Option<&str>, endpoints: &[String]) -> Result<String> {
     if let Some(url) = given {
         return Ok(url.trim_end_matches('/').to_string());
     }

@@ -28,6 +28,7 @@ mod bind;
 mod cpu;
 mod deployment;
 mod fixtures;
+mod kinds;
 mod kv;
 mod race;
 mod restart;
@@ -49,6 +50,9 @@ enum What {
     /// Pod creates and watch delivery through the gRPC cluster API and the Kubernetes REST
     /// API, side by side in one run.
     Api(api::Args),
+    /// REST creates and lists of a Pod, a ConfigMap and a custom resource (a CRD's), side
+    /// by side in one run.
+    Kinds(kinds::Args),
     /// etcd v3 API load (put, range, txn-put, watch, lease-keepalive), against Skiff and
     /// etcd alike.
     Kv(kv::Args),
@@ -102,6 +106,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.what {
         What::Bind(a) => rt.block_on(bind::run(a)),
         What::Api(a) => rt.block_on(api::run(a)),
+        What::Kinds(a) => rt.block_on(kinds::run(a)),
         What::Kv(a) => rt.block_on(kv::run(a)),
         What::Put(a) => rt.block_on(kv::put_with(a.endpoints, a.conns, a.clients, a.put)),
         What::Scheduler(a) => rt.block_on(scheduler::run(a)),
