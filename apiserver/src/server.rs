@@ -127,15 +127,19 @@ impl Extension for InProcess {
     }
 }
 
-/// Starts what the API server runs beside its cluster API, on `tasks` until `stop`: the RBAC
-/// policy kept current (under RBAC), and the REST API on the `rest` ports.
+/// Starts what the API server runs beside its cluster API, on `tasks` until `stop`: the
+/// system objects (when it serves REST), the CRDs' kinds, the RBAC policy kept current (under
+/// RBAC), and the REST API on the `rest` ports.
 pub(crate) fn serve_rest(
     api: &ClusterApi,
     rest: Vec<Reserved>,
     tasks: &mut JoinSet<anyhow::Result<()>>,
     stop: &CancellationToken,
 ) -> anyhow::Result<()> {
-    {
+    // The system namespaces and priority classes are the Kubernetes API's: a member that
+    // serves only the cluster API (an etcd for Skiff's own components) writes nothing of
+    // its own accord.
+    if !rest.is_empty() {
         // Every task here lives as long as the server (one that ends stops it), so this one
         // waits for the stop once the system objects are in place.
         let api = api.clone();

@@ -105,14 +105,22 @@ pub async fn run(
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
     let etcd = skiff_store::remote::channel(&config.etcd)?;
-    let kv = RemoteKv::connect(
+    let mut shutdown = Box::pin(shutdown);
+    let connect = RemoteKv::connect(
         config.etcd,
         Some(crate::cluster::watch::tagger()),
         cancel.clone(),
         &tracker,
-    )
-    .await
-    .context("connecting to etcd")?;
+    );
+    let kv = tokio::select! {
+        kv = connect => kv.context("connecting to etcd")?,
+        () = &mut shutdown => {
+            cancel.cancel();
+            tracker.close();
+            tracker.wait().await;
+            return Ok(());
+        }
+    };
     let api = ClusterApi::with_access(kv.clone(), access, config.api);
     let mut tasks = JoinSet::new();
     crate::server::serve_rest(&api, rest, &mut tasks, &cancel)?;
@@ -157,7 +165,7 @@ pub async fn run(
     }
     tracing::info!("API server serving");
     let result = tokio::select! {
-        () = shutdown => Ok(()),
+        () = &mut shutdown => Ok(()),
         Some(r) = tasks.join_next() => match r {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(e),

@@ -1,9 +1,9 @@
 //! The objects a cluster always has, as kube-apiserver's bootstrap controllers keep them: the
 //! namespaces `default`, `kube-system`, `kube-public` and `kube-node-lease` (where node
 //! leases and components' leader-election leases live), and the PriorityClasses
-//! `system-node-critical` and `system-cluster-critical`. Every member creates the missing ones
-//! when it starts, trying again while the store cannot take writes; one that exists is left
-//! as it is.
+//! `system-node-critical` and `system-cluster-critical`. Every API server that serves the
+//! Kubernetes API creates the missing ones when it starts, trying again while the store
+//! cannot take writes; one that exists is left as it is.
 
 use std::time::Duration;
 

@@ -183,9 +183,20 @@ fn pod(ns: &str, name: &str, scheduler: &str) -> serde_json::Value {
     })
 }
 
+/// [`api_url`], refused unless it is plain HTTP, which the REST benchmarks speak.
+pub(super) fn plain_api_url(given: Option<&str>, endpoints: &[String]) -> Result<String> {
+    let base = api_url(given, endpoints)?;
+    if base.starts_with("https://") {
+        bail!(
+            "{base}: the REST benchmark speaks plain HTTP; run it against a cluster started with `skiff up --insecure`"
+        );
+    }
+    Ok(base)
+}
+
 /// The REST API's base URL: the flag, else the first member of the `skiff up` cluster whose
 /// endpoints these are. Other endpoints say nothing of where their REST API listens.
-pub(super) fn api_url(given: Option<&str>, endpoints: &[String]) -> Result<String> {
+fn api_url(given: Option<&str>, endpoints: &[String]) -> Result<String> {
     if let Some(url) = given {
         return Ok(url.trim_end_matches('/').to_string());
     }
@@ -211,12 +222,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         bail!("--pods and --clients must be at least 1");
     }
     let store = a.endpoints.resolve()?;
-    let base = api_url(a.api_url.as_deref(), &store.endpoints)?;
-    if base.starts_with("https://") {
-        bail!(
-            "{base}: the REST benchmark speaks plain HTTP; run it against a cluster started with `skiff up --insecure`"
-        );
-    }
+    let base = plain_api_url(a.api_url.as_deref(), &store.endpoints)?;
     let api = store.connect()?;
     let http = HttpClient::new();
     let (ns, namespace) = fixtures::fresh_namespace(&api, "api").await?;

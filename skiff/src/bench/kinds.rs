@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use skiff_proto::http::{Body, HttpClient};
 use skiff_scheduler::bench::{Latencies, Percentiles};
 
-use super::api::api_url;
+use super::api::plain_api_url;
 use super::fixtures;
 use crate::config::Endpoints;
 
@@ -265,12 +265,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         bail!("--objects and --clients must be at least 1");
     }
     let store = a.endpoints.resolve()?;
-    let base = api_url(a.api_url.as_deref(), &store.endpoints)?;
-    if base.starts_with("https://") {
-        bail!(
-            "{base}: the REST benchmark speaks plain HTTP; run it against a cluster started with `skiff up --insecure`"
-        );
-    }
+    let base = plain_api_url(a.api_url.as_deref(), &store.endpoints)?;
     let api = store.connect()?;
     let http = HttpClient::new();
     let (ns, _) = fixtures::fresh_namespace(&api, "kinds").await?;

@@ -97,7 +97,26 @@ impl RemoteKv {
         let (shared, backlog) = follow::open_mirror(&config.data_dir, tagger)?;
         let (revision_tx, revision) = watch::channel(0);
         let follower = follow::Follower::new(channel.clone(), shared.clone(), &config, revision_tx);
-        let header = follower.list().await?;
+        // etcd may start after its API servers (or restart under them): wait for it, as
+        // kube-apiserver does, saying so, until it answers or the server is stopped.
+        let mut backoff =
+            skiff_proto::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+        let header = loop {
+            match follower.list().await {
+                Ok(header) => break header,
+                Err(e) => {
+                    tracing::warn!(
+                        error = format!("{e:#}"),
+                        endpoints = ?config.endpoints,
+                        "etcd does not answer; trying again"
+                    );
+                    tokio::select! {
+                        () = backoff.wait() => {}
+                        () = cancel.cancelled() => return Err(e.context("stopped while waiting for etcd")),
+                    }
+                }
+            }
+        };
         shared.spawn_watch_catch_up(cancel.clone(), tasks);
         crate::member::compactor::spawn(
             shared.clone(),

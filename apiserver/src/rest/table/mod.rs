@@ -116,25 +116,19 @@ pub fn table(
             Printer::Custom(g) => with_custom_columns(g, |columns| {
                 std::iter::once(NAME.to_json())
                     .chain(columns.iter().map(|c| {
-                        json!({
-                            "name": c.name,
-                            "type": c.type_,
-                            "format": c.format,
-                            "description": c.description,
-                            "priority": c.priority,
-                        })
+                        column_json(&c.name, &c.type_, &c.format, &c.description, c.priority)
                     }))
                     .collect()
             }),
             Printer::Declared(info) => std::iter::once(NAME.to_json())
                 .chain(info.columns.iter().map(|c| {
-                    json!({
-                        "name": c.name,
-                        "type": c.type_,
-                        "format": c.format,
-                        "description": c.description,
-                        "priority": c.priority,
-                    })
+                    column_json(
+                        c.name,
+                        c.type_,
+                        c.format,
+                        c.description,
+                        i64::from(c.priority),
+                    )
                 }))
                 .collect(),
             _ => printer.columns().iter().map(Column::to_json).collect(),
@@ -164,6 +158,17 @@ struct Column {
     description: &'static str,
 }
 
+/// A Table's column definition.
+fn column_json(name: &str, type_: &str, format: &str, description: &str, priority: i64) -> Value {
+    json!({
+        "name": name,
+        "type": type_,
+        "format": format,
+        "description": description,
+        "priority": priority,
+    })
+}
+
 impl Column {
     fn to_json(&self) -> Value {
         let kind = match self.kind {
@@ -171,13 +176,13 @@ impl Column {
             ColumnType::Integer => "integer",
             ColumnType::Date => "date",
         };
-        json!({
-            "name": self.name,
-            "type": kind,
-            "format": self.format,
-            "description": self.description,
-            "priority": self.priority,
-        })
+        column_json(
+            self.name,
+            kind,
+            self.format,
+            self.description,
+            i64::from(self.priority),
+        )
     }
 }
 
