@@ -1,7 +1,7 @@
 //! The controller manager: the loops that keep the cluster as its objects say.
 //!
 //! ```text
-//!  informers (pods, replicasets, deployments, nodes) ──► caches ──► event handlers
+//!  informers (pods, replicasets, deployments, nodes, ...) ──► caches ──► event handlers
 //!                                                              │ keys
 //!          ┌───────────────────────────┬───────────────────────┘
 //!          ▼                           ▼
@@ -29,6 +29,7 @@
 //! | [`gc`]         | the garbage collector: ownerless objects, foreground and orphan deletes |
 //! | [`nodelifecycle`] | silent nodes: `Ready=Unknown`, taints, evictions per toleration |
 //! | [`endpointslice`] | each selecting Service's pods' addresses, in EndpointSlices of 100 |
+//! | [`resourcequota`] | each quota's `status.used`: what its namespace's objects count toward it |
 //! | [`certificates`] | certificate requests: nodes' approved, approved ones signed, old ones removed |
 //! | [`core`]       | what every controller shares: [`Context`](core::Context), the [`Controller`](core::Controller) trait, queue keys |
 //! | [`queue`]      | the work queue: de-duplicated keys, per-key back-off, delayed adds |
@@ -48,5 +49,6 @@ pub mod nodelifecycle;
 pub mod pods;
 pub mod queue;
 pub mod replicaset;
+pub mod resourcequota;
 
 pub use manager::{Config, run};

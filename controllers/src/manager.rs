@@ -14,7 +14,9 @@ use tracing::Instrument;
 use crate::cache::Cache;
 use crate::core::{Context, Controller};
 use crate::metrics::{self, Metrics};
-use crate::{certificates, deployment, endpointslice, gc, nodelifecycle, replicaset};
+use crate::{
+    certificates, deployment, endpointslice, gc, nodelifecycle, replicaset, resourcequota,
+};
 
 /// The key controller manager processes elect their leader on.
 pub const LEADER_KEY: &str = "/skiff/leader/controller-manager";
@@ -180,6 +182,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         csrs: Cache::new(Kind::CertificateSigningRequest),
         services: Cache::new(Kind::Service),
         endpoint_slices: Cache::new(Kind::EndpointSlice),
+        quotas: Cache::new(Kind::ResourceQuota),
         events: EventRecorder::spawn(client.clone(), COMPONENT, ""),
         metrics: metrics.clone(),
         expectations: Default::default(),
@@ -194,10 +197,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     ));
     let csrs = Arc::new(certificates::Certificates::new(ctx.clone(), signer));
     let slices = Arc::new(endpointslice::EndpointSlices::new(ctx.clone()));
+    let quotas = Arc::new(resourcequota::ResourceQuotas::new(ctx.clone()));
     let handlers = Arc::new(Handlers {
         ctx: ctx.clone(),
         csrs: csrs.clone(),
         slices: slices.clone(),
+        quotas: quotas.clone(),
         replica_sets: replica_sets.clone(),
         deployments: deployments.clone(),
         collector: collector.clone(),
@@ -214,6 +219,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Kind::CertificateSigningRequest,
         Kind::Service,
         Kind::EndpointSlice,
+        Kind::ResourceQuota,
     ] {
         let mut informer = Informer::new(client.clone(), kind, ListParams::default());
         for e in informer.sync().await? {
@@ -236,6 +242,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             r.map_err(|source| Error::Informer { kind, source })
         });
     }
+    let watcher = quotas.clone();
+    tasks.spawn(async move {
+        watcher.watch_counted().await;
+        Ok(())
+    });
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..config.workers {
         workers.spawn(work(replica_sets.clone(), metrics.clone()));
@@ -248,6 +259,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     workers.spawn(work(csrs.clone(), metrics.clone()));
     for _ in 0..config.workers {
         workers.spawn(work(slices.clone(), metrics.clone()));
+        workers.spawn(work(quotas.clone(), metrics.clone()));
     }
     let served = match config.metrics_addr {
         Some(addr) => {
@@ -260,6 +272,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                     (nodelifecycle::NAME, nodes.queue().clone()),
                     (certificates::NAME, csrs.queue().clone()),
                     (endpointslice::NAME, slices.queue().clone()),
+                    (resourcequota::NAME, quotas.queue().clone()),
                 ],
             );
             Some(
@@ -293,6 +306,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         nodes.queue(),
         csrs.queue(),
         slices.queue(),
+        quotas.queue(),
     ] {
         q.close();
     }
@@ -323,6 +337,7 @@ struct Handlers {
     nodes: Arc<nodelifecycle::NodeLifecycle>,
     csrs: Arc<certificates::Certificates>,
     slices: Arc<endpointslice::EndpointSlices>,
+    quotas: Arc<resourcequota::ResourceQuotas>,
 }
 
 impl Handlers {
@@ -334,6 +349,7 @@ impl Handlers {
             Kind::CertificateSigningRequest => &self.ctx.csrs,
             Kind::Service => &self.ctx.services,
             Kind::EndpointSlice => &self.ctx.endpoint_slices,
+            Kind::ResourceQuota => &self.ctx.quotas,
             _ => &self.ctx.deployments,
         }
     }
@@ -347,9 +363,14 @@ impl Handlers {
         match kind {
             Kind::Node => self.nodes.on_node(event),
             Kind::CertificateSigningRequest => self.csrs.on_csr(event),
-            Kind::Service => self.slices.on_service(event),
+            Kind::Service => {
+                self.slices.on_service(event);
+                self.quotas.on_counted(kind, event);
+            }
             Kind::EndpointSlice => self.slices.on_slice(event),
+            Kind::ResourceQuota => self.quotas.on_quota(event),
             Kind::Pod => {
+                self.quotas.on_counted(kind, event);
                 self.slices.on_pod(event, old);
                 self.replica_sets.on_pod(event, old);
                 self.deployments.on_pod(event);

@@ -462,6 +462,142 @@ async fn a_quota_costs_a_few_refused_creates_not_a_storm() {
         .await
         .expect("list");
     assert_eq!(pods.len(), 5, "the quota holds");
+    quota_reports(&api, "default", "five", &[("pods", "5")], &[("pods", "5")]).await;
+}
+
+/// Waits until the quota `namespace/name` reports `hard` and `used`.
+async fn quota_reports(
+    api: &ClusterClient,
+    namespace: &str,
+    name: &str,
+    hard: &[(&str, &str)],
+    used: &[(&str, &str)],
+) {
+    let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    let want = (pairs(hard), pairs(used));
+    let what = format!("quota {namespace}/{name} to report {want:?}");
+    eventually(Duration::from_secs(30), &what, || async {
+        let Ok(Some(Object::ResourceQuota(q))) =
+            api.get(Kind::ResourceQuota, namespace, name).await
+        else {
+            return None;
+        };
+        let status = q.status.unwrap_or_default();
+        let shown = |l: &skiff_proto::api::ResourceList| -> Vec<(String, String)> {
+            l.iter().map(|(k, v)| (k.clone(), v.to_string())).collect()
+        };
+        ((shown(&status.hard), shown(&status.used)) == want).then_some(())
+    })
+    .await;
+}
+
+/// A quota on ConfigMaps, Jobs and Services: the API server refuses what would exceed it,
+/// and the controller reports what is used, as objects come and go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_counts_any_kind_it_names_and_reports_its_use() {
+    let cluster = Cluster::start(1).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _control = start_control(&cluster, 0, 1);
+    let config_map = Kind::from_name("ConfigMap").expect("declared");
+    let job = Kind::from_name("Job").expect("declared");
+    api.create(&obj(
+        Kind::ResourceQuota,
+        json!({"metadata": {"name": "objects", "namespace": "default"},
+               "spec": {"hard": {"configmaps": "2", "count/jobs.batch": "1",
+                                 "services.nodeports": "1"}}}),
+    ))
+    .await
+    .expect("create quota");
+    quota_reports(
+        &api,
+        "default",
+        "objects",
+        &[
+            ("configmaps", "2"),
+            ("count/jobs.batch", "1"),
+            ("services.nodeports", "1"),
+        ],
+        &[
+            ("configmaps", "0"),
+            ("count/jobs.batch", "0"),
+            ("services.nodeports", "0"),
+        ],
+    )
+    .await;
+    let map = |name: &str| {
+        obj(
+            config_map,
+            json!({"metadata": {"name": name, "namespace": "default"}}),
+        )
+    };
+    for name in ["a", "b"] {
+        api.create(&map(name)).await.expect("under the quota");
+    }
+    let e = api.create(&map("c")).await.expect_err("over the quota");
+    assert!(
+        e.to_string()
+            .contains("exceeded quota: objects, requested: configmaps=1, used: configmaps=2, limited: configmaps=2"),
+        "{e}"
+    );
+    let batch = |name: &str| {
+        obj(
+            job,
+            json!({"metadata": {"name": name, "namespace": "default"},
+                   "spec": {"template": {"spec": {"restartPolicy": "Never",
+                            "containers": [{"name": "c", "image": "localhost/skiff/busybox:1"}]}}}}),
+        )
+    };
+    api.create(&batch("one")).await.expect("the first job");
+    let e = api.create(&batch("two")).await.expect_err("a second job");
+    assert!(e.to_string().contains("count/jobs.batch"), "{e}");
+    let node_ports = json!({"metadata": {"name": "np", "namespace": "default"},
+        "spec": {"type": "NodePort", "selector": {"app": "x"},
+                 "ports": [{"name": "a", "port": 80}, {"name": "b", "port": 81}]}});
+    let e = api
+        .create(&obj(Kind::Service, node_ports))
+        .await
+        .expect_err("two node ports");
+    assert!(e.to_string().contains("services.nodeports=2"), "{e}");
+    quota_reports(
+        &api,
+        "default",
+        "objects",
+        &[
+            ("configmaps", "2"),
+            ("count/jobs.batch", "1"),
+            ("services.nodeports", "1"),
+        ],
+        &[
+            ("configmaps", "2"),
+            ("count/jobs.batch", "1"),
+            ("services.nodeports", "0"),
+        ],
+    )
+    .await;
+    api.delete(config_map, "default", "a", 0, None)
+        .await
+        .expect("delete");
+    quota_reports(
+        &api,
+        "default",
+        "objects",
+        &[
+            ("configmaps", "2"),
+            ("count/jobs.batch", "1"),
+            ("services.nodeports", "1"),
+        ],
+        &[
+            ("configmaps", "1"),
+            ("count/jobs.batch", "1"),
+            ("services.nodeports", "0"),
+        ],
+    )
+    .await;
+    api.create(&map("c")).await.expect("room again");
 }
 
 /// A Deployment `name` of 2 pods labelled `app: name`.

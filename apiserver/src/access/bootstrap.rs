@@ -231,6 +231,9 @@ fn controller_manager_rules() -> Vec<PolicyRule> {
         ),
         rule(&["patch", "update"], "", &["nodes/status"]),
         rule(READ, "", &["namespaces", "resourcequotas", "limitranges"]),
+        // The quota controller counts whatever kind a quota names.
+        rule(&["list", "watch"], "*", &["*"]),
+        rule(&["update"], "", &["resourcequotas/status"]),
         rule(ALL_VERBS, "apps", &["deployments", "replicasets"]),
         rule(
             &["patch", "update"],

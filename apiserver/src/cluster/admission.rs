@@ -4,18 +4,19 @@
 //! kube-apiserver words it. Also the update rules: what an update may change and what it may
 //! not.
 
+use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use skiff_proto::api::certificates::{
     CertificateSigningRequestCondition, CertificateSigningRequestStatus,
 };
 use skiff_proto::api::node::{DEFAULT_TOLERATION_SECONDS, TAINT_NOT_READY, TAINT_UNREACHABLE};
+use skiff_proto::api::quota::{self, PodScope, Usage};
 use skiff_proto::api::rbac::RoleRef;
 use skiff_proto::api::{
-    CertificateConditionType, Kind, LabelSelector, Object, Pod, ResourceList, Taint, TaintEffect,
-    Toleration,
+    CertificateConditionType, Kind, LabelSelector, Object, Pod, ResourceList, ResourceQuota, Taint,
+    TaintEffect, Toleration,
 };
 use skiff_proto::quantity::Quantity;
 
@@ -49,23 +50,21 @@ fn default_service_account(pod: &mut Pod) {
     spec.service_account = spec.service_account_name.clone();
 }
 
-/// What the pods of each namespace use against its quotas, counted once per create or per
-/// batch of creates (a CreateMany) at the revision in `at`, each pod admitted since added.
-/// A batch's pods are thus checked against each other as well as against what is stored,
-/// and the namespace is counted once per batch, from the member's [`UsageCache`]. A pod
-/// admitted and then not written with its batch (its name was taken meanwhile) still counts
-/// for the rest of the batch: a batch errs toward refusing, never toward exceeding a quota.
+/// What the pods of each namespace use against each of its quotas (by name), counted once per
+/// create or per batch of creates (a CreateMany) at the revision in `at`, each pod admitted
+/// since added. A batch's pods are thus checked against each other as well as against what is
+/// stored, and the namespace is counted once per batch, from the member's [`UsageCache`]. A
+/// pod admitted and then not written with its batch (its name was taken meanwhile) still
+/// counts for the rest of the batch: a batch errs toward refusing, never toward exceeding a
+/// quota.
 #[derive(Debug, Default)]
 pub struct QuotaCounts(HashMap<String, Counted>);
 
 #[derive(Debug)]
 struct Counted {
     at: i64,
-    used: Usage,
+    used: HashMap<String, Usage>,
 }
-
-/// Quantities by the names a quota may give them (`pods`, `requests.cpu`, `cpu`, …).
-type Usage = BTreeMap<&'static str, Quantity>;
 
 /// What the pods of each namespace under a quota use, as of a revision, kept by the API
 /// server between creates: a count decodes only the pods changed since the namespace's last count
@@ -81,13 +80,20 @@ struct NamespaceUsage {
     at: i64,
     /// The member's snapshot installs as of that count.
     epoch: u64,
-    /// Each counted pod's usage, by key (pods that ended use nothing and are not held).
-    pods: HashMap<Vec<u8>, Usage>,
+    /// Each counted pod's usage and scope, by key (pods that ended use nothing and are not
+    /// held).
+    pods: HashMap<Vec<u8>, (Usage, PodScope)>,
 }
 
 impl UsageCache {
-    /// What the pods of namespace `ns` use now, and the revision that is as of.
-    fn count(&self, api: &ClusterApi, ns: &str) -> Result<(i64, Usage)> {
+    /// What the pods of namespace `ns` use now against each of `quotas` (by name), and the
+    /// revision that is as of.
+    fn count(
+        &self,
+        api: &ClusterApi,
+        ns: &str,
+        quotas: &[&ResourceQuota],
+    ) -> Result<(i64, HashMap<String, Usage>)> {
         let entry = lock(&self.0).entry(ns.to_owned()).or_default().clone();
         let mut counted = lock(&entry);
         let prefix = Kind::Pod.prefix(Some(ns));
@@ -124,18 +130,26 @@ impl UsageCache {
         }
         for (key, kv) in kvs {
             counted.pods.remove(&key);
-            if let Some(kv) = kv
-                && let Object::Pod(pod) = decode(Kind::Pod, &kv)?.object
-                && !pod.is_terminal()
+            let Some(kv) = kv else { continue };
+            let pod = decode(Kind::Pod, &kv)?.object;
+            if let Object::Pod(p) = &pod
+                && !p.is_terminal()
             {
-                counted.pods.insert(key, usage(std::iter::once(&pod)));
+                counted
+                    .pods
+                    .insert(key, (quota::usage(&pod), PodScope::of(p)));
             }
         }
         counted.at = now;
         counted.epoch = epoch;
-        let mut used = Usage::new();
-        for pod in counted.pods.values() {
-            add_usage(&mut used, pod);
+        let mut used: HashMap<String, Usage> = HashMap::new();
+        for q in quotas {
+            let sum = used.entry(q.metadata.name.clone()).or_default();
+            for (usage, scope) in counted.pods.values() {
+                if quota::in_scope(q, Some(scope)) {
+                    quota::add(sum, usage);
+                }
+            }
         }
         Ok((now, used))
     }
@@ -146,18 +160,6 @@ impl UsageCache {
     }
 }
 
-fn add_usage(into: &mut Usage, more: &Usage) {
-    for (resource, q) in more {
-        add_quantity(into, resource, q);
-    }
-}
-
-/// Adds `q` to `resource` in `into` (a sum past what a quantity holds stays where it was).
-fn add_quantity(into: &mut Usage, resource: &'static str, q: &Quantity) {
-    let e = into.entry(resource).or_insert(Quantity::ZERO);
-    *e = e.checked_add(q).unwrap_or(*e);
-}
-
 /// What admission asks of a create's write.
 #[derive(Debug, Default)]
 pub struct Admitted {
@@ -166,6 +168,33 @@ pub struct Admitted {
     /// Under a quota: no pod of the namespace was created since the count. A batch's own
     /// earlier pods are in the count, so this guard does not read the batch's writes.
     pub counted: Option<Compare>,
+}
+
+/// The guard that no object under `prefix` was created after revision `at`.
+fn none_created_since(prefix: &str, at: i64) -> Compare {
+    Compare {
+        key: prefix.as_bytes().to_vec(),
+        range_end: prefix_end(prefix.as_bytes()),
+        result: CompareResult::Less,
+        target: CompareTarget::Create(at + 1),
+    }
+}
+
+/// The refusal of a create that would take `resource` past `hard` in `quota`.
+fn exceeded(
+    object: &Object,
+    quota: &str,
+    resource: &str,
+    want: &Quantity,
+    have: &Quantity,
+    hard: &Quantity,
+) -> ClusterError {
+    forbidden(
+        object,
+        format!(
+            "exceeded quota: {quota}, requested: {resource}={want}, used: {resource}={have}, limited: {resource}={hard}"
+        ),
+    )
 }
 
 /// Runs admission for a create, counting quota usage into `counts`; returns what the write
@@ -210,24 +239,20 @@ pub fn admit_create(
             return Err(forbidden(object, pod_security::refusal(level, &violations)));
         }
     }
-    let Object::Pod(pod) = object else {
-        return Ok(Admitted {
-            guards,
-            counted: None,
-        });
-    };
-    default_toleration_seconds(pod);
-    default_service_account(pod);
-    let prefix = Kind::LimitRange.prefix(Some(&ns));
-    let (_, ranges) = api.range(
-        Kind::LimitRange,
-        prefix.as_bytes(),
-        &prefix_end(prefix.as_bytes()),
-        0,
-    )?;
-    for lr in &ranges {
-        if let Object::LimitRange(lr) = &lr.object {
-            apply_limit_range(pod, lr)?;
+    if let Object::Pod(pod) = object {
+        default_toleration_seconds(pod);
+        default_service_account(pod);
+        let prefix = Kind::LimitRange.prefix(Some(&ns));
+        let (_, ranges) = api.range(
+            Kind::LimitRange,
+            prefix.as_bytes(),
+            &prefix_end(prefix.as_bytes()),
+            0,
+        )?;
+        for lr in &ranges {
+            if let Object::LimitRange(lr) = &lr.object {
+                apply_limit_range(pod, lr)?;
+            }
         }
     }
     let prefix = Kind::ResourceQuota.prefix(Some(&ns));
@@ -237,61 +262,98 @@ pub fn admit_create(
         &prefix_end(prefix.as_bytes()),
         0,
     )?;
-    if quotas.is_empty() {
-        api.quota_usage.forget(&ns);
-        return Ok(Admitted {
-            guards,
-            counted: None,
-        });
-    }
-    let pods_prefix = Kind::Pod.prefix(Some(&ns));
-    let counted = match counts.0.entry(ns.clone()) {
-        Entry::Occupied(e) => e.into_mut(),
-        Entry::Vacant(e) => {
-            let (at, used) = api.quota_usage.count(api, &ns)?;
-            e.insert(Counted { at, used })
+    let quotas: Vec<&ResourceQuota> = quotas
+        .iter()
+        .filter_map(|q| match &q.object {
+            Object::ResourceQuota(q) => Some(q),
+            _ => None,
+        })
+        .collect();
+    let counted = match object {
+        Object::Pod(_) if quotas.is_empty() => {
+            api.quota_usage.forget(&ns);
+            None
+        }
+        Object::Pod(_) => Some(admit_pod(api, object, &quotas, counts)?),
+        _ => {
+            guards.extend(admit_counted(api, object, &quotas)?);
+            None
         }
     };
-    let used = &counted.used;
-    let wanted = usage(std::iter::once(&*pod));
-    for q in &quotas {
-        let Object::ResourceQuota(quota) = &q.object else {
-            continue;
-        };
-        for (resource, hard) in &quota.spec.hard {
-            let Some(want) = wanted.get(resource.as_str()) else {
-                if resource.starts_with("requests.")
-                    || resource.starts_with("limits.")
-                    || resource == "cpu"
-                    || resource == "memory"
-                {
+    Ok(Admitted { guards, counted })
+}
+
+/// A pod against its namespace's quotas, counted into `counts`; the guard that the count
+/// still holds when the write lands.
+fn admit_pod(
+    api: &ClusterApi,
+    object: &Object,
+    quotas: &[&ResourceQuota],
+    counts: &mut QuotaCounts,
+) -> Result<Compare> {
+    let Object::Pod(pod) = object else {
+        unreachable!("admit_pod is given pods")
+    };
+    let ns = &pod.metadata.namespace;
+    let counted = match counts.0.entry(ns.clone()) {
+        Entry::Occupied(e)
+            if quotas
+                .iter()
+                .all(|q| e.get().used.contains_key(&q.metadata.name)) =>
+        {
+            e.into_mut()
+        }
+        e => {
+            let (at, used) = api.quota_usage.count(api, ns, quotas)?;
+            let counted = Counted { at, used };
+            match e {
+                Entry::Occupied(mut e) => {
+                    e.insert(counted);
+                    e.into_mut()
+                }
+                Entry::Vacant(e) => e.insert(counted),
+            }
+        }
+    };
+    let scope = PodScope::of(pod);
+    let wanted = quota::usage(object);
+    let in_scope: Vec<&ResourceQuota> = quotas
+        .iter()
+        .copied()
+        .filter(|q| quota::in_scope(q, Some(&scope)))
+        .collect();
+    for q in &in_scope {
+        let name = &q.metadata.name;
+        let used = counted.used.get(name);
+        for (resource, hard) in &q.spec.hard {
+            if quota::kind_counted(resource) != Some(Kind::Pod) {
+                continue;
+            }
+            let Some(want) = wanted.get(resource) else {
+                if quota::must_specify(resource) {
                     return Err(forbidden(
                         object,
-                        format!(
-                            "failed quota: {}: must specify {resource}",
-                            quota.metadata.name
-                        ),
+                        format!("failed quota: {name}: must specify {resource}"),
                     ));
                 }
                 continue;
             };
             let have = used
-                .get(resource.as_str())
+                .and_then(|u| u.get(resource))
                 .copied()
                 .unwrap_or(Quantity::ZERO);
             let total = have.checked_add(want).unwrap_or(*want);
             if total > *hard {
-                return Err(forbidden(
-                    object,
-                    format!(
-                        "exceeded quota: {}, requested: {resource}={want}, used: {resource}={have}, limited: {resource}={hard}",
-                        quota.metadata.name
-                    ),
-                ));
+                return Err(exceeded(object, name, resource, want, &have, hard));
             }
         }
     }
-    add_usage(&mut counted.used, &wanted);
+    for q in &in_scope {
+        quota::add(
+            counted.used.entry(q.metadata.name.clone()).or_default(),
+            &wanted,
+        );
+    }
     // No pod may have been created in the namespace since the count: only a new pod adds to
     // what the namespace uses. A pod's requests and limits never change once it is created,
     // and one that ends, or is deleted, only frees quota; so updates of other pods (their
@@ -299,74 +361,51 @@ pub fn admit_create(
     // count again. (A pod's status moved back from Succeeded or Failed would use quota
     // again unseen; nothing in Skiff does that, and Kubernetes' own quota would also only
     // see it at its controller's next count.)
-    let counted = Compare {
-        key: pods_prefix.as_bytes().to_vec(),
-        range_end: prefix_end(pods_prefix.as_bytes()),
-        result: CompareResult::Less,
-        target: CompareTarget::Create(counted.at + 1),
-    };
-    Ok(Admitted {
-        guards,
-        counted: Some(counted),
-    })
+    Ok(none_created_since(&Kind::Pod.prefix(Some(ns)), counted.at))
 }
 
-/// What a set of pods counts against a quota, under every name a quota may use.
-fn usage<'a>(pods: impl Iterator<Item = &'a Pod>) -> Usage {
-    let mut out = Usage::new();
-    let mut add = |name: &'static str, q: Quantity| add_quantity(&mut out, name, &q);
-    for pod in pods {
-        add("pods", Quantity::from_units(1));
-        for (resource, req, lim) in [
-            ("cpu", "requests.cpu", "limits.cpu"),
-            ("memory", "requests.memory", "limits.memory"),
-            (
-                "ephemeral-storage",
-                "requests.ephemeral-storage",
-                "limits.ephemeral-storage",
-            ),
-        ] {
-            let requested = pod_total(pod, resource, false);
-            if let Some(r) = requested {
-                add(req, r);
-                add(resource, r);
-            }
-            if let Some(l) = pod_total(pod, resource, true) {
-                add(lim, l);
-            }
+/// Any other object against the quotas of its namespace that count its kind (`configmaps`,
+/// `count/jobs.batch`, `services.nodeports`, `requests.storage`, …): the objects of the kind
+/// in the namespace are counted now, and the guard returned (if a quota counts the kind)
+/// holds only if none was created since.
+fn admit_counted(
+    api: &ClusterApi,
+    object: &Object,
+    quotas: &[&ResourceQuota],
+) -> Result<Option<Compare>> {
+    let kind = object.kind();
+    let wanted = quota::usage(object);
+    // (quota, resource, hard) for each limit this object adds to.
+    let limits: Vec<(&str, &str, &Quantity)> = quotas
+        .iter()
+        .filter(|q| quota::in_scope(q, None))
+        .flat_map(|q| {
+            q.spec
+                .hard
+                .iter()
+                .map(|(r, hard)| (q.metadata.name.as_str(), r.as_str(), hard))
+        })
+        .filter(|(_, r, _)| {
+            quota::kind_counted(r) == Some(kind) && wanted.get(*r).is_some_and(|w| !w.is_zero())
+        })
+        .collect();
+    if limits.is_empty() {
+        return Ok(None);
+    }
+    let prefix = kind.prefix(Some(&object.metadata().namespace));
+    let (at, stored) = api.range(kind, prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0)?;
+    let mut used = Usage::new();
+    for s in &stored {
+        quota::add(&mut used, &quota::usage(&s.object));
+    }
+    for (name, resource, hard) in limits {
+        let want = &wanted[resource];
+        let have = used.get(resource).copied().unwrap_or(Quantity::ZERO);
+        if have.checked_add(want).is_none_or(|total| total > *hard) {
+            return Err(exceeded(object, name, resource, want, &have, hard));
         }
     }
-    out
-}
-
-/// Sum over containers of a request or limit, with init containers counted as the largest of
-/// them (as the effective request is). None when no container sets it.
-fn pod_total(pod: &Pod, resource: &str, limits: bool) -> Option<Quantity> {
-    let pick = |c: &skiff_proto::api::Container| {
-        let list = if limits {
-            &c.resources.limits
-        } else {
-            &c.resources.requests
-        };
-        list.get(resource).copied()
-    };
-    let mut any = false;
-    let mut sum = Quantity::ZERO;
-    for c in &pod.spec.containers {
-        if let Some(q) = pick(c) {
-            any = true;
-            sum = sum.checked_add(&q).unwrap_or(sum);
-        }
-    }
-    for c in &pod.spec.init_containers {
-        if let Some(q) = pick(c) {
-            any = true;
-            if q > sum {
-                sum = q;
-            }
-        }
-    }
-    any.then_some(sum)
+    Ok(Some(none_created_since(&prefix, at)))
 }
 
 fn apply_limit_range(pod: &mut Pod, lr: &skiff_proto::api::LimitRange) -> Result<()> {

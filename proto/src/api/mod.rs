@@ -21,6 +21,7 @@
 //! | `kinds`      | the declared kinds: ConfigMap, Job, DaemonSet, Lease, ...      |
 //! | `custom`     | kinds defined by CustomResourceDefinitions; structural schemas |
 //! | `print`      | ages and field readers for table columns                    |
+//! | `quota`      | what counts against a ResourceQuota, and which pods a scope takes in |
 //! | `vocabulary` | Kubernetes' fixed values as enums: phase, restart policy, conditions, taint effects |
 //! | `defaults`   | defaulting applied before validation                        |
 //! | `validation` | field-path errors for every rule                            |
@@ -38,6 +39,7 @@ pub mod node;
 pub mod object;
 pub mod pod;
 pub mod print;
+pub mod quota;
 pub mod rbac;
 pub mod registry;
 pub mod schema;

@@ -64,34 +64,42 @@ pub(super) fn validate_namespace(errs: &mut Errors, ns: &Namespace) {
     }
 }
 
-/// Names a quota may cap: object counts and request/limit totals.
-fn is_quota_resource(name: &str) -> bool {
-    matches!(
-        name,
-        "pods"
-            | "cpu"
-            | "memory"
-            | "ephemeral-storage"
-            | "requests.cpu"
-            | "requests.memory"
-            | "requests.ephemeral-storage"
-            | "limits.cpu"
-            | "limits.memory"
-            | "limits.ephemeral-storage"
-            | "count/pods"
-    )
-}
-
 pub(super) fn validate_quota(errs: &mut Errors, q: &ResourceQuota) {
     let p = Path::root("spec").field("hard");
+    let scopes = crate::api::quota::scopes(q);
     for (name, v) in &q.spec.hard {
-        if !is_quota_resource(name) {
-            errs.add(&p.key(name), format!("unsupported resource name {name:?}: use pods, cpu, memory, requests.cpu, requests.memory, limits.cpu or limits.memory"));
+        if !crate::api::quota::is_resource_name(name) {
+            errs.add(&p.key(name), format!("unsupported resource name {name:?}: use an object count (pods, services, configmaps, count/<resource>[.<group>]), a pod total (cpu, memory, requests.<resource>, limits.<resource>), services.nodeports, services.loadbalancers or requests.storage"));
+        } else if !scopes.is_empty()
+            && crate::api::quota::kind_counted(name).is_some_and(|k| k != crate::api::Kind::Pod)
+        {
+            errs.add(
+                &p.key(name),
+                format!("unsupported scope applied to resource {name:?}: a scoped quota counts only pods and their resources"),
+            );
         }
         if v.is_negative() {
             errs.add(
                 &p.key(name),
                 format!("invalid value {v}: must be greater than or equal to 0"),
+            );
+        }
+    }
+    let known = [
+        "Terminating",
+        "NotTerminating",
+        "BestEffort",
+        "NotBestEffort",
+        "PriorityClass",
+    ];
+    for (i, scope) in scopes.iter().enumerate() {
+        if !known.contains(scope) {
+            errs.add(
+                &Path::root("spec").field("scopes").index(i),
+                format!(
+                    "unsupported scope {scope:?}: use one of {}",
+                    known.join(", ")
+                ),
             );
         }
     }
