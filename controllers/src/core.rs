@@ -27,6 +27,7 @@ pub struct Context {
     pub csrs: Cache,
     pub services: Cache,
     pub endpoint_slices: Cache,
+    pub endpoints: Cache,
     pub quotas: Cache,
     pub events: EventRecorder,
     pub metrics: Arc<Metrics>,

@@ -182,6 +182,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         csrs: Cache::new(Kind::CertificateSigningRequest),
         services: Cache::new(Kind::Service),
         endpoint_slices: Cache::new(Kind::EndpointSlice),
+        endpoints: Cache::new(endpointslice::endpoints_kind()),
         quotas: Cache::new(Kind::ResourceQuota),
         events: EventRecorder::spawn(client.clone(), COMPONENT, ""),
         metrics: metrics.clone(),
@@ -220,6 +221,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Kind::Service,
         Kind::EndpointSlice,
         Kind::ResourceQuota,
+        endpointslice::endpoints_kind(),
     ] {
         let mut informer = Informer::new(client.clone(), kind, ListParams::default());
         for e in informer.sync().await? {
@@ -350,6 +352,7 @@ impl Handlers {
             Kind::Service => &self.ctx.services,
             Kind::EndpointSlice => &self.ctx.endpoint_slices,
             Kind::ResourceQuota => &self.ctx.quotas,
+            Kind::Generic(_) => &self.ctx.endpoints,
             _ => &self.ctx.deployments,
         }
     }
@@ -369,6 +372,7 @@ impl Handlers {
             }
             Kind::EndpointSlice => self.slices.on_slice(event),
             Kind::ResourceQuota => self.quotas.on_quota(event),
+            Kind::Generic(_) => self.slices.on_endpoints(event),
             Kind::Pod => {
                 self.quotas.on_counted(kind, event);
                 self.slices.on_pod(event, old);

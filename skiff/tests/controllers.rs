@@ -991,6 +991,48 @@ async fn services_track_their_ready_pods_in_endpoint_slices() {
         (endpoints_of(&api, "web").await.0.len() == 5).then_some(())
     })
     .await;
+    // The Endpoints of the Service say the same, for the clients that read those.
+    eventually(
+        Duration::from_secs(30),
+        "5 addresses in Endpoints",
+        || async {
+            let ready = core_endpoints(&api, "web").await?;
+            (ready.len() == 5
+                && ready
+                    .iter()
+                    .all(|(a, p)| a.starts_with("10.244.") && *p == 8080))
+            .then_some(())
+        },
+    )
+    .await;
+
+    // A Service without a selector: its Endpoints, written by hand, are mirrored into slices.
+    api.create(&obj(
+        Kind::Service,
+        json!({"metadata": {"name": "ext", "namespace": "default"},
+               "spec": {"ports": [{"name": "pg", "port": 5432}]}}),
+    ))
+    .await
+    .expect("service");
+    let endpoints = Kind::from_name("Endpoints").expect("declared");
+    api.create(&obj(
+        endpoints,
+        json!({"metadata": {"name": "ext", "namespace": "default"},
+               "subsets": [{"addresses": [{"ip": "192.0.2.10"}, {"ip": "192.0.2.11"}],
+                            "ports": [{"name": "pg", "port": 5432}]}]}),
+    ))
+    .await
+    .expect("endpoints");
+    eventually(Duration::from_secs(30), "the mirrored slice", || async {
+        let (ready, _) = endpoints_of(&api, "ext").await;
+        (ready
+            == [
+                ("192.0.2.10".to_owned(), 5432),
+                ("192.0.2.11".to_owned(), 5432),
+            ])
+        .then_some(())
+    })
+    .await;
 
     // A deleted pod's address leaves; its replacement's joins.
     let (pods, _) = api
@@ -1043,4 +1085,29 @@ async fn services_track_their_ready_pods_in_endpoint_slices() {
         (endpoints_of(&api, "web").await.1 == 0).then_some(())
     })
     .await;
+    eventually(Duration::from_secs(30), "the Endpoints removed", || async {
+        core_endpoints(&api, "web").await.is_none().then_some(())
+    })
+    .await;
+}
+
+/// The ready addresses and ports in the Endpoints object `name`, if there is one.
+async fn core_endpoints(api: &ClusterClient, name: &str) -> Option<Vec<(String, i64)>> {
+    let kind = Kind::from_name("Endpoints").expect("declared");
+    let Ok(Some(Object::Generic(_, e))) = api.get(kind, "default", name).await else {
+        return None;
+    };
+    let mut out = Vec::new();
+    for subset in e
+        .at("/subsets")
+        .and_then(|s| s.as_array())
+        .into_iter()
+        .flatten()
+    {
+        let port = subset["ports"][0]["port"].as_i64().unwrap_or_default();
+        for a in subset["addresses"].as_array().into_iter().flatten() {
+            out.push((a["ip"].as_str().unwrap_or_default().to_owned(), port));
+        }
+    }
+    Some(out)
 }

@@ -243,6 +243,7 @@ fn controller_manager_rules() -> Vec<PolicyRule> {
         // The EndpointSlice controller.
         rule(READ, "", &["services"]),
         rule(ALL_VERBS, "discovery.k8s.io", &["endpointslices"]),
+        rule(ALL_VERBS, "", &["endpoints"]),
         // The approver and the signer of certificate requests.
         rule(
             &["get", "list", "watch", "delete"],

@@ -26,6 +26,16 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
 /// Its value on the slices the controller manager keeps.
 pub const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
+/// Its value on the slices mirrored from the Endpoints of a Service without a selector.
+pub const MIRRORED_BY: &str = "endpointslicemirroring-controller.k8s.io";
+/// The label that names who keeps an Endpoints object.
+pub const ENDPOINTS_MANAGED_BY_LABEL: &str = "endpoints.kubernetes.io/managed-by";
+/// Its value on the Endpoints the controller manager keeps.
+pub const ENDPOINTS_MANAGED_BY: &str = "endpoint-controller";
+/// Addresses an Endpoints object holds at most; past them it is truncated and says so with
+/// [`OVER_CAPACITY_ANNOTATION`].
+pub const MAX_ENDPOINTS_ADDRESSES: usize = 1000;
+pub const OVER_CAPACITY_ANNOTATION: &str = "endpoints.kubernetes.io/over-capacity";
 /// When the change an EndpointSlice reflects happened (RFC 3339 with nanoseconds), as
 /// Kubernetes' EndpointSlice controller writes it: each node's Service proxy measures its
 /// network programming latency from it.
