@@ -232,6 +232,7 @@ mod tests {
             &Input::Started {
                 slot: Slot::Init(0),
                 id: "c1".into(),
+                image_id: String::new(),
             },
         );
         let reasons: Vec<_> = started.iter().map(|e| e.reason.as_str()).collect();

@@ -209,6 +209,9 @@ pub struct Container {
     pub init: bool,
     pub attempt: u32,
     pub state: ContainerState,
+    /// The image it runs, by digest where the runtime knows one
+    /// (`docker.io/library/busybox@sha256:…`, CRI's `image_ref`): a pod status's `imageID`.
+    pub image_ref: String,
 }
 
 /// The result of a command run inside a container.
@@ -280,6 +283,9 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
     async fn create_container(&self, sandbox: &Sandbox, spec: &ContainerSpec) -> Result<String>;
     async fn start_container(&self, id: &str) -> Result<()>;
     async fn container_state(&self, id: &str) -> Result<ContainerState>;
+    /// The image container `id` runs, by digest where the runtime knows one (see
+    /// [`Container::image_ref`]).
+    async fn image_ref(&self, id: &str) -> Result<String>;
     /// Resolves when the container has exited.
     async fn wait_container(&self, id: &str) -> Result<Exit>;
     /// SIGTERM, then SIGKILL once `timeout` has passed; returns when the container is gone

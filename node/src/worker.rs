@@ -377,7 +377,14 @@ fn perform(
                     Err(error) => return Some(Input::StartFailed { slot, error }),
                 };
                 Some(match rt.start_container(&id).await {
-                    Ok(()) => Input::Started { slot, id },
+                    Ok(()) => {
+                        // Reported as unknown (empty) if the runtime cannot say.
+                        let image_id = rt.image_ref(&id).await.unwrap_or_else(|e| {
+                            tracing::debug!(container = %id, error = %e, "no image digest");
+                            String::new()
+                        });
+                        Input::Started { slot, id, image_id }
+                    }
                     Err(error) => {
                         if let Err(e) = rt.remove_container(&id).await {
                             tracing::warn!(container = %id, error = %e, "removing a container that failed to start");

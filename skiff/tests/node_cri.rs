@@ -248,6 +248,11 @@ async fn pods_run_in_containerd() {
     let t = terminated(&hello).expect("terminated");
     assert_eq!((t.exit_code, t.reason.as_str()), (0, "Completed"));
     assert!(t.container_id.starts_with("containerd://"));
+    let image_id = &hello.status.as_ref().expect("status").container_statuses[0].image_id;
+    assert!(
+        image_id.contains("sha256:"),
+        "imageID names the image by digest, as containerd reports it: {image_id:?}"
+    );
     let uid = &hello.metadata.uid;
     let log_path = cluster
         .dir

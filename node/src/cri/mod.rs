@@ -620,6 +620,10 @@ impl Runtime for CriRuntime {
         Ok(Self::state_of(&self.status(id).await?))
     }
 
+    async fn image_ref(&self, id: &str) -> Result<String> {
+        Ok(self.status(id).await?.image_ref)
+    }
+
     async fn wait_container(&self, id: &str) -> Result<Exit> {
         let mut states = self.states.clone();
         states.mark_unchanged();
@@ -696,6 +700,7 @@ impl Runtime for CriRuntime {
                 init: label(labels::INIT) == "true",
                 attempt: c.metadata.as_ref().map_or(0, |m| m.attempt),
                 state: Self::state_of(&st),
+                image_ref: st.image_ref.clone(),
             });
         }
         Ok(out)

@@ -83,6 +83,7 @@ impl PodEngine {
                 continue;
             }
             s.starts = c.attempt + 1;
+            s.image_id = c.image_ref;
             match c.state {
                 ContainerState::Running { started_at } => {
                     s.run = Run::Running {
@@ -192,7 +193,7 @@ impl PodEngine {
         }
     }
 
-    pub(super) fn on_started(&mut self, clock: Clock, slot: Slot, id: String) {
+    pub(super) fn on_started(&mut self, clock: Clock, slot: Slot, id: String, image_id: String) {
         // A container that starts while the pod stops gets what is left of the grace.
         let (stopping, remaining) = match self.stage {
             Stage::Stopping { deadline } => (true, deadline.saturating_duration_since(clock.now)),
@@ -206,6 +207,7 @@ impl PodEngine {
         }
         s.starts += 1;
         s.pull_failures = 0;
+        s.image_id = image_id;
         let post_start = s.post_start.clone().filter(|_| !stopping);
         s.run = Run::Running {
             id: id.clone(),
@@ -597,6 +599,7 @@ mod tests {
             Input::Started {
                 slot: Slot::App(0),
                 id: "c1".into(),
+                image_id: String::new(),
             },
         );
         assert!(a.contains(&Action::StopContainer {
@@ -716,6 +719,7 @@ mod tests {
                 name: "c".into(),
                 init: false,
                 attempt: 0,
+                image_ref: String::new(),
                 state: crate::runtime::ContainerState::Exited(crate::runtime::Exit {
                     exit_code: 0,
                     reason: "Completed".into(),
@@ -778,7 +782,13 @@ mod tests {
             Input::Started {
                 slot: Slot::App(0),
                 id: "c1".into(),
+                image_id: "docker.io/library/busybox@sha256:ab12".into(),
             },
+        );
+        let status = e.status("10.0.0.1", "containerd");
+        assert_eq!(
+            status.container_statuses[0].image_id, "docker.io/library/busybox@sha256:ab12",
+            "the runtime's digest of the image"
         );
         assert_eq!(e.next_deadline(), Some(t0 + Duration::from_secs(5)));
         let a = e.step(at(t0, 5), Input::Tick);

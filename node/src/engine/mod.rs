@@ -137,6 +137,8 @@ pub enum Input {
     Started {
         slot: Slot,
         id: String,
+        /// The image it runs, by digest ([`runtime::Container::image_ref`]).
+        image_id: String,
     },
     StartFailed {
         slot: Slot,
@@ -371,7 +373,7 @@ impl PodEngine {
             Input::Start { adopted } => self.on_start(clock, adopted),
             Input::SandboxReady(sb) => self.on_sandbox_ready(sb),
             Input::SandboxFailed { message } => self.on_sandbox_failed(clock, message),
-            Input::Started { slot, id } => self.on_started(clock, slot, id),
+            Input::Started { slot, id, image_id } => self.on_started(clock, slot, id, image_id),
             Input::StartFailed { slot, error } => self.on_start_failed(clock, slot, error),
             Input::PostStartDone { slot, id, error } => self.on_post_start(slot, &id, error),
             Input::Exited { slot, id, exit } => self.on_exited(clock, slot, &id, exit),

@@ -103,6 +103,8 @@ pub(super) struct ProbeState {
 pub(super) struct SlotState {
     pub(super) name: String,
     pub(super) image: String,
+    /// The image the current (or last) container runs, by digest, when the runtime said.
+    pub(super) image_id: String,
     pub(super) run: Run,
     /// The previous container's end (status `lastState`), kept in the runtime for logs.
     pub(super) last: Option<(String, Exit)>,
@@ -194,6 +196,7 @@ pub(super) fn slot_state(c: &Container, init: bool) -> SlotState {
     SlotState {
         name: c.name.clone(),
         image: c.image.clone(),
+        image_id: String::new(),
         run: Run::Waiting {
             reason: if init {
                 "PodInitializing".into()

@@ -191,7 +191,7 @@ impl PodEngine {
             ready: s.ready,
             restart_count: i32::try_from(s.starts.saturating_sub(1)).unwrap_or(i32::MAX),
             image: s.image.clone(),
-            image_id: String::new(),
+            image_id: s.image_id.clone(),
             container_id: container_id.map_or_else(String::new, |id| container_url(scheme, &id)),
             started: (!init).then_some(s.started && matches!(s.run, Run::Running { .. })),
             other: Default::default(),

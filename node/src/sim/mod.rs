@@ -449,6 +449,7 @@ impl Runtime for SimRuntime {
                 init: spec.init,
                 attempt: spec.attempt,
                 state: ContainerState::Created,
+                image_ref: String::new(),
             },
             plan,
             ports: spec.ports.clone(),
@@ -492,6 +493,12 @@ impl Runtime for SimRuntime {
         let c = st.container_mut(id)?;
         c.settle(now);
         Ok(c.info.state.clone())
+    }
+
+    /// Simulated images have no digest: `imageID` is reported empty, as for an image the
+    /// runtime cannot name.
+    async fn image_ref(&self, id: &str) -> Result<String> {
+        Ok(self.state().container_mut(id)?.info.image_ref.clone())
     }
 
     async fn wait_container(&self, id: &str) -> Result<Exit> {
