@@ -156,6 +156,12 @@ pub(crate) fn serve_rest(
         });
     }
     tasks.spawn(crate::cluster::crds::maintain(api.clone(), stop.clone()));
+    if !rest.is_empty() {
+        tasks.spawn(crate::cluster::apiservices::maintain(
+            api.clone(),
+            stop.clone(),
+        ));
+    }
     if api.access.config.rbac() {
         let policy = api.access.policy().clone();
         tasks.spawn(crate::cluster::rbac_policy::maintain(

@@ -1364,6 +1364,25 @@ async fn custom_resources_through_kube_rs() {
     assert_eq!(group.versions().collect::<Vec<_>>(), ["v2", "v1"]);
     assert_eq!(group.preferred_version(), Some("v2"));
 
+    // Each served group version has its APIService, the CRD's among them, Available.
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+    let api_services: Api<APIService> = Api::all(c.clone());
+    for name in ["v1.", "v1.apps", "v2.example.com", "v1.example.com"] {
+        eventually(Duration::from_secs(15), name, || {
+            let api_services = api_services.clone();
+            async move {
+                let s = api_services.get(name).await.ok()?;
+                let available = s.status?.conditions?.iter().any(|c| {
+                    c.type_ == "Available"
+                        && c.status == "True"
+                        && c.reason.as_deref() == Some("Local")
+                });
+                (available && s.spec?.service.is_none()).then_some(())
+            }
+        })
+        .await;
+    }
+
     let v1 = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("example.com", "v1", "Widget"),
         "widgets",

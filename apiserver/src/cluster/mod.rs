@@ -33,6 +33,7 @@ use skiff_store::request::{
 
 pub mod addresses;
 pub mod admission;
+pub mod apiservices;
 pub mod bind;
 pub mod config;
 pub mod crds;

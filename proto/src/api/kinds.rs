@@ -876,7 +876,65 @@ pub static DECLARED: &[KindInfo] = &[
             cell: |o, _| json!(text(o, "/metadata/creationTimestamp")),
         }],
     },
+    KindInfo {
+        kind: "APIService",
+        plural: "apiservices",
+        api_version: "apiregistration.k8s.io/v1",
+        namespaced: false,
+        short_names: &[],
+        categories: &["api-extensions"],
+        status: true,
+        scale: false,
+        template: None,
+        schema: &Typed::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>(
+            PhantomData,
+        ),
+        defaults: no_defaults,
+        validate: api_service,
+        columns: &[
+            Column {
+                name: "Service",
+                type_: "string",
+                format: "",
+                priority: 0,
+                description: "The service that serves the group version, or Local.",
+                cell: |o, _| {
+                    let name = text(o, "/spec/service/name");
+                    json!(if name.is_empty() {
+                        "Local".to_owned()
+                    } else {
+                        format!("{}/{name}", text(o, "/spec/service/namespace"))
+                    })
+                },
+            },
+            Column {
+                name: "Available",
+                type_: "string",
+                format: "",
+                priority: 0,
+                description: "Whether the group version is served, and if not why.",
+                cell: |o, _| json!(api_service_available(o)),
+            },
+            AGE,
+        ],
+    },
 ];
+
+/// An APIService's `Available` column: its condition's status, with the reason when it is
+/// not `True` (`False (ServiceNotFound)`), as kubectl shows it.
+fn api_service_available(o: &Value) -> String {
+    let condition = items(o, "/status/conditions")
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some("Available"));
+    let Some(c) = condition else {
+        return "Unknown".into();
+    };
+    let status = c.get("status").and_then(Value::as_str).unwrap_or("Unknown");
+    match c.get("reason").and_then(Value::as_str) {
+        Some(reason) if status != "True" && !reason.is_empty() => format!("{status} ({reason})"),
+        _ => status.to_owned(),
+    }
+}
 
 /// `Age`, the column most printers end with.
 const AGE: Column = Column {
@@ -2243,6 +2301,53 @@ fn ingress_class(errs: &mut Errors, o: &GenericObject, stored: Option<&GenericOb
     }
     if let Some(stored) = stored {
         immutable(errs, o, stored, "/spec/controller");
+    }
+}
+
+// APIService
+
+fn api_service(errs: &mut Errors, o: &GenericObject, _: Option<&GenericObject>) {
+    let group = o.text("/spec/group");
+    let version = o.text("/spec/version");
+    if version.is_empty() {
+        errs.add(&path("/spec/version"), "Required value");
+    }
+    let name = o.metadata.name.as_str();
+    let want = format!("{version}.{group}");
+    if !version.is_empty() && name != want {
+        errs.add(
+            &Path::root("metadata").field("name"),
+            format!("Invalid value: {name:?}: must be `spec.version+\".\"+spec.group`: {want:?}"),
+        );
+    }
+    for field in ["/spec/groupPriorityMinimum", "/spec/versionPriority"] {
+        match o.int(field) {
+            Some(n) if n > 0 && n <= 20000 => {}
+            Some(n) => errs.add(
+                &path(field),
+                format!("Invalid value: {n}: must be positive and less than 20000"),
+            ),
+            None => errs.add(&path(field), "Required value"),
+        }
+    }
+    let service = o.at("/spec/service").filter(|v| !v.is_null());
+    if let Some(service) = service {
+        for field in ["namespace", "name"] {
+            if service
+                .get(field)
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                errs.add(&path(&format!("/spec/service/{field}")), "Required value");
+            }
+        }
+        let insecure = o.at("/spec/insecureSkipTLSVerify") == Some(&Value::Bool(true));
+        if insecure && !o.text("/spec/caBundle").is_empty() {
+            errs.add(
+                &path("/spec/insecureSkipTLSVerify"),
+                "Invalid value: true: may not be true if caBundle is present",
+            );
+        }
     }
 }
 

@@ -78,7 +78,8 @@ mod tests {
                     "preferredVersion": {"groupVersion": "autoscaling/v2", "version": "v2"},
                     "versions": [{"groupVersion": "autoscaling/v2", "version": "v2"}]
                 }),
-                group("apiextensions.k8s.io")
+                group("apiextensions.k8s.io"),
+                group("apiregistration.k8s.io")
             ])
         );
         let aggregated = aggregated_groups();

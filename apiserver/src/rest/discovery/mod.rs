@@ -640,7 +640,8 @@ mod tests {
                 "storage.k8s.io",
                 "networking.k8s.io",
                 "autoscaling",
-                "apiextensions.k8s.io"
+                "apiextensions.k8s.io",
+                "apiregistration.k8s.io"
             ]
         );
         let list: meta::APIResourceList =
@@ -743,7 +744,8 @@ mod tests {
                 GroupVersion::parse("storage.k8s.io/v1"),
                 GroupVersion::parse("networking.k8s.io/v1"),
                 GroupVersion::parse("autoscaling/v2"),
-                GroupVersion::parse("apiextensions.k8s.io/v1")
+                GroupVersion::parse("apiextensions.k8s.io/v1"),
+                GroupVersion::parse("apiregistration.k8s.io/v1")
             ]
         );
     }

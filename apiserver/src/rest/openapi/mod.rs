@@ -329,6 +329,7 @@ mod tests {
             "apis/networking.k8s.io/v1",
             "apis/autoscaling/v2",
             "apis/apiextensions.k8s.io/v1",
+            "apis/apiregistration.k8s.io/v1",
         ];
         for path in paths {
             let url = index["paths"][path]["serverRelativeURL"]

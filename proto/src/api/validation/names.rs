@@ -86,7 +86,9 @@ pub(super) fn validate_meta(errs: &mut Errors, kind: Kind, m: &ObjectMeta) {
             | Kind::RoleBinding
             | Kind::ClusterRoleBinding
             | Kind::CertificateSigningRequest
-    ) {
+    ) || kind.name() == "APIService"
+    {
+        // Path segments: an APIService of the core group is `v1.`.
         if let Some(problem) = super::rbac::path_segment_problem(&m.name) {
             errs.add(&path.field("name"), format!("invalid value: {problem}"));
         }
