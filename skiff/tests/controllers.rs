@@ -495,6 +495,22 @@ async fn quota_reports(
     .await;
 }
 
+/// Waits until the quota `default/objects` of the test below reports `configmaps` and `jobs`
+/// used (and no node port).
+async fn objects_quota_reports(api: &ClusterClient, configmaps: &str, jobs: &str) {
+    let hard = [
+        ("configmaps", "2"),
+        ("count/jobs.batch", "1"),
+        ("services.nodeports", "1"),
+    ];
+    let used = [
+        ("configmaps", configmaps),
+        ("count/jobs.batch", jobs),
+        ("services.nodeports", "0"),
+    ];
+    quota_reports(api, "default", "objects", &hard, &used).await;
+}
+
 /// A quota on ConfigMaps, Jobs and Services: the API server refuses what would exceed it,
 /// and the controller reports what is used, as objects come and go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -512,22 +528,7 @@ async fn a_quota_counts_any_kind_it_names_and_reports_its_use() {
     ))
     .await
     .expect("create quota");
-    quota_reports(
-        &api,
-        "default",
-        "objects",
-        &[
-            ("configmaps", "2"),
-            ("count/jobs.batch", "1"),
-            ("services.nodeports", "1"),
-        ],
-        &[
-            ("configmaps", "0"),
-            ("count/jobs.batch", "0"),
-            ("services.nodeports", "0"),
-        ],
-    )
-    .await;
+    objects_quota_reports(&api, "0", "0").await;
     let map = |name: &str| {
         obj(
             config_map,
@@ -562,41 +563,11 @@ async fn a_quota_counts_any_kind_it_names_and_reports_its_use() {
         .await
         .expect_err("two node ports");
     assert!(e.to_string().contains("services.nodeports=2"), "{e}");
-    quota_reports(
-        &api,
-        "default",
-        "objects",
-        &[
-            ("configmaps", "2"),
-            ("count/jobs.batch", "1"),
-            ("services.nodeports", "1"),
-        ],
-        &[
-            ("configmaps", "2"),
-            ("count/jobs.batch", "1"),
-            ("services.nodeports", "0"),
-        ],
-    )
-    .await;
+    objects_quota_reports(&api, "2", "1").await;
     api.delete(config_map, "default", "a", 0, None)
         .await
         .expect("delete");
-    quota_reports(
-        &api,
-        "default",
-        "objects",
-        &[
-            ("configmaps", "2"),
-            ("count/jobs.batch", "1"),
-            ("services.nodeports", "1"),
-        ],
-        &[
-            ("configmaps", "1"),
-            ("count/jobs.batch", "1"),
-            ("services.nodeports", "0"),
-        ],
-    )
-    .await;
+    objects_quota_reports(&api, "1", "1").await;
     api.create(&map("c")).await.expect("room again");
 }
 

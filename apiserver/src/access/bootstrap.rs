@@ -122,7 +122,8 @@ fn binding(role: &str, subjects: &[(&str, &str)]) -> ClusterRoleBinding {
     }
 }
 
-/// What `view` reads: the namespaced objects, not secrets of access (roles, bindings).
+/// What `view` reads: the namespaced objects, not Secrets nor access (roles, bindings), as
+/// Kubernetes' `view` role.
 fn view_rules() -> Vec<PolicyRule> {
     vec![
         rule(
@@ -141,6 +142,14 @@ fn view_rules() -> Vec<PolicyRule> {
                 "bindings",
                 "services",
                 "services/status",
+                "configmaps",
+                "endpoints",
+                "persistentvolumeclaims",
+                "persistentvolumeclaims/status",
+                "replicationcontrollers",
+                "replicationcontrollers/scale",
+                "replicationcontrollers/status",
+                "serviceaccounts",
             ],
         ),
         rule(READ, "discovery.k8s.io", &["endpointslices"]),
@@ -154,7 +163,36 @@ fn view_rules() -> Vec<PolicyRule> {
                 "replicasets",
                 "replicasets/scale",
                 "replicasets/status",
+                "controllerrevisions",
+                "daemonsets",
+                "daemonsets/status",
+                "statefulsets",
+                "statefulsets/scale",
+                "statefulsets/status",
             ],
+        ),
+        rule(
+            READ,
+            "autoscaling",
+            &[
+                "horizontalpodautoscalers",
+                "horizontalpodautoscalers/status",
+            ],
+        ),
+        rule(
+            READ,
+            "batch",
+            &["cronjobs", "cronjobs/status", "jobs", "jobs/status"],
+        ),
+        rule(
+            READ,
+            "policy",
+            &["poddisruptionbudgets", "poddisruptionbudgets/status"],
+        ),
+        rule(
+            READ,
+            "networking.k8s.io",
+            &["ingresses", "ingresses/status", "networkpolicies"],
         ),
     ]
 }
@@ -164,7 +202,21 @@ fn view_rules() -> Vec<PolicyRule> {
 fn edit_rules() -> Vec<PolicyRule> {
     let mut rules = view_rules();
     rules.extend([
-        rule(WRITE, "", &["pods", "pods/eviction", "services"]),
+        rule(
+            WRITE,
+            "",
+            &[
+                "pods",
+                "pods/eviction",
+                "services",
+                "configmaps",
+                "endpoints",
+                "persistentvolumeclaims",
+                "replicationcontrollers",
+                "replicationcontrollers/scale",
+                "serviceaccounts",
+            ],
+        ),
         rule(WRITE, "discovery.k8s.io", &["endpointslices"]),
         rule(ALL_VERBS, "", &["secrets"]),
         rule(&["create", "get"], "", &["pods/exec", "pods/attach"]),
@@ -176,7 +228,18 @@ fn edit_rules() -> Vec<PolicyRule> {
                 "deployments/scale",
                 "replicasets",
                 "replicasets/scale",
+                "daemonsets",
+                "statefulsets",
+                "statefulsets/scale",
             ],
+        ),
+        rule(WRITE, "autoscaling", &["horizontalpodautoscalers"]),
+        rule(WRITE, "batch", &["cronjobs", "jobs"]),
+        rule(WRITE, "policy", &["poddisruptionbudgets"]),
+        rule(
+            WRITE,
+            "networking.k8s.io",
+            &["ingresses", "networkpolicies"],
         ),
     ]);
     rules
