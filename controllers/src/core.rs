@@ -29,6 +29,8 @@ pub struct Context {
     pub endpoint_slices: Cache,
     pub endpoints: Cache,
     pub quotas: Cache,
+    pub namespaces: Cache,
+    pub service_accounts: Cache,
     pub events: EventRecorder,
     pub metrics: Arc<Metrics>,
     /// The ReplicaSet controller's outstanding creates and deletes, per ReplicaSet uid: the

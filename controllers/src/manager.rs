@@ -16,6 +16,7 @@ use crate::core::{Context, Controller};
 use crate::metrics::{self, Metrics};
 use crate::{
     certificates, deployment, endpointslice, gc, nodelifecycle, replicaset, resourcequota,
+    serviceaccount,
 };
 
 /// The key controller manager processes elect their leader on.
@@ -184,6 +185,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         endpoint_slices: Cache::new(Kind::EndpointSlice),
         endpoints: Cache::new(endpointslice::endpoints_kind()),
         quotas: Cache::new(Kind::ResourceQuota),
+        namespaces: Cache::new(Kind::Namespace),
+        service_accounts: Cache::new(serviceaccount::kind()),
         events: EventRecorder::spawn(client.clone(), COMPONENT, ""),
         metrics: metrics.clone(),
         expectations: Default::default(),
@@ -199,8 +202,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let csrs = Arc::new(certificates::Certificates::new(ctx.clone(), signer));
     let slices = Arc::new(endpointslice::EndpointSlices::new(ctx.clone()));
     let quotas = Arc::new(resourcequota::ResourceQuotas::new(ctx.clone()));
+    let accounts = Arc::new(serviceaccount::ServiceAccounts::new(ctx.clone()));
     let handlers = Arc::new(Handlers {
         ctx: ctx.clone(),
+        accounts: accounts.clone(),
         csrs: csrs.clone(),
         slices: slices.clone(),
         quotas: quotas.clone(),
@@ -222,6 +227,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Kind::EndpointSlice,
         Kind::ResourceQuota,
         endpointslice::endpoints_kind(),
+        Kind::Namespace,
+        serviceaccount::kind(),
     ] {
         let mut informer = Informer::new(client.clone(), kind, ListParams::default());
         for e in informer.sync().await? {
@@ -263,6 +270,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         workers.spawn(work(slices.clone(), metrics.clone()));
         workers.spawn(work(quotas.clone(), metrics.clone()));
     }
+    workers.spawn(work(accounts.clone(), metrics.clone()));
     let served = match config.metrics_addr {
         Some(addr) => {
             let registry = metrics::registry(
@@ -275,6 +283,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                     (certificates::NAME, csrs.queue().clone()),
                     (endpointslice::NAME, slices.queue().clone()),
                     (resourcequota::NAME, quotas.queue().clone()),
+                    (serviceaccount::NAME, accounts.queue().clone()),
                 ],
             );
             Some(
@@ -309,6 +318,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         csrs.queue(),
         slices.queue(),
         quotas.queue(),
+        accounts.queue(),
     ] {
         q.close();
     }
@@ -340,6 +350,7 @@ struct Handlers {
     csrs: Arc<certificates::Certificates>,
     slices: Arc<endpointslice::EndpointSlices>,
     quotas: Arc<resourcequota::ResourceQuotas>,
+    accounts: Arc<serviceaccount::ServiceAccounts>,
 }
 
 impl Handlers {
@@ -352,6 +363,8 @@ impl Handlers {
             Kind::Service => &self.ctx.services,
             Kind::EndpointSlice => &self.ctx.endpoint_slices,
             Kind::ResourceQuota => &self.ctx.quotas,
+            Kind::Namespace => &self.ctx.namespaces,
+            k if k == serviceaccount::kind() => &self.ctx.service_accounts,
             Kind::Generic(_) => &self.ctx.endpoints,
             _ => &self.ctx.deployments,
         }
@@ -372,6 +385,8 @@ impl Handlers {
             }
             Kind::EndpointSlice => self.slices.on_slice(event),
             Kind::ResourceQuota => self.quotas.on_quota(event),
+            Kind::Namespace => self.accounts.on_namespace(event),
+            k if k == serviceaccount::kind() => self.accounts.on_service_account(event),
             Kind::Generic(_) => self.slices.on_endpoints(event),
             Kind::Pod => {
                 self.quotas.on_counted(kind, event);

@@ -136,6 +136,9 @@ pub struct StoreCommand {
     /// How the member reaches node agents that serve TLS (`--kubelet-certificate-authority`,
     /// `--kubelet-client-certificate`, `--kubelet-client-key`).
     pub kubelet: Option<ClientCert>,
+    /// `--service-account-signing-key-file`: the key service account tokens are signed with
+    /// (and checked against).
+    pub service_account_key: Option<PathBuf>,
     /// `--cluster-cidr` (`a.b.c.d/n`; empty: no pod CIDR blocks).
     pub cluster_cidr: Option<String>,
     /// `--node-cidr-mask-size`.
@@ -245,6 +248,9 @@ impl StoreCommand {
                 .flag("kubelet-client-certificate", &k.cert)
                 .flag("kubelet-client-key", &k.key);
         }
+        if let Some(f) = &self.service_account_key {
+            a.flag("service-account-signing-key-file", f);
+        }
         if let Some(tls) = &self.tls {
             a.flag("cert-file", &tls.cert)
                 .flag("key-file", &tls.key)
@@ -318,6 +324,9 @@ pub struct ApiServerCommand {
     pub rbac: bool,
     pub bootstrap_tokens: bool,
     pub kubelet: Option<ClientCert>,
+    /// `--service-account-signing-key-file`: the key service account tokens are signed with
+    /// (and checked against).
+    pub service_account_key: Option<PathBuf>,
     pub audit_log: Option<PathBuf>,
     pub audit_log_maxsize: Option<u64>,
     pub audit_log_maxbackup: Option<usize>,
@@ -365,6 +374,9 @@ impl ApiServerCommand {
             a.flag("kubelet-certificate-authority", &k.ca)
                 .flag("kubelet-client-certificate", &k.cert)
                 .flag("kubelet-client-key", &k.key);
+        }
+        if let Some(f) = &self.service_account_key {
+            a.flag("service-account-signing-key-file", f);
         }
         if let Some(f) = &self.audit_log {
             a.flag("audit-log-path", f)

@@ -134,6 +134,29 @@ pub struct ApiFlags {
         default_value = "30000-32767"
     )]
     pub service_node_port_range: String,
+    /// kube-apiserver's: the private key (PEM: ECDSA P-256 or RSA) service account tokens
+    /// are signed with (TokenRequest, `kubectl create token`); none: no tokens are issued.
+    #[arg(long, env = "SKIFF_STORE_SERVICE_ACCOUNT_SIGNING_KEY_FILE")]
+    pub service_account_signing_key_file: Option<PathBuf>,
+    /// kube-apiserver's: keys service account tokens are checked against (PEM, public or
+    /// private; repeatable); none: the signing key's public half.
+    #[arg(
+        long,
+        env = "SKIFF_STORE_SERVICE_ACCOUNT_KEY_FILE",
+        value_delimiter = ','
+    )]
+    pub service_account_key_file: Vec<PathBuf>,
+    /// kube-apiserver's: the `iss` of the tokens issued, and the only one accepted.
+    #[arg(
+        long,
+        env = "SKIFF_STORE_SERVICE_ACCOUNT_ISSUER",
+        default_value = skiff_apiserver::access::serviceaccount::DEFAULT_ISSUER
+    )]
+    pub service_account_issuer: String,
+    /// kube-apiserver's: the audiences a token must name to authenticate to the API
+    /// (comma-separated); none: the issuer.
+    #[arg(long, env = "SKIFF_STORE_API_AUDIENCES", value_delimiter = ',')]
+    pub api_audiences: Vec<String>,
 }
 
 impl ApiFlags {
@@ -176,6 +199,14 @@ impl ApiFlags {
                     cert: self.kubelet_client_certificate,
                     key: self.kubelet_client_key,
                 }),
+            service_accounts: (self.service_account_signing_key_file.is_some()
+                || !self.service_account_key_file.is_empty())
+            .then_some(access::serviceaccount::ServiceAccountConfig {
+                issuer: self.service_account_issuer,
+                signing_key_file: self.service_account_signing_key_file,
+                key_files: self.service_account_key_file,
+                api_audiences: self.api_audiences,
+            }),
         };
         Ok((config, access))
     }

@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `ca.pem`, `ca-key.pem` | the CA (kept and reused when the directory already has one) |
 //! | `<member>.pem`, `<member>-key.pem` | a member's certificate, for its client and peer URLs alike (server and client use; the hosts as SANs) |
+//! | `service-account-key.pem` | (`skiff up`) the key its API servers sign service account tokens with |
 //! | `<client>.pem`, `<client>-key.pem` | a client's certificate (CN = the name: the etcd user under client certificate authentication, the Kubernetes user under `--client-ca-file`; a `/GROUP` after the name its O, a Kubernetes group; colons in the name are dashes in the file's: `system-node-n1.pem`) |
 
 use std::io::Write as _;
@@ -140,6 +141,21 @@ pub fn ensure(
         issue(dir, c.file, params, &ca, &ca_key, true)?;
     }
     Ok(())
+}
+
+/// The file of a local cluster's service account signing key, beside its certificates.
+pub const SERVICE_ACCOUNT_KEY: &str = "service-account-key.pem";
+
+/// The key a local cluster's API servers sign service account tokens with (ECDSA P-256,
+/// PKCS#8 PEM, readable by its owner only), made where missing.
+pub fn ensure_service_account_key(dir: &Path) -> Result<()> {
+    let path = dir.join(SERVICE_ACCOUNT_KEY);
+    if path.exists() {
+        return Ok(());
+    }
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+        .context("making the service account key")?;
+    write(&path, &key.serialize_pem(), true, false)
 }
 
 /// Valid from yesterday (clocks drift) to `days` from now.

@@ -760,6 +760,7 @@ mod tests {
                 cert: "/c/kubelet-client.pem".into(),
                 key: "/c/kubelet-client-key.pem".into(),
             }),
+            service_account_key: Some("/c/service-account-key.pem".into()),
             cluster_cidr: Some("10.0.0.0/8".into()),
             node_cidr_mask_size: Some(26),
         };
@@ -851,6 +852,10 @@ mod tests {
             Some(&kubelet.cert)
         );
         assert_eq!(a.api.kubelet_client_key.as_ref(), Some(&kubelet.key));
+        assert_eq!(
+            a.api.service_account_signing_key_file,
+            cmd.service_account_key
+        );
 
         // Unset options stay at the command's defaults.
         let least = StoreCommand {

@@ -290,6 +290,9 @@ async fn secured() -> Secured {
     make_certs(&dir.path().join("other"), &["admin/system:masters"]);
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(&tokens, TOKEN_FILE).expect("token file");
+    let service_account_key = certs.join("service-account-key.pem");
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+    std::fs::write(&service_account_key, key.serialize_pem()).expect("key file");
     let (client, peer, api) = (free_port(), free_port(), free_port());
     let store = StoreCommand {
         name: "m0".into(),
@@ -313,6 +316,7 @@ async fn secured() -> Secured {
             cert: certs.join("kube-apiserver-kubelet-client.pem"),
             key: certs.join("kube-apiserver-kubelet-client-key.pem"),
         }),
+        service_account_key: Some(service_account_key),
         ..StoreCommand::default()
     };
     let member = Launch::new("m0", skiff_bin(), dir.path().join("m0.log"))
@@ -340,6 +344,132 @@ async fn secured() -> Secured {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     s
+}
+
+/// Service account tokens: a TokenRequest (JSON, and `kubectl create token`'s protobuf)
+/// gets a token that authenticates as the account, authorized by what it is bound to, and
+/// no longer once the account is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_account_tokens_authenticate_their_accounts() {
+    use Who::*;
+    let s = secured().await;
+    let sa = r#"{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"ci"}}"#;
+    let (code, body) = s.curl(
+        Admin,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts",
+        Some(sa),
+    );
+    assert_eq!(code, 201, "{body}");
+    let request = |spec: &str| {
+        format!(
+            r#"{{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{spec}}}"#
+        )
+    };
+    let path = "/api/v1/namespaces/default/serviceaccounts/ci/token";
+    let (code, body) = s.curl(Admin, "POST", path, Some(&request("{}")));
+    assert_eq!(code, 201, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(answer["spec"]["expirationSeconds"], 3600);
+    assert!(
+        answer["status"]["expirationTimestamp"].is_string(),
+        "{answer}"
+    );
+    let token = answer["status"]["token"]
+        .as_str()
+        .expect("token")
+        .to_owned();
+    let bearer = format!("Authorization: Bearer {token}");
+    let pods = "/api/v1/namespaces/default/pods";
+    let (code, body) = s.curl_with(Anonymous, "GET", pods, None, &[&bearer]);
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains(r#"User \"system:serviceaccount:default:ci\" cannot list"#),
+        "{body}"
+    );
+
+    let binding = r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding",
+        "metadata":{"name":"ci-view","namespace":"default"},
+        "roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"view"},
+        "subjects":[{"kind":"ServiceAccount","name":"ci","namespace":"default"}]}"#;
+    let (code, body) = s.curl(
+        Admin,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
+        Some(binding),
+    );
+    assert_eq!(code, 201, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, body) = s.curl_with(Anonymous, "GET", pods, None, &[&bearer]);
+        if code == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused: {code} {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, _) = s.curl_with(
+        Anonymous,
+        "GET",
+        "/api/v1/namespaces/kube-system/pods",
+        None,
+        &[&bearer],
+    );
+    assert_eq!(code, 403, "the binding is for its namespace only");
+
+    // Requests kube-apiserver refuses.
+    let (code, body) = s.curl(
+        Admin,
+        "POST",
+        path,
+        Some(&request(r#"{"expirationSeconds":60}"#)),
+    );
+    assert_eq!(code, 422, "{body}");
+    assert!(body.contains("spec.expirationSeconds"), "{body}");
+    let bound = r#"{"boundObjectRef":{"kind":"Pod","apiVersion":"v1","name":"absent"}}"#;
+    let (code, body) = s.curl(Admin, "POST", path, Some(&request(bound)));
+    assert_eq!(code, 404, "{body}");
+    let (code, body) = s.curl(
+        Admin,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts/nobody/token",
+        Some(&request("{}")),
+    );
+    assert_eq!(code, 404, "{body}");
+    // A token for another audience is not the API's.
+    let (code, body) = s.curl(
+        Admin,
+        "POST",
+        path,
+        Some(&request(r#"{"audiences":["vault"]}"#)),
+    );
+    assert_eq!(code, 201, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let other = format!(
+        "Authorization: Bearer {}",
+        answer["status"]["token"].as_str().expect("token")
+    );
+    let (code, _) = s.curl_with(Anonymous, "GET", pods, None, &[&other]);
+    assert_eq!(code, 401);
+
+    if kubectl_on_path() {
+        let (ok, out) = s.kubectl_as_admin(&["create", "token", "ci", "-n", "default"]);
+        assert!(ok, "kubectl create token: {out}");
+        let from_kubectl = format!("Authorization: Bearer {}", out.trim());
+        let (code, body) = s.curl_with(Anonymous, "GET", pods, None, &[&from_kubectl]);
+        assert_eq!(code, 200, "{body}");
+    }
+
+    // The account gone, its tokens name no one.
+    let (code, body) = s.curl(
+        Admin,
+        "DELETE",
+        "/api/v1/namespaces/default/serviceaccounts/ci",
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    let (code, _) = s.curl_with(Anonymous, "GET", pods, None, &[&bearer]);
+    assert_eq!(code, 401);
 }
 
 /// The Kubernetes REST API, identity by identity: kube-apiserver's codes (401 for wrong

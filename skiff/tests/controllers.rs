@@ -511,6 +511,38 @@ async fn objects_quota_reports(api: &ClusterClient, configmaps: &str, jobs: &str
     quota_reports(api, "default", "objects", &hard, &used).await;
 }
 
+/// Every namespace gets a `default` ServiceAccount, and gets it back when it is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_namespace_has_a_default_service_account() {
+    let cluster = Cluster::start(1).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _control = start_control(&cluster, 0, 1);
+    api.create(&obj(Kind::Namespace, json!({"metadata": {"name": "team"}})))
+        .await
+        .expect("namespace");
+    let account = Kind::from_name("ServiceAccount").expect("declared");
+    let uid_in = |ns: &'static str| {
+        let api = api.clone();
+        async move {
+            match api.get(account, ns, "default").await {
+                Ok(Some(o)) => Some(o.metadata().uid.clone()),
+                _ => None,
+            }
+        }
+    };
+    for ns in ["default", "team"] {
+        eventually(Duration::from_secs(30), ns, || uid_in(ns)).await;
+    }
+    let first = uid_in("team").await.expect("there");
+    api.delete(account, "team", "default", 0, None)
+        .await
+        .expect("delete");
+    eventually(Duration::from_secs(30), "a new default", || async {
+        uid_in("team").await.filter(|uid| *uid != first)
+    })
+    .await;
+}
+
 /// A quota on ConfigMaps, Jobs and Services: the API server refuses what would exceed it,
 /// and the controller reports what is used, as objects come and go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,16 +22,49 @@ use std::path::{Path, PathBuf};
 use skiff_proto::api::Secret;
 use skiff_proto::api::secret::BOOTSTRAP_TOKEN_TYPE;
 
+use super::serviceaccount::{self, Tokens};
 use super::{ANONYMOUS, AUTHENTICATED, UNAUTHENTICATED, Unauthorized};
 use skiff_store::tls::Subject;
 
 /// The group of every bootstrap token's user.
 pub const BOOTSTRAPPERS: &str = "system:bootstrappers";
 
-/// Where bootstrap tokens are looked up.
-pub trait BootstrapSecrets {
+/// What authentication reads of the store: bootstrap tokens' Secrets, and the objects a
+/// service account token is bound to.
+pub trait Credentials {
     /// The Secret `kube-system/bootstrap-token-<id>`, when there is one.
     fn bootstrap_secret(&self, id: &str) -> Option<Secret>;
+
+    /// The uid of the object `namespace/name` of `kind` (a ServiceAccount, a Pod, a Secret),
+    /// when it exists and is not being deleted.
+    fn uid_of(&self, _kind: &str, _namespace: &str, _name: &str) -> Option<String> {
+        None
+    }
+}
+
+/// The user of a service account token's claims, while the account (and the object the
+/// token is bound to) still exists as it was when the token was issued.
+fn service_account_user(c: &serviceaccount::Claims, store: &dyn Credentials) -> Option<User> {
+    let k = &c.kubernetes;
+    let ns = k.namespace.as_str();
+    let alive = |kind: &str, r: &serviceaccount::BoundRef| {
+        store.uid_of(kind, ns, &r.name).as_deref() == Some(r.uid.as_str())
+    };
+    if !alive("ServiceAccount", &k.serviceaccount)
+        || k.pod.as_ref().is_some_and(|p| !alive("Pod", p))
+        || k.secret.as_ref().is_some_and(|s| !alive("Secret", s))
+        || c.sub != format!("system:serviceaccount:{ns}:{}", k.serviceaccount.name)
+    {
+        return None;
+    }
+    Some(User::authenticated(
+        c.sub.clone(),
+        k.serviceaccount.uid.clone(),
+        vec![
+            serviceaccount::SERVICE_ACCOUNTS_GROUP.to_owned(),
+            format!("{}:{ns}", serviceaccount::SERVICE_ACCOUNTS_GROUP),
+        ],
+    ))
 }
 
 /// A bearer token in the bootstrap token format: its id and its secret.
@@ -146,6 +179,8 @@ pub struct Authenticator {
     anonymous: bool,
     /// `--enable-bootstrap-token-auth`.
     bootstrap: bool,
+    /// Service account tokens' keys, when configured.
+    service_accounts: Option<std::sync::Arc<Tokens>>,
 }
 
 impl Authenticator {
@@ -173,7 +208,14 @@ impl Authenticator {
             tokens,
             anonymous,
             bootstrap,
+            service_accounts: None,
         })
+    }
+
+    /// Service account tokens signed by `keys` authenticate their accounts.
+    pub fn with_service_accounts(mut self, keys: Option<std::sync::Arc<Tokens>>) -> Self {
+        self.service_accounts = keys;
+        self
     }
 
     /// The user of a request: its certificate's, else its bearer token's (the token file,
@@ -182,7 +224,7 @@ impl Authenticator {
         &self,
         bearer: Option<&str>,
         cert: Option<&Subject>,
-        secrets: &dyn BootstrapSecrets,
+        secrets: &dyn Credentials,
     ) -> Result<User, Unauthorized> {
         if let Some(s) = cert {
             return Ok(User::authenticated(
@@ -200,6 +242,14 @@ impl Authenticator {
         };
         if let Some(user) = self.tokens.as_ref().and_then(|t| t.get(token)) {
             return Ok(user.clone());
+        }
+        if let Some(keys) = &self.service_accounts
+            && serviceaccount::looks_like_jwt(token)
+        {
+            return keys
+                .verify(token)
+                .and_then(|c| service_account_user(&c, secrets))
+                .ok_or(Unauthorized);
         }
         if self.bootstrap {
             return bootstrap_token(token)
@@ -278,13 +328,101 @@ mod tests {
             tokens: Some(parse_tokens(text).expect("parses")),
             anonymous,
             bootstrap: false,
+            service_accounts: None,
         }
+    }
+
+    /// Uids of stored objects by `kind/namespace/name`.
+    struct Stored(HashMap<String, String>);
+
+    impl Credentials for Stored {
+        fn bootstrap_secret(&self, _id: &str) -> Option<Secret> {
+            None
+        }
+
+        fn uid_of(&self, kind: &str, namespace: &str, name: &str) -> Option<String> {
+            self.0.get(&format!("{kind}/{namespace}/{name}")).cloned()
+        }
+    }
+
+    /// A service account token names its account while the account, and the pod it is
+    /// bound to, exist with the uids they had.
+    #[test]
+    fn service_account_tokens_live_as_long_as_what_they_name() {
+        use super::serviceaccount::{
+            BoundRef, DEFAULT_ISSUER, ServiceAccountConfig, TokenSpec, Tokens,
+        };
+        let dir = tempfile::tempdir().expect("dir");
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+        let path = dir.path().join("sa.key");
+        std::fs::write(&path, key.serialize_pem()).expect("write");
+        let keys = Tokens::load(&ServiceAccountConfig {
+            issuer: DEFAULT_ISSUER.into(),
+            signing_key_file: Some(path),
+            key_files: Vec::new(),
+            api_audiences: Vec::new(),
+        })
+        .expect("load")
+        .expect("keys");
+        let (token, _) = keys
+            .issue(&TokenSpec {
+                namespace: "team".into(),
+                service_account: BoundRef {
+                    name: "ci".into(),
+                    uid: "sa-1".into(),
+                },
+                audiences: Vec::new(),
+                expiration: std::time::Duration::from_secs(600),
+                pod: Some(BoundRef {
+                    name: "runner".into(),
+                    uid: "pod-1".into(),
+                }),
+                secret: None,
+            })
+            .expect("issued");
+        let a = Authenticator::new(None, false, false)
+            .expect("no file")
+            .with_service_accounts(Some(std::sync::Arc::new(keys)));
+        let store = |pairs: &[(&str, &str)]| {
+            Stored(
+                pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            )
+        };
+        let both = store(&[
+            ("ServiceAccount/team/ci", "sa-1"),
+            ("Pod/team/runner", "pod-1"),
+        ]);
+        let user = a
+            .authenticate(Some(&token), None, &both)
+            .expect("authenticated");
+        assert_eq!(user.name, "system:serviceaccount:team:ci");
+        assert_eq!(user.uid, "sa-1");
+        assert_eq!(
+            user.groups,
+            [
+                "system:serviceaccounts",
+                "system:serviceaccounts:team",
+                "system:authenticated"
+            ]
+        );
+        // The pod replaced under the same name, or the account gone: refused.
+        let replaced = store(&[
+            ("ServiceAccount/team/ci", "sa-1"),
+            ("Pod/team/runner", "pod-2"),
+        ]);
+        assert!(a.authenticate(Some(&token), None, &replaced).is_err());
+        let no_account = store(&[("Pod/team/runner", "pod-1")]);
+        assert!(a.authenticate(Some(&token), None, &no_account).is_err());
+        assert!(a.authenticate(Some("eyJ.not.valid"), None, &both).is_err());
     }
 
     /// Bootstrap tokens' Secrets by id.
     struct Secrets(HashMap<String, Secret>);
 
-    impl BootstrapSecrets for Secrets {
+    impl Credentials for Secrets {
         fn bootstrap_secret(&self, id: &str) -> Option<Secret> {
             self.0.get(id).cloned()
         }
@@ -293,7 +431,7 @@ mod tests {
     /// No bootstrap tokens at all.
     struct NoSecrets;
 
-    impl BootstrapSecrets for NoSecrets {
+    impl Credentials for NoSecrets {
         fn bootstrap_secret(&self, _id: &str) -> Option<Secret> {
             None
         }
@@ -333,6 +471,7 @@ mod tests {
             tokens: None,
             anonymous: true,
             bootstrap: true,
+            service_accounts: None,
         };
         let later = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
         let earlier = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();

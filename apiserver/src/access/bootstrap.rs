@@ -220,6 +220,7 @@ fn edit_rules() -> Vec<PolicyRule> {
         rule(WRITE, "discovery.k8s.io", &["endpointslices"]),
         rule(ALL_VERBS, "", &["secrets"]),
         rule(&["create", "get"], "", &["pods/exec", "pods/attach"]),
+        rule(&["create"], "", &["serviceaccounts/token"]),
         rule(
             WRITE,
             "apps",
@@ -307,6 +308,8 @@ fn controller_manager_rules() -> Vec<PolicyRule> {
         rule(READ, "", &["services"]),
         rule(ALL_VERBS, "discovery.k8s.io", &["endpointslices"]),
         rule(ALL_VERBS, "", &["endpoints"]),
+        // The ServiceAccount controller: a `default` one in every namespace.
+        rule(&["create"], "", &["serviceaccounts"]),
         // The approver and the signer of certificate requests.
         rule(
             &["get", "list", "watch", "delete"],

@@ -35,6 +35,7 @@ pub mod bootstrap;
 pub mod node;
 pub mod policy;
 pub mod rbac;
+pub mod serviceaccount;
 
 pub use audit::AuditLog;
 pub use authn::{Authenticator, User};
@@ -236,6 +237,9 @@ pub struct AccessConfig {
     /// `--kubelet-client-key`: how this member reaches node agents that serve TLS (for
     /// `pods/log`, `pods/exec`, `pods/attach`).
     pub kubelet: Option<skiff_proto::tls::ClientTls>,
+    /// `--service-account-signing-key-file`, `--service-account-key-file`,
+    /// `--service-account-issuer`, `--api-audiences`: service account tokens.
+    pub service_accounts: Option<serviceaccount::ServiceAccountConfig>,
 }
 
 /// Where the audit log goes, its policy (none: every request at `Metadata`) and its rotation.
@@ -260,6 +264,8 @@ pub enum AccessError {
     },
     #[error("--kubelet-client-certificate and its CA: {0}")]
     Kubelet(#[from] skiff_proto::tls::TlsFileError),
+    #[error("--service-account-signing-key-file / --service-account-key-file {0}")]
+    ServiceAccountKey(#[from] serviceaccount::KeyError),
 }
 
 impl Default for AccessConfig {
@@ -272,6 +278,7 @@ impl Default for AccessConfig {
             audit: None,
             bootstrap_tokens: false,
             kubelet: None,
+            service_accounts: None,
         }
     }
 }
@@ -311,17 +318,24 @@ pub struct Access {
     pub audit: Option<AuditLog>,
     /// This member's TLS to node agents (read at start).
     pub kubelet: Option<tonic::transport::ClientTlsConfig>,
+    /// Service account tokens' keys (read at start), when configured.
+    pub service_account_tokens: Option<Arc<serviceaccount::Tokens>>,
 }
 
 impl Access {
     /// Reads the token file and the audit policy and opens the audit log (its writer runs on
     /// the current runtime), when configured; any that cannot be used fails the start.
     pub fn new(config: AccessConfig) -> Result<Access, AccessError> {
+        let service_account_tokens = match &config.service_accounts {
+            Some(c) => serviceaccount::Tokens::load(c)?.map(Arc::new),
+            None => None,
+        };
         let authn = Authenticator::new(
             config.token_auth_file.as_deref(),
             config.anonymous,
             config.bootstrap_tokens,
-        )?;
+        )?
+        .with_service_accounts(service_account_tokens.clone());
         let audit = match &config.audit {
             Some(a) => {
                 let policy = match &a.policy {
@@ -346,6 +360,7 @@ impl Access {
             policy: Arc::new(Policy::default()),
             audit,
             kubelet,
+            service_account_tokens,
         })
     }
 
@@ -363,7 +378,7 @@ impl Access {
         &self,
         bearer: Option<&str>,
         cert: Option<&skiff_store::tls::Subject>,
-        secrets: &dyn authn::BootstrapSecrets,
+        secrets: &dyn authn::Credentials,
     ) -> Result<User, Unauthorized> {
         self.authn
             .authenticate(bearer, cert.filter(|_| self.config.client_certs), secrets)

@@ -119,7 +119,17 @@ impl crate::access::node::Graph for ClusterApi {
     }
 }
 
-impl crate::access::authn::BootstrapSecrets for ClusterApi {
+impl crate::access::authn::Credentials for ClusterApi {
+    fn uid_of(&self, kind: &str, namespace: &str, name: &str) -> Option<String> {
+        let kind = Kind::from_name(kind)?;
+        match self.get_local(kind, namespace, name) {
+            Ok((_, Some(s))) if s.object.metadata().deletion_timestamp.is_none() => {
+                Some(s.object.metadata().uid.clone())
+            }
+            _ => None,
+        }
+    }
+
     fn bootstrap_secret(&self, id: &str) -> Option<skiff_proto::api::Secret> {
         match self.get_local(
             Kind::Secret,

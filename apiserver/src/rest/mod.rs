@@ -35,6 +35,7 @@ pub mod review;
 pub mod scale;
 pub mod status;
 pub mod table;
+pub mod token;
 pub mod verbs;
 pub mod watch;
 
@@ -685,6 +686,7 @@ async fn resource(
             match sub {
                 Some("binding") => verbs::bind(api, &target, &headers, &body).await,
                 Some("eviction") => verbs::evict(api, &target, &params, &headers, &body).await,
+                Some("token") => token::create(api, &target, &headers, &body).await,
                 _ if target.kind.is_review() => {
                     review::create(api, user, &target, &params, &headers, &body).await
                 }

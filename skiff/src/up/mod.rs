@@ -197,6 +197,7 @@ pub(crate) fn run_then(args: Args, workload: Option<Workload<'_>>) -> Result<Exi
                 }),
         );
         crate::certs::ensure(&dir.join(CERTS), &servers, &hosts, &clients)?;
+        crate::certs::ensure_service_account_key(&dir.join(CERTS))?;
     }
     let exe = std::env::current_exe().context("finding the skiff binary")?;
     let exe = exe.to_string_lossy().to_string();
@@ -531,6 +532,9 @@ fn start_members(
             rbac: layout.tls,
             bootstrap_tokens: layout.tls,
             kubelet: cluster.client_cert(KUBELET_CLIENT),
+            service_account_key: layout
+                .tls
+                .then(|| certs.join(crate::certs::SERVICE_ACCOUNT_KEY)),
             // Every request to the Kubernetes API, at Metadata, as kube-apiserver logs it.
             audit_log: layout
                 .tls
@@ -593,6 +597,9 @@ fn start_apiservers(
             rbac: layout.tls,
             bootstrap_tokens: layout.tls,
             kubelet: cluster.client_cert(KUBELET_CLIENT),
+            service_account_key: layout
+                .tls
+                .then(|| certs.join(crate::certs::SERVICE_ACCOUNT_KEY)),
             audit_log: layout
                 .tls
                 .then(|| cluster.logs().join(format!("audit-{m}.log"))),

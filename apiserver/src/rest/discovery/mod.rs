@@ -212,6 +212,15 @@ fn declared_resource(g: GenericKind) -> Resource {
             verbs: STATUS_VERBS,
         });
     }
+    if info.kind == "ServiceAccount" && g.custom_index().is_none() {
+        // TokenRequest: `kubectl create token`.
+        subresources.push(Subresource {
+            name: "token",
+            kind: "TokenRequest",
+            api_version: Some("authentication.k8s.io/v1"),
+            verbs: &[CREATE],
+        });
+    }
     Resource {
         kind: Kind::Generic(g),
         verbs: READ_WRITE,
@@ -654,8 +663,9 @@ mod tests {
         assert_eq!(eviction.group.as_deref(), Some("policy"));
         // nine core resources, six pod subresources, and the status of nodes, namespaces
         // and services; seven declared kinds, the status of three of them (replication
-        // controllers, persistent volumes and their claims) and the scale of one
-        assert_eq!(list.resources.len(), 9 + 9 + 7 + 3 + 1);
+        // controllers, persistent volumes and their claims), the scale of one and the
+        // token of service accounts
+        assert_eq!(list.resources.len(), 9 + 9 + 7 + 3 + 1 + 1);
         let apps: meta::APIResourceList =
             serde_json::from_value(resource_list(GroupVersion::parse("apps/v1")))
                 .expect("APIResourceList");

@@ -35,6 +35,9 @@ pub(super) fn kind_schema(
         ("", "v1", "Secret") => add::<core::Secret>(generator),
         ("", "v1", "Binding") => add::<core::Binding>(generator),
         ("policy", "v1", "Eviction") => add::<policy::Eviction>(generator),
+        ("authentication.k8s.io", "v1", "TokenRequest") => {
+            add::<k8s_openapi::api::authentication::v1::TokenRequest>(generator)
+        }
         ("apps", "v1", "Deployment") => add::<apps::Deployment>(generator),
         ("apps", "v1", "ReplicaSet") => add::<apps::ReplicaSet>(generator),
         ("autoscaling", "v1", "Scale") => add::<autoscaling::Scale>(generator),

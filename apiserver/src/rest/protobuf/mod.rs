@@ -20,6 +20,7 @@ mod apps;
 mod batch;
 mod wire;
 
+use k8s_pb::api::authentication::v1 as authn;
 use k8s_pb::api::authorization::v1 as authz;
 use k8s_pb::api::certificates::v1 as certificates;
 use k8s_pb::api::core::v1 as core;
@@ -305,10 +306,34 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
             o.insert("spec".into(), s);
             o
         }
+        ("authentication.k8s.io/v1", "TokenRequest") => {
+            // `kubectl create token`.
+            let t =
+                authn::TokenRequest::decode(raw.as_slice()).map_err(|e| bad("TokenRequest", e))?;
+            let mut o = object(t.metadata);
+            let spec = t.spec.unwrap_or_default();
+            let mut s = json!({});
+            if !spec.audiences.is_empty() {
+                s["audiences"] = json!(spec.audiences);
+            }
+            if let Some(secs) = spec.expiration_seconds {
+                s["expirationSeconds"] = json!(secs);
+            }
+            if let Some(r) = spec.bound_object_ref {
+                s["boundObjectRef"] = json!({
+                    "kind": r.kind.unwrap_or_default(),
+                    "apiVersion": r.api_version.unwrap_or_default(),
+                    "name": r.name.unwrap_or_default(),
+                    "uid": r.u_id.unwrap_or_default(),
+                });
+            }
+            o.insert("spec".into(), s);
+            o
+        }
         _ => {
             return Err(unsupported(format!(
                 "{MEDIA_TYPE} bodies are read for Namespace, ResourceQuota, Secret, ConfigMap, \
-                 ServiceAccount, Deployment, Job, CronJob, PriorityClass, PodDisruptionBudget, Service, CertificateSigningRequest, Eviction, DeleteOptions, the RBAC kinds and access reviews; send \
+                 ServiceAccount (and its TokenRequest), Deployment, Job, CronJob, PriorityClass, PodDisruptionBudget, Service, CertificateSigningRequest, Eviction, DeleteOptions, the RBAC kinds and access reviews; send \
                  {kind} ({api_version}) as application/json"
             )));
         }
