@@ -31,6 +31,8 @@ pub struct Context {
     pub quotas: Cache,
     pub namespaces: Cache,
     pub service_accounts: Cache,
+    /// The `kube-root-ca.crt` ConfigMaps (no other).
+    pub root_ca_maps: Cache,
     pub events: EventRecorder,
     pub metrics: Arc<Metrics>,
     /// The ReplicaSet controller's outstanding creates and deletes, per ReplicaSet uid: the

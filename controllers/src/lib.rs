@@ -31,6 +31,7 @@
 //! | [`endpointslice`] | each selecting Service's pods' addresses, in EndpointSlices of 100 |
 //! | [`resourcequota`] | each quota's `status.used`: what its namespace's objects count toward it |
 //! | [`serviceaccount`] | a `default` ServiceAccount in every namespace |
+//! | [`rootca`]     | the CA of the API server in every namespace (`kube-root-ca.crt`) |
 //! | [`certificates`] | certificate requests: nodes' approved, approved ones signed, old ones removed |
 //! | [`core`]       | what every controller shares: [`Context`](core::Context), the [`Controller`](core::Controller) trait, queue keys |
 //! | [`queue`]      | the work queue: de-duplicated keys, per-key back-off, delayed adds |
@@ -51,6 +52,7 @@ pub mod pods;
 pub mod queue;
 pub mod replicaset;
 pub mod resourcequota;
+pub mod rootca;
 pub mod serviceaccount;
 
 pub use manager::{Config, run};

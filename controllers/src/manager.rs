@@ -15,7 +15,7 @@ use crate::cache::Cache;
 use crate::core::{Context, Controller};
 use crate::metrics::{self, Metrics};
 use crate::{
-    certificates, deployment, endpointslice, gc, nodelifecycle, replicaset, resourcequota,
+    certificates, deployment, endpointslice, gc, nodelifecycle, replicaset, resourcequota, rootca,
     serviceaccount,
 };
 
@@ -45,6 +45,11 @@ pub enum Error {
     Config(String),
     #[error("the signing CA: {0}")]
     Signer(#[from] certificates::SignerError),
+    #[error("--root-ca-file {}: {source}", path.display())]
+    RootCa {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -75,6 +80,9 @@ pub struct Config {
     /// The CA that signs approved certificate requests; none signs nothing (requests are
     /// still approved, for another signer).
     pub signing: Option<certificates::SigningConfig>,
+    /// The CA (PEM) published in every namespace as `kube-root-ca.crt`
+    /// (kube-controller-manager's `--root-ca-file`); none publishes nothing.
+    pub root_ca: Option<std::path::PathBuf>,
 }
 
 impl Config {
@@ -115,6 +123,7 @@ impl Default for Config {
             ),
             node_eviction_rate: 0.1,
             signing: None,
+            root_ca: None,
         }
     }
 }
@@ -157,6 +166,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         .as_ref()
         .map(certificates::Signer::load)
         .transpose()?;
+    let root_ca = match &config.root_ca {
+        Some(path) => Some(
+            std::fs::read_to_string(path).map_err(|source| Error::RootCa {
+                path: path.clone(),
+                source,
+            })?,
+        ),
+        None => None,
+    };
     tokio::pin!(shutdown);
     let mut leadership = if config.leader_elect {
         tokio::select! {
@@ -187,6 +205,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         quotas: Cache::new(Kind::ResourceQuota),
         namespaces: Cache::new(Kind::Namespace),
         service_accounts: Cache::new(serviceaccount::kind()),
+        root_ca_maps: Cache::new(rootca::config_map_kind()),
         events: EventRecorder::spawn(client.clone(), COMPONENT, ""),
         metrics: metrics.clone(),
         expectations: Default::default(),
@@ -203,8 +222,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let slices = Arc::new(endpointslice::EndpointSlices::new(ctx.clone()));
     let quotas = Arc::new(resourcequota::ResourceQuotas::new(ctx.clone()));
     let accounts = Arc::new(serviceaccount::ServiceAccounts::new(ctx.clone()));
+    let root_ca = root_ca.map(|ca| Arc::new(rootca::RootCa::new(ctx.clone(), ca)));
     let handlers = Arc::new(Handlers {
         ctx: ctx.clone(),
+        root_ca: root_ca.clone(),
         accounts: accounts.clone(),
         csrs: csrs.clone(),
         slices: slices.clone(),
@@ -229,8 +250,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         endpointslice::endpoints_kind(),
         Kind::Namespace,
         serviceaccount::kind(),
+        rootca::config_map_kind(),
     ] {
-        let mut informer = Informer::new(client.clone(), kind, ListParams::default());
+        let params = if kind == rootca::config_map_kind() {
+            // Only the ones this controller manager keeps.
+            ListParams::default().fields(format!("metadata.name={}", rootca::CONFIG_MAP))
+        } else {
+            ListParams::default()
+        };
+        let mut informer = Informer::new(client.clone(), kind, params);
         for e in informer.sync().await? {
             handlers.on_event(kind, &e);
         }
@@ -271,21 +299,25 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         workers.spawn(work(quotas.clone(), metrics.clone()));
     }
     workers.spawn(work(accounts.clone(), metrics.clone()));
+    if let Some(r) = &root_ca {
+        workers.spawn(work(r.clone(), metrics.clone()));
+    }
     let served = match config.metrics_addr {
         Some(addr) => {
-            let registry = metrics::registry(
-                metrics.clone(),
-                vec![
-                    (replicaset::NAME, replica_sets.queue().clone()),
-                    (deployment::NAME, deployments.queue().clone()),
-                    (gc::NAME, collector.queue().clone()),
-                    (nodelifecycle::NAME, nodes.queue().clone()),
-                    (certificates::NAME, csrs.queue().clone()),
-                    (endpointslice::NAME, slices.queue().clone()),
-                    (resourcequota::NAME, quotas.queue().clone()),
-                    (serviceaccount::NAME, accounts.queue().clone()),
-                ],
-            );
+            let mut queues = vec![
+                (replicaset::NAME, replica_sets.queue().clone()),
+                (deployment::NAME, deployments.queue().clone()),
+                (gc::NAME, collector.queue().clone()),
+                (nodelifecycle::NAME, nodes.queue().clone()),
+                (certificates::NAME, csrs.queue().clone()),
+                (endpointslice::NAME, slices.queue().clone()),
+                (resourcequota::NAME, quotas.queue().clone()),
+                (serviceaccount::NAME, accounts.queue().clone()),
+            ];
+            if let Some(r) = &root_ca {
+                queues.push((rootca::NAME, r.queue().clone()));
+            }
+            let registry = metrics::registry(metrics.clone(), queues);
             Some(
                 metrics::serve(addr, registry)
                     .await
@@ -322,6 +354,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     ] {
         q.close();
     }
+    if let Some(r) = &root_ca {
+        r.queue().close();
+    }
     tasks.abort_all();
     if let Some(m) = served {
         m.abort();
@@ -351,6 +386,7 @@ struct Handlers {
     slices: Arc<endpointslice::EndpointSlices>,
     quotas: Arc<resourcequota::ResourceQuotas>,
     accounts: Arc<serviceaccount::ServiceAccounts>,
+    root_ca: Option<Arc<rootca::RootCa>>,
 }
 
 impl Handlers {
@@ -365,6 +401,7 @@ impl Handlers {
             Kind::ResourceQuota => &self.ctx.quotas,
             Kind::Namespace => &self.ctx.namespaces,
             k if k == serviceaccount::kind() => &self.ctx.service_accounts,
+            k if k == rootca::config_map_kind() => &self.ctx.root_ca_maps,
             Kind::Generic(_) => &self.ctx.endpoints,
             _ => &self.ctx.deployments,
         }
@@ -385,8 +422,18 @@ impl Handlers {
             }
             Kind::EndpointSlice => self.slices.on_slice(event),
             Kind::ResourceQuota => self.quotas.on_quota(event),
-            Kind::Namespace => self.accounts.on_namespace(event),
+            Kind::Namespace => {
+                self.accounts.on_namespace(event);
+                if let Some(r) = &self.root_ca {
+                    r.on_namespace(event);
+                }
+            }
             k if k == serviceaccount::kind() => self.accounts.on_service_account(event),
+            k if k == rootca::config_map_kind() => {
+                if let Some(r) = &self.root_ca {
+                    r.on_config_map(event);
+                }
+            }
             Kind::Generic(_) => self.slices.on_endpoints(event),
             Kind::Pod => {
                 self.quotas.on_counted(kind, event);

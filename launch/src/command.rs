@@ -424,6 +424,9 @@ pub struct ControllerManagerCommand {
     pub node_eviction_rate: Option<f64>,
     /// The CA that signs approved certificate requests.
     pub signing: Option<SigningCa>,
+    /// `--root-ca-file`: the CA published in every namespace as `kube-root-ca.crt` (the
+    /// signing CA when none).
+    pub root_ca: Option<PathBuf>,
     pub log: Option<String>,
 }
 
@@ -447,6 +450,9 @@ impl ControllerManagerCommand {
                 self.node_monitor_grace_period.map(duration),
             )
             .opt("node-eviction-rate", self.node_eviction_rate);
+        if let Some(f) = &self.root_ca {
+            a.flag("root-ca-file", f);
+        }
         if let Some(ca) = &self.signing {
             a.flag("cluster-signing-cert-file", &ca.cert)
                 .flag("cluster-signing-key-file", &ca.key);

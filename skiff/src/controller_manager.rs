@@ -44,10 +44,19 @@ pub struct Args {
     /// The longest certificate signed; a request may ask for less (`expirationSeconds`).
     #[arg(long, default_value = "8760h", value_parser = skiff_proto::duration::parse)]
     cluster_signing_duration: std::time::Duration,
+    /// The CA (PEM) the API server's certificate chains to, published in every namespace as
+    /// the ConfigMap `kube-root-ca.crt`; `--cluster-signing-cert-file` when not given.
+    #[arg(long)]
+    root_ca_file: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let root_ca = args
+        .root_ca_file
+        .clone()
+        .or_else(|| args.cluster_signing_cert_file.clone());
     let config = Config {
+        root_ca,
         endpoints: args.endpoints,
         tls: args.tls.client_tls(),
         workers: args.workers,
@@ -101,6 +110,7 @@ mod tests {
                 cert: "/c/ca.pem".into(),
                 key: "/c/ca-key.pem".into(),
             }),
+            root_ca: Some("/c/root.pem".into()),
             log: Some("info".into()),
         };
         let cli = crate::Cli::try_parse_from(std::iter::once("skiff".into()).chain(cmd.args()))
@@ -124,5 +134,6 @@ mod tests {
         let signing = cmd.signing.as_ref().expect("signing");
         assert_eq!(a.cluster_signing_cert_file.as_ref(), Some(&signing.cert));
         assert_eq!(a.cluster_signing_key_file.as_ref(), Some(&signing.key));
+        assert_eq!(a.root_ca_file, cmd.root_ca);
     }
 }

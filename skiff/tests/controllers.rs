@@ -511,12 +511,27 @@ async fn objects_quota_reports(api: &ClusterClient, configmaps: &str, jobs: &str
     quota_reports(api, "default", "objects", &hard, &used).await;
 }
 
-/// Every namespace gets a `default` ServiceAccount, and gets it back when it is deleted.
+/// Every namespace gets a `default` ServiceAccount and the `kube-root-ca.crt` ConfigMap,
+/// and gets them back when they are deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_namespace_has_a_default_service_account() {
+async fn every_namespace_has_a_default_service_account_and_the_root_ca() {
     let cluster = Cluster::start(1).await;
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
-    let _control = start_control(&cluster, 0, 1);
+    let ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    let ca_file = cluster.dir.path().join("root-ca.pem");
+    std::fs::write(&ca_file, ca).expect("write");
+    let _manager = spawn(
+        &cluster,
+        "cm",
+        ControllerManagerCommand {
+            endpoints: cluster.endpoints(),
+            lease_ttl: Some(Duration::from_secs(2)),
+            root_ca: Some(ca_file),
+            log: Some("info".into()),
+            ..ControllerManagerCommand::default()
+        }
+        .args(),
+    );
     api.create(&obj(Kind::Namespace, json!({"metadata": {"name": "team"}})))
         .await
         .expect("namespace");
@@ -530,15 +545,41 @@ async fn every_namespace_has_a_default_service_account() {
             }
         }
     };
-    for ns in ["default", "team"] {
-        eventually(Duration::from_secs(30), ns, || uid_in(ns)).await;
-    }
+    // (This cluster serves no REST API, so it has no system namespaces: only `team`.)
+    eventually(Duration::from_secs(30), "team's default", || uid_in("team")).await;
     let first = uid_in("team").await.expect("there");
     api.delete(account, "team", "default", 0, None)
         .await
         .expect("delete");
     eventually(Duration::from_secs(30), "a new default", || async {
         uid_in("team").await.filter(|uid| *uid != first)
+    })
+    .await;
+
+    let config_map = Kind::from_name("ConfigMap").expect("declared");
+    let published = |ns: &'static str| {
+        let api = api.clone();
+        async move {
+            match api.get(config_map, ns, "kube-root-ca.crt").await {
+                Ok(Some(Object::Generic(_, m))) => m.at("/data/ca.crt").cloned(),
+                _ => None,
+            }
+        }
+    };
+    let found = eventually(Duration::from_secs(30), "team's root CA", || {
+        published("team")
+    })
+    .await;
+    assert_eq!(found, ca);
+    // Changed by hand: made right again.
+    let Ok(Some(Object::Generic(g, mut m))) = api.get(config_map, "team", "kube-root-ca.crt").await
+    else {
+        panic!("no ConfigMap")
+    };
+    m.body.insert("data".into(), json!({"ca.crt": "tampered"}));
+    api.update(&Object::Generic(g, m)).await.expect("update");
+    eventually(Duration::from_secs(30), "the CA again", || async {
+        published("team").await.filter(|v| v == ca)
     })
     .await;
 }

@@ -310,6 +310,8 @@ fn controller_manager_rules() -> Vec<PolicyRule> {
         rule(ALL_VERBS, "", &["endpoints"]),
         // The ServiceAccount controller: a `default` one in every namespace.
         rule(&["create"], "", &["serviceaccounts"]),
+        // The root CA publisher: `kube-root-ca.crt` in every namespace.
+        rule(&["create", "update"], "", &["configmaps"]),
         // The approver and the signer of certificate requests.
         rule(
             &["get", "list", "watch", "delete"],
