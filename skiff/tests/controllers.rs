@@ -636,6 +636,27 @@ async fn a_quota_counts_any_kind_it_names_and_reports_its_use() {
         .await
         .expect_err("two node ports");
     assert!(e.to_string().contains("services.nodeports=2"), "{e}");
+    // Nor may an update take it there: a ClusterIP Service turned NodePort.
+    let cluster_ip = json!({"metadata": {"name": "cip", "namespace": "default"},
+        "spec": {"selector": {"app": "x"},
+                 "ports": [{"name": "a", "port": 80}, {"name": "b", "port": 81}]}});
+    let Object::Service(mut svc) = api
+        .create(&obj(Kind::Service, cluster_ip))
+        .await
+        .expect("no node ports")
+    else {
+        panic!("not a service")
+    };
+    svc.spec.type_ = "NodePort".into();
+    let e = api
+        .update(&Object::Service(svc))
+        .await
+        .expect_err("two node ports by update");
+    assert!(
+        e.to_string()
+            .contains("exceeded quota: objects, requested: services.nodeports=2, used: services.nodeports=0, limited: services.nodeports=1"),
+        "{e}"
+    );
     objects_quota_reports(&api, "2", "1").await;
     api.delete(config_map, "default", "a", 0, None)
         .await

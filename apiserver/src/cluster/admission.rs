@@ -408,6 +408,74 @@ fn admit_counted(
     Ok(Some(none_created_since(&prefix, at)))
 }
 
+/// An update against the quotas of its namespace: one that makes its object count for more
+/// (a Service turned NodePort, a claim asking for more storage) is refused if that would
+/// take a quota past a limit. The guard returned (when a quota limits what grows) holds only
+/// if no object of the kind in the namespace changed since the count. A pod's resources
+/// never change once it is created, so pods are not counted again here.
+pub fn admit_update(api: &ClusterApi, current: &Object, next: &Object) -> Result<Option<Compare>> {
+    let kind = next.kind();
+    if !kind.is_namespaced() || matches!(next, Object::Pod(_)) {
+        return Ok(None);
+    }
+    let before = quota::usage(current);
+    let after = quota::usage(next);
+    let grows: Vec<(&String, Quantity)> = after
+        .iter()
+        .filter_map(|(r, now)| {
+            let was = before.get(r).copied().unwrap_or(Quantity::ZERO);
+            (*now > was).then(|| (r, now.checked_sub(&was).unwrap_or(*now)))
+        })
+        .collect();
+    if grows.is_empty() {
+        return Ok(None);
+    }
+    let ns = &next.metadata().namespace;
+    let prefix = Kind::ResourceQuota.prefix(Some(ns));
+    let (_, quotas) = api.range(
+        Kind::ResourceQuota,
+        prefix.as_bytes(),
+        &prefix_end(prefix.as_bytes()),
+        0,
+    )?;
+    let limits: Vec<(&str, &str, &Quantity, Quantity)> = quotas
+        .iter()
+        .filter_map(|q| match &q.object {
+            Object::ResourceQuota(q) if quota::in_scope(q, None) => Some(q),
+            _ => None,
+        })
+        .flat_map(|q| {
+            grows.iter().filter_map(move |(r, delta)| {
+                q.spec
+                    .hard
+                    .get(r.as_str())
+                    .map(|hard| (q.metadata.name.as_str(), r.as_str(), hard, *delta))
+            })
+        })
+        .collect();
+    if limits.is_empty() {
+        return Ok(None);
+    }
+    let prefix = kind.prefix(Some(ns));
+    let (at, stored) = api.range(kind, prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0)?;
+    let mut used = Usage::new();
+    for s in &stored {
+        quota::add(&mut used, &quota::usage(&s.object));
+    }
+    for (name, resource, hard, delta) in limits {
+        let have = used.get(resource).copied().unwrap_or(Quantity::ZERO);
+        if have.checked_add(&delta).is_none_or(|total| total > *hard) {
+            return Err(exceeded(next, name, resource, &delta, &have, hard));
+        }
+    }
+    Ok(Some(Compare {
+        key: prefix.as_bytes().to_vec(),
+        range_end: prefix_end(prefix.as_bytes()),
+        result: CompareResult::Less,
+        target: CompareTarget::Mod(at + 1),
+    }))
+}
+
 fn apply_limit_range(pod: &mut Pod, lr: &skiff_proto::api::LimitRange) -> Result<()> {
     let pod_name = pod.metadata.name.clone();
     let deny = |why: String| ClusterError::Forbidden {

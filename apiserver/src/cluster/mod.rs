@@ -1057,7 +1057,7 @@ impl ClusterApi {
 
     /// Writes `next` over `current` if the key still has `current`'s mod revision.
     pub async fn replace(&self, current: &Stored, next: &Object) -> Result<Option<(i64, Object)>> {
-        self.replace_with(current, next, addresses::Allocation::default())
+        self.replace_with(current, next, addresses::Allocation::default(), None)
             .await
     }
 
@@ -1068,6 +1068,7 @@ impl ClusterApi {
         current: &Stored,
         next: &Object,
         allocation: addresses::Allocation,
+        guard: Option<Compare>,
     ) -> Result<TxnRequest> {
         self.restrict(Some(&current.object), next)?;
         let key = next.key();
@@ -1078,6 +1079,7 @@ impl ClusterApi {
             ..PutRequest::default()
         });
         let mut txn = unchanged_since(&key, current.mod_revision, put);
+        txn.compare.extend(guard);
         for claim in allocation.claims {
             txn.compare.push(claim.compare);
             txn.success.push(claim.put);
@@ -1093,8 +1095,9 @@ impl ClusterApi {
         current: &Stored,
         next: &Object,
         allocation: addresses::Allocation,
+        guard: Option<Compare>,
     ) -> Result<Option<(i64, Object)>> {
-        let txn = self.replace_txn(current, next, allocation).await?;
+        let txn = self.replace_txn(current, next, allocation, guard).await?;
         let (rev, resp) = self.write_txn(next.kind(), txn).await?;
         if !resp.succeeded {
             return Ok(None);
@@ -1138,6 +1141,11 @@ impl ClusterApi {
                 return Err(conflict(kind, &name));
             }
             let (next, allocation) = self.next_version(&current.object, &object, part)?;
+            // A quota counts what the update adds (a Service's node ports, a claim's storage).
+            let guard = match part {
+                Part::Main => admission::admit_update(self, &current.object, &next)?,
+                Part::Status | Part::Approval => None,
+            };
             let finalized = finalizers_done(&current.object, &next)?;
             if dry_run {
                 return Ok((current.mod_revision, next));
@@ -1149,7 +1157,10 @@ impl ClusterApi {
                     out.metadata_mut().resource_version = rev.to_string();
                     return Ok((rev, out));
                 }
-            } else if let Some(done) = self.replace_with(&current, &next, allocation).await? {
+            } else if let Some(done) = self
+                .replace_with(&current, &next, allocation, guard)
+                .await?
+            {
                 return Ok(done);
             }
             if pinned.is_some() {
@@ -1275,7 +1286,7 @@ impl ClusterApi {
         if next == current.object {
             return Ok(Patch::Unchanged(current.object));
         }
-        let txn = self.replace_txn(&current, &next, allocation).await?;
+        let txn = self.replace_txn(&current, &next, allocation, None).await?;
         Ok(Patch::Write(next, txn))
     }
 
