@@ -40,6 +40,25 @@ pub struct Context {
     pub expectations: Expectations,
 }
 
+impl Context {
+    /// Whether namespace `name` exists and is not being deleted (as the cache has it).
+    pub fn namespace_active(&self, name: &str) -> bool {
+        self.namespaces
+            .get("", name)
+            .is_some_and(|n| n.metadata().deletion_timestamp.is_none())
+    }
+}
+
+/// A create's result, with "someone made it meanwhile" (the cache was behind; its event
+/// syncs again) and "its namespace went" as done.
+pub fn created_or_there(r: Result<Object, ClientError>) -> Result<(), ClientError> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) if matches!(e.code(), Some(Code::AlreadyExists | Code::NotFound)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// `namespace/name`: the key a controller's queue holds for an object.
 pub fn key_of(meta: &ObjectMeta) -> String {
     format!("{}/{}", meta.namespace, meta.name)

@@ -41,7 +41,9 @@ use skiff_proto::api::{
 };
 use skiff_proto::client::{ClientError, Event};
 
-use crate::core::{Context, Controller, Requeue, controller_ref, gone_is_none, key_of, split_key};
+use crate::core::{
+    Context, Controller, Requeue, controller_ref, created_or_there, gone_is_none, key_of, split_key,
+};
 use crate::queue::WorkQueue;
 
 /// The controller's name in logs and metrics.
@@ -599,13 +601,8 @@ impl EndpointSlices {
         if current.is_some() {
             gone_is_none(self.ctx.client.update(&object).await)?;
         } else {
-            match self.ctx.client.create(&object).await {
-                // Someone else's Endpoints of that name: left as they are.
-                Err(e) if e.code() == Some(skiff_proto::client::Code::AlreadyExists) => {}
-                r => {
-                    r?;
-                }
-            }
+            // Someone else's Endpoints of that name are left as they are.
+            created_or_there(self.ctx.client.create(&object).await)?;
         }
         Ok(())
     }

@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use skiff_proto::api::{Kind, Object};
-use skiff_proto::client::{ClientError, Code, Event};
+use skiff_proto::client::{ClientError, Event};
 
-use crate::core::{Context, Controller, Requeue, gone_is_none};
+use crate::core::{Context, Controller, Requeue, created_or_there, gone_is_none};
 use crate::queue::WorkQueue;
 
 /// The controller's name in logs and metrics.
@@ -77,12 +77,7 @@ impl Controller for RootCa {
     }
 
     async fn sync(&self, namespace: &str) -> Result<Requeue, ClientError> {
-        let active = self
-            .ctx
-            .namespaces
-            .get("", namespace)
-            .is_some_and(|n| n.metadata().deletion_timestamp.is_none());
-        if !active {
+        if !self.ctx.namespace_active(namespace) {
             return Ok(None);
         }
         let client = &self.ctx.client;
@@ -112,15 +107,8 @@ impl Controller for RootCa {
                     }),
                 )
                 .expect("invariant: the root CA ConfigMap decodes");
-                match client.create(&map).await {
-                    Ok(_) => Ok(None),
-                    // Made meanwhile (the cache is behind; its event syncs again), or the
-                    // namespace went.
-                    Err(e) if matches!(e.code(), Some(Code::AlreadyExists | Code::NotFound)) => {
-                        Ok(None)
-                    }
-                    Err(e) => Err(e),
-                }
+                created_or_there(client.create(&map).await)?;
+                Ok(None)
             }
         }
     }

@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use serde_json::json;
 use skiff_proto::api::{Kind, Object};
-use skiff_proto::client::{ClientError, Code, Event};
+use skiff_proto::client::{ClientError, Event};
 
-use crate::core::{Context, Controller, Requeue};
+use crate::core::{Context, Controller, Requeue, created_or_there};
 use crate::queue::WorkQueue;
 
 /// The controller's name in logs and metrics.
@@ -64,12 +64,9 @@ impl Controller for ServiceAccounts {
     }
 
     async fn sync(&self, namespace: &str) -> Result<Requeue, ClientError> {
-        let active = self
-            .ctx
-            .namespaces
-            .get("", namespace)
-            .is_some_and(|n| n.metadata().deletion_timestamp.is_none());
-        if !active || self.ctx.service_accounts.get(namespace, DEFAULT).is_some() {
+        if !self.ctx.namespace_active(namespace)
+            || self.ctx.service_accounts.get(namespace, DEFAULT).is_some()
+        {
             return Ok(None);
         }
         let account = Object::from_value(
@@ -77,11 +74,7 @@ impl Controller for ServiceAccounts {
             json!({"metadata": {"name": DEFAULT, "namespace": namespace}}),
         )
         .expect("invariant: a bare ServiceAccount decodes");
-        match self.ctx.client.create(&account).await {
-            Ok(_) => Ok(None),
-            // Made meanwhile (the cache is behind), or the namespace went: nothing to do.
-            Err(e) if matches!(e.code(), Some(Code::AlreadyExists | Code::NotFound)) => Ok(None),
-            Err(e) => Err(e),
-        }
+        created_or_there(self.ctx.client.create(&account).await)?;
+        Ok(None)
     }
 }
