@@ -766,6 +766,24 @@ fn get_request(uri: &str, accept: &str) -> http::Request<Vec<u8>> {
         .expect("a valid request")
 }
 
+/// The Table of `path`, as kubectl asks for it, and its columns' names.
+async fn table_of(c: &Client, path: &str) -> (serde_json::Value, Vec<String>) {
+    let table: serde_json::Value = c
+        .request(get_request(
+            path,
+            "application/json;as=Table;v=v1;g=meta.k8s.io",
+        ))
+        .await
+        .expect("a Table");
+    let columns = table["columnDefinitions"]
+        .as_array()
+        .expect("column definitions")
+        .iter()
+        .map(|c| c["name"].as_str().expect("a column name").to_owned())
+        .collect();
+    (table, columns)
+}
+
 /// apps/v1 through kube-rs's typed API: create, get, list, list of metadata, patch and watch
 /// of Deployments, each answer `apps/v1` (typed decoding checks it, and the raw list, watch
 /// lines and Table are read as well); a selector that misses the template's labels is a 422
@@ -863,19 +881,7 @@ async fn deployments_through_a_typed_client() {
     }
 
     // kubectl's Table: the deployment printer's columns and a row.
-    let table: serde_json::Value = c
-        .request(get_request(
-            "/apis/apps/v1/namespaces/default/deployments",
-            "application/json;as=Table;v=v1;g=meta.k8s.io",
-        ))
-        .await
-        .unwrap();
-    let columns: Vec<&str> = table["columnDefinitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
+    let (table, columns) = table_of(&c, "/apis/apps/v1/namespaces/default/deployments").await;
     assert_eq!(
         columns,
         [
@@ -1484,19 +1490,7 @@ async fn custom_resources_through_kube_rs() {
     assert_eq!(widgets.get("w1").await.unwrap().data["spec"]["replicas"], 5);
 
     // The printer columns, as kubectl asks for them.
-    let table: serde_json::Value = c
-        .request(get_request(
-            "/apis/example.com/v1/namespaces/default/widgets",
-            "application/json;as=Table;v=v1;g=meta.k8s.io",
-        ))
-        .await
-        .unwrap();
-    let columns: Vec<&str> = table["columnDefinitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
+    let (table, columns) = table_of(&c, "/apis/example.com/v1/namespaces/default/widgets").await;
     assert_eq!(columns, ["Name", "Image", "Replicas"]);
     assert_eq!(table["rows"][0]["cells"], json!(["w1", "busybox", 5]));
 

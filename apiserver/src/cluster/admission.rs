@@ -255,20 +255,8 @@ pub fn admit_create(
             }
         }
     }
-    let prefix = Kind::ResourceQuota.prefix(Some(&ns));
-    let (_, quotas) = api.range(
-        Kind::ResourceQuota,
-        prefix.as_bytes(),
-        &prefix_end(prefix.as_bytes()),
-        0,
-    )?;
-    let quotas: Vec<&ResourceQuota> = quotas
-        .iter()
-        .filter_map(|q| match &q.object {
-            Object::ResourceQuota(q) => Some(q),
-            _ => None,
-        })
-        .collect();
+    let quotas = quotas_in(api, &ns)?;
+    let quotas: Vec<&ResourceQuota> = quotas.iter().collect();
     let counted = match object {
         Object::Pod(_) if quotas.is_empty() => {
             api.quota_usage.forget(&ns);
@@ -364,6 +352,64 @@ fn admit_pod(
     Ok(none_created_since(&Kind::Pod.prefix(Some(ns)), counted.at))
 }
 
+/// The ResourceQuotas of namespace `ns`.
+fn quotas_in(api: &ClusterApi, ns: &str) -> Result<Vec<ResourceQuota>> {
+    let prefix = Kind::ResourceQuota.prefix(Some(ns));
+    let (_, stored) = api.range(
+        Kind::ResourceQuota,
+        prefix.as_bytes(),
+        &prefix_end(prefix.as_bytes()),
+        0,
+    )?;
+    Ok(stored
+        .into_iter()
+        .filter_map(|q| match q.object {
+            Object::ResourceQuota(q) => Some(q),
+            _ => None,
+        })
+        .collect())
+}
+
+/// What `object` adds to each resource (`adds`) against the unscoped quotas of its namespace
+/// that limit them, with the objects of its kind there counted now: refused if a limit would
+/// be passed. When a quota limits any of it, the revision counted at and the kind's prefix
+/// in the namespace, for the caller's guard.
+fn check_counted(
+    api: &ClusterApi,
+    object: &Object,
+    quotas: &[&ResourceQuota],
+    adds: &Usage,
+) -> Result<Option<(i64, String)>> {
+    // (quota, resource, hard, amount) for each limit `adds` reaches.
+    let limits: Vec<(&str, &str, &Quantity, &Quantity)> = quotas
+        .iter()
+        .filter(|q| quota::in_scope(q, None))
+        .flat_map(|q| {
+            q.spec.hard.iter().filter_map(|(r, hard)| {
+                let amount = adds.get(r).filter(|a| !a.is_zero())?;
+                Some((q.metadata.name.as_str(), r.as_str(), hard, amount))
+            })
+        })
+        .collect();
+    if limits.is_empty() {
+        return Ok(None);
+    }
+    let kind = object.kind();
+    let prefix = kind.prefix(Some(&object.metadata().namespace));
+    let (at, stored) = api.range(kind, prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0)?;
+    let mut used = Usage::new();
+    for s in &stored {
+        quota::add(&mut used, &quota::usage(&s.object));
+    }
+    for (name, resource, hard, amount) in limits {
+        let have = used.get(resource).copied().unwrap_or(Quantity::ZERO);
+        if have.checked_add(amount).is_none_or(|total| total > *hard) {
+            return Err(exceeded(object, name, resource, amount, &have, hard));
+        }
+    }
+    Ok(Some((at, prefix)))
+}
+
 /// Any other object against the quotas of its namespace that count its kind (`configmaps`,
 /// `count/jobs.batch`, `services.nodeports`, `requests.storage`, …): the objects of the kind
 /// in the namespace are counted now, and the guard returned (if a quota counts the kind)
@@ -373,39 +419,8 @@ fn admit_counted(
     object: &Object,
     quotas: &[&ResourceQuota],
 ) -> Result<Option<Compare>> {
-    let kind = object.kind();
-    let wanted = quota::usage(object);
-    // (quota, resource, hard) for each limit this object adds to.
-    let limits: Vec<(&str, &str, &Quantity)> = quotas
-        .iter()
-        .filter(|q| quota::in_scope(q, None))
-        .flat_map(|q| {
-            q.spec
-                .hard
-                .iter()
-                .map(|(r, hard)| (q.metadata.name.as_str(), r.as_str(), hard))
-        })
-        .filter(|(_, r, _)| {
-            quota::kind_counted(r) == Some(kind) && wanted.get(*r).is_some_and(|w| !w.is_zero())
-        })
-        .collect();
-    if limits.is_empty() {
-        return Ok(None);
-    }
-    let prefix = kind.prefix(Some(&object.metadata().namespace));
-    let (at, stored) = api.range(kind, prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0)?;
-    let mut used = Usage::new();
-    for s in &stored {
-        quota::add(&mut used, &quota::usage(&s.object));
-    }
-    for (name, resource, hard) in limits {
-        let want = &wanted[resource];
-        let have = used.get(resource).copied().unwrap_or(Quantity::ZERO);
-        if have.checked_add(want).is_none_or(|total| total > *hard) {
-            return Err(exceeded(object, name, resource, want, &have, hard));
-        }
-    }
-    Ok(Some(none_created_since(&prefix, at)))
+    let counted = check_counted(api, object, quotas, &quota::usage(object))?;
+    Ok(counted.map(|(at, prefix)| none_created_since(&prefix, at)))
 }
 
 /// An update against the quotas of its namespace: one that makes its object count for more
@@ -414,61 +429,24 @@ fn admit_counted(
 /// if no object of the kind in the namespace changed since the count. A pod's resources
 /// never change once it is created, so pods are not counted again here.
 pub fn admit_update(api: &ClusterApi, current: &Object, next: &Object) -> Result<Option<Compare>> {
-    let kind = next.kind();
-    if !kind.is_namespaced() || matches!(next, Object::Pod(_)) {
+    if !next.kind().is_namespaced() || matches!(next, Object::Pod(_)) {
         return Ok(None);
     }
     let before = quota::usage(current);
-    let after = quota::usage(next);
-    let grows: Vec<(&String, Quantity)> = after
-        .iter()
+    let grows: Usage = quota::usage(next)
+        .into_iter()
         .filter_map(|(r, now)| {
-            let was = before.get(r).copied().unwrap_or(Quantity::ZERO);
-            (*now > was).then(|| (r, now.checked_sub(&was).unwrap_or(*now)))
+            let was = before.get(&r).copied().unwrap_or(Quantity::ZERO);
+            (now > was).then(|| (r, now.checked_sub(&was).unwrap_or(now)))
         })
         .collect();
     if grows.is_empty() {
         return Ok(None);
     }
-    let ns = &next.metadata().namespace;
-    let prefix = Kind::ResourceQuota.prefix(Some(ns));
-    let (_, quotas) = api.range(
-        Kind::ResourceQuota,
-        prefix.as_bytes(),
-        &prefix_end(prefix.as_bytes()),
-        0,
-    )?;
-    let limits: Vec<(&str, &str, &Quantity, Quantity)> = quotas
-        .iter()
-        .filter_map(|q| match &q.object {
-            Object::ResourceQuota(q) if quota::in_scope(q, None) => Some(q),
-            _ => None,
-        })
-        .flat_map(|q| {
-            grows.iter().filter_map(move |(r, delta)| {
-                q.spec
-                    .hard
-                    .get(r.as_str())
-                    .map(|hard| (q.metadata.name.as_str(), r.as_str(), hard, *delta))
-            })
-        })
-        .collect();
-    if limits.is_empty() {
-        return Ok(None);
-    }
-    let prefix = kind.prefix(Some(ns));
-    let (at, stored) = api.range(kind, prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0)?;
-    let mut used = Usage::new();
-    for s in &stored {
-        quota::add(&mut used, &quota::usage(&s.object));
-    }
-    for (name, resource, hard, delta) in limits {
-        let have = used.get(resource).copied().unwrap_or(Quantity::ZERO);
-        if have.checked_add(&delta).is_none_or(|total| total > *hard) {
-            return Err(exceeded(next, name, resource, &delta, &have, hard));
-        }
-    }
-    Ok(Some(Compare {
+    let quotas = quotas_in(api, &next.metadata().namespace)?;
+    let quotas: Vec<&ResourceQuota> = quotas.iter().collect();
+    let counted = check_counted(api, next, &quotas, &grows)?;
+    Ok(counted.map(|(at, prefix)| Compare {
         key: prefix.as_bytes().to_vec(),
         range_end: prefix_end(prefix.as_bytes()),
         result: CompareResult::Less,

@@ -20,8 +20,11 @@ use crate::rest::discovery::{self, GroupVersion};
 
 /// The label on the APIServices this server keeps.
 pub const AUTOMANAGED_LABEL: &str = "kube-aggregator.kubernetes.io/automanaged";
-/// How often the APIServices are compared with what is served.
+/// How often the served custom kinds are looked at: a change syncs the APIServices.
 const EVERY: Duration = Duration::from_secs(2);
+/// How often the APIServices are compared with what is served whatever changed (one made by
+/// hand gets its status).
+const RESYNC: Duration = Duration::from_secs(30);
 
 /// `groupPriorityMinimum` and `versionPriority` of the built-in group versions, as
 /// kube-apiserver registers them (a group not listed gets a CRD's 1000 and 100).
@@ -176,13 +179,21 @@ pub async fn maintain(
 ) -> anyhow::Result<()> {
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // (the custom kinds' generation, when) of the last sync that went through
+    let mut synced: Option<(u64, tokio::time::Instant)> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             () = stop.cancelled() => return Ok(()),
         }
-        if let Err(e) = sync(&api).await {
-            tracing::debug!(error = %e, "keeping the APIServices; trying again");
+        let generation = skiff_proto::api::custom::generation();
+        let due = synced.is_none_or(|(g, at)| g != generation || at.elapsed() >= RESYNC);
+        if !due {
+            continue;
+        }
+        match sync(&api).await {
+            Ok(()) => synced = Some((generation, tokio::time::Instant::now())),
+            Err(e) => tracing::debug!(error = %e, "keeping the APIServices; trying again"),
         }
     }
 }

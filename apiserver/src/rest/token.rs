@@ -17,6 +17,7 @@ use skiff_proto::api::{Kind, Time};
 use super::request::{Target, object_body};
 use super::status::{ApiError, Reason};
 use super::verbs::json_response;
+use crate::access::authn::Credentials;
 use crate::access::serviceaccount::{BoundRef, DEFAULT_EXPIRATION, MIN_EXPIRATION, TokenSpec};
 use crate::cluster::ClusterApi;
 
@@ -29,18 +30,15 @@ fn invalid(field: &str, why: String) -> ApiError {
     )
 }
 
-/// The uid of `kind` `namespace/name`, or the error that says it is not there.
+/// The uid of `kind` `namespace/name` (as the authenticator checks it), or the error that
+/// says it is not there.
 fn uid_of(api: &ClusterApi, kind: Kind, namespace: &str, name: &str) -> Result<String, ApiError> {
-    let (_, found) = api.get_local(kind, namespace, name)?;
-    match found {
-        Some(s) if s.object.metadata().deletion_timestamp.is_none() => {
-            Ok(s.object.metadata().uid.clone())
-        }
-        _ => Err(ApiError::new(
+    Credentials::uid_of(api, kind.name(), namespace, name).ok_or_else(|| {
+        ApiError::new(
             Reason::NotFound,
             format!("{} {name:?} not found", kind.qualified_resource()),
-        )),
-    }
+        )
+    })
 }
 
 /// The TokenRequest's spec, checked against what is stored.
