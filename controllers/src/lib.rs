@@ -30,9 +30,11 @@
 //! | [`nodelifecycle`] | silent nodes: `Ready=Unknown`, taints, evictions per toleration |
 //! | [`endpointslice`] | each selecting Service's pods' addresses, in EndpointSlices of 100 |
 //! | [`resourcequota`] | each quota's `status.used`: what its namespace's objects count toward it |
+//! | [`namespace`] | a deleted namespace: its contents deleted, then the namespace finalized |
 //! | [`serviceaccount`] | a `default` ServiceAccount in every namespace |
 //! | [`rootca`]     | the CA of the API server in every namespace (`kube-root-ca.crt`) |
 //! | [`certificates`] | certificate requests: nodes' approved, approved ones signed, old ones removed |
+//! | [`discovery`] | the kinds served now, custom ones (from the CRDs stored) included |
 //! | [`core`]       | what every controller shares: [`Context`](core::Context), the [`Controller`](core::Controller) trait, queue keys |
 //! | [`queue`]      | the work queue: de-duplicated keys, per-key back-off, delayed adds |
 //! | [`cache`]      | the shared caches, indexed by owner                                 |
@@ -43,10 +45,12 @@ pub mod cache;
 pub mod certificates;
 pub mod core;
 pub mod deployment;
+pub mod discovery;
 pub mod endpointslice;
 pub mod gc;
 pub mod manager;
 mod metrics;
+pub mod namespace;
 pub mod nodelifecycle;
 pub mod pods;
 pub mod queue;

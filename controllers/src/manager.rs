@@ -15,8 +15,8 @@ use crate::cache::Cache;
 use crate::core::{Context, Controller};
 use crate::metrics::{self, Metrics};
 use crate::{
-    certificates, deployment, endpointslice, gc, nodelifecycle, replicaset, resourcequota, rootca,
-    serviceaccount,
+    certificates, deployment, endpointslice, gc, namespace, nodelifecycle, replicaset,
+    resourcequota, rootca, serviceaccount,
 };
 
 /// The key controller manager processes elect their leader on.
@@ -222,11 +222,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let slices = Arc::new(endpointslice::EndpointSlices::new(ctx.clone()));
     let quotas = Arc::new(resourcequota::ResourceQuotas::new(ctx.clone()));
     let accounts = Arc::new(serviceaccount::ServiceAccounts::new(ctx.clone()));
+    let namespaces = Arc::new(namespace::Namespaces::new(ctx.clone()));
     let root_ca = root_ca.map(|ca| Arc::new(rootca::RootCa::new(ctx.clone(), ca)));
     let handlers = Arc::new(Handlers {
         ctx: ctx.clone(),
         root_ca: root_ca.clone(),
         accounts: accounts.clone(),
+        namespaces: namespaces.clone(),
         csrs: csrs.clone(),
         slices: slices.clone(),
         quotas: quotas.clone(),
@@ -299,6 +301,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         workers.spawn(work(quotas.clone(), metrics.clone()));
     }
     workers.spawn(work(accounts.clone(), metrics.clone()));
+    for _ in 0..config.workers {
+        workers.spawn(work(namespaces.clone(), metrics.clone()));
+    }
     if let Some(r) = &root_ca {
         workers.spawn(work(r.clone(), metrics.clone()));
     }
@@ -313,6 +318,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 (endpointslice::NAME, slices.queue().clone()),
                 (resourcequota::NAME, quotas.queue().clone()),
                 (serviceaccount::NAME, accounts.queue().clone()),
+                (namespace::NAME, namespaces.queue().clone()),
             ];
             if let Some(r) = &root_ca {
                 queues.push((rootca::NAME, r.queue().clone()));
@@ -351,6 +357,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         slices.queue(),
         quotas.queue(),
         accounts.queue(),
+        namespaces.queue(),
     ] {
         q.close();
     }
@@ -386,6 +393,7 @@ struct Handlers {
     slices: Arc<endpointslice::EndpointSlices>,
     quotas: Arc<resourcequota::ResourceQuotas>,
     accounts: Arc<serviceaccount::ServiceAccounts>,
+    namespaces: Arc<namespace::Namespaces>,
     root_ca: Option<Arc<rootca::RootCa>>,
 }
 
@@ -423,6 +431,7 @@ impl Handlers {
             Kind::EndpointSlice => self.slices.on_slice(event),
             Kind::ResourceQuota => self.quotas.on_quota(event),
             Kind::Namespace => {
+                self.namespaces.on_namespace(event);
                 self.accounts.on_namespace(event);
                 if let Some(r) = &self.root_ca {
                     r.on_namespace(event);
@@ -441,6 +450,7 @@ impl Handlers {
                 self.replica_sets.on_pod(event, old);
                 self.deployments.on_pod(event);
                 self.nodes.on_pod(event);
+                self.namespaces.on_pod(event);
             }
             Kind::ReplicaSet => {
                 self.replica_sets.on_replica_set(event);

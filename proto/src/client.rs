@@ -100,6 +100,7 @@ enum Part {
     Main,
     Status,
     Approval,
+    Finalize,
 }
 
 /// A client of the cluster API, balanced over the given store members.
@@ -457,6 +458,12 @@ impl ClusterClient {
         self.write_part(object, Part::Approval).await
     }
 
+    /// Writes a namespace's `spec.finalizers` (its `finalize` subresource), as the namespace
+    /// controller does once a deleted namespace is empty.
+    pub async fn update_finalize(&self, object: &Object) -> Result<Object> {
+        self.write_part(object, Part::Finalize).await
+    }
+
     /// An update of `part` of `object` (the object itself, its status, or a request's
     /// approval), fenced as this client is.
     async fn write_part(&self, object: &Object, part: Part) -> Result<Object> {
@@ -470,6 +477,7 @@ impl ClusterClient {
             Part::Main => raw.update(request).await?,
             Part::Status => raw.update_status(request).await?,
             Part::Approval => raw.update_approval(request).await?,
+            Part::Finalize => raw.update_finalize(request).await?,
         }
         .into_inner();
         from_pb(&r.object.unwrap_or_default())

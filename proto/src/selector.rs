@@ -250,12 +250,7 @@ fn field_value(object: &Object, field: &str) -> Option<String> {
             _ => None,
         },
         Object::Namespace(n) => match field {
-            "status.phase" => Some(
-                n.status
-                    .as_ref()
-                    .map(|s| s.phase.clone())
-                    .unwrap_or_default(),
-            ),
+            "status.phase" => Some(n.phase().map(|p| p.as_str().to_owned()).unwrap_or_default()),
             _ => None,
         },
         Object::Event(e) => match field {

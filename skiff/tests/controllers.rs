@@ -22,8 +22,8 @@ use skiff_launch::{
 };
 use skiff_proto::api::apps::POD_TEMPLATE_HASH_LABEL;
 use skiff_proto::api::{
-    ConditionStatus, Deployment, Kind, Object, Pod, PodConditionType, ReplicaSet,
-    WorkloadConditionType,
+    ConditionStatus, Deployment, Kind, NamespaceConditionType, NamespacePhase, Object, Pod,
+    PodConditionType, ReplicaSet, WorkloadConditionType,
 };
 use skiff_proto::client::{ClusterClient, Event, ListParams};
 use skiff_proto::http::HttpClient;
@@ -1175,4 +1175,196 @@ async fn core_endpoints(api: &ClusterClient, name: &str) -> Option<Vec<(String, 
         }
     }
     Some(out)
+}
+
+/// `kubectl delete namespace`: the namespace goes `Terminating` at once and takes nothing new;
+/// the namespace controller deletes everything in it (a Deployment and its running pods,
+/// stopped by their agent; a ConfigMap; a Service; a custom resource), waits for a finalizer
+/// it does not own and says which in the namespace's conditions, and the namespace goes once
+/// that finalizer is removed. The system namespaces may not be deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_namespace_deletes_what_it_holds_then_the_namespace() {
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+
+    let cluster = Cluster::start_with_api(1).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _control = start_control(&cluster, 1, 1);
+    let kube = kube::Client::try_from(kube::Config::new(
+        cluster.members[0].api_url.parse().expect("API URL"),
+    ))
+    .expect("kube client");
+
+    let Object::Namespace(team) = api
+        .create(&obj(Kind::Namespace, json!({"metadata": {"name": "team"}})))
+        .await
+        .expect("namespace")
+    else {
+        panic!("not a namespace")
+    };
+    assert_eq!(team.finalizers(), ["kubernetes"]);
+    assert_eq!(team.phase(), Some(NamespacePhase::Active));
+
+    let Object::Deployment(mut web) = workload("web") else {
+        panic!("not a deployment")
+    };
+    web.metadata.namespace = "team".into();
+    api.create(&Object::Deployment(web))
+        .await
+        .expect("deployment");
+    let config_map = Kind::from_name("ConfigMap").expect("declared");
+    let settings = |ns: &str| {
+        obj(
+            config_map,
+            json!({"metadata": {"name": "settings", "namespace": ns}}),
+        )
+    };
+    api.create(&settings("team")).await.expect("configmap");
+    api.create(&obj(
+        Kind::Service,
+        json!({"metadata": {"name": "web", "namespace": "team"},
+               "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}),
+    ))
+    .await
+    .expect("service");
+    let crds = Api::<DynamicObject>::all_with(
+        kube.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            "customresourcedefinitions",
+        ),
+    );
+    let crd: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                   "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .expect("CRD");
+    crds.create(&PostParams::default(), &crd)
+        .await
+        .expect("create CRD");
+    let widgets: Api<DynamicObject> = Api::namespaced_with(
+        kube.clone(),
+        "team",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("example.com", "v1", "Widget"),
+            "widgets",
+        ),
+    );
+    let widget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w", "finalizers": ["example.com/keep"]}, "spec": {"size": 1}
+    }))
+    .expect("widget");
+    eventually(Duration::from_secs(15), "the Widget kind served", || {
+        let (widgets, widget) = (widgets.clone(), widget.clone());
+        async move { widgets.create(&PostParams::default(), &widget).await.ok() }
+    })
+    .await;
+    let team_pods = ListParams::default().namespace("team");
+    eventually(Duration::from_secs(60), "web's pods running", || async {
+        let (pods, _) = api.list(Kind::Pod, &team_pods).await.ok()?;
+        let running = pods.iter().filter(|p| match p {
+            Object::Pod(p) => active(p) && ready(p),
+            _ => false,
+        });
+        (running.count() == 2).then_some(())
+    })
+    .await;
+
+    let Object::Namespace(marked) = api
+        .delete(Kind::Namespace, "", "team", 0, None)
+        .await
+        .expect("delete namespace")
+    else {
+        panic!("not a namespace")
+    };
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert_eq!(marked.phase(), Some(NamespacePhase::Terminating));
+    let e = api
+        .create(&settings("team"))
+        .await
+        .expect_err("a create in a terminating namespace");
+    assert!(
+        e.to_string().contains(
+            "unable to create new content in namespace team because it is being terminated"
+        ),
+        "{e}"
+    );
+    let e = api
+        .delete(Kind::Namespace, "", "team", 0, None)
+        .await
+        .expect_err("a second delete");
+    assert!(
+        e.to_string()
+            .contains("The system is ensuring all content is removed from this namespace"),
+        "{e}"
+    );
+
+    // Everything goes but the widget, which the namespace's conditions name.
+    let held = eventually(Duration::from_secs(60), "only the widget left", || async {
+        let Ok(Some(Object::Namespace(ns))) = api.get(Kind::Namespace, "", "team").await else {
+            return None;
+        };
+        let conditions = ns.status?.conditions;
+        let remaining = conditions
+            .iter()
+            .find(|c| c.type_ == NamespaceConditionType::NamespaceContentRemaining)?;
+        (remaining.message
+            == "Some resources are remaining: widgets.example.com has 1 resource instances")
+            .then_some(conditions)
+    })
+    .await;
+    let finalizers = held
+        .iter()
+        .find(|c| c.type_ == NamespaceConditionType::NamespaceFinalizersRemaining)
+        .expect("finalizers condition");
+    assert_eq!(finalizers.status, ConditionStatus::True);
+    assert_eq!(
+        finalizers.message,
+        "Some content in the namespace has finalizers remaining: example.com/keep in 1 resource instances"
+    );
+    for kind in [
+        Kind::Pod,
+        Kind::Deployment,
+        Kind::ReplicaSet,
+        Kind::Service,
+        config_map,
+    ] {
+        let (left, _) = api.list(kind, &team_pods).await.expect("list");
+        assert!(left.is_empty(), "{} left: {left:?}", kind.plural());
+    }
+    assert!(
+        api.get(Kind::Namespace, "", "team")
+            .await
+            .expect("get")
+            .is_some(),
+        "the namespace waits for the widget's finalizer"
+    );
+
+    widgets
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("release the widget");
+    eventually(Duration::from_secs(30), "the namespace gone", || async {
+        matches!(api.get(Kind::Namespace, "", "team").await, Ok(None)).then_some(())
+    })
+    .await;
+
+    let e = api
+        .delete(Kind::Namespace, "", "default", 0, None)
+        .await
+        .expect_err("default may not go");
+    assert!(
+        e.to_string().contains("this namespace may not be deleted"),
+        "{e}"
+    );
 }

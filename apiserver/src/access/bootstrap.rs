@@ -295,8 +295,14 @@ fn controller_manager_rules() -> Vec<PolicyRule> {
         ),
         rule(&["patch", "update"], "", &["nodes/status"]),
         rule(READ, "", &["namespaces", "resourcequotas", "limitranges"]),
-        // The quota controller counts whatever kind a quota names.
-        rule(&["list", "watch"], "*", &["*"]),
+        // The quota controller counts whatever kind a quota names; the namespace controller
+        // deletes whatever a deleted namespace holds.
+        rule(&["list", "watch", "delete"], "*", &["*"]),
+        rule(
+            &["update"],
+            "",
+            &["namespaces/finalize", "namespaces/status"],
+        ),
         rule(&["update"], "", &["resourcequotas/status"]),
         rule(ALL_VERBS, "apps", &["deployments", "replicasets"]),
         rule(

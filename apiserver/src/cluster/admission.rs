@@ -643,7 +643,11 @@ pub fn with_spec(current: &Object, request: &Object) -> Result<Object> {
                 }
             }
         }
-        (Object::Namespace(cur), Object::Namespace(new)) => new.status = cur.status.clone(),
+        (Object::Namespace(cur), Object::Namespace(new)) => {
+            // `spec.finalizers` changes only through `finalize`.
+            new.spec = cur.spec.clone();
+            new.status = cur.status.clone();
+        }
         (Object::ResourceQuota(cur), Object::ResourceQuota(new)) => new.status = cur.status.clone(),
         (Object::Deployment(cur), Object::Deployment(new)) => {
             new.status = cur.status.clone();
@@ -835,6 +839,19 @@ pub fn with_approval(current: &Object, request: &Object) -> Result<Object> {
         }
     }
     Ok(Object::CertificateSigningRequest(next))
+}
+
+/// A namespace's `spec.finalizers` as the request has them (the `finalize` subresource, the
+/// namespace controller's once the namespace is empty); nothing else changes.
+pub fn with_finalizers(current: &Object, request: &Object) -> Result<Object> {
+    let (Object::Namespace(cur), Object::Namespace(req)) = (current, request) else {
+        return Err(ClusterError::NoFinalize {
+            kind: current.kind(),
+        });
+    };
+    let mut next = cur.clone();
+    next.spec.get_or_insert_with(Default::default).finalizers = req.finalizers().to_vec();
+    Ok(Object::Namespace(next))
 }
 
 /// A request's conditions: the approver's (Approved, Denied) and the rest.

@@ -74,6 +74,8 @@ pub enum ClusterError {
     NoStatus { kind: Kind },
     #[error("{} has no approval to update", kind.qualified_resource())]
     NoApproval { kind: Kind },
+    #[error("{} has no finalize subresource (only namespaces do)", kind.qualified_resource())]
+    NoFinalize { kind: Kind },
     #[error("{} \"{name}\" not found", kind.qualified_resource())]
     NotFound { kind: Kind, name: String },
     /// A write pinned to an object's UID found another object under its name.
@@ -102,8 +104,13 @@ pub enum ClusterError {
         name: String,
         why: String,
     },
-    #[error("namespaces \"{name}\" still has {contents}; delete them first")]
-    NamespaceNotEmpty { name: String, contents: String },
+    /// A delete of a namespace whose deletion is already under way.
+    #[error(
+        "Operation cannot be fulfilled on namespaces \"{name}\": The system is ensuring all \
+         content is removed from this namespace.  Upon completion, this namespace will \
+         automatically be purged by the system."
+    )]
+    NamespaceTerminating { name: String },
     /// Quota guards kept losing races with other writers.
     #[error(
         "{} \"{name}\": too many concurrent changes in its namespace, try again",
@@ -184,11 +191,12 @@ impl ClusterError {
             | CreateBinding
             | Immutable { .. }
             | NoStatus { .. }
-            | NoApproval { .. } => Code::InvalidArgument,
+            | NoApproval { .. }
+            | NoFinalize { .. } => Code::InvalidArgument,
             NotFound { .. } | OtherUid { .. } => Code::NotFound,
             AlreadyExists { .. } => Code::AlreadyExists,
             Conflict { .. } => Code::Aborted,
-            Forbidden { .. } | NamespaceNotEmpty { .. } | TooOld { .. } | Fenced { .. } => {
+            Forbidden { .. } | NamespaceTerminating { .. } | TooOld { .. } | Fenced { .. } => {
                 Code::FailedPrecondition
             }
             Contended { .. } | WatchCanceled { .. } | FutureRevision { .. } => Code::Unavailable,

@@ -86,6 +86,8 @@ pub enum Part {
     Main,
     Status,
     Approval,
+    /// A namespace's `spec.finalizers` (the `finalize` subresource).
+    Finalize,
 }
 
 /// The attributes of `verb` on objects of `kind` (a subresource of them; one object when
@@ -401,7 +403,23 @@ fn finalizers_done(current: &Object, next: &Object) -> Result<bool> {
         if !p.spec.node_name.is_empty()
             && !p.is_terminal()
             && new.deletion_grace_period_seconds.is_some_and(|g| g > 0));
-    Ok(!cur.finalizers.is_empty() && new.finalizers.is_empty() && !stopping)
+    Ok(held(current) && !held(next) && !stopping)
+}
+
+/// What the first step of a namespace's delete did.
+enum Termination {
+    /// Marked `Terminating`: the namespace controller takes it from here.
+    Marked(Box<(i64, Object)>),
+    /// The mark lost a race with another write.
+    Raced,
+    /// Nothing holds the namespace: it is removed as any object is.
+    Free,
+}
+
+/// Whether finalizers hold an object: its own, and a namespace's `spec.finalizers`.
+fn held(object: &Object) -> bool {
+    !object.metadata().finalizers.is_empty()
+        || matches!(object, Object::Namespace(ns) if !ns.finalizers().is_empty())
 }
 
 /// The finalizers an object keeps when deleted with `propagation`, as kube-apiserver decides
@@ -958,6 +976,9 @@ impl ClusterApi {
             csr.spec.extra.clear();
             csr.status = None;
         }
+        if let Object::Namespace(ns) = &mut object {
+            ns.prepare_for_create();
+        }
         if let Object::Pod(p) = &mut object {
             let status = p.status.get_or_insert_with(Default::default);
             status.phase.get_or_insert(PodPhase::Pending);
@@ -1028,7 +1049,9 @@ impl ClusterApi {
         if found.is_some() {
             return Ok(());
         }
-        let mut ns = Object::Namespace(skiff_proto::api::Namespace::default());
+        let mut namespace = skiff_proto::api::Namespace::default();
+        namespace.prepare_for_create();
+        let mut ns = Object::Namespace(namespace);
         {
             let m = ns.metadata_mut();
             m.name = "default".into();
@@ -1126,6 +1149,43 @@ impl ClusterApi {
         Ok(resp.succeeded.then_some(rev))
     }
 
+    /// A namespace's delete, as kube-apiserver's: the first marks it `Terminating` (nothing
+    /// new may be created in it from then on) and, while `spec.finalizers` or
+    /// `metadata.finalizers` hold it, returns it as marked; the namespace controller deletes
+    /// what it holds and then removes the `kubernetes` finalizer, which removes it. A delete
+    /// of a namespace already terminating and still held is a conflict.
+    async fn terminate_namespace(
+        &self,
+        current: &Stored,
+        ns: &skiff_proto::api::Namespace,
+    ) -> Result<Termination> {
+        let name = &ns.metadata.name;
+        if system::IMMORTAL_NAMESPACES.contains(&name.as_str()) {
+            return Err(ClusterError::Forbidden {
+                kind: Kind::Namespace,
+                name: name.clone(),
+                why: "this namespace may not be deleted".into(),
+            });
+        }
+        if !held(&current.object) {
+            return Ok(Termination::Free);
+        }
+        if ns.metadata.deletion_timestamp.is_some() {
+            return Err(ClusterError::NamespaceTerminating { name: name.clone() });
+        }
+        let mut next = ns.clone();
+        next.metadata.deletion_timestamp = Some(Time::now());
+        next.metadata.deletion_grace_period_seconds = Some(0);
+        next.status.get_or_insert_with(Default::default).phase =
+            Some(skiff_proto::api::NamespacePhase::Terminating);
+        Ok(
+            match self.replace(current, &Object::Namespace(next)).await? {
+                Some(done) => Termination::Marked(Box::new(done)),
+                None => Termination::Raced,
+            },
+        )
+    }
+
     /// Update of `part` of an object ([`Part`]). A `resourceVersion` in the request pins the
     /// write to that version.
     pub async fn update(&self, object: Object, part: Part, dry_run: bool) -> Result<(i64, Object)> {
@@ -1144,7 +1204,7 @@ impl ClusterApi {
             // A quota counts what the update adds (a Service's node ports, a claim's storage).
             let guard = match part {
                 Part::Main => admission::admit_update(self, &current.object, &next)?,
-                Part::Status | Part::Approval => None,
+                Part::Status | Part::Approval | Part::Finalize => None,
             };
             let finalized = finalizers_done(&current.object, &next)?;
             if dry_run {
@@ -1182,6 +1242,7 @@ impl ClusterApi {
             Part::Main => admission::with_spec(current, request)?,
             Part::Status => admission::with_status(current, request)?,
             Part::Approval => admission::with_approval(current, request)?,
+            Part::Finalize => admission::with_finalizers(current, request)?,
         };
         self.authorize_signer(part, current, &next)?;
         defaults::apply(&mut next);
@@ -1311,23 +1372,13 @@ impl ClusterApi {
             if pinned > 0 && pinned != current.mod_revision {
                 return Err(conflict(kind, name));
             }
-            if kind == Kind::Namespace {
-                // Nothing may outlive its namespace (a Service would keep its addresses
-                // claimed): whatever it holds goes first. Events expire on their own.
-                let mut held = Vec::new();
-                for k in Kind::all().filter(|k| k.is_namespaced() && *k != Kind::Event) {
-                    let prefix = k.prefix(Some(name));
-                    let (_, items) =
-                        self.range(k, prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0)?;
-                    if !items.is_empty() {
-                        held.push(format!("{} {}", items.len(), k.plural()));
-                    }
-                }
-                if !held.is_empty() {
-                    return Err(ClusterError::NamespaceNotEmpty {
-                        name: name.to_string(),
-                        contents: held.join(", "),
-                    });
+            if let Object::Namespace(ns) = &current.object {
+                match self.terminate_namespace(&current, ns).await? {
+                    Termination::Marked(done) => return Ok(*done),
+                    Termination::Raced if pinned > 0 => return Err(conflict(kind, name)),
+                    Termination::Raced => continue,
+                    // Nothing holds it: it goes as any object does, below.
+                    Termination::Free => {}
                 }
             }
             // Only the kinds that own others here wait for the garbage collector; any other

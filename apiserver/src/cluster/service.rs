@@ -97,7 +97,7 @@ fn authorize<T>(
     Ok(api.as_user(&user))
 }
 
-/// Update, UpdateStatus and UpdateApproval: authorized as `update` of the object or of its
+/// Update, UpdateStatus, UpdateApproval and UpdateFinalize: authorized as `update` of the object or of its
 /// subresource, then written as [`ClusterApi::update`] writes `part`.
 async fn update_part(
     api: &ClusterApi,
@@ -111,6 +111,7 @@ async fn update_part(
             Part::Main => None,
             Part::Status => Some("status"),
             Part::Approval => Some("approval"),
+            Part::Finalize => Some("finalize"),
         },
         ..Ask::new("update", object.kind(), ns, name)
     };
@@ -375,6 +376,13 @@ impl Cluster for ClusterApi {
         req: Request<pb::UpdateRequest>,
     ) -> Result<Response<pb::ObjectResponse>, Status> {
         update_part(self, req, Part::Approval).await
+    }
+
+    async fn update_finalize(
+        &self,
+        req: Request<pb::UpdateRequest>,
+    ) -> Result<Response<pb::ObjectResponse>, Status> {
+        update_part(self, req, Part::Finalize).await
     }
 
     async fn delete(

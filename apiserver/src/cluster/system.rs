@@ -18,6 +18,10 @@ use super::{ClusterApi, ClusterError};
 pub const SYSTEM_NAMESPACES: [&str; 4] =
     ["default", "kube-system", "kube-public", "kube-node-lease"];
 
+/// The namespaces that may not be deleted (kube-apiserver's NamespaceLifecycle admission
+/// refuses it): where the cluster's own objects live.
+pub const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
+
 /// The system objects, as created.
 fn objects() -> Vec<Object> {
     let namespaces = SYSTEM_NAMESPACES

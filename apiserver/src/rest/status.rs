@@ -205,7 +205,8 @@ impl From<ClusterError> for ApiError {
             | BadPropagation { .. }
             | CreateBinding
             | NoStatus { .. }
-            | NoApproval { .. } => ApiError::bad_request(message),
+            | NoApproval { .. }
+            | NoFinalize { .. } => ApiError::bad_request(message),
             Decode { kind, .. } | Schema { kind, .. } => {
                 ApiError::bad_request(message).about(kind.name(), "")
             }
@@ -256,7 +257,7 @@ impl From<ClusterError> for ApiError {
                     ApiError::new(Reason::Forbidden, message)
                 }
             },
-            NamespaceNotEmpty { name, .. } => {
+            NamespaceTerminating { name } => {
                 ApiError::new(Reason::Conflict, message).about("namespaces", name)
             }
             TooOld { .. } | WatchCanceled { .. } => ApiError::new(Reason::Expired, message),

@@ -124,6 +124,7 @@ fn status_write(target: &Target) -> Result<Part, ApiError> {
         None => return Ok(Part::Main),
         Some("status") => Part::Status,
         Some("approval") => Part::Approval,
+        Some("finalize") => Part::Finalize,
         Some(_) => Part::Main,
     };
     match target.subresource.as_deref() {

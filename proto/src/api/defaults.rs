@@ -14,6 +14,8 @@ use super::vocabulary::{DeploymentStrategyType, RestartPolicy};
 
 /// The namespace objects land in when none is given.
 pub const DEFAULT_NAMESPACE: &str = "default";
+/// The label every namespace carries, its own name (`kubernetes.io/metadata.name`).
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 /// The scheduler name pods get when none is given; Skiff's scheduler answers to it.
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
 /// Seconds between SIGTERM and SIGKILL when a pod does not say.
@@ -35,11 +37,18 @@ pub fn apply(object: &mut Object) {
         Object::LimitRange(l) => limit_range_defaults(l),
         Object::Event(e) => event_defaults(e),
         Object::Namespace(ns) => {
+            // Selectable by name (network policies, webhooks' namespace selectors), as
+            // kube-apiserver labels every namespace.
+            if !ns.metadata.name.is_empty() {
+                ns.metadata
+                    .labels
+                    .insert(NAMESPACE_NAME_LABEL.to_owned(), ns.metadata.name.clone());
+            }
             // A namespace is Active until its deletion begins, as Kubernetes reports it.
             let status = ns.status.get_or_insert_with(Default::default);
-            if status.phase.is_empty() {
-                status.phase = "Active".to_owned();
-            }
+            status
+                .phase
+                .get_or_insert(crate::api::NamespacePhase::Active);
         }
         Object::RoleBinding(b) => binding_defaults(&mut b.role_ref, &mut b.subjects),
         Object::ClusterRoleBinding(b) => binding_defaults(&mut b.role_ref, &mut b.subjects),

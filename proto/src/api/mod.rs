@@ -61,7 +61,8 @@ pub use meta::{
     Unmodelled,
 };
 pub use namespace::{
-    Binding, LimitRange, LimitRangeItem, Namespace, ObjectReference, ResourceQuota,
+    Binding, FINALIZER_KUBERNETES, LimitRange, LimitRangeItem, Namespace, NamespaceCondition,
+    ObjectReference, ResourceQuota,
 };
 pub use node::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
 pub use object::{Kind, Object};
@@ -73,6 +74,6 @@ pub use service::{EndpointSlice, Service};
 pub use validation::{FieldError, ValidationErrors};
 pub use vocabulary::{
     CertificateConditionType, ConditionStatus, DeletionPropagation, DeploymentStrategyType,
-    NodeConditionType, PodConditionType, PodPhase, RestartPolicy, TaintEffect,
-    WorkloadConditionType,
+    NamespaceConditionType, NamespacePhase, NodeConditionType, PodConditionType, PodPhase,
+    RestartPolicy, TaintEffect, WorkloadConditionType,
 };

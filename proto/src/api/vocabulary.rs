@@ -271,6 +271,33 @@ open! {
 }
 
 closed! {
+    /// `status.phase` of a namespace.
+    NamespacePhase {
+        /// New objects may be created in it.
+        Active,
+        /// Deleted: nothing new may be created in it while the namespace controller removes
+        /// what it holds.
+        Terminating,
+    }
+}
+
+open! {
+    /// The type of a namespace condition: the namespace controller's account of a deletion.
+    NamespaceConditionType {
+        /// The kinds served could not all be found.
+        NamespaceDeletionDiscoveryFailure,
+        /// A served group version could not be parsed.
+        NamespaceDeletionGroupVersionParsingFailure,
+        /// Some objects could not be deleted.
+        NamespaceDeletionContentFailure,
+        /// Objects are left (deleting: pods stopping, finalizers pending).
+        NamespaceContentRemaining,
+        /// Objects left are held by finalizers.
+        NamespaceFinalizersRemaining,
+    }
+}
+
+closed! {
     /// `propagationPolicy` of a delete: what happens to the objects the deleted one owns.
     DeletionPropagation {
         /// They are left, their reference to the owner removed (`kubectl delete --cascade=orphan`).

@@ -69,12 +69,21 @@ pub(super) const RESOURCES: &[Resource] = &[
     Resource {
         kind: Kind::Namespace,
         verbs: NAMESPACE_VERBS,
-        subresources: &[Subresource {
-            name: "status",
-            kind: "Namespace",
-            api_version: None,
-            verbs: STATUS_VERBS,
-        }],
+        subresources: &[
+            // The namespace controller's: `spec.finalizers`, once a deleted namespace is empty.
+            Subresource {
+                name: "finalize",
+                kind: "Namespace",
+                api_version: None,
+                verbs: &[UPDATE],
+            },
+            Subresource {
+                name: "status",
+                kind: "Namespace",
+                api_version: None,
+                verbs: STATUS_VERBS,
+            },
+        ],
         categories: &[],
     },
     Resource {

@@ -53,13 +53,33 @@ pub(super) fn validate_namespace(errs: &mut Errors, ns: &Namespace) {
             );
         }
     }
-    if let Some(status) = &ns.status
-        && !status.phase.is_empty()
-    {
-        errs.one_of(
-            &Path::root("status").field("phase"),
-            &status.phase,
-            &["Active", "Terminating"],
+    if let Some(spec) = &ns.spec {
+        let p = Path::root("spec").field("finalizers");
+        for (i, f) in spec.finalizers.iter().enumerate() {
+            validate_finalizer_name(errs, &p.index(i), f);
+        }
+    }
+}
+
+/// A finalizer's name: qualified (`example.com/cleanup`), or one of the standard ones
+/// (`kubernetes`, `orphan`, `foregroundDeletion`), as kube-apiserver checks a namespace's.
+fn validate_finalizer_name(errs: &mut Errors, path: &Path, name: &str) {
+    const STANDARD: [&str; 3] = [
+        crate::api::FINALIZER_KUBERNETES,
+        crate::api::meta::ORPHAN_FINALIZER,
+        crate::api::meta::FOREGROUND_DELETION_FINALIZER,
+    ];
+    if !is_qualified_name(name) {
+        errs.add(
+            path,
+            format!("{name:?}: a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character, with an optional DNS subdomain prefix and '/'"),
+        );
+    } else if !name.contains('/') && !STANDARD.contains(&name) {
+        errs.add(
+            path,
+            format!(
+                "{name:?}: name is neither a standard finalizer name nor is it fully qualified"
+            ),
         );
     }
 }
