@@ -31,6 +31,7 @@ pub struct Context {
     pub quotas: Cache,
     pub namespaces: Cache,
     pub service_accounts: Cache,
+    pub jobs: Cache,
     /// The `kube-root-ca.crt` ConfigMaps (no other).
     pub root_ca_maps: Cache,
     pub events: EventRecorder,

@@ -26,6 +26,7 @@
 //! | [`manager`]    | [`Config`], [`Error`](manager::Error), [`run`]: leadership, informers, workers |
 //! | [`replicaset`] | the ReplicaSet controller and its pure plan                        |
 //! | [`deployment`] | the Deployment controller and its pure rollout plan                |
+//! | [`job`]        | Jobs: pods to their completions, indexed or not; back-off, failure policy, deadline, suspend, TTL |
 //! | [`gc`]         | the garbage collector: ownerless objects, foreground and orphan deletes |
 //! | [`nodelifecycle`] | silent nodes: `Ready=Unknown`, taints, evictions per toleration |
 //! | [`endpointslice`] | each selecting Service's pods' addresses, in EndpointSlices of 100 |
@@ -48,6 +49,7 @@ pub mod deployment;
 pub mod discovery;
 pub mod endpointslice;
 pub mod gc;
+pub mod job;
 pub mod manager;
 mod metrics;
 pub mod namespace;

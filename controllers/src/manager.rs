@@ -15,7 +15,7 @@ use crate::cache::Cache;
 use crate::core::{Context, Controller};
 use crate::metrics::{self, Metrics};
 use crate::{
-    certificates, deployment, endpointslice, gc, namespace, nodelifecycle, replicaset,
+    certificates, deployment, endpointslice, gc, job, namespace, nodelifecycle, replicaset,
     resourcequota, rootca, serviceaccount,
 };
 
@@ -205,6 +205,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         quotas: Cache::new(Kind::ResourceQuota),
         namespaces: Cache::new(Kind::Namespace),
         service_accounts: Cache::new(serviceaccount::kind()),
+        jobs: Cache::new(job::kind()),
         root_ca_maps: Cache::new(rootca::config_map_kind()),
         events: EventRecorder::spawn(client.clone(), COMPONENT, ""),
         metrics: metrics.clone(),
@@ -223,12 +224,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let quotas = Arc::new(resourcequota::ResourceQuotas::new(ctx.clone()));
     let accounts = Arc::new(serviceaccount::ServiceAccounts::new(ctx.clone()));
     let namespaces = Arc::new(namespace::Namespaces::new(ctx.clone()));
+    let jobs = Arc::new(job::Jobs::new(ctx.clone()));
     let root_ca = root_ca.map(|ca| Arc::new(rootca::RootCa::new(ctx.clone(), ca)));
     let handlers = Arc::new(Handlers {
         ctx: ctx.clone(),
         root_ca: root_ca.clone(),
         accounts: accounts.clone(),
         namespaces: namespaces.clone(),
+        jobs: jobs.clone(),
         csrs: csrs.clone(),
         slices: slices.clone(),
         quotas: quotas.clone(),
@@ -253,6 +256,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Kind::Namespace,
         serviceaccount::kind(),
         rootca::config_map_kind(),
+        job::kind(),
     ] {
         let params = if kind == rootca::config_map_kind() {
             // Only the ones this controller manager keeps.
@@ -303,6 +307,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     workers.spawn(work(accounts.clone(), metrics.clone()));
     for _ in 0..config.workers {
         workers.spawn(work(namespaces.clone(), metrics.clone()));
+        workers.spawn(work(jobs.clone(), metrics.clone()));
     }
     if let Some(r) = &root_ca {
         workers.spawn(work(r.clone(), metrics.clone()));
@@ -319,6 +324,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 (resourcequota::NAME, quotas.queue().clone()),
                 (serviceaccount::NAME, accounts.queue().clone()),
                 (namespace::NAME, namespaces.queue().clone()),
+                (job::NAME, jobs.queue().clone()),
             ];
             if let Some(r) = &root_ca {
                 queues.push((rootca::NAME, r.queue().clone()));
@@ -358,6 +364,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         quotas.queue(),
         accounts.queue(),
         namespaces.queue(),
+        jobs.queue(),
     ] {
         q.close();
     }
@@ -394,6 +401,7 @@ struct Handlers {
     quotas: Arc<resourcequota::ResourceQuotas>,
     accounts: Arc<serviceaccount::ServiceAccounts>,
     namespaces: Arc<namespace::Namespaces>,
+    jobs: Arc<job::Jobs>,
     root_ca: Option<Arc<rootca::RootCa>>,
 }
 
@@ -410,6 +418,7 @@ impl Handlers {
             Kind::Namespace => &self.ctx.namespaces,
             k if k == serviceaccount::kind() => &self.ctx.service_accounts,
             k if k == rootca::config_map_kind() => &self.ctx.root_ca_maps,
+            k if k == job::kind() => &self.ctx.jobs,
             Kind::Generic(_) => &self.ctx.endpoints,
             _ => &self.ctx.deployments,
         }
@@ -443,6 +452,7 @@ impl Handlers {
                     r.on_config_map(event);
                 }
             }
+            k if k == job::kind() => self.jobs.on_job(event),
             Kind::Generic(_) => self.slices.on_endpoints(event),
             Kind::Pod => {
                 self.quotas.on_counted(kind, event);
@@ -451,6 +461,7 @@ impl Handlers {
                 self.deployments.on_pod(event);
                 self.nodes.on_pod(event);
                 self.namespaces.on_pod(event);
+                self.jobs.on_pod(event);
             }
             Kind::ReplicaSet => {
                 self.replica_sets.on_replica_set(event);

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use serde_json::json;
 use skiff_proto::api::meta::{FOREGROUND_DELETION_FINALIZER, ORPHAN_FINALIZER};
 use skiff_proto::api::{
-    ConditionStatus, DeletionPropagation, Kind, Object, PodConditionType, PodPhase,
+    ConditionStatus, DeletionPropagation, Kind, NamespacePhase, Object, PodConditionType, PodPhase,
 };
 use skiff_proto::client::Code;
 use skiff_proto::client::{ClusterClient, Event, ListParams, WatchParams};
@@ -1579,7 +1579,7 @@ async fn fenced_writes_commit_only_under_their_leadership() {
         .await
         .expect("get")
         .expect("still there");
-    assert!(kept.metadata().labels.is_empty());
+    assert!(!kept.metadata().labels.contains_key("by"));
 }
 
 /// Node IPAM: 300 Nodes registered at once through all three members share the 256 /24
@@ -1671,10 +1671,13 @@ fn service(name: &str, spec: serde_json::Value) -> Object {
     )
 }
 
-/// A namespace is deleted only once nothing but events is left in it: a Service there
-/// (which holds a cluster IP) makes the delete fail naming what is left.
+/// A namespace's delete through the cluster API: it goes `Terminating` at once, held by its
+/// `kubernetes` finalizer, and takes nothing new; a second delete is refused; once what it
+/// held is gone and `finalize` removes the finalizer (the namespace controller's part, done
+/// here by hand), the namespace goes, and the address of the Service it held was given
+/// back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_namespace_goes_only_once_it_is_empty() {
+async fn a_namespace_goes_once_emptied_and_finalized() {
     let cluster = Cluster::start(1).await;
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
     api.create(&obj(Kind::Namespace, json!({"metadata": {"name": "held"}})))
@@ -1687,18 +1690,63 @@ async fn a_namespace_goes_only_once_it_is_empty() {
         .create(&obj(Kind::Service, held.clone()))
         .await
         .expect("service"));
+    let Object::Namespace(marked) = api
+        .delete(Kind::Namespace, "", "held", 0, None)
+        .await
+        .expect("delete marks it")
+    else {
+        panic!("not a namespace")
+    };
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert_eq!(marked.phase(), Some(NamespacePhase::Terminating));
+    assert_eq!(marked.finalizers(), ["kubernetes"]);
     let e = api
         .delete(Kind::Namespace, "", "held", 0, None)
         .await
-        .expect_err("a Service is left");
+        .expect_err("already terminating");
     assert_eq!(e.code(), Some(Code::FailedPrecondition), "{e}");
-    assert!(e.to_string().contains("1 services"), "{e}");
+    assert!(
+        e.to_string().contains("ensuring all content is removed"),
+        "{e}"
+    );
+    let mut other = held.clone();
+    other["metadata"]["name"] = json!("late");
+    let e = api
+        .create(&obj(Kind::Service, other))
+        .await
+        .expect_err("nothing new in a terminating namespace");
+    assert!(
+        e.to_string().contains("because it is being terminated"),
+        "{e}"
+    );
     api.delete(Kind::Service, "held", "web", 0, None)
         .await
         .expect("delete the Service");
-    api.delete(Kind::Namespace, "", "held", 0, None)
+    // Finalizers are written only through `finalize`: an update keeps them.
+    let Some(Object::Namespace(mut ns)) = api.get(Kind::Namespace, "", "held").await.expect("get")
+    else {
+        panic!("no namespace")
+    };
+    ns.spec.as_mut().expect("spec").finalizers.clear();
+    let Object::Namespace(kept) = api
+        .update(&Object::Namespace(ns.clone()))
         .await
-        .expect("empty now");
+        .expect("update")
+    else {
+        panic!("not a namespace")
+    };
+    assert_eq!(kept.finalizers(), ["kubernetes"]);
+    ns.metadata.resource_version = kept.metadata.resource_version.clone();
+    api.update_finalize(&Object::Namespace(ns))
+        .await
+        .expect("finalize");
+    assert!(
+        api.get(Kind::Namespace, "", "held")
+            .await
+            .expect("get")
+            .is_none(),
+        "finalized, so gone"
+    );
     held["metadata"]["namespace"] = json!("default");
     held["spec"]["clusterIP"] = json!(first.spec.cluster_ip);
     api.create(&obj(Kind::Service, held))

@@ -1368,3 +1368,176 @@ async fn deleting_a_namespace_deletes_what_it_holds_then_the_namespace() {
         "{e}"
     );
 }
+
+/// The status of Job `name` in `default`, as stored.
+async fn job_status(api: &ClusterClient, name: &str) -> Option<serde_json::Value> {
+    let job = Kind::from_name("Job").expect("declared");
+    match api.get(job, "default", name).await {
+        Ok(Some(Object::Generic(_, g))) => g.at("/status").cloned(),
+        _ => None,
+    }
+}
+
+fn job_condition(status: &serde_json::Value, type_: &str) -> Option<serde_json::Value> {
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_ && c["status"] == "True")
+        .cloned()
+}
+
+/// Jobs on simulated nodes: an Indexed Job runs each index to success with never more than
+/// `parallelism` pods running (checked on every pod event) and completes with its indexes
+/// listed; a pod failure policy's `FailJob` fails a Job at the first matching exit; a
+/// suspended Job runs nothing until resumed; `ttlSecondsAfterFinished` deletes a finished
+/// Job. No pod keeps the tracking finalizer once counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_run_to_completion_fail_by_policy_suspend_and_expire() {
+    let cluster = Cluster::start(1).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _control = start_control(&cluster, 2, 1);
+    let job = Kind::from_name("Job").expect("declared");
+    let make = |name: &str, spec: serde_json::Value, script: &str| {
+        let mut spec = spec;
+        spec["template"] = json!({"spec": {"restartPolicy": "Never", "containers": [
+            {"name": "c", "image": "localhost/skiff/busybox:1", "command": ["sh", "-c", script]}]}});
+        obj(
+            job,
+            json!({"metadata": {"name": name, "namespace": "default"}, "spec": spec}),
+        )
+    };
+
+    // Every pod event: the Indexed Job's running pods never exceed its parallelism.
+    let most = Arc::new(Mutex::new(0usize));
+    let seen = most.clone();
+    let watcher = api.clone();
+    tokio::spawn(async move {
+        let params = ListParams::default()
+            .namespace("default")
+            .labels("batch.kubernetes.io/job-name=indexed");
+        let mut pods = BTreeMap::new();
+        let mut stream = Box::pin(
+            watcher
+                .watch(Kind::Pod, &params.watch_after(0))
+                .await
+                .expect("watch"),
+        );
+        while let Some(Ok(e)) = stream.next().await {
+            match e {
+                Event::Added(Object::Pod(p)) | Event::Modified(Object::Pod(p)) => {
+                    pods.insert(p.metadata.name.clone(), active(&p));
+                }
+                Event::Deleted(Object::Pod(p)) => {
+                    pods.remove(&p.metadata.name);
+                }
+                _ => {}
+            }
+            let running = pods.values().filter(|a| **a).count();
+            let mut m = seen.lock().expect("lock");
+            *m = (*m).max(running);
+        }
+    });
+
+    api.create(&make(
+        "indexed",
+        json!({"completions": 4, "parallelism": 2, "completionMode": "Indexed"}),
+        "sleep 1",
+    ))
+    .await
+    .expect("indexed job");
+    api.create(&make(
+        "fatal",
+        json!({"completions": 1, "backoffLimit": 6, "podFailurePolicy": {"rules": [
+            {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [3]}}]}}),
+        "exit 3",
+    ))
+    .await
+    .expect("fatal job");
+    api.create(&make("later", json!({"suspend": true}), "true"))
+        .await
+        .expect("suspended job");
+    api.create(&make(
+        "brief",
+        json!({"ttlSecondsAfterFinished": 0}),
+        "true",
+    ))
+    .await
+    .expect("brief job");
+
+    let status = eventually(Duration::from_secs(60), "indexed complete", || async {
+        let s = job_status(&api, "indexed").await?;
+        job_condition(&s, "Complete").map(|_| s)
+    })
+    .await;
+    assert_eq!(status["succeeded"], 4, "{status}");
+    assert_eq!(status["completedIndexes"], "0-3", "{status}");
+    assert_eq!(status["active"], 0, "{status}");
+    assert!(
+        job_condition(&status, "SuccessCriteriaMet").is_some(),
+        "{status}"
+    );
+    assert!(status["completionTime"].is_string(), "{status}");
+    let most = *most.lock().expect("lock");
+    assert!(
+        most <= 2 && most > 0,
+        "{most} pods ran at once, parallelism 2"
+    );
+    let (pods, _) = api
+        .list(
+            Kind::Pod,
+            &ListParams::default().labels("batch.kubernetes.io/job-name=indexed"),
+        )
+        .await
+        .expect("pods");
+    let mut indexes: Vec<String> = pods
+        .iter()
+        .map(|p| {
+            let m = p.metadata();
+            assert!(m.finalizers.is_empty(), "{} still tracked", m.name);
+            m.annotations["batch.kubernetes.io/job-completion-index"].clone()
+        })
+        .collect();
+    indexes.sort();
+    assert_eq!(indexes, ["0", "1", "2", "3"]);
+
+    let status = eventually(Duration::from_secs(60), "fatal failed", || async {
+        let s = job_status(&api, "fatal").await?;
+        job_condition(&s, "Failed").map(|_| s)
+    })
+    .await;
+    let failed = job_condition(&status, "Failed").expect("failed");
+    assert_eq!(failed["reason"], "PodFailurePolicy", "{status}");
+    assert!(
+        failed["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("failed with exit code 3 matching FailJob rule at index 0")),
+        "{status}"
+    );
+    assert_eq!(status["failed"], 1, "{status}");
+
+    let status = eventually(Duration::from_secs(30), "later suspended", || async {
+        let s = job_status(&api, "later").await?;
+        job_condition(&s, "Suspended").map(|_| s)
+    })
+    .await;
+    assert_eq!(status["active"], 0, "{status}");
+    let Ok(Some(Object::Generic(g, mut later))) = api.get(job, "default", "later").await else {
+        panic!("no job")
+    };
+    later.body["spec"]["suspend"] = json!(false);
+    api.update(&Object::Generic(g, later))
+        .await
+        .expect("resume");
+    eventually(Duration::from_secs(60), "later complete", || async {
+        let s = job_status(&api, "later").await?;
+        job_condition(&s, "Complete").map(|_| ())
+    })
+    .await;
+
+    eventually(
+        Duration::from_secs(60),
+        "brief deleted after its TTL",
+        || async { matches!(api.get(job, "default", "brief").await, Ok(None)).then_some(()) },
+    )
+    .await;
+}

@@ -305,6 +305,17 @@ fn controller_manager_rules() -> Vec<PolicyRule> {
         ),
         rule(&["update"], "", &["resourcequotas/status"]),
         rule(ALL_VERBS, "apps", &["deployments", "replicasets"]),
+        // The Job controller.
+        rule(
+            &["get", "list", "watch", "update", "patch", "delete"],
+            "batch",
+            &["jobs"],
+        ),
+        rule(
+            &["update", "patch"],
+            "batch",
+            &["jobs/status", "jobs/finalizers"],
+        ),
         rule(
             &["patch", "update"],
             "apps",

@@ -11,6 +11,7 @@
 //! | `node`       | `Node` spec and status                                      |
 //! | `event`      | `Event`: what happened to an object, for `describe`     |
 //! | `apps`       | apps/v1 `Deployment`, `ReplicaSet` and the pod template   |
+//! | `batch`      | typed views of batch/v1 Jobs, for the Job controller        |
 //! | `namespace`  | `Namespace`, `ResourceQuota`, `LimitRange`, `Binding`       |
 //! | `rbac`       | `Role`, `ClusterRole`, their bindings, access reviews       |
 //! | `secret`     | `Secret`: named data, bootstrap tokens                      |
@@ -28,6 +29,7 @@
 //! | `schema`     | Kubernetes' schema: which fields exist (`fieldValidation`)  |
 
 pub mod apps;
+pub mod batch;
 pub mod certificates;
 pub mod custom;
 pub mod defaults;

@@ -1,0 +1,418 @@
+//! The Job controller: runs a Job's pods to its completions, as kube-controller-manager's
+//! `job` controller does (Kubernetes 1.32): `parallelism` at a time, NonIndexed or Indexed
+//! (each index in `[0, completions)` succeeds once; its pods carry the index as an
+//! annotation, a label, `JOB_COMPLETION_INDEX` and their hostname), work queues (no
+//! `completions`), `backoffLimit` with an exponential pause before a failed pod is replaced,
+//! a pod failure policy (`FailJob`, `Ignore`, `Count`), `activeDeadlineSeconds`, `suspend`
+//! and `ttlSecondsAfterFinished`.
+//!
+//! Pods are counted exactly once, whatever deletes them: each is created with the
+//! `batch.kubernetes.io/job-tracking` finalizer; a finished pod is first recorded in the
+//! Job's `status.uncountedTerminatedPods` (one status write), then its finalizer is removed,
+//! then it moves into `succeeded` or `failed` (another). A sync that stops anywhere in
+//! between is finished by the next. The decisions are in [`plan`], without I/O.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+use skiff_proto::api::batch::{
+    JOB_COMPLETION_INDEX, JOB_COMPLETION_INDEX_ENV, JOB_TRACKING_FINALIZER, Job,
+};
+use skiff_proto::api::{DeletionPropagation, GenericObject, Kind, Object, Pod, Time};
+use skiff_proto::client::{ClientError, Code, Event};
+use skiff_proto::recorder::EventRecorder;
+
+use crate::cache::controller_of;
+use crate::core::{
+    Context, Controller, Requeue, controller_ref, gone_is_none, key_of, owner_key, split_key,
+};
+use crate::queue::WorkQueue;
+use crate::replicaset::plan::slow_start;
+
+pub mod plan;
+
+/// The controller's name in logs and metrics.
+pub const NAME: &str = "job";
+
+/// The kind of Jobs.
+pub fn kind() -> Kind {
+    Kind::from_name("Job").expect("invariant: Job is declared")
+}
+
+#[derive(Debug)]
+pub struct Jobs {
+    ctx: Arc<Context>,
+    queue: WorkQueue,
+    /// Events from `job-controller`, as Kubernetes names their source.
+    events: EventRecorder,
+    /// Per Job uid, the pods whose tracking finalizer this controller removed and whose
+    /// change the pod cache has not shown yet: counted already, never again.
+    released: Mutex<HashMap<String, HashSet<String>>>,
+}
+
+impl Jobs {
+    pub fn new(ctx: Arc<Context>) -> Self {
+        Jobs {
+            events: ctx.events.with_component("job-controller"),
+            ctx,
+            queue: WorkQueue::new(),
+            released: Mutex::default(),
+        }
+    }
+
+    fn released(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<String>>> {
+        self.released
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn released_of(&self, job_uid: &str) -> HashSet<String> {
+        self.released().get(job_uid).cloned().unwrap_or_default()
+    }
+
+    pub fn on_job(&self, event: &Event) {
+        if let Event::Added(o) | Event::Modified(o) | Event::Deleted(o) = event {
+            self.queue.add(key_of(o.metadata()));
+        }
+    }
+
+    /// A pod changed: count it off its Job's expectations and sync the Job.
+    pub fn on_pod(&self, event: &Event) {
+        let (object, deleted) = match event {
+            Event::Added(o) | Event::Modified(o) => (o, false),
+            Event::Deleted(o) => (o, true),
+            Event::Bookmark(_) => return,
+        };
+        let Some(key) = owner_key(object, kind()) else {
+            return;
+        };
+        let uid = controller_of(object).map_or("", |r| r.uid.as_str());
+        let tracked = object
+            .metadata()
+            .finalizers
+            .iter()
+            .any(|f| f == JOB_TRACKING_FINALIZER);
+        if deleted || !tracked {
+            let mut released = self.released();
+            if let Some(pods) = released.get_mut(uid) {
+                pods.remove(&object.metadata().uid);
+                if pods.is_empty() {
+                    released.remove(uid);
+                }
+            }
+        }
+        if deleted || object.metadata().deletion_timestamp.is_some() {
+            self.ctx.expectations.deleted(uid, &object.key());
+        } else if matches!(event, Event::Added(_)) {
+            self.ctx.expectations.created(uid, 1);
+        }
+        self.queue.add(key);
+    }
+
+    /// Removes the tracking finalizer of `pod`; false if the pod is gone.
+    async fn release(&self, pod: &Pod) -> Result<bool, ClientError> {
+        let mut next = pod.clone();
+        next.metadata
+            .finalizers
+            .retain(|f| f != JOB_TRACKING_FINALIZER);
+        Ok(gone_is_none(self.ctx.client.update(&Object::Pod(next)).await)?.is_some())
+    }
+
+    /// The pods of a Job that is gone (or going) keep no tracking finalizer.
+    async fn release_all(&self, namespace: &str, job: &str) -> Result<(), ClientError> {
+        for object in self.ctx.pods.list(Some(namespace)) {
+            let Object::Pod(pod) = &*object else { continue };
+            let ours = controller_of(&object).is_some_and(|r| r.kind == "Job" && r.name == job);
+            if ours
+                && pod
+                    .metadata
+                    .finalizers
+                    .iter()
+                    .any(|f| f == JOB_TRACKING_FINALIZER)
+            {
+                self.release(pod).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the Job's status; returns the stored Job as written (`None`: it is gone).
+    async fn write_status(
+        &self,
+        stored: &GenericObject,
+        job: &Job,
+    ) -> Result<Option<GenericObject>, ClientError> {
+        let next = job.status_into(stored);
+        let written = gone_is_none(
+            self.ctx
+                .client
+                .update_status(&Object::Generic(generic_kind(), next))
+                .await,
+        )?;
+        Ok(written.and_then(|o| match o {
+            Object::Generic(_, g) => Some(g),
+            _ => None,
+        }))
+    }
+
+    /// Creates a pod for each index of `create`; returns the first error.
+    async fn create(&self, job: &Job, create: &[Option<i32>]) -> Option<ClientError> {
+        let uid = job.metadata.uid.as_str();
+        let me = job_reference(job);
+        self.ctx.expectations.expect(uid, create.len(), []);
+        let client = &self.ctx.client;
+        let pods: Vec<Object> = create
+            .iter()
+            .filter_map(|i| match pod_for(job, *i) {
+                Ok(p) => Some(Object::Pod(p)),
+                Err(e) => {
+                    tracing::warn!(job = %key_of(&job.metadata), error = %e, "a pod of the Job's template does not decode");
+                    None
+                }
+            })
+            .collect();
+        let short = create.len() - pods.len();
+        let (created, skipped, error) = slow_start(pods.len(), |batch| {
+            let batch = pods[batch].to_vec();
+            async move { client.create_many(&batch).await }
+        })
+        .await;
+        let failed = pods.len() - created.len() - skipped;
+        self.ctx.expectations.created(
+            uid,
+            skipped + short + if error.is_some() { failed } else { 0 },
+        );
+        self.ctx.metrics.pod_writes("create", "ok", created.len());
+        for o in &created {
+            self.events.normal(
+                me.clone(),
+                "SuccessfulCreate",
+                format!("Created pod: {}", o.metadata().name),
+            );
+        }
+        if let Some(e) = &error {
+            self.ctx.metrics.pod_writes("create", "error", failed);
+            self.events
+                .warning(me, "FailedCreate", format!("Error creating: {e}"));
+        }
+        error
+    }
+
+    async fn delete_pods(&self, job: &Job, names: &[String]) -> Option<ClientError> {
+        let ns = &job.metadata.namespace;
+        let keys = names.iter().map(|n| Kind::Pod.key(ns, n));
+        self.ctx.expectations.expect(&job.metadata.uid, 0, keys);
+        let client = &self.ctx.client;
+        let results = futures::future::join_all(
+            names
+                .iter()
+                .map(|n| client.delete(Kind::Pod, ns, n, 0, None)),
+        )
+        .await;
+        let me = job_reference(job);
+        let mut first_error = None;
+        for (name, r) in names.iter().zip(results) {
+            match r {
+                Ok(_) => self.events.normal(
+                    me.clone(),
+                    "SuccessfulDelete",
+                    format!("Deleted pod: {name}"),
+                ),
+                Err(e) => {
+                    self.ctx
+                        .expectations
+                        .deleted(&job.metadata.uid, &Kind::Pod.key(ns, name));
+                    if e.code() != Some(Code::NotFound) {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        first_error
+    }
+}
+
+fn generic_kind() -> skiff_proto::api::GenericKind {
+    match kind() {
+        Kind::Generic(g) => g,
+        _ => unreachable!("invariant: Job is a declared kind"),
+    }
+}
+
+fn job_reference(job: &Job) -> skiff_proto::api::ObjectReference {
+    skiff_proto::recorder::reference_to(kind(), &job.metadata)
+}
+
+/// A pod of `job`'s template: named by the store from `<job>-` (`<job>-<index>-`),
+/// controlled by the Job, tracked by its finalizer; an Indexed Job's carries its index.
+pub fn pod_for(
+    job: &Job,
+    index: Option<i32>,
+) -> Result<Pod, skiff_proto::api::object::DecodeError> {
+    let name = &job.metadata.name;
+    let mut v = serde_json::to_value(&job.spec.template).unwrap_or_default();
+    let meta = &mut v["metadata"];
+    meta["namespace"] = json!(job.metadata.namespace);
+    meta["ownerReferences"] = json!([controller_ref(kind(), &job.metadata)]);
+    meta["finalizers"] = json!([JOB_TRACKING_FINALIZER]);
+    meta["generateName"] = json!(format!("{name}-"));
+    for field in ["name", "uid", "resourceVersion", "creationTimestamp"] {
+        if let Some(m) = meta.as_object_mut() {
+            m.remove(field);
+        }
+    }
+    if let Some(i) = index {
+        meta["generateName"] = json!(format!("{name}-{i}-"));
+        meta["annotations"][JOB_COMPLETION_INDEX] = json!(i.to_string());
+        meta["labels"][JOB_COMPLETION_INDEX] = json!(i.to_string());
+        let spec = &mut v["spec"];
+        if spec.get("hostname").is_none_or(|h| h.as_str() == Some("")) {
+            spec["hostname"] = json!(format!("{name}-{i}"));
+        }
+        let env = json!({"name": JOB_COMPLETION_INDEX_ENV, "valueFrom": {"fieldRef": {
+            "fieldPath": format!("metadata.annotations['{JOB_COMPLETION_INDEX}']")}}});
+        for list in ["initContainers", "containers"] {
+            if let Some(containers) = spec.get_mut(list).and_then(|c| c.as_array_mut()) {
+                for c in containers {
+                    match c.get_mut("env").and_then(|e| e.as_array_mut()) {
+                        Some(vars) => vars.push(env.clone()),
+                        None => c["env"] = json!([env.clone()]),
+                    }
+                }
+            }
+        }
+    }
+    match Object::from_value(Kind::Pod, v)? {
+        Object::Pod(p) => Ok(p),
+        _ => unreachable!("invariant: a Pod decodes as a Pod"),
+    }
+}
+
+impl Controller for Jobs {
+    const NAME: &'static str = NAME;
+
+    fn queue(&self) -> &WorkQueue {
+        &self.queue
+    }
+
+    async fn sync(&self, key: &str) -> Result<Requeue, ClientError> {
+        let (namespace, name) = split_key(key);
+        let Some(object) = self.ctx.jobs.get(namespace, name) else {
+            self.release_all(namespace, name).await?;
+            return Ok(None);
+        };
+        let Object::Generic(_, stored) = &*object else {
+            return Ok(None);
+        };
+        let mut job = match Job::from_generic(stored) {
+            Ok(j) => j,
+            Err(e) => {
+                tracing::warn!(job = key, error = %e, "skipping a Job that does not read");
+                return Ok(None);
+            }
+        };
+        let uid = job.metadata.uid.clone();
+        if job.metadata.deletion_timestamp.is_some() {
+            self.ctx.expectations.forget(&uid);
+            self.released().remove(&uid);
+            self.release_all(namespace, name).await?;
+            return Ok(None);
+        }
+        let owned: Vec<Arc<Object>> = self
+            .ctx
+            .pods
+            .owned_by(&uid)
+            .into_iter()
+            .filter(|o| controller_of(o).is_some_and(|r| r.uid == uid))
+            .collect();
+        let pods: Vec<&Pod> = owned
+            .iter()
+            .filter_map(|o| match &**o {
+                Object::Pod(p) => Some(p),
+                _ => None,
+            })
+            .collect();
+        let now = Time::now();
+        let mut stored = stored.clone();
+
+        // Finished pods are recorded before their finalizers go.
+        let released = self.released_of(&uid);
+        let recorded = plan::record(&mut job, &pods, &released, now);
+        if recorded.changed {
+            match self.write_status(&stored, &job).await? {
+                Some(written) => stored = written,
+                None => return Ok(None),
+            }
+        }
+        let mut held: HashSet<String> = pods
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .finalizers
+                    .iter()
+                    .any(|f| f == JOB_TRACKING_FINALIZER)
+            })
+            .map(|p| p.metadata.uid.clone())
+            .filter(|u| !released.contains(u))
+            .collect();
+        for pod in pods
+            .iter()
+            .filter(|p| recorded.release.contains(&p.metadata.name))
+        {
+            if self.release(pod).await? {
+                self.released()
+                    .entry(uid.clone())
+                    .or_default()
+                    .insert(pod.metadata.uid.clone());
+            }
+            held.remove(&pod.metadata.uid);
+        }
+        let before = job.status.clone();
+        plan::count(&mut job, &held);
+
+        let waiting = self.ctx.expectations.satisfied(&uid).err();
+        if let Some(wait) = waiting {
+            // Creates or deletes of the last sync not yet seen: only the counts move.
+            if job.status != before {
+                self.write_status(&stored, &job).await?;
+            }
+            return Ok(Some(wait));
+        }
+        let decision = plan::decide(&mut job, &pods, now);
+        let mut error = None;
+        if !decision.delete.is_empty() {
+            error = self.delete_pods(&job, &decision.delete).await;
+        }
+        if !decision.create.is_empty()
+            && let Some(e) = self.create(&job, &decision.create).await
+        {
+            error.get_or_insert(e);
+        }
+        if job.status != before || recorded.changed {
+            self.write_status(&stored, &job).await?;
+        }
+        let me = job_reference(&job);
+        for note in &decision.notes {
+            if note.warning {
+                self.events
+                    .warning(me.clone(), note.reason, note.message.clone());
+            } else {
+                self.events
+                    .normal(me.clone(), note.reason, note.message.clone());
+            }
+        }
+        if decision.delete_job {
+            gone_is_none(
+                self.ctx
+                    .client
+                    .delete_propagating(kind(), namespace, name, 0, DeletionPropagation::Foreground)
+                    .await,
+            )?;
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        Ok(decision.requeue)
+    }
+}
