@@ -32,6 +32,7 @@ pub struct Context {
     pub namespaces: Cache,
     pub service_accounts: Cache,
     pub jobs: Cache,
+    pub cron_jobs: Cache,
     /// The `kube-root-ca.crt` ConfigMaps (no other).
     pub root_ca_maps: Cache,
     pub events: EventRecorder,

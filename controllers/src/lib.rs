@@ -27,6 +27,7 @@
 //! | [`replicaset`] | the ReplicaSet controller and its pure plan                        |
 //! | [`deployment`] | the Deployment controller and its pure rollout plan                |
 //! | [`job`]        | Jobs: pods to their completions, indexed or not; back-off, failure policy, deadline, suspend, TTL |
+//! | [`cronjob`]    | CronJobs: a Job each time the schedule fires, in its time zone; concurrency, deadline, history |
 //! | [`gc`]         | the garbage collector: ownerless objects, foreground and orphan deletes |
 //! | [`nodelifecycle`] | silent nodes: `Ready=Unknown`, taints, evictions per toleration |
 //! | [`endpointslice`] | each selecting Service's pods' addresses, in EndpointSlices of 100 |
@@ -45,6 +46,7 @@
 pub mod cache;
 pub mod certificates;
 pub mod core;
+pub mod cronjob;
 pub mod deployment;
 pub mod discovery;
 pub mod endpointslice;

@@ -15,8 +15,8 @@ use crate::cache::Cache;
 use crate::core::{Context, Controller};
 use crate::metrics::{self, Metrics};
 use crate::{
-    certificates, deployment, endpointslice, gc, job, namespace, nodelifecycle, replicaset,
-    resourcequota, rootca, serviceaccount,
+    certificates, cronjob, deployment, endpointslice, gc, job, namespace, nodelifecycle,
+    replicaset, resourcequota, rootca, serviceaccount,
 };
 
 /// The key controller manager processes elect their leader on.
@@ -206,6 +206,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         namespaces: Cache::new(Kind::Namespace),
         service_accounts: Cache::new(serviceaccount::kind()),
         jobs: Cache::new(job::kind()),
+        cron_jobs: Cache::new(cronjob::kind()),
         root_ca_maps: Cache::new(rootca::config_map_kind()),
         events: EventRecorder::spawn(client.clone(), COMPONENT, ""),
         metrics: metrics.clone(),
@@ -225,6 +226,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let accounts = Arc::new(serviceaccount::ServiceAccounts::new(ctx.clone()));
     let namespaces = Arc::new(namespace::Namespaces::new(ctx.clone()));
     let jobs = Arc::new(job::Jobs::new(ctx.clone()));
+    let cron_jobs = Arc::new(cronjob::CronJobs::new(ctx.clone()));
     let root_ca = root_ca.map(|ca| Arc::new(rootca::RootCa::new(ctx.clone(), ca)));
     let handlers = Arc::new(Handlers {
         ctx: ctx.clone(),
@@ -232,6 +234,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         accounts: accounts.clone(),
         namespaces: namespaces.clone(),
         jobs: jobs.clone(),
+        cron_jobs: cron_jobs.clone(),
         csrs: csrs.clone(),
         slices: slices.clone(),
         quotas: quotas.clone(),
@@ -257,6 +260,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         serviceaccount::kind(),
         rootca::config_map_kind(),
         job::kind(),
+        cronjob::kind(),
     ] {
         let params = if kind == rootca::config_map_kind() {
             // Only the ones this controller manager keeps.
@@ -308,6 +312,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     for _ in 0..config.workers {
         workers.spawn(work(namespaces.clone(), metrics.clone()));
         workers.spawn(work(jobs.clone(), metrics.clone()));
+        workers.spawn(work(cron_jobs.clone(), metrics.clone()));
     }
     if let Some(r) = &root_ca {
         workers.spawn(work(r.clone(), metrics.clone()));
@@ -325,6 +330,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 (serviceaccount::NAME, accounts.queue().clone()),
                 (namespace::NAME, namespaces.queue().clone()),
                 (job::NAME, jobs.queue().clone()),
+                (cronjob::NAME, cron_jobs.queue().clone()),
             ];
             if let Some(r) = &root_ca {
                 queues.push((rootca::NAME, r.queue().clone()));
@@ -365,6 +371,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         accounts.queue(),
         namespaces.queue(),
         jobs.queue(),
+        cron_jobs.queue(),
     ] {
         q.close();
     }
@@ -402,6 +409,7 @@ struct Handlers {
     accounts: Arc<serviceaccount::ServiceAccounts>,
     namespaces: Arc<namespace::Namespaces>,
     jobs: Arc<job::Jobs>,
+    cron_jobs: Arc<cronjob::CronJobs>,
     root_ca: Option<Arc<rootca::RootCa>>,
 }
 
@@ -419,6 +427,7 @@ impl Handlers {
             k if k == serviceaccount::kind() => &self.ctx.service_accounts,
             k if k == rootca::config_map_kind() => &self.ctx.root_ca_maps,
             k if k == job::kind() => &self.ctx.jobs,
+            k if k == cronjob::kind() => &self.ctx.cron_jobs,
             Kind::Generic(_) => &self.ctx.endpoints,
             _ => &self.ctx.deployments,
         }
@@ -452,7 +461,11 @@ impl Handlers {
                     r.on_config_map(event);
                 }
             }
-            k if k == job::kind() => self.jobs.on_job(event),
+            k if k == job::kind() => {
+                self.jobs.on_job(event);
+                self.cron_jobs.on_job(event);
+            }
+            k if k == cronjob::kind() => self.cron_jobs.on_cron_job(event),
             Kind::Generic(_) => self.slices.on_endpoints(event),
             Kind::Pod => {
                 self.quotas.on_counted(kind, event);

@@ -1541,3 +1541,76 @@ async fn jobs_run_to_completion_fail_by_policy_suspend_and_expire() {
     )
     .await;
 }
+
+/// A CronJob on simulated nodes: its schedule fires, a Job named for the scheduled minute
+/// runs to completion, and the CronJob's status records when it was scheduled and when a
+/// Job last succeeded, with no Job left active; suspended, it starts nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cron_job_fires_and_records_its_runs() {
+    let cluster = Cluster::start(1).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _control = start_control(&cluster, 1, 1);
+    let cron_job = Kind::from_name("CronJob").expect("declared");
+    let job = Kind::from_name("Job").expect("declared");
+    api.create(&obj(
+        cron_job,
+        json!({"metadata": {"name": "tick", "namespace": "default"},
+               "spec": {"schedule": "@every 2s", "concurrencyPolicy": "Forbid",
+                        "jobTemplate": {"metadata": {"labels": {"app": "tick"}},
+                                        "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                            "containers": [{"name": "c", "image": "localhost/skiff/busybox:1",
+                                                            "command": ["true"]}]}}}}}}),
+    ))
+    .await
+    .expect("cron job");
+    let status = |api: ClusterClient| async move {
+        match api.get(cron_job, "default", "tick").await {
+            Ok(Some(Object::Generic(_, g))) => g.at("/status").cloned(),
+            _ => None,
+        }
+    };
+    let done = eventually(Duration::from_secs(60), "a run succeeded", || async {
+        let s = status(api.clone()).await?;
+        (s["lastSuccessfulTime"].is_string() && s["lastScheduleTime"].is_string()).then_some(s)
+    })
+    .await;
+    assert!(done["lastScheduleTime"].is_string(), "{done}");
+    let (jobs, _) = api
+        .list(job, &ListParams::default().labels("app=tick"))
+        .await
+        .expect("jobs");
+    let first = jobs.first().expect("a job").metadata().clone();
+    assert!(first.name.starts_with("tick-"), "{}", first.name);
+    assert!(
+        first
+            .annotations
+            .contains_key("batch.kubernetes.io/cronjob-scheduled-timestamp")
+    );
+    assert_eq!(first.owner_references[0].kind, "CronJob");
+
+    // Suspended: nothing new starts.
+    let Ok(Some(Object::Generic(g, mut cj))) = api.get(cron_job, "default", "tick").await else {
+        panic!("no cron job")
+    };
+    cj.body["spec"]["suspend"] = json!(true);
+    api.update(&Object::Generic(g, cj)).await.expect("suspend");
+    let settled = eventually(Duration::from_secs(30), "no job active", || async {
+        let s = status(api.clone()).await?;
+        s["active"].is_null().then_some(s)
+    })
+    .await;
+    let (before, _) = api
+        .list(job, &ListParams::default().labels("app=tick"))
+        .await
+        .expect("jobs");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (after, _) = api
+        .list(job, &ListParams::default().labels("app=tick"))
+        .await
+        .expect("jobs");
+    assert_eq!(
+        before.len(),
+        after.len(),
+        "a suspended CronJob started a Job: {settled}"
+    );
+}

@@ -305,16 +305,22 @@ fn controller_manager_rules() -> Vec<PolicyRule> {
         ),
         rule(&["update"], "", &["resourcequotas/status"]),
         rule(ALL_VERBS, "apps", &["deployments", "replicasets"]),
-        // The Job controller.
+        // The Job and CronJob controllers.
+        rule(ALL_VERBS, "batch", &["jobs"]),
         rule(
-            &["get", "list", "watch", "update", "patch", "delete"],
+            &["get", "list", "watch", "update", "patch"],
             "batch",
-            &["jobs"],
+            &["cronjobs"],
         ),
         rule(
             &["update", "patch"],
             "batch",
-            &["jobs/status", "jobs/finalizers"],
+            &[
+                "jobs/status",
+                "jobs/finalizers",
+                "cronjobs/status",
+                "cronjobs/finalizers",
+            ],
         ),
         rule(
             &["patch", "update"],

@@ -1,14 +1,14 @@
-//! Typed views of the batch/v1 kinds for the controllers that act on them. Jobs are declared
-//! kinds ([`super::kinds`]), stored and served as JSON; a controller reads one through
-//! [`Job::from_generic`] and writes its status back with [`Job::status_into`], so the JSON
-//! path (defaults, validation, fields Skiff does not model) stays the one the API server
-//! uses.
+//! Typed views of the batch/v1 kinds for the controllers that act on them. Jobs and CronJobs
+//! are declared kinds ([`super::kinds`]), stored and served as JSON; a controller reads one
+//! through `from_generic` and writes its status back with `status_into`, so the JSON path
+//! (defaults, validation, fields Skiff does not model) stays the one the API server uses.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::apps::PodTemplateSpec;
 use super::meta::{LabelSelector, ObjectMeta, Time, Unmodelled};
+use super::namespace::ObjectReference;
 use super::registry::GenericObject;
 use super::vocabulary::ConditionStatus;
 
@@ -177,23 +177,33 @@ pub mod condition {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("a Job that does not read as one: {0}")]
-pub struct NotAJob(#[from] serde_json::Error);
+#[error("an object that does not read as its kind: {0}")]
+pub struct Unreadable(#[from] serde_json::Error);
+
+/// The typed view of a stored object.
+fn typed<T: serde::de::DeserializeOwned>(o: &GenericObject) -> Result<T, Unreadable> {
+    let mut value = Value::Object(o.body.clone());
+    value["metadata"] = serde_json::to_value(&o.metadata)?;
+    Ok(serde_json::from_value(value)?)
+}
+
+/// `o` with `status` (the rest of `o` as it is).
+fn with_status<S: Serialize>(o: &GenericObject, status: &S) -> GenericObject {
+    let mut next = o.clone();
+    let status = serde_json::to_value(status).unwrap_or(Value::Null);
+    next.body.insert("status".to_owned(), status);
+    next
+}
 
 impl Job {
     /// The Job a stored object holds.
-    pub fn from_generic(o: &GenericObject) -> Result<Job, NotAJob> {
-        let mut value = Value::Object(o.body.clone());
-        value["metadata"] = serde_json::to_value(&o.metadata)?;
-        Ok(serde_json::from_value(value)?)
+    pub fn from_generic(o: &GenericObject) -> Result<Job, Unreadable> {
+        typed(o)
     }
 
     /// `o` with this Job's status (the rest of `o` as it is).
     pub fn status_into(&self, o: &GenericObject) -> GenericObject {
-        let mut next = o.clone();
-        let status = serde_json::to_value(&self.status).unwrap_or(Value::Null);
-        next.body.insert("status".to_owned(), status);
-        next
+        with_status(o, &self.status)
     }
 
     pub fn parallelism(&self) -> i32 {
@@ -223,6 +233,80 @@ impl Job {
     /// Whether the Job is done: `Complete` or `Failed`.
     pub fn is_finished(&self) -> bool {
         self.condition(condition::COMPLETE).is_some() || self.condition(condition::FAILED).is_some()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CronJob {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: CronJobSpec,
+    #[serde(default)]
+    pub status: CronJobStatus,
+}
+
+/// What the CronJob controller reads of a CronJob's spec (defaulted by the API server).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CronJobSpec {
+    #[serde(default)]
+    pub schedule: String,
+    #[serde(default)]
+    pub time_zone: Option<String>,
+    #[serde(default)]
+    pub starting_deadline_seconds: Option<i64>,
+    /// `Allow`, `Forbid` or `Replace`.
+    #[serde(default)]
+    pub concurrency_policy: Option<String>,
+    #[serde(default)]
+    pub suspend: Option<bool>,
+    #[serde(default)]
+    pub job_template: JobTemplateSpec,
+    #[serde(default)]
+    pub successful_jobs_history_limit: Option<i32>,
+    #[serde(default)]
+    pub failed_jobs_history_limit: Option<i32>,
+}
+
+/// The Job a CronJob makes: its metadata, and its spec passed through as written.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobTemplateSpec {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: Value,
+}
+
+/// A CronJob's status, all of it: the controller writes it whole.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CronJobStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub active: Vec<ObjectReference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_successful_time: Option<Time>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    pub other: Unmodelled,
+}
+
+/// The annotation of a CronJob's Job: the time it was scheduled for, in the CronJob's zone.
+pub const CRON_JOB_SCHEDULED_TIMESTAMP: &str = "batch.kubernetes.io/cronjob-scheduled-timestamp";
+
+impl CronJob {
+    /// The CronJob a stored object holds.
+    pub fn from_generic(o: &GenericObject) -> Result<CronJob, Unreadable> {
+        typed(o)
+    }
+
+    /// `o` with this CronJob's status (the rest of `o` as it is).
+    pub fn status_into(&self, o: &GenericObject) -> GenericObject {
+        with_status(o, &self.status)
     }
 }
 

@@ -1677,17 +1677,19 @@ fn cron_job(errs: &mut Errors, o: &GenericObject, _: Option<&GenericObject>) {
             &path("/spec/schedule"),
             format!("Invalid value: {schedule:?}: cannot use TZ or CRON_TZ in schedule, use timeZone field instead"),
         );
-    } else if let Err(why) = check_cron(schedule) {
+    } else if let Err(why) = super::cron::Schedule::parse(schedule) {
         errs.add(
             &path("/spec/schedule"),
             format!("Invalid value: {schedule:?}: {why}"),
         );
     }
     let zone = o.text("/spec/timeZone");
-    if o.at("/spec/timeZone").is_some() && !is_time_zone(zone) {
+    if o.at("/spec/timeZone").is_some()
+        && let Err(why) = super::cron::time_zone(Some(zone))
+    {
         errs.add(
             &path("/spec/timeZone"),
-            format!("Invalid value: {zone:?}: unknown time zone {zone}"),
+            format!("Invalid value: {zone:?}: {why}"),
         );
     }
     errs_one_of(
@@ -1713,105 +1715,6 @@ fn cron_job(errs: &mut Errors, o: &GenericObject, _: Option<&GenericObject>) {
         selector.as_ref(),
         &[RestartPolicy::OnFailure, RestartPolicy::Never],
     );
-}
-
-/// A standard cron schedule (five fields, or `@hourly` and the like, or `@every 1h30m`), as
-/// the CronJob controller parses it; why not, otherwise.
-fn check_cron(schedule: &str) -> Result<(), String> {
-    if let Some(every) = schedule.strip_prefix("@every ") {
-        return humantime::parse_duration(every.trim())
-            .map(|_| ())
-            .map_err(|e| format!("invalid duration {every:?}: {e}"));
-    }
-    if schedule.starts_with('@') {
-        return match schedule {
-            "@yearly" | "@annually" | "@monthly" | "@weekly" | "@daily" | "@midnight"
-            | "@hourly" => Ok(()),
-            other => Err(format!("unrecognized descriptor: {other}")),
-        };
-    }
-    const MONTHS: &[&str] = &[
-        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
-    ];
-    const DAYS: &[&str] = &["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
-    let fields: Vec<&str> = schedule.split_whitespace().collect();
-    if fields.len() != 5 {
-        return Err(format!(
-            "expected exactly 5 fields, found {}: {schedule}",
-            fields.len()
-        ));
-    }
-    let bounds: [(u32, u32, &[&str]); 5] = [
-        (0, 59, &[]),
-        (0, 23, &[]),
-        (1, 31, &[]),
-        (1, 12, MONTHS),
-        (0, 6, DAYS),
-    ];
-    for (field, (lo, hi, names)) in fields.iter().zip(bounds) {
-        for part in field.split(',') {
-            let (range, step) = match part.split_once('/') {
-                Some((r, s)) => (r, Some(s)),
-                None => (part, None),
-            };
-            if let Some(step) = step
-                && step.parse::<u32>().map_or(true, |s| s == 0)
-            {
-                return Err(format!("invalid step {step:?} in {part:?}"));
-            }
-            if range == "*" || range == "?" {
-                continue;
-            }
-            let value = |v: &str| -> Result<u32, String> {
-                let lower = v.to_ascii_lowercase();
-                let named = names
-                    .iter()
-                    .position(|n| *n == lower)
-                    .map(|i| u32::try_from(i).expect("invariant: a short list") + lo);
-                let n = named
-                    .or_else(|| v.parse().ok())
-                    .ok_or_else(|| format!("failed to parse {v:?}"))?;
-                if n < lo || n > hi {
-                    return Err(format!("{n} out of range [{lo}, {hi}]"));
-                }
-                Ok(n)
-            };
-            match range.split_once('-') {
-                Some((a, b)) => {
-                    let (a, b) = (value(a)?, value(b)?);
-                    if a > b {
-                        return Err(format!(
-                            "beginning of range ({a}) beyond end of range ({b}): {range}"
-                        ));
-                    }
-                }
-                None => {
-                    value(range)?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Whether `zone` names a time zone of the IANA database (as this host's holds it).
-fn is_time_zone(zone: &str) -> bool {
-    let lexical = !zone.is_empty()
-        && !zone.starts_with('/')
-        && !zone
-            .split('/')
-            .any(|p| p.is_empty() || p == "." || p == "..")
-        && zone
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'_' | b'-' | b'+'));
-    if !lexical {
-        return false;
-    }
-    if zone == "UTC" || zone == "Local" {
-        return zone == "UTC";
-    }
-    let database = std::path::Path::new("/usr/share/zoneinfo");
-    !database.is_dir() || database.join(zone).is_file()
 }
 
 // PersistentVolume and PersistentVolumeClaim
@@ -2842,7 +2745,7 @@ mod tests {
             "@every 1h30m",
             "0 12 1,15 jan,jul ?",
         ] {
-            assert_eq!(check_cron(ok), Ok(()), "{ok}");
+            assert!(super::super::cron::Schedule::parse(ok).is_ok(), "{ok}");
         }
         for bad in [
             "* * * *",
@@ -2852,7 +2755,7 @@ mod tests {
             "*/0 * * * *",
             "5-1 * * * *",
         ] {
-            assert!(check_cron(bad).is_err(), "{bad}");
+            assert!(super::super::cron::Schedule::parse(bad).is_err(), "{bad}");
         }
         let mut t = template_json();
         t["spec"]["restartPolicy"] = json!("OnFailure");

@@ -11,7 +11,8 @@
 //! | `node`       | `Node` spec and status                                      |
 //! | `event`      | `Event`: what happened to an object, for `describe`     |
 //! | `apps`       | apps/v1 `Deployment`, `ReplicaSet` and the pod template   |
-//! | `batch`      | typed views of batch/v1 Jobs, for the Job controller        |
+//! | `batch`      | typed views of batch/v1 Jobs and CronJobs, for their controllers |
+//! | `cron`       | CronJob schedules: parsed, and when they fire in a time zone |
 //! | `namespace`  | `Namespace`, `ResourceQuota`, `LimitRange`, `Binding`       |
 //! | `rbac`       | `Role`, `ClusterRole`, their bindings, access reviews       |
 //! | `secret`     | `Secret`: named data, bootstrap tokens                      |
@@ -31,6 +32,7 @@
 pub mod apps;
 pub mod batch;
 pub mod certificates;
+pub mod cron;
 pub mod custom;
 pub mod defaults;
 pub mod event;
