@@ -33,6 +33,7 @@ pub struct Context {
     pub service_accounts: Cache,
     pub jobs: Cache,
     pub cron_jobs: Cache,
+    pub daemon_sets: Cache,
     /// The `kube-root-ca.crt` ConfigMaps (no other).
     pub root_ca_maps: Cache,
     pub events: EventRecorder,

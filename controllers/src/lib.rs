@@ -28,6 +28,7 @@
 //! | [`deployment`] | the Deployment controller and its pure rollout plan                |
 //! | [`job`]        | Jobs: pods to their completions, indexed or not; back-off, failure policy, deadline, suspend, TTL |
 //! | [`cronjob`]    | CronJobs: a Job each time the schedule fires, in its time zone; concurrency, deadline, history |
+//! | [`daemonset`]  | DaemonSets: a pod on each node that should run one; rolling updates within maxUnavailable and maxSurge |
 //! | [`gc`]         | the garbage collector: ownerless objects, foreground and orphan deletes |
 //! | [`nodelifecycle`] | silent nodes: `Ready=Unknown`, taints, evictions per toleration |
 //! | [`endpointslice`] | each selecting Service's pods' addresses, in EndpointSlices of 100 |
@@ -47,6 +48,7 @@ pub mod cache;
 pub mod certificates;
 pub mod core;
 pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod discovery;
 pub mod endpointslice;

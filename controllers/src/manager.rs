@@ -15,7 +15,7 @@ use crate::cache::Cache;
 use crate::core::{Context, Controller};
 use crate::metrics::{self, Metrics};
 use crate::{
-    certificates, cronjob, deployment, endpointslice, gc, job, namespace, nodelifecycle,
+    certificates, cronjob, daemonset, deployment, endpointslice, gc, job, namespace, nodelifecycle,
     replicaset, resourcequota, rootca, serviceaccount,
 };
 
@@ -207,6 +207,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         service_accounts: Cache::new(serviceaccount::kind()),
         jobs: Cache::new(job::kind()),
         cron_jobs: Cache::new(cronjob::kind()),
+        daemon_sets: Cache::new(daemonset::kind()),
         root_ca_maps: Cache::new(rootca::config_map_kind()),
         events: EventRecorder::spawn(client.clone(), COMPONENT, ""),
         metrics: metrics.clone(),
@@ -227,6 +228,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let namespaces = Arc::new(namespace::Namespaces::new(ctx.clone()));
     let jobs = Arc::new(job::Jobs::new(ctx.clone()));
     let cron_jobs = Arc::new(cronjob::CronJobs::new(ctx.clone()));
+    let daemon_sets = Arc::new(daemonset::DaemonSets::new(ctx.clone()));
     let root_ca = root_ca.map(|ca| Arc::new(rootca::RootCa::new(ctx.clone(), ca)));
     let handlers = Arc::new(Handlers {
         ctx: ctx.clone(),
@@ -235,6 +237,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         namespaces: namespaces.clone(),
         jobs: jobs.clone(),
         cron_jobs: cron_jobs.clone(),
+        daemon_sets: daemon_sets.clone(),
         csrs: csrs.clone(),
         slices: slices.clone(),
         quotas: quotas.clone(),
@@ -261,6 +264,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         rootca::config_map_kind(),
         job::kind(),
         cronjob::kind(),
+        daemonset::kind(),
     ] {
         let params = if kind == rootca::config_map_kind() {
             // Only the ones this controller manager keeps.
@@ -313,6 +317,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         workers.spawn(work(namespaces.clone(), metrics.clone()));
         workers.spawn(work(jobs.clone(), metrics.clone()));
         workers.spawn(work(cron_jobs.clone(), metrics.clone()));
+        workers.spawn(work(daemon_sets.clone(), metrics.clone()));
     }
     if let Some(r) = &root_ca {
         workers.spawn(work(r.clone(), metrics.clone()));
@@ -331,6 +336,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 (namespace::NAME, namespaces.queue().clone()),
                 (job::NAME, jobs.queue().clone()),
                 (cronjob::NAME, cron_jobs.queue().clone()),
+                (daemonset::NAME, daemon_sets.queue().clone()),
             ];
             if let Some(r) = &root_ca {
                 queues.push((rootca::NAME, r.queue().clone()));
@@ -372,6 +378,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         namespaces.queue(),
         jobs.queue(),
         cron_jobs.queue(),
+        daemon_sets.queue(),
     ] {
         q.close();
     }
@@ -410,6 +417,7 @@ struct Handlers {
     namespaces: Arc<namespace::Namespaces>,
     jobs: Arc<job::Jobs>,
     cron_jobs: Arc<cronjob::CronJobs>,
+    daemon_sets: Arc<daemonset::DaemonSets>,
     root_ca: Option<Arc<rootca::RootCa>>,
 }
 
@@ -428,6 +436,7 @@ impl Handlers {
             k if k == rootca::config_map_kind() => &self.ctx.root_ca_maps,
             k if k == job::kind() => &self.ctx.jobs,
             k if k == cronjob::kind() => &self.ctx.cron_jobs,
+            k if k == daemonset::kind() => &self.ctx.daemon_sets,
             Kind::Generic(_) => &self.ctx.endpoints,
             _ => &self.ctx.deployments,
         }
@@ -440,7 +449,10 @@ impl Handlers {
         let old = self.cache(kind).apply(event);
         let old = old.as_deref();
         match kind {
-            Kind::Node => self.nodes.on_node(event),
+            Kind::Node => {
+                self.nodes.on_node(event);
+                self.daemon_sets.on_node(event, old);
+            }
             Kind::CertificateSigningRequest => self.csrs.on_csr(event),
             Kind::Service => {
                 self.slices.on_service(event);
@@ -466,6 +478,7 @@ impl Handlers {
                 self.cron_jobs.on_job(event);
             }
             k if k == cronjob::kind() => self.cron_jobs.on_cron_job(event),
+            k if k == daemonset::kind() => self.daemon_sets.on_daemon_set(event),
             Kind::Generic(_) => self.slices.on_endpoints(event),
             Kind::Pod => {
                 self.quotas.on_counted(kind, event);
@@ -475,6 +488,7 @@ impl Handlers {
                 self.nodes.on_pod(event);
                 self.namespaces.on_pod(event);
                 self.jobs.on_pod(event);
+                self.daemon_sets.on_pod(event);
             }
             Kind::ReplicaSet => {
                 self.replica_sets.on_replica_set(event);

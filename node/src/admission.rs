@@ -7,7 +7,6 @@
 //! Like the kubelet, only `NoExecute` taints refuse a pod here: `NoSchedule` keeps the
 //! scheduler away but lets a pod bound directly to the node run.
 
-use skiff_proto::api::pod::NodeSelectorTerm;
 use skiff_proto::api::{Node, Pod, TaintEffect};
 
 use crate::engine::Rejection;
@@ -129,7 +128,7 @@ fn host_port_conflict(held: Vec<HostPort>, pod: &Pod) -> Option<(String, i32)> {
 /// The checks that depend only on the Node's labels and taints (`NodeAffinity`, `Taint`):
 /// what a newer version of the Node can change.
 pub fn node_allows(node: &Node, pod: &Pod) -> Result<(), Rejection> {
-    if !matches_node(node, pod) {
+    if !pod.selects_node(node) {
         return Err(Rejection {
             reason: "NodeAffinity".into(),
             message:
@@ -163,46 +162,6 @@ fn out_of(resource: &str, requested: i64, used: i64, capacity: i64) -> Rejection
              {requested}, used: {used}, capacity: {capacity}"
         ),
     }
-}
-
-/// `nodeSelector` and required node affinity.
-fn matches_node(node: &Node, pod: &Pod) -> bool {
-    let labels = &node.metadata.labels;
-    if !pod
-        .spec
-        .node_selector
-        .iter()
-        .all(|(k, v)| labels.get(k) == Some(v))
-    {
-        return false;
-    }
-    let Some(required) = pod
-        .spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| n.required.as_ref())
-    else {
-        return true;
-    };
-    required
-        .node_selector_terms
-        .iter()
-        .any(|term| term_matches(node, term))
-}
-
-fn term_matches(node: &Node, term: &NodeSelectorTerm) -> bool {
-    if term.match_expressions.is_empty() && term.match_fields.is_empty() {
-        return false;
-    }
-    let labels = &node.metadata.labels;
-    term.match_expressions
-        .iter()
-        .all(|r| r.matches(labels.get(&r.key).map(String::as_str)))
-        && term.match_fields.iter().all(|r| {
-            let value = (r.key == "metadata.name").then_some(node.metadata.name.as_str());
-            r.matches(value)
-        })
 }
 
 #[cfg(test)]

@@ -1614,3 +1614,183 @@ async fn a_cron_job_fires_and_records_its_runs() {
         "a suspended CronJob started a Job: {settled}"
     );
 }
+
+/// The status of DaemonSet `name` in `default`, as stored.
+async fn daemon_set_status(api: &ClusterClient, name: &str) -> Option<serde_json::Value> {
+    let ds = Kind::from_name("DaemonSet").expect("declared");
+    match api.get(ds, "default", name).await {
+        Ok(Some(Object::Generic(_, g))) => g.at("/status").cloned(),
+        _ => None,
+    }
+}
+
+/// Sets (or, with `None`, removes) label `role` of node `name`.
+async fn label_node(api: &ClusterClient, name: &str, role: Option<&str>) {
+    loop {
+        let Some(Object::Node(mut node)) = api.get(Kind::Node, "", name).await.expect("get node")
+        else {
+            panic!("no node {name}")
+        };
+        match role {
+            Some(r) => node.metadata.labels.insert("role".into(), r.into()),
+            None => node.metadata.labels.remove("role"),
+        };
+        match api.update(&Object::Node(node)).await {
+            Ok(_) => return,
+            // The agent's heartbeat wrote in between: read again.
+            Err(e) if e.code() == Some(skiff_proto::client::Code::Aborted) => {}
+            Err(e) => panic!("label {name}: {e}"),
+        }
+    }
+}
+
+/// DaemonSets on simulated nodes: a daemon pod on each node whose labels the DaemonSet
+/// selects, placed by the scheduler; a node labelled later gets one, a node unlabelled loses
+/// its; a new template rolls across the nodes. Checked on every pod event: a node never runs
+/// two of the DaemonSet's pods at once (`maxSurge` 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_set_follows_its_nodes_and_rolls_one_at_a_time() {
+    let cluster = Cluster::start(1).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _control = start_control(&cluster, 3, 1);
+    let daemon_set = Kind::from_name("DaemonSet").expect("declared");
+    let nodes = eventually(Duration::from_secs(30), "three nodes", || async {
+        let (nodes, _) = api.list(Kind::Node, &ListParams::default()).await.ok()?;
+        let names: Vec<String> = nodes.iter().map(|n| n.metadata().name.clone()).collect();
+        (names.len() == 3).then_some(names)
+    })
+    .await;
+
+    // Every pod event: no node runs two active pods of the DaemonSet.
+    let doubled = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = doubled.clone();
+    let watcher = api.clone();
+    tokio::spawn(async move {
+        let params = ListParams::default()
+            .namespace("default")
+            .labels("app=agent");
+        let mut pods = BTreeMap::new();
+        let mut stream = Box::pin(
+            watcher
+                .watch(Kind::Pod, &params.watch_after(0))
+                .await
+                .expect("watch"),
+        );
+        while let Some(Ok(e)) = stream.next().await {
+            match e {
+                Event::Added(Object::Pod(p)) | Event::Modified(Object::Pod(p)) => {
+                    let node = p.spec.node_name.clone();
+                    pods.insert(p.metadata.name.clone(), (node, active(&p)));
+                }
+                Event::Deleted(Object::Pod(p)) => {
+                    pods.remove(&p.metadata.name);
+                }
+                _ => {}
+            }
+            let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+            for (node, is_active) in pods.values() {
+                if *is_active && !node.is_empty() {
+                    *per_node.entry(node.as_str()).or_default() += 1;
+                }
+            }
+            for (node, n) in per_node {
+                if n > 1 {
+                    seen.lock().expect("lock").push(node.to_owned());
+                }
+            }
+        }
+    });
+
+    for n in &nodes[..2] {
+        label_node(&api, n, Some("worker")).await;
+    }
+    let make = |image: &str| {
+        obj(
+            daemon_set,
+            json!({"metadata": {"name": "agent", "namespace": "default"},
+                   "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                            "template": {"metadata": {"labels": {"app": "agent"}},
+                                         "spec": {"nodeSelector": {"role": "worker"},
+                                                  "containers": [{"name": "c", "image": image}]}}}}),
+        )
+    };
+    api.create(&make("localhost/skiff/busybox:1"))
+        .await
+        .expect("daemon set");
+    let ready_on = |want: i64| {
+        let api = api.clone();
+        async move {
+            let s = daemon_set_status(&api, "agent").await?;
+            (s["desiredNumberScheduled"] == want
+                && s["numberReady"] == want
+                && s["updatedNumberScheduled"] == want
+                && s["numberAvailable"] == want)
+                .then_some(s)
+        }
+    };
+    eventually(Duration::from_secs(60), "two daemons ready", || ready_on(2)).await;
+    let placed = |api: ClusterClient| async move {
+        let (pods, _) = api
+            .list(Kind::Pod, &ListParams::default().labels("app=agent"))
+            .await
+            .expect("pods");
+        let mut on: Vec<String> = pods
+            .iter()
+            .filter_map(|p| match p {
+                Object::Pod(p) if active(p) => Some(p.spec.node_name.clone()),
+                _ => None,
+            })
+            .collect();
+        on.sort();
+        on
+    };
+    assert_eq!(placed(api.clone()).await, nodes[..2].to_vec());
+
+    label_node(&api, &nodes[2], Some("worker")).await;
+    eventually(
+        Duration::from_secs(60),
+        "a daemon on the third node",
+        || ready_on(3),
+    )
+    .await;
+
+    // A new template rolls across all three, one node at a time.
+    let Ok(Some(Object::Generic(g, mut ds))) = api.get(daemon_set, "default", "agent").await else {
+        panic!("no daemon set")
+    };
+    ds.body["spec"]["template"]["spec"]["containers"][0]["image"] =
+        json!("localhost/skiff/busybox:2");
+    api.update(&Object::Generic(g, ds))
+        .await
+        .expect("new template");
+    eventually(
+        Duration::from_secs(90),
+        "the new template everywhere",
+        || async {
+            let s = ready_on(3).await?;
+            let (pods, _) = api
+                .list(Kind::Pod, &ListParams::default().labels("app=agent"))
+                .await
+                .ok()?;
+            let new = pods.iter().all(|p| match p {
+                Object::Pod(p) => p.spec.containers[0].image == "localhost/skiff/busybox:2",
+                _ => false,
+            });
+            (new && pods.len() == 3).then_some(s)
+        },
+    )
+    .await;
+
+    label_node(&api, &nodes[0], None).await;
+    eventually(
+        Duration::from_secs(60),
+        "the unlabelled node's daemon gone",
+        || async {
+            let on = placed(api.clone()).await;
+            (on == nodes[1..].to_vec()).then_some(())
+        },
+    )
+    .await;
+    let doubled = doubled.lock().expect("lock").clone();
+    assert!(doubled.is_empty(), "two daemons at once on {doubled:?}");
+}

@@ -305,6 +305,9 @@ fn controller_manager_rules() -> Vec<PolicyRule> {
         ),
         rule(&["update"], "", &["resourcequotas/status"]),
         rule(ALL_VERBS, "apps", &["deployments", "replicasets"]),
+        // The DaemonSet controller.
+        rule(&["get", "list", "watch"], "apps", &["daemonsets"]),
+        rule(&["update", "patch"], "apps", &["daemonsets/status"]),
         // The Job and CronJob controllers.
         rule(ALL_VERBS, "batch", &["jobs"]),
         rule(

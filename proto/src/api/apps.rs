@@ -350,3 +350,83 @@ mod tests {
         assert_eq!(d.surge_and_unavailable(), (1, 2));
     }
 }
+
+/// A typed view of a stored DaemonSet (a declared kind), for its controller: read with
+/// [`super::GenericObject::typed`], its status written back with
+/// [`super::GenericObject::with_status`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonSet {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: DaemonSetSpec,
+    #[serde(default)]
+    pub status: DaemonSetStatus,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonSetSpec {
+    #[serde(default)]
+    pub selector: LabelSelector,
+    #[serde(default)]
+    pub template: PodTemplateSpec,
+    #[serde(default)]
+    pub update_strategy: DaemonSetUpdateStrategy,
+    #[serde(default)]
+    pub min_ready_seconds: Option<i32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonSetUpdateStrategy {
+    /// `RollingUpdate` (the default) or `OnDelete`.
+    #[serde(default, rename = "type")]
+    pub type_: Option<String>,
+    #[serde(default)]
+    pub rolling_update: Option<RollingUpdateDaemonSet>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RollingUpdateDaemonSet {
+    #[serde(default)]
+    pub max_unavailable: Option<IntOrString>,
+    #[serde(default)]
+    pub max_surge: Option<IntOrString>,
+}
+
+/// A DaemonSet's status, all of it: the controller writes it whole. The four counts
+/// Kubernetes always writes are always written.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonSetStatus {
+    #[serde(default)]
+    pub current_number_scheduled: i32,
+    #[serde(default)]
+    pub number_misscheduled: i32,
+    #[serde(default)]
+    pub desired_number_scheduled: i32,
+    #[serde(default)]
+    pub number_ready: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_number_scheduled: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number_available: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number_unavailable: Option<i32>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    pub other: Unmodelled,
+}
+
+impl DaemonSet {
+    /// Whether pods of an old template are replaced as they are (`OnDelete`: only once
+    /// deleted).
+    pub fn rolls(&self) -> bool {
+        self.spec.update_strategy.type_.as_deref() != Some("OnDelete")
+    }
+}

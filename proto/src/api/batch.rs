@@ -180,19 +180,12 @@ pub mod condition {
 #[error("an object that does not read as its kind: {0}")]
 pub struct Unreadable(#[from] serde_json::Error);
 
-/// The typed view of a stored object.
 fn typed<T: serde::de::DeserializeOwned>(o: &GenericObject) -> Result<T, Unreadable> {
-    let mut value = Value::Object(o.body.clone());
-    value["metadata"] = serde_json::to_value(&o.metadata)?;
-    Ok(serde_json::from_value(value)?)
+    Ok(o.typed()?)
 }
 
-/// `o` with `status` (the rest of `o` as it is).
 fn with_status<S: Serialize>(o: &GenericObject, status: &S) -> GenericObject {
-    let mut next = o.clone();
-    let status = serde_json::to_value(status).unwrap_or(Value::Null);
-    next.body.insert("status".to_owned(), status);
-    next
+    o.with_status(status)
 }
 
 impl Job {

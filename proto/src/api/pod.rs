@@ -722,6 +722,41 @@ impl PodStatus {
 }
 
 impl Pod {
+    /// Whether `node` is one the pod may run on by its `nodeSelector` and its required node
+    /// affinity (labels, and `metadata.name` as a field), as the scheduler, the kubelet's
+    /// admission and the DaemonSet controller all decide it.
+    pub fn selects_node(&self, node: &super::node::Node) -> bool {
+        let labels = &node.metadata.labels;
+        if !self
+            .spec
+            .node_selector
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+        {
+            return false;
+        }
+        let Some(required) = self
+            .spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|n| n.required.as_ref())
+        else {
+            return true;
+        };
+        required.node_selector_terms.iter().any(|term| {
+            (!term.match_expressions.is_empty() || !term.match_fields.is_empty())
+                && term
+                    .match_expressions
+                    .iter()
+                    .all(|r| r.matches(labels.get(&r.key).map(String::as_str)))
+                && term.match_fields.iter().all(|r| {
+                    let value = (r.key == "metadata.name").then_some(node.metadata.name.as_str());
+                    r.matches(value)
+                })
+        })
+    }
+
     /// Sum of app-container requests for `resource`, raised to the largest init-container
     /// request (init containers run one at a time, before the app containers), as the
     /// kube-scheduler computes a pod's effective request.

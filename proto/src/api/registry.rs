@@ -177,6 +177,23 @@ pub struct GenericObject {
 }
 
 impl GenericObject {
+    /// A typed view of the object (the Job controller's `Job`): its metadata and body read
+    /// as `T`.
+    pub fn typed<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        let mut value = Value::Object(self.body.clone());
+        value["metadata"] = serde_json::to_value(&self.metadata)?;
+        serde_json::from_value(value)
+    }
+
+    /// The object with `status` in place of its own (the rest as it is), as a controller
+    /// writes it.
+    pub fn with_status<S: Serialize>(&self, status: &S) -> GenericObject {
+        let mut next = self.clone();
+        let status = serde_json::to_value(status).unwrap_or(Value::Null);
+        next.body.insert("status".to_owned(), status);
+        next
+    }
+
     /// The value at a JSON pointer into the body (`/spec/replicas`).
     pub fn at(&self, pointer: &str) -> Option<&Value> {
         let rest = pointer.strip_prefix('/')?;

@@ -1,0 +1,307 @@
+//! The DaemonSet controller: one pod of a DaemonSet's template on each node it should run
+//! on, following nodes as they come, go and change their labels and taints, and rolling a
+//! new template across them (`RollingUpdate` within `maxUnavailable` and `maxSurge`, or
+//! `OnDelete`), as kube-controller-manager's `daemonset` controller does (Kubernetes 1.32).
+//!
+//! Daemon pods are placed by the scheduler, like any pod: each is pinned to its node by a
+//! required node affinity on `metadata.name`, so the scheduler still checks that it fits
+//! and never overcommits the node. Each carries the daemon tolerations (a daemon keeps
+//! running on a node that is unreachable, under pressure or cordoned) and the
+//! `controller-revision-hash` of its template, by which the update tells old pods from new.
+//! The decisions are in [`plan`], without I/O.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use skiff_proto::api::apps::DaemonSet;
+use skiff_proto::api::{GenericObject, Kind, Node, Object, Pod, Time};
+use skiff_proto::client::{ClientError, Code, Event};
+use skiff_proto::recorder::{EventRecorder, reference_to};
+
+use crate::cache::controller_of;
+use crate::core::{
+    Context, Controller, Requeue, controller_ref, gone_is_none, key_of, owner_key, split_key,
+};
+use crate::deployment::template_hash;
+use crate::queue::WorkQueue;
+use crate::replicaset::plan::slow_start;
+
+pub mod plan;
+
+/// The controller's name in logs and metrics.
+pub const NAME: &str = "daemonset";
+
+/// The kind of DaemonSets.
+pub fn kind() -> Kind {
+    Kind::from_name("DaemonSet").expect("invariant: DaemonSet is declared")
+}
+
+#[derive(Debug)]
+pub struct DaemonSets {
+    ctx: Arc<Context>,
+    queue: WorkQueue,
+    /// Events from `daemonset-controller`, as Kubernetes names their source.
+    events: EventRecorder,
+}
+
+/// The pod of `ds`'s template that `node` would run, before it is pinned there: the
+/// template with the daemon tolerations and the revision labels.
+pub fn template_pod(
+    ds: &DaemonSet,
+    hash: &str,
+) -> Result<Pod, skiff_proto::api::object::DecodeError> {
+    let mut v = json!({"metadata": ds.spec.template.metadata, "spec": ds.spec.template.spec});
+    let meta = &mut v["metadata"];
+    meta["namespace"] = json!(ds.metadata.namespace);
+    meta["generateName"] = json!(format!("{}-", ds.metadata.name));
+    meta["labels"][plan::REVISION_HASH_LABEL] = json!(hash);
+    meta["labels"][plan::TEMPLATE_GENERATION_LABEL] =
+        json!(ds.metadata.generation.unwrap_or(1).to_string());
+    meta["ownerReferences"] = json!([controller_ref(kind(), &ds.metadata)]);
+    let Object::Pod(mut pod) = Object::from_value(Kind::Pod, v)? else {
+        unreachable!("invariant: a Pod decodes as a Pod")
+    };
+    plan::add_daemon_tolerations(&mut pod);
+    Ok(pod)
+}
+
+/// `template` pinned to `node`: its required node affinity is the node's name alone (the
+/// controller has checked the rest), as Kubernetes replaces it.
+fn pinned(template: &Pod, node: &str) -> Result<Pod, skiff_proto::api::object::DecodeError> {
+    let mut v = serde_json::to_value(template).unwrap_or_default();
+    v["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] = json!({
+        "nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]
+    });
+    match Object::from_value(Kind::Pod, v)? {
+        Object::Pod(p) => Ok(p),
+        _ => unreachable!("invariant: a Pod decodes as a Pod"),
+    }
+}
+
+impl DaemonSets {
+    pub fn new(ctx: Arc<Context>) -> Self {
+        DaemonSets {
+            events: ctx.events.with_component("daemonset-controller"),
+            ctx,
+            queue: WorkQueue::new(),
+        }
+    }
+
+    pub fn on_daemon_set(&self, event: &Event) {
+        if let Event::Added(o) | Event::Modified(o) | Event::Deleted(o) = event {
+            self.queue.add(key_of(o.metadata()));
+        }
+    }
+
+    /// A node came, went or changed: every DaemonSet looks at it again.
+    pub fn on_node(&self, event: &Event, old: Option<&Object>) {
+        let relevant = match (event, old) {
+            (Event::Modified(Object::Node(n)), Some(Object::Node(o))) => {
+                n.metadata.labels != o.metadata.labels || n.spec.taints != o.spec.taints
+            }
+            (Event::Added(_) | Event::Deleted(_), _) => true,
+            _ => false,
+        };
+        if relevant {
+            for ds in self.ctx.daemon_sets.list(None) {
+                self.queue.add(key_of(ds.metadata()));
+            }
+        }
+    }
+
+    /// A pod changed: count it off its DaemonSet's expectations and sync the DaemonSet.
+    pub fn on_pod(&self, event: &Event) {
+        let (object, deleted) = match event {
+            Event::Added(o) | Event::Modified(o) => (o, false),
+            Event::Deleted(o) => (o, true),
+            Event::Bookmark(_) => return,
+        };
+        let Some(key) = owner_key(object, kind()) else {
+            return;
+        };
+        let uid = controller_of(object).map_or("", |r| r.uid.as_str());
+        if deleted || object.metadata().deletion_timestamp.is_some() {
+            self.ctx.expectations.deleted(uid, &object.key());
+        } else if matches!(event, Event::Added(_)) {
+            self.ctx.expectations.created(uid, 1);
+        }
+        self.queue.add(key);
+    }
+
+    async fn create(
+        &self,
+        ds: &DaemonSet,
+        template: &Pod,
+        nodes: &[String],
+    ) -> Option<ClientError> {
+        let uid = ds.metadata.uid.as_str();
+        let me = reference_to(kind(), &ds.metadata);
+        let pods: Vec<Object> = nodes
+            .iter()
+            .filter_map(|n| pinned(template, n).ok().map(Object::Pod))
+            .collect();
+        self.ctx.expectations.expect(uid, pods.len(), []);
+        let client = &self.ctx.client;
+        let (created, skipped, error) = slow_start(pods.len(), |batch| {
+            let batch = pods[batch].to_vec();
+            async move { client.create_many(&batch).await }
+        })
+        .await;
+        let failed = pods.len() - created.len() - skipped;
+        self.ctx
+            .expectations
+            .created(uid, skipped + if error.is_some() { failed } else { 0 });
+        self.ctx.metrics.pod_writes("create", "ok", created.len());
+        for o in &created {
+            self.events.normal(
+                me.clone(),
+                "SuccessfulCreate",
+                format!("Created pod: {}", o.metadata().name),
+            );
+        }
+        if let Some(e) = &error {
+            self.ctx.metrics.pod_writes("create", "error", failed);
+            self.events
+                .warning(me, "FailedCreate", format!("Error creating: {e}"));
+        }
+        error
+    }
+
+    async fn delete(&self, ds: &DaemonSet, names: &[String]) -> Option<ClientError> {
+        let ns = &ds.metadata.namespace;
+        let uid = &ds.metadata.uid;
+        self.ctx
+            .expectations
+            .expect(uid, 0, names.iter().map(|n| Kind::Pod.key(ns, n)));
+        let client = &self.ctx.client;
+        let results = futures::future::join_all(
+            names
+                .iter()
+                .map(|n| client.delete(Kind::Pod, ns, n, 0, None)),
+        )
+        .await;
+        let me = reference_to(kind(), &ds.metadata);
+        let mut first_error = None;
+        for (name, r) in names.iter().zip(results) {
+            match r {
+                Ok(_) => self.events.normal(
+                    me.clone(),
+                    "SuccessfulDelete",
+                    format!("Deleted pod: {name}"),
+                ),
+                Err(e) => {
+                    self.ctx.expectations.deleted(uid, &Kind::Pod.key(ns, name));
+                    if e.code() != Some(Code::NotFound) {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        first_error
+    }
+}
+
+fn generic_kind() -> skiff_proto::api::GenericKind {
+    match kind() {
+        Kind::Generic(g) => g,
+        _ => unreachable!("invariant: DaemonSet is a declared kind"),
+    }
+}
+
+impl Controller for DaemonSets {
+    const NAME: &'static str = NAME;
+
+    fn queue(&self) -> &WorkQueue {
+        &self.queue
+    }
+
+    async fn sync(&self, key: &str) -> Result<Requeue, ClientError> {
+        let (namespace, name) = split_key(key);
+        let Some(object) = self.ctx.daemon_sets.get(namespace, name) else {
+            return Ok(None);
+        };
+        let Object::Generic(_, stored) = &*object else {
+            return Ok(None);
+        };
+        let ds: DaemonSet = match stored.typed() {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(daemonset = key, error = %e, "skipping a DaemonSet that does not read");
+                return Ok(None);
+            }
+        };
+        let uid = ds.metadata.uid.clone();
+        if ds.metadata.deletion_timestamp.is_some() {
+            self.ctx.expectations.forget(&uid);
+            return Ok(None);
+        }
+        let hash = template_hash(&ds.spec.template, 0);
+        let template = match template_pod(&ds, &hash) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(daemonset = key, error = %e, "the DaemonSet's template does not decode");
+                return Ok(None);
+            }
+        };
+        let owned: Vec<Arc<Object>> = self
+            .ctx
+            .pods
+            .owned_by(&uid)
+            .into_iter()
+            .filter(|o| controller_of(o).is_some_and(|r| r.uid == uid))
+            .collect();
+        let pods: Vec<&Pod> = owned
+            .iter()
+            .filter_map(|o| match &**o {
+                Object::Pod(p) => Some(p),
+                _ => None,
+            })
+            .collect();
+        let nodes: Vec<Arc<Object>> = self.ctx.nodes.list(None);
+        let nodes: Vec<&Node> = nodes
+            .iter()
+            .filter_map(|o| match &**o {
+                Object::Node(n) => Some(n),
+                _ => None,
+            })
+            .collect();
+        let now = Time::now().unix();
+        let decision = plan::decide(&ds, &template, &hash, &nodes, &pods, now);
+        let waiting = self.ctx.expectations.satisfied(&uid).err();
+        let mut error = None;
+        if waiting.is_none() {
+            if !decision.delete.is_empty() {
+                error = self.delete(&ds, &decision.delete).await;
+            }
+            if !decision.create.is_empty()
+                && let Some(e) = self.create(&ds, &template, &decision.create).await
+            {
+                error.get_or_insert(e);
+            }
+        }
+        if decision.status != ds.status {
+            let next: GenericObject = stored.with_status(&decision.status);
+            gone_is_none(
+                self.ctx
+                    .client
+                    .update_status(&Object::Generic(generic_kind(), next))
+                    .await,
+            )?;
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        // A pod that is ready but not yet available for `minReadySeconds`: look again then.
+        let min_ready = ds.spec.min_ready_seconds.unwrap_or(0);
+        let due = pods
+            .iter()
+            .filter_map(|p| crate::pods::seconds_to_available(p, min_ready, now))
+            .min()
+            .map(|s| std::time::Duration::from_secs(s.unsigned_abs()));
+        Ok(match (due, waiting) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
+    }
+}
