@@ -34,6 +34,8 @@ pub struct Context {
     pub jobs: Cache,
     pub cron_jobs: Cache,
     pub daemon_sets: Cache,
+    /// The ControllerRevisions of DaemonSets (and, later, StatefulSets).
+    pub controller_revisions: Cache,
     /// The `kube-root-ca.crt` ConfigMaps (no other).
     pub root_ca_maps: Cache,
     pub events: EventRecorder,

@@ -4,7 +4,7 @@
 //!
 //! Dependents are found through the caches' owner index, so the collector covers the kinds
 //! the controller manager watches (Deployments, ReplicaSets, Pods, Nodes, Services,
-//! EndpointSlices); an owner may be
+//! EndpointSlices, Jobs, ControllerRevisions); an owner may be
 //! of any kind. An owner missing from the caches is looked up in the store before anything is
 //! deleted for it: a cache that is behind must never cost a live object.
 //!
@@ -66,7 +66,7 @@ impl GarbageCollector {
         }
     }
 
-    fn caches(&self) -> [&Cache; 6] {
+    fn caches(&self) -> [&Cache; 8] {
         [
             &self.ctx.deployments,
             &self.ctx.replica_sets,
@@ -74,6 +74,9 @@ impl GarbageCollector {
             &self.ctx.nodes,
             &self.ctx.services,
             &self.ctx.endpoint_slices,
+            // A CronJob's Jobs, a DaemonSet's revisions.
+            &self.ctx.jobs,
+            &self.ctx.controller_revisions,
         ]
     }
 

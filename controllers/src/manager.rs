@@ -208,6 +208,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         jobs: Cache::new(job::kind()),
         cron_jobs: Cache::new(cronjob::kind()),
         daemon_sets: Cache::new(daemonset::kind()),
+        controller_revisions: Cache::new(daemonset::history::kind()),
         root_ca_maps: Cache::new(rootca::config_map_kind()),
         events: EventRecorder::spawn(client.clone(), COMPONENT, ""),
         metrics: metrics.clone(),
@@ -265,6 +266,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         job::kind(),
         cronjob::kind(),
         daemonset::kind(),
+        daemonset::history::kind(),
     ] {
         let params = if kind == rootca::config_map_kind() {
             // Only the ones this controller manager keeps.
@@ -437,6 +439,7 @@ impl Handlers {
             k if k == job::kind() => &self.ctx.jobs,
             k if k == cronjob::kind() => &self.ctx.cron_jobs,
             k if k == daemonset::kind() => &self.ctx.daemon_sets,
+            k if k == daemonset::history::kind() => &self.ctx.controller_revisions,
             Kind::Generic(_) => &self.ctx.endpoints,
             _ => &self.ctx.deployments,
         }
@@ -479,6 +482,7 @@ impl Handlers {
             }
             k if k == cronjob::kind() => self.cron_jobs.on_cron_job(event),
             k if k == daemonset::kind() => self.daemon_sets.on_daemon_set(event),
+            k if k == daemonset::history::kind() => {}
             Kind::Generic(_) => self.slices.on_endpoints(event),
             Kind::Pod => {
                 self.quotas.on_counted(kind, event);

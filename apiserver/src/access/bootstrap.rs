@@ -308,6 +308,7 @@ fn controller_manager_rules() -> Vec<PolicyRule> {
         // The DaemonSet controller.
         rule(&["get", "list", "watch"], "apps", &["daemonsets"]),
         rule(&["update", "patch"], "apps", &["daemonsets/status"]),
+        rule(ALL_VERBS, "apps", &["controllerrevisions"]),
         // The Job and CronJob controllers.
         rule(ALL_VERBS, "batch", &["jobs"]),
         rule(

@@ -7,8 +7,9 @@
 //! required node affinity on `metadata.name`, so the scheduler still checks that it fits
 //! and never overcommits the node. Each carries the daemon tolerations (a daemon keeps
 //! running on a node that is unreachable, under pressure or cordoned) and the
-//! `controller-revision-hash` of its template, by which the update tells old pods from new.
-//! The decisions are in [`plan`], without I/O.
+//! `controller-revision-hash` of its template, by which the update tells old pods from new;
+//! the templates are kept as ControllerRevisions ([`history`]) for `kubectl rollout history`
+//! and `undo`. The decisions are in [`plan`], without I/O.
 
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ use crate::deployment::template_hash;
 use crate::queue::WorkQueue;
 use crate::replicaset::plan::slow_start;
 
+pub mod history;
 pub mod plan;
 
 /// The controller's name in logs and metrics.
@@ -141,7 +143,7 @@ impl DaemonSets {
             .iter()
             .filter_map(|n| pinned(template, n).ok().map(Object::Pod))
             .collect();
-        self.ctx.expectations.expect(uid, pods.len(), []);
+        let short = nodes.len() - pods.len();
         let client = &self.ctx.client;
         let (created, skipped, error) = slow_start(pods.len(), |batch| {
             let batch = pods[batch].to_vec();
@@ -151,7 +153,7 @@ impl DaemonSets {
         let failed = pods.len() - created.len() - skipped;
         self.ctx
             .expectations
-            .created(uid, skipped + if error.is_some() { failed } else { 0 });
+            .created(uid, short + skipped + if error.is_some() { failed } else { 0 });
         self.ctx.metrics.pod_writes("create", "ok", created.len());
         for o in &created {
             self.events.normal(
@@ -171,9 +173,6 @@ impl DaemonSets {
     async fn delete(&self, ds: &DaemonSet, names: &[String]) -> Option<ClientError> {
         let ns = &ds.metadata.namespace;
         let uid = &ds.metadata.uid;
-        self.ctx
-            .expectations
-            .expect(uid, 0, names.iter().map(|n| Kind::Pod.key(ns, n)));
         let client = &self.ctx.client;
         let results = futures::future::join_all(
             names
@@ -199,6 +198,71 @@ impl DaemonSets {
             }
         }
         first_error
+    }
+}
+
+impl DaemonSets {
+    /// Keeps the DaemonSet's ControllerRevisions: the current template the newest, old ones
+    /// no pod runs trimmed to `revisionHistoryLimit`.
+    async fn record_history(
+        &self,
+        ds: &DaemonSet,
+        stored: &GenericObject,
+        hash: &str,
+    ) -> Result<(), ClientError> {
+        let uid = &ds.metadata.uid;
+        let revisions: Vec<Arc<Object>> = self
+            .ctx
+            .controller_revisions
+            .owned_by(uid)
+            .into_iter()
+            .filter(|o| controller_of(o).is_some_and(|r| &r.uid == uid))
+            .collect();
+        let revisions: Vec<&GenericObject> = revisions
+            .iter()
+            .filter_map(|o| match &**o {
+                Object::Generic(_, g) => Some(g),
+                _ => None,
+            })
+            .collect();
+        let pods = self.ctx.pods.owned_by(uid);
+        let in_use: Vec<&str> = pods
+            .iter()
+            .filter_map(|p| p.metadata().labels.get(plan::REVISION_HASH_LABEL))
+            .map(String::as_str)
+            .collect();
+        let limit = stored
+            .at("/spec/revisionHistoryLimit")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(10);
+        let changes = history::reconcile(
+            ds,
+            hash,
+            &revisions,
+            &in_use,
+            usize::try_from(limit).unwrap_or(usize::MAX),
+        );
+        if let Some(made) = &changes.create {
+            match self.ctx.client.create(made).await {
+                Ok(_) => {
+                    tracing::debug!(daemonset = %key_of(&ds.metadata), revision = %made.metadata().name, "recorded a revision");
+                }
+                Err(e) if e.code() == Some(Code::AlreadyExists) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if let Some(renumbered) = &changes.update {
+            gone_is_none(self.ctx.client.update(renumbered).await)?;
+        }
+        for name in &changes.delete {
+            gone_is_none(
+                self.ctx
+                    .client
+                    .delete(history::kind(), &ds.metadata.namespace, name, 0, None)
+                    .await,
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -244,6 +308,7 @@ impl Controller for DaemonSets {
                 return Ok(None);
             }
         };
+        self.record_history(&ds, stored, &hash).await?;
         let owned: Vec<Arc<Object>> = self
             .ctx
             .pods
@@ -271,6 +336,14 @@ impl Controller for DaemonSets {
         let waiting = self.ctx.expectations.satisfied(&uid).err();
         let mut error = None;
         if waiting.is_none() {
+            // What this sync creates and deletes is expected as one: the next sync waits
+            // until the caches show all of it.
+            let ns = &ds.metadata.namespace;
+            self.ctx.expectations.expect(
+                &uid,
+                decision.create.len(),
+                decision.delete.iter().map(|n| Kind::Pod.key(ns, n)),
+            );
             if !decision.delete.is_empty() {
                 error = self.delete(&ds, &decision.delete).await;
             }
