@@ -31,6 +31,7 @@ use skiff_proto::recorder::{EventRecorder, reference_to};
 use crate::cache::controller_of;
 use crate::core::{Context, Controller, Requeue, controller_ref, gone_is_none, key_of, split_key};
 use crate::job;
+use crate::podcontrol;
 use crate::queue::WorkQueue;
 
 /// The controller's name in logs and metrics.
@@ -41,13 +42,6 @@ const TOO_MANY_MISSED: usize = 100;
 /// The kind of CronJobs.
 pub fn kind() -> Kind {
     Kind::from_name("CronJob").expect("invariant: CronJob is declared")
-}
-
-fn generic_kind(kind: Kind) -> skiff_proto::api::GenericKind {
-    match kind {
-        Kind::Generic(g) => g,
-        _ => unreachable!("invariant: Job and CronJob are declared kinds"),
-    }
 }
 
 #[derive(Debug)]
@@ -269,13 +263,7 @@ impl Controller for CronJobs {
             self.schedule(&mut cj, stored, &me).await?
         };
         if cj.status != before {
-            let next = cj.status_into(stored);
-            gone_is_none(
-                self.ctx
-                    .client
-                    .update_status(&Object::Generic(generic_kind(kind()), next))
-                    .await,
-            )?;
+            podcontrol::write_status(&self.ctx, kind(), cj.status_into(stored)).await?;
         }
         Ok(requeue)
     }

@@ -41,6 +41,7 @@
 //! | [`core`]       | what every controller shares: [`Context`](core::Context), the [`Controller`](core::Controller) trait, queue keys |
 //! | [`queue`]      | the work queue: de-duplicated keys, per-key back-off, delayed adds |
 //! | [`cache`]      | the shared caches, indexed by owner                                 |
+//! | [`podcontrol`] | creating and deleting a workload's pods, with expectations and events; a declared kind's status |
 //! | [`pods`]       | active, ready, available; the order pods are given up in           |
 //! | `metrics`      | `/metrics`: queue depth, sync latency and errors per controller    |
 
@@ -58,6 +59,7 @@ pub mod manager;
 mod metrics;
 pub mod namespace;
 pub mod nodelifecycle;
+pub mod podcontrol;
 pub mod pods;
 pub mod queue;
 pub mod replicaset;

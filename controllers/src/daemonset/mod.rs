@@ -20,12 +20,10 @@ use skiff_proto::client::{ClientError, Code, Event};
 use skiff_proto::recorder::{EventRecorder, reference_to};
 
 use crate::cache::controller_of;
-use crate::core::{
-    Context, Controller, Requeue, controller_ref, gone_is_none, key_of, owner_key, split_key,
-};
+use crate::core::{Context, Controller, Requeue, controller_ref, gone_is_none, key_of, split_key};
 use crate::deployment::template_hash;
+use crate::podcontrol;
 use crate::queue::WorkQueue;
-use crate::replicaset::plan::slow_start;
 
 pub mod history;
 pub mod plan;
@@ -114,21 +112,9 @@ impl DaemonSets {
 
     /// A pod changed: count it off its DaemonSet's expectations and sync the DaemonSet.
     pub fn on_pod(&self, event: &Event) {
-        let (object, deleted) = match event {
-            Event::Added(o) | Event::Modified(o) => (o, false),
-            Event::Deleted(o) => (o, true),
-            Event::Bookmark(_) => return,
-        };
-        let Some(key) = owner_key(object, kind()) else {
-            return;
-        };
-        let uid = controller_of(object).map_or("", |r| r.uid.as_str());
-        if deleted || object.metadata().deletion_timestamp.is_some() {
-            self.ctx.expectations.deleted(uid, &object.key());
-        } else if matches!(event, Event::Added(_)) {
-            self.ctx.expectations.created(uid, 1);
+        if let Some(key) = podcontrol::observe(&self.ctx, event, kind()) {
+            self.queue.add(key);
         }
-        self.queue.add(key);
     }
 
     async fn create(
@@ -137,67 +123,26 @@ impl DaemonSets {
         template: &Pod,
         nodes: &[String],
     ) -> Option<ClientError> {
-        let uid = ds.metadata.uid.as_str();
-        let me = reference_to(kind(), &ds.metadata);
         let pods: Vec<Object> = nodes
             .iter()
             .filter_map(|n| pinned(template, n).ok().map(Object::Pod))
             .collect();
-        let short = nodes.len() - pods.len();
-        let client = &self.ctx.client;
-        let (created, skipped, error) = slow_start(pods.len(), |batch| {
-            let batch = pods[batch].to_vec();
-            async move { client.create_many(&batch).await }
-        })
-        .await;
-        let failed = pods.len() - created.len() - skipped;
-        self.ctx
-            .expectations
-            .created(uid, short + skipped + if error.is_some() { failed } else { 0 });
-        self.ctx.metrics.pod_writes("create", "ok", created.len());
-        for o in &created {
-            self.events.normal(
-                me.clone(),
-                "SuccessfulCreate",
-                format!("Created pod: {}", o.metadata().name),
-            );
-        }
-        if let Some(e) = &error {
-            self.ctx.metrics.pod_writes("create", "error", failed);
-            self.events
-                .warning(me, "FailedCreate", format!("Error creating: {e}"));
-        }
-        error
+        let me = reference_to(kind(), &ds.metadata);
+        podcontrol::create(
+            &self.ctx,
+            &self.events,
+            &me,
+            &ds.metadata.uid,
+            pods,
+            nodes.len(),
+        )
+        .await
     }
 
     async fn delete(&self, ds: &DaemonSet, names: &[String]) -> Option<ClientError> {
-        let ns = &ds.metadata.namespace;
-        let uid = &ds.metadata.uid;
-        let client = &self.ctx.client;
-        let results = futures::future::join_all(
-            names
-                .iter()
-                .map(|n| client.delete(Kind::Pod, ns, n, 0, None)),
-        )
-        .await;
         let me = reference_to(kind(), &ds.metadata);
-        let mut first_error = None;
-        for (name, r) in names.iter().zip(results) {
-            match r {
-                Ok(_) => self.events.normal(
-                    me.clone(),
-                    "SuccessfulDelete",
-                    format!("Deleted pod: {name}"),
-                ),
-                Err(e) => {
-                    self.ctx.expectations.deleted(uid, &Kind::Pod.key(ns, name));
-                    if e.code() != Some(Code::NotFound) {
-                        first_error.get_or_insert(e);
-                    }
-                }
-            }
-        }
-        first_error
+        let (ns, uid) = (&ds.metadata.namespace, &ds.metadata.uid);
+        podcontrol::delete(&self.ctx, &self.events, &me, uid, ns, names).await
     }
 }
 
@@ -263,13 +208,6 @@ impl DaemonSets {
             )?;
         }
         Ok(())
-    }
-}
-
-fn generic_kind() -> skiff_proto::api::GenericKind {
-    match kind() {
-        Kind::Generic(g) => g,
-        _ => unreachable!("invariant: DaemonSet is a declared kind"),
     }
 }
 
@@ -354,13 +292,8 @@ impl Controller for DaemonSets {
             }
         }
         if decision.status != ds.status {
-            let next: GenericObject = stored.with_status(&decision.status);
-            gone_is_none(
-                self.ctx
-                    .client
-                    .update_status(&Object::Generic(generic_kind(), next))
-                    .await,
-            )?;
+            podcontrol::write_status(&self.ctx, kind(), stored.with_status(&decision.status))
+                .await?;
         }
         if let Some(e) = error {
             return Err(e);

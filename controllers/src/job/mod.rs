@@ -20,15 +20,13 @@ use skiff_proto::api::batch::{
     JOB_COMPLETION_INDEX, JOB_COMPLETION_INDEX_ENV, JOB_TRACKING_FINALIZER, Job,
 };
 use skiff_proto::api::{DeletionPropagation, GenericObject, Kind, Object, Pod, Time};
-use skiff_proto::client::{ClientError, Code, Event};
+use skiff_proto::client::{ClientError, Event};
 use skiff_proto::recorder::EventRecorder;
 
 use crate::cache::controller_of;
-use crate::core::{
-    Context, Controller, Requeue, controller_ref, gone_is_none, key_of, owner_key, split_key,
-};
+use crate::core::{Context, Controller, Requeue, controller_ref, gone_is_none, key_of, split_key};
+use crate::podcontrol;
 use crate::queue::WorkQueue;
-use crate::replicaset::plan::slow_start;
 
 pub mod plan;
 
@@ -77,23 +75,23 @@ impl Jobs {
         }
     }
 
-    /// A pod changed: count it off its Job's expectations and sync the Job.
+    /// A pod changed: count it off its Job's expectations and sync the Job; a pod whose
+    /// finalizer is seen gone is no longer among the released.
     pub fn on_pod(&self, event: &Event) {
-        let (object, deleted) = match event {
-            Event::Added(o) | Event::Modified(o) => (o, false),
-            Event::Deleted(o) => (o, true),
-            Event::Bookmark(_) => return,
-        };
-        let Some(key) = owner_key(object, kind()) else {
+        let Some(key) = podcontrol::observe(&self.ctx, event, kind()) else {
             return;
         };
-        let uid = controller_of(object).map_or("", |r| r.uid.as_str());
+        let (Event::Added(object) | Event::Modified(object) | Event::Deleted(object)) = event
+        else {
+            return;
+        };
         let tracked = object
             .metadata()
             .finalizers
             .iter()
             .any(|f| f == JOB_TRACKING_FINALIZER);
-        if deleted || !tracked {
+        if matches!(event, Event::Deleted(_)) || !tracked {
+            let uid = controller_of(object).map_or("", |r| r.uid.as_str());
             let mut released = self.released();
             if let Some(pods) = released.get_mut(uid) {
                 pods.remove(&object.metadata().uid);
@@ -101,11 +99,6 @@ impl Jobs {
                     released.remove(uid);
                 }
             }
-        }
-        if deleted || object.metadata().deletion_timestamp.is_some() {
-            self.ctx.expectations.deleted(uid, &object.key());
-        } else if matches!(event, Event::Added(_)) {
-            self.ctx.expectations.created(uid, 1);
         }
         self.queue.add(key);
     }
@@ -143,25 +136,13 @@ impl Jobs {
         stored: &GenericObject,
         job: &Job,
     ) -> Result<Option<GenericObject>, ClientError> {
-        let next = job.status_into(stored);
-        let written = gone_is_none(
-            self.ctx
-                .client
-                .update_status(&Object::Generic(generic_kind(), next))
-                .await,
-        )?;
-        Ok(written.and_then(|o| match o {
-            Object::Generic(_, g) => Some(g),
-            _ => None,
-        }))
+        podcontrol::write_status(&self.ctx, kind(), job.status_into(stored)).await
     }
 
     /// Creates a pod for each index of `create`; returns the first error.
     async fn create(&self, job: &Job, create: &[Option<i32>]) -> Option<ClientError> {
         let uid = job.metadata.uid.as_str();
-        let me = job_reference(job);
         self.ctx.expectations.expect(uid, create.len(), []);
-        let client = &self.ctx.client;
         let pods: Vec<Object> = create
             .iter()
             .filter_map(|i| match pod_for(job, *i) {
@@ -172,71 +153,17 @@ impl Jobs {
                 }
             })
             .collect();
-        let short = create.len() - pods.len();
-        let (created, skipped, error) = slow_start(pods.len(), |batch| {
-            let batch = pods[batch].to_vec();
-            async move { client.create_many(&batch).await }
-        })
-        .await;
-        let failed = pods.len() - created.len() - skipped;
-        self.ctx.expectations.created(
-            uid,
-            skipped + short + if error.is_some() { failed } else { 0 },
-        );
-        self.ctx.metrics.pod_writes("create", "ok", created.len());
-        for o in &created {
-            self.events.normal(
-                me.clone(),
-                "SuccessfulCreate",
-                format!("Created pod: {}", o.metadata().name),
-            );
-        }
-        if let Some(e) = &error {
-            self.ctx.metrics.pod_writes("create", "error", failed);
-            self.events
-                .warning(me, "FailedCreate", format!("Error creating: {e}"));
-        }
-        error
+        let me = job_reference(job);
+        podcontrol::create(&self.ctx, &self.events, &me, uid, pods, create.len()).await
     }
 
     async fn delete_pods(&self, job: &Job, names: &[String]) -> Option<ClientError> {
-        let ns = &job.metadata.namespace;
-        let keys = names.iter().map(|n| Kind::Pod.key(ns, n));
-        self.ctx.expectations.expect(&job.metadata.uid, 0, keys);
-        let client = &self.ctx.client;
-        let results = futures::future::join_all(
-            names
-                .iter()
-                .map(|n| client.delete(Kind::Pod, ns, n, 0, None)),
-        )
-        .await;
+        let (ns, uid) = (&job.metadata.namespace, &job.metadata.uid);
+        self.ctx
+            .expectations
+            .expect(uid, 0, names.iter().map(|n| Kind::Pod.key(ns, n)));
         let me = job_reference(job);
-        let mut first_error = None;
-        for (name, r) in names.iter().zip(results) {
-            match r {
-                Ok(_) => self.events.normal(
-                    me.clone(),
-                    "SuccessfulDelete",
-                    format!("Deleted pod: {name}"),
-                ),
-                Err(e) => {
-                    self.ctx
-                        .expectations
-                        .deleted(&job.metadata.uid, &Kind::Pod.key(ns, name));
-                    if e.code() != Some(Code::NotFound) {
-                        first_error.get_or_insert(e);
-                    }
-                }
-            }
-        }
-        first_error
-    }
-}
-
-fn generic_kind() -> skiff_proto::api::GenericKind {
-    match kind() {
-        Kind::Generic(g) => g,
-        _ => unreachable!("invariant: Job is a declared kind"),
+        podcontrol::delete(&self.ctx, &self.events, &me, uid, ns, names).await
     }
 }
 

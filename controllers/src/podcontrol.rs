@@ -1,0 +1,126 @@
+//! How the workload controllers that make pods one by one (Jobs, DaemonSets) create and
+//! delete them, count them off their owner's expectations, record the events Kubernetes
+//! records (`SuccessfulCreate`, `FailedCreate`, `SuccessfulDelete`), and write a declared
+//! kind's status: kube-controller-manager's `PodControl`, in one place.
+
+use skiff_proto::api::{GenericObject, Kind, Object, ObjectReference};
+use skiff_proto::client::{ClientError, Code, Event};
+use skiff_proto::recorder::EventRecorder;
+
+use crate::cache::controller_of;
+use crate::core::{Context, gone_is_none, owner_key};
+use crate::replicaset::plan::slow_start;
+
+/// A pod event, counted off the expectations of its controller of `kind`; the controller's
+/// queue key, if the pod has one of that kind.
+pub fn observe(ctx: &Context, event: &Event, kind: Kind) -> Option<String> {
+    let (object, deleted) = match event {
+        Event::Added(o) | Event::Modified(o) => (o, false),
+        Event::Deleted(o) => (o, true),
+        Event::Bookmark(_) => return None,
+    };
+    let key = owner_key(object, kind)?;
+    let uid = controller_of(object).map_or("", |r| r.uid.as_str());
+    if deleted || object.metadata().deletion_timestamp.is_some() {
+        ctx.expectations.deleted(uid, &object.key());
+    } else if matches!(event, Event::Added(_)) {
+        ctx.expectations.created(uid, 1);
+    }
+    Some(key)
+}
+
+/// Creates `pods` for the owner `me` (uid `uid`), in slow-start batches; `expected` more
+/// creates were counted in the owner's expectations than there are pods (templates that did
+/// not decode), and are given back. Returns the first error.
+pub async fn create(
+    ctx: &Context,
+    events: &EventRecorder,
+    me: &ObjectReference,
+    uid: &str,
+    pods: Vec<Object>,
+    expected: usize,
+) -> Option<ClientError> {
+    let client = &ctx.client;
+    let short = expected.saturating_sub(pods.len());
+    let (created, skipped, error) = slow_start(pods.len(), |batch| {
+        let batch = pods[batch].to_vec();
+        async move { client.create_many(&batch).await }
+    })
+    .await;
+    let failed = pods.len() - created.len() - skipped;
+    ctx.expectations.created(
+        uid,
+        short + skipped + if error.is_some() { failed } else { 0 },
+    );
+    ctx.metrics.pod_writes("create", "ok", created.len());
+    for o in &created {
+        events.normal(
+            me.clone(),
+            "SuccessfulCreate",
+            format!("Created pod: {}", o.metadata().name),
+        );
+    }
+    if let Some(e) = &error {
+        ctx.metrics.pod_writes("create", "error", failed);
+        events.warning(me.clone(), "FailedCreate", format!("Error creating: {e}"));
+    }
+    error
+}
+
+/// Deletes the pods `names` of `namespace` for the owner `me` (uid `uid`); a pod already
+/// gone is no error. Returns the first error.
+pub async fn delete(
+    ctx: &Context,
+    events: &EventRecorder,
+    me: &ObjectReference,
+    uid: &str,
+    namespace: &str,
+    names: &[String],
+) -> Option<ClientError> {
+    let client = &ctx.client;
+    let results = futures::future::join_all(
+        names
+            .iter()
+            .map(|n| client.delete(Kind::Pod, namespace, n, 0, None)),
+    )
+    .await;
+    let mut first_error = None;
+    for (name, r) in names.iter().zip(results) {
+        match r {
+            Ok(_) => {
+                ctx.metrics.pod_writes("delete", "ok", 1);
+                events.normal(
+                    me.clone(),
+                    "SuccessfulDelete",
+                    format!("Deleted pod: {name}"),
+                );
+            }
+            Err(e) => {
+                ctx.expectations
+                    .deleted(uid, &Kind::Pod.key(namespace, name));
+                if e.code() != Some(Code::NotFound) {
+                    ctx.metrics.pod_writes("delete", "error", 1);
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+    }
+    first_error
+}
+
+/// Writes the status of `next`, an object of the declared `kind`; the object as written,
+/// or `None` if it is gone.
+pub async fn write_status(
+    ctx: &Context,
+    kind: Kind,
+    next: GenericObject,
+) -> Result<Option<GenericObject>, ClientError> {
+    let Kind::Generic(g) = kind else {
+        unreachable!("invariant: {} is a declared kind", kind.name())
+    };
+    let written = gone_is_none(ctx.client.update_status(&Object::Generic(g, next)).await)?;
+    Ok(written.and_then(|o| match o {
+        Object::Generic(_, g) => Some(g),
+        _ => None,
+    }))
+}
