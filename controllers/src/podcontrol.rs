@@ -3,13 +3,35 @@
 //! records (`SuccessfulCreate`, `FailedCreate`, `SuccessfulDelete`), and write a declared
 //! kind's status: kube-controller-manager's `PodControl`, in one place.
 
-use skiff_proto::api::{GenericObject, Kind, Object, ObjectReference};
+use std::sync::Arc;
+
+use skiff_proto::api::{GenericObject, Kind, Object, ObjectReference, Pod};
 use skiff_proto::client::{ClientError, Code, Event};
 use skiff_proto::recorder::EventRecorder;
 
 use crate::cache::controller_of;
 use crate::core::{Context, gone_is_none, owner_key};
 use crate::replicaset::plan::slow_start;
+
+/// The pods controlled by the owner with `uid`, as the cache has them.
+pub fn controlled(ctx: &Context, uid: &str) -> Vec<Arc<Object>> {
+    ctx.pods
+        .owned_by(uid)
+        .into_iter()
+        .filter(|o| controller_of(o).is_some_and(|r| r.uid == uid))
+        .collect()
+}
+
+/// The pods among `objects`.
+pub fn pods(objects: &[Arc<Object>]) -> Vec<&Pod> {
+    objects
+        .iter()
+        .filter_map(|o| match &**o {
+            Object::Pod(p) => Some(p),
+            _ => None,
+        })
+        .collect()
+}
 
 /// A pod event, counted off the expectations of its controller of `kind`; the controller's
 /// queue key, if the pod has one of that kind.

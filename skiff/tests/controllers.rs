@@ -1386,6 +1386,37 @@ fn job_condition(status: &serde_json::Value, type_: &str) -> Option<serde_json::
         .cloned()
 }
 
+/// Calls `check` after every event of the pods of `default` that `labels` selects, with
+/// them all as they then are (by name), from the first event on, until the watch ends with
+/// the cluster.
+fn on_every_pod_event(
+    api: ClusterClient,
+    labels: &str,
+    mut check: impl FnMut(&BTreeMap<String, Pod>) + Send + 'static,
+) {
+    let params = ListParams::default().namespace("default").labels(labels);
+    tokio::spawn(async move {
+        let mut pods = BTreeMap::new();
+        let mut stream = Box::pin(
+            api.watch(Kind::Pod, &params.watch_after(0))
+                .await
+                .expect("watch"),
+        );
+        while let Some(Ok(e)) = stream.next().await {
+            match e {
+                Event::Added(Object::Pod(p)) | Event::Modified(Object::Pod(p)) => {
+                    pods.insert(p.metadata.name.clone(), p);
+                }
+                Event::Deleted(Object::Pod(p)) => {
+                    pods.remove(&p.metadata.name);
+                }
+                _ => {}
+            }
+            check(&pods);
+        }
+    });
+}
+
 /// Jobs on simulated nodes: an Indexed Job runs each index to success with never more than
 /// `parallelism` pods running (checked on every pod event) and completes with its indexes
 /// listed; a pod failure policy's `FailJob` fails a Job at the first matching exit; a
@@ -1410,33 +1441,15 @@ async fn jobs_run_to_completion_fail_by_policy_suspend_and_expire() {
     // Every pod event: the Indexed Job's running pods never exceed its parallelism.
     let most = Arc::new(Mutex::new(0usize));
     let seen = most.clone();
-    let watcher = api.clone();
-    tokio::spawn(async move {
-        let params = ListParams::default()
-            .namespace("default")
-            .labels("batch.kubernetes.io/job-name=indexed");
-        let mut pods = BTreeMap::new();
-        let mut stream = Box::pin(
-            watcher
-                .watch(Kind::Pod, &params.watch_after(0))
-                .await
-                .expect("watch"),
-        );
-        while let Some(Ok(e)) = stream.next().await {
-            match e {
-                Event::Added(Object::Pod(p)) | Event::Modified(Object::Pod(p)) => {
-                    pods.insert(p.metadata.name.clone(), active(&p));
-                }
-                Event::Deleted(Object::Pod(p)) => {
-                    pods.remove(&p.metadata.name);
-                }
-                _ => {}
-            }
-            let running = pods.values().filter(|a| **a).count();
+    on_every_pod_event(
+        api.clone(),
+        "batch.kubernetes.io/job-name=indexed",
+        move |pods| {
+            let running = pods.values().filter(|p| active(p)).count();
             let mut m = seen.lock().expect("lock");
             *m = (*m).max(running);
-        }
-    });
+        },
+    );
 
     api.create(&make(
         "indexed",
@@ -1664,39 +1677,17 @@ async fn a_daemon_set_follows_its_nodes_and_rolls_one_at_a_time() {
     // Every pod event: no node runs two active pods of the DaemonSet.
     let doubled = Arc::new(Mutex::new(Vec::<String>::new()));
     let seen = doubled.clone();
-    let watcher = api.clone();
-    tokio::spawn(async move {
-        let params = ListParams::default()
-            .namespace("default")
-            .labels("app=agent");
-        let mut pods = BTreeMap::new();
-        let mut stream = Box::pin(
-            watcher
-                .watch(Kind::Pod, &params.watch_after(0))
-                .await
-                .expect("watch"),
-        );
-        while let Some(Ok(e)) = stream.next().await {
-            match e {
-                Event::Added(Object::Pod(p)) | Event::Modified(Object::Pod(p)) => {
-                    let node = p.spec.node_name.clone();
-                    pods.insert(p.metadata.name.clone(), (node, active(&p)));
-                }
-                Event::Deleted(Object::Pod(p)) => {
-                    pods.remove(&p.metadata.name);
-                }
-                _ => {}
-            }
-            let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
-            for (node, is_active) in pods.values() {
-                if *is_active && !node.is_empty() {
-                    *per_node.entry(node.as_str()).or_default() += 1;
-                }
-            }
-            for (node, n) in per_node {
-                if n > 1 {
-                    seen.lock().expect("lock").push(node.to_owned());
-                }
+    on_every_pod_event(api.clone(), "app=agent", move |pods| {
+        let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+        for p in pods
+            .values()
+            .filter(|p| active(p) && !p.spec.node_name.is_empty())
+        {
+            *per_node.entry(p.spec.node_name.as_str()).or_default() += 1;
+        }
+        for (node, n) in per_node {
+            if n > 1 {
+                seen.lock().expect("lock").push(node.to_owned());
             }
         }
     });

@@ -247,20 +247,8 @@ impl Controller for DaemonSets {
             }
         };
         self.record_history(&ds, stored, &hash).await?;
-        let owned: Vec<Arc<Object>> = self
-            .ctx
-            .pods
-            .owned_by(&uid)
-            .into_iter()
-            .filter(|o| controller_of(o).is_some_and(|r| r.uid == uid))
-            .collect();
-        let pods: Vec<&Pod> = owned
-            .iter()
-            .filter_map(|o| match &**o {
-                Object::Pod(p) => Some(p),
-                _ => None,
-            })
-            .collect();
+        let owned = podcontrol::controlled(&self.ctx, &uid);
+        let pods = podcontrol::pods(&owned);
         let nodes: Vec<Arc<Object>> = self.ctx.nodes.list(None);
         let nodes: Vec<&Node> = nodes
             .iter()

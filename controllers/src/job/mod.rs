@@ -246,20 +246,8 @@ impl Controller for Jobs {
             self.release_all(namespace, name).await?;
             return Ok(None);
         }
-        let owned: Vec<Arc<Object>> = self
-            .ctx
-            .pods
-            .owned_by(&uid)
-            .into_iter()
-            .filter(|o| controller_of(o).is_some_and(|r| r.uid == uid))
-            .collect();
-        let pods: Vec<&Pod> = owned
-            .iter()
-            .filter_map(|o| match &**o {
-                Object::Pod(p) => Some(p),
-                _ => None,
-            })
-            .collect();
+        let owned = podcontrol::controlled(&self.ctx, &uid);
+        let pods = podcontrol::pods(&owned);
         let now = Time::now();
         let mut stored = stored.clone();
 
