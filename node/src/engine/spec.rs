@@ -242,6 +242,89 @@ pub fn qos_class(pod: &Pod) -> &'static str {
     }
 }
 
+/// A container's environment, as the kubelet builds it from `env`: values with `$(NAME)`
+/// expanded from the variables before them, and the downward API's `fieldRef` read off the
+/// pod (its name, namespace, uid, labels and annotations, node, service account and
+/// addresses). A field the pod does not have yet (an address before the sandbox has one) is
+/// empty.
+pub fn env_of(pod: &Pod, c: &Container) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for e in &c.env {
+        let value = match e
+            .other
+            .get("valueFrom")
+            .and_then(|v| v.pointer("/fieldRef/fieldPath"))
+            .and_then(serde_json::Value::as_str)
+        {
+            Some(path) => field_value(pod, path),
+            None => expand(&e.value, &out),
+        };
+        out.retain(|(name, _)| *name != e.name);
+        out.push((e.name.clone(), value));
+    }
+    out
+}
+
+/// The downward API's value of `path` for `pod`.
+fn field_value(pod: &Pod, path: &str) -> String {
+    let m = &pod.metadata;
+    let status = pod.status.as_ref();
+    let keyed = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .and_then(|rest| rest.strip_suffix("']"))
+            .map(str::to_owned)
+    };
+    if let Some(key) = keyed("metadata.labels['") {
+        return m.labels.get(&key).cloned().unwrap_or_default();
+    }
+    if let Some(key) = keyed("metadata.annotations['") {
+        return m.annotations.get(&key).cloned().unwrap_or_default();
+    }
+    match path {
+        "metadata.name" => m.name.clone(),
+        "metadata.namespace" => m.namespace.clone(),
+        "metadata.uid" => m.uid.clone(),
+        "spec.nodeName" => pod.spec.node_name.clone(),
+        "spec.serviceAccountName" => pod.spec.service_account_name.clone(),
+        "status.podIP" | "status.podIPs" => status.map(|s| s.pod_ip.clone()).unwrap_or_default(),
+        "status.hostIP" | "status.hostIPs" => status.map(|s| s.host_ip.clone()).unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+/// `$(NAME)` replaced by the value of a variable defined before, as the kubelet expands
+/// them: `$$` is a literal `$`, and a reference to an unknown name stays as written.
+fn expand(value: &str, defined: &[(String, String)]) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(name) = after
+            .strip_prefix('(')
+            .and_then(|t| t.find(')').map(|end| &t[..end]))
+        {
+            match defined.iter().rev().find(|(n, _)| n == name) {
+                Some((_, v)) => out.push_str(v),
+                None => {
+                    out.push_str("$(");
+                    out.push_str(name);
+                    out.push(')');
+                }
+            }
+            rest = &after[name.len() + 2..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The runtime's container spec for one of the pod's containers.
 pub fn container_spec(pod: &Pod, slot: Slot, attempt: u32) -> Option<ContainerSpec> {
     let (c, init) = match slot {
@@ -256,11 +339,7 @@ pub fn container_spec(pod: &Pod, slot: Slot, attempt: u32) -> Option<ContainerSp
         image: c.image.clone(),
         command: c.command.clone(),
         args: c.args.clone(),
-        env: c
-            .env
-            .iter()
-            .map(|e| (e.name.clone(), e.value.clone()))
-            .collect(),
+        env: env_of(pod, c),
         working_dir: c.working_dir.clone(),
         ports: c.ports.iter().map(|p| p.container_port).collect(),
         resources: Resources {
@@ -278,7 +357,7 @@ pub fn container_spec(pod: &Pod, slot: Slot, attempt: u32) -> Option<ContainerSp
 
 #[cfg(test)]
 mod tests {
-    use super::qos_class;
+    use super::{env_of, qos_class};
     use crate::engine::fixtures::{one_container, pod};
 
     #[test]
@@ -294,5 +373,33 @@ mod tests {
             "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "1", "memory": "1Gi"}}}]}),
         );
         assert_eq!(qos_class(&b), "Burstable");
+    }
+
+    /// The downward API and `$(NAME)` references, as the kubelet resolves them.
+    #[test]
+    fn environment_from_the_pod_and_earlier_variables() {
+        let mut p = pod(
+            serde_json::json!({"nodeName": "n1", "containers": [{"name": "c", "image": "i", "env": [
+                {"name": "INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+                {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "WHO", "value": "$(POD)@$(NODE) #$(INDEX) $(MISSING) $$(POD) 5$"}
+            ]}]}),
+        );
+        p.metadata.name = "pi-3-x".into();
+        p.metadata.annotations.insert(
+            "batch.kubernetes.io/job-completion-index".into(),
+            "3".into(),
+        );
+        let env = env_of(&p, &p.spec.containers[0]);
+        assert_eq!(
+            env,
+            [
+                ("INDEX".to_string(), "3".to_string()),
+                ("POD".into(), "pi-3-x".into()),
+                ("NODE".into(), "n1".into()),
+                ("WHO".into(), "pi-3-x@n1 #3 $(MISSING) $(POD) 5$".into()),
+            ]
+        );
     }
 }
