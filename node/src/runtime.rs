@@ -48,6 +48,8 @@ pub struct SandboxSpec {
     pub pod_uid: String,
     pub pod_name: String,
     pub namespace: String,
+    /// The pod's hostname (`spec.hostname`, else its name); empty: its name.
+    pub hostname: String,
     pub host_network: bool,
     /// The node's address: a host-network pod's IP.
     pub host_ip: String,

@@ -343,6 +343,7 @@ fn perform(
                 pod_uid: uid.to_string(),
                 pod_name: key.name.clone(),
                 namespace: key.namespace.clone(),
+                hostname: crate::engine::hostname_of(pod),
                 host_network: pod.spec.host_network.unwrap_or(false),
                 host_ip: ctx.host_ip.clone(),
                 pod_cidr: ctx.pod_cidr.clone(),

@@ -209,8 +209,10 @@ impl CriRuntime {
             // A host-network sandbox shares the host's UTS namespace: no hostname of its own.
             hostname: if spec.host_network {
                 String::new()
-            } else {
+            } else if spec.hostname.is_empty() {
                 spec.pod_name.clone()
+            } else {
+                spec.hostname.clone()
             },
             log_directory: log_dir.to_string_lossy().into_owned(),
             dns_config: spec.dns.as_ref().map(|d| cri::DnsConfig {
@@ -260,6 +262,7 @@ impl CriRuntime {
             pod_uid: get(labels::POD_UID),
             pod_name: get(labels::POD_NAME),
             namespace: get(labels::POD_NAMESPACE),
+            hostname: String::new(),
             host_network: get(labels::HOST_NETWORK) == "true",
             host_ip: get(labels::HOST_IP),
             pod_cidr: String::new(),

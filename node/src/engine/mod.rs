@@ -64,7 +64,7 @@ mod status;
 mod stop;
 
 use container::ran_before;
-pub use spec::{Handler, ProbeKind, container_spec, qos_class};
+pub use spec::{Handler, ProbeKind, container_spec, hostname_of, qos_class};
 use spec::{Run, SlotState, grace_of, policy_of, slot_state};
 use status::Cond;
 

@@ -325,6 +325,20 @@ fn expand(value: &str, defined: &[(String, String)]) -> String {
     out
 }
 
+/// The pod's hostname, as the kubelet chooses it: `spec.hostname` when set, else the pod's
+/// name, cut to 63 characters (a DNS label) without a trailing `-` or `.`.
+pub fn hostname_of(pod: &Pod) -> String {
+    let chosen = pod
+        .spec
+        .other
+        .get("hostname")
+        .and_then(serde_json::Value::as_str)
+        .filter(|h| !h.is_empty())
+        .unwrap_or(&pod.metadata.name);
+    let cut: String = chosen.chars().take(63).collect();
+    cut.trim_end_matches(['-', '.']).to_owned()
+}
+
 /// The runtime's container spec for one of the pod's containers.
 pub fn container_spec(pod: &Pod, slot: Slot, attempt: u32) -> Option<ContainerSpec> {
     let (c, init) = match slot {
@@ -357,7 +371,7 @@ pub fn container_spec(pod: &Pod, slot: Slot, attempt: u32) -> Option<ContainerSp
 
 #[cfg(test)]
 mod tests {
-    use super::{env_of, qos_class};
+    use super::{env_of, hostname_of, qos_class};
     use crate::engine::fixtures::{one_container, pod};
 
     #[test]
@@ -373,6 +387,19 @@ mod tests {
             "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "1", "memory": "1Gi"}}}]}),
         );
         assert_eq!(qos_class(&b), "Burstable");
+    }
+
+    /// `spec.hostname` names the pod's host; else its name, cut to a DNS label.
+    #[test]
+    fn hostnames() {
+        let mut p = pod(
+            serde_json::json!({"hostname": "pi-3", "containers": [{"name": "c", "image": "i"}]}),
+        );
+        p.metadata.name = "pi-3-x7k2p".into();
+        assert_eq!(hostname_of(&p), "pi-3");
+        let mut q = one_container();
+        q.metadata.name = format!("{}-b", "a".repeat(62));
+        assert_eq!(hostname_of(&q), "a".repeat(62));
     }
 
     /// The downward API and `$(NAME)` references, as the kubelet resolves them.
