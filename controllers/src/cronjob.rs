@@ -97,7 +97,7 @@ impl CronJobs {
             .into_iter()
             .filter(|o| controller_of(o).is_some_and(|r| r.uid == cj.metadata.uid))
             .filter_map(|o| match &*o {
-                Object::Generic(_, g) => Job::from_generic(g).ok(),
+                Object::Generic(_, g) => g.typed::<Job>().ok(),
                 _ => None,
             })
             .map(|job| {
@@ -208,7 +208,7 @@ impl Controller for CronJobs {
         let Object::Generic(_, stored) = &*object else {
             return Ok(None);
         };
-        let mut cj = match CronJob::from_generic(stored) {
+        let mut cj: CronJob = match stored.typed() {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(cronjob = key, error = %e, "skipping a CronJob that does not read");
@@ -263,7 +263,7 @@ impl Controller for CronJobs {
             self.schedule(&mut cj, stored, &me).await?
         };
         if cj.status != before {
-            podcontrol::write_status(&self.ctx, kind(), cj.status_into(stored)).await?;
+            podcontrol::write_status(&self.ctx, kind(), stored.with_status(&cj.status)).await?;
         }
         Ok(requeue)
     }
@@ -379,7 +379,7 @@ impl CronJobs {
                     "SuccessfulCreate",
                     format!("Created job {}", made.metadata.name),
                 );
-                if let Ok(made) = Job::from_generic(&made) {
+                if let Ok(made) = made.typed::<Job>() {
                     cj.status.active.push(job_reference(&made));
                 }
             }

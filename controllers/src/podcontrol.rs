@@ -5,13 +5,38 @@
 
 use std::sync::Arc;
 
-use skiff_proto::api::{GenericObject, Kind, Object, ObjectReference, Pod};
+use skiff_proto::api::apps::PodTemplateSpec;
+use skiff_proto::api::{GenericObject, Kind, Object, ObjectMeta, ObjectReference, Pod};
 use skiff_proto::client::{ClientError, Code, Event};
 use skiff_proto::recorder::EventRecorder;
 
 use crate::cache::controller_of;
-use crate::core::{Context, gone_is_none, owner_key};
+use crate::core::{Context, controller_ref, gone_is_none, owner_key};
 use crate::replicaset::plan::slow_start;
+
+/// A pod of `template` for the owner of `kind` described by `owner`: in its namespace,
+/// controlled by it, named by the store from `generate_name`, with nothing of an object that
+/// existed (name, uid, version, creation time) carried over.
+pub fn pod_of_template(
+    template: &PodTemplateSpec,
+    kind: Kind,
+    owner: &ObjectMeta,
+    generate_name: String,
+) -> Pod {
+    let mut meta = template.metadata.clone();
+    meta.name.clear();
+    meta.uid.clear();
+    meta.resource_version.clear();
+    meta.creation_timestamp = None;
+    meta.generate_name = generate_name;
+    meta.namespace = owner.namespace.clone();
+    meta.owner_references = vec![controller_ref(kind, owner)];
+    Pod {
+        metadata: meta,
+        spec: template.spec.clone(),
+        ..Pod::default()
+    }
+}
 
 /// The pods controlled by the owner with `uid`, as the cache has them.
 pub fn controlled(ctx: &Context, uid: &str) -> Vec<Arc<Object>> {

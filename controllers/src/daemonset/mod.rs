@@ -20,7 +20,7 @@ use skiff_proto::client::{ClientError, Code, Event};
 use skiff_proto::recorder::{EventRecorder, reference_to};
 
 use crate::cache::controller_of;
-use crate::core::{Context, Controller, Requeue, controller_ref, gone_is_none, key_of, split_key};
+use crate::core::{Context, Controller, Requeue, gone_is_none, key_of, split_key};
 use crate::deployment::template_hash;
 use crate::podcontrol;
 use crate::queue::WorkQueue;
@@ -46,23 +46,17 @@ pub struct DaemonSets {
 
 /// The pod of `ds`'s template that `node` would run, before it is pinned there: the
 /// template with the daemon tolerations and the revision labels.
-pub fn template_pod(
-    ds: &DaemonSet,
-    hash: &str,
-) -> Result<Pod, skiff_proto::api::object::DecodeError> {
-    let mut v = json!({"metadata": ds.spec.template.metadata, "spec": ds.spec.template.spec});
-    let meta = &mut v["metadata"];
-    meta["namespace"] = json!(ds.metadata.namespace);
-    meta["generateName"] = json!(format!("{}-", ds.metadata.name));
-    meta["labels"][plan::REVISION_HASH_LABEL] = json!(hash);
-    meta["labels"][plan::TEMPLATE_GENERATION_LABEL] =
-        json!(ds.metadata.generation.unwrap_or(1).to_string());
-    meta["ownerReferences"] = json!([controller_ref(kind(), &ds.metadata)]);
-    let Object::Pod(mut pod) = Object::from_value(Kind::Pod, v)? else {
-        unreachable!("invariant: a Pod decodes as a Pod")
-    };
+pub fn template_pod(ds: &DaemonSet, hash: &str) -> Pod {
+    let prefix = format!("{}-", ds.metadata.name);
+    let mut pod = podcontrol::pod_of_template(&ds.spec.template, kind(), &ds.metadata, prefix);
+    let labels = &mut pod.metadata.labels;
+    labels.insert(plan::REVISION_HASH_LABEL.to_owned(), hash.to_owned());
+    labels.insert(
+        plan::TEMPLATE_GENERATION_LABEL.to_owned(),
+        ds.metadata.generation.unwrap_or(1).to_string(),
+    );
     plan::add_daemon_tolerations(&mut pod);
-    Ok(pod)
+    pod
 }
 
 /// `template` pinned to `node`: its required node affinity is the node's name alone (the
@@ -239,13 +233,7 @@ impl Controller for DaemonSets {
             return Ok(None);
         }
         let hash = template_hash(&ds.spec.template, 0);
-        let template = match template_pod(&ds, &hash) {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!(daemonset = key, error = %e, "the DaemonSet's template does not decode");
-                return Ok(None);
-            }
-        };
+        let template = template_pod(&ds, &hash);
         self.record_history(&ds, stored, &hash).await?;
         let owned = podcontrol::controlled(&self.ctx, &uid);
         let pods = podcontrol::pods(&owned);

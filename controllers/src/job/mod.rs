@@ -19,12 +19,14 @@ use serde_json::json;
 use skiff_proto::api::batch::{
     JOB_COMPLETION_INDEX, JOB_COMPLETION_INDEX_ENV, JOB_TRACKING_FINALIZER, Job,
 };
+use skiff_proto::api::meta::Unmodelled;
+use skiff_proto::api::pod::EnvVar;
 use skiff_proto::api::{DeletionPropagation, GenericObject, Kind, Object, Pod, Time};
 use skiff_proto::client::{ClientError, Event};
 use skiff_proto::recorder::EventRecorder;
 
 use crate::cache::controller_of;
-use crate::core::{Context, Controller, Requeue, controller_ref, gone_is_none, key_of, split_key};
+use crate::core::{Context, Controller, Requeue, gone_is_none, key_of, split_key};
 use crate::podcontrol;
 use crate::queue::WorkQueue;
 
@@ -90,6 +92,19 @@ impl Jobs {
             .finalizers
             .iter()
             .any(|f| f == JOB_TRACKING_FINALIZER);
+        if !tracked
+            && self
+                .ctx
+                .jobs
+                .get(&object.metadata().namespace, split_key(&key).1)
+                .is_none()
+        {
+            // Its Job is gone and nothing holds the pod: nothing to release, no sync (a Job's
+            // pods going one by one would scan the namespace each time).
+            let uid = controller_of(object).map_or("", |r| r.uid.as_str());
+            self.released().remove(uid);
+            return;
+        }
         if matches!(event, Event::Deleted(_)) || !tracked {
             let uid = controller_of(object).map_or("", |r| r.uid.as_str());
             let mut released = self.released();
@@ -112,7 +127,8 @@ impl Jobs {
         Ok(gone_is_none(self.ctx.client.update(&Object::Pod(next)).await)?.is_some())
     }
 
-    /// The pods of a Job that is gone (or going) keep no tracking finalizer.
+    /// The pods of a Job that is gone (or going) keep no tracking finalizer. Run for a
+    /// missing Job only when a pod it still tracks changes ([`Jobs::on_pod`]).
     async fn release_all(&self, namespace: &str, job: &str) -> Result<(), ClientError> {
         for object in self.ctx.pods.list(Some(namespace)) {
             let Object::Pod(pod) = &*object else { continue };
@@ -136,7 +152,7 @@ impl Jobs {
         stored: &GenericObject,
         job: &Job,
     ) -> Result<Option<GenericObject>, ClientError> {
-        podcontrol::write_status(&self.ctx, kind(), job.status_into(stored)).await
+        podcontrol::write_status(&self.ctx, kind(), stored.with_status(&job.status)).await
     }
 
     /// Creates a pod for each index of `create`; returns the first error.
@@ -145,13 +161,7 @@ impl Jobs {
         self.ctx.expectations.expect(uid, create.len(), []);
         let pods: Vec<Object> = create
             .iter()
-            .filter_map(|i| match pod_for(job, *i) {
-                Ok(p) => Some(Object::Pod(p)),
-                Err(e) => {
-                    tracing::warn!(job = %key_of(&job.metadata), error = %e, "a pod of the Job's template does not decode");
-                    None
-                }
-            })
+            .map(|i| Object::Pod(pod_for(job, *i)))
             .collect();
         let me = job_reference(job);
         podcontrol::create(&self.ctx, &self.events, &me, uid, pods, create.len()).await
@@ -172,48 +182,52 @@ fn job_reference(job: &Job) -> skiff_proto::api::ObjectReference {
 }
 
 /// A pod of `job`'s template: named by the store from `<job>-` (`<job>-<index>-`),
-/// controlled by the Job, tracked by its finalizer; an Indexed Job's carries its index.
-pub fn pod_for(
-    job: &Job,
-    index: Option<i32>,
-) -> Result<Pod, skiff_proto::api::object::DecodeError> {
+/// controlled by the Job, tracked by its finalizer; an Indexed Job's carries its index as an
+/// annotation, a label, its hostname (unless the template names one) and
+/// `JOB_COMPLETION_INDEX` in every container.
+pub fn pod_for(job: &Job, index: Option<i32>) -> Pod {
     let name = &job.metadata.name;
-    let mut v = serde_json::to_value(&job.spec.template).unwrap_or_default();
-    let meta = &mut v["metadata"];
-    meta["namespace"] = json!(job.metadata.namespace);
-    meta["ownerReferences"] = json!([controller_ref(kind(), &job.metadata)]);
-    meta["finalizers"] = json!([JOB_TRACKING_FINALIZER]);
-    meta["generateName"] = json!(format!("{name}-"));
-    for field in ["name", "uid", "resourceVersion", "creationTimestamp"] {
-        if let Some(m) = meta.as_object_mut() {
-            m.remove(field);
-        }
-    }
+    let prefix = match index {
+        Some(i) => format!("{name}-{i}-"),
+        None => format!("{name}-"),
+    };
+    let mut pod = podcontrol::pod_of_template(&job.spec.template, kind(), &job.metadata, prefix);
+    pod.metadata
+        .finalizers
+        .push(JOB_TRACKING_FINALIZER.to_owned());
     if let Some(i) = index {
-        meta["generateName"] = json!(format!("{name}-{i}-"));
-        meta["annotations"][JOB_COMPLETION_INDEX] = json!(i.to_string());
-        meta["labels"][JOB_COMPLETION_INDEX] = json!(i.to_string());
-        let spec = &mut v["spec"];
-        if spec.get("hostname").is_none_or(|h| h.as_str() == Some("")) {
-            spec["hostname"] = json!(format!("{name}-{i}"));
+        let meta = &mut pod.metadata;
+        meta.annotations
+            .insert(JOB_COMPLETION_INDEX.to_owned(), i.to_string());
+        meta.labels
+            .insert(JOB_COMPLETION_INDEX.to_owned(), i.to_string());
+        let hostname = pod.spec.other.0.entry("hostname").or_insert(json!(""));
+        if hostname.as_str().is_none_or(str::is_empty) {
+            *hostname = json!(format!("{name}-{i}"));
         }
-        let env = json!({"name": JOB_COMPLETION_INDEX_ENV, "valueFrom": {"fieldRef": {
-            "fieldPath": format!("metadata.annotations['{JOB_COMPLETION_INDEX}']")}}});
-        for list in ["initContainers", "containers"] {
-            if let Some(containers) = spec.get_mut(list).and_then(|c| c.as_array_mut()) {
-                for c in containers {
-                    match c.get_mut("env").and_then(|e| e.as_array_mut()) {
-                        Some(vars) => vars.push(env.clone()),
-                        None => c["env"] = json!([env.clone()]),
-                    }
-                }
-            }
+        let env = EnvVar {
+            name: JOB_COMPLETION_INDEX_ENV.to_owned(),
+            other: Unmodelled(
+                [(
+                    "valueFrom".to_owned(),
+                    json!({"fieldRef": {"fieldPath":
+                        format!("metadata.annotations['{JOB_COMPLETION_INDEX}']")}}),
+                )]
+                .into_iter()
+                .collect(),
+            ),
+            ..EnvVar::default()
+        };
+        for c in pod
+            .spec
+            .init_containers
+            .iter_mut()
+            .chain(pod.spec.containers.iter_mut())
+        {
+            c.env.push(env.clone());
         }
     }
-    match Object::from_value(Kind::Pod, v)? {
-        Object::Pod(p) => Ok(p),
-        _ => unreachable!("invariant: a Pod decodes as a Pod"),
-    }
+    pod
 }
 
 impl Controller for Jobs {
@@ -232,7 +246,7 @@ impl Controller for Jobs {
         let Object::Generic(_, stored) = &*object else {
             return Ok(None);
         };
-        let mut job = match Job::from_generic(stored) {
+        let mut job: Job = match stored.typed() {
             Ok(j) => j,
             Err(e) => {
                 tracing::warn!(job = key, error = %e, "skipping a Job that does not read");

@@ -361,17 +361,10 @@ fn refusal(e: &ClientError) -> bool {
 
 /// A pod of `rs`'s template: named by the store from `<rs>-`, controlled by `rs`.
 pub fn pod_for(rs: &ReplicaSet) -> Pod {
-    let template = &rs.spec.template;
-    let mut meta = template.metadata.clone();
-    meta.name.clear();
-    meta.generate_name = format!("{}-", rs.metadata.name);
-    meta.namespace = rs.metadata.namespace.clone();
-    meta.uid.clear();
-    meta.resource_version.clear();
-    meta.owner_references = vec![controller_ref(Kind::ReplicaSet, &rs.metadata)];
-    Pod {
-        metadata: meta,
-        spec: template.spec.clone(),
-        ..Pod::default()
-    }
+    crate::podcontrol::pod_of_template(
+        &rs.spec.template,
+        Kind::ReplicaSet,
+        &rs.metadata,
+        format!("{}-", rs.metadata.name),
+    )
 }

@@ -1,7 +1,8 @@
 //! Typed views of the batch/v1 kinds for the controllers that act on them. Jobs and CronJobs
 //! are declared kinds ([`super::kinds`]), stored and served as JSON; a controller reads one
-//! through `from_generic` and writes its status back with `status_into`, so the JSON path
-//! (defaults, validation, fields Skiff does not model) stays the one the API server uses.
+//! with [`typed`](super::GenericObject::typed) and writes its status back with
+//! [`with_status`](super::GenericObject::with_status), so the JSON path (defaults, validation, fields Skiff does
+//! not model) stays the one the API server uses.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -9,7 +10,6 @@ use serde_json::Value;
 use super::apps::PodTemplateSpec;
 use super::meta::{LabelSelector, ObjectMeta, Time, Unmodelled};
 use super::namespace::ObjectReference;
-use super::registry::GenericObject;
 use super::vocabulary::ConditionStatus;
 
 /// The finalizer the Job controller puts on the pods it creates, so that a finished pod is
@@ -176,29 +176,7 @@ pub mod condition {
     pub const SUCCESS_CRITERIA_MET: &str = "SuccessCriteriaMet";
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("an object that does not read as its kind: {0}")]
-pub struct Unreadable(#[from] serde_json::Error);
-
-fn typed<T: serde::de::DeserializeOwned>(o: &GenericObject) -> Result<T, Unreadable> {
-    Ok(o.typed()?)
-}
-
-fn with_status<S: Serialize>(o: &GenericObject, status: &S) -> GenericObject {
-    o.with_status(status)
-}
-
 impl Job {
-    /// The Job a stored object holds.
-    pub fn from_generic(o: &GenericObject) -> Result<Job, Unreadable> {
-        typed(o)
-    }
-
-    /// `o` with this Job's status (the rest of `o` as it is).
-    pub fn status_into(&self, o: &GenericObject) -> GenericObject {
-        with_status(o, &self.status)
-    }
-
     pub fn parallelism(&self) -> i32 {
         self.spec.parallelism.unwrap_or(1).max(0)
     }
@@ -291,18 +269,6 @@ pub struct CronJobStatus {
 /// The annotation of a CronJob's Job: the time it was scheduled for, in the CronJob's zone.
 pub const CRON_JOB_SCHEDULED_TIMESTAMP: &str = "batch.kubernetes.io/cronjob-scheduled-timestamp";
 
-impl CronJob {
-    /// The CronJob a stored object holds.
-    pub fn from_generic(o: &GenericObject) -> Result<CronJob, Unreadable> {
-        typed(o)
-    }
-
-    /// `o` with this CronJob's status (the rest of `o` as it is).
-    pub fn status_into(&self, o: &GenericObject) -> GenericObject {
-        with_status(o, &self.status)
-    }
-}
-
 /// Indexes as Kubernetes writes `completedIndexes`: sorted ranges, `1,3-5,7`.
 pub fn format_indexes(indexes: &std::collections::BTreeSet<i32>) -> String {
     let mut out: Vec<String> = Vec::new();
@@ -356,7 +322,7 @@ mod tests {
 
     #[test]
     fn a_stored_job_reads_and_its_status_writes_back() {
-        let o: GenericObject = serde_json::from_value(serde_json::json!({
+        let o: super::super::registry::GenericObject = serde_json::from_value(serde_json::json!({
             "apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": "pi", "namespace": "default", "uid": "u"},
             "spec": {"parallelism": 2, "completions": 4, "completionMode": "Indexed",
@@ -365,12 +331,12 @@ mod tests {
             "status": {"active": 1, "someFutureField": true}
         }))
         .unwrap();
-        let mut job = Job::from_generic(&o).unwrap();
+        let mut job: Job = o.typed().unwrap();
         assert_eq!(job.parallelism(), 2);
         assert!(job.is_indexed());
         assert_eq!(job.status.active, Some(1));
         job.status.succeeded = Some(3);
-        let back = job.status_into(&o);
+        let back = o.with_status(&job.status);
         assert_eq!(back.body["status"]["succeeded"], 3);
         assert_eq!(back.body["status"]["someFutureField"], true);
         assert_eq!(back.body["spec"], o.body["spec"]);
