@@ -129,7 +129,8 @@ impl Extension for InProcess {
 
 /// Starts what the API server runs beside its cluster API, on `tasks` until `stop`: the
 /// system objects (when it serves REST), the CRDs' kinds, the RBAC policy kept current (under
-/// RBAC), and the REST API on the `rest` ports.
+/// RBAC), the node authorizer's graph kept current (under Node), and the REST API on the
+/// `rest` ports.
 pub(crate) fn serve_rest(
     api: &ClusterApi,
     rest: Vec<Reserved>,
@@ -168,6 +169,12 @@ pub(crate) fn serve_rest(
             api.clone(),
             policy,
             true,
+            stop.clone(),
+        ));
+    }
+    if api.access.node_mode() {
+        tasks.spawn(crate::cluster::node_graph::maintain(
+            api.clone(),
             stop.clone(),
         ));
     }

@@ -493,6 +493,10 @@ pub struct NodeCommand {
     pub labels: Vec<String>,
     pub containerd_socket: Option<PathBuf>,
     pub pod_log_dir: Option<PathBuf>,
+    /// Where the node keeps its pods' volumes (`--root-dir`).
+    pub root_dir: Option<PathBuf>,
+    /// How often running pods' volumes are brought up to date.
+    pub volume_resync: Option<Duration>,
     /// Where the agent serves container logs (`host:port`, port 0 for any).
     pub logs_address: Option<String>,
     /// TLS on that port, with client certificates required.
@@ -530,6 +534,8 @@ impl NodeCommand {
             labels: Vec::new(),
             containerd_socket: None,
             pod_log_dir: None,
+            root_dir: None,
+            volume_resync: None,
             logs_address: None,
             serving: None,
             bootstrap: None,
@@ -562,6 +568,9 @@ impl NodeCommand {
         if let Some(d) = &self.pod_log_dir {
             a.flag("pod-log-dir", d);
         }
+        if let Some(d) = &self.root_dir {
+            a.flag("root-dir", d);
+        }
         a.opt("logs-address", self.logs_address.as_ref());
         if let Some(t) = &self.serving {
             a.flag("tls-cert-file", &t.cert)
@@ -585,6 +594,7 @@ impl NodeCommand {
         a.opt("metrics-addr", self.metrics_addr)
             .opt("heartbeat-interval", self.heartbeat_interval.map(duration))
             .opt("backoff-initial", self.backoff_initial.map(duration))
+            .opt("volume-resync", self.volume_resync.map(duration))
             .opt("log", self.log.as_ref());
         a.0
     }

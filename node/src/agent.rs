@@ -41,6 +41,7 @@ use crate::metrics::{self, AgentMetrics};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::sessions::SessionService;
 use crate::status::{PodKey, StatusWriter};
+use crate::volumes::Volumes;
 use crate::worker::{self, WorkerContext, WorkerHandle};
 
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +55,9 @@ pub enum AgentError {
 }
 
 pub type Result<T, E = AgentError> = std::result::Result<T, E>;
+
+/// Where a node keeps its pods' volumes unless told otherwise (under the node's name).
+pub const DEFAULT_ROOT_DIR: &str = "/var/lib/skiff/node";
 
 /// One node's identity and capacity.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +86,13 @@ pub struct NodeConfig {
     /// namespace (this process's when none is given), and point pods on the pod network at
     /// it.
     pub dns: Option<(String, Option<std::path::PathBuf>)>,
+    /// Where the node keeps its pods' volumes (`<root_dir>/<pod uid>/volumes/…`).
+    pub root_dir: std::path::PathBuf,
+    /// Mount tmpfs for medium-Memory emptyDirs, Secrets and projected volumes (needs root;
+    /// a real node's agent).
+    pub volume_tmpfs: bool,
+    /// How often a running pod's volumes are brought up to date.
+    pub volume_resync: Duration,
 }
 
 impl NodeConfig {
@@ -107,6 +118,9 @@ impl NodeConfig {
             events: true,
             cni: None,
             dns: None,
+            root_dir: std::path::PathBuf::from(DEFAULT_ROOT_DIR).join(name),
+            volume_tmpfs: false,
+            volume_resync: crate::volumes::DEFAULT_RESYNC,
         }
     }
 
@@ -383,9 +397,9 @@ impl NodeAgent {
         result
     }
 
-    fn node_status(&self, previous: Option<&NodeStatus>) -> NodeStatus {
+    /// The node's capacity, all of it allocatable.
+    fn resources(&self) -> BTreeMap<String, Quantity> {
         let c = &self.config;
-        let now = Time::now();
         let mut resources: BTreeMap<String, Quantity> = BTreeMap::from([
             ("cpu".to_string(), c.cpu),
             ("memory".to_string(), c.memory),
@@ -393,6 +407,13 @@ impl NodeAgent {
             ("pods".to_string(), Quantity::from_units(c.max_pods)),
         ]);
         resources.extend(c.hugepages.clone());
+        resources
+    }
+
+    fn node_status(&self, previous: Option<&NodeStatus>) -> NodeStatus {
+        let c = &self.config;
+        let now = Time::now();
+        let resources = self.resources();
         let cond =
             |type_: NodeConditionType, status: ConditionStatus, reason: &str, message: &str| {
                 // Keep the transition time when the condition did not change.
@@ -662,6 +683,13 @@ impl NodeAgent {
             engine: self.config.engine,
             events: self.events.clone(),
             metrics: self.metrics.clone(),
+            volumes: Volumes::new(
+                self.config.root_dir.clone(),
+                Some(self.client.clone()),
+                self.config.volume_tmpfs,
+                self.config.volume_resync,
+            ),
+            allocatable: self.resources(),
         });
         let mut pods = Pods {
             ctx,
@@ -694,6 +722,10 @@ impl NodeAgent {
         for e in &initial {
             pods.dispatch(e);
         }
+        // The volumes of pods that went while the agent was away go too.
+        let live: std::collections::HashSet<String> =
+            pods.workers.values().map(|(_, w)| w.uid.clone()).collect();
+        pods.ctx.volumes.remove_orphans(&live);
         // Whatever the runtime holds for pods that no longer exist goes.
         for (_, orphan) in pods.adoptable.drain() {
             tracing::info!(node = %self.config.name, pod = %orphan.sandbox.pod_name, "removing the sandbox of a pod that is gone");

@@ -8,6 +8,7 @@
 //! | input `Started`                        | Normal `Created`, Normal `Started`      |
 //! | input `StartFailed`                    | Warning `Failed`                        |
 //! | input `SandboxFailed`                  | Warning `FailedCreatePodSandBox`        |
+//! | input `MountFailed`                    | Warning `FailedMount`                   |
 //! | input `ProbeDone` that failed          | Warning `Unhealthy`                     |
 //! | action `StopContainer`                 | Normal `Killing`                        |
 //! | status enters `CrashLoopBackOff`, `ImagePullBackOff` | Warning `BackOff`         |
@@ -110,6 +111,9 @@ pub fn on_input(pod: &Pod, input: &Input) -> Vec<PodEvent> {
             format!("Failed to create pod sandbox: {message}"),
             String::new(),
         )],
+        Input::MountFailed { message } => {
+            vec![warning("FailedMount", message.clone(), String::new())]
+        }
         Input::ProbeDone {
             slot,
             success: false,

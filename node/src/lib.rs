@@ -45,6 +45,7 @@ pub mod services;
 pub mod sessions;
 pub mod sim;
 pub mod status;
+pub mod volumes;
 pub mod worker;
 
 /// Runs `task` until `cancel`, as a supervisor would: when it fails, the error is logged

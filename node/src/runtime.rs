@@ -28,6 +28,11 @@ pub enum RuntimeError {
     ImageNotFound { image: String, message: String },
     #[error("{what} {id:?} not found")]
     NotFound { what: &'static str, id: String },
+    /// The container's configuration could not be built (a ConfigMap, Secret or key its
+    /// environment names is missing; a mount cannot be made): the kubelet's
+    /// `CreateContainerConfigError`, tried again until it can.
+    #[error("{message}")]
+    Config { message: String },
     /// The runtime answered with an error (the message is the runtime's own).
     #[error("{call}: {message}")]
     Call { call: &'static str, message: String },
@@ -172,6 +177,8 @@ pub struct ContainerSpec {
     pub command: Vec<String>,
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// The pod's volumes mounted into the container.
+    pub mounts: Vec<crate::volumes::Mount>,
     pub working_dir: String,
     pub ports: Vec<i32>,
     pub resources: Resources,

@@ -11,6 +11,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
+use skiff_proto::api::meta::ResourceList;
 use skiff_proto::api::{Kind, Object, Pod, PodStatus, Time};
 use skiff_proto::backoff::Backoff;
 use skiff_proto::client::{ClusterClient, Code};
@@ -22,12 +23,14 @@ use tracing::Instrument;
 
 use crate::admission::{depends_on_node, node_allows};
 use crate::engine::{
-    Action, Adopted, Clock, EngineConfig, Handler, Input, PodEngine, Rejection, container_spec,
+    Action, Adopted, Clock, EngineConfig, Handler, Input, PodEngine, Rejection, container_of,
+    container_spec,
 };
 use crate::events::{self, PodEvent};
 use crate::metrics::AgentMetrics;
 use crate::runtime::{Exit, Runtime, RuntimeError, SandboxSpec};
 use crate::status::{PodKey, StatusWriter};
+use crate::volumes::Volumes;
 
 /// What every worker of a node shares.
 #[derive(Debug, Clone)]
@@ -46,6 +49,10 @@ pub struct WorkerContext {
     /// Where the pod's events go (`None`: not recorded).
     pub events: Option<EventRecorder>,
     pub metrics: AgentMetrics,
+    /// The pods' volumes on this node.
+    pub volumes: Volumes,
+    /// The node's allocatable resources (what a container's unset limit reads as).
+    pub allocatable: ResourceList,
 }
 
 /// The pod's resolver when it uses the cluster's DNS: on the pod network, with dnsPolicy
@@ -188,6 +195,10 @@ pub async fn run(
     // moves it earlier, and the engine shortens the stop.
     let mut deleting_at: Option<Time> = None;
     let mut active = ActivePod::new(&ctx.metrics);
+    // Volumes are brought up to date (a changed ConfigMap or Secret, a token near its end)
+    // every resync period while the pod runs.
+    let mut resync_at = Instant::now() + ctx.volumes.resync();
+    let resyncing = Arc::new(AtomicBool::new(false));
     let mut actions = engine.step(clock(), Input::Start { adopted });
     // A pod that is already being deleted when the worker starts.
     if let Some(grace) = deletion_grace(&current) {
@@ -243,12 +254,48 @@ pub async fn run(
                 }
             }
             _ = sleep_until(deadline), if deadline.is_some() => Input::Tick,
+            _ = tokio::time::sleep_until(resync_at), if !resyncing.load(Ordering::Acquire) => {
+                resync_at = Instant::now() + ctx.volumes.resync();
+                let running = engine.sandbox().is_some()
+                    && !engine.is_terminal()
+                    && current.metadata.deletion_timestamp.is_none();
+                if running && !current.spec.volumes.is_empty() {
+                    resyncing.store(true, Ordering::Release);
+                    pending.push(resync(ctx.clone(), current.clone(), resyncing.clone()));
+                }
+                continue;
+            }
         };
         ctx.report(&current, events::on_input(&current, &input));
         count(&ctx.metrics, &input);
         actions = engine.step(clock(), input);
     }
     ctx.status.forget(&key, &uid);
+    ctx.volumes.tear_down(&uid);
+}
+
+/// Brings the running pod's volumes up to date; a volume that cannot be is a `FailedMount`
+/// (the files it had stay as they were).
+fn resync(
+    ctx: Arc<WorkerContext>,
+    pod: Pod,
+    busy: Arc<AtomicBool>,
+) -> BoxFuture<'static, Option<Input>> {
+    Box::pin(async move {
+        if let Err(e) = ctx.volumes.set_up(&pod).await {
+            ctx.report(
+                &pod,
+                events::on_input(
+                    &pod,
+                    &Input::MountFailed {
+                        message: e.to_string(),
+                    },
+                ),
+            );
+        }
+        busy.store(false, Ordering::Release);
+        None
+    })
 }
 
 /// Counts what an input tells: a container started or exited, a probe failed, a runtime
@@ -274,7 +321,7 @@ fn call_of(e: &RuntimeError) -> &'static str {
     match e {
         RuntimeError::Call { call, .. } | RuntimeError::Timeout { call, .. } => call,
         RuntimeError::ImageNotFound { .. } => "PullImage",
-        RuntimeError::NotFound { .. } => "CreateContainer",
+        RuntimeError::NotFound { .. } | RuntimeError::Config { .. } => "CreateContainer",
     }
 }
 
@@ -351,7 +398,13 @@ fn perform(
                 host_ports: crate::runtime::HostPort::of(pod),
                 dns: cluster_first(ctx, pod),
             };
+            let (volumes, pod) = (ctx.volumes.clone(), pod.clone());
             Box::pin(async move {
+                if let Err(e) = volumes.set_up(&pod).await {
+                    return Some(Input::MountFailed {
+                        message: e.to_string(),
+                    });
+                }
                 Some(match rt.run_sandbox(&spec).await {
                     Ok(sb) => Input::SandboxReady(sb),
                     Err(e) => Input::SandboxFailed {
@@ -362,8 +415,17 @@ fn perform(
         }
         Action::StartContainer { slot, attempt } => {
             let sandbox = engine.sandbox().cloned();
-            let spec = container_spec(pod, slot, attempt);
+            let (volumes, pod) = (ctx.volumes.clone(), pod.clone());
+            let allocatable = ctx.allocatable.clone();
             Box::pin(async move {
+                let spec = match container_parts(&volumes, &pod, slot, &allocatable).await {
+                    Ok(Some((env, mounts))) => container_spec(&pod, slot, attempt, env, mounts),
+                    Ok(None) => None,
+                    Err(message) => {
+                        let error = RuntimeError::Config { message };
+                        return Some(Input::StartFailed { slot, error });
+                    }
+                };
                 let (Some(sandbox), Some(spec)) = (sandbox, spec) else {
                     return Some(Input::StartFailed {
                         slot,
@@ -494,6 +556,22 @@ fn perform(
             })
         }
     })
+}
+
+/// The environment and mounts of the container of `slot`; `None` when the pod has no such
+/// container.
+async fn container_parts(
+    volumes: &Volumes,
+    pod: &Pod,
+    slot: crate::engine::Slot,
+    allocatable: &ResourceList,
+) -> Result<Option<(Vec<(String, String)>, Vec<crate::volumes::Mount>)>, String> {
+    let Some(c) = container_of(pod, slot) else {
+        return Ok(None);
+    };
+    let env = volumes.env(pod, c, allocatable).await?;
+    let mounts = volumes.mounts(pod, c)?;
+    Ok(Some((env, mounts)))
 }
 
 /// Deletes the pod object with grace 0, pinned to the version read, so a new pod that

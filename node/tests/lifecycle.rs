@@ -12,6 +12,7 @@ use skiff_node::metrics::AgentMetrics;
 use skiff_node::runtime::{ContainerState, Runtime};
 use skiff_node::sim::{SimConfig, SimRuntime};
 use skiff_node::status::{StatusSink, StatusWriter, Written};
+use skiff_node::volumes::Volumes;
 use skiff_node::worker::{self, WorkerContext, WorkerHandle};
 use skiff_proto::api::pod::ContainerStatus;
 use skiff_proto::api::{
@@ -41,6 +42,8 @@ impl StatusSink for Recorder {
 }
 
 struct Harness {
+    /// The volumes' root, removed with the harness.
+    _root: tempfile::TempDir,
     rt: SimRuntime,
     rec: Arc<Recorder>,
     ctx: Arc<WorkerContext>,
@@ -56,6 +59,7 @@ fn harness() -> Harness {
     let rec = Arc::new(Recorder::default());
     let cancel = CancellationToken::new();
     let status = StatusWriter::start(rec.clone(), 1, cancel.clone());
+    let root = tempfile::tempdir().expect("a temporary directory");
     let ctx = Arc::new(WorkerContext {
         runtime: Arc::new(rt.clone()),
         status,
@@ -67,8 +71,16 @@ fn harness() -> Harness {
         engine: EngineConfig::default(),
         events: None,
         metrics: AgentMetrics::default(),
+        volumes: Volumes::new(
+            root.path().to_owned(),
+            None,
+            false,
+            skiff_node::volumes::DEFAULT_RESYNC,
+        ),
+        allocatable: Default::default(),
     });
     Harness {
+        _root: root,
         rt,
         rec,
         ctx,

@@ -483,6 +483,40 @@ impl ClusterClient {
         from_pb(&r.object.unwrap_or_default())
     }
 
+    /// A token of service account `namespace/name` for `audiences` (the API server's own
+    /// when none), living `expiration` (an hour when none), bound to the pod `bound_pod`
+    /// (name and uid) when given: its `token` subresource, as a kubelet asks for the
+    /// tokens it projects into pods. The token and when it expires.
+    pub async fn create_token(
+        &self,
+        namespace: &str,
+        name: &str,
+        audiences: &[String],
+        expiration: Option<Duration>,
+        bound_pod: Option<(&str, &str)>,
+    ) -> Result<(String, crate::api::Time)> {
+        let (pod, uid) = bound_pod.unwrap_or_default();
+        let request = pb::CreateTokenRequest {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            audiences: audiences.to_vec(),
+            expiration_seconds: expiration
+                .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)),
+            bound_pod_name: pod.to_owned(),
+            bound_pod_uid: uid.to_owned(),
+        };
+        let r = self.raw.clone().create_token(request).await?.into_inner();
+        let expires =
+            crate::api::Time::from_unix(r.expiration_unix).ok_or_else(|| ClientError::Decode {
+                kind: "CreateTokenResponse".into(),
+                source: DecodeError::whole(format!(
+                    "an expiration time out of range: {}",
+                    r.expiration_unix
+                )),
+            })?;
+        Ok((r.token, expires))
+    }
+
     /// Deletes (gracefully for a bound pod unless `grace` is 0); returns the object as it was,
     /// or as it now is while terminating.
     pub async fn delete(

@@ -217,6 +217,17 @@ pub struct Args {
     /// Do not record events (Pulled, Created, Started, Killing, BackOff, …).
     #[arg(long)]
     no_events: bool,
+    /// Where the node keeps its pods' volumes, `<root-dir>/<pod uid>/volumes/…` (the
+    /// kubelet's `--root-dir`); with `--count`, one directory per node under it [default:
+    /// /var/lib/skiff/node/<name> with `--runtime cri`; for simulated nodes a temporary
+    /// directory, removed when the process ends].
+    #[arg(long)]
+    root_dir: Option<PathBuf>,
+    /// How often running pods' configMap, secret, downwardAPI and projected volumes are
+    /// brought up to date (a changed ConfigMap or Secret reaches the files within about
+    /// twice this).
+    #[arg(long, default_value = "15s", value_parser = skiff_proto::duration::parse)]
+    volume_resync: Duration,
 }
 
 fn parse_labels(items: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
@@ -256,7 +267,27 @@ fn parse_taints(items: &[String]) -> anyhow::Result<Vec<Taint>> {
 }
 
 impl Args {
-    fn nodes(&self) -> anyhow::Result<Vec<NodeConfig>> {
+    /// Where the nodes keep their volumes: `--root-dir`, else for simulated nodes a
+    /// temporary directory (held by the returned guard), else the default under
+    /// /var/lib/skiff.
+    fn root_dir(&self) -> anyhow::Result<(PathBuf, Option<tempfile::TempDir>)> {
+        if let Some(d) = &self.root_dir {
+            return Ok((d.clone(), None));
+        }
+        if self.runtime == RuntimeKind::Sim {
+            let t = tempfile::Builder::new()
+                .prefix("skiff-sim-volumes-")
+                .tempdir()
+                .context("a temporary directory for the simulated nodes' volumes")?;
+            return Ok((t.path().to_owned(), Some(t)));
+        }
+        Ok((
+            PathBuf::from(agent::DEFAULT_ROOT_DIR).join(&self.name),
+            None,
+        ))
+    }
+
+    fn nodes(&self, root_dir: &std::path::Path) -> anyhow::Result<Vec<NodeConfig>> {
         if self.count > 1 && self.runtime != RuntimeKind::Sim {
             bail!("--count needs --runtime sim: one containerd serves one node");
         }
@@ -302,13 +333,21 @@ impl Args {
             backoff_max: self.backoff_max,
             ..EngineConfig::default()
         };
+        base.root_dir = root_dir.to_owned();
+        // A real node's secrets stay in memory; simulated nodes may not be root.
+        base.volume_tmpfs = self.runtime == RuntimeKind::Cri;
+        base.volume_resync = self.volume_resync;
         if self.count <= 1 {
             return Ok(vec![base]);
         }
         Ok((0..self.count)
-            .map(|i| NodeConfig {
-                name: format!("{}{i}", self.name_prefix),
-                ..base.clone()
+            .map(|i| {
+                let name = format!("{}{i}", self.name_prefix);
+                NodeConfig {
+                    root_dir: root_dir.join(&name),
+                    name,
+                    ..base.clone()
+                }
             })
             .collect())
     }
@@ -466,7 +505,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         None => {}
     }
-    let mut nodes = args.nodes()?;
+    // Held to the end: a temporary root goes when the process does.
+    let (root_dir, _temporary_root) = args.root_dir()?;
+    let mut nodes = args.nodes(&root_dir)?;
     rt.block_on(async move {
         let runtime = args.runtime().await?;
         let address = args

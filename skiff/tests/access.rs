@@ -145,6 +145,25 @@ impl Secured {
         assert_eq!(code, 201, "{body}");
     }
 
+    /// What the controller manager makes in `default`, which these tests run without: its
+    /// `default` ServiceAccount and the `kube-root-ca.crt` ConfigMap that pods' service
+    /// account volumes read.
+    fn controller_manager_basics(&self) {
+        for (path, body) in [
+            (
+                "/api/v1/namespaces/default/serviceaccounts",
+                r#"{"metadata":{"name":"default"}}"#,
+            ),
+            (
+                "/api/v1/namespaces/default/configmaps",
+                r#"{"metadata":{"name":"kube-root-ca.crt"},"data":{"ca.crt":"the CA"}}"#,
+            ),
+        ] {
+            let (code, out) = self.curl(Who::Admin, "POST", path, Some(body));
+            assert_eq!(code, 201, "{path}: {out}");
+        }
+    }
+
     /// `skiff` as the admin: its command line after `args`, with the endpoint and the TLS
     /// flags.
     fn skiff_as_admin(&self, args: &[&str]) -> (bool, String) {
@@ -989,6 +1008,7 @@ async fn the_agent_port_takes_certificates_and_asks_the_api() {
         .spawn()
         .expect("spawn skiff node")
         .tail_on_panic(40);
+    s.controller_manager_basics();
     let admin = s.grpc(Who::Admin);
     let pod: Object = serde_json::from_value::<skiff_proto::api::Pod>(serde_json::json!({
         "metadata": {"name": "talker", "namespace": "default"},
@@ -1556,4 +1576,183 @@ fn kubectl_on_path() -> bool {
         .arg("--client")
         .output()
         .is_ok_and(|o| o.status.success())
+}
+
+/// A pod on a node reads its configuration as real applications do: a ConfigMap and a
+/// Secret mounted as files and set as environment (`$(NAME)` in its command reads them),
+/// scratch space in an emptyDir, and its service account's token, the cluster's CA and its
+/// namespace under /var/run/secrets/kubernetes.io/serviceaccount. The token authenticates
+/// as the service account (and is authorized as it: no role, no pods). The node may read
+/// what its pods name and nothing else; an update of the ConfigMap reaches the file; the
+/// volumes go with the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_reads_its_configuration_and_token_from_its_node() {
+    let s = secured().await;
+    let certs = s.certs();
+    let root = s.dir.path().join("node-root");
+    let node = NodeCommand {
+        name: Some("n1".into()),
+        tls: Some(ClientCert {
+            ca: certs.join("ca.pem"),
+            cert: certs.join("system-node-n1.pem"),
+            key: certs.join("system-node-n1-key.pem"),
+        }),
+        logs_address: Some("127.0.0.1:0".into()),
+        root_dir: Some(root.clone()),
+        volume_resync: Some(Duration::from_millis(300)),
+        ..NodeCommand::new(RuntimeKind::Sim, vec![s.client.clone()])
+    };
+    let _agent = Launch::new("agent n1", skiff_bin(), s.dir.path().join("agent.log"))
+        .args(node.args())
+        .spawn()
+        .expect("spawn skiff node")
+        .tail_on_panic(40);
+    s.controller_manager_basics();
+    for (path, body) in [
+        (
+            "/api/v1/namespaces/default/configmaps",
+            r#"{"metadata":{"name":"app"},"data":{"greeting":"hello","app.conf":"level=3\n"}}"#,
+        ),
+        (
+            "/api/v1/namespaces/default/configmaps",
+            r#"{"metadata":{"name":"unrelated"},"data":{"k":"v"}}"#,
+        ),
+        (
+            "/api/v1/namespaces/default/secrets",
+            r#"{"metadata":{"name":"db"},"stringData":{"password":"s3cret"}}"#,
+        ),
+    ] {
+        let (code, out) = s.curl(Who::Admin, "POST", path, Some(body));
+        assert_eq!(code, 201, "{path}: {out}");
+    }
+    let pod = serde_json::json!({
+        "metadata": {"name": "reader"},
+        "spec": {"nodeName": "n1", "containers": [{
+            "name": "c", "image": "busybox",
+            "command": ["sh", "-c", "echo $(GREETING) $(DB_password); sleep 3600"],
+            "env": [{"name": "GREETING",
+                     "valueFrom": {"configMapKeyRef": {"name": "app", "key": "greeting"}}}],
+            "envFrom": [{"secretRef": {"name": "db"}, "prefix": "DB_"}],
+            "volumeMounts": [{"name": "conf", "mountPath": "/etc/app"},
+                             {"name": "creds", "mountPath": "/etc/db", "readOnly": true},
+                             {"name": "scratch", "mountPath": "/scratch"}]
+        }],
+        "volumes": [{"name": "conf", "configMap": {"name": "app"}},
+                    {"name": "creds", "secret": {"secretName": "db"}},
+                    {"name": "scratch", "emptyDir": {}}]}
+    })
+    .to_string();
+    let (code, out) = s.curl(
+        Who::Admin,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        Some(&pod),
+    );
+    assert_eq!(code, 201, "{out}");
+    let created: serde_json::Value = serde_json::from_str(&out).expect("a pod");
+    let uid = created["metadata"]["uid"]
+        .as_str()
+        .expect("a uid")
+        .to_owned();
+    let access = created["spec"]["volumes"]
+        .as_array()
+        .and_then(|v| {
+            v.iter()
+                .filter_map(|v| v["name"].as_str())
+                .find(|n| n.starts_with("kube-api-access-"))
+        })
+        .unwrap_or_else(|| panic!("admission adds the service account's volume: {out}"))
+        .to_owned();
+    let (code, log) = common::eventually(Duration::from_secs(30), "the pod's log", || async {
+        let (code, log) = s.curl(
+            Who::Admin,
+            "GET",
+            "/api/v1/namespaces/default/pods/reader/log",
+            None,
+        );
+        (code == 200 && !log.is_empty()).then_some((code, log))
+    })
+    .await;
+    assert_eq!((code, log.as_str()), (200, "hello s3cret\n"));
+
+    let volumes = root.join(&uid).join("volumes");
+    let read = |p: &str| std::fs::read_to_string(volumes.join(p)).unwrap_or_default();
+    assert_eq!(read("kubernetes.io~configmap/conf/greeting"), "hello");
+    assert_eq!(read("kubernetes.io~configmap/conf/app.conf"), "level=3\n");
+    assert_eq!(read("kubernetes.io~secret/creds/password"), "s3cret");
+    assert!(volumes.join("kubernetes.io~empty-dir/scratch").is_dir());
+    let projected = format!("kubernetes.io~projected/{access}");
+    assert_eq!(read(&format!("{projected}/ca.crt")), "the CA");
+    assert_eq!(read(&format!("{projected}/namespace")), "default");
+    let token = read(&format!("{projected}/token"));
+    assert!(token.starts_with("ey"), "a JWT: {token:?}");
+
+    // The token is the pod's service account's, and that account has no role.
+    let bearer = format!("Authorization: Bearer {token}");
+    let (code, out) = s.curl_with(
+        Who::Anonymous,
+        "GET",
+        "/api/v1/namespaces/default/pods",
+        None,
+        &[&bearer],
+    );
+    assert_eq!(code, 403, "{out}");
+    let status: serde_json::Value = serde_json::from_str(&out).expect("a Status");
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("\"system:serviceaccount:default:default\" cannot list resource \"pods\""),
+        "{out}"
+    );
+
+    // The node reads what its pods name, and nothing else.
+    let node_api = s.grpc(Who::Node);
+    let config_map = Kind::from_name("ConfigMap").expect("declared");
+    node_api
+        .get(config_map, "default", "app")
+        .await
+        .expect("n1 reads the ConfigMap its pod mounts");
+    let refused = node_api
+        .get(config_map, "default", "unrelated")
+        .await
+        .expect_err("n1 may not read a ConfigMap no pod of its names");
+    assert_eq!(refused.code(), Some(Code::PermissionDenied), "{refused}");
+    let refused = node_api
+        .create_token("default", "default", &[], None, None)
+        .await
+        .expect_err("a node's token must be bound to one of its pods");
+    assert_eq!(refused.code(), Some(Code::PermissionDenied), "{refused}");
+
+    // An update reaches the file within a few resyncs.
+    let admin = s.grpc(Who::Admin);
+    let Some(Object::Generic(g, mut app)) = admin
+        .get(config_map, "default", "app")
+        .await
+        .expect("the ConfigMap")
+    else {
+        panic!("a ConfigMap is a generic object");
+    };
+    app.object_at("/data")
+        .insert("greeting".into(), serde_json::json!("bonjour"));
+    admin
+        .update(&Object::Generic(g, app))
+        .await
+        .expect("the admin updates the ConfigMap");
+    common::eventually(Duration::from_secs(20), "the updated file", || async {
+        (read("kubernetes.io~configmap/conf/greeting") == "bonjour").then_some(())
+    })
+    .await;
+
+    let (code, out) = s.curl(
+        Who::Admin,
+        "DELETE",
+        "/api/v1/namespaces/default/pods/reader?gracePeriodSeconds=0",
+        None,
+    );
+    assert_eq!(code, 200, "{out}");
+    common::eventually(
+        Duration::from_secs(30),
+        "the pod's volumes removed",
+        || async { (!root.join(&uid).exists()).then_some(()) },
+    )
+    .await;
 }

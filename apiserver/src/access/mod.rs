@@ -18,6 +18,7 @@
 //! | [`audit`]     | the audit log: kube-apiserver's events, JSON lines, a policy for levels |
 //! | [`authn`]     | users from client certificates, the static token file, or anonymous  |
 //! | [`node`]      | the node authorizer and NodeRestriction: an agent's own Node and pods only |
+//! | [`graph`]     | what the pods bound to each node reference, for the node authorizer  |
 //! | [`rbac`]      | what a set of roles and bindings allows (pure, the rules of Kubernetes' RBAC) |
 //! | [`bootstrap`] | the ClusterRoles and ClusterRoleBindings every cluster starts with   |
 //! | [`policy`]    | the store's roles and bindings, read again when the watch hub says they changed |
@@ -32,6 +33,7 @@ use skiff_proto::api::rbac::{NonResourceAttributes, ResourceAttributes};
 pub mod audit;
 pub mod authn;
 pub mod bootstrap;
+pub mod graph;
 pub mod node;
 pub mod policy;
 pub mod rbac;
@@ -314,6 +316,8 @@ pub struct Access {
     pub config: AccessConfig,
     authn: Authenticator,
     policy: Arc<Policy>,
+    /// What the pods bound to each node reference (the node authorizer's).
+    graph: Arc<graph::NodeGraph>,
     /// The audit log, when one is kept.
     pub audit: Option<AuditLog>,
     /// This member's TLS to node agents (read at start).
@@ -358,6 +362,7 @@ impl Access {
             config,
             authn,
             policy: Arc::new(Policy::default()),
+            graph: Arc::default(),
             audit,
             kubelet,
             service_account_tokens,
@@ -371,6 +376,16 @@ impl Access {
 
     pub fn policy(&self) -> &Arc<Policy> {
         &self.policy
+    }
+
+    /// The node authorizer's graph (kept current under the `Node` mode).
+    pub fn graph(&self) -> &Arc<graph::NodeGraph> {
+        &self.graph
+    }
+
+    /// Whether the node authorizer is one of the modes.
+    pub fn node_mode(&self) -> bool {
+        self.config.modes.contains(&Mode::Node)
     }
 
     /// Who a request comes from; `secrets` holds the bootstrap tokens.
@@ -508,6 +523,10 @@ mod tests {
         fn pod_node(&self, _: &str, _: &str) -> Option<String> {
             None
         }
+
+        fn references(&self, _: &str, _: &str, _: node::Referent, _: &str) -> bool {
+            false
+        }
     }
 
     impl Facts for Empty {
@@ -582,6 +601,10 @@ mod tests {
     impl node::Graph for Behind {
         fn pod_node(&self, _: &str, _: &str) -> Option<String> {
             None
+        }
+
+        fn references(&self, _: &str, _: &str, _: node::Referent, _: &str) -> bool {
+            false
         }
     }
 

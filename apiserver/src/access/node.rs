@@ -13,12 +13,21 @@
 //! | create `subjectaccessreviews` | always (the agent asks about callers of its port) |
 //! | create, get, list, watch `certificatesigningrequests` | always (renewing its certificate) |
 //! | get, list, watch `services`, `endpointslices` | always (it programs every Service's rules) |
+//! | get `configmaps`, `secrets` (list, watch: the field selector pins `metadata.name`) | a pod bound to N in the namespace references it |
+//! | get `persistentvolumeclaims` | a pod bound to N in the namespace mounts it |
+//! | create `serviceaccounts/token` | a pod bound to N in the namespace runs as the account |
+//!
+//! What the pods bound to each node reference is the [`Graph`]'s to say (the cluster API's
+//! answer is an index kept from a watch on pods, [`super::graph`]), as kube-apiserver's Node
+//! authorizer walks its graph of pods, nodes and the objects pods name.
 //!
 //! Anything else gets no opinion here, and the next mode (RBAC) decides; a node user is
 //! bound to no role by the bootstrap policy, so that is a refusal unless an administrator
 //! grants more. NodeRestriction ([`restrict`]) then holds what a node writes to its own
 //! Node: not another node's name, not labels under `node-restriction.kubernetes.io/`, not
-//! taints.
+//! taints; and the tokens a node asks for must be bound to a pod bound to it (checked where
+//! the token's bound object is known, `cluster::token`, with [`TOKEN_NOT_BOUND`] and its
+//! siblings).
 
 use skiff_proto::api::{Kind, Object};
 use skiff_proto::selector::FieldQuery;
@@ -38,11 +47,43 @@ pub fn node_of(user: &User) -> Option<&str> {
     (!name.is_empty() && user.groups.iter().any(|g| g == NODES)).then_some(name)
 }
 
+/// NodeRestriction's refusal of a token a node asks for without a pod to bind it to.
+pub const TOKEN_NOT_BOUND: &str = "node requested token not bound to a pod";
+/// NodeRestriction's refusal of a token bound to a pod named without its uid.
+pub const TOKEN_WITHOUT_UID: &str = "node requested token with a pod binding without a uid";
+/// NodeRestriction's refusal of a token bound to another node's pod.
+pub const TOKEN_OTHER_NODE: &str =
+    "node requested token bound to a pod scheduled on a different node";
+
+/// The kinds of object a pod references that its node may read (or, for a service account,
+/// ask tokens of).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Referent {
+    ConfigMap,
+    Secret,
+    /// A PersistentVolumeClaim.
+    Claim,
+    ServiceAccount,
+}
+
+impl Referent {
+    pub const ALL: [Referent; 4] = [
+        Referent::ConfigMap,
+        Referent::Secret,
+        Referent::Claim,
+        Referent::ServiceAccount,
+    ];
+}
+
 /// What the store knows that the decision needs.
 pub trait Graph {
     /// The node a stored pod is bound to (empty when unbound); `None` when there is no
     /// such pod.
     fn pod_node(&self, namespace: &str, name: &str) -> Option<String>;
+
+    /// Whether some pod bound to `node` in `namespace` references `referent` `name` (runs
+    /// as it, for a service account).
+    fn references(&self, node: &str, namespace: &str, referent: Referent, name: &str) -> bool;
 }
 
 /// `Some(reason)` when node `node` may make the request; `None`: no opinion.
@@ -79,6 +120,28 @@ pub fn allows(node: &str, attributes: &Attributes, graph: &dyn Graph) -> Option<
             .ok()
             .is_some_and(|q| q.equality(field) == Some(node))
     };
+    // The one object a request names: a get's name, a list's or watch's pinned
+    // `metadata.name` (kube-apiserver takes a list's name from that selector too).
+    let named = || {
+        match r.verb.as_str() {
+            "list" | "watch" if r.name.is_empty() => {
+                let raw = r
+                    .field_selector
+                    .as_ref()
+                    .map(|f| f.raw_selector.as_str())
+                    .unwrap_or_default();
+                Kind::from_plural(&r.resource)
+                    .and_then(|kind| FieldQuery::parse(kind, raw).ok())
+                    .and_then(|q| q.equality("metadata.name").map(str::to_owned))
+            }
+            _ => Some(r.name.clone()),
+        }
+        .filter(|n| !n.is_empty())
+    };
+    let reaches = |referent: Referent| {
+        !r.namespace.is_empty()
+            && named().is_some_and(|n| graph.references(node, &r.namespace, referent, &n))
+    };
     let sub = r.subresource.as_str();
     let allowed = match (r.resource.as_str(), sub, r.verb.as_str()) {
         ("nodes", "" | "status", "update" | "patch" | "delete") => r.name == node,
@@ -90,6 +153,11 @@ pub fn allows(node: &str, attributes: &Attributes, graph: &dyn Graph) -> Option<
         }
         ("pods", "", "list" | "watch") => pinned("spec.nodeName"),
         ("events", "", "create" | "update" | "patch") => true,
+        ("configmaps", "", "get" | "list" | "watch") => reaches(Referent::ConfigMap),
+        ("secrets", "", "get" | "list" | "watch") => reaches(Referent::Secret),
+        // As kube-apiserver: a claim is read one at a time (the agent mounts each).
+        ("persistentvolumeclaims", "", "get") => reaches(Referent::Claim),
+        ("serviceaccounts", "token", "create") => reaches(Referent::ServiceAccount),
         _ => false,
     };
     allowed.then(|| format!("allowed by the node authorizer to node {node:?}"))
@@ -142,11 +210,30 @@ mod tests {
     use skiff_proto::api::rbac::FieldSelectorAttributes;
     use std::collections::HashMap;
 
-    struct Pods(HashMap<(&'static str, &'static str), &'static str>);
+    /// Pods by namespace and name with their nodes, and what the pods of each node
+    /// reference: `(node, namespace, referent, name)`.
+    #[derive(Default)]
+    struct Pods {
+        nodes: HashMap<(&'static str, &'static str), &'static str>,
+        references: Vec<(&'static str, &'static str, Referent, &'static str)>,
+    }
+
+    impl Pods {
+        fn bound(nodes: &[((&'static str, &'static str), &'static str)]) -> Pods {
+            Pods {
+                nodes: nodes.iter().copied().collect(),
+                references: Vec::new(),
+            }
+        }
+    }
 
     impl Graph for Pods {
         fn pod_node(&self, namespace: &str, name: &str) -> Option<String> {
-            self.0.get(&(namespace, name)).map(|n| n.to_string())
+            self.nodes.get(&(namespace, name)).map(|n| n.to_string())
+        }
+
+        fn references(&self, node: &str, namespace: &str, referent: Referent, name: &str) -> bool {
+            self.references.contains(&(node, namespace, referent, name))
         }
     }
 
@@ -180,11 +267,11 @@ mod tests {
     /// through the selector that names itself; it reads every Node.
     #[test]
     fn a_node_sees_only_its_own() {
-        let graph = Pods(HashMap::from([
+        let graph = Pods::bound(&[
             (("default", "mine"), "n1"),
             (("default", "theirs"), "n2"),
             (("default", "pending"), ""),
-        ]));
+        ]);
         #[rustfmt::skip]
         let table = [
             (req("get", "nodes", "", "", "n1", ""), true),
@@ -210,6 +297,59 @@ mod tests {
             (req("create", "events", "", "default", "", ""), true),
             (req("get", "pods", "log", "default", "mine", ""), false),
             (Attributes::path("get", "/healthz"), false),
+        ];
+        for (a, want) in table {
+            assert_eq!(allows("n1", &a, &graph).is_some(), want, "{a:?}");
+        }
+    }
+
+    /// Node n1 reads the ConfigMaps, Secrets and claims its pods reference, one at a time or
+    /// through a watch pinned to the name, in their namespace only, and asks tokens of the
+    /// accounts its pods run as; nothing its neighbour's pods reference, nothing it would
+    /// have to read whole, and no other verb.
+    #[test]
+    fn a_node_reads_what_its_pods_reference() {
+        use Referent::*;
+        let graph = Pods {
+            references: vec![
+                ("n1", "team", ConfigMap, "web-config"),
+                ("n1", "team", Secret, "web-tls"),
+                ("n1", "team", Claim, "web-data"),
+                ("n1", "team", ServiceAccount, "web"),
+                ("n2", "team", ConfigMap, "db-config"),
+                ("n2", "team", Secret, "db-tls"),
+                ("n2", "team", ServiceAccount, "db"),
+            ],
+            ..Pods::default()
+        };
+        let pinned = "metadata.name=web-config";
+        #[rustfmt::skip]
+        let table = [
+            (req("get", "configmaps", "", "team", "web-config", ""), true),
+            (req("watch", "configmaps", "", "team", "", pinned), true),
+            (req("list", "configmaps", "", "team", "", pinned), true),
+            (req("list", "configmaps", "", "team", "", ""), false),
+            (req("watch", "configmaps", "", "team", "", "metadata.name!=web-config"), false),
+            (req("list", "configmaps", "", "", "", pinned), false),
+            (req("get", "configmaps", "", "other", "web-config", ""), false),
+            (req("get", "configmaps", "", "team", "db-config", ""), false),
+            (req("update", "configmaps", "", "team", "web-config", ""), false),
+            (req("delete", "configmaps", "", "team", "web-config", ""), false),
+            (req("get", "secrets", "", "team", "web-tls", ""), true),
+            (req("watch", "secrets", "", "team", "", "metadata.name=web-tls"), true),
+            (req("get", "secrets", "", "team", "db-tls", ""), false),
+            (req("get", "secrets", "", "team", "web-config", ""), false),
+            (req("list", "secrets", "", "team", "", ""), false),
+            (req("create", "secrets", "", "team", "", ""), false),
+            (req("get", "persistentvolumeclaims", "", "team", "web-data", ""), true),
+            (req("list", "persistentvolumeclaims", "", "team", "", "metadata.name=web-data"), false),
+            (req("update", "persistentvolumeclaims", "", "team", "web-data", ""), false),
+            (req("create", "serviceaccounts", "token", "team", "web", ""), true),
+            (req("create", "serviceaccounts", "token", "team", "db", ""), false),
+            (req("create", "serviceaccounts", "token", "team", "", ""), false),
+            (req("create", "serviceaccounts", "token", "other", "web", ""), false),
+            (req("get", "serviceaccounts", "", "team", "web", ""), false),
+            (req("create", "serviceaccounts", "", "team", "", ""), false),
         ];
         for (a, want) in table {
             assert_eq!(allows("n1", &a, &graph).is_some(), want, "{a:?}");

@@ -1,6 +1,7 @@
-//! Admission, in the order Kubernetes runs it for these kinds: the namespace exists, LimitRange
-//! (defaults, then min / max / ratio per container), ResourceQuota (object count and request /
-//! limit totals per namespace). Each rejection names the plugin's reason the way
+//! Admission, in the order Kubernetes runs it for these kinds: the namespace exists,
+//! ServiceAccount (a pod's account, and its token mounted), LimitRange (defaults, then min /
+//! max / ratio per container), ResourceQuota (object count and request / limit totals per
+//! namespace). Each rejection names the plugin's reason the way
 //! kube-apiserver words it. Also the update rules: what an update may change and what it may
 //! not.
 
@@ -11,9 +12,16 @@ use std::sync::{Arc, Mutex};
 use skiff_proto::api::certificates::{
     CertificateSigningRequestCondition, CertificateSigningRequestStatus,
 };
+use skiff_proto::api::meta::generated_name;
 use skiff_proto::api::node::{DEFAULT_TOLERATION_SECONDS, TAINT_NOT_READY, TAINT_UNREACHABLE};
 use skiff_proto::api::quota::{self, PodScope, Usage};
 use skiff_proto::api::rbac::RoleRef;
+use skiff_proto::api::volume::{
+    DEFAULT_MODE, DownwardApiProjection, DownwardApiVolumeFile, KeyToPath, KeysProjection,
+    ObjectFieldSelector, ProjectedVolumeSource, ROOT_CA_CONFIG_MAP, SERVICE_ACCOUNT_MOUNT,
+    SERVICE_ACCOUNT_TOKEN_SECONDS, SERVICE_ACCOUNT_VOLUME_PREFIX, ServiceAccountTokenProjection,
+    Volume, VolumeMount, VolumeProjection,
+};
 use skiff_proto::api::{
     CertificateConditionType, Kind, LabelSelector, Object, Pod, ResourceList, ResourceQuota, Taint,
     TaintEffect, Toleration,
@@ -48,6 +56,119 @@ fn default_service_account(pod: &mut Pod) {
         };
     }
     spec.service_account = spec.service_account_name.clone();
+}
+
+/// The annotation of a mirror pod (the API's copy of a node's static pod): admission leaves
+/// its spec as the node wrote it, which the node compares with its own.
+pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// ServiceAccount admission's token, as kube-apiserver's mounts it: unless the pod (or,
+/// when the pod does not say, its ServiceAccount, whose `automountServiceAccountToken` is
+/// `account_automounts`) turns it off, every container and init container without a mount at
+/// [`SERVICE_ACCOUNT_MOUNT`] gets one, read-only, of a projected volume
+/// `kube-api-access-<random>` (one the pod has already is reused) of the account's token,
+/// the cluster's CA and the pod's namespace.
+fn mount_service_account_token(pod: &mut Pod, account_automounts: Option<bool>) {
+    let spec = &mut pod.spec;
+    if !spec
+        .automount_service_account_token
+        .or(account_automounts)
+        .unwrap_or(true)
+    {
+        return;
+    }
+    let existing = spec
+        .volumes
+        .iter()
+        .find(|v| v.name.starts_with(SERVICE_ACCOUNT_VOLUME_PREFIX))
+        .map(|v| v.name.clone());
+    let name = existing
+        .clone()
+        .unwrap_or_else(|| generated_name(SERVICE_ACCOUNT_VOLUME_PREFIX));
+    let mut needed = false;
+    for c in spec
+        .init_containers
+        .iter_mut()
+        .chain(spec.containers.iter_mut())
+    {
+        if c.volume_mounts
+            .iter()
+            .any(|m| m.mount_path == SERVICE_ACCOUNT_MOUNT)
+        {
+            continue;
+        }
+        c.volume_mounts.push(VolumeMount {
+            name: name.clone(),
+            mount_path: SERVICE_ACCOUNT_MOUNT.to_owned(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+        needed = true;
+    }
+    if needed && existing.is_none() {
+        spec.volumes.push(service_account_volume(name));
+    }
+}
+
+/// The projected volume of a pod's service account token, the cluster's CA and the pod's
+/// namespace (kube-apiserver's `TokenVolumeSource`, its mode set as that sets it).
+fn service_account_volume(name: String) -> Volume {
+    let token = VolumeProjection {
+        service_account_token: Some(ServiceAccountTokenProjection {
+            audience: String::new(),
+            expiration_seconds: Some(SERVICE_ACCOUNT_TOKEN_SECONDS),
+            path: "token".to_owned(),
+        }),
+        ..VolumeProjection::default()
+    };
+    let ca = VolumeProjection {
+        config_map: Some(KeysProjection {
+            name: ROOT_CA_CONFIG_MAP.to_owned(),
+            items: vec![KeyToPath {
+                key: "ca.crt".to_owned(),
+                path: "ca.crt".to_owned(),
+                mode: None,
+            }],
+            optional: None,
+        }),
+        ..VolumeProjection::default()
+    };
+    let namespace = VolumeProjection {
+        downward_api: Some(DownwardApiProjection {
+            items: vec![DownwardApiVolumeFile {
+                path: "namespace".to_owned(),
+                field_ref: Some(ObjectFieldSelector {
+                    api_version: "v1".to_owned(),
+                    field_path: "metadata.namespace".to_owned(),
+                }),
+                resource_field_ref: None,
+                mode: None,
+            }],
+        }),
+        ..VolumeProjection::default()
+    };
+    Volume {
+        name,
+        projected: Some(ProjectedVolumeSource {
+            sources: vec![token, ca, namespace],
+            default_mode: Some(DEFAULT_MODE),
+        }),
+        ..Volume::default()
+    }
+}
+
+/// What ServiceAccount `namespace/name` says of mounting its token (`None`: nothing, or
+/// there is no such account yet: the pod is admitted, and its node asks for the token until
+/// the account exists).
+fn account_automounts(api: &ClusterApi, namespace: &str, name: &str) -> Result<Option<bool>> {
+    let (_, found) = api.get_local(super::token::service_account_kind(), namespace, name)?;
+    Ok(match found.map(|s| s.object) {
+        Some(Object::Generic(_, account)) => account
+            .body
+            .get("automountServiceAccountToken")
+            .and_then(serde_json::Value::as_bool),
+        _ => None,
+    })
 }
 
 /// What the pods of each namespace use against each of its quotas (by name), counted once per
@@ -242,6 +363,17 @@ pub fn admit_create(
     if let Object::Pod(pod) = object {
         default_toleration_seconds(pod);
         default_service_account(pod);
+        // Only a server that signs tokens mounts them: elsewhere no node could get one, and
+        // no pod would start.
+        if api.token_issuer().is_ok()
+            && !pod.metadata.annotations.contains_key(MIRROR_POD_ANNOTATION)
+        {
+            let account = match pod.spec.automount_service_account_token {
+                Some(_) => None,
+                None => account_automounts(api, &ns, &pod.spec.service_account_name)?,
+            };
+            mount_service_account_token(pod, account);
+        }
         let prefix = Kind::LimitRange.prefix(Some(&ns));
         let (_, ranges) = api.range(
             Kind::LimitRange,
@@ -877,4 +1009,245 @@ fn keep_identity(current: &Object, next: &mut Object) {
     m.deletion_timestamp = cur.deletion_timestamp;
     m.deletion_grace_period_seconds = cur.deletion_grace_period_seconds;
     m.generation = cur.generation;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skiff_proto::api::{Container, ObjectMeta, PodSpec};
+
+    fn container(name: &str) -> Container {
+        Container {
+            name: name.into(),
+            image: "busybox".into(),
+            ..Container::default()
+        }
+    }
+
+    fn pod() -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: "web".into(),
+                namespace: "team".into(),
+                ..ObjectMeta::default()
+            },
+            spec: PodSpec {
+                init_containers: vec![container("init")],
+                containers: vec![container("app"), container("sidecar")],
+                ..PodSpec::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    /// The token volume as kube-apiserver's admission writes it, JSON for JSON, mounted
+    /// read-only into every container and init container.
+    #[test]
+    fn every_container_mounts_the_token_volume() {
+        let mut p = pod();
+        mount_service_account_token(&mut p, None);
+        assert_eq!(p.spec.volumes.len(), 1);
+        let volume = &p.spec.volumes[0];
+        let suffix = volume
+            .name
+            .strip_prefix(SERVICE_ACCOUNT_VOLUME_PREFIX)
+            .expect("prefix");
+        assert_eq!(suffix.len(), 5, "{}", volume.name);
+        assert!(
+            suffix
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()),
+            "{suffix}"
+        );
+        let mut json = serde_json::to_value(volume).expect("json");
+        json["name"] = "kube-api-access-xxxxx".into();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "name": "kube-api-access-xxxxx",
+                "projected": {
+                    "sources": [
+                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                        {"configMap": {"name": "kube-root-ca.crt",
+                                       "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                        {"downwardAPI": {"items": [{"path": "namespace",
+                            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+                    ],
+                    "defaultMode": 420,
+                },
+            })
+        );
+        for c in p.spec.init_containers.iter().chain(&p.spec.containers) {
+            assert_eq!(
+                c.volume_mounts,
+                [VolumeMount {
+                    name: volume.name.clone(),
+                    mount_path: SERVICE_ACCOUNT_MOUNT.into(),
+                    read_only: Some(true),
+                    ..VolumeMount::default()
+                }],
+                "{}",
+                c.name
+            );
+        }
+        // The admitted pod is a valid one.
+        let mut object = Object::Pod(p);
+        skiff_proto::api::defaults::apply(&mut object);
+        skiff_proto::api::validation::validate(&object).expect("valid");
+    }
+
+    /// The pod's word wins, then its account's; unsaid, the token is mounted.
+    #[test]
+    fn the_pod_then_its_account_decide() {
+        for (pod_says, account_says, mounted) in [
+            (None, None, true),
+            (None, Some(true), true),
+            (None, Some(false), false),
+            (Some(true), Some(false), true),
+            (Some(false), None, false),
+            (Some(false), Some(true), false),
+        ] {
+            let mut p = pod();
+            p.spec.automount_service_account_token = pod_says;
+            mount_service_account_token(&mut p, account_says);
+            assert_eq!(
+                !p.spec.volumes.is_empty(),
+                mounted,
+                "pod {pod_says:?}, account {account_says:?}"
+            );
+            assert_eq!(
+                p.spec
+                    .containers
+                    .iter()
+                    .all(|c| !c.volume_mounts.is_empty()),
+                mounted
+            );
+        }
+    }
+
+    /// A container that mounts something of its own at the path keeps it; when every one
+    /// does, no volume is added; a pod's own `kube-api-access-` volume is the one mounted.
+    #[test]
+    fn mounts_at_the_path_are_kept() {
+        let own = VolumeMount {
+            name: "mine".into(),
+            mount_path: SERVICE_ACCOUNT_MOUNT.into(),
+            ..VolumeMount::default()
+        };
+        let mut p = pod();
+        p.spec.containers[0].volume_mounts.push(own.clone());
+        mount_service_account_token(&mut p, None);
+        assert_eq!(
+            p.spec.containers[0].volume_mounts,
+            std::slice::from_ref(&own)
+        );
+        assert_eq!(p.spec.containers[1].volume_mounts.len(), 1);
+        assert_eq!(p.spec.volumes.len(), 1);
+
+        let mut p = pod();
+        for c in p
+            .spec
+            .init_containers
+            .iter_mut()
+            .chain(p.spec.containers.iter_mut())
+        {
+            c.volume_mounts.push(own.clone());
+        }
+        let before = p.clone();
+        mount_service_account_token(&mut p, None);
+        assert_eq!(p, before, "nothing needed the volume");
+
+        let mut p = pod();
+        p.spec
+            .volumes
+            .push(service_account_volume("kube-api-access-abcde".into()));
+        mount_service_account_token(&mut p, None);
+        assert_eq!(p.spec.volumes.len(), 1);
+        assert!(
+            p.spec
+                .containers
+                .iter()
+                .all(|c| c.volume_mounts[0].name == "kube-api-access-abcde")
+        );
+    }
+
+    /// Pods created through the API on a server that signs tokens get the token volume,
+    /// unless their account says no (a missing account refuses nothing); a server without a
+    /// signing key, on which no node could get a token, mounts none.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn created_pods_get_the_token_volume() {
+        use crate::cluster::testing::{TestApi, pod, secured_access};
+        let volumes = |o: &Object| match o {
+            Object::Pod(p) => p
+                .spec
+                .volumes
+                .iter()
+                .map(|v| v.name.clone())
+                .collect::<Vec<_>>(),
+            _ => unreachable!("a pod"),
+        };
+        let t = TestApi::start(secured_access).await;
+        t.create(
+            Kind::Namespace,
+            serde_json::json!({"metadata": {"name": "team"}}),
+        )
+        .await;
+        let quiet = serde_json::json!({
+            "metadata": {"name": "quiet", "namespace": "team"},
+            "automountServiceAccountToken": false,
+        });
+        t.create(super::super::token::service_account_kind(), quiet)
+            .await;
+        let created = t.create(Kind::Pod, pod("a", "", "missing", "cfg")).await;
+        let names = volumes(&created);
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(
+            names[1].starts_with(SERVICE_ACCOUNT_VOLUME_PREFIX),
+            "{names:?}"
+        );
+        let created = t.create(Kind::Pod, pod("b", "", "quiet", "cfg")).await;
+        assert_eq!(volumes(&created), ["config"]);
+        let mut says_yes = pod("c", "", "quiet", "cfg");
+        says_yes["spec"]["automountServiceAccountToken"] = true.into();
+        assert_eq!(volumes(&t.create(Kind::Pod, says_yes).await).len(), 2);
+        let mut mirror = pod("d", "n1", "default", "cfg");
+        mirror["metadata"]["annotations"] = serde_json::json!({MIRROR_POD_ANNOTATION: "x"});
+        assert_eq!(volumes(&t.create(Kind::Pod, mirror).await), ["config"]);
+        t.stop().await;
+
+        let t = TestApi::start(|_| crate::access::AccessConfig::default()).await;
+        t.create(
+            Kind::Namespace,
+            serde_json::json!({"metadata": {"name": "team"}}),
+        )
+        .await;
+        let created = t.create(Kind::Pod, pod("a", "", "default", "cfg")).await;
+        assert_eq!(volumes(&created), ["config"]);
+        t.stop().await;
+    }
+
+    /// A pod's volumes, and its containers' mounts, are as immutable as the rest of its
+    /// spec: an update that drops the token volume is refused.
+    #[test]
+    fn pod_volumes_are_immutable() {
+        let mut p = pod();
+        mount_service_account_token(&mut p, None);
+        let current = Object::Pod(p.clone());
+        let mut image = p.clone();
+        image.spec.containers[0].image = "busybox:2".into();
+        assert!(with_spec(&current, &Object::Pod(image)).is_ok());
+        for change in [
+            |p: &mut Pod| p.spec.volumes.clear(),
+            |p: &mut Pod| p.spec.containers[1].volume_mounts.clear(),
+            |p: &mut Pod| p.spec.automount_service_account_token = Some(false),
+        ] {
+            let mut next = p.clone();
+            change(&mut next);
+            let e = with_spec(&current, &Object::Pod(next)).expect_err("immutable");
+            assert!(
+                matches!(e, ClusterError::Immutable { field: "spec", .. }),
+                "{e}"
+            );
+        }
+    }
 }

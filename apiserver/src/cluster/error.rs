@@ -142,6 +142,37 @@ pub enum ClusterError {
         #[source]
         source: DecodeError,
     },
+    /// NodeRestriction's refusal of a token a node asks for (not bound to a pod of its
+    /// own): PERMISSION_DENIED, as kube-apiserver's 403, so an agent tries again as it does
+    /// after any refusal an administrator (or a binding on its way) may lift.
+    #[error("{} \"{name}\" is forbidden: {why}", kind.qualified_resource())]
+    NodeRestricted {
+        kind: Kind,
+        name: String,
+        why: &'static str,
+    },
+    /// A token asked of a server without a signing key (`--service-account-signing-key-file`).
+    #[error(
+        "this API server issues no service account tokens (no --service-account-signing-key-file)"
+    )]
+    NoTokenIssuer,
+    /// A TokenRequest that asks for what may not be issued (a lifetime out of bounds).
+    #[error("TokenRequest.authentication.k8s.io is invalid: {field}: {why}")]
+    InvalidTokenRequest { field: &'static str, why: String },
+    /// A token's bound object named by a uid that is not the stored object's.
+    #[error(
+        "the UID in the bound object reference ({asked}) does not match the UID in record \
+         ({stored}); the object might have been deleted and then recreated"
+    )]
+    BoundUidMismatch { asked: String, stored: String },
+    /// A token bound to a pod that runs as another service account.
+    #[error(
+        "cannot bind token for serviceaccount {service_account:?} to pod running with different \
+         serviceaccount name."
+    )]
+    TokenAccountMismatch { service_account: String },
+    #[error("signing the token failed")]
+    TokenSigning,
     /// No user: credentials that are wrong, or none where anonymous requests are off.
     #[error(transparent)]
     Unauthorized(#[from] crate::access::Unauthorized),
@@ -192,17 +223,23 @@ impl ClusterError {
             | Immutable { .. }
             | NoStatus { .. }
             | NoApproval { .. }
-            | NoFinalize { .. } => Code::InvalidArgument,
+            | NoFinalize { .. }
+            | InvalidTokenRequest { .. }
+            | TokenAccountMismatch { .. } => Code::InvalidArgument,
             NotFound { .. } | OtherUid { .. } => Code::NotFound,
             AlreadyExists { .. } => Code::AlreadyExists,
-            Conflict { .. } => Code::Aborted,
-            Forbidden { .. } | NamespaceTerminating { .. } | TooOld { .. } | Fenced { .. } => {
-                Code::FailedPrecondition
-            }
+            Conflict { .. } | BoundUidMismatch { .. } => Code::Aborted,
+            Forbidden { .. }
+            | NamespaceTerminating { .. }
+            | TooOld { .. }
+            | Fenced { .. }
+            | NoTokenIssuer => Code::FailedPrecondition,
             Contended { .. } | WatchCanceled { .. } | FutureRevision { .. } => Code::Unavailable,
-            WatchRefused { .. } | DeleteWithoutPrevious { .. } | Stored { .. } => Code::Internal,
+            WatchRefused { .. } | DeleteWithoutPrevious { .. } | Stored { .. } | TokenSigning => {
+                Code::Internal
+            }
             Unauthorized(_) => Code::Unauthenticated,
-            Denied(_) => Code::PermissionDenied,
+            Denied(_) | NodeRestricted { .. } => Code::PermissionDenied,
             Store(e) => e.code(),
         }
     }

@@ -41,11 +41,15 @@ pub mod error;
 pub mod gate;
 pub mod ipam;
 pub mod list;
+pub mod node_graph;
 pub mod pod_security;
 pub mod rbac_policy;
 mod review;
 pub mod service;
 pub mod system;
+#[cfg(test)]
+pub(crate) mod testing;
+pub mod token;
 pub mod watch;
 
 /// Attempts at a write whose guard lost a race with another writer (quota usage moved, or the
@@ -104,21 +108,6 @@ pub fn kind_attributes(
     let ns = if kind.is_namespaced() { namespace } else { "" };
     Attributes::resource(verb, kind.group(), kind.plural(), subresource, ns, name)
         .with_fields(fields)
-}
-
-impl crate::access::node::Graph for ClusterApi {
-    fn pod_node(&self, namespace: &str, name: &str) -> Option<String> {
-        match self.get_local(Kind::Pod, namespace, name) {
-            Ok((
-                _,
-                Some(Stored {
-                    object: Object::Pod(p),
-                    ..
-                }),
-            )) => Some(p.spec.node_name),
-            _ => None,
-        }
-    }
 }
 
 impl crate::access::authn::Credentials for ClusterApi {

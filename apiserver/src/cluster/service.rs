@@ -12,6 +12,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::list::ReadAt;
+use super::token::{BoundKind, BoundObject, TokenRequest};
 use super::watch::Filter;
 use super::{
     ClusterApi, ClusterError, Part, from_pb, header, kind_attributes, not_found, parse_kind, to_pb,
@@ -438,6 +439,49 @@ impl Cluster for ClusterApi {
         .await
     }
 
+    async fn create_token(
+        &self,
+        req: Request<pb::CreateTokenRequest>,
+    ) -> Result<Response<pb::CreateTokenResponse>, Status> {
+        let r = req.get_ref();
+        let account = super::token::service_account_kind();
+        if r.namespace.is_empty() {
+            return Err(ClusterError::NamespaceRequired { kind: account }.into());
+        }
+        if r.name.is_empty() {
+            return Err(ClusterError::Missing { field: "name" }.into());
+        }
+        if r.bound_pod_name.is_empty() && !r.bound_pod_uid.is_empty() {
+            return Err(ClusterError::Missing {
+                field: "bound_pod_name",
+            }
+            .into());
+        }
+        let ask = Ask {
+            subresource: Some("token"),
+            ..Ask::new("create", account, &r.namespace, &r.name)
+        };
+        let me = authorize(self, &req, ask)?;
+        let r = req.into_inner();
+        let request = TokenRequest {
+            namespace: r.namespace,
+            service_account: r.name,
+            audiences: r.audiences,
+            expiration_seconds: (r.expiration_seconds != 0).then_some(r.expiration_seconds),
+            bound: (!r.bound_pod_name.is_empty()).then_some(BoundObject {
+                kind: BoundKind::Pod,
+                name: r.bound_pod_name,
+                uid: r.bound_pod_uid,
+            }),
+        };
+        let issued = me.issue_token(&request).await?;
+        Ok(Response::new(pb::CreateTokenResponse {
+            header: header(&*self.kv, self.revision()),
+            token: issued.token,
+            expiration_unix: issued.expires_unix,
+        }))
+    }
+
     async fn bind(
         &self,
         req: Request<pb::BindRequest>,
@@ -466,5 +510,154 @@ impl Cluster for ClusterApi {
             header: header(&*self.kv, rev),
             results,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access::{AccessConfig, MASTERS, NODES};
+    use crate::cluster::testing::{TestApi, secured_access, team};
+    use skiff_store::tls::Subject;
+    use tonic::Code;
+
+    /// A request over a connection whose client certificate names `user` in `group`.
+    fn from<T>(user: &str, group: &str, message: T) -> Request<T> {
+        let mut r = Request::new(message);
+        r.extensions_mut().insert(ConnInfo {
+            tcp: tonic::transport::server::TcpConnectInfo {
+                local_addr: None,
+                remote_addr: None,
+            },
+            client: Some(Subject {
+                common_name: user.into(),
+                organizations: vec![group.into()],
+            }),
+        });
+        r
+    }
+
+    fn ask(account: &str, pod: &str, uid: &str) -> pb::CreateTokenRequest {
+        pb::CreateTokenRequest {
+            namespace: "team".into(),
+            name: account.into(),
+            bound_pod_name: pod.into(),
+            bound_pod_uid: uid.into(),
+            ..pb::CreateTokenRequest::default()
+        }
+    }
+
+    /// CreateToken, as a node agent asks for its pods' tokens: allowed for the accounts its
+    /// pods run as (the node graph), bound to its own pods (NodeRestriction); each refusal
+    /// with the code a client branches on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn create_token_for_nodes_and_administrators() {
+        let t = TestApi::start(|dir| AccessConfig {
+            client_certs: true,
+            ..secured_access(dir)
+        })
+        .await;
+        let (web, db) = team(&t).await;
+        let n1 = |m| from("system:node:n1", NODES, m);
+        let answer = Cluster::create_token(&t.api, n1(ask("web", "web-1", &web)))
+            .await
+            .expect("its own pod's token")
+            .into_inner();
+        let claims = t
+            .api
+            .token_issuer()
+            .expect("keys")
+            .verify(&answer.token)
+            .expect("the API's");
+        assert_eq!(claims.kubernetes.pod.map(|p| p.uid), Some(web.clone()));
+        assert_eq!(answer.expiration_unix, i64::try_from(claims.exp).unwrap());
+        assert!(answer.header.is_some());
+        for (request, code, words) in [
+            // No pod of n1 runs as db: the node authorizer has no opinion, RBAC none.
+            (
+                ask("db", "db-1", &db),
+                Code::PermissionDenied,
+                "cannot create resource \"serviceaccounts/token\"",
+            ),
+            (
+                ask("web", "", ""),
+                Code::PermissionDenied,
+                "node requested token not bound to a pod",
+            ),
+            (
+                ask("web", "db-1", &db),
+                Code::PermissionDenied,
+                "a pod scheduled on a different node",
+            ),
+            (
+                ask("web", "web-1", "stale"),
+                Code::Aborted,
+                "does not match the UID in record",
+            ),
+            (
+                pb::CreateTokenRequest {
+                    expiration_seconds: 60,
+                    ..ask("web", "web-1", &web)
+                },
+                Code::InvalidArgument,
+                "may not specify a duration less than 10 minutes",
+            ),
+            (
+                ask("web", "", "uid"),
+                Code::InvalidArgument,
+                "bound_pod_name: required",
+            ),
+            (
+                pb::CreateTokenRequest {
+                    namespace: String::new(),
+                    ..ask("web", "web-1", &web)
+                },
+                Code::InvalidArgument,
+                "namespace",
+            ),
+        ] {
+            let s = Cluster::create_token(&t.api, n1(request.clone()))
+                .await
+                .expect_err("refused");
+            assert_eq!(s.code(), code, "{request:?}: {}", s.message());
+            assert!(s.message().contains(words), "{request:?}: {}", s.message());
+        }
+        let admin = |m| from("admin", MASTERS, m);
+        let s = Cluster::create_token(&t.api, admin(ask("nobody", "", "")))
+            .await
+            .expect_err("no such account");
+        assert_eq!(
+            (s.code(), s.message()),
+            (Code::NotFound, "serviceaccounts \"nobody\" not found")
+        );
+        let s = Cluster::create_token(&t.api, admin(ask("web", "gone", "")))
+            .await
+            .expect_err("no such pod");
+        assert_eq!(
+            (s.code(), s.message()),
+            (Code::NotFound, "pods \"gone\" not found")
+        );
+        let unbound = Cluster::create_token(&t.api, admin(ask("db", "", "")))
+            .await
+            .expect("an administrator's token need not be bound")
+            .into_inner();
+        assert!(!unbound.token.is_empty());
+        t.stop().await;
+    }
+
+    /// A server without a signing key answers FAILED_PRECONDITION.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn create_token_without_a_signing_key() {
+        let t = TestApi::start(|_| AccessConfig::default()).await;
+        let s = Cluster::create_token(&t.api, Request::new(ask("web", "", "")))
+            .await
+            .expect_err("no key");
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert!(
+            s.message().contains("--service-account-signing-key-file"),
+            "{}",
+            s.message()
+        );
+        t.stop().await;
     }
 }

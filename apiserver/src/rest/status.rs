@@ -246,9 +246,21 @@ impl From<ClusterError> for ApiError {
             Conflict { kind, name } | Contended { kind, name } => {
                 ApiError::new(Reason::Conflict, message).about(resource(kind), name)
             }
-            Forbidden { kind, name, .. } => {
+            Forbidden { kind, name, .. } | NodeRestricted { kind, name, .. } => {
                 ApiError::new(Reason::Forbidden, message).about(resource(kind), name)
             }
+            // kube-apiserver serves no `token` subresource without a signing key.
+            NoTokenIssuer => ApiError::new(
+                Reason::NotFound,
+                format!(
+                    "the server could not find the requested resource (serviceaccounts/token): \
+                     {message}"
+                ),
+            ),
+            InvalidTokenRequest { .. } => ApiError::new(Reason::Invalid, message),
+            BoundUidMismatch { .. } => ApiError::new(Reason::Conflict, message),
+            TokenAccountMismatch { .. } => ApiError::bad_request(message),
+            TokenSigning => ApiError::new(Reason::InternalError, message),
             Unauthorized(_) => ApiError::new(Reason::Unauthorized, message),
             Denied(f) => match &f.attributes {
                 crate::access::Attributes::Resource(r) => ApiError::new(Reason::Forbidden, message)

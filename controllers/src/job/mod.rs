@@ -19,8 +19,8 @@ use serde_json::json;
 use skiff_proto::api::batch::{
     JOB_COMPLETION_INDEX, JOB_COMPLETION_INDEX_ENV, JOB_TRACKING_FINALIZER, Job,
 };
-use skiff_proto::api::meta::Unmodelled;
 use skiff_proto::api::pod::EnvVar;
+use skiff_proto::api::volume::{EnvVarSource, ObjectFieldSelector};
 use skiff_proto::api::{DeletionPropagation, GenericObject, Kind, Object, Pod, Time};
 use skiff_proto::client::{ClientError, Event};
 use skiff_proto::recorder::EventRecorder;
@@ -207,15 +207,13 @@ pub fn pod_for(job: &Job, index: Option<i32>) -> Pod {
         }
         let env = EnvVar {
             name: JOB_COMPLETION_INDEX_ENV.to_owned(),
-            other: Unmodelled(
-                [(
-                    "valueFrom".to_owned(),
-                    json!({"fieldRef": {"fieldPath":
-                        format!("metadata.annotations['{JOB_COMPLETION_INDEX}']")}}),
-                )]
-                .into_iter()
-                .collect(),
-            ),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    api_version: "v1".to_owned(),
+                    field_path: format!("metadata.annotations['{JOB_COMPLETION_INDEX}']"),
+                }),
+                ..EnvVarSource::default()
+            }),
             ..EnvVar::default()
         };
         for c in pod

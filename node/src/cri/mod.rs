@@ -567,6 +567,16 @@ impl Runtime for CriRuntime {
                     value: v.clone(),
                 })
                 .collect(),
+            mounts: spec
+                .mounts
+                .iter()
+                .map(|m| cri::Mount {
+                    container_path: m.container_path.clone(),
+                    host_path: m.host_path.to_string_lossy().into_owned(),
+                    readonly: m.read_only,
+                    ..cri::Mount::default()
+                })
+                .collect(),
             labels,
             log_path: format!("{}/{}.log", spec.name, spec.attempt),
             linux: Some(cri::LinuxContainerConfig {

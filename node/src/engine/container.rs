@@ -254,8 +254,10 @@ impl PodEngine {
         // policy would not restart a failed one (Never): as the kubelet records it, it ended
         // with StartError (128), so a Job's pod fails instead of waiting forever. A missing
         // image is waited for under every policy.
-        let final_failure = !matches!(error, RuntimeError::ImageNotFound { .. })
-            && !self.should_restart(slot, START_ERROR_EXIT_CODE);
+        let final_failure = !matches!(
+            error,
+            RuntimeError::ImageNotFound { .. } | RuntimeError::Config { .. }
+        ) && !self.should_restart(slot, START_ERROR_EXIT_CODE);
         let Some(s) = self.slot(slot) else { return };
         if s.run != Run::Starting {
             return;
@@ -287,6 +289,7 @@ impl PodEngine {
                 };
                 (reason, error.to_string())
             }
+            RuntimeError::Config { .. } => ("CreateContainerConfigError", error.to_string()),
             _ => ("CreateContainerError", error.to_string()),
         };
         // Failed starts back off from the first retry on: a missing image does not appear

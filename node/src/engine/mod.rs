@@ -64,7 +64,7 @@ mod status;
 mod stop;
 
 use container::ran_before;
-pub use spec::{Handler, ProbeKind, container_spec, hostname_of, qos_class};
+pub use spec::{Handler, ProbeKind, container_of, container_spec, hostname_of, qos_class};
 use spec::{Run, SlotState, grace_of, policy_of, slot_state};
 use status::Cond;
 
@@ -132,6 +132,11 @@ pub enum Input {
     },
     SandboxReady(Sandbox),
     SandboxFailed {
+        message: String,
+    },
+    /// A volume could not be set up before the sandbox: waited for and tried again as a
+    /// failed sandbox is.
+    MountFailed {
         message: String,
     },
     Started {
@@ -372,7 +377,9 @@ impl PodEngine {
         match input {
             Input::Start { adopted } => self.on_start(clock, adopted),
             Input::SandboxReady(sb) => self.on_sandbox_ready(sb),
-            Input::SandboxFailed { message } => self.on_sandbox_failed(clock, message),
+            Input::SandboxFailed { message } | Input::MountFailed { message } => {
+                self.on_sandbox_failed(clock, message)
+            }
             Input::Started { slot, id, image_id } => self.on_started(clock, slot, id, image_id),
             Input::StartFailed { slot, error } => self.on_start_failed(clock, slot, error),
             Input::PostStartDone { slot, id, error } => self.on_post_start(slot, &id, error),
@@ -570,7 +577,7 @@ impl PodEngine {
 
 /// Pods, clocks and a sandbox for the rooms' unit tests.
 #[cfg(test)]
-mod fixtures {
+pub(crate) mod fixtures {
     use std::time::Duration;
 
     use skiff_proto::api::{Kind, Object, Pod, Time};
@@ -579,7 +586,7 @@ mod fixtures {
     use super::Clock;
     use crate::runtime::Sandbox;
 
-    pub(super) fn pod(spec: serde_json::Value) -> Pod {
+    pub(crate) fn pod(spec: serde_json::Value) -> Pod {
         let json = serde_json::json!({"metadata": {"name": "p", "namespace": "default", "uid": "u"},
                                       "spec": spec});
         match Object::from_json(Kind::Pod, json.to_string().as_bytes()).expect("decodes") {

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::Slot;
 use crate::runtime::{ContainerSpec, Exit, Resources};
+use crate::volumes::expand;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ProbeKind {
@@ -242,89 +243,6 @@ pub fn qos_class(pod: &Pod) -> &'static str {
     }
 }
 
-/// A container's environment, as the kubelet builds it from `env`: values with `$(NAME)`
-/// expanded from the variables before them, and the downward API's `fieldRef` read off the
-/// pod (its name, namespace, uid, labels and annotations, node, service account and
-/// addresses). A field the pod does not have yet (an address before the sandbox has one) is
-/// empty.
-pub fn env_of(pod: &Pod, c: &Container) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    for e in &c.env {
-        let value = match e
-            .other
-            .get("valueFrom")
-            .and_then(|v| v.pointer("/fieldRef/fieldPath"))
-            .and_then(serde_json::Value::as_str)
-        {
-            Some(path) => field_value(pod, path),
-            None => expand(&e.value, &out),
-        };
-        out.retain(|(name, _)| *name != e.name);
-        out.push((e.name.clone(), value));
-    }
-    out
-}
-
-/// The downward API's value of `path` for `pod`.
-fn field_value(pod: &Pod, path: &str) -> String {
-    let m = &pod.metadata;
-    let status = pod.status.as_ref();
-    let keyed = |prefix: &str| {
-        path.strip_prefix(prefix)
-            .and_then(|rest| rest.strip_suffix("']"))
-            .map(str::to_owned)
-    };
-    if let Some(key) = keyed("metadata.labels['") {
-        return m.labels.get(&key).cloned().unwrap_or_default();
-    }
-    if let Some(key) = keyed("metadata.annotations['") {
-        return m.annotations.get(&key).cloned().unwrap_or_default();
-    }
-    match path {
-        "metadata.name" => m.name.clone(),
-        "metadata.namespace" => m.namespace.clone(),
-        "metadata.uid" => m.uid.clone(),
-        "spec.nodeName" => pod.spec.node_name.clone(),
-        "spec.serviceAccountName" => pod.spec.service_account_name.clone(),
-        "status.podIP" | "status.podIPs" => status.map(|s| s.pod_ip.clone()).unwrap_or_default(),
-        "status.hostIP" | "status.hostIPs" => status.map(|s| s.host_ip.clone()).unwrap_or_default(),
-        _ => String::new(),
-    }
-}
-
-/// `$(NAME)` replaced by the value of a variable defined before, as the kubelet expands
-/// them: `$$` is a literal `$`, and a reference to an unknown name stays as written.
-fn expand(value: &str, defined: &[(String, String)]) -> String {
-    let mut out = String::with_capacity(value.len());
-    let mut rest = value;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        if let Some(tail) = after.strip_prefix('$') {
-            out.push('$');
-            rest = tail;
-        } else if let Some(name) = after
-            .strip_prefix('(')
-            .and_then(|t| t.find(')').map(|end| &t[..end]))
-        {
-            match defined.iter().rev().find(|(n, _)| n == name) {
-                Some((_, v)) => out.push_str(v),
-                None => {
-                    out.push_str("$(");
-                    out.push_str(name);
-                    out.push(')');
-                }
-            }
-            rest = &after[name.len() + 2..];
-        } else {
-            out.push('$');
-            rest = after;
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
 /// The pod's hostname, as the kubelet chooses it: `spec.hostname` when set, else the pod's
 /// name, cut to 63 characters (a DNS label) without a trailing `-` or `.`.
 pub fn hostname_of(pod: &Pod) -> String {
@@ -339,21 +257,37 @@ pub fn hostname_of(pod: &Pod) -> String {
     cut.trim_end_matches(['-', '.']).to_owned()
 }
 
-/// The runtime's container spec for one of the pod's containers.
-pub fn container_spec(pod: &Pod, slot: Slot, attempt: u32) -> Option<ContainerSpec> {
-    let (c, init) = match slot {
-        Slot::Init(i) => (pod.spec.init_containers.get(i)?, true),
-        Slot::App(i) => (pod.spec.containers.get(i)?, false),
-    };
+/// The container of `slot`.
+pub fn container_of(pod: &Pod, slot: Slot) -> Option<&Container> {
+    match slot {
+        Slot::Init(i) => pod.spec.init_containers.get(i),
+        Slot::App(i) => pod.spec.containers.get(i),
+    }
+}
+
+/// The runtime's container spec for one of the pod's containers, with its environment and
+/// mounts as the agent resolved them.
+pub fn container_spec(
+    pod: &Pod,
+    slot: Slot,
+    attempt: u32,
+    env: Vec<(String, String)>,
+    mounts: Vec<crate::volumes::Mount>,
+) -> Option<ContainerSpec> {
+    let c = container_of(pod, slot)?;
+    let init = matches!(slot, Slot::Init(_));
     let req = |r: &str| c.resources.requests.get(r).map(|q| q.milli_value());
     let lim = |r: &str| c.resources.limits.get(r);
     Some(ContainerSpec {
         pod_uid: pod.metadata.uid.clone(),
         name: c.name.clone(),
         image: c.image.clone(),
-        command: c.command.clone(),
-        args: c.args.clone(),
-        env: env_of(pod, c),
+        // `$(NAME)` in the command and its arguments reads the container's environment, as
+        // the kubelet expands them.
+        command: c.command.iter().map(|w| expand(w, &env)).collect(),
+        args: c.args.iter().map(|w| expand(w, &env)).collect(),
+        env,
+        mounts,
         working_dir: c.working_dir.clone(),
         ports: c.ports.iter().map(|p| p.container_port).collect(),
         resources: Resources {
@@ -371,7 +305,7 @@ pub fn container_spec(pod: &Pod, slot: Slot, attempt: u32) -> Option<ContainerSp
 
 #[cfg(test)]
 mod tests {
-    use super::{env_of, hostname_of, qos_class};
+    use super::{hostname_of, qos_class};
     use crate::engine::fixtures::{one_container, pod};
 
     #[test]
@@ -400,33 +334,5 @@ mod tests {
         let mut q = one_container();
         q.metadata.name = format!("{}-b", "a".repeat(62));
         assert_eq!(hostname_of(&q), "a".repeat(62));
-    }
-
-    /// The downward API and `$(NAME)` references, as the kubelet resolves them.
-    #[test]
-    fn environment_from_the_pod_and_earlier_variables() {
-        let mut p = pod(
-            serde_json::json!({"nodeName": "n1", "containers": [{"name": "c", "image": "i", "env": [
-                {"name": "INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
-                {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                {"name": "WHO", "value": "$(POD)@$(NODE) #$(INDEX) $(MISSING) $$(POD) 5$"}
-            ]}]}),
-        );
-        p.metadata.name = "pi-3-x".into();
-        p.metadata.annotations.insert(
-            "batch.kubernetes.io/job-completion-index".into(),
-            "3".into(),
-        );
-        let env = env_of(&p, &p.spec.containers[0]);
-        assert_eq!(
-            env,
-            [
-                ("INDEX".to_string(), "3".to_string()),
-                ("POD".into(), "pi-3-x".into()),
-                ("NODE".into(), "n1".into()),
-                ("WHO".into(), "pi-3-x@n1 #3 $(MISSING) $(POD) 5$".into()),
-            ]
-        );
     }
 }

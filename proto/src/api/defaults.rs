@@ -197,6 +197,48 @@ fn pod_spec_defaults(spec: &mut PodSpec) {
             t.operator = "Equal".to_owned();
         }
     }
+    for v in &mut spec.volumes {
+        volume_defaults(v);
+    }
+}
+
+/// File modes 0644 unless given, and a hostPath's type `""`, as kube-apiserver defaults them.
+fn volume_defaults(v: &mut crate::api::volume::Volume) {
+    use crate::api::volume::DEFAULT_MODE;
+    if let Some(c) = &mut v.config_map {
+        c.default_mode.get_or_insert(DEFAULT_MODE);
+    }
+    if let Some(s) = &mut v.secret {
+        s.default_mode.get_or_insert(DEFAULT_MODE);
+    }
+    if let Some(d) = &mut v.downward_api {
+        d.default_mode.get_or_insert(DEFAULT_MODE);
+        for f in &mut d.items {
+            if let Some(r) = &mut f.field_ref
+                && r.api_version.is_empty()
+            {
+                r.api_version = "v1".to_owned();
+            }
+        }
+    }
+    if let Some(p) = &mut v.projected {
+        p.default_mode.get_or_insert(DEFAULT_MODE);
+        for src in &mut p.sources {
+            if let Some(t) = &mut src.service_account_token {
+                t.expiration_seconds.get_or_insert(3600);
+            }
+            for f in src.downward_api.iter_mut().flat_map(|d| &mut d.items) {
+                if let Some(r) = &mut f.field_ref
+                    && r.api_version.is_empty()
+                {
+                    r.api_version = "v1".to_owned();
+                }
+            }
+        }
+    }
+    if let Some(h) = &mut v.host_path {
+        h.type_.get_or_insert_with(String::new);
+    }
 }
 
 fn container_defaults(c: &mut Container) {

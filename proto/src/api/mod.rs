@@ -53,6 +53,7 @@ pub mod service;
 pub(crate) mod testing;
 pub mod validation;
 pub mod vocabulary;
+pub mod volume;
 
 pub use apps::{
     Deployment, DeploymentSpec, DeploymentStatus, DeploymentStrategy, PodTemplateSpec, ReplicaSet,

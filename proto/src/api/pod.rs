@@ -8,6 +8,7 @@ use super::meta::{IntOrString, LabelSelector, ObjectMeta, ResourceList, Time, Un
 #[cfg(test)]
 use super::testing::{small_map, small_vec};
 use super::vocabulary::{ConditionStatus, PodConditionType, PodPhase, RestartPolicy, TaintEffect};
+use super::volume::{EnvFromSource, EnvVarSource, Volume, VolumeMount};
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
@@ -70,6 +71,13 @@ pub struct PodSpec {
     /// The deprecated alias of `service_account_name`, kept equal to it as Kubernetes does.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub service_account: String,
+    /// `false`: no service account token is mounted (else the ServiceAccount's own
+    /// setting decides, and it is mounted when that says nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub automount_service_account_token: Option<bool>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_vec()"))]
+    pub volumes: Vec<Volume>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
@@ -101,6 +109,12 @@ pub struct Container {
     pub env: Vec<EnvVar>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(test, proptest(strategy = "small_vec()"))]
+    pub env_from: Vec<EnvFromSource>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_vec()"))]
+    pub volume_mounts: Vec<VolumeMount>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(test, proptest(strategy = "small_vec()"))]
     pub ports: Vec<ContainerPort>,
     #[serde(default, skip_serializing_if = "ResourceRequirements::is_empty")]
     pub resources: ResourceRequirements,
@@ -128,6 +142,8 @@ pub struct EnvVar {
     pub name: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub value: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<EnvVarSource>,
     /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
     #[serde(flatten)]
     #[cfg_attr(test, proptest(value = "Default::default()"))]

@@ -691,6 +691,7 @@ fn start_nodes(cluster: &mut Cluster, exe: &str, args: &Args) -> Result<Vec<Stri
             let names: Vec<String> = (0..args.nodes).map(|i| format!("node-{i}")).collect();
             node.cpu = Some(args.node_cpu.clone());
             node.memory = Some(args.node_memory.clone());
+            node.root_dir = Some(cluster.dir.join("node-volumes"));
             node.labels = vec![
                 "kubernetes.io/os=linux".into(),
                 format!("node.skiff.dev/cpus={}", args.node_cpu),
@@ -754,6 +755,7 @@ fn start_real_nodes(
             tls: cluster.client_cert(name),
             containerd_socket: Some(c.socket().to_path_buf()),
             pod_log_dir: Some(home.join("pods")),
+            root_dir: Some(home.join("root")),
             // Pods get addresses from the node's pod CIDR on a bridge in the node's own
             // namespace; other nodes' pod CIDRs are routed over the link.
             cni: Some(c.cni_dirs()),

@@ -27,6 +27,7 @@ pub(crate) mod pod;
 mod rbac;
 mod resources;
 mod service;
+mod volume;
 
 pub use kinds::MAX_EVENT_MESSAGE;
 pub use names::{is_dns1123_label, is_dns1123_subdomain, is_label_value, is_qualified_name};

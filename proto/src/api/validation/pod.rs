@@ -45,6 +45,7 @@ pub(crate) fn validate_pod_spec(errs: &mut Errors, spec: &Path, s: &PodSpec) {
                 );
             }
             validate_container(errs, &p, c, init);
+            super::volume::validate_container_refs(errs, &p, c, s);
             for (j, port) in c.ports.iter().enumerate() {
                 if let Some(hp) = port.host_port
                     && !host_ports.insert((hp, port.protocol.as_str()))
@@ -60,6 +61,7 @@ pub(crate) fn validate_pod_spec(errs: &mut Errors, spec: &Path, s: &PodSpec) {
             }
         }
     }
+    super::volume::validate_volumes(errs, spec, s);
     if let Some(g) = s.termination_grace_period_seconds
         && g < 0
     {
