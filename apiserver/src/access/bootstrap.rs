@@ -379,6 +379,16 @@ fn node_rules() -> Vec<PolicyRule> {
         rule(&["patch", "update"], "", &["pods/status"]),
         rule(&["create", "patch", "update"], "", &["events"]),
         rule(READ, "", &["namespaces"]),
+        // What pods' volumes and environment read, and their service accounts' tokens (the
+        // node authorizer narrows a node agent to what its own pods name).
+        rule(READ, "", &["configmaps", "secrets", "services"]),
+        rule(READ, "discovery.k8s.io", &["endpointslices"]),
+        rule(
+            &["get"],
+            "",
+            &["persistentvolumeclaims", "persistentvolumes"],
+        ),
+        rule(&["create"], "", &["serviceaccounts/token"]),
         rule(
             &["create", "get", "list", "watch"],
             CERTIFICATES,
