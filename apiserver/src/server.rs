@@ -162,6 +162,11 @@ pub(crate) fn serve_rest(
             api.clone(),
             stop.clone(),
         ));
+        tasks.spawn(crate::cluster::kubernetes_service::maintain(
+            api.clone(),
+            api.config.advertise,
+            stop.clone(),
+        ));
     }
     if api.access.config.rbac() {
         let policy = api.access.policy().clone();

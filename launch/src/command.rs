@@ -139,6 +139,8 @@ pub struct StoreCommand {
     /// `--service-account-signing-key-file`: the key service account tokens are signed with
     /// (and checked against).
     pub service_account_key: Option<PathBuf>,
+    /// `--advertise-address`: where pods reach the member's Kubernetes API.
+    pub advertise_address: Option<SocketAddr>,
     /// `--cluster-cidr` (`a.b.c.d/n`; empty: no pod CIDR blocks).
     pub cluster_cidr: Option<String>,
     /// `--node-cidr-mask-size`.
@@ -251,6 +253,7 @@ impl StoreCommand {
         if let Some(f) = &self.service_account_key {
             a.flag("service-account-signing-key-file", f);
         }
+        a.opt("advertise-address", self.advertise_address);
         if let Some(tls) = &self.tls {
             a.flag("cert-file", &tls.cert)
                 .flag("key-file", &tls.key)
@@ -327,6 +330,8 @@ pub struct ApiServerCommand {
     /// `--service-account-signing-key-file`: the key service account tokens are signed with
     /// (and checked against).
     pub service_account_key: Option<PathBuf>,
+    /// `--advertise-address`: where pods reach this API server.
+    pub advertise_address: Option<SocketAddr>,
     pub audit_log: Option<PathBuf>,
     pub audit_log_maxsize: Option<u64>,
     pub audit_log_maxbackup: Option<usize>,
@@ -378,6 +383,7 @@ impl ApiServerCommand {
         if let Some(f) = &self.service_account_key {
             a.flag("service-account-signing-key-file", f);
         }
+        a.opt("advertise-address", self.advertise_address);
         if let Some(f) = &self.audit_log {
             a.flag("audit-log-path", f)
                 .opt("audit-log-maxsize", self.audit_log_maxsize.as_ref())

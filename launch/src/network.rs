@@ -13,7 +13,7 @@
 //! Each node's agent routes the other nodes' pod CIDRs through their addresses on this link
 //! (`skiff_node::routes`), so pods reach pods on other nodes by their addresses.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -170,6 +170,76 @@ impl NodeNetwork {
         ip(node_netns, &["link", "set", "eth0", "up"])?;
         Ok(address)
     }
+
+    /// The switch's own address on the link, where the nodes reach what runs on the host
+    /// through [`NodeNetwork::relay`].
+    pub fn switch_ip() -> Ipv4Addr {
+        Ipv4Addr::new(NETWORK[0], NETWORK[1], NETWORK[2], 1)
+    }
+
+    /// Relays TCP from `port` on the switch's address (in its namespace) to the first of
+    /// `targets` (on the host's loopback) that takes the connection: how pods on the nodes
+    /// reach the host's API servers (the `kubernetes` Service's endpoint). The listener is
+    /// made in the switch's namespace and the connections out in this process's; it runs on
+    /// threads of this process for as long as the process does.
+    pub fn relay(&self, port: u16, targets: Vec<SocketAddr>) -> Result<SocketAddr> {
+        let address = SocketAddr::from((Self::switch_ip(), port));
+        let listener =
+            in_namespace(&self.switch.path(), || TcpListener::bind(address)).map_err(|e| {
+                Error::Setup {
+                    command: format!("relay on {address}"),
+                    reason: e.to_string(),
+                }
+            })?;
+        std::thread::Builder::new()
+            .name("api-relay".into())
+            .spawn(move || {
+                for inbound in listener.incoming().flatten() {
+                    let targets = targets.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("api-relay-conn".into())
+                        .spawn(move || relay_one(inbound, &targets));
+                }
+            })
+            .map_err(|e| Error::Setup {
+                command: format!("relay on {address}"),
+                reason: e.to_string(),
+            })?;
+        Ok(address)
+    }
+}
+
+/// Runs `f` with the calling thread in the network namespace at `netns`, then puts the
+/// thread back in its own: sockets made by `f` stay in `netns`.
+fn in_namespace<T>(netns: &Path, f: impl FnOnce() -> std::io::Result<T>) -> std::io::Result<T> {
+    use nix::sched::{CloneFlags, setns};
+    let own = std::fs::File::open("/proc/thread-self/ns/net")?;
+    let target = std::fs::File::open(netns)?;
+    setns(&target, CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)?;
+    let out = f();
+    setns(&own, CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)?;
+    out
+}
+
+/// Copies one connection both ways to the first target that answers.
+fn relay_one(inbound: TcpStream, targets: &[SocketAddr]) {
+    let Some(outbound) = targets
+        .iter()
+        .find_map(|t| TcpStream::connect_timeout(t, Duration::from_secs(2)).ok())
+    else {
+        return;
+    };
+    let (Ok(mut in_read), Ok(mut out_write)) = (inbound.try_clone(), outbound.try_clone()) else {
+        return;
+    };
+    let upstream = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut in_read, &mut out_write);
+        let _ = out_write.shutdown(std::net::Shutdown::Write);
+    });
+    let (mut out_read, mut in_write) = (outbound, inbound);
+    let _ = std::io::copy(&mut out_read, &mut in_write);
+    let _ = in_write.shutdown(std::net::Shutdown::Write);
+    let _ = upstream.join();
 }
 
 #[cfg(test)]

@@ -312,8 +312,26 @@ pub async fn run(
         receivers.push(rx);
     }
     tracker.spawn(watch_nodes(client.clone(), watched, cancel.clone()));
+    // One watch of the Services gives every container its Service variables.
+    let (services, mut informers) = crate::services::follow_services(&client);
+    {
+        let (err_tx, cancel) = (err_tx.clone(), cancel.clone());
+        tracker.spawn(async move {
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                Some(done) = informers.join_next() => {
+                    let why = match done {
+                        Ok((kind, r)) => format!("the {kind} informer stopped: {r:?}"),
+                        Err(e) => format!("the Service informer's task: {e}"),
+                    };
+                    let _ = err_tx.send(AgentError::Config(why)).await;
+                }
+            }
+        });
+    }
     for ((i, n), node_rx) in nodes.into_iter().enumerate().zip(receivers) {
         let agent = NodeAgent {
+            services: services.clone(),
             node_rx,
             client: client.clone(),
             runtime: runtime.clone(),
@@ -349,6 +367,8 @@ pub async fn run(
 
 struct NodeAgent {
     client: ClusterClient,
+    /// The Services the process follows, for containers' variables.
+    services: crate::services::Followed,
     /// This node as the store has it, from the process's watch of its Nodes.
     node_rx: tokio::sync::watch::Receiver<Option<Node>>,
     runtime: Arc<dyn Runtime>,
@@ -690,6 +710,7 @@ impl NodeAgent {
                 self.config.volume_resync,
             ),
             allocatable: self.resources(),
+            services: Some(self.services.clone()),
         });
         let mut pods = Pods {
             ctx,

@@ -21,6 +21,22 @@ pub struct Followed {
     slices: Objects,
     /// Woken on every change (one waiter: each follower has its own).
     pub changed: Arc<Notify>,
+    /// Set once the Services have been listed.
+    synced: Synced,
+}
+
+/// Whether the first list of Services is in.
+#[derive(Debug, Clone)]
+struct Synced(
+    tokio::sync::watch::Sender<bool>,
+    tokio::sync::watch::Receiver<bool>,
+);
+
+impl Default for Synced {
+    fn default() -> Self {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        Synced(tx, rx)
+    }
 }
 
 fn copy(objects: &Objects) -> BTreeMap<String, Object> {
@@ -35,39 +51,90 @@ impl Followed {
     pub fn snapshot(&self) -> (BTreeMap<String, Object>, BTreeMap<String, Object>) {
         (copy(&self.services), copy(&self.slices))
     }
+
+    /// Returns once the Services have been listed, as the kubelet starts no container
+    /// before its Service lister has synced (their variables would be missing).
+    pub async fn synced(&self) {
+        let mut rx = self.synced.1.clone();
+        let _ = rx.wait_for(|done| *done).await;
+    }
+
+    /// The variables a container in `namespace` gets for Services
+    /// ([`crate::volumes::env::service_env`]): the namespace's when `links`
+    /// (`enableServiceLinks`, true unless the pod says false), and always the API's
+    /// (`default/kubernetes`).
+    pub fn service_env(&self, namespace: &str, links: bool) -> Vec<(String, String)> {
+        let objects = self
+            .services
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let master = objects.get(&Kind::Service.key("default", "kubernetes"));
+        let prefix = Kind::Service.key(namespace, "");
+        let local = objects
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .filter(|_| links)
+            .map(|(_, o)| o);
+        let chosen = master
+            .filter(|_| !(links && namespace == "default"))
+            .into_iter()
+            .chain(local)
+            .filter_map(|o| match o {
+                Object::Service(s) => Some(s),
+                _ => None,
+            });
+        crate::volumes::service_env(chosen)
+    }
 }
 
-/// Starts following; the informers run in the returned set (each ends only with an error
-/// its caller reports).
+/// Starts following Services and EndpointSlices; the informers run in the returned set
+/// (each ends only with an error its caller reports).
 pub fn follow(client: &ClusterClient) -> (Followed, Informers) {
+    follow_kinds(client, true)
+}
+
+/// Starts following Services alone (for containers' environment).
+pub fn follow_services(client: &ClusterClient) -> (Followed, Informers) {
+    follow_kinds(client, false)
+}
+
+fn follow_kinds(client: &ClusterClient, slices: bool) -> (Followed, Informers) {
     let followed = Followed::default();
     let mut informers = tokio::task::JoinSet::new();
-    for (kind, objects) in [
+    let kinds = [
         (Kind::Service, followed.services.clone()),
         (Kind::EndpointSlice, followed.slices.clone()),
-    ] {
+    ];
+    for (kind, objects) in kinds.into_iter().take(if slices { 2 } else { 1 }) {
         let (client, changed) = (client.clone(), followed.changed.clone());
+        let synced = (kind == Kind::Service).then(|| followed.synced.0.clone());
         informers.spawn(async move {
-            let mut informer = Informer::new(client, kind, ListParams::default());
-            let r = informer
-                .run(|e: &Event, _| {
-                    {
-                        let mut objects = objects
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner);
-                        match e {
-                            Event::Added(o) | Event::Modified(o) => {
-                                objects.insert(o.key(), o.clone());
-                            }
-                            Event::Deleted(o) => {
-                                objects.remove(&o.key());
-                            }
-                            Event::Bookmark(_) => return,
+            let apply = |e: &Event| {
+                {
+                    let mut objects = objects
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    match e {
+                        Event::Added(o) | Event::Modified(o) => {
+                            objects.insert(o.key(), o.clone());
                         }
+                        Event::Deleted(o) => {
+                            objects.remove(&o.key());
+                        }
+                        Event::Bookmark(_) => return,
                     }
-                    changed.notify_one();
-                })
-                .await;
+                }
+                changed.notify_one();
+            };
+            let mut informer = Informer::new(client, kind, ListParams::default());
+            match informer.sync().await {
+                Ok(events) => events.iter().for_each(&apply),
+                Err(e) => return (kind, Err(e)),
+            }
+            if let Some(synced) = synced {
+                synced.send_replace(true);
+            }
+            let r = informer.run(|e: &Event, _| apply(e)).await;
             (kind, r)
         });
     }

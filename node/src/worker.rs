@@ -53,6 +53,8 @@ pub struct WorkerContext {
     pub volumes: Volumes,
     /// The node's allocatable resources (what a container's unset limit reads as).
     pub allocatable: ResourceList,
+    /// The Services the process follows, for containers' variables (none in unit tests).
+    pub services: Option<crate::services::Followed>,
 }
 
 /// The pod's resolver when it uses the cluster's DNS: on the pod network, with dnsPolicy
@@ -417,15 +419,30 @@ fn perform(
             let sandbox = engine.sandbox().cloned();
             let (volumes, pod) = (ctx.volumes.clone(), pod.clone());
             let allocatable = ctx.allocatable.clone();
+            let links = pod
+                .spec
+                .other
+                .get("enableServiceLinks")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(true);
+            let followed = ctx.services.clone();
             Box::pin(async move {
-                let spec = match container_parts(&volumes, &pod, slot, &allocatable).await {
-                    Ok(Some((env, mounts))) => container_spec(&pod, slot, attempt, env, mounts),
-                    Ok(None) => None,
-                    Err(message) => {
-                        let error = RuntimeError::Config { message };
-                        return Some(Input::StartFailed { slot, error });
+                let services = match followed {
+                    Some(f) => {
+                        f.synced().await;
+                        f.service_env(&pod.metadata.namespace, links)
                     }
+                    None => Vec::new(),
                 };
+                let spec =
+                    match container_parts(&volumes, &pod, slot, &services, &allocatable).await {
+                        Ok(Some((env, mounts))) => container_spec(&pod, slot, attempt, env, mounts),
+                        Ok(None) => None,
+                        Err(message) => {
+                            let error = RuntimeError::Config { message };
+                            return Some(Input::StartFailed { slot, error });
+                        }
+                    };
                 let (Some(sandbox), Some(spec)) = (sandbox, spec) else {
                     return Some(Input::StartFailed {
                         slot,
@@ -564,12 +581,13 @@ async fn container_parts(
     volumes: &Volumes,
     pod: &Pod,
     slot: crate::engine::Slot,
+    services: &[(String, String)],
     allocatable: &ResourceList,
 ) -> Result<Option<(Vec<(String, String)>, Vec<crate::volumes::Mount>)>, String> {
     let Some(c) = container_of(pod, slot) else {
         return Ok(None);
     };
-    let env = volumes.env(pod, c, allocatable).await?;
+    let env = volumes.env(pod, c, services, allocatable).await?;
     let mounts = volumes.mounts(pod, c)?;
     Ok(Some((env, mounts)))
 }

@@ -78,6 +78,7 @@ fn harness() -> Harness {
             skiff_node::volumes::DEFAULT_RESYNC,
         ),
         allocatable: Default::default(),
+        services: None,
     });
     Harness {
         _root: root,

@@ -157,6 +157,11 @@ pub struct ApiFlags {
     /// (comma-separated); none: the issuer.
     #[arg(long, env = "SKIFF_STORE_API_AUDIENCES", value_delimiter = ',')]
     pub api_audiences: Vec<String>,
+    /// kube-apiserver's: where pods reach this server's Kubernetes API (`IP:PORT`), listed
+    /// among the endpoints of the `kubernetes` Service in `default` while the server runs;
+    /// none: it lists none (the Service is kept all the same).
+    #[arg(long, env = "SKIFF_STORE_ADVERTISE_ADDRESS")]
+    pub advertise_address: Option<std::net::SocketAddr>,
 }
 
 impl ApiFlags {
@@ -176,6 +181,7 @@ impl ApiFlags {
             event_ttl: self.event_ttl,
             pod_cidrs,
             services,
+            advertise: self.advertise_address,
         };
         let access = AccessConfig {
             modes: self.authorization_mode,

@@ -761,6 +761,7 @@ mod tests {
                 key: "/c/kubelet-client-key.pem".into(),
             }),
             service_account_key: Some("/c/service-account-key.pem".into()),
+            advertise_address: Some("10.78.0.1:6443".parse().expect("an address")),
             cluster_cidr: Some("10.0.0.0/8".into()),
             node_cidr_mask_size: Some(26),
         };
@@ -804,6 +805,7 @@ mod tests {
         assert_eq!(Some(a.max_txn_ops), cmd.max_txn_ops);
         assert_eq!(Some(a.quota_backend_bytes), cmd.quota_backend_bytes);
         assert_eq!(Some(a.api.event_ttl), cmd.event_ttl);
+        assert_eq!(a.api.advertise_address, cmd.advertise_address);
         assert_eq!(
             Some(a.lease_checkpoint_interval),
             cmd.lease_checkpoint_interval

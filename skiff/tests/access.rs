@@ -1579,7 +1579,8 @@ fn kubectl_on_path() -> bool {
 }
 
 /// A pod on a node reads its configuration as real applications do: a ConfigMap and a
-/// Secret mounted as files and set as environment (`$(NAME)` in its command reads them),
+/// Secret mounted as files and set as environment (`$(NAME)` in its command reads them, and
+/// the `kubernetes` Service's variables),
 /// scratch space in an emptyDir, and its service account's token, the cluster's CA and its
 /// namespace under /var/run/secrets/kubernetes.io/serviceaccount. The token authenticates
 /// as the service account (and is authorized as it: no role, no pods). The node may read
@@ -1625,11 +1626,23 @@ async fn a_pod_reads_its_configuration_and_token_from_its_node() {
         let (code, out) = s.curl(Who::Admin, "POST", path, Some(body));
         assert_eq!(code, 201, "{path}: {out}");
     }
+    // The member keeps the API's Service from its start.
+    common::eventually(Duration::from_secs(20), "the kubernetes Service", || async {
+        let (code, _) = s.curl(
+            Who::Admin,
+            "GET",
+            "/api/v1/namespaces/default/services/kubernetes",
+            None,
+        );
+        (code == 200).then_some(())
+    })
+    .await;
     let pod = serde_json::json!({
         "metadata": {"name": "reader"},
         "spec": {"nodeName": "n1", "containers": [{
             "name": "c", "image": "busybox",
-            "command": ["sh", "-c", "echo $(GREETING) $(DB_password); sleep 3600"],
+            "command": ["sh", "-c",
+                "echo $(GREETING) $(DB_password) $(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT); sleep 3600"],
             "env": [{"name": "GREETING",
                      "valueFrom": {"configMapKeyRef": {"name": "app", "key": "greeting"}}}],
             "envFrom": [{"secretRef": {"name": "db"}, "prefix": "DB_"}],
@@ -1673,7 +1686,8 @@ async fn a_pod_reads_its_configuration_and_token_from_its_node() {
         (code == 200 && !log.is_empty()).then_some((code, log))
     })
     .await;
-    assert_eq!((code, log.as_str()), (200, "hello s3cret\n"));
+    // The API's Service (kept by the member) gives every container its variables.
+    assert_eq!((code, log.as_str()), (200, "hello s3cret 10.96.0.1:443\n"));
 
     let volumes = root.join(&uid).join("volumes");
     let read = |p: &str| std::fs::read_to_string(volumes.join(p)).unwrap_or_default();

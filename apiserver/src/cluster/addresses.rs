@@ -64,6 +64,12 @@ impl ServiceIps {
     fn describe(&self) -> String {
         format!("{}/{}", Ipv4Addr::from(self.network), self.prefix)
     }
+
+    /// The range's first usable address: the `kubernetes` Service's, never given to
+    /// another that does not ask for it.
+    pub fn first_usable(&self) -> String {
+        Ipv4Addr::from(self.network + 1).to_string()
+    }
 }
 
 impl Pool for ServiceIps {
@@ -83,6 +89,9 @@ impl Pool for ServiceIps {
     }
     fn usable(&self, i: u32) -> bool {
         i != 0 && i != self.len() - 1
+    }
+    fn reserved(&self, i: u32) -> bool {
+        i == 1
     }
     fn key_name(&self, slot: &str) -> String {
         slot.to_owned()
@@ -182,7 +191,7 @@ fn node_ports_of(svc: &Service) -> Vec<String> {
 }
 
 impl ClusterApi {
-    fn service_ranges(&self) -> &ServiceRanges {
+    pub(crate) fn service_ranges(&self) -> &ServiceRanges {
         &self.config.services
     }
 

@@ -17,6 +17,9 @@ pub struct ApiConfig {
     /// Where Services' cluster IPs and node ports come from (`--service-cluster-ip-range`,
     /// `--service-node-port-range`).
     pub services: ServiceRanges,
+    /// Where pods reach this member's Kubernetes API (`--advertise-address`): its address
+    /// among the `kubernetes` Service's endpoints; none: it lists none.
+    pub advertise: Option<std::net::SocketAddr>,
 }
 
 impl Default for ApiConfig {
@@ -25,6 +28,7 @@ impl Default for ApiConfig {
             event_ttl: Duration::from_secs(3600),
             pod_cidrs: None,
             services: ServiceRanges::default(),
+            advertise: None,
         }
     }
 }

@@ -113,6 +113,10 @@ pub(super) trait Pool {
     fn usable(&self, _i: u32) -> bool {
         true
     }
+    /// Whether slot `i` is kept for one who names it (never given out unasked).
+    fn reserved(&self, _i: u32) -> bool {
+        false
+    }
     /// The claim key's last segment for `slot` (a `/` is a `-`).
     fn key_name(&self, slot: &str) -> String {
         slot.replace('/', "-")
@@ -273,7 +277,7 @@ impl ClusterApi {
             .collect();
         taken.extend(also_taken.iter().filter_map(|s| pool.index_of(s)));
         let len = pool.len();
-        let free = |i: &u32| pool.usable(*i) && !taken.contains(i);
+        let free = |i: &u32| pool.usable(*i) && !pool.reserved(*i) && !taken.contains(i);
         let mut rng = rand::rng();
         for _ in 0..64 {
             let i = rng.random_range(0..len.max(1));

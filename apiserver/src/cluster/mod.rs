@@ -40,6 +40,7 @@ pub mod crds;
 pub mod error;
 pub mod gate;
 pub mod ipam;
+pub mod kubernetes_service;
 pub mod list;
 pub mod node_graph;
 pub mod pod_security;

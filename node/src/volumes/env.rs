@@ -17,6 +17,8 @@ pub type Sources = BTreeMap<String, Option<BTreeMap<String, Vec<u8>>>>;
 /// What a container's environment is read from besides the pod.
 #[derive(Debug, Clone, Copy)]
 pub struct EnvInputs<'a> {
+    /// The variables of the Services the pod sees ([`service_env`]), first of all.
+    pub services: &'a [(String, String)],
     pub config_maps: &'a Sources,
     pub secrets: &'a Sources,
     /// The node's allocatable resources: a limit a container does not set.
@@ -30,7 +32,7 @@ pub fn env_of(
     c: &Container,
     inputs: EnvInputs<'_>,
 ) -> Result<Vec<(String, String)>, String> {
-    let mut out: Vec<(String, String)> = Vec::new();
+    let mut out: Vec<(String, String)> = inputs.services.to_vec();
     let set = |out: &mut Vec<(String, String)>, name: String, value: String| {
         out.retain(|(n, _)| *n != name);
         out.push((name, value));
@@ -88,6 +90,56 @@ pub fn env_of(
         }
     }
     Ok(out)
+}
+
+/// The variables the kubelet sets for Services, as Docker links named them: for each
+/// Service with a cluster IP, `<NAME>_SERVICE_HOST`, `<NAME>_SERVICE_PORT` (and one per
+/// named port), `<NAME>_PORT` and `<NAME>_PORT_<port>_<PROTO>[_PROTO|_PORT|_ADDR]`, the name
+/// upper-cased with `-` as `_`. Services are taken in name order; the caller gives the
+/// pod's namespace's (unless `enableServiceLinks: false`) and always `default/kubernetes`.
+pub fn service_env<'a>(
+    services: impl IntoIterator<Item = &'a skiff_proto::api::Service>,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for svc in services {
+        let ip = &svc.spec.cluster_ip;
+        if ip.is_empty() || svc.is_headless() {
+            continue;
+        }
+        let name = svc.metadata.name.to_uppercase().replace('-', "_");
+        let Some(first) = svc.spec.ports.first() else {
+            continue;
+        };
+        out.push((format!("{name}_SERVICE_HOST"), ip.clone()));
+        out.push((format!("{name}_SERVICE_PORT"), first.port.to_string()));
+        for p in svc.spec.ports.iter().filter(|p| !p.name.is_empty()) {
+            let port_name = p.name.to_uppercase().replace('-', "_");
+            out.push((
+                format!("{name}_SERVICE_PORT_{port_name}"),
+                p.port.to_string(),
+            ));
+        }
+        let proto = |p: &skiff_proto::api::service::ServicePort| {
+            if p.protocol.is_empty() {
+                "tcp".to_owned()
+            } else {
+                p.protocol.to_lowercase()
+            }
+        };
+        out.push((
+            format!("{name}_PORT"),
+            format!("{}://{ip}:{}", proto(first), first.port),
+        ));
+        for p in &svc.spec.ports {
+            let (proto, port) = (proto(p), p.port);
+            let prefix = format!("{name}_PORT_{port}_{}", proto.to_uppercase());
+            out.push((prefix.clone(), format!("{proto}://{ip}:{port}")));
+            out.push((format!("{prefix}_PROTO"), proto));
+            out.push((format!("{prefix}_PORT"), port.to_string()));
+            out.push((format!("{prefix}_ADDR"), ip.clone()));
+        }
+    }
+    out
 }
 
 /// A key of a ConfigMap or Secret; `None` when it (or its object) is missing and optional.
@@ -260,6 +312,7 @@ mod tests {
         );
         let none = Sources::new();
         let inputs = EnvInputs {
+            services: &[],
             config_maps: &none,
             secrets: &none,
             allocatable: &ResourceList::new(),
@@ -302,6 +355,7 @@ mod tests {
         let secrets = sources(&[("db", Some(&[("password", "s3cret")])), ("gone", None)]);
         let allocatable = ResourceList::from([("cpu".to_string(), Quantity::from_units(4))]);
         let inputs = EnvInputs {
+            services: &[],
             config_maps: &cms,
             secrets: &secrets,
             allocatable: &allocatable,
@@ -336,5 +390,37 @@ mod tests {
             env_of(&p, &p.spec.containers[0], missing_key).unwrap_err(),
             "couldn't find key password in Secret db"
         );
+    }
+
+    /// Services' variables as the kubelet names them; headless ones and those without an
+    /// address give none.
+    #[test]
+    fn services_become_variables() {
+        let svc = |v: serde_json::Value| match skiff_proto::api::Object::from_json(
+            skiff_proto::api::Kind::Service,
+            v.to_string().as_bytes(),
+        )
+        .unwrap()
+        {
+            skiff_proto::api::Object::Service(s) => s,
+            _ => unreachable!(),
+        };
+        let api = svc(
+            serde_json::json!({"metadata": {"name": "kubernetes", "namespace": "default"},
+            "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]}}),
+        );
+        let headless = svc(
+            serde_json::json!({"metadata": {"name": "db", "namespace": "default"},
+            "spec": {"clusterIP": "None", "ports": [{"port": 5432}]}}),
+        );
+        let env = service_env([&api, &headless]);
+        let get = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+        assert_eq!(get("KUBERNETES_SERVICE_HOST"), Some("10.96.0.1"));
+        assert_eq!(get("KUBERNETES_SERVICE_PORT"), Some("443"));
+        assert_eq!(get("KUBERNETES_SERVICE_PORT_HTTPS"), Some("443"));
+        assert_eq!(get("KUBERNETES_PORT"), Some("tcp://10.96.0.1:443"));
+        assert_eq!(get("KUBERNETES_PORT_443_TCP_ADDR"), Some("10.96.0.1"));
+        assert_eq!(get("KUBERNETES_PORT_443_TCP_PROTO"), Some("tcp"));
+        assert!(env.iter().all(|(k, _)| !k.starts_with("DB_")), "{env:?}");
     }
 }

@@ -22,7 +22,7 @@
 //! without its data.
 
 pub mod atomic;
-mod env;
+pub mod env;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -38,7 +38,7 @@ use skiff_proto::api::{Kind, Object, Pod};
 use skiff_proto::client::{ClusterClient, Code};
 use tokio::time::Instant;
 
-pub use env::{EnvInputs, env_of, expand, resource_value};
+pub use env::{EnvInputs, env_of, expand, resource_value, service_env};
 
 use atomic::{File, Payload};
 
@@ -324,6 +324,7 @@ impl Volumes {
         &self,
         pod: &Pod,
         c: &Container,
+        services: &[(String, String)],
         allocatable: &skiff_proto::api::meta::ResourceList,
     ) -> Result<Vec<(String, String)>, String> {
         let ns = &pod.metadata.namespace;
@@ -364,6 +365,7 @@ impl Volumes {
             pod,
             c,
             EnvInputs {
+                services,
                 config_maps: &config_maps,
                 secrets: &secrets,
                 allocatable,

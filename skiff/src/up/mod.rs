@@ -176,7 +176,21 @@ pub(crate) fn run_then(args: Args, workload: Option<Workload<'_>>) -> Result<Exi
         layout::save(&dir, &layout)?;
     }
     if layout.tls {
-        let hosts = ["127.0.0.1".to_owned(), "localhost".to_owned()];
+        // The members serve pods too, through the `kubernetes` Service (its cluster IP, the
+        // range's first, and its names) and the relay on the real nodes' link.
+        let hosts: Vec<String> = [
+            "127.0.0.1",
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+            "10.96.0.1",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .chain([NodeNetwork::switch_ip().to_string()])
+        .collect();
         // The members' certificates, and the one the node agents' port serves.
         let servers: Vec<&str> = MEMBERS.iter().copied().chain([AGENTS]).collect();
         let nodes: Vec<(String, String)> = real_node_names(&args)
@@ -211,7 +225,7 @@ pub(crate) fn run_then(args: Args, workload: Option<Workload<'_>>) -> Result<Exi
                 etcd.servers.join(","),
                 dir.display()
             );
-            start_apiservers(&mut cluster, &exe, etcd, args.nodes, args.event_ttl)?;
+            start_apiservers(&mut cluster, &exe, etcd, &args)?;
         }
         None => {
             println!(
@@ -219,7 +233,7 @@ pub(crate) fn run_then(args: Args, workload: Option<Workload<'_>>) -> Result<Exi
                 if resumed { "resuming" } else { "starting" },
                 dir.display()
             );
-            start_members(&mut cluster, &exe, args.nodes, args.event_ttl)?;
+            start_members(&mut cluster, &exe, &args)?;
         }
     }
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -505,13 +519,19 @@ fn cluster_cidr(nodes: usize) -> String {
     format!("{}/{prefix}", Ipv4Addr::from(network))
 }
 
+/// The port the API servers are relayed on at the switch's address on the real nodes' link.
+const API_RELAY_PORT: u16 = 6443;
+
+/// Where pods reach the API servers (the `kubernetes` Service's endpoint): on real nodes,
+/// the relay on their link; simulated pods reach nothing, so none.
+fn advertised_api(args: &Args) -> Option<SocketAddr> {
+    (args.runtime == RuntimeKind::Cri)
+        .then(|| SocketAddr::from((NodeNetwork::switch_ip(), API_RELAY_PORT)))
+}
+
 /// The three store members, restarted by the supervisor when they exit.
-fn start_members(
-    cluster: &mut Cluster,
-    exe: &str,
-    nodes: usize,
-    event_ttl: Duration,
-) -> Result<()> {
+fn start_members(cluster: &mut Cluster, exe: &str, args: &Args) -> Result<()> {
+    let (nodes, event_ttl) = (args.nodes, args.event_ttl);
     let layout = cluster.layout.clone();
     for (i, m) in MEMBERS.iter().enumerate() {
         let scheme = layout.scheme();
@@ -551,6 +571,7 @@ fn start_members(
             quota_backend_bytes: Some(8 << 30),
             event_ttl: Some(event_ttl),
             cluster_cidr: Some(cluster_cidr(nodes)),
+            advertise_address: advertised_api(args),
             ..StoreCommand::default()
         };
         let log = cluster.logs().join(format!("store-{m}.log"));
@@ -568,9 +589,9 @@ fn start_apiservers(
     cluster: &mut Cluster,
     exe: &str,
     etcd: &layout::Etcd,
-    nodes: usize,
-    event_ttl: Duration,
+    args: &Args,
 ) -> Result<()> {
+    let (nodes, event_ttl) = (args.nodes, args.event_ttl);
     let layout = cluster.layout.clone();
     let certs = cluster.dir.join(CERTS);
     for (i, m) in MEMBERS.iter().enumerate() {
@@ -607,6 +628,7 @@ fn start_apiservers(
             audit_log_maxbackup: Some(5),
             event_ttl: Some(event_ttl),
             cluster_cidr: Some(cluster_cidr(nodes)),
+            advertise_address: advertised_api(args),
             ..ApiServerCommand::default()
         };
         let log = cluster.logs().join(format!("apiserver-{m}.log"));
@@ -725,6 +747,13 @@ fn start_real_nodes(
 ) -> Result<Vec<String>> {
     let network = NodeNetwork::start(&cluster.logs().join("node-network.log"))
         .context("the nodes' link (Debian: apt-get install util-linux iproute2)")?;
+    // Pods reach the API servers (on the host's loopback) through the switch's address.
+    let members: Vec<SocketAddr> = (0..MEMBERS.len())
+        .map(|i| SocketAddr::from((Ipv4Addr::LOCALHOST, cluster.layout.api(i))))
+        .collect();
+    network
+        .relay(API_RELAY_PORT, members)
+        .context("relaying the API servers onto the nodes' link")?;
     cluster.node_network = Some(network);
     let (cpus, _) = skiff_node::agent::host_capacity();
     let names = real_node_names(args);
