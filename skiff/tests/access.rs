@@ -1627,15 +1627,19 @@ async fn a_pod_reads_its_configuration_and_token_from_its_node() {
         assert_eq!(code, 201, "{path}: {out}");
     }
     // The member keeps the API's Service from its start.
-    common::eventually(Duration::from_secs(20), "the kubernetes Service", || async {
-        let (code, _) = s.curl(
-            Who::Admin,
-            "GET",
-            "/api/v1/namespaces/default/services/kubernetes",
-            None,
-        );
-        (code == 200).then_some(())
-    })
+    common::eventually(
+        Duration::from_secs(20),
+        "the kubernetes Service",
+        || async {
+            let (code, _) = s.curl(
+                Who::Admin,
+                "GET",
+                "/api/v1/namespaces/default/services/kubernetes",
+                None,
+            );
+            (code == 200).then_some(())
+        },
+    )
     .await;
     let pod = serde_json::json!({
         "metadata": {"name": "reader"},

@@ -305,7 +305,14 @@ impl Volumes {
                         .map_err(|e| format!("subPath {}: {e}", host_path.display()))?;
                 }
             }
+            // The API's data (configMap, secret, downwardAPI, projected) is always mounted
+            // read-only, as the kubelet mounts it: the agent writes those files, not the pod.
+            let api_data = v.config_map.is_some()
+                || v.secret.is_some()
+                || v.downward_api.is_some()
+                || v.projected.is_some();
             let read_only = m.read_only == Some(true)
+                || api_data
                 || v.persistent_volume_claim
                     .as_ref()
                     .is_some_and(|p| p.read_only == Some(true));
@@ -464,7 +471,7 @@ impl Volumes {
         let Some(client) = &self.inner.client else {
             return Ok(None);
         };
-        let found = match client.get(kind, namespace, name).await {
+        let found = match patiently(|| client.get(kind, namespace, name)).await {
             Ok(o) => o,
             Err(e) if e.code() == Some(Code::NotFound) => None,
             Err(e) => {
@@ -528,16 +535,17 @@ impl Volumes {
         let expiration = projection
             .expiration_seconds
             .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(3600)));
-        let (token, expires) = client
-            .create_token(
+        let (token, expires) = patiently(|| {
+            client.create_token(
                 &pod.metadata.namespace,
                 account,
                 &audiences,
                 expiration,
                 Some((&pod.metadata.name, &pod.metadata.uid)),
             )
-            .await
-            .map_err(|e| format!("failed to fetch token for service account {account:?}: {e}"))?;
+        })
+        .await
+        .map_err(|e| format!("failed to fetch token for service account {account:?}: {e}"))?;
         let expires = SystemTime::UNIX_EPOCH
             + Duration::from_secs(u64::try_from(expires.unix()).unwrap_or(0));
         self.inner
@@ -553,6 +561,26 @@ impl Volumes {
                 },
             );
         Ok(token)
+    }
+}
+
+/// `call`, asked again (up to three times, 300 ms apart) while it is refused: the node
+/// authorizer learns of a pod's binding from its own watch, so a member that has not seen it
+/// yet refuses the node for a moment, as kube-apiserver's graph does.
+async fn patiently<T, F, Fut>(mut call: F) -> Result<T, skiff_proto::client::ClientError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, skiff_proto::client::ClientError>>,
+{
+    let mut refusals = 0;
+    loop {
+        match call().await {
+            Err(e) if e.code() == Some(Code::PermissionDenied) && refusals < 3 => {
+                refusals += 1;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            other => return other,
+        }
     }
 }
 

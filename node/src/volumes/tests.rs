@@ -12,7 +12,8 @@ fn volumes(root: &Path) -> Volumes {
 }
 
 /// emptyDir, downwardAPI and hostPath volumes are made; containers mount them (a subPath
-/// within an emptyDir is made); teardown removes the pod's directory, and orphans go.
+/// within an emptyDir is made; the API's data read-only whatever the mount says); teardown
+/// removes the pod's directory, and orphans go.
 #[tokio::test]
 async fn local_volumes_are_made_mounted_and_removed() {
     let root = tempfile::tempdir().unwrap();
@@ -23,7 +24,7 @@ async fn local_volumes_are_made_mounted_and_removed() {
         "volumeMounts": [
             {"name": "scratch", "mountPath": "/scratch"},
             {"name": "scratch", "mountPath": "/cache", "subPath": "cache"},
-            {"name": "info", "mountPath": "/etc/podinfo", "readOnly": true},
+            {"name": "info", "mountPath": "/etc/podinfo"},
             {"name": "host", "mountPath": "/host"}]}],
         "volumes": [
             {"name": "scratch", "emptyDir": {}},
