@@ -150,8 +150,15 @@ impl Cluster {
             p.child.wait_until(deadline);
         }
         // Stops what each containerd runs, then the containerd; then the nodes' link.
+        let real_nodes = !self.containerds.is_empty();
         self.containerds.clear();
         drop(self.node_network.take());
+        // The pods' memory-backed volumes stay mounted after their containers: unmounted,
+        // the directory can be removed (or the cluster resumed on it, whose agents set the
+        // volumes of adopted pods up again).
+        if real_nodes {
+            skiff_launch::unmount_under(&self.dir.join("nodes"));
+        }
     }
 }
 
