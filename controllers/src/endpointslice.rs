@@ -89,8 +89,9 @@ fn resolve(target: &IntOrString, pod: &Pod) -> Option<i32> {
     }
 }
 
-/// The endpoint of `pod`, when it has an address and has not finished.
-fn endpoint(pod: &Pod) -> Option<Endpoint> {
+/// The endpoint of `pod` for `svc`, when it has an address and has not finished; named by
+/// the pod's hostname when its `subdomain` is the Service (a StatefulSet's pods).
+fn endpoint(svc: &Service, pod: &Pod) -> Option<Endpoint> {
     if pod.is_terminal() {
         return None;
     }
@@ -108,8 +109,22 @@ fn endpoint(pod: &Pod) -> Option<Endpoint> {
         })
         .is_some_and(|c| c.status == ConditionStatus::True);
     let terminating = pod.metadata.deletion_timestamp.is_some();
+    let field = |f: &str| {
+        pod.spec
+            .other
+            .get(f)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    let hostname = if !svc.metadata.name.is_empty() && field("subdomain") == svc.metadata.name {
+        field("hostname")
+    } else {
+        String::new()
+    };
     Some(Endpoint {
         addresses: vec![ip],
+        hostname,
         conditions: EndpointConditions {
             ready: Some(ready_condition && !terminating),
             serving: Some(ready_condition),
@@ -139,7 +154,9 @@ pub fn desired(svc: &Service, pods: &[Arc<Object>]) -> Vec<(Vec<EndpointPort>, V
         if !selects(svc, pod) {
             continue;
         }
-        let Some(e) = endpoint(pod) else { continue };
+        let Some(e) = endpoint(svc, pod) else {
+            continue;
+        };
         let ports: Option<Vec<ResolvedPort>> = svc
             .spec
             .ports
@@ -328,6 +345,11 @@ pub fn mirrored(endpoints: &GenericObject) -> Vec<(Vec<EndpointPort>, Vec<Endpoi
                 });
                 list.push(Endpoint {
                     addresses: vec![ip.to_owned()],
+                    hostname: a
+                        .get("hostname")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned(),
                     conditions: EndpointConditions {
                         ready: Some(ready),
                         serving: Some(ready),

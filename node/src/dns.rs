@@ -58,7 +58,7 @@ pub fn records(
         )
         .to_ascii_lowercase();
         let addresses: Vec<Ipv4Addr> = if svc.is_headless() {
-            let mut ips: Vec<Ipv4Addr> = slices
+            let ready: Vec<&skiff_proto::api::service::Endpoint> = slices
                 .values()
                 .filter_map(|s| match s {
                     Object::EndpointSlice(s)
@@ -74,6 +74,16 @@ pub fn records(
                 })
                 .flat_map(|s| &s.endpoints)
                 .filter(|e| e.conditions.ready.unwrap_or(true))
+                .collect();
+            // A named endpoint (a StatefulSet's pod) answers under its own name too:
+            // `<hostname>.<service>.<namespace>.svc.<domain>`.
+            for e in ready.iter().filter(|e| !e.hostname.is_empty()) {
+                let own: Vec<Ipv4Addr> =
+                    e.addresses.iter().filter_map(|a| a.parse().ok()).collect();
+                out.insert(format!("{}.{name}", e.hostname).to_ascii_lowercase(), own);
+            }
+            let mut ips: Vec<Ipv4Addr> = ready
+                .iter()
                 .flat_map(|e| &e.addresses)
                 .filter_map(|a| a.parse().ok())
                 .collect();
@@ -215,6 +225,49 @@ mod tests {
         assert_eq!(
             ask("example.com.", &records).response_code(),
             ResponseCode::Refused
+        );
+    }
+
+    /// A headless Service answers with its ready endpoints, and a named endpoint (a
+    /// StatefulSet's pod) under its own name.
+    #[test]
+    fn headless_services_name_their_pods() {
+        let svc: skiff_proto::api::Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db", "namespace": "shop"},
+            "spec": {"clusterIP": "None", "ports": [{"port": 5432}]}
+        }))
+        .expect("service");
+        let slice: skiff_proto::api::EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-x", "namespace": "shop",
+                         "labels": {"kubernetes.io/service-name": "db"}},
+            "addressType": "IPv4",
+            "endpoints": [
+                {"addresses": ["10.244.1.5"], "hostname": "db-0", "conditions": {"ready": true}},
+                {"addresses": ["10.244.2.7"], "hostname": "db-1", "conditions": {"ready": true}},
+                {"addresses": ["10.244.2.9"], "hostname": "db-2", "conditions": {"ready": false}}
+            ]
+        }))
+        .expect("slice");
+        let services = std::collections::BTreeMap::from([("db".to_string(), Object::Service(svc))]);
+        let slices =
+            std::collections::BTreeMap::from([("db-x".to_string(), Object::EndpointSlice(slice))]);
+        let records = records(&services, &slices, "cluster.local");
+        let answers = |name: &str| -> Vec<String> {
+            ask(name, &records)
+                .answers()
+                .iter()
+                .map(|a| a.data().to_string())
+                .collect()
+        };
+        assert_eq!(
+            answers("db.shop.svc.cluster.local."),
+            ["10.244.1.5", "10.244.2.7"]
+        );
+        assert_eq!(answers("db-1.db.shop.svc.cluster.local."), ["10.244.2.7"]);
+        assert_eq!(
+            ask("db-2.db.shop.svc.cluster.local.", &records).response_code(),
+            ResponseCode::NXDomain,
+            "not ready"
         );
     }
 }

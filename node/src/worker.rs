@@ -426,6 +426,14 @@ fn perform(
                 .and_then(serde_json::Value::as_bool)
                 .unwrap_or(true);
             let followed = ctx.services.clone();
+            // A pod on the pod network gets the kubelet's /etc/hosts, with its own names.
+            let hosts = (!pod.spec.host_network.unwrap_or(false)).then(|| {
+                let domain = ctx
+                    .cluster_dns
+                    .as_ref()
+                    .map_or(crate::dns::DEFAULT_DOMAIN.to_owned(), |(_, d)| d.clone());
+                (pod_ip.clone(), domain)
+            });
             Box::pin(async move {
                 let services = match followed {
                     Some(f) => {
@@ -434,15 +442,22 @@ fn perform(
                     }
                     None => Vec::new(),
                 };
-                let spec =
-                    match container_parts(&volumes, &pod, slot, &services, &allocatable).await {
-                        Ok(Some((env, mounts))) => container_spec(&pod, slot, attempt, env, mounts),
-                        Ok(None) => None,
-                        Err(message) => {
-                            let error = RuntimeError::Config { message };
-                            return Some(Input::StartFailed { slot, error });
-                        }
-                    };
+                let parts = container_parts(&volumes, &pod, slot, &services, &allocatable).await;
+                let parts = parts.and_then(|p| match (p, &hosts) {
+                    (Some((env, mut mounts)), Some((ip, domain))) => {
+                        mounts.push(volumes.hosts_file(&pod, ip, domain)?);
+                        Ok(Some((env, mounts)))
+                    }
+                    (p, _) => Ok(p),
+                });
+                let spec = match parts {
+                    Ok(Some((env, mounts))) => container_spec(&pod, slot, attempt, env, mounts),
+                    Ok(None) => None,
+                    Err(message) => {
+                        let error = RuntimeError::Config { message };
+                        return Some(Input::StartFailed { slot, error });
+                    }
+                };
                 let (Some(sandbox), Some(spec)) = (sandbox, spec) else {
                     return Some(Input::StartFailed {
                         slot,

@@ -380,6 +380,44 @@ impl Volumes {
         )
     }
 
+    /// The pod's `/etc/hosts`, as the kubelet writes it for a pod on the pod network: the
+    /// loopback names, and the pod's address under its hostname (and, with a `subdomain`,
+    /// its fully qualified name in `domain`). Written under the pod's directory; the mount
+    /// that puts it at `/etc/hosts`.
+    pub fn hosts_file(&self, pod: &Pod, ip: &str, domain: &str) -> Result<Mount, String> {
+        let hostname = crate::engine::hostname_of(pod);
+        let subdomain = pod
+            .spec
+            .other
+            .get("subdomain")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("");
+        let mut names = Vec::new();
+        if !subdomain.is_empty() {
+            names.push(format!(
+                "{hostname}.{subdomain}.{}.svc.{domain}",
+                pod.metadata.namespace
+            ));
+        }
+        names.push(hostname);
+        let mut text = String::from(
+            "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
+        );
+        if !ip.is_empty() {
+            text.push_str(&format!("{ip}\t{}\n", names.join("\t")));
+        }
+        let path = self.pod_dir(&pod.metadata.uid).join("etc-hosts");
+        let io = |e: std::io::Error| format!("{}: {e}", path.display());
+        std::fs::create_dir_all(self.pod_dir(&pod.metadata.uid)).map_err(io)?;
+        std::fs::write(&path, text).map_err(io)?;
+        set_mode(&path, 0o644).map_err(io)?;
+        Ok(Mount {
+            host_path: path,
+            container_path: "/etc/hosts".into(),
+            read_only: false,
+        })
+    }
+
     /// Removes the pod's volumes (unmounting its tmpfs) and forgets its tokens.
     pub fn tear_down(&self, uid: &str) {
         let dir = self.pod_dir(uid);
@@ -403,7 +441,8 @@ impl Volumes {
         };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if !live.contains(&name) && e.path().join("volumes").is_dir() {
+            let pods = e.path().join("volumes").is_dir() || e.path().join("etc-hosts").is_file();
+            if !live.contains(&name) && pods {
                 tracing::info!(pod_uid = %name, "removing the volumes of a pod that is gone");
                 self.tear_down(&name);
             }

@@ -196,3 +196,22 @@ fn tokens_are_renewed_before_they_expire() {
     };
     assert!(!year.fresh(t0 + Duration::from_secs(86400)));
 }
+
+/// A pod on the pod network is named in its /etc/hosts, fully qualified with a subdomain.
+#[test]
+fn the_hosts_file_names_the_pod() {
+    let root = tempfile::tempdir().unwrap();
+    let mut p = pod(serde_json::json!({"hostname": "db-0", "subdomain": "db",
+        "containers": [{"name": "c", "image": "i"}]}));
+    p.metadata.namespace = "shop".into();
+    let m = volumes(root.path())
+        .hosts_file(&p, "10.244.1.5", "cluster.local")
+        .unwrap();
+    assert_eq!(m.container_path, "/etc/hosts");
+    let text = std::fs::read_to_string(&m.host_path).unwrap();
+    assert!(text.contains("127.0.0.1\tlocalhost\n"), "{text}");
+    assert!(
+        text.ends_with("10.244.1.5\tdb-0.db.shop.svc.cluster.local\tdb-0\n"),
+        "{text}"
+    );
+}

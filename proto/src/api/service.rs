@@ -182,6 +182,10 @@ pub struct Endpoint {
     pub addresses: Vec<String>,
     #[serde(default)]
     pub conditions: EndpointConditions,
+    /// The pod's hostname, for a pod whose `subdomain` is the Service: cluster DNS then
+    /// answers `<hostname>.<service>.<namespace>.svc` with its address.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hostname: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub node_name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
