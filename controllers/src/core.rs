@@ -36,6 +36,9 @@ pub struct Context {
     pub daemon_sets: Cache,
     /// The ControllerRevisions of DaemonSets (and, later, StatefulSets).
     pub controller_revisions: Cache,
+    pub stateful_sets: Cache,
+    /// PersistentVolumeClaims (a StatefulSet's pods' own).
+    pub claims: Cache,
     /// The `kube-root-ca.crt` ConfigMaps (no other).
     pub root_ca_maps: Cache,
     pub events: EventRecorder,

@@ -4,7 +4,7 @@
 //!
 //! Dependents are found through the caches' owner index, so the collector covers the kinds
 //! the controller manager watches (Deployments, ReplicaSets, Pods, Nodes, Services,
-//! EndpointSlices, Jobs, ControllerRevisions); an owner may be
+//! EndpointSlices, Jobs, ControllerRevisions, PersistentVolumeClaims); an owner may be
 //! of any kind. An owner missing from the caches is looked up in the store before anything is
 //! deleted for it: a cache that is behind must never cost a live object.
 //!
@@ -66,7 +66,7 @@ impl GarbageCollector {
         }
     }
 
-    fn caches(&self) -> [&Cache; 8] {
+    fn caches(&self) -> [&Cache; 9] {
         [
             &self.ctx.deployments,
             &self.ctx.replica_sets,
@@ -74,9 +74,11 @@ impl GarbageCollector {
             &self.ctx.nodes,
             &self.ctx.services,
             &self.ctx.endpoint_slices,
-            // A CronJob's Jobs, a DaemonSet's revisions.
+            // A CronJob's Jobs, a DaemonSet's or StatefulSet's revisions, a StatefulSet's
+            // claims.
             &self.ctx.jobs,
             &self.ctx.controller_revisions,
+            &self.ctx.claims,
         ]
     }
 

@@ -41,6 +41,7 @@
 //! | [`core`]       | what every controller shares: [`Context`](core::Context), the [`Controller`](core::Controller) trait, queue keys |
 //! | [`queue`]      | the work queue: de-duplicated keys, per-key back-off, delayed adds |
 //! | [`cache`]      | the shared caches, indexed by owner                                 |
+//! | [`history`]    | a DaemonSet's or StatefulSet's templates as ControllerRevisions    |
 //! | [`podcontrol`] | creating and deleting a workload's pods, with expectations and events; a declared kind's status |
 //! | [`pods`]       | active, ready, available; the order pods are given up in           |
 //! | `metrics`      | `/metrics`: queue depth, sync latency and errors per controller    |
@@ -54,6 +55,7 @@ pub mod deployment;
 pub mod discovery;
 pub mod endpointslice;
 pub mod gc;
+pub mod history;
 pub mod job;
 pub mod manager;
 mod metrics;
@@ -66,5 +68,6 @@ pub mod replicaset;
 pub mod resourcequota;
 pub mod rootca;
 pub mod serviceaccount;
+pub mod statefulset;
 
 pub use manager::{Config, run};

@@ -15,8 +15,8 @@ use crate::cache::Cache;
 use crate::core::{Context, Controller};
 use crate::metrics::{self, Metrics};
 use crate::{
-    certificates, cronjob, daemonset, deployment, endpointslice, gc, job, namespace, nodelifecycle,
-    replicaset, resourcequota, rootca, serviceaccount,
+    certificates, cronjob, daemonset, deployment, endpointslice, gc, history, job, namespace,
+    nodelifecycle, replicaset, resourcequota, rootca, serviceaccount, statefulset,
 };
 
 /// The key controller manager processes elect their leader on.
@@ -208,7 +208,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         jobs: Cache::new(job::kind()),
         cron_jobs: Cache::new(cronjob::kind()),
         daemon_sets: Cache::new(daemonset::kind()),
-        controller_revisions: Cache::new(daemonset::history::kind()),
+        controller_revisions: Cache::new(history::kind()),
+        stateful_sets: Cache::new(statefulset::kind()),
+        claims: Cache::new(statefulset::claim_kind()),
         root_ca_maps: Cache::new(rootca::config_map_kind()),
         events: EventRecorder::spawn(client.clone(), COMPONENT, ""),
         metrics: metrics.clone(),
@@ -230,6 +232,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let jobs = Arc::new(job::Jobs::new(ctx.clone()));
     let cron_jobs = Arc::new(cronjob::CronJobs::new(ctx.clone()));
     let daemon_sets = Arc::new(daemonset::DaemonSets::new(ctx.clone()));
+    let stateful_sets = Arc::new(statefulset::StatefulSets::new(ctx.clone()));
     let root_ca = root_ca.map(|ca| Arc::new(rootca::RootCa::new(ctx.clone(), ca)));
     let handlers = Arc::new(Handlers {
         ctx: ctx.clone(),
@@ -239,6 +242,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         jobs: jobs.clone(),
         cron_jobs: cron_jobs.clone(),
         daemon_sets: daemon_sets.clone(),
+        stateful_sets: stateful_sets.clone(),
         csrs: csrs.clone(),
         slices: slices.clone(),
         quotas: quotas.clone(),
@@ -266,7 +270,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         job::kind(),
         cronjob::kind(),
         daemonset::kind(),
-        daemonset::history::kind(),
+        history::kind(),
+        statefulset::kind(),
+        statefulset::claim_kind(),
     ] {
         let params = if kind == rootca::config_map_kind() {
             // Only the ones this controller manager keeps.
@@ -320,6 +326,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         workers.spawn(work(jobs.clone(), metrics.clone()));
         workers.spawn(work(cron_jobs.clone(), metrics.clone()));
         workers.spawn(work(daemon_sets.clone(), metrics.clone()));
+        workers.spawn(work(stateful_sets.clone(), metrics.clone()));
     }
     if let Some(r) = &root_ca {
         workers.spawn(work(r.clone(), metrics.clone()));
@@ -339,6 +346,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 (job::NAME, jobs.queue().clone()),
                 (cronjob::NAME, cron_jobs.queue().clone()),
                 (daemonset::NAME, daemon_sets.queue().clone()),
+                (statefulset::NAME, stateful_sets.queue().clone()),
             ];
             if let Some(r) = &root_ca {
                 queues.push((rootca::NAME, r.queue().clone()));
@@ -381,6 +389,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         jobs.queue(),
         cron_jobs.queue(),
         daemon_sets.queue(),
+        stateful_sets.queue(),
     ] {
         q.close();
     }
@@ -420,6 +429,7 @@ struct Handlers {
     jobs: Arc<job::Jobs>,
     cron_jobs: Arc<cronjob::CronJobs>,
     daemon_sets: Arc<daemonset::DaemonSets>,
+    stateful_sets: Arc<statefulset::StatefulSets>,
     root_ca: Option<Arc<rootca::RootCa>>,
 }
 
@@ -439,7 +449,9 @@ impl Handlers {
             k if k == job::kind() => &self.ctx.jobs,
             k if k == cronjob::kind() => &self.ctx.cron_jobs,
             k if k == daemonset::kind() => &self.ctx.daemon_sets,
-            k if k == daemonset::history::kind() => &self.ctx.controller_revisions,
+            k if k == history::kind() => &self.ctx.controller_revisions,
+            k if k == statefulset::kind() => &self.ctx.stateful_sets,
+            k if k == statefulset::claim_kind() => &self.ctx.claims,
             Kind::Generic(_) => &self.ctx.endpoints,
             _ => &self.ctx.deployments,
         }
@@ -482,7 +494,9 @@ impl Handlers {
             }
             k if k == cronjob::kind() => self.cron_jobs.on_cron_job(event),
             k if k == daemonset::kind() => self.daemon_sets.on_daemon_set(event),
-            k if k == daemonset::history::kind() => {}
+            k if k == history::kind() => {}
+            k if k == statefulset::kind() => self.stateful_sets.on_stateful_set(event),
+            k if k == statefulset::claim_kind() => {}
             Kind::Generic(_) => self.slices.on_endpoints(event),
             Kind::Pod => {
                 self.quotas.on_counted(kind, event);
@@ -493,6 +507,7 @@ impl Handlers {
                 self.namespaces.on_pod(event);
                 self.jobs.on_pod(event);
                 self.daemon_sets.on_pod(event);
+                self.stateful_sets.on_pod(event);
             }
             Kind::ReplicaSet => {
                 self.replica_sets.on_replica_set(event);

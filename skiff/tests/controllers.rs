@@ -1787,3 +1787,245 @@ async fn a_daemon_set_follows_its_nodes_and_rolls_one_at_a_time() {
     let doubled = doubled.lock().expect("lock").clone();
     assert!(doubled.is_empty(), "two daemons at once on {doubled:?}");
 }
+
+/// Edits the stored declared object `kind` `name` with `edit` until the write lands.
+async fn edit_generic(
+    api: &ClusterClient,
+    kind: Kind,
+    name: &str,
+    edit: impl Fn(&mut serde_json::Map<String, serde_json::Value>),
+) {
+    loop {
+        let Some(Object::Generic(g, mut o)) = api.get(kind, "default", name).await.expect("get")
+        else {
+            panic!("no {} {name}", kind.name())
+        };
+        edit(&mut o.body);
+        match api.update(&Object::Generic(g, o)).await {
+            Ok(_) => return,
+            Err(e) if e.code() == Some(skiff_proto::client::Code::Aborted) => {}
+            Err(e) => panic!("update {name}: {e}"),
+        }
+    }
+}
+
+/// StatefulSets on simulated nodes: pods `db-0`, `db-1`, `db-2` made in order, each only once
+/// the ones before are running and ready (checked on every pod event), named in DNS through
+/// their headless Service (hostname and subdomain, endpoints by hostname); scaled down from
+/// the highest ordinal; a new template rolled from the top; a deleted pod made again under
+/// its name. A set with claim templates makes a claim per pod, and its claims go with it
+/// under `whenDeleted: Delete`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateful_set_keeps_its_order_and_names() {
+    let cluster = Cluster::start(1).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _control = start_control(&cluster, 2, 1);
+    let sts = Kind::from_name("StatefulSet").expect("declared");
+
+    // Every pod event: a pod appears only once every lower ordinal runs and is ready, and
+    // one starts terminating only once every higher ordinal is gone.
+    let violations = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = violations.clone();
+    let mut known = std::collections::BTreeSet::new();
+    let mut terminating = std::collections::BTreeSet::new();
+    on_every_pod_event(api.clone(), "app=db", move |pods| {
+        let ordinal = |n: &str| n.trim_start_matches("db-").parse::<usize>().unwrap_or(0);
+        for (name, p) in pods {
+            let i = ordinal(name);
+            if known.insert(p.metadata.uid.clone()) {
+                for (other, q) in pods {
+                    if ordinal(other) < i && !(ready(q) && active(q)) {
+                        seen.lock()
+                            .expect("lock")
+                            .push(format!("{name} made while {other} was not ready"));
+                    }
+                }
+            }
+            if p.metadata.deletion_timestamp.is_some() && terminating.insert(p.metadata.uid.clone())
+            {
+                for other in pods.keys() {
+                    if ordinal(other) > i {
+                        seen.lock()
+                            .expect("lock")
+                            .push(format!("{name} deleted while {other} was there"));
+                    }
+                }
+            }
+        }
+    });
+
+    api.create(&obj(
+        Kind::Service,
+        json!({"metadata": {"name": "db", "namespace": "default"},
+               "spec": {"clusterIP": "None", "selector": {"app": "db"}, "ports": [{"port": 5432}]}}),
+    ))
+    .await
+    .expect("headless service");
+    let template = |image: &str| {
+        json!({"metadata": {"labels": {"app": "db"}},
+               "spec": {"containers": [{"name": "db", "image": image}]}})
+    };
+    api.create(&obj(
+        sts,
+        json!({"metadata": {"name": "db", "namespace": "default"},
+               "spec": {"replicas": 3, "serviceName": "db",
+                        "selector": {"matchLabels": {"app": "db"}},
+                        "template": template("localhost/skiff/busybox:1")}}),
+    ))
+    .await
+    .expect("stateful set");
+    let status = |api: ClusterClient| async move {
+        match api.get(sts, "default", "db").await {
+            Ok(Some(Object::Generic(_, g))) => g.at("/status").cloned(),
+            _ => None,
+        }
+    };
+    eventually(Duration::from_secs(60), "three ready pods", || async {
+        let s = status(api.clone()).await?;
+        (s["readyReplicas"] == 3 && s["replicas"] == 3).then_some(())
+    })
+    .await;
+    let Some(Object::Pod(p1)) = api.get(Kind::Pod, "default", "db-1").await.expect("get") else {
+        panic!("no db-1")
+    };
+    assert_eq!(p1.spec.other.get("hostname"), Some(&json!("db-1")));
+    assert_eq!(p1.spec.other.get("subdomain"), Some(&json!("db")));
+    assert_eq!(
+        p1.metadata.labels["statefulset.kubernetes.io/pod-name"],
+        "db-1"
+    );
+    let hostnames = eventually(Duration::from_secs(30), "named endpoints", || async {
+        let (slices, _) = api
+            .list(
+                Kind::EndpointSlice,
+                &ListParams::default()
+                    .namespace("default")
+                    .labels("kubernetes.io/service-name=db"),
+            )
+            .await
+            .ok()?;
+        let mut names: Vec<String> = slices
+            .iter()
+            .filter_map(|o| match o {
+                Object::EndpointSlice(s) => Some(s),
+                _ => None,
+            })
+            .flat_map(|s| s.endpoints.iter().map(|e| e.hostname.clone()))
+            .collect();
+        names.sort();
+        (names.len() == 3).then_some(names)
+    })
+    .await;
+    assert_eq!(hostnames, ["db-0", "db-1", "db-2"]);
+
+    // Scaled down: db-2 goes, then db-1.
+    edit_generic(&api, sts, "db", |o| o["spec"]["replicas"] = json!(1)).await;
+    eventually(Duration::from_secs(60), "one pod left", || async {
+        let (pods, _) = api
+            .list(
+                Kind::Pod,
+                &ListParams::default().namespace("default").labels("app=db"),
+            )
+            .await
+            .ok()?;
+        (pods.len() == 1 && pods[0].metadata().name == "db-0").then_some(())
+    })
+    .await;
+
+    // A new template: the pod is made again at the update revision, which becomes current.
+    edit_generic(&api, sts, "db", |o| {
+        o["spec"]["template"] = template("localhost/skiff/busybox:2");
+    })
+    .await;
+    let s = eventually(Duration::from_secs(60), "the update rolled out", || async {
+        let s = status(api.clone()).await?;
+        let Ok(Some(Object::Pod(p))) = api.get(Kind::Pod, "default", "db-0").await else {
+            return None;
+        };
+        (p.spec.containers[0].image == "localhost/skiff/busybox:2"
+            && s["currentRevision"] == s["updateRevision"]
+            && s["readyReplicas"] == 1)
+            .then_some(s)
+    })
+    .await;
+    assert_eq!(
+        s["updateRevision"].as_str().map(|r| r.starts_with("db-")),
+        Some(true),
+        "{s}"
+    );
+
+    // A deleted pod comes back under its name.
+    let Some(Object::Pod(before)) = api.get(Kind::Pod, "default", "db-0").await.expect("get")
+    else {
+        panic!("no db-0")
+    };
+    api.delete(Kind::Pod, "default", "db-0", 0, Some(0))
+        .await
+        .expect("delete db-0");
+    eventually(Duration::from_secs(60), "db-0 made again", || async {
+        let Ok(Some(Object::Pod(p))) = api.get(Kind::Pod, "default", "db-0").await else {
+            return None;
+        };
+        (p.metadata.uid != before.metadata.uid && ready(&p)).then_some(())
+    })
+    .await;
+    let v = violations.lock().expect("lock").clone();
+    assert!(v.is_empty(), "{v:?}");
+
+    // Claims: one per pod from each template, gone with the set under whenDeleted: Delete.
+    api.create(&obj(
+        sts,
+        json!({"metadata": {"name": "vol", "namespace": "default"},
+               "spec": {"replicas": 2, "serviceName": "vol", "podManagementPolicy": "Parallel",
+                        "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete"},
+                        "selector": {"matchLabels": {"app": "vol"}},
+                        "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                            "spec": {"accessModes": ["ReadWriteOnce"],
+                                     "resources": {"requests": {"storage": "1Gi"}}}}],
+                        "template": {"metadata": {"labels": {"app": "vol"}},
+                                     "spec": {"containers": [{"name": "c",
+                                         "image": "localhost/skiff/busybox:1",
+                                         "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}}}}),
+    ))
+    .await
+    .expect("a set with claims");
+    let pvc = Kind::from_name("PersistentVolumeClaim").expect("declared");
+    let claims = |api: ClusterClient| async move {
+        let (items, _) = api
+            .list(pvc, &ListParams::default().namespace("default"))
+            .await
+            .ok()?;
+        let mut names: Vec<String> = items.iter().map(|o| o.metadata().name.clone()).collect();
+        names.sort();
+        Some(names)
+    };
+    eventually(Duration::from_secs(30), "a claim per pod", || async {
+        (claims(api.clone()).await? == ["data-vol-0", "data-vol-1"]).then_some(())
+    })
+    .await;
+    let Some(Object::Pod(v0)) = api.get(Kind::Pod, "default", "vol-0").await.expect("get") else {
+        panic!("no vol-0")
+    };
+    let volume = v0
+        .spec
+        .volumes
+        .iter()
+        .find(|v| v.name == "data")
+        .expect("volume");
+    assert_eq!(
+        volume
+            .persistent_volume_claim
+            .as_ref()
+            .map(|c| c.claim_name.as_str()),
+        Some("data-vol-0")
+    );
+    api.delete(sts, "default", "vol", 0, None)
+        .await
+        .expect("delete the set");
+    eventually(
+        Duration::from_secs(60),
+        "the claims gone with the set",
+        || async { claims(api.clone()).await?.is_empty().then_some(()) },
+    )
+    .await;
+}

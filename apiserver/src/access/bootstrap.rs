@@ -309,6 +309,17 @@ fn controller_manager_rules() -> Vec<PolicyRule> {
         rule(&["get", "list", "watch"], "apps", &["daemonsets"]),
         rule(&["update", "patch"], "apps", &["daemonsets/status"]),
         rule(ALL_VERBS, "apps", &["controllerrevisions"]),
+        // The StatefulSet controller: its pods' claims, which it may give to a pod to
+        // collect.
+        rule(&["get", "list", "watch"], "apps", &["statefulsets"]),
+        rule(&["update", "patch"], "apps", &["statefulsets/status"]),
+        rule(
+            &[
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ],
+            "",
+            &["persistentvolumeclaims"],
+        ),
         // The Job and CronJob controllers.
         rule(ALL_VERBS, "batch", &["jobs"]),
         rule(

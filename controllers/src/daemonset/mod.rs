@@ -15,17 +15,16 @@ use std::sync::Arc;
 
 use serde_json::json;
 use skiff_proto::api::apps::DaemonSet;
-use skiff_proto::api::{GenericObject, Kind, Node, Object, Pod, Time};
-use skiff_proto::client::{ClientError, Code, Event};
+use skiff_proto::api::{Kind, Node, Object, Pod, Time};
+use skiff_proto::client::{ClientError, Event};
 use skiff_proto::recorder::{EventRecorder, reference_to};
 
-use crate::cache::controller_of;
-use crate::core::{Context, Controller, Requeue, gone_is_none, key_of, split_key};
+use crate::core::{Context, Controller, Requeue, key_of, split_key};
 use crate::deployment::template_hash;
+use crate::history;
 use crate::podcontrol;
 use crate::queue::WorkQueue;
 
-pub mod history;
 pub mod plan;
 
 /// The controller's name in logs and metrics.
@@ -140,71 +139,6 @@ impl DaemonSets {
     }
 }
 
-impl DaemonSets {
-    /// Keeps the DaemonSet's ControllerRevisions: the current template the newest, old ones
-    /// no pod runs trimmed to `revisionHistoryLimit`.
-    async fn record_history(
-        &self,
-        ds: &DaemonSet,
-        stored: &GenericObject,
-        hash: &str,
-    ) -> Result<(), ClientError> {
-        let uid = &ds.metadata.uid;
-        let revisions: Vec<Arc<Object>> = self
-            .ctx
-            .controller_revisions
-            .owned_by(uid)
-            .into_iter()
-            .filter(|o| controller_of(o).is_some_and(|r| &r.uid == uid))
-            .collect();
-        let revisions: Vec<&GenericObject> = revisions
-            .iter()
-            .filter_map(|o| match &**o {
-                Object::Generic(_, g) => Some(g),
-                _ => None,
-            })
-            .collect();
-        let pods = self.ctx.pods.owned_by(uid);
-        let in_use: Vec<&str> = pods
-            .iter()
-            .filter_map(|p| p.metadata().labels.get(plan::REVISION_HASH_LABEL))
-            .map(String::as_str)
-            .collect();
-        let limit = stored
-            .at("/spec/revisionHistoryLimit")
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or(10);
-        let changes = history::reconcile(
-            ds,
-            hash,
-            &revisions,
-            &in_use,
-            usize::try_from(limit).unwrap_or(usize::MAX),
-        );
-        if let Some(made) = &changes.create {
-            match self.ctx.client.create(made).await {
-                Ok(_) => {
-                    tracing::debug!(daemonset = %key_of(&ds.metadata), revision = %made.metadata().name, "recorded a revision");
-                }
-                Err(e) if e.code() == Some(Code::AlreadyExists) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        if let Some(renumbered) = &changes.update {
-            gone_is_none(self.ctx.client.update(renumbered).await)?;
-        }
-        for name in &changes.delete {
-            gone_is_none(
-                self.ctx
-                    .client
-                    .delete(history::kind(), &ds.metadata.namespace, name, 0, None)
-                    .await,
-            )?;
-        }
-        Ok(())
-    }
-}
-
 impl Controller for DaemonSets {
     const NAME: &'static str = NAME;
 
@@ -234,7 +168,22 @@ impl Controller for DaemonSets {
         }
         let hash = template_hash(&ds.spec.template, 0);
         let template = template_pod(&ds, &hash);
-        self.record_history(&ds, stored, &hash).await?;
+        let limit = stored
+            .at("/spec/revisionHistoryLimit")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(10);
+        let owner = history::Owner {
+            kind: kind(),
+            meta: &ds.metadata,
+            template: &ds.spec.template,
+        };
+        history::record(
+            &self.ctx,
+            owner,
+            &hash,
+            usize::try_from(limit).unwrap_or(usize::MAX),
+        )
+        .await?;
         let owned = podcontrol::controlled(&self.ctx, &uid);
         let pods = podcontrol::pods(&owned);
         let nodes: Vec<Arc<Object>> = self.ctx.nodes.list(None);

@@ -21,8 +21,7 @@ use skiff_proto::api::{Node, Pod, PodPhase, TaintEffect, Toleration};
 
 use crate::pods;
 
-/// The label a daemon pod carries: the hash of the template it was made from.
-pub const REVISION_HASH_LABEL: &str = "controller-revision-hash";
+pub use crate::history::REVISION_HASH_LABEL;
 /// The label a daemon pod carries: the DaemonSet's generation when it was made.
 pub const TEMPLATE_GENERATION_LABEL: &str = "pod-template-generation";
 

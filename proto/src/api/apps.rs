@@ -430,3 +430,156 @@ impl DaemonSet {
         self.spec.update_strategy.type_.as_deref() != Some("OnDelete")
     }
 }
+
+/// A typed view of a stored StatefulSet (a declared kind), for its controller: read with
+/// [`super::GenericObject::typed`], its status written back with
+/// [`super::GenericObject::with_status`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatefulSet {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: StatefulSetSpec,
+    #[serde(default)]
+    pub status: StatefulSetStatus,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatefulSetSpec {
+    /// 1 when unset.
+    #[serde(default)]
+    pub replicas: Option<i32>,
+    #[serde(default)]
+    pub selector: LabelSelector,
+    #[serde(default)]
+    pub template: PodTemplateSpec,
+    /// PersistentVolumeClaims each pod gets one of, named `<claim>-<set>-<ordinal>`.
+    #[serde(default)]
+    pub volume_claim_templates: Vec<serde_json::Value>,
+    /// The headless Service that gives the pods their DNS names (`<pod>.<service>`).
+    #[serde(default)]
+    pub service_name: String,
+    /// `OrderedReady` (the default) or `Parallel`.
+    #[serde(default)]
+    pub pod_management_policy: Option<String>,
+    #[serde(default)]
+    pub update_strategy: StatefulSetUpdateStrategy,
+    #[serde(default)]
+    pub revision_history_limit: Option<i32>,
+    #[serde(default)]
+    pub min_ready_seconds: Option<i32>,
+    #[serde(default)]
+    pub persistent_volume_claim_retention_policy: Option<ClaimRetentionPolicy>,
+    /// The first ordinal (`ordinals.start`, 0 when unset).
+    #[serde(default)]
+    pub ordinals: Option<StatefulSetOrdinals>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatefulSetUpdateStrategy {
+    /// `RollingUpdate` (the default) or `OnDelete`.
+    #[serde(default, rename = "type")]
+    pub type_: Option<String>,
+    #[serde(default)]
+    pub rolling_update: Option<RollingUpdateStatefulSet>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RollingUpdateStatefulSet {
+    /// Pods with an ordinal below it keep the current revision.
+    #[serde(default)]
+    pub partition: Option<i32>,
+}
+
+/// What becomes of the claims when the set is deleted or scaled down: `Retain` (the default)
+/// or `Delete`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimRetentionPolicy {
+    #[serde(default)]
+    pub when_deleted: Option<String>,
+    #[serde(default)]
+    pub when_scaled: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatefulSetOrdinals {
+    #[serde(default)]
+    pub start: i32,
+}
+
+/// A StatefulSet's status, all of it: the controller writes it whole. The counts Kubernetes
+/// always writes are always written.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatefulSetStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default)]
+    pub replicas: i32,
+    #[serde(default)]
+    pub ready_replicas: i32,
+    #[serde(default)]
+    pub current_replicas: i32,
+    #[serde(default)]
+    pub updated_replicas: i32,
+    #[serde(default)]
+    pub available_replicas: i32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub current_revision: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub update_revision: String,
+    #[serde(default)]
+    pub collision_count: i32,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
+    #[serde(flatten)]
+    pub other: Unmodelled,
+}
+
+impl StatefulSet {
+    pub fn replicas(&self) -> i32 {
+        self.spec.replicas.unwrap_or(1).max(0)
+    }
+
+    /// The first ordinal.
+    pub fn start(&self) -> i32 {
+        self.spec.ordinals.as_ref().map_or(0, |o| o.start.max(0))
+    }
+
+    /// Pods start and stop one at a time, each waiting for the one before (`OrderedReady`).
+    pub fn ordered(&self) -> bool {
+        self.spec.pod_management_policy.as_deref() != Some("Parallel")
+    }
+
+    /// Pods of an old revision are replaced as they are (`OnDelete`: only once deleted).
+    pub fn rolls(&self) -> bool {
+        self.spec.update_strategy.type_.as_deref() != Some("OnDelete")
+    }
+
+    /// Ordinals below it keep the current revision in a rolling update.
+    pub fn partition(&self) -> i32 {
+        self.spec
+            .update_strategy
+            .rolling_update
+            .as_ref()
+            .and_then(|r| r.partition)
+            .unwrap_or(0)
+            .max(0)
+    }
+
+    /// Whether the claims go when the set is deleted (`whenDeleted`) or scaled down
+    /// (`whenScaled`).
+    pub fn deletes_claims(&self) -> (bool, bool) {
+        let p = self.spec.persistent_volume_claim_retention_policy.as_ref();
+        let is = |v: Option<&String>| v.is_some_and(|v| v == "Delete");
+        (
+            is(p.and_then(|p| p.when_deleted.as_ref())),
+            is(p.and_then(|p| p.when_scaled.as_ref())),
+        )
+    }
+}

@@ -1391,10 +1391,29 @@ fn workload_rules(errs: &mut Errors, o: &GenericObject, kind: &str) {
         errs.add(&path("/spec/selector"), "Required value");
         return;
     };
-    let Some(t) = template(errs, o, "/spec/template") else {
+    let Some(mut t) = template(errs, o, "/spec/template") else {
         errs.add(&path("/spec/template"), "Required value");
         return;
     };
+    // A StatefulSet's pods mount their claims by the claim templates' names: as the
+    // controller adds them, they are the template's volumes.
+    let claims = o
+        .at("/spec/volumeClaimTemplates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.pointer("/metadata/name")?.as_str());
+    for name in claims {
+        t.spec.volumes.retain(|v| v.name != name);
+        t.spec.volumes.push(super::volume::Volume {
+            name: name.to_owned(),
+            persistent_volume_claim: Some(super::volume::PersistentVolumeClaimVolumeSource {
+                claim_name: name.to_owned(),
+                read_only: None,
+            }),
+            ..Default::default()
+        });
+    }
     selector_and_template(errs, kind, &Path::root("spec"), &sel, &t);
 }
 
