@@ -21,6 +21,14 @@
 //! as its container's exit code says (the script's own code, or 137 ContainerStatusUnknown
 //! when its node died under it), every server runs, and no pod is bound to a missing node.
 //!
+//! Beside the pods, a controller manager runs three workloads in namespace `work` through the
+//! churn: a DaemonSet (its template changed now and then, rolled across the nodes), a
+//! StatefulSet (scaled between one and three) and a Job of 6 completions, 2 at a time. On
+//! every event of their pods: a node never runs two active pods of the DaemonSet, an ordinal
+//! never has two pods of the StatefulSet, and the Job never has more than 2 active pods. Once
+//! the churn stops and the churn's pods are gone: the Job completes, the StatefulSet and the
+//! DaemonSet have every pod ready on the template they have now.
+//!
 //! The seed is printed; `SKIFF_CHURN_SEED=<n>` replays the driver's choices (the processes'
 //! timing still varies). `SKIFF_CHURN_STEPS` sets the number of steps (120).
 
@@ -36,7 +44,9 @@ use std::time::{Duration, Instant};
 use audit::{Audit, Intent, MAINTENANCE, Run};
 use common::{Cluster, eventually, free_port, skiff_bin};
 use serde_json::json;
-use skiff_launch::{Child, Launch, NodeCommand, RuntimeKind, SchedulerCommand};
+use skiff_launch::{
+    Child, ControllerManagerCommand, Launch, NodeCommand, RuntimeKind, SchedulerCommand,
+};
 use skiff_proto::api::{Kind, Node, Object, Pod, PodPhase, RestartPolicy};
 use skiff_proto::client::{ClusterClient, Code};
 
@@ -308,6 +318,8 @@ async fn random_churn_keeps_the_scheduler_and_kubelet_invariants() {
     })
     .await;
     let _scheduler = scheduler(&cluster);
+    let _manager = controller_manager(&cluster);
+    let workload_violations = start_workloads(&api).await;
     // Nodes that died, and the step each agent comes back at.
     let mut died: BTreeSet<String> = BTreeSet::new();
     let mut back_at: BTreeMap<usize, usize> = BTreeMap::new();
@@ -452,6 +464,27 @@ async fn random_churn_keeps_the_scheduler_and_kubelet_invariants() {
             }
             _ => None,
         };
+        // Now and then, a workload changes: the StatefulSet scales, the DaemonSet rolls.
+        if rng.chance(8) {
+            let replicas = 1 + rng.below(3);
+            edit_workload(&api, "StatefulSet", "db", |o| {
+                o["spec"]["replicas"] = json!(replicas);
+            })
+            .await;
+            *rec.did.entry("scale stateful set").or_default() += 1;
+        } else if rng.chance(4) {
+            let generation = rec.did.get("roll daemon set").copied().unwrap_or(0) + 1;
+            edit_workload(&api, "DaemonSet", "agent", |o| {
+                o["spec"]["template"]["metadata"]["annotations"] =
+                    json!({"churn/generation": generation.to_string()});
+            })
+            .await;
+            *rec.did.entry("roll daemon set").or_default() += 1;
+        }
+        {
+            let v = workload_violations.lock().expect("lock");
+            assert!(v.is_empty(), "seed {seed}, step {step}: {v:#?}");
+        }
         // Check every revision up to this step's write (the next steps follow at the pace the
         // watches deliver it: about one heartbeat).
         match written {
@@ -597,12 +630,236 @@ async fn random_churn_keeps_the_scheduler_and_kubelet_invariants() {
         audit.failures
     );
     let bound = pods.iter().filter(|p| !p.spec.node_name.is_empty()).count();
+    // The workloads finish once the churn's pods make room.
+    for p in &pods {
+        let _ = api
+            .delete(Kind::Pod, "default", &p.metadata.name, 0, Some(0))
+            .await;
+    }
+    settle_workloads(&api, seed).await;
+    let v = workload_violations.lock().expect("lock").clone();
+    assert!(v.is_empty(), "seed {seed}, after settling: {v:#?}");
     eprintln!(
         "churn: seed {seed} passed in {:?}: {} pods left ({bound} bound), {} binds checked",
         begun.elapsed(),
         pods.len(),
         audit.binds_checked
     );
+}
+
+/// The controller manager; its node lifecycle is slow enough never to act within the churn
+/// (the agents' deaths are the test's to make, and short).
+fn controller_manager(cluster: &Cluster) -> Child {
+    let cm = ControllerManagerCommand {
+        endpoints: cluster.endpoints(),
+        lease_ttl: Some(Duration::from_secs(2)),
+        node_monitor_grace_period: Some(Duration::from_secs(600)),
+        log: Some("info".into()),
+        ..ControllerManagerCommand::default()
+    };
+    Launch::new(
+        "controller manager",
+        skiff_bin(),
+        cluster.dir.path().join("controller-manager.log"),
+    )
+    .args(cm.args())
+    .spawn()
+    .expect("spawn skiff controller-manager")
+    .tail_on_panic(20)
+}
+
+const WORK: &str = "work";
+
+fn workload_kind(name: &str) -> Kind {
+    Kind::from_name(name).expect("a declared kind")
+}
+
+/// Makes namespace `work` and its DaemonSet, StatefulSet and Job, and follows their pods,
+/// checking on every event what each workload must never do; the violations found.
+async fn start_workloads(api: &ClusterClient) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    let make = |kind: &str, v: serde_json::Value| {
+        Object::from_json(workload_kind(kind), v.to_string().as_bytes()).expect("decodes")
+    };
+    let container = |script: &str| {
+        json!([{"name": "c", "image": "localhost/skiff/busybox:1",
+                "command": ["sh", "-c", script]}])
+    };
+    api.create(
+        &Object::from_json(
+            Kind::Namespace,
+            json!({"metadata": {"name": WORK}}).to_string().as_bytes(),
+        )
+        .expect("namespace"),
+    )
+    .await
+    .expect("namespace work");
+    for o in [
+        make(
+            "DaemonSet",
+            json!({"metadata": {"name": "agent", "namespace": WORK},
+            "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                     "template": {"metadata": {"labels": {"app": "agent"}},
+                                  "spec": {"containers": container("sleep infinity")}}}}),
+        ),
+        make(
+            "StatefulSet",
+            json!({"metadata": {"name": "db", "namespace": WORK},
+            "spec": {"replicas": 2, "serviceName": "db",
+                     "selector": {"matchLabels": {"app": "db"}},
+                     "template": {"metadata": {"labels": {"app": "db"}},
+                                  "spec": {"containers": container("sleep infinity")}}}}),
+        ),
+        make(
+            "Job",
+            json!({"metadata": {"name": "batch", "namespace": WORK},
+            "spec": {"completions": 6, "parallelism": 2, "backoffLimit": 1000,
+                     "template": {"spec": {"restartPolicy": "Never",
+                                           "containers": container("sleep 1; exit 0")}}}}),
+        ),
+    ] {
+        api.create(&o).await.expect("workload");
+    }
+    let violations = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let found = violations.clone();
+    let api = api.clone();
+    tokio::spawn(async move {
+        use futures::StreamExt as _;
+        use skiff_proto::client::{Event, ListParams};
+        let params = ListParams::default().namespace(WORK);
+        let mut stream = Box::pin(
+            api.watch(Kind::Pod, &params.watch_after(0))
+                .await
+                .expect("watch work pods"),
+        );
+        let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
+        while let Some(Ok(e)) = stream.next().await {
+            match e {
+                Event::Added(Object::Pod(p)) | Event::Modified(Object::Pod(p)) => {
+                    pods.insert(p.metadata.name.clone(), p);
+                }
+                Event::Deleted(Object::Pod(p)) => {
+                    pods.remove(&p.metadata.name);
+                }
+                _ => continue,
+            }
+            let found_now = workload_rules(&pods);
+            if !found_now.is_empty() {
+                found.lock().expect("lock").extend(found_now);
+            }
+        }
+    });
+    violations
+}
+
+/// What the workloads' pods must never show at once.
+fn workload_rules(pods: &BTreeMap<String, Pod>) -> Vec<String> {
+    let active = |p: &&Pod| !p.is_terminal() && p.metadata.deletion_timestamp.is_none();
+    let owned_by = |p: &Pod, kind: &str, name: &str| {
+        p.metadata
+            .owner_references
+            .iter()
+            .any(|r| r.controller == Some(true) && r.kind == kind && r.name == name)
+    };
+    let mut out = Vec::new();
+    let mut per_node: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for p in pods.values().filter(active) {
+        if owned_by(p, "DaemonSet", "agent") && !p.spec.node_name.is_empty() {
+            per_node
+                .entry(&p.spec.node_name)
+                .or_default()
+                .push(&p.metadata.name);
+        }
+    }
+    for (node, names) in per_node.iter().filter(|(_, n)| n.len() > 1) {
+        out.push(format!(
+            "node {node} runs two of the DaemonSet's pods: {names:?}"
+        ));
+    }
+    let mut ordinals: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for p in pods.values().filter(|p| owned_by(p, "StatefulSet", "db")) {
+        if let Some(i) = p.metadata.labels.get("apps.kubernetes.io/pod-index") {
+            ordinals.entry(i).or_default().push(&p.metadata.name);
+        }
+    }
+    for (i, names) in ordinals.iter().filter(|(_, n)| n.len() > 1) {
+        out.push(format!(
+            "ordinal {i} of the StatefulSet has two pods: {names:?}"
+        ));
+    }
+    let running = pods
+        .values()
+        .filter(active)
+        .filter(|p| owned_by(p, "Job", "batch"))
+        .count();
+    if running > 2 {
+        out.push(format!(
+            "the Job has {running} active pods, its parallelism is 2"
+        ));
+    }
+    out
+}
+
+/// Edits workload `kind` `name` in `work` until the write lands.
+async fn edit_workload(
+    api: &ClusterClient,
+    kind: &str,
+    name: &str,
+    edit: impl Fn(&mut serde_json::Value),
+) {
+    let kind = workload_kind(kind);
+    for _ in 0..20 {
+        let Ok(Some(o)) = api.get(kind, WORK, name).await else {
+            continue;
+        };
+        let mut v = o.to_json_value();
+        edit(&mut v);
+        let next = Object::from_json(kind, v.to_string().as_bytes()).expect("decodes");
+        if api.update(&next).await.is_ok() {
+            return;
+        }
+    }
+    panic!("{name}: 20 failed writes in a row");
+}
+
+/// Once the cluster has room: the Job completes, every StatefulSet and DaemonSet pod is ready
+/// on the current template.
+async fn settle_workloads(api: &ClusterClient, seed: u64) {
+    let status = |kind: &'static str, name: &'static str| {
+        let api = api.clone();
+        async move {
+            match api.get(workload_kind(kind), WORK, name).await {
+                Ok(Some(o)) => Some(o.to_json_value()),
+                _ => None,
+            }
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let job = status("Job", "batch").await.unwrap_or_default();
+        let sts = status("StatefulSet", "db").await.unwrap_or_default();
+        let ds = status("DaemonSet", "agent").await.unwrap_or_default();
+        let complete = job["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Complete" && c["status"] == "True")
+        });
+        let sts_done = sts["status"]["readyReplicas"] == sts["spec"]["replicas"]
+            && sts["status"]["updatedReplicas"] == sts["spec"]["replicas"];
+        let want = &ds["status"]["desiredNumberScheduled"];
+        let ds_done = want.as_i64().is_some_and(|n| n > 0)
+            && ds["status"]["numberReady"] == *want
+            && ds["status"]["updatedNumberScheduled"] == *want;
+        if complete && sts_done && ds_done {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "seed {seed}: workloads not settled after 90 s: job {}, statefulset {}, daemonset {}",
+            job["status"],
+            sts["status"],
+            ds["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Adds the maintenance taint (`add`) or lifts it.
