@@ -37,8 +37,11 @@ pub struct Context {
     /// The ControllerRevisions of DaemonSets (and, later, StatefulSets).
     pub controller_revisions: Cache,
     pub stateful_sets: Cache,
-    /// PersistentVolumeClaims (a StatefulSet's pods' own).
+    /// PersistentVolumeClaims (a StatefulSet's pods' own, and the provisioner's to bind).
     pub claims: Cache,
+    /// PersistentVolumes and StorageClasses (the provisioner's).
+    pub volumes: Cache,
+    pub storage_classes: Cache,
     /// The `kube-root-ca.crt` ConfigMaps (no other).
     pub root_ca_maps: Cache,
     pub events: EventRecorder,

@@ -63,6 +63,7 @@ pub mod namespace;
 pub mod nodelifecycle;
 pub mod podcontrol;
 pub mod pods;
+pub mod provisioner;
 pub mod queue;
 pub mod replicaset;
 pub mod resourcequota;

@@ -16,7 +16,7 @@ use crate::core::{Context, Controller};
 use crate::metrics::{self, Metrics};
 use crate::{
     certificates, cronjob, daemonset, deployment, endpointslice, gc, history, job, namespace,
-    nodelifecycle, replicaset, resourcequota, rootca, serviceaccount, statefulset,
+    nodelifecycle, provisioner, replicaset, resourcequota, rootca, serviceaccount, statefulset,
 };
 
 /// The key controller manager processes elect their leader on.
@@ -211,6 +211,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         controller_revisions: Cache::new(history::kind()),
         stateful_sets: Cache::new(statefulset::kind()),
         claims: Cache::new(statefulset::claim_kind()),
+        volumes: Cache::new(provisioner::volume_kind()),
+        storage_classes: Cache::new(provisioner::class_kind()),
         root_ca_maps: Cache::new(rootca::config_map_kind()),
         events: EventRecorder::spawn(client.clone(), COMPONENT, ""),
         metrics: metrics.clone(),
@@ -233,6 +235,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let cron_jobs = Arc::new(cronjob::CronJobs::new(ctx.clone()));
     let daemon_sets = Arc::new(daemonset::DaemonSets::new(ctx.clone()));
     let stateful_sets = Arc::new(statefulset::StatefulSets::new(ctx.clone()));
+    let provisioner = Arc::new(provisioner::Provisioner::new(ctx.clone()));
     let root_ca = root_ca.map(|ca| Arc::new(rootca::RootCa::new(ctx.clone(), ca)));
     let handlers = Arc::new(Handlers {
         ctx: ctx.clone(),
@@ -243,6 +246,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         cron_jobs: cron_jobs.clone(),
         daemon_sets: daemon_sets.clone(),
         stateful_sets: stateful_sets.clone(),
+        provisioner: provisioner.clone(),
         csrs: csrs.clone(),
         slices: slices.clone(),
         quotas: quotas.clone(),
@@ -273,6 +277,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         history::kind(),
         statefulset::kind(),
         statefulset::claim_kind(),
+        provisioner::volume_kind(),
+        provisioner::class_kind(),
     ] {
         let params = if kind == rootca::config_map_kind() {
             // Only the ones this controller manager keeps.
@@ -301,6 +307,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             r.map_err(|source| Error::Informer { kind, source })
         });
     }
+    // The local StorageClass, made when missing (tried again until the store takes it).
+    let maker = provisioner.clone();
+    tasks.spawn(async move {
+        let mut backoff = skiff_proto::backoff::Backoff::for_store();
+        while let Err(e) = maker.ensure_class().await {
+            tracing::debug!(error = %e, "making the local StorageClass; trying again");
+            backoff.wait().await;
+        }
+        std::future::pending::<Result<(), Error>>().await
+    });
     let watcher = quotas.clone();
     tasks.spawn(async move {
         watcher.watch_counted().await;
@@ -328,6 +344,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         workers.spawn(work(daemon_sets.clone(), metrics.clone()));
         workers.spawn(work(stateful_sets.clone(), metrics.clone()));
     }
+    workers.spawn(work(provisioner.clone(), metrics.clone()));
     if let Some(r) = &root_ca {
         workers.spawn(work(r.clone(), metrics.clone()));
     }
@@ -347,6 +364,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 (cronjob::NAME, cron_jobs.queue().clone()),
                 (daemonset::NAME, daemon_sets.queue().clone()),
                 (statefulset::NAME, stateful_sets.queue().clone()),
+                (provisioner::NAME, provisioner.queue().clone()),
             ];
             if let Some(r) = &root_ca {
                 queues.push((rootca::NAME, r.queue().clone()));
@@ -390,6 +408,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         cron_jobs.queue(),
         daemon_sets.queue(),
         stateful_sets.queue(),
+        provisioner.queue(),
     ] {
         q.close();
     }
@@ -430,6 +449,7 @@ struct Handlers {
     cron_jobs: Arc<cronjob::CronJobs>,
     daemon_sets: Arc<daemonset::DaemonSets>,
     stateful_sets: Arc<statefulset::StatefulSets>,
+    provisioner: Arc<provisioner::Provisioner>,
     root_ca: Option<Arc<rootca::RootCa>>,
 }
 
@@ -452,6 +472,8 @@ impl Handlers {
             k if k == history::kind() => &self.ctx.controller_revisions,
             k if k == statefulset::kind() => &self.ctx.stateful_sets,
             k if k == statefulset::claim_kind() => &self.ctx.claims,
+            k if k == provisioner::volume_kind() => &self.ctx.volumes,
+            k if k == provisioner::class_kind() => &self.ctx.storage_classes,
             Kind::Generic(_) => &self.ctx.endpoints,
             _ => &self.ctx.deployments,
         }
@@ -496,7 +518,8 @@ impl Handlers {
             k if k == daemonset::kind() => self.daemon_sets.on_daemon_set(event),
             k if k == history::kind() => {}
             k if k == statefulset::kind() => self.stateful_sets.on_stateful_set(event),
-            k if k == statefulset::claim_kind() => {}
+            k if k == statefulset::claim_kind() => self.provisioner.on_claim(event),
+            k if k == provisioner::volume_kind() || k == provisioner::class_kind() => {}
             Kind::Generic(_) => self.slices.on_endpoints(event),
             Kind::Pod => {
                 self.quotas.on_counted(kind, event);
@@ -508,6 +531,7 @@ impl Handlers {
                 self.jobs.on_pod(event);
                 self.daemon_sets.on_pod(event);
                 self.stateful_sets.on_pod(event);
+                self.provisioner.on_pod(event);
             }
             Kind::ReplicaSet => {
                 self.replica_sets.on_replica_set(event);

@@ -43,6 +43,7 @@ use crate::sessions::SessionService;
 use crate::status::{PodKey, StatusWriter};
 use crate::volumes::Volumes;
 use crate::worker::{self, WorkerContext, WorkerHandle};
+use skiff_proto::api::volume::LOCAL_VOLUMES_ANNOTATION;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -55,6 +56,14 @@ pub enum AgentError {
 }
 
 pub type Result<T, E = AgentError> = std::result::Result<T, E>;
+
+/// Where the node keeps its local PersistentVolumes (published in its Node's
+/// [`LOCAL_VOLUMES_ANNOTATION`] for the provisioner).
+fn local_volumes(c: &NodeConfig) -> String {
+    crate::volumes::local_volumes_dir(&c.root_dir)
+        .to_string_lossy()
+        .into_owned()
+}
 
 /// Where a node keeps its pods' volumes unless told otherwise (under the node's name).
 pub const DEFAULT_ROOT_DIR: &str = "/var/lib/skiff/node";
@@ -595,6 +604,9 @@ impl NodeAgent {
                                 .annotations
                                 .insert(ENDPOINT_ANNOTATION.into(), e.clone());
                         }
+                        node.metadata
+                            .annotations
+                            .insert(LOCAL_VOLUMES_ANNOTATION.into(), local_volumes(c));
                         node.spec.taints = c.taints.clone();
                         node.status = Some(self.node_status(None));
                         let created = self.client.create(&Object::Node(node)).await?;
@@ -608,6 +620,9 @@ impl NodeAgent {
                                 .annotations
                                 .insert(ENDPOINT_ANNOTATION.into(), e.clone());
                         }
+                        node.metadata
+                            .annotations
+                            .insert(LOCAL_VOLUMES_ANNOTATION.into(), local_volumes(c));
                         for t in &c.taints {
                             if !node
                                 .spec

@@ -1813,8 +1813,9 @@ async fn edit_generic(
 /// the ones before are running and ready (checked on every pod event), named in DNS through
 /// their headless Service (hostname and subdomain, endpoints by hostname); scaled down from
 /// the highest ordinal; a new template rolled from the top; a deleted pod made again under
-/// its name. A set with claim templates makes a claim per pod, and its claims go with it
-/// under `whenDeleted: Delete`.
+/// its name. A set with claim templates makes a claim per pod, which the local provisioner
+/// binds to a volume on the pod's node; the pod made again goes back to that node; the
+/// claims go with the set under `whenDeleted: Delete`, and their volumes with them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stateful_set_keeps_its_order_and_names() {
     let cluster = Cluster::start(1).await;
@@ -2019,13 +2020,58 @@ async fn a_stateful_set_keeps_its_order_and_names() {
             .map(|c| c.claim_name.as_str()),
         Some("data-vol-0")
     );
+    // The local provisioner binds each claim to a volume on its pod's node (the default
+    // StorageClass), and the pods run.
+    let pv = Kind::from_name("PersistentVolume").expect("declared");
+    let node = eventually(
+        Duration::from_secs(60),
+        "vol-0 running on its volume",
+        || async {
+            let Ok(Some(Object::Generic(_, c))) = api.get(pvc, "default", "data-vol-0").await
+            else {
+                return None;
+            };
+            (c.text("/status/phase") == "Bound").then_some(())?;
+            assert_eq!(c.text("/spec/storageClassName"), "standard");
+            let Ok(Some(v)) = api.get(pv, "", c.text("/spec/volumeName")).await else {
+                return None;
+            };
+            let Ok(Some(Object::Pod(p))) = api.get(Kind::Pod, "default", "vol-0").await else {
+                return None;
+            };
+            let pinned = skiff_proto::api::volume::pinned_nodes(&v.to_json_value())?;
+            (ready(&p) && pinned == [p.spec.node_name.clone()]).then_some(p.spec.node_name)
+        },
+    )
+    .await;
+    // Made again, the pod goes back to its volume's node, whichever node is freer.
+    for _ in 0..3 {
+        let Some(Object::Pod(before)) = api.get(Kind::Pod, "default", "vol-0").await.expect("get")
+        else {
+            panic!("no vol-0")
+        };
+        api.delete(Kind::Pod, "default", "vol-0", 0, Some(0))
+            .await
+            .expect("delete vol-0");
+        let again = eventually(Duration::from_secs(60), "vol-0 made again", || async {
+            let Ok(Some(Object::Pod(p))) = api.get(Kind::Pod, "default", "vol-0").await else {
+                return None;
+            };
+            (p.metadata.uid != before.metadata.uid && ready(&p)).then_some(p.spec.node_name)
+        })
+        .await;
+        assert_eq!(again, node, "vol-0 left its volume's node");
+    }
     api.delete(sts, "default", "vol", 0, None)
         .await
         .expect("delete the set");
     eventually(
         Duration::from_secs(60),
-        "the claims gone with the set",
-        || async { claims(api.clone()).await?.is_empty().then_some(()) },
+        "the claims and volumes gone with the set",
+        || async {
+            let (volumes, _) = api.list(pv, &ListParams::default()).await.ok()?;
+            (claims(api.clone()).await?.is_empty() && volumes.is_empty()).then_some(())
+        },
     )
     .await;
 }

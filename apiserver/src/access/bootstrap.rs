@@ -270,6 +270,8 @@ fn scheduler_rules() -> Vec<PolicyRule> {
     vec![
         leadership(),
         rule(READ, "", &["pods", "nodes", "namespaces"]),
+        // A pod of a claim bound to a local volume goes to that volume's node.
+        rule(READ, "", &["persistentvolumeclaims", "persistentvolumes"]),
         rule(&["create"], "", &["pods/binding", "bindings"]),
         rule(&["patch", "update"], "", &["pods/status"]),
         rule(&["create", "patch", "update"], "", &["events"]),
@@ -318,7 +320,18 @@ fn controller_manager_rules() -> Vec<PolicyRule> {
                 "get", "list", "watch", "create", "update", "patch", "delete",
             ],
             "",
-            &["persistentvolumeclaims"],
+            &["persistentvolumeclaims", "persistentvolumes"],
+        ),
+        // The local provisioner: its StorageClass, claims and volumes bound.
+        rule(
+            &["update", "patch"],
+            "",
+            &["persistentvolumeclaims/status", "persistentvolumes/status"],
+        ),
+        rule(
+            &["get", "list", "watch", "create"],
+            "storage.k8s.io",
+            &["storageclasses"],
         ),
         // The Job and CronJob controllers.
         rule(ALL_VERBS, "batch", &["jobs"]),

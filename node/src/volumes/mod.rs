@@ -17,9 +17,11 @@
 //! projected service account token is requested bound to the pod and requested again once
 //! 80% of its life has passed, as the kubelet's token manager does.
 //!
-//! `persistentVolumeClaim` and the sources Skiff does not model (`nfs`, `csi`, …) fail with
-//! a `FailedMount` that says so: the pod waits in `ContainerCreating` rather than start
-//! without its data.
+//! A `persistentVolumeClaim` is the local volume its claim is bound to: a directory
+//! `<root>/local-volumes/<volume>` that outlives the pod (the local provisioner binds claims
+//! to volumes on the node of their first pod; the scheduler keeps the pod there after). The
+//! sources Skiff does not model (`nfs`, `csi`, …) fail with a `FailedMount` that says so: the
+//! pod waits in `ContainerCreating` rather than start without its data.
 
 pub mod atomic;
 pub mod env;
@@ -79,6 +81,14 @@ struct Inner {
     objects: Mutex<ObjectCache>,
     /// Tokens by (pod uid, volume, path).
     tokens: Mutex<HashMap<(String, String, String), Token>>,
+    /// The local volume directory of each claim volume set up, by (pod uid, volume).
+    claims: Mutex<HashMap<(String, String), PathBuf>>,
+}
+
+/// Where the local provisioner's volumes live on a node whose root is `root`: beside the
+/// pods' directories, outliving them.
+pub fn local_volumes_dir(root: &Path) -> PathBuf {
+    root.join("local-volumes")
 }
 
 /// Objects by (kind, namespace, name): when read, and what was there.
@@ -139,6 +149,7 @@ impl Volumes {
                 resync,
                 objects: Mutex::new(HashMap::new()),
                 tokens: Mutex::new(HashMap::new()),
+                claims: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -155,10 +166,17 @@ impl Volumes {
         self.inner.root.join(uid)
     }
 
-    /// The directory of `v` of the pod `uid` (a hostPath is the node's own path).
+    /// The directory of `v` of the pod `uid` (a hostPath is the node's own path, a claim's
+    /// its local volume's once set up).
     pub fn volume_path(&self, uid: &str, v: &Volume) -> Option<PathBuf> {
         if let Some(h) = &v.host_path {
             return Some(PathBuf::from(&h.path));
+        }
+        if v.persistent_volume_claim.is_some() {
+            return self
+                .lock_claims()
+                .get(&(uid.to_owned(), v.name.clone()))
+                .cloned();
         }
         Some(
             self.pod_dir(uid)
@@ -184,11 +202,15 @@ impl Volumes {
         if let Some(h) = &v.host_path {
             return host_path(h);
         }
-        if v.persistent_volume_claim.is_some() {
-            return Err(
-                "persistentVolumeClaim volumes are not yet provisioned by Skiff's node agent"
-                    .into(),
-            );
+        if let Some(c) = &v.persistent_volume_claim {
+            let dir = self
+                .claim_dir(&pod.metadata.namespace, &c.claim_name)
+                .await?;
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            set_mode(&dir, 0o777).map_err(|e| format!("{}: {e}", dir.display()))?;
+            self.lock_claims()
+                .insert((uid.clone(), v.name.clone()), dir);
+            return Ok(());
         }
         let Some(dir) = self.volume_path(uid, v) else {
             let kinds = v.sources().join(", ");
@@ -432,6 +454,7 @@ impl Volumes {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .retain(|(u, _, _), _| u != uid);
+        self.lock_claims().retain(|(u, _), _| u != uid);
     }
 
     /// Removes the volumes of pods not in `live` (pods that went while the agent was down).
@@ -479,6 +502,36 @@ impl Volumes {
             }
         }
         Ok(Some(out))
+    }
+
+    /// The directory of the local volume claim `namespace/name` is bound to: on this node,
+    /// `<root>/local-volumes/<volume>` (the local provisioner's PersistentVolume names it so).
+    /// An error while it is missing or not bound yet.
+    async fn claim_dir(&self, namespace: &str, name: &str) -> Result<PathBuf, String> {
+        let kind = Kind::from_name("PersistentVolumeClaim").expect("invariant: declared");
+        let Some(Object::Generic(_, claim)) = self.read(kind, namespace, name).await? else {
+            return Err(format!("persistentvolumeclaim {name:?} not found"));
+        };
+        let volume = claim.text("/spec/volumeName");
+        if volume.is_empty() || claim.text("/status/phase") != "Bound" {
+            // Read again at once next time: the provisioner binds it any moment.
+            self.lock_objects()
+                .remove(&(kind, namespace.to_owned(), name.to_owned()));
+            return Err(format!("persistentvolumeclaim {name:?} is not bound yet"));
+        }
+        if volume.contains('/') || volume.starts_with('.') {
+            return Err(format!(
+                "persistentvolumeclaim {name:?} names the volume {volume:?}"
+            ));
+        }
+        Ok(local_volumes_dir(&self.inner.root).join(volume))
+    }
+
+    fn lock_claims(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), PathBuf>> {
+        self.inner
+            .claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The `data` of Secret `namespace/name`; `None` when it is missing.

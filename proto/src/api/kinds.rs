@@ -1861,8 +1861,10 @@ fn persistent_volume_claim(errs: &mut Errors, o: &GenericObject, stored: Option<
         &["Filesystem", "Block"],
     );
     if let Some(stored) = stored {
-        // A claim may grow, and an unbound one be bound; the rest of its spec is fixed.
+        // A claim may grow, an unbound one be bound, and one that names no class be given
+        // the default (as Kubernetes does retroactively); the rest of its spec is fixed.
         let binding = stored.text("/spec/volumeName").is_empty();
+        let classless = stored.at("/spec/storageClassName").is_none();
         let fixed = |o: &GenericObject| {
             let mut spec = o.at("/spec").cloned().unwrap_or_default();
             if let Some(spec) = spec.as_object_mut() {
@@ -1870,6 +1872,9 @@ fn persistent_volume_claim(errs: &mut Errors, o: &GenericObject, stored: Option<
                 spec.remove("volumeAttributesClassName");
                 if binding {
                     spec.remove("volumeName");
+                }
+                if classless {
+                    spec.remove("storageClassName");
                 }
             }
             spec

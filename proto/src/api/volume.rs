@@ -22,6 +22,13 @@ pub const SERVICE_ACCOUNT_MOUNT: &str = "/var/run/secrets/kubernetes.io/servicea
 pub const SERVICE_ACCOUNT_TOKEN_SECONDS: i64 = 3607;
 /// The ConfigMap that holds the cluster's CA in every namespace.
 pub const ROOT_CA_CONFIG_MAP: &str = "kube-root-ca.crt";
+/// The annotation a node publishes: the directory its local volumes live in (each
+/// PersistentVolume of the local provisioner is `<dir>/<volume name>` on its node).
+pub const LOCAL_VOLUMES_ANNOTATION: &str = "skiff.dev/local-volumes";
+/// The provisioner of volumes that are directories on a node (local-path style).
+pub const LOCAL_PROVISIONER: &str = "skiff.dev/local-path";
+/// The StorageClass of the local provisioner, the cluster's default.
+pub const DEFAULT_STORAGE_CLASS: &str = "standard";
 /// The prefix of the projected volume ServiceAccount admission adds.
 pub const SERVICE_ACCOUNT_VOLUME_PREFIX: &str = "kube-api-access-";
 
@@ -418,4 +425,39 @@ impl References {
         }
         r
     }
+}
+
+/// The node names a PersistentVolume's required node affinity allows (`kubernetes.io/hostname`
+/// or `metadata.name` In …, over all its terms); `None` when it does not pin the volume to
+/// named nodes. The scheduler keeps a pod of a claim bound to it on those nodes.
+pub fn pinned_nodes(pv: &serde_json::Value) -> Option<Vec<String>> {
+    use serde_json::Value;
+    let terms = pv
+        .pointer("/spec/nodeAffinity/required/nodeSelectorTerms")?
+        .as_array()?;
+    let mut out = Vec::new();
+    for t in terms {
+        for r in t
+            .get("matchExpressions")
+            .into_iter()
+            .chain(t.get("matchFields"))
+            .filter_map(Value::as_array)
+            .flatten()
+        {
+            let key = r.get("key").and_then(Value::as_str).unwrap_or("");
+            if matches!(key, "kubernetes.io/hostname" | "metadata.name")
+                && r.get("operator").and_then(Value::as_str) == Some("In")
+            {
+                out.extend(
+                    r.get("values")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned),
+                );
+            }
+        }
+    }
+    (!out.is_empty()).then_some(out)
 }

@@ -23,6 +23,10 @@
 //! predecessor's placement (whose Bind may still be in flight), and a confirmed pod of that
 //! name with another UID is known to be gone (a relist shows a re-created pod as an update).
 //!
+//! A pending pod whose claims are bound to volumes pinned to nodes (the local provisioner's)
+//! is queued with those nodes as one more required node affinity term: a StatefulSet's pod
+//! made again goes back to its data.
+//!
 //! The handlers need no store: they read events, so tests drive them directly.
 
 use std::sync::Arc;
@@ -41,6 +45,19 @@ pub struct Handlers {
     core: Arc<Core>,
     /// The `spec.schedulerName`s this scheduler takes (an empty name too).
     names: Vec<String>,
+    /// Claims and the nodes their volumes are pinned to.
+    volumes: std::sync::Mutex<Volumes>,
+}
+
+/// What the scheduler knows of claims and volumes: a pod of a claim bound to a volume with
+/// node affinity (a local volume) goes only to the volume's nodes, as kube-scheduler's
+/// VolumeBinding plugin keeps it.
+#[derive(Debug, Default)]
+struct Volumes {
+    /// `namespace/name` of each bound claim → its volume.
+    claims: std::collections::HashMap<String, String>,
+    /// Volume → the nodes its required node affinity names.
+    pins: std::collections::HashMap<String, Vec<String>>,
 }
 
 fn pod_key(o: &Object) -> String {
@@ -55,7 +72,95 @@ impl Handlers {
         if !scheduler_name.is_empty() && scheduler_name != DEFAULT_SCHEDULER_NAME {
             names.push(scheduler_name.to_string());
         }
-        Handlers { core, names }
+        Handlers {
+            core,
+            names,
+            volumes: Default::default(),
+        }
+    }
+
+    fn lock_volumes(&self) -> std::sync::MutexGuard<'_, Volumes> {
+        self.volumes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A claim or volume changed.
+    pub fn on_volume(&self, event: &Event) {
+        let (o, gone) = match event {
+            Event::Added(o) | Event::Modified(o) => (o, false),
+            Event::Deleted(o) => (o, true),
+            Event::Bookmark(_) => return,
+        };
+        let Object::Generic(_, g) = o else { return };
+        let mut v = self.lock_volumes();
+        let m = &g.metadata;
+        match o.kind().name() {
+            "PersistentVolumeClaim" => {
+                let key = format!("{}/{}", m.namespace, m.name);
+                let volume = g.text("/spec/volumeName");
+                if gone || volume.is_empty() {
+                    v.claims.remove(&key);
+                } else {
+                    v.claims.insert(key, volume.to_owned());
+                }
+            }
+            "PersistentVolume" => {
+                let pins = skiff_proto::api::volume::pinned_nodes(&o.to_json_value());
+                match pins.filter(|_| !gone) {
+                    Some(nodes) => {
+                        v.pins.insert(m.name.clone(), nodes);
+                    }
+                    None => {
+                        v.pins.remove(&m.name);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `p`, with its claims' volumes' nodes as one more required node affinity term (every
+    /// term of its own ANDed with it); `None` when no claim of it is pinned.
+    fn pinned(&self, p: &skiff_proto::api::Pod) -> Option<skiff_proto::api::Pod> {
+        let nodes: Vec<String> = {
+            let v = self.lock_volumes();
+            let mut sets = p.spec.volumes.iter().filter_map(|vol| {
+                let claim = vol.persistent_volume_claim.as_ref()?;
+                let volume = v
+                    .claims
+                    .get(&format!("{}/{}", p.metadata.namespace, claim.claim_name))?;
+                v.pins.get(volume).cloned()
+            });
+            let first = sets.next()?;
+            sets.fold(first, |acc, s| {
+                acc.into_iter().filter(|n| s.contains(n)).collect()
+            })
+        };
+        let mut pod = p.clone();
+        let requirement =
+            serde_json::json!({"key": "metadata.name", "operator": "In", "values": nodes});
+        let mut spec = serde_json::to_value(&pod.spec).ok()?;
+        let terms = spec
+            .pointer_mut("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+            .and_then(serde_json::Value::as_array_mut);
+        match terms {
+            Some(terms) if !terms.is_empty() => {
+                for t in terms.iter_mut() {
+                    let fields = t
+                        .as_object_mut()?
+                        .entry("matchFields")
+                        .or_insert_with(|| serde_json::json!([]));
+                    fields.as_array_mut()?.push(requirement.clone());
+                }
+            }
+            _ => {
+                spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+                    serde_json::json!({"nodeSelectorTerms": [{"matchFields": [requirement]}]});
+            }
+        }
+        pod.spec = serde_json::from_value(spec).ok()?;
+        Some(pod)
     }
 
     fn ours(&self, scheduler_name: &str) -> bool {
@@ -144,6 +249,8 @@ impl Handlers {
                     // The queue holds it (updated in place while assumed). A pod the table
                     // already accounts a placement of comes in held: that placement's Bind is
                     // in flight, and a second one would bind twice or overcommit.
+                    let pinned = self.pinned(p);
+                    let p = pinned.as_ref().unwrap_or(p);
                     if self.core.table.read().pods.contains_key(&id) {
                         self.core.queue.hold_pod(p);
                     } else {

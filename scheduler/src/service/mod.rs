@@ -148,6 +148,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     for e in nodes.sync().await? {
         handlers.on_node(&e);
     }
+    // Claims and volumes before pods: a pending pod of a bound claim is pinned as it comes.
+    let mut volume_informers = Vec::new();
+    for name in ["PersistentVolumeClaim", "PersistentVolume"] {
+        let kind = Kind::from_name(name).expect("invariant: claims and volumes are declared");
+        let mut informer = Informer::new(client.clone(), kind, ListParams::default());
+        for e in informer.sync().await? {
+            handlers.on_volume(&e);
+        }
+        volume_informers.push(informer);
+    }
     let mut pods = Informer::new(client.clone(), Kind::Pod, ListParams::default());
     for e in pods.sync().await? {
         handlers.on_pod(&e);
@@ -161,6 +171,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let node_task = tokio::spawn(async move { nodes.run(|e, _| h.on_node(e)).await });
     let h = handlers.clone();
     let pod_task = tokio::spawn(async move { pods.run(|e, _| h.on_pod(e)).await });
+    let h = handlers.clone();
+    let volume_task = tokio::spawn(async move {
+        let runs = volume_informers.into_iter().map(|mut i| {
+            let h = h.clone();
+            async move { i.run(|e, _| h.on_volume(e)).await }
+        });
+        let (r, _, _) = futures::future::select_all(runs.map(Box::pin)).await;
+        r
+    });
 
     let (tx, rx) = mpsc::unbounded_channel::<Vec<Verdict>>();
     let pool = Pool::start(
@@ -192,6 +211,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         tokio::select! {
             r = node_task => r,
             r = pod_task => r,
+            r = volume_task => r,
         }
     };
     let lost = async {
