@@ -205,15 +205,8 @@ impl Controller for CronJobs {
         let Some(object) = self.ctx.cron_jobs.get(namespace, name) else {
             return Ok(None);
         };
-        let Object::Generic(_, stored) = &*object else {
+        let Some((stored, mut cj)) = podcontrol::typed::<CronJob>(&object, key) else {
             return Ok(None);
-        };
-        let mut cj: CronJob = match stored.typed() {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(cronjob = key, error = %e, "skipping a CronJob that does not read");
-                return Ok(None);
-            }
         };
         if cj.metadata.deletion_timestamp.is_some() {
             return Ok(None);

@@ -38,6 +38,25 @@ pub fn pod_of_template(
     }
 }
 
+/// A declared object (`key` in its controller's queue) as stored, and read as the
+/// controller's typed view `T`; `None` when it is not a declared kind's or does not read
+/// (logged: the controller skips it).
+pub fn typed<'a, T: serde::de::DeserializeOwned>(
+    object: &'a Object,
+    key: &str,
+) -> Option<(&'a GenericObject, T)> {
+    let Object::Generic(_, stored) = object else {
+        return None;
+    };
+    match stored.typed() {
+        Ok(t) => Some((stored, t)),
+        Err(e) => {
+            tracing::warn!(kind = %object.kind().name(), object = key, error = %e, "skipping an object that does not read");
+            None
+        }
+    }
+}
+
 /// The pods controlled by the owner with `uid`, as the cache has them.
 pub fn controlled(ctx: &Context, uid: &str) -> Vec<Arc<Object>> {
     ctx.pods

@@ -151,15 +151,8 @@ impl Controller for DaemonSets {
         let Some(object) = self.ctx.daemon_sets.get(namespace, name) else {
             return Ok(None);
         };
-        let Object::Generic(_, stored) = &*object else {
+        let Some((stored, ds)) = podcontrol::typed::<DaemonSet>(&object, key) else {
             return Ok(None);
-        };
-        let ds: DaemonSet = match stored.typed() {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::warn!(daemonset = key, error = %e, "skipping a DaemonSet that does not read");
-                return Ok(None);
-            }
         };
         let uid = ds.metadata.uid.clone();
         if ds.metadata.deletion_timestamp.is_some() {

@@ -241,15 +241,8 @@ impl Controller for Jobs {
             self.release_all(namespace, name).await?;
             return Ok(None);
         };
-        let Object::Generic(_, stored) = &*object else {
+        let Some((stored, mut job)) = podcontrol::typed::<Job>(&object, key) else {
             return Ok(None);
-        };
-        let mut job: Job = match stored.typed() {
-            Ok(j) => j,
-            Err(e) => {
-                tracing::warn!(job = key, error = %e, "skipping a Job that does not read");
-                return Ok(None);
-            }
         };
         let uid = job.metadata.uid.clone();
         if job.metadata.deletion_timestamp.is_some() {

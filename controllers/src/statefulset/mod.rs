@@ -249,15 +249,8 @@ impl Controller for StatefulSets {
         let Some(object) = self.ctx.stateful_sets.get(namespace, name) else {
             return Ok(None);
         };
-        let Object::Generic(_, stored) = &*object else {
+        let Some((stored, set)) = podcontrol::typed::<StatefulSet>(&object, key) else {
             return Ok(None);
-        };
-        let set: StatefulSet = match stored.typed() {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(statefulset = key, error = %e, "skipping a StatefulSet that does not read");
-                return Ok(None);
-            }
         };
         let uid = set.metadata.uid.clone();
         if set.metadata.deletion_timestamp.is_some() {
