@@ -57,6 +57,26 @@ pub fn typed<'a, T: serde::de::DeserializeOwned>(
     }
 }
 
+/// When a workload's sync looks again: when the first of its `pods` that is ready becomes
+/// available (`minReadySeconds`), or when the expectations it waits on (`waiting`) give up,
+/// whichever is sooner.
+pub fn next_look(
+    pods: &[&Pod],
+    min_ready: i32,
+    now: i64,
+    waiting: Option<std::time::Duration>,
+) -> crate::core::Requeue {
+    let due = pods
+        .iter()
+        .filter_map(|p| crate::pods::seconds_to_available(p, min_ready, now))
+        .min()
+        .map(|s| std::time::Duration::from_secs(s.unsigned_abs()));
+    match (due, waiting) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// The pods controlled by the owner with `uid`, as the cache has them.
 pub fn controlled(ctx: &Context, uid: &str) -> Vec<Arc<Object>> {
     ctx.pods

@@ -145,6 +145,21 @@ impl Secured {
         assert_eq!(code, 201, "{body}");
     }
 
+    /// The simulated node `n1`'s agent, with its certificate, its port on loopback.
+    fn node_n1(&self) -> NodeCommand {
+        let certs = self.certs();
+        NodeCommand {
+            name: Some("n1".into()),
+            tls: Some(ClientCert {
+                ca: certs.join("ca.pem"),
+                cert: certs.join("system-node-n1.pem"),
+                key: certs.join("system-node-n1-key.pem"),
+            }),
+            logs_address: Some("127.0.0.1:0".into()),
+            ..NodeCommand::new(RuntimeKind::Sim, vec![self.client.clone()])
+        }
+    }
+
     /// What the controller manager makes in `default`, which these tests run without: its
     /// `default` ServiceAccount and the `kube-root-ca.crt` ConfigMap that pods' service
     /// account volumes read.
@@ -989,19 +1004,12 @@ async fn the_agent_port_takes_certificates_and_asks_the_api() {
     let s = secured().await;
     let certs = s.certs();
     let node = NodeCommand {
-        name: Some("n1".into()),
-        tls: Some(ClientCert {
-            ca: certs.join("ca.pem"),
-            cert: certs.join("system-node-n1.pem"),
-            key: certs.join("system-node-n1-key.pem"),
-        }),
-        logs_address: Some("127.0.0.1:0".into()),
         serving: Some(ServingCert {
             cert: certs.join("agents.pem"),
             key: certs.join("agents-key.pem"),
             client_ca: certs.join("ca.pem"),
         }),
-        ..NodeCommand::new(RuntimeKind::Sim, vec![s.client.clone()])
+        ..s.node_n1()
     };
     let _agent = Launch::new("agent n1", skiff_bin(), s.dir.path().join("agent.log"))
         .args(node.args())
@@ -1589,19 +1597,11 @@ fn kubectl_on_path() -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_reads_its_configuration_and_token_from_its_node() {
     let s = secured().await;
-    let certs = s.certs();
     let root = s.dir.path().join("node-root");
     let node = NodeCommand {
-        name: Some("n1".into()),
-        tls: Some(ClientCert {
-            ca: certs.join("ca.pem"),
-            cert: certs.join("system-node-n1.pem"),
-            key: certs.join("system-node-n1-key.pem"),
-        }),
-        logs_address: Some("127.0.0.1:0".into()),
         root_dir: Some(root.clone()),
         volume_resync: Some(Duration::from_millis(300)),
-        ..NodeCommand::new(RuntimeKind::Sim, vec![s.client.clone()])
+        ..s.node_n1()
     };
     let _agent = Launch::new("agent n1", skiff_bin(), s.dir.path().join("agent.log"))
         .args(node.args())

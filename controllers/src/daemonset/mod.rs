@@ -218,14 +218,6 @@ impl Controller for DaemonSets {
         }
         // A pod that is ready but not yet available for `minReadySeconds`: look again then.
         let min_ready = ds.spec.min_ready_seconds.unwrap_or(0);
-        let due = pods
-            .iter()
-            .filter_map(|p| crate::pods::seconds_to_available(p, min_ready, now))
-            .min()
-            .map(|s| std::time::Duration::from_secs(s.unsigned_abs()));
-        Ok(match (due, waiting) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        })
+        Ok(podcontrol::next_look(&pods, min_ready, now, waiting))
     }
 }

@@ -333,15 +333,7 @@ impl Controller for StatefulSets {
             return Err(e);
         }
         let min_ready = set.spec.min_ready_seconds.unwrap_or(0);
-        let due = pods
-            .iter()
-            .filter_map(|p| crate::pods::seconds_to_available(p, min_ready, now))
-            .min()
-            .map(|s| std::time::Duration::from_secs(s.unsigned_abs()));
-        Ok(match (due, waiting) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        })
+        Ok(podcontrol::next_look(&pods, min_ready, now, waiting))
     }
 }
 
