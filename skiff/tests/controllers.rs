@@ -1814,8 +1814,9 @@ async fn edit_generic(
 /// their headless Service (hostname and subdomain, endpoints by hostname); scaled down from
 /// the highest ordinal; a new template rolled from the top; a deleted pod made again under
 /// its name. A set with claim templates makes a claim per pod, which the local provisioner
-/// binds to a volume on the pod's node; the pod made again goes back to that node; the
-/// claims go with the set under `whenDeleted: Delete`, and their volumes with them.
+/// binds to a volume on the pod's node; the pod made again goes back to that node; a pod
+/// scaled away takes its claim under `whenScaled: Delete`; the claims go with the set under
+/// `whenDeleted: Delete`, and their volumes with them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stateful_set_keeps_its_order_and_names() {
     let cluster = Cluster::start(1).await;
@@ -2062,6 +2063,18 @@ async fn a_stateful_set_keeps_its_order_and_names() {
         .await;
         assert_eq!(again, node, "vol-0 left its volume's node");
     }
+    // Scaled down under `whenScaled: Delete`: the pod scaled away takes its claim along.
+    edit_generic(&api, sts, "vol", |o| {
+        o["spec"]["persistentVolumeClaimRetentionPolicy"]["whenScaled"] = json!("Delete");
+    })
+    .await;
+    edit_generic(&api, sts, "vol", |o| o["spec"]["replicas"] = json!(1)).await;
+    eventually(
+        Duration::from_secs(60),
+        "vol-1's claim gone with it",
+        || async { (claims(api.clone()).await? == ["data-vol-0"]).then_some(()) },
+    )
+    .await;
     api.delete(sts, "default", "vol", 0, None)
         .await
         .expect("delete the set");

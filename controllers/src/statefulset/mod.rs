@@ -193,8 +193,8 @@ impl StatefulSets {
         Ok(())
     }
 
-    /// Gives the claims of the condemned pod `pod` to it, so they go once it has gone
-    /// (`whenScaled: Delete`).
+    /// Gives the claims of the condemned pod `pod` to it alone, so they go once it has gone
+    /// (`whenScaled: Delete`), as Kubernetes hands them over.
     async fn give_claims_to(&self, set: &StatefulSet, pod: &Pod) -> Result<(), ClientError> {
         let Some(ordinal) = plan::ordinal_of(&set.metadata.name, &pod.metadata.name) else {
             return Ok(());
@@ -215,6 +215,9 @@ impl StatefulSets {
             if refs.iter().any(|r| r.uid == owner.uid) {
                 continue;
             }
+            // The pod alone owns it now: an object goes once all its owners are gone, and
+            // the set stays.
+            refs.retain(|r| r.uid != set.metadata.uid);
             refs.push(owner.clone());
             gone_is_none(self.ctx.client.update(&c).await)?;
         }
