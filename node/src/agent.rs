@@ -723,8 +723,8 @@ impl NodeAgent {
                 Some(self.client.clone()),
                 self.config.volume_tmpfs,
                 self.config.volume_resync,
+                self.resources(),
             ),
-            allocatable: self.resources(),
             services: Some(self.services.clone()),
         });
         let mut pods = Pods {

@@ -11,7 +11,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use skiff_proto::api::meta::ResourceList;
 use skiff_proto::api::{Kind, Object, Pod, PodStatus, Time};
 use skiff_proto::backoff::Backoff;
 use skiff_proto::client::{ClusterClient, Code};
@@ -51,8 +50,6 @@ pub struct WorkerContext {
     pub metrics: AgentMetrics,
     /// The pods' volumes on this node.
     pub volumes: Volumes,
-    /// The node's allocatable resources (what a container's unset limit reads as).
-    pub allocatable: ResourceList,
     /// The Services the process follows, for containers' variables (none in unit tests).
     pub services: Option<crate::services::Followed>,
 }
@@ -418,7 +415,6 @@ fn perform(
         Action::StartContainer { slot, attempt } => {
             let sandbox = engine.sandbox().cloned();
             let (volumes, pod) = (ctx.volumes.clone(), pod.clone());
-            let allocatable = ctx.allocatable.clone();
             let links = pod
                 .spec
                 .other
@@ -442,7 +438,7 @@ fn perform(
                     }
                     None => Vec::new(),
                 };
-                let parts = container_parts(&volumes, &pod, slot, &services, &allocatable).await;
+                let parts = container_parts(&volumes, &pod, slot, &services).await;
                 let parts = parts.and_then(|p| match (p, &hosts) {
                     (Some((env, mut mounts)), Some((ip, domain))) => {
                         mounts.push(volumes.hosts_file(&pod, ip, domain)?);
@@ -597,12 +593,11 @@ async fn container_parts(
     pod: &Pod,
     slot: crate::engine::Slot,
     services: &[(String, String)],
-    allocatable: &ResourceList,
 ) -> Result<Option<(Vec<(String, String)>, Vec<crate::volumes::Mount>)>, String> {
     let Some(c) = container_of(pod, slot) else {
         return Ok(None);
     };
-    let env = volumes.env(pod, c, services, allocatable).await?;
+    let env = volumes.env(pod, c, services).await?;
     let mounts = volumes.mounts(pod, c)?;
     Ok(Some((env, mounts)))
 }

@@ -76,8 +76,8 @@ fn harness() -> Harness {
             None,
             false,
             skiff_node::volumes::DEFAULT_RESYNC,
+            Default::default(),
         ),
-        allocatable: Default::default(),
         services: None,
     });
     Harness {

@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
+use skiff_proto::api::meta::ResourceList;
 use skiff_proto::api::pod::Container;
 use skiff_proto::api::volume::{
     DEFAULT_MODE, DownwardApiVolumeFile, HostPathVolumeSource, KeyToPath, Volume,
@@ -77,6 +78,9 @@ struct Inner {
     /// real node); off, they are plain directories (the simulated runtime).
     tmpfs: bool,
     resync: Duration,
+    /// The node's allocatable resources: what a container's unset limit reads as, in `env`
+    /// and in downward API files.
+    allocatable: ResourceList,
     /// ConfigMaps and Secrets as last read: `None` when missing.
     objects: Mutex<ObjectCache>,
     /// Tokens by (pod uid, volume, path).
@@ -140,6 +144,7 @@ impl Volumes {
         client: Option<ClusterClient>,
         tmpfs: bool,
         resync: Duration,
+        allocatable: ResourceList,
     ) -> Self {
         Volumes {
             inner: Arc::new(Inner {
@@ -147,6 +152,7 @@ impl Volumes {
                 client,
                 tmpfs,
                 resync,
+                allocatable,
                 objects: Mutex::new(HashMap::new()),
                 tokens: Mutex::new(HashMap::new()),
                 claims: Mutex::new(HashMap::new()),
@@ -156,10 +162,6 @@ impl Volumes {
 
     pub fn resync(&self) -> Duration {
         self.inner.resync
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.inner.root
     }
 
     fn pod_dir(&self, uid: &str) -> PathBuf {
@@ -244,7 +246,7 @@ impl Volumes {
             };
             keys(&data, &s.items, s.default_mode, optional, "secret")?
         } else if let Some(d) = &v.downward_api {
-            downward(pod, &d.items, d.default_mode)?
+            downward(pod, &d.items, d.default_mode, &self.inner.allocatable)?
         } else if let Some(p) = &v.projected {
             let mut out = Payload::new();
             for src in &p.sources {
@@ -263,7 +265,7 @@ impl Volumes {
                         None => return Err(format!("secret {:?} not found", s.name)),
                     }
                 } else if let Some(d) = &src.downward_api {
-                    downward(pod, &d.items, p.default_mode)?
+                    downward(pod, &d.items, p.default_mode, &self.inner.allocatable)?
                 } else if let Some(t) = &src.service_account_token {
                     let token = self.token(pod, &v.name, t).await?;
                     let mode = mode_of(None, p.default_mode);
@@ -354,7 +356,6 @@ impl Volumes {
         pod: &Pod,
         c: &Container,
         services: &[(String, String)],
-        allocatable: &skiff_proto::api::meta::ResourceList,
     ) -> Result<Vec<(String, String)>, String> {
         let ns = &pod.metadata.namespace;
         let (mut config_maps, mut secrets) = (env::Sources::new(), env::Sources::new());
@@ -397,7 +398,7 @@ impl Volumes {
                 services,
                 config_maps: &config_maps,
                 secrets: &secrets,
-                allocatable,
+                allocatable: &self.inner.allocatable,
             },
         )
     }
@@ -732,6 +733,7 @@ fn downward(
     pod: &Pod,
     items: &[DownwardApiVolumeFile],
     default_mode: Option<i32>,
+    allocatable: &ResourceList,
 ) -> Result<Payload, String> {
     let mut out = Payload::new();
     for f in items {
@@ -755,7 +757,7 @@ fn downward(
                 .chain(&pod.spec.init_containers)
                 .find(|c| c.name == r.container_name)
                 .ok_or_else(|| format!("container {:?} not found in the pod", r.container_name))?;
-            resource_value(c, r, &BTreeMap::new())?
+            resource_value(c, r, allocatable)?
         } else {
             continue;
         };

@@ -7,8 +7,13 @@ use std::os::unix::fs::PermissionsExt;
 use super::*;
 use crate::engine::fixtures::pod;
 
+/// A node of 4 cores and 8 GiB.
 fn volumes(root: &Path) -> Volumes {
-    Volumes::new(root.to_owned(), None, false, DEFAULT_RESYNC)
+    let allocatable: ResourceList = [("cpu", "4"), ("memory", "8Gi")]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.parse().expect("a quantity")))
+        .collect();
+    Volumes::new(root.to_owned(), None, false, DEFAULT_RESYNC, allocatable)
 }
 
 /// emptyDir, downwardAPI and hostPath volumes are made; containers mount them (a subPath
@@ -30,7 +35,9 @@ async fn local_volumes_are_made_mounted_and_removed() {
             {"name": "scratch", "emptyDir": {}},
             {"name": "info", "downwardAPI": {"items": [
                 {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
-                {"path": "meta/name", "fieldRef": {"fieldPath": "metadata.name"}, "mode": 0o600}]}},
+                {"path": "meta/name", "fieldRef": {"fieldPath": "metadata.name"}, "mode": 0o600},
+                {"path": "cpu_limit", "resourceFieldRef": {"containerName": "c", "resource": "limits.cpu"}},
+                {"path": "mem_limit", "resourceFieldRef": {"containerName": "c", "resource": "limits.memory", "divisor": "1Mi"}}]}},
             {"name": "host", "hostPath": {"path": made.to_str().unwrap(), "type": "DirectoryOrCreate"}}]}),
     );
     p.metadata.labels.insert("app".into(), "web".into());
@@ -77,6 +84,15 @@ async fn local_volumes_are_made_mounted_and_removed() {
     assert_eq!(
         std::fs::read_to_string(info.join("meta/name")).unwrap(),
         "p"
+    );
+    // No limits: a container's limit reads as what the node can allocate, as in env.
+    assert_eq!(
+        std::fs::read_to_string(info.join("cpu_limit")).unwrap(),
+        "4"
+    );
+    assert_eq!(
+        std::fs::read_to_string(info.join("mem_limit")).unwrap(),
+        "8192"
     );
     let mode = std::fs::metadata(info.join("meta/name"))
         .unwrap()
