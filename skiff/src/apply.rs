@@ -105,6 +105,7 @@ async fn apply_one(api: &ClusterClient, object: Object) -> Result<&'static str> 
                     n.spec.node_name = c.spec.node_name.clone();
                     n.status = c.status.clone();
                     n.spec.keep_service_account(&c.spec);
+                    n.spec.keep_priority(&c.spec);
                     // What admission added (DefaultTolerationSeconds' tolerations) stays: a
                     // pod's tolerations may only grow.
                     for t in &c.spec.tolerations {

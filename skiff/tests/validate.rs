@@ -40,6 +40,7 @@ fn examples_are_valid() {
         "pod/web",
         "pod/cache-0",
         "pod/cache-1",
+        "priorityclass/cache",
         "node/node-1",
         "namespace/team-a",
         "resourcequota/compute",
@@ -57,7 +58,7 @@ fn examples_are_valid() {
         stdout.contains("requests cpu=500m memory=128Mi"),
         "{stdout}"
     );
-    assert!(stdout.contains("10 objects valid"), "{stdout}");
+    assert!(stdout.contains("11 objects valid"), "{stdout}");
 }
 
 /// `-o yaml` prints the defaulted objects, and that output is itself a valid manifest that

@@ -1,5 +1,6 @@
 //! Admission, in the order Kubernetes runs it for these kinds: the namespace exists,
-//! ServiceAccount (a pod's account, and its token mounted), LimitRange (defaults, then min /
+//! Priority (a pod's priority from its PriorityClass, [`super::priority`]), ServiceAccount
+//! (a pod's account, and its token mounted), LimitRange (defaults, then min /
 //! max / ratio per container), ResourceQuota (object count and request / limit totals per
 //! namespace). Each rejection names the plugin's reason the way
 //! kube-apiserver words it. Also the update rules: what an update may change and what it may
@@ -28,7 +29,9 @@ use skiff_proto::api::{
 };
 use skiff_proto::quantity::Quantity;
 
-use super::{ClusterApi, ClusterError, Result, decode, not_found, pod_security, prefix_end};
+use super::{
+    ClusterApi, ClusterError, Result, decode, not_found, pod_security, prefix_end, priority,
+};
 use skiff_store::lock;
 use skiff_store::request::{Compare, CompareResult, CompareTarget, RangeRequest};
 
@@ -327,6 +330,9 @@ pub fn admit_create(
 ) -> Result<Admitted> {
     let kind = object.kind();
     let mut guards = Vec::new();
+    if kind == priority::priority_class_kind() {
+        priority::admit_class(api, object)?;
+    }
     if !kind.is_namespaced() {
         return Ok(Admitted::default());
     }
@@ -361,6 +367,8 @@ pub fn admit_create(
         }
     }
     if let Object::Pod(pod) = object {
+        // First: a quota's PriorityClass scope reads the class it gives.
+        priority::admit_pod(api, pod)?;
         default_toleration_seconds(pod);
         default_service_account(pod);
         // Only a server that signs tokens mounts them: elsewhere no node could get one, and
@@ -561,6 +569,9 @@ fn admit_counted(
 /// if no object of the kind in the namespace changed since the count. A pod's resources
 /// never change once it is created, so pods are not counted again here.
 pub fn admit_update(api: &ClusterApi, current: &Object, next: &Object) -> Result<Option<Compare>> {
+    if next.kind() == priority::priority_class_kind() {
+        priority::admit_class(api, next)?;
+    }
     if !next.kind().is_namespaced() || matches!(next, Object::Pod(_)) {
         return Ok(None);
     }
@@ -709,6 +720,7 @@ pub fn with_spec(current: &Object, request: &Object) -> Result<Object> {
         (Object::Pod(cur), Object::Pod(new)) => {
             new.status = cur.status.clone();
             new.spec.keep_service_account(&cur.spec);
+            new.spec.keep_priority(&cur.spec);
             if cur.spec.node_name != new.spec.node_name {
                 return Err(ClusterError::Immutable {
                     kind: Kind::Pod,

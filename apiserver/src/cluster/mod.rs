@@ -44,6 +44,7 @@ pub mod kubernetes_service;
 pub mod list;
 pub mod node_graph;
 pub mod pod_security;
+pub mod priority;
 pub mod rbac_policy;
 mod review;
 pub mod service;

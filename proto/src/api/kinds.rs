@@ -1945,7 +1945,7 @@ fn priority_class_defaults(o: &mut GenericObject) {
     default_field(
         &mut o.body,
         "preemptionPolicy",
-        json!("PreemptLowerPriority"),
+        json!(crate::api::pod::PREEMPT_LOWER_PRIORITY),
     );
 }
 
@@ -1975,7 +1975,7 @@ fn priority_class(errs: &mut Errors, o: &GenericObject, stored: Option<&GenericO
         errs,
         "/preemptionPolicy",
         o.text("/preemptionPolicy"),
-        &["PreemptLowerPriority", "Never"],
+        &crate::api::pod::PREEMPTION_POLICIES,
     );
     if let Some(stored) = stored {
         immutable(errs, o, stored, "/value");
@@ -2828,6 +2828,23 @@ mod tests {
                 json!({"metadata": {"name": "system-node-critical"}, "value": 2_000_001_000})
             )
             .is_ok()
+        );
+        assert!(
+            write(
+                kind("PriorityClass"),
+                json!({"metadata": {"name": "polite"}, "value": 10, "preemptionPolicy": "Never"})
+            )
+            .is_ok()
+        );
+        assert_eq!(
+            write(
+                kind("PriorityClass"),
+                json!({"metadata": {"name": "rude"}, "value": 10, "preemptionPolicy": "Always"})
+            )
+            .unwrap_err(),
+            [
+                "preemptionPolicy: unsupported value \"Always\": supported values: \"PreemptLowerPriority\", \"Never\""
+            ]
         );
     }
 

@@ -62,6 +62,10 @@ pub struct PodSpec {
     pub priority: Option<i32>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub priority_class_name: String,
+    /// `PreemptLowerPriority` (the default, from the pod's PriorityClass) or `Never`: whether
+    /// the scheduler may preempt lower-priority pods to place this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption_policy: Option<String>,
     /// Which scheduler places this pod; Skiff's answers to `default-scheduler`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub scheduler_name: String,
@@ -518,6 +522,10 @@ pub struct PodStatus {
     /// `Guaranteed`, `Burstable` or `BestEffort`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub qos_class: String,
+    /// The node the scheduler preempted pods on for this pending pod: where it expects to
+    /// place it once they are gone (it may still go elsewhere).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub nominated_node_name: String,
     /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
     #[serde(flatten)]
     #[cfg_attr(test, proptest(value = "Default::default()"))]
@@ -807,6 +815,14 @@ impl Pod {
     }
 }
 
+/// `spec.preemptionPolicy` (and a PriorityClass's `preemptionPolicy`): the pod may have pods
+/// of lower priority preempted to make room for it. The default.
+pub const PREEMPT_LOWER_PRIORITY: &str = "PreemptLowerPriority";
+/// `spec.preemptionPolicy`: the pod waits for room and preempts no one.
+pub const PREEMPT_NEVER: &str = "Never";
+/// Every preemption policy Kubernetes knows.
+pub const PREEMPTION_POLICIES: [&str; 2] = [PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER];
+
 impl PodSpec {
     /// An update that names no service account keeps the one admission gave (`current`'s):
     /// a manifest applied again need not repeat it.
@@ -814,6 +830,23 @@ impl PodSpec {
         if self.service_account_name.is_empty() && self.service_account.is_empty() {
             self.service_account_name = current.service_account_name.clone();
             self.service_account = current.service_account.clone();
+        }
+    }
+
+    /// An update that leaves out `priority` or `preemptionPolicy` keeps what Priority
+    /// admission gave at creation (`current`'s), as kube-apiserver's plugin does on update;
+    /// so does one that leaves out `priorityClassName` (the default class admission named,
+    /// which a manifest applied again need not repeat). One that gives other values is
+    /// refused with the rest of an immutable spec.
+    pub fn keep_priority(&mut self, current: &PodSpec) {
+        if self.priority_class_name.is_empty() {
+            self.priority_class_name = current.priority_class_name.clone();
+        }
+        if self.priority.is_none() {
+            self.priority = current.priority;
+        }
+        if self.preemption_policy.is_none() {
+            self.preemption_policy = current.preemption_policy.clone();
         }
     }
 }

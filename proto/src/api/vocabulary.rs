@@ -219,6 +219,9 @@ open! {
         ContainersReady,
         /// The pod can serve: its containers are ready (and its readiness gates pass).
         Ready,
+        /// The pod is about to be terminated by a disruption: preempted by the scheduler,
+        /// evicted through the Eviction API, or deleted by a controller (the reason says which).
+        DisruptionTarget,
     }
 }
 

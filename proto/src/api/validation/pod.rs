@@ -11,7 +11,8 @@ use super::resources::validate_resource_list;
 use super::{Errors, Path};
 use crate::api::meta::IntOrString;
 use crate::api::pod::{
-    Affinity, Container, NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, Probe,
+    Affinity, Container, NodeSelectorTerm, PREEMPTION_POLICIES, Pod, PodAffinityTerm, PodSpec,
+    Probe,
 };
 use crate::api::vocabulary::TaintEffect;
 
@@ -93,6 +94,13 @@ pub(crate) fn validate_pod_spec(errs: &mut Errors, spec: &Path, s: &PodSpec) {
         errs.add(
             &spec.field("priorityClassName"),
             dns1123_subdomain_message(&s.priority_class_name),
+        );
+    }
+    if let Some(policy) = &s.preemption_policy {
+        errs.one_of(
+            &spec.field("preemptionPolicy"),
+            policy,
+            &PREEMPTION_POLICIES,
         );
     }
     if let Some(a) = &s.affinity {
@@ -540,6 +548,20 @@ mod tests {
     #[test]
     fn a_minimal_pod_is_valid() {
         check(OK).unwrap();
+    }
+
+    /// A pod preempts lower priorities or never does; anything else is refused at its path.
+    #[test]
+    fn preemption_policy_is_one_of_two() {
+        for policy in ["PreemptLowerPriority", "Never"] {
+            check(&format!("{OK}  preemptionPolicy: {policy}\n")).unwrap();
+        }
+        assert_eq!(
+            errors(&format!("{OK}  preemptionPolicy: Sometimes\n")),
+            [
+                "spec.preemptionPolicy: unsupported value \"Sometimes\": supported values: \"PreemptLowerPriority\", \"Never\""
+            ]
+        );
     }
 
     #[test]
