@@ -44,6 +44,10 @@ pub struct Context {
     pub storage_classes: Cache,
     /// The `kube-root-ca.crt` ConfigMaps (no other).
     pub root_ca_maps: Cache,
+    /// PodDisruptionBudgets (the disruption controller's).
+    pub disruption_budgets: Cache,
+    /// ReplicationControllers, read for the scale of their pods' budgets.
+    pub replication_controllers: Cache,
     pub events: EventRecorder,
     pub metrics: Arc<Metrics>,
     /// The ReplicaSet controller's outstanding creates and deletes, per ReplicaSet uid: the

@@ -33,6 +33,7 @@
 //! | [`nodelifecycle`] | silent nodes: `Ready=Unknown`, taints, evictions per toleration |
 //! | [`endpointslice`] | each selecting Service's pods' addresses, in EndpointSlices of 100 |
 //! | [`resourcequota`] | each quota's `status.used`: what its namespace's objects count toward it |
+//! | [`disruption`] | each PodDisruptionBudget's status: expected and healthy pods, disruptions allowed |
 //! | [`namespace`] | a deleted namespace: its contents deleted, then the namespace finalized |
 //! | [`serviceaccount`] | a `default` ServiceAccount in every namespace |
 //! | [`rootca`]     | the CA of the API server in every namespace (`kube-root-ca.crt`) |
@@ -53,6 +54,7 @@ pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
 pub mod discovery;
+pub mod disruption;
 pub mod endpointslice;
 pub mod gc;
 pub mod history;

@@ -15,8 +15,9 @@ use crate::cache::Cache;
 use crate::core::{Context, Controller};
 use crate::metrics::{self, Metrics};
 use crate::{
-    certificates, cronjob, daemonset, deployment, endpointslice, gc, history, job, namespace,
-    nodelifecycle, provisioner, replicaset, resourcequota, rootca, serviceaccount, statefulset,
+    certificates, cronjob, daemonset, deployment, disruption, endpointslice, gc, history, job,
+    namespace, nodelifecycle, provisioner, replicaset, resourcequota, rootca, serviceaccount,
+    statefulset,
 };
 
 /// The key controller manager processes elect their leader on.
@@ -214,6 +215,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         volumes: Cache::new(provisioner::volume_kind()),
         storage_classes: Cache::new(provisioner::class_kind()),
         root_ca_maps: Cache::new(rootca::config_map_kind()),
+        disruption_budgets: Cache::new(disruption::kind()),
+        replication_controllers: Cache::new(disruption::replication_controller_kind()),
         events: EventRecorder::spawn(client.clone(), COMPONENT, ""),
         metrics: metrics.clone(),
         expectations: Default::default(),
@@ -236,6 +239,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let daemon_sets = Arc::new(daemonset::DaemonSets::new(ctx.clone()));
     let stateful_sets = Arc::new(statefulset::StatefulSets::new(ctx.clone()));
     let provisioner = Arc::new(provisioner::Provisioner::new(ctx.clone()));
+    let budgets = Arc::new(disruption::Disruption::new(ctx.clone()));
     let root_ca = root_ca.map(|ca| Arc::new(rootca::RootCa::new(ctx.clone(), ca)));
     let handlers = Arc::new(Handlers {
         ctx: ctx.clone(),
@@ -247,6 +251,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         daemon_sets: daemon_sets.clone(),
         stateful_sets: stateful_sets.clone(),
         provisioner: provisioner.clone(),
+        budgets: budgets.clone(),
         csrs: csrs.clone(),
         slices: slices.clone(),
         quotas: quotas.clone(),
@@ -279,6 +284,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         statefulset::claim_kind(),
         provisioner::volume_kind(),
         provisioner::class_kind(),
+        disruption::kind(),
+        disruption::replication_controller_kind(),
     ] {
         let params = if kind == rootca::config_map_kind() {
             // Only the ones this controller manager keeps.
@@ -322,6 +329,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         watcher.watch_counted().await;
         Ok(())
     });
+    let resync = budgets.clone();
+    tasks.spawn(async move {
+        resync.resync().await;
+        Ok(())
+    });
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..config.workers {
         workers.spawn(work(replica_sets.clone(), metrics.clone()));
@@ -345,6 +357,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         workers.spawn(work(stateful_sets.clone(), metrics.clone()));
     }
     workers.spawn(work(provisioner.clone(), metrics.clone()));
+    for _ in 0..config.workers {
+        workers.spawn(work(budgets.clone(), metrics.clone()));
+    }
     if let Some(r) = &root_ca {
         workers.spawn(work(r.clone(), metrics.clone()));
     }
@@ -365,6 +380,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 (daemonset::NAME, daemon_sets.queue().clone()),
                 (statefulset::NAME, stateful_sets.queue().clone()),
                 (provisioner::NAME, provisioner.queue().clone()),
+                (disruption::NAME, budgets.queue().clone()),
             ];
             if let Some(r) = &root_ca {
                 queues.push((rootca::NAME, r.queue().clone()));
@@ -409,6 +425,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         daemon_sets.queue(),
         stateful_sets.queue(),
         provisioner.queue(),
+        budgets.queue(),
     ] {
         q.close();
     }
@@ -450,6 +467,7 @@ struct Handlers {
     daemon_sets: Arc<daemonset::DaemonSets>,
     stateful_sets: Arc<statefulset::StatefulSets>,
     provisioner: Arc<provisioner::Provisioner>,
+    budgets: Arc<disruption::Disruption>,
     root_ca: Option<Arc<rootca::RootCa>>,
 }
 
@@ -474,6 +492,10 @@ impl Handlers {
             k if k == statefulset::claim_kind() => &self.ctx.claims,
             k if k == provisioner::volume_kind() => &self.ctx.volumes,
             k if k == provisioner::class_kind() => &self.ctx.storage_classes,
+            k if k == disruption::kind() => &self.ctx.disruption_budgets,
+            k if k == disruption::replication_controller_kind() => {
+                &self.ctx.replication_controllers
+            }
             Kind::Generic(_) => &self.ctx.endpoints,
             _ => &self.ctx.deployments,
         }
@@ -520,6 +542,8 @@ impl Handlers {
             k if k == statefulset::kind() => self.stateful_sets.on_stateful_set(event),
             k if k == statefulset::claim_kind() => self.provisioner.on_claim(event),
             k if k == provisioner::volume_kind() || k == provisioner::class_kind() => {}
+            k if k == disruption::kind() => self.budgets.on_budget(event),
+            k if k == disruption::replication_controller_kind() => {}
             Kind::Generic(_) => self.slices.on_endpoints(event),
             Kind::Pod => {
                 self.quotas.on_counted(kind, event);
@@ -532,6 +556,7 @@ impl Handlers {
                 self.daemon_sets.on_pod(event);
                 self.stateful_sets.on_pod(event);
                 self.provisioner.on_pod(event);
+                self.budgets.on_pod(event, old);
             }
             Kind::ReplicaSet => {
                 self.replica_sets.on_replica_set(event);

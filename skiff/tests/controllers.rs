@@ -2088,3 +2088,142 @@ async fn a_stateful_set_keeps_its_order_and_names() {
     )
     .await;
 }
+
+/// The status of PodDisruptionBudget `name` in `default`, as stored.
+async fn budget_status(api: &ClusterClient, name: &str) -> Option<serde_json::Value> {
+    let pdb = Kind::from_name("PodDisruptionBudget").expect("declared");
+    match api.get(pdb, "default", name).await {
+        Ok(Some(Object::Generic(_, g))) => g.at("/status").cloned(),
+        _ => None,
+    }
+}
+
+/// The disruption controller keeps a budget over a Deployment's pods: expected pods from the
+/// Deployment's scale (reached through its ReplicaSet), the ready ones healthy, one
+/// disruption allowed under `maxUnavailable: 1` with `DisruptionAllowed` True, the generation
+/// observed; a percentage of `minAvailable` rounds up; scaling the Deployment moves the
+/// figures. A percentage budget over pods whose controller is a Job fails safe: no
+/// disruption, `SyncFailed` with kube-controller-manager's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disruption_budgets_count_a_deployments_pods() {
+    let cluster = Cluster::start(1).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _control = start_control(&cluster, 2, 1);
+    let pdb = Kind::from_name("PodDisruptionBudget").expect("declared");
+    let budget = |name: &str, spec: serde_json::Value| {
+        obj(
+            pdb,
+            json!({"metadata": {"name": name, "namespace": "default"}, "spec": spec}),
+        )
+    };
+    api.create(&web(3, "localhost/skiff/busybox:1"))
+        .await
+        .expect("deployment");
+    api.create(&budget(
+        "web",
+        json!({"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}),
+    ))
+    .await
+    .expect("budget");
+    api.create(&budget(
+        "web-half",
+        json!({"minAvailable": "50%", "selector": {"matchLabels": {"app": "web"}}}),
+    ))
+    .await
+    .expect("budget");
+    let settled = |name: &'static str, expected: i64, healthy: i64| {
+        let api = api.clone();
+        async move {
+            eventually(
+                Duration::from_secs(60),
+                &format!("{name}: {expected} expected, {healthy} healthy"),
+                || async {
+                    let s = budget_status(&api, name).await?;
+                    (s["expectedPods"] == expected && s["currentHealthy"] == healthy).then_some(s)
+                },
+            )
+            .await
+        }
+    };
+    let s = settled("web", 3, 3).await;
+    assert_eq!(
+        (
+            &s["desiredHealthy"],
+            &s["disruptionsAllowed"],
+            &s["observedGeneration"]
+        ),
+        (&json!(2), &json!(1), &json!(1)),
+        "{s}"
+    );
+    let allowed = &s["conditions"][0];
+    assert_eq!(
+        (&allowed["type"], &allowed["status"], &allowed["reason"]),
+        (
+            &json!("DisruptionAllowed"),
+            &json!("True"),
+            &json!("SufficientPods")
+        ),
+        "{s}"
+    );
+    let s = settled("web-half", 3, 3).await;
+    assert_eq!(
+        (&s["desiredHealthy"], &s["disruptionsAllowed"]),
+        (&json!(2), &json!(1)),
+        "⌈50% of 3⌉ = 2: {s}"
+    );
+
+    // Scaled while its controller may still be writing its status: again on a conflict.
+    eventually(
+        Duration::from_secs(30),
+        "the Deployment scaled to 1",
+        || async {
+            let mut d = deployment(&api).await;
+            d.spec.replicas = Some(1);
+            api.update(&Object::Deployment(d)).await.ok()
+        },
+    )
+    .await;
+    let s = settled("web", 1, 1).await;
+    assert_eq!(
+        (&s["desiredHealthy"], &s["disruptionsAllowed"]),
+        (&json!(0), &json!(1)),
+        "{s}"
+    );
+
+    let job = Kind::from_name("Job").expect("declared");
+    api.create(&obj(
+        job,
+        json!({"metadata": {"name": "batch", "namespace": "default"},
+               "spec": {"template": {"metadata": {"labels": {"app": "batch"}},
+                                     "spec": {"restartPolicy": "Never", "containers": [
+                   {"name": "c", "image": "localhost/skiff/busybox:1",
+                    "command": ["sh", "-c", "sleep 600"]}]}}}}),
+    ))
+    .await
+    .expect("job");
+    api.create(&budget(
+        "batch",
+        json!({"minAvailable": "50%", "selector": {"matchLabels": {"app": "batch"}}}),
+    ))
+    .await
+    .expect("budget");
+    let failed = eventually(
+        Duration::from_secs(60),
+        "the batch budget fails safe",
+        || async {
+            let s = budget_status(&api, "batch").await?;
+            let c = s["conditions"].as_array()?.first()?.clone();
+            (c["reason"] == "SyncFailed").then_some((s, c))
+        },
+    )
+    .await;
+    let (s, c) = failed;
+    assert_eq!(s["disruptionsAllowed"], 0, "{s}");
+    assert_eq!(c["status"], "False");
+    assert!(
+        c["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("found no controllers for pod \"batch-")),
+        "{c}"
+    );
+}

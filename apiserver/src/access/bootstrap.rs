@@ -274,6 +274,9 @@ fn scheduler_rules() -> Vec<PolicyRule> {
         rule(READ, "", &["persistentvolumeclaims", "persistentvolumes"]),
         rule(&["create"], "", &["pods/binding", "bindings"]),
         rule(&["patch", "update"], "", &["pods/status"]),
+        // Preemption: victims are deleted; the budgets that protect pods are read.
+        rule(&["delete"], "", &["pods"]),
+        rule(READ, "policy", &["poddisruptionbudgets"]),
         rule(&["create", "patch", "update"], "", &["events"]),
     ]
 }
@@ -355,6 +358,15 @@ fn controller_manager_rules() -> Vec<PolicyRule> {
             "apps",
             &["deployments/status", "replicasets/status"],
         ),
+        // The disruption controller: budgets' status, from the scale of their pods'
+        // controllers.
+        rule(
+            &["get", "list", "watch"],
+            "policy",
+            &["poddisruptionbudgets"],
+        ),
+        rule(&["update"], "policy", &["poddisruptionbudgets/status"]),
+        rule(&["get", "list", "watch"], "", &["replicationcontrollers"]),
         // The EndpointSlice controller.
         rule(READ, "", &["services"]),
         rule(ALL_VERBS, "discovery.k8s.io", &["endpointslices"]),

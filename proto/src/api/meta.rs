@@ -242,6 +242,47 @@ impl LabelSelector {
     }
 }
 
+/// A condition of the newer kinds' status (`metav1.Condition`: a PodDisruptionBudget's
+/// `DisruptionAllowed`): every field but `observedGeneration` is always written, as
+/// Kubernetes requires them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: super::vocabulary::ConditionStatus,
+    /// The `metadata.generation` the condition was set from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Set when the condition is set (see [`set_condition`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// Sets `condition` in place of the one of its type in `conditions`, or appends it, as
+/// Kubernetes' `meta.SetStatusCondition`: `lastTransitionTime` moves (to the condition's own
+/// time, else now) only when the status changes; reason, message and observed generation are
+/// the new ones. Returns whether anything changed.
+pub fn set_condition(conditions: &mut Vec<Condition>, mut condition: Condition) -> bool {
+    let Some(old) = conditions.iter_mut().find(|c| c.type_ == condition.type_) else {
+        condition.last_transition_time.get_or_insert_with(Time::now);
+        conditions.push(condition);
+        return true;
+    };
+    if old.status == condition.status {
+        condition.last_transition_time = old.last_transition_time;
+    } else {
+        condition.last_transition_time.get_or_insert_with(Time::now);
+    }
+    let changed = *old != condition;
+    *old = condition;
+    changed
+}
+
 /// A port given by number or by name (`port: 8080` or `port: http`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]

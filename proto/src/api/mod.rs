@@ -14,6 +14,7 @@
 //! | `batch`      | typed views of batch/v1 Jobs and CronJobs, for their controllers |
 //! | `cron`       | CronJob schedules: parsed, and when they fire in a time zone |
 //! | `namespace`  | `Namespace`, `ResourceQuota`, `LimitRange`, `Binding`       |
+//! | `policy`     | a typed view of policy/v1 PodDisruptionBudgets, for their controller and eviction |
 //! | `rbac`       | `Role`, `ClusterRole`, their bindings, access reviews       |
 //! | `secret`     | `Secret`: named data, bootstrap tokens                      |
 //! | `certificates` | `CertificateSigningRequest`: certificates asked for, approved, signed |
@@ -42,6 +43,7 @@ pub mod namespace;
 pub mod node;
 pub mod object;
 pub mod pod;
+pub mod policy;
 pub mod print;
 pub mod quota;
 pub mod rbac;
