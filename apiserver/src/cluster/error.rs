@@ -104,6 +104,37 @@ pub enum ClusterError {
         name: String,
         why: String,
     },
+    /// An eviction the pod's disruption budget does not allow now: it wants more healthy
+    /// pods than it would have (429, to be tried again).
+    #[error("Cannot evict pod as it would violate the pod's disruption budget.")]
+    BudgetExhausted {
+        budget: String,
+        desired_healthy: i32,
+        current_healthy: i32,
+    },
+    /// An eviction under a disruption budget whose status is older than its spec: the
+    /// disruption controller has not worked it out yet (429, to be tried again).
+    #[error("Cannot evict pod as it would violate the pod's disruption budget.")]
+    BudgetUnobserved { budget: String },
+    /// An eviction of a pod that more than one disruption budget selects.
+    #[error(
+        "This pod has more than one PodDisruptionBudget, which the eviction subresource does \
+         not support."
+    )]
+    MultipleBudgets { pod: String },
+    /// A delete (an eviction's) whose `preconditions.uid` is not the object's.
+    #[error(
+        "Operation cannot be fulfilled on {} \"{name}\": the UID in the precondition ({given}) \
+         does not match the UID in record ({stored}). The object might have been deleted and \
+         then recreated",
+        kind.qualified_resource()
+    )]
+    UidPrecondition {
+        kind: Kind,
+        name: String,
+        given: String,
+        stored: String,
+    },
     /// A delete of a namespace whose deletion is already under way.
     #[error(
         "Operation cannot be fulfilled on namespaces \"{name}\": The system is ensuring all \
@@ -229,6 +260,8 @@ impl ClusterError {
             NotFound { .. } | OtherUid { .. } => Code::NotFound,
             AlreadyExists { .. } => Code::AlreadyExists,
             Conflict { .. } | BoundUidMismatch { .. } => Code::Aborted,
+            BudgetExhausted { .. } | BudgetUnobserved { .. } => Code::ResourceExhausted,
+            MultipleBudgets { .. } | UidPrecondition { .. } => Code::FailedPrecondition,
             Forbidden { .. }
             | NamespaceTerminating { .. }
             | TooOld { .. }

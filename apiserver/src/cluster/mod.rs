@@ -38,6 +38,7 @@ pub mod bind;
 pub mod config;
 pub mod crds;
 pub mod error;
+pub mod eviction;
 pub mod gate;
 pub mod ipam;
 pub mod kubernetes_service;
@@ -82,6 +83,22 @@ pub struct ClusterApi {
     pub config: Arc<ApiConfig>,
     /// What the pods of each namespace under a quota use (quota admission's).
     quota_usage: Arc<admission::UsageCache>,
+}
+
+/// A delete's options (`DeleteOptions`, whichever face sent them): what an eviction, which
+/// is a delete a budget may refuse, passes on to the delete.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    /// The grace period, in seconds (unset: the pod's own).
+    pub grace: Option<i64>,
+    /// `preconditions.resourceVersion`: the object must still be at it (0: any).
+    pub resource_version: i64,
+    /// `preconditions.uid`: the object must be this one (empty: any).
+    pub uid: String,
+    /// `dryRun: [All]`: checked, nothing written.
+    pub dry_run: bool,
+    /// Unset: the store's default (see [`ClusterApi::delete`]).
+    pub propagation: Option<DeletionPropagation>,
 }
 
 /// Which part of an object an update writes: the object (spec and metadata, status kept),

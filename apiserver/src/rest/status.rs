@@ -78,7 +78,8 @@ impl Reason {
     }
 }
 
-/// One field at fault in an Invalid object (`metav1.StatusCause`).
+/// One cause of a failure (`metav1.StatusCause`): a field at fault in an Invalid object, or
+/// the budget that refused an eviction (no field).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cause {
     pub reason: &'static str,
@@ -96,6 +97,9 @@ pub struct ApiError {
     pub name: String,
     pub kind: String,
     pub causes: Vec<Cause>,
+    /// `details.retryAfterSeconds` and the `Retry-After` header: when a refusal that may
+    /// pass later (429) is worth asking again.
+    pub retry_after: Option<u32>,
 }
 
 impl ApiError {
@@ -106,6 +110,7 @@ impl ApiError {
             name: String::new(),
             kind: String::new(),
             causes: Vec::new(),
+            retry_after: None,
         }
     }
 
@@ -132,9 +137,18 @@ impl ApiError {
             let causes: Vec<Value> = self
                 .causes
                 .iter()
-                .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                .map(|c| {
+                    let mut cause = json!({"reason": c.reason, "message": c.message});
+                    if !c.field.is_empty() {
+                        cause["field"] = json!(c.field);
+                    }
+                    cause
+                })
                 .collect();
             details.insert("causes".into(), Value::Array(causes));
+        }
+        if let Some(seconds) = self.retry_after.filter(|s| *s > 0) {
+            details.insert("retryAfterSeconds".into(), json!(seconds));
         }
         let mut status = json!({
             "kind": "Status",
@@ -156,7 +170,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::to_vec(&self.to_status())
             .expect("invariant: a Status always encodes as JSON");
-        (
+        let mut response = (
             self.reason.code(),
             [(
                 header::CONTENT_TYPE,
@@ -164,7 +178,13 @@ impl IntoResponse for ApiError {
             )],
             body,
         )
-            .into_response()
+            .into_response();
+        if let Some(seconds) = self.retry_after.filter(|s| *s > 0) {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
@@ -188,6 +208,19 @@ fn cause_reason(message: &str) -> &'static str {
 
 fn resource(kind: Kind) -> &'static str {
     kind.plural()
+}
+
+/// An eviction refused by a disruption budget, as kube-apiserver answers it: 429 with the
+/// budget's reason as a `DisruptionBudget` cause.
+fn disruption_budget(message: String, cause: String, retry_after: Option<u32>) -> ApiError {
+    let mut err = ApiError::new(Reason::TooManyRequests, message);
+    err.causes = vec![Cause {
+        reason: "DisruptionBudget",
+        message: cause,
+        field: String::new(),
+    }];
+    err.retry_after = retry_after;
+    err
 }
 
 impl From<ClusterError> for ApiError {
@@ -246,6 +279,27 @@ impl From<ClusterError> for ApiError {
             Conflict { kind, name } | Contended { kind, name } => {
                 ApiError::new(Reason::Conflict, message).about(resource(kind), name)
             }
+            UidPrecondition { kind, name, .. } => {
+                ApiError::new(Reason::Conflict, message).about(resource(kind), name)
+            }
+            BudgetExhausted {
+                budget,
+                desired_healthy,
+                current_healthy,
+            } => disruption_budget(
+                message,
+                format!(
+                    "The disruption budget {budget} needs {desired_healthy} healthy pods and has \
+                     {current_healthy} currently"
+                ),
+                None,
+            ),
+            BudgetUnobserved { budget } => disruption_budget(
+                message,
+                format!("The disruption budget {budget} is still being processed by the server."),
+                Some(10),
+            ),
+            MultipleBudgets { .. } => ApiError::new(Reason::InternalError, message),
             Forbidden { kind, name, .. } | NodeRestricted { kind, name, .. } => {
                 ApiError::new(Reason::Forbidden, message).about(resource(kind), name)
             }
@@ -336,6 +390,35 @@ mod tests {
         );
         assert_eq!(s["details"]["causes"][0]["reason"], "FieldValueRequired");
         assert_eq!(s["details"]["kind"], "Pod");
+    }
+
+    /// An eviction a budget refuses is 429 with the budget's figures as a `DisruptionBudget`
+    /// cause (no field); one the controller has not caught up with says to retry in 10 s.
+    #[test]
+    fn a_budget_refuses_with_429_and_its_cause() {
+        let s = ApiError::from(ClusterError::BudgetExhausted {
+            budget: "web".into(),
+            desired_healthy: 3,
+            current_healthy: 3,
+        })
+        .to_status();
+        assert_eq!(
+            s,
+            json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+                "reason": "TooManyRequests", "code": 429,
+                "details": {"causes": [{"reason": "DisruptionBudget",
+                    "message": "The disruption budget web needs 3 healthy pods and has 3 currently"}]}
+            })
+        );
+        let e = ApiError::from(ClusterError::BudgetUnobserved {
+            budget: "web".into(),
+        });
+        assert_eq!(e.to_status()["details"]["retryAfterSeconds"], 10);
+        let response = e.into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "10");
     }
 
     /// A watch or list below the compaction is 410 Expired: client-go's reflector relists.

@@ -14,7 +14,7 @@ use super::request::{Accept, Params, Target, content_type, object_body};
 use super::status::{ApiError, Reason};
 use super::table::{self, IncludeObject};
 use crate::cluster::watch::Filter;
-use crate::cluster::{ClusterApi, ClusterError, Part, decode_request, not_found};
+use crate::cluster::{ClusterApi, ClusterError, DeleteOptions, Part, decode_request, not_found};
 
 /// Attempts at a patch that lost a race with another writer.
 const ATTEMPTS: usize = 8;
@@ -544,17 +544,6 @@ async fn server_side_apply(
     .into())
 }
 
-/// `DeleteOptions`, from the body (kubectl sends one) or the query.
-#[derive(Debug, Default)]
-struct DeleteOptions {
-    grace: Option<i64>,
-    resource_version: i64,
-    uid: String,
-    dry_run: bool,
-    /// Unset: the store's default (see `ClusterApi::delete`).
-    propagation: Option<DeletionPropagation>,
-}
-
 /// `propagationPolicy` and the deprecated `orphanDependents`, which may not both be given.
 fn propagation(
     policy: Option<&str>,
@@ -577,6 +566,7 @@ fn propagation(
     }
 }
 
+/// `DeleteOptions`, from the body (kubectl sends one) or the query.
 fn delete_options(params: &Params, body: &[u8]) -> Result<DeleteOptions, ApiError> {
     let query_policy = Some(params.propagation_policy.as_str()).filter(|p| !p.is_empty());
     let mut o = DeleteOptions {
@@ -807,8 +797,9 @@ pub async fn bind(
     Err(ApiError::new(reason, result.message))
 }
 
-/// POST `pods/<name>/eviction`: a delete that a PodDisruptionBudget could refuse (Skiff has
-/// none yet, so every eviction is allowed), with the Eviction's DeleteOptions.
+/// POST `pods/<name>/eviction`: a delete that the pod's PodDisruptionBudget may refuse
+/// (429), with the Eviction's DeleteOptions; the rules are the cluster API's
+/// ([`ClusterApi::evict`]).
 pub async fn evict(
     api: &ClusterApi,
     target: &Target,
@@ -817,9 +808,18 @@ pub async fn evict(
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let value = object_body(headers, body)?;
+    let named = value
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if !named.is_empty() && named != target.name {
+        return Err(ApiError::bad_request(
+            "name in URL does not match name in Eviction object",
+        ));
+    }
     let options_json = value.get("deleteOptions").map(encode).unwrap_or_default();
     let options = delete_options(params, &options_json)?;
-    delete_one(api, Kind::Pod, &target.namespace, &target.name, &options).await?;
+    api.evict(&target.namespace, &target.name, &options).await?;
     let status = json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201
     });
@@ -921,5 +921,140 @@ mod tests {
             .reason,
             Reason::Invalid
         );
+    }
+
+    /// POST pods/<name>/eviction: a budget with no disruption left answers 429 with
+    /// kube-apiserver's Status (the budget's figures as a `DisruptionBudget` cause) and the pod
+    /// stays; an Eviction naming another pod than the path is a bad request; with the budget
+    /// allowing one, 201 and the pod goes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn eviction_answers_as_kube_apiserver() {
+        use crate::cluster::testing::TestApi;
+        use skiff_proto::api::policy::pod_disruption_budget_kind;
+        let t = TestApi::start(|_| crate::access::AccessConfig::default()).await;
+        t.create(Kind::Namespace, json!({"metadata": {"name": "team"}}))
+            .await;
+        let pod = t
+            .create(
+                Kind::Pod,
+                json!({"metadata": {"name": "web-1", "namespace": "team", "labels": {"app": "web"}},
+                       "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}}),
+            )
+            .await;
+        let Object::Pod(mut pod) = pod else {
+            unreachable!("a pod")
+        };
+        let status = pod.status.get_or_insert_with(Default::default);
+        status.phase = Some(skiff_proto::api::PodPhase::Running);
+        status.set_condition(skiff_proto::api::PodCondition::new(
+            skiff_proto::api::PodConditionType::Ready,
+            skiff_proto::api::ConditionStatus::True,
+        ));
+        t.api
+            .update(Object::Pod(pod), Part::Status, false)
+            .await
+            .expect("running and ready");
+        let pdb = t
+            .create(
+                pod_disruption_budget_kind(),
+                json!({"metadata": {"name": "web", "namespace": "team"},
+                       "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+            )
+            .await;
+        let set_allowed = |allowed: i32| {
+            let Object::Generic(g, o) = pdb.clone() else {
+                unreachable!("a declared kind")
+            };
+            let mut o = o;
+            o.metadata.resource_version.clear();
+            let o = o.with_status(
+                &json!({"observedGeneration": 1, "disruptionsAllowed": allowed,
+                "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}),
+            );
+            let api = t.api.clone();
+            async move {
+                api.update(Object::Generic(g, o), Part::Status, false)
+                    .await
+                    .expect("budget status")
+            }
+        };
+        set_allowed(0).await;
+        let target = Target {
+            kind: Kind::Pod,
+            namespace: "team".into(),
+            name: "web-1".into(),
+            subresource: Some("eviction".into()),
+        };
+        let body = |name: &str| {
+            serde_json::to_vec(&json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                                       "metadata": {"name": name, "namespace": "team"}}))
+            .unwrap()
+        };
+        let headers = HeaderMap::new();
+        let e = evict(
+            &t.api,
+            &target,
+            &Params::default(),
+            &headers,
+            &body("web-1"),
+        )
+        .await
+        .expect_err("the budget has none left");
+        assert_eq!(
+            e.to_status(),
+            json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+                "reason": "TooManyRequests", "code": 429,
+                "details": {"causes": [{"reason": "DisruptionBudget",
+                    "message": "The disruption budget web needs 1 healthy pods and has 1 currently"}]}
+            })
+        );
+        let e = evict(
+            &t.api,
+            &target,
+            &Params::default(),
+            &headers,
+            &body("web-2"),
+        )
+        .await
+        .expect_err("another pod's name");
+        assert_eq!(
+            (e.reason, e.message.as_str()),
+            (
+                Reason::BadRequest,
+                "name in URL does not match name in Eviction object"
+            )
+        );
+        let (_, kept) = t.api.get_local(Kind::Pod, "team", "web-1").unwrap();
+        assert!(
+            kept.expect("kept")
+                .object
+                .metadata()
+                .deletion_timestamp
+                .is_none()
+        );
+
+        set_allowed(1).await;
+        let answer = evict(
+            &t.api,
+            &target,
+            &Params::default(),
+            &headers,
+            &body("web-1"),
+        )
+        .await
+        .expect("evicted");
+        assert_eq!(answer.status(), StatusCode::CREATED);
+        let (_, going) = t.api.get_local(Kind::Pod, "team", "web-1").unwrap();
+        assert!(
+            going
+                .expect("going gracefully")
+                .object
+                .metadata()
+                .deletion_timestamp
+                .is_some()
+        );
+        t.stop().await;
     }
 }
