@@ -476,21 +476,17 @@ impl<'a> Batch<'a> {
     }
 
     fn diagnose(&self, t: &NodeTable) -> Diagnosis {
-        let mut reasons = std::collections::BTreeMap::new();
-        for row in 0..t.len() {
-            let o = self.overlay.get(&row).cloned().unwrap_or_default();
-            let mut why = filter::check_row(t, self.pod, &self.ctx, row, &o.req, o.pods);
-            if why.is_empty() && !self.pod.host_ports.is_empty() && o.pods > 0 {
-                why.push(filter::Reason::Ports);
-            }
-            for r in why {
-                *reasons.entry(r.to_string()).or_insert(0) += 1;
-            }
-        }
-        Diagnosis {
-            nodes: t.len(),
-            reasons,
-        }
+        Diagnosis::of(
+            t.len(),
+            (0..t.len()).map(|row| {
+                let o = self.overlay.get(&row).cloned().unwrap_or_default();
+                let mut why = filter::check_row(t, self.pod, &self.ctx, row, &o.req, o.pods);
+                if why.is_empty() && !self.pod.host_ports.is_empty() && o.pods > 0 {
+                    why.push(filter::Reason::Ports);
+                }
+                why
+            }),
+        )
     }
 }
 
@@ -554,11 +550,7 @@ fn place_all<T: std::ops::Deref<Target = NodeTable>>(
 ) -> Vec<Outcome> {
     let mut out = Vec::with_capacity(count);
     if view.is_empty() {
-        let d = Diagnosis {
-            nodes: 0,
-            reasons: Default::default(),
-        };
-        out.resize(count, Outcome::Unschedulable(d));
+        out.resize(count, Outcome::Unschedulable(Diagnosis::default()));
         return out;
     }
     let mut b = Batch::new(view, pod, k);

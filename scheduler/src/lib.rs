@@ -12,6 +12,7 @@
 //! | [`engine`]  | one batch of same-signature pods: filter once, score, place one by one    |
 //! | [`queue`]   | the pending pods, one owner: signature batches, back-off, retries         |
 //! | [`parallel`]| workers scheduling batches optimistically, one committer re-checking them |
+//! | [`preemption`]| victims of lower priority for a pod that fits nowhere, as kube-scheduler picks them |
 //! | [`service`] | the scheduler against a store: informers, binder, status, `/metrics`     |
 //! | [`synth`]   | synthetic clusters and workloads (the benchmark's profiles)               |
 //! | [`reference`]| the plain, slow scheduler the property tests hold the engine to          |
@@ -22,6 +23,7 @@ pub mod filter;
 pub mod kernels;
 pub mod model;
 pub mod parallel;
+pub mod preemption;
 pub mod queue;
 pub mod reference;
 pub mod service;

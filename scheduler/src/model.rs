@@ -10,11 +10,11 @@ use std::hash::{Hash, Hasher};
 
 use skiff_proto::api::node::ContainerImage;
 use skiff_proto::api::pod::{
-    NodeSelector, PodAffinityTerm, PreferredSchedulingTerm, TopologySpreadConstraint,
+    NodeSelector, PREEMPT_NEVER, PodAffinityTerm, PreferredSchedulingTerm, TopologySpreadConstraint,
 };
 use skiff_proto::api::{
-    ConditionStatus, LabelSelector, Node, NodeConditionType, ObjectReference, Pod, Taint,
-    TaintEffect, Toleration,
+    ConditionStatus, LabelSelector, Node, NodeConditionType, ObjectReference, Pod,
+    PodConditionType, Taint, TaintEffect, Toleration,
 };
 
 /// The CPU kube-scheduler assumes for a container without a CPU request when it scores
@@ -24,6 +24,9 @@ pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
 pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
 
 pub use skiff_proto::api::node::{TAINT_NOT_READY, TAINT_UNREACHABLE};
+
+/// The reason of the `DisruptionTarget` condition the scheduler sets on the pods it preempts.
+pub const PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
 
 /// The taint on a cordoned node (`spec.unschedulable`).
 pub const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
@@ -93,6 +96,18 @@ pub struct PodInfo {
     pub images: Vec<String>,
     pub best_effort: bool,
     pub scheduler_name: String,
+    /// `preemptionPolicy: Never`: the pod waits for room and never preempts others.
+    pub never_preempts: bool,
+    /// `status.startTime` in Unix seconds; `None` before the agent started it. Preemption
+    /// spares pods that started earlier, as kube-scheduler does.
+    pub start_time: Option<i64>,
+    /// Being deleted (`deletionTimestamp` set).
+    pub terminating: bool,
+    /// Being deleted because the scheduler preempted it (a `DisruptionTarget` condition
+    /// with reason `PreemptionByScheduler`).
+    pub preempted: bool,
+    /// `status.nominatedNodeName`: where an earlier preemption made room for the pod.
+    pub nominated_node: String,
 }
 
 fn requested_milli_cpu(q: Option<&skiff_proto::Quantity>) -> i64 {
@@ -115,6 +130,7 @@ impl PodInfo {
 
     pub fn from_pod(pod: &Pod) -> Self {
         let spec = &pod.spec;
+        let status = pod.status.as_ref();
         let effective = |name: &str| -> i64 {
             let q = pod.effective_request(name);
             if name == "cpu" {
@@ -232,6 +248,18 @@ impl PodInfo {
             images,
             best_effort,
             scheduler_name: spec.scheduler_name.clone(),
+            never_preempts: spec.preemption_policy.as_deref() == Some(PREEMPT_NEVER),
+            start_time: status.and_then(|s| s.start_time.as_ref()).map(|t| t.unix()),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            preempted: pod.metadata.deletion_timestamp.is_some()
+                && status
+                    .and_then(|s| s.condition(&PodConditionType::DisruptionTarget))
+                    .is_some_and(|c| {
+                        c.status == ConditionStatus::True && c.reason == PREEMPTION_BY_SCHEDULER
+                    }),
+            nominated_node: status
+                .map(|s| s.nominated_node_name.clone())
+                .unwrap_or_default(),
         }
     }
 

@@ -17,8 +17,10 @@
 //!                          └──────────── table ◄── write lock ────┘
 //! ```
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -28,6 +30,7 @@ use crate::engine::{self, Outcome, Rng};
 use crate::filter::{self, Diagnosis, PodCtx};
 use crate::kernels::Kernels;
 use crate::model::{PodInfo, Resources};
+use crate::preemption;
 use crate::queue::{Done, Queue};
 use crate::table::NodeTable;
 
@@ -45,6 +48,8 @@ pub enum Verdict {
         pod: Arc<PodInfo>,
         diagnosis: Diagnosis,
         latency: Duration,
+        /// What preemption decided for it.
+        preemption: preemption::Outcome,
     },
 }
 
@@ -56,6 +61,9 @@ pub struct Stats {
     pub conflicts: AtomicU64,
     pub unschedulable: AtomicU64,
     pub batches: AtomicU64,
+    /// Pods nominated by preemption, and the victims chosen for them.
+    pub preemptions: AtomicU64,
+    pub victims: AtomicU64,
     /// Attempt latency histogram: counts per bucket of `LATENCY_BUCKETS_US`, plus overflow.
     pub latency: [AtomicU64; LATENCY_BUCKETS_US.len() + 1],
     pub latency_sum_us: AtomicU64,
@@ -85,6 +93,8 @@ pub struct Core {
     pub queue: Queue,
     pub kernels: Kernels,
     pub stats: Stats,
+    /// The PodDisruptionBudgets preemption respects, by `namespace/name`.
+    pub budgets: Mutex<BTreeMap<String, preemption::Budget>>,
 }
 
 impl Core {
@@ -94,6 +104,7 @@ impl Core {
             queue: Queue::new(),
             kernels,
             stats: Stats::default(),
+            budgets: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -163,6 +174,22 @@ impl Pool {
         Pool { handles }
     }
 
+    /// As [`Pool::start`], with every verdict sent on its own to the channel returned (as
+    /// the tests and tools that follow verdicts one by one read them).
+    pub fn start_channel(
+        core: Arc<Core>,
+        config: PoolConfig,
+    ) -> (Pool, std::sync::mpsc::Receiver<Verdict>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let pool = Pool::start(core, config, move |verdicts| {
+            for v in verdicts {
+                // A reader that went away wants no more.
+                let _ = tx.send(v);
+            }
+        });
+        (pool, rx)
+    }
+
     /// Waits for every thread (close the queue first).
     pub fn join(self) {
         for h in self.handles {
@@ -185,6 +212,24 @@ where
             continue;
         }
         let popped = Instant::now();
+        // Pods nominated by an earlier preemption try their nominated node first.
+        let pods = if core.table.read().nominated.is_empty() {
+            pods
+        } else {
+            let (rest, placed) = place_nominated(&core, pods, popped);
+            if !placed.is_empty() {
+                core.queue.done_batch(placed.iter().map(|v| match v {
+                    Verdict::Placed { pod, .. } | Verdict::Unschedulable { pod, .. } => {
+                        (pod.as_ref(), Done::Placed)
+                    }
+                }));
+                (sink.lock())(placed);
+            }
+            if rest.is_empty() {
+                continue;
+            }
+            rest
+        };
         let first = pods[0].clone();
         // One scheduling attempt: a batch of pods of one signature, filtered, scored and
         // committed together.
@@ -235,9 +280,89 @@ where
                 node_version,
                 popped,
             },
+            &mut rng,
         );
         (sink.lock())(verdicts);
     }
+}
+
+/// kube-scheduler's first look at a nominated pod's node: each pod of the batch nominated
+/// to a node that now takes it (its victims gone) is placed there at once, under the write
+/// lock that ends its nomination, so no other pod can take the room between the two. The
+/// others go on to the whole batch's attempt with their nominations held (their nominated
+/// node cannot take them yet, so it costs them nothing there).
+fn place_nominated(
+    core: &Core,
+    pods: Vec<Arc<PodInfo>>,
+    popped: Instant,
+) -> (Vec<Arc<PodInfo>>, Vec<Verdict>) {
+    let mut rest = Vec::with_capacity(pods.len());
+    let mut placed = Vec::new();
+    let table = core.table.upgradable_read();
+    if !pods.iter().any(|p| table.nominated.contains_key(&p.id())) {
+        return (pods, placed);
+    }
+    // The pods of a batch share a signature, so one context serves them all.
+    let mut ctx = PodCtx::new(&table, &pods[0], &core.kernels);
+    let mut table = RwLockUpgradableReadGuard::upgrade(table);
+    let none = Resources::default();
+    for pod in pods {
+        let id = pod.id();
+        let Some((node, held)) = table.unnominate(&id) else {
+            rest.push(pod);
+            continue;
+        };
+        let fits = table
+            .row(&node)
+            .is_some_and(|row| filter::check_row(&table, &pod, &ctx, row, &none, 0).is_empty());
+        if fits && table.add_pod(pod.clone(), &node, true).is_ok() {
+            if let Some(row) = table.row(&node) {
+                ctx.place(&table, row);
+            }
+            let latency = popped.elapsed();
+            core.stats.observe(latency);
+            core.stats.placed.fetch_add(1, Ordering::Relaxed);
+            core.stats.attempts.fetch_add(1, Ordering::Relaxed);
+            placed.push(Verdict::Placed { pod, node, latency });
+        } else {
+            table.nominate(held, &node);
+            rest.push(pod);
+        }
+    }
+    (rest, placed)
+}
+
+/// Preemption for `pod`, which fit nowhere: decided under the write lock, with the pod's own
+/// nomination (if it still has one) let go first, so that no commit comes between the
+/// decision and the room it holds.
+fn preempt(
+    core: &Core,
+    pod: &Arc<PodInfo>,
+    diagnosis: &Diagnosis,
+    rng: &mut Rng,
+) -> preemption::Outcome {
+    let budgets: Vec<preemption::Budget> = core.budgets.lock().values().cloned().collect();
+    let mut table = core.table.write();
+    let held = table.unnominate(&pod.id()).map(|(node, _)| node);
+    let before = held
+        .as_deref()
+        .or(Some(pod.nominated_node.as_str()).filter(|n| !n.is_empty()));
+    let outcome = preemption::preempt(&table, pod, diagnosis, before, &budgets, &core.kernels, rng);
+    match &outcome {
+        preemption::Outcome::Nominated(c) => {
+            for d in &c.displaced {
+                table.unnominate(&d.id());
+            }
+            table.nominate(pod.clone(), &c.node);
+            core.stats.preemptions.fetch_add(1, Ordering::Relaxed);
+            core.stats
+                .victims
+                .fetch_add(c.victims.len() as u64, Ordering::Relaxed);
+        }
+        preemption::Outcome::Waiting(node) => table.nominate(pod.clone(), node),
+        preemption::Outcome::NotEligible(_) | preemption::Outcome::NotHelpful(_) => {}
+    }
+    outcome
 }
 
 /// Re-checks and commits one proposal; reports every pod to the queue.
@@ -247,8 +372,9 @@ where
 /// its own, no placed pod's anti-affinity selecting it), that is each row's resources and
 /// host ports: [`filter::still_fits`], O(1) per pod. Otherwise every filter runs again
 /// against the table as it is now ([`filter::check_row`]).
-fn commit(core: &Core, p: Proposal) -> Vec<Verdict> {
+fn commit(core: &Core, p: Proposal, rng: &mut Rng) -> Vec<Verdict> {
     let mut verdicts = Vec::with_capacity(p.pods.len());
+    let mut unplaced = Vec::new();
     let mut retry = Vec::new();
     {
         // What the re-check needs is worked out under an upgradable read, beside the other
@@ -297,16 +423,23 @@ fn commit(core: &Core, p: Proposal) -> Vec<Verdict> {
                         retry.push(pod.clone());
                     }
                 }
-                Some(Err(diagnosis)) => {
-                    core.stats.observe(latency);
-                    verdicts.push(Verdict::Unschedulable {
-                        pod: pod.clone(),
-                        diagnosis,
-                        latency,
-                    });
-                }
+                Some(Err(diagnosis)) => unplaced.push((pod.clone(), diagnosis)),
             }
         }
+    }
+    // Before the queue hears of them: a pod nominated is held back as unschedulable
+    // (waiting for its victims) with its room already held.
+    for (pod, diagnosis) in unplaced {
+        let preemption = preempt(core, &pod, &diagnosis, rng);
+        // The attempt's latency includes its preemption, as kube-scheduler's does.
+        let latency = p.popped.elapsed();
+        core.stats.observe(latency);
+        verdicts.push(Verdict::Unschedulable {
+            pod,
+            diagnosis,
+            latency,
+            preemption,
+        });
     }
     let placed = verdicts
         .iter()

@@ -49,18 +49,12 @@ fn version(pod: &Pod, rv: i64) -> Pod {
 }
 
 fn start(core: &Arc<Core>) -> (Pool, mpsc::Receiver<Verdict>) {
-    let (tx, rx) = mpsc::channel();
-    let pool = Pool::start(
+    let (pool, rx) = Pool::start_channel(
         core.clone(),
         PoolConfig {
             workers: 1,
             batch: 8,
             seed: 1,
-        },
-        move |vs| {
-            for v in vs {
-                let _ = tx.send(v);
-            }
         },
     );
     (pool, rx)

@@ -41,18 +41,12 @@ impl Cluster {
         for n in nodes {
             handlers.on_node(&Event::Added(Object::Node(n.clone())));
         }
-        let (tx, verdicts) = mpsc::channel();
-        let pool = Pool::start(
+        let (pool, verdicts) = Pool::start_channel(
             core.clone(),
             PoolConfig {
                 workers: 1,
                 batch: 8,
                 seed: 1,
-            },
-            move |vs| {
-                for v in vs {
-                    let _ = tx.send(v);
-                }
             },
         );
         Cluster {

@@ -2,7 +2,6 @@
 //! that node, among nodes that would all take it; a pod of an unbound claim goes anywhere.
 
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -56,18 +55,12 @@ fn a_pod_of_a_pinned_claim_goes_to_its_volume_node() {
         "PersistentVolumeClaim",
         json!({"metadata": {"name": "unbound", "namespace": "default"}, "spec": {}}),
     )));
-    let (tx, rx) = mpsc::channel();
-    let _pool = Pool::start(
+    let (_pool, rx) = Pool::start_channel(
         core.clone(),
         PoolConfig {
             workers: 1,
             batch: 8,
             seed: 1,
-        },
-        move |vs| {
-            for v in vs {
-                let _ = tx.send(v);
-            }
         },
     );
     for round in 0..5 {

@@ -68,14 +68,46 @@ impl fmt::Display for Reason {
     }
 }
 
+impl Reason {
+    /// Whether removing pods from the node can lift it: the room a pod needs (resources, a
+    /// pod slot, host ports). kube-scheduler's preemption also tries nodes that fail
+    /// anti-affinity or topology spread; Skiff's does not (see `preemption`).
+    pub fn resolvable_by_preemption(&self) -> bool {
+        matches!(
+            self,
+            Reason::Ports | Reason::Insufficient(_) | Reason::TooManyPods
+        )
+    }
+}
+
 /// Reason counts over all nodes: kube-scheduler's "0/5000 nodes are available: …".
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Diagnosis {
     pub nodes: usize,
     pub reasons: BTreeMap<String, usize>,
+    /// Nodes that turned the pod away only for the room it needs, which preemption can free
+    /// ([`Reason::resolvable_by_preemption`]).
+    pub resolvable: usize,
 }
 
 impl Diagnosis {
+    /// The diagnosis of the reasons each of `nodes` nodes gave (one list per node).
+    pub fn of(nodes: usize, per_node: impl IntoIterator<Item = Vec<Reason>>) -> Self {
+        let mut d = Diagnosis {
+            nodes,
+            ..Diagnosis::default()
+        };
+        for why in per_node {
+            if !why.is_empty() && why.iter().all(Reason::resolvable_by_preemption) {
+                d.resolvable += 1;
+            }
+            for r in why {
+                *d.reasons.entry(r.to_string()).or_insert(0) += 1;
+            }
+        }
+        d
+    }
+
     /// Whether some node turned the pod away only for other pods: charged to inter-pod
     /// affinity, anti-affinity or topology spread, the last filters, so it passed every
     /// other. A pod placed or relabelled can then make it fit (see `queue`).
@@ -296,32 +328,68 @@ pub fn check_row(
     if !out.is_empty() {
         return out;
     }
+    term_reason(table, ctx, row).into_iter().collect()
+}
+
+/// The filters that read other pods' terms (InterPodAffinity, PodTopologySpread) for one
+/// row: the first that turns the pod away, if any.
+pub fn term_reason(table: &NodeTable, ctx: &PodCtx, row: usize) -> Option<Reason> {
     let dom = |topo: u32| table.labels[topo as usize].col[row];
     for s in &ctx.affinity {
         if !(s.total == 0 && s.self_counts) && s.at(dom(s.topo)) == 0 {
-            return vec![Reason::Affinity];
+            return Some(Reason::Affinity);
         }
     }
     for s in &ctx.anti {
         if s.at(dom(s.topo)) > 0 {
-            return vec![Reason::AntiAffinity];
+            return Some(Reason::AntiAffinity);
         }
     }
     for s in &ctx.existing_anti {
         if s.at(dom(s.topo)) > 0 {
-            return vec![Reason::ExistingAntiAffinity];
+            return Some(Reason::ExistingAntiAffinity);
         }
     }
     for s in ctx.spread.iter().filter(|s| s.hard) {
         let d = dom(s.slot.topo);
         if d == 0 {
-            return vec![Reason::SpreadMissingLabel];
+            return Some(Reason::SpreadMissingLabel);
         }
         if s.slot.at(d) + u32::from(s.slot.self_counts) > s.min() + s.max_skew {
-            return vec![Reason::Spread];
+            return Some(Reason::Spread);
         }
     }
-    Vec::new()
+    None
+}
+
+/// NodePorts and NodeResourcesFit for row `row` as if the pods `gone` had left it: what the
+/// pod would still lack there (empty: it fits). Preemption's dry run.
+pub fn room_without(
+    table: &NodeTable,
+    pod: &PodInfo,
+    row: usize,
+    gone: &[&PodInfo],
+) -> Vec<Reason> {
+    let mut freed = crate::model::Resources::default();
+    for g in gone {
+        freed.milli_cpu -= g.requests.milli_cpu;
+        freed.memory -= g.requests.memory;
+        freed.ephemeral_storage -= g.requests.ephemeral_storage;
+        for (name, v) in &g.requests.extended {
+            match freed.extended.iter_mut().find(|(n, _)| n == name) {
+                Some((_, have)) => *have -= v,
+                None => freed.extended.push((name.clone(), -v)),
+            }
+        }
+    }
+    let held = |port: &(String, i32)| {
+        let leaving = gone.iter().filter(|g| g.host_ports.contains(port)).count() as u32;
+        table.port_holders(row, port) > leaving
+    };
+    if pod.host_ports.iter().any(held) {
+        return vec![Reason::Ports];
+    }
+    insufficient(table, pod, row, &freed, -(gone.len() as i64))
 }
 
 /// NodeResourcesFit for one row: every resource the pod does not get, given what the
@@ -411,15 +479,9 @@ pub fn fits_resources(
 
 /// Counts, over every row, the reasons the pod fits nowhere.
 pub fn diagnose(table: &NodeTable, pod: &PodInfo, ctx: &PodCtx) -> Diagnosis {
-    let mut reasons = BTreeMap::new();
     let none = crate::model::Resources::default();
-    for row in 0..table.len() {
-        for r in check_row(table, pod, ctx, row, &none, 0) {
-            *reasons.entry(r.to_string()).or_insert(0) += 1;
-        }
-    }
-    Diagnosis {
-        nodes: table.len(),
-        reasons,
-    }
+    Diagnosis::of(
+        table.len(),
+        (0..table.len()).map(|row| check_row(table, pod, ctx, row, &none, 0)),
+    )
 }

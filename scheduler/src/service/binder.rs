@@ -1,6 +1,6 @@
 //! The binder: placements go to the store in batch Binds, several calls in flight; a Bind
 //! the store refuses is taken back out of the table and the pod handed back to the queue.
-//! Unschedulable verdicts go to the status writer.
+//! Unschedulable verdicts go to the status writer, which carries out their preemptions.
 
 use std::sync::Arc;
 
@@ -11,6 +11,7 @@ use tokio::sync::{Semaphore, mpsc};
 use super::{Config, Shared, status};
 use crate::model::PodInfo;
 use crate::parallel::Verdict;
+use crate::preemption;
 
 /// Sends placements to the store in batches, several calls in flight, and writes the
 /// FailedScheduling condition of pods that fit nowhere.
@@ -31,12 +32,25 @@ pub(super) async fn bind_loop(
         for v in verdicts {
             match v {
                 Verdict::Placed { pod, node, .. } => placed.push((pod, node)),
-                Verdict::Unschedulable { pod, diagnosis, .. } => {
+                Verdict::Unschedulable {
+                    pod,
+                    diagnosis,
+                    preemption,
+                    ..
+                } => {
                     let s = shared.clone();
                     let permit = writes.clone().acquire_owned().await;
                     tasks.spawn(async move {
                         let _permit = permit;
-                        status::write_unschedulable(&s, &pod, &diagnosis.to_string()).await;
+                        if let preemption::Outcome::Nominated(c) = &preemption {
+                            status::preempt(&s, &pod, c).await;
+                        }
+                        let mut message = diagnosis.to_string();
+                        if let Some(more) = preemption.message() {
+                            message = format!("{message} {more}");
+                        }
+                        let nominated = preemption.nominated_node();
+                        status::write_unschedulable(&s, &pod, &message, nominated).await;
                     });
                 }
             }

@@ -15,7 +15,8 @@
 //!                           is the one owner of pending pods)
 //!  pod being deleted    ──► queue forgets it
 //!  or another's
-//!  pod deleted          ──► queue and table forget it
+//!  pod deleted          ──► queue and table forget it (and a nomination it held)
+//!  budget changed       ──► what preemption spares
 //! ```
 //!
 //! The queue holds one pending pod per name, as the store does; the table keys pods by UID,
@@ -37,6 +38,7 @@ use skiff_proto::client::Event;
 use super::DEFAULT_SCHEDULER_NAME;
 use crate::model::{NodeInfo, PodInfo, pod_id};
 use crate::parallel::Core;
+use crate::preemption::Budget;
 use crate::table::{Placement, counted_alike};
 
 /// The node and pod informers' handlers, over the table and the queue.
@@ -117,6 +119,31 @@ impl Handlers {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A PodDisruptionBudget changed: preemption spares the pods it protects where it can.
+    pub fn on_budget(&self, event: &Event) {
+        let (o, gone) = match event {
+            Event::Added(o) | Event::Modified(o) => (o, false),
+            Event::Deleted(o) => (o, true),
+            Event::Bookmark(_) => return,
+        };
+        let key = pod_key(o);
+        let mut budgets = self.core.budgets.lock();
+        if gone {
+            budgets.remove(&key);
+        } else {
+            budgets.insert(key, Budget::from_json(&o.to_json_value()));
+        }
+    }
+
+    /// A pending pod left this scheduler (deleted, or another's): the room a preemption
+    /// held for it is free again.
+    fn forget_nomination(&self, id: &str) {
+        let held = self.core.table.read().nominated.contains_key(id);
+        if held && self.core.table.write().unnominate(id).is_some() {
+            self.core.queue.cluster_changed();
         }
     }
 
@@ -259,6 +286,7 @@ impl Handlers {
                 } else {
                     // Being deleted before it was placed, or another scheduler's.
                     self.core.queue.remove(&key);
+                    self.forget_nomination(&id);
                     if self.remove_replaced(&key, &id) {
                         self.core.queue.cluster_changed();
                     }
@@ -267,6 +295,7 @@ impl Handlers {
             Event::Deleted(o @ Object::Pod(p)) => {
                 self.core.queue.remove(&pod_key(o));
                 let id = pod_id(&p.metadata.namespace, &p.metadata.name, &p.metadata.uid);
+                self.forget_nomination(&id);
                 if self.core.table.write().remove_pod(&id).is_some() {
                     self.core.queue.cluster_changed();
                 }
@@ -276,14 +305,16 @@ impl Handlers {
     }
 
     /// Whether the table already counts this pod as `info` says, confirmed on `node`, alone
-    /// under its name: the update changes nothing there.
+    /// under its name, and holds what preemption reads of it: the update changes nothing
+    /// there.
     fn counted_as_is(&self, key: &str, id: &str, node: &str, info: &PodInfo) -> bool {
         let table = self.core.table.read();
-        table
-            .pods
-            .get(id)
-            .is_some_and(|e| !e.assumed && e.node == node && counted_alike(&e.info, info))
-            && table.named(key).all(|(other, _)| other == id)
+        table.pods.get(id).is_some_and(|e| {
+            !e.assumed
+                && e.node == node
+                && counted_alike(&e.info, info)
+                && same_to_preemption(&e.info, info)
+        }) && table.named(key).all(|(other, _)| other == id)
     }
 
     /// [`NodeTable::remove_replaced`] for a pod that is not bound, behind a read lock when
@@ -299,4 +330,10 @@ impl Handlers {
             .any(|(other, e)| other != id && !e.assumed);
         stale && self.core.table.write().remove_replaced(key, id)
     }
+}
+
+/// Whether preemption reads two versions of a placed pod alike: when it started, and whether
+/// it is terminating, by preemption or otherwise.
+fn same_to_preemption(a: &PodInfo, b: &PodInfo) -> bool {
+    a.start_time == b.start_time && a.terminating == b.terminating && a.preempted == b.preempted
 }

@@ -19,6 +19,8 @@ pub(super) struct Counters {
     pub(super) refused: Counter,
     pub(super) failed_calls: Counter,
     pub(super) status_writes: Counter,
+    /// Victims this scheduler deleted.
+    pub(super) preempted: Counter,
 }
 
 /// Serves `/metrics` on `addr` until the task is aborted.
@@ -42,6 +44,11 @@ fn registry(shared: Arc<Shared>) -> Registry {
         "skiff_scheduler_unschedulable_status_writes",
         "PodScheduled=False statuses written for pods that fit nowhere",
         shared.counters.status_writes.clone(),
+    );
+    r.register(
+        "skiff_scheduler_preemption_victims_deleted",
+        "Pods deleted to make room for pods of higher priority",
+        shared.counters.preempted.clone(),
     );
     r.register_collector(Box::new(Scrape(move |s: &mut Sink<'_>| {
         scrape(s, &shared.core, &shared.counters)
@@ -75,6 +82,16 @@ fn scrape(s: &mut Sink<'_>, core: &Core, c: &Counters) -> std::fmt::Result {
             ([("result", "unschedulable")], load(&st.unschedulable)),
             ([("result", "conflict")], load(&st.conflicts)),
         ],
+    )?;
+    s.counter(
+        "skiff_scheduler_preemption_attempts",
+        "Pods that fit nowhere for which preemption chose victims on a node.",
+        load(&st.preemptions),
+    )?;
+    s.counter(
+        "skiff_scheduler_preemption_victims",
+        "Victims chosen by preemption (deleted by the status writer).",
+        load(&st.victims),
     )?;
     s.counters(
         "skiff_scheduler_binds",

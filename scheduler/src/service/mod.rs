@@ -1,6 +1,7 @@
 //! The scheduler against a running store: informers feed the table and the queue, the
 //! worker pool places pods, the binder commits placements with batch Bind, and pods that fit
-//! nowhere get a `PodScheduled=False` condition that says why.
+//! nowhere get a `PodScheduled=False` condition that says why, and preempt lower-priority
+//! pods where that makes room (see `preemption`).
 //!
 //! ```text
 //!  node informer ──► table ◄── pod informer (bound pods: accounting; pending: queue)
@@ -149,6 +150,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         handlers.on_node(&e);
     }
     // Claims and volumes before pods: a pending pod of a bound claim is pinned as it comes.
+    let mut budgets = Informer::new(
+        client.clone(),
+        Kind::from_name("PodDisruptionBudget").expect("invariant: budgets are declared"),
+        ListParams::default(),
+    );
+    for e in budgets.sync().await? {
+        handlers.on_budget(&e);
+    }
     let mut volume_informers = Vec::new();
     for name in ["PersistentVolumeClaim", "PersistentVolume"] {
         let kind = Kind::from_name(name).expect("invariant: claims and volumes are declared");
@@ -171,6 +180,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let node_task = tokio::spawn(async move { nodes.run(|e, _| h.on_node(e)).await });
     let h = handlers.clone();
     let pod_task = tokio::spawn(async move { pods.run(|e, _| h.on_pod(e)).await });
+    let h = handlers.clone();
+    let budget_task = tokio::spawn(async move { budgets.run(|e, _| h.on_budget(e)).await });
     let h = handlers.clone();
     let volume_task = tokio::spawn(async move {
         let runs = volume_informers.into_iter().map(|mut i| {
@@ -212,6 +223,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             r = node_task => r,
             r = pod_task => r,
             r = volume_task => r,
+            r = budget_task => r,
         }
     };
     let lost = async {

@@ -128,6 +128,12 @@ pub struct NodeTable {
     /// Pods bound to nodes the table does not have yet, by node name.
     orphans: HashMap<String, Vec<String>>,
 
+    /// Pending pods nominated to a node by preemption, by id, with that node: see
+    /// [`NodeTable::nominate`].
+    pub nominated: HashMap<String, (String, Arc<PodInfo>)>,
+    /// How many pods of each priority the table counts (placed and nominated alike).
+    priorities: BTreeMap<i32, u32>,
+
     pub terms: Vec<Term>,
     term_index: HashMap<TermKey, u32>,
     /// Bumped on every change, so workers can tell whether their view is current.
@@ -376,6 +382,19 @@ impl NodeTable {
         };
         self.generation += 1;
         self.node_version += 1;
+        // A nomination is room on a node; with the node gone there is none to hold (the
+        // columns it was counted in go with the row).
+        let void: Vec<String> = self
+            .nominated
+            .iter()
+            .filter(|(_, (node, _))| node == name)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in void {
+            if let Some((_, info)) = self.nominated.remove(&id) {
+                self.count_priority(info.priority, false);
+            }
+        }
         for key in std::mem::take(&mut self.node_pods[row]) {
             if let Some(entry) = self.pods.get(&key).cloned() {
                 self.account(row, &entry.info, false);
@@ -504,7 +523,10 @@ impl NodeTable {
                 replaced,
             });
         }
+        // A placement ends the pod's nomination (on that node or any other).
+        self.unnominate(&id);
         self.generation += 1;
+        self.count_priority(info.priority, true);
         match self.row(node) {
             Some(row) => {
                 self.account_with(row, &info, true, alike);
@@ -533,6 +555,7 @@ impl NodeTable {
     pub fn remove_pod(&mut self, id: &str) -> Option<PodEntry> {
         let entry = self.pods.remove(id)?;
         self.generation += 1;
+        self.count_priority(entry.info.priority, false);
         let name = entry.info.key();
         if let Some(ids) = self.named.get_mut(&name) {
             ids.retain(|i| i != id);
@@ -594,6 +617,27 @@ impl NodeTable {
     /// As [`NodeTable::account`], with the terms the pod is counted in when the caller
     /// knows them (`alike`, from [`NodeTable::terms_of`] for a pod counted alike).
     fn account_with(&mut self, row: usize, pod: &PodInfo, add: bool, alike: Option<&CountedIn>) {
+        self.account_room(row, pod, add);
+        let computed;
+        let terms = match alike {
+            Some(terms) => terms,
+            None => {
+                computed = self.terms_of(pod);
+                &computed
+            }
+        };
+        for &t in &terms.selected {
+            let d = self.labels[self.terms[t].topo as usize].col[row];
+            self.terms[t].bump(row, d, add);
+        }
+        for &t in &terms.owned {
+            let d = self.labels[self.terms[t].topo as usize].col[row];
+            self.terms[t].bump(row, d, add);
+        }
+    }
+
+    /// The room a pod takes on row `row`: its requests, a pod slot, its host ports.
+    fn account_room(&mut self, row: usize, pod: &PodInfo, add: bool) {
         let s = if add { 1 } else { -1 };
         let r = &pod.requests;
         self.req_cpu[row] += s * r.milli_cpu;
@@ -620,22 +664,71 @@ impl NodeTable {
             }
             self.ports.set(row, id, held);
         }
-        let computed;
-        let terms = match alike {
-            Some(terms) => terms,
-            None => {
-                computed = self.terms_of(pod);
-                &computed
+    }
+
+    fn count_priority(&mut self, priority: i32, add: bool) {
+        if add {
+            *self.priorities.entry(priority).or_insert(0) += 1;
+        } else if let Some(n) = self.priorities.get_mut(&priority) {
+            *n -= 1;
+            if *n == 0 {
+                self.priorities.remove(&priority);
             }
-        };
-        for &t in &terms.selected {
-            let d = self.labels[self.terms[t].topo as usize].col[row];
-            self.terms[t].bump(row, d, add);
         }
-        for &t in &terms.owned {
-            let d = self.labels[self.terms[t].topo as usize].col[row];
-            self.terms[t].bump(row, d, add);
+    }
+
+    /// The lowest priority of any pod the table counts, placed or nominated: a pod of this
+    /// priority or lower has nothing to preempt.
+    pub fn lowest_priority(&self) -> Option<i32> {
+        self.priorities.keys().next().copied()
+    }
+
+    /// Holds room on `node` for a pending pod that preempted pods there (kube-scheduler's
+    /// nominated pods): its requests, a pod slot and its host ports count on the node, so
+    /// that the room its victims free as they terminate is not taken by others. Its pod
+    /// terms are not counted (a pending pod is nobody's affinity yet). The pod's earlier
+    /// nomination, if any, ends. A placement of the pod ends it too
+    /// ([`NodeTable::add_pod`]), as does [`NodeTable::unnominate`].
+    pub fn nominate(&mut self, info: Arc<PodInfo>, node: &str) {
+        let id = info.id();
+        self.unnominate(&id);
+        if self.pods.contains_key(&id) {
+            return; // placed already: its placement holds its room
         }
+        let Some(row) = self.row(node) else { return };
+        self.generation += 1;
+        self.account_room(row, &info, true);
+        self.count_priority(info.priority, true);
+        self.nominated.insert(id, (node.to_string(), info));
+    }
+
+    /// Ends the nomination of pod `id`: the room it held is free again. The node and the
+    /// version nominated, if it had one.
+    pub fn unnominate(&mut self, id: &str) -> Option<(String, Arc<PodInfo>)> {
+        let (node, info) = self.nominated.remove(id)?;
+        self.generation += 1;
+        self.count_priority(info.priority, false);
+        if let Some(row) = self.row(&node) {
+            self.account_room(row, &info, false);
+        }
+        Some((node, info))
+    }
+
+    /// The pods nominated to row `row`.
+    pub fn nominated_on(&self, row: usize) -> impl Iterator<Item = &Arc<PodInfo>> {
+        let name = &self.names[row];
+        self.nominated
+            .values()
+            .filter(move |(node, _)| node == name)
+            .map(|(_, info)| info)
+    }
+
+    /// How many counted pods on row `row` hold host port `port` (a nomination's included).
+    pub fn port_holders(&self, row: usize, port: &(String, i32)) -> u32 {
+        self.port_ids
+            .get(port)
+            .and_then(|id| self.port_holders[row].get(&id).copied())
+            .unwrap_or(0)
     }
 
     /// The terms `pod` is counted in: every registered `Matches` term that selects it, and
