@@ -36,6 +36,7 @@ mod scheduler;
 mod services;
 mod soak;
 mod startup;
+mod workload;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -65,6 +66,9 @@ enum What {
     /// One Deployment of many replicas: create → every replica available, and the pods the
     /// controller manager created per second.
     Deployment(deployment::Args),
+    /// The workload controllers at scale: a Job of many completions, a DaemonSet created
+    /// and rolled across every node, a namespace of many pods deleted.
+    Workload(workload::Args),
     /// The Service proxy's network programming latency: many Services' endpoints changing,
     /// real iptables rules written in a network namespace of the benchmark's own.
     Services(services::Args),
@@ -112,6 +116,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         What::Scheduler(a) => rt.block_on(scheduler::run(a)),
         What::Startup(a) => rt.block_on(startup::run(a)),
         What::Deployment(a) => rt.block_on(deployment::run(a)),
+        What::Workload(a) => rt.block_on(workload::run(a)),
         What::Restart(a) => rt.block_on(restart::run(a)),
         What::Services(a) => rt.block_on(services::run(a)),
         What::Plot(a) => race::run(&a),

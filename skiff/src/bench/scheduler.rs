@@ -60,6 +60,58 @@ pub struct Args {
     /// as the limit).
     #[arg(long)]
     precreate: bool,
+    /// Preemption instead: the nodes full of `--per-node` pods of priority 0, then `--pods`
+    /// pods of priority 1000 that each need the room of `--victims-each` of them.
+    #[arg(long, conflicts_with = "e2e")]
+    preemption: bool,
+    /// Pods of priority 0 on each node, for `--preemption`.
+    #[arg(long, default_value_t = 30)]
+    per_node: usize,
+    /// Victims each preemptor needs, for `--preemption`.
+    #[arg(long, default_value_t = 2)]
+    victims_each: usize,
+}
+
+/// `--preemption`: one run per `--nodes` value, each printed as it ends.
+async fn preemption(a: &Args, workers: usize) -> anyhow::Result<ExitCode> {
+    if a.victims_each > a.per_node {
+        bail!("--victims-each must be at most --per-node: a preemptor must fit on a node");
+    }
+    let mut failed = false;
+    for &nodes in &a.nodes {
+        let config = bench::PreemptionConfig {
+            nodes,
+            per_node: a.per_node,
+            pods: a.pods.min(nodes * a.per_node / a.victims_each.max(1)),
+            victims_each: a.victims_each,
+            workers,
+            seed: a.seed,
+        };
+        let r = tokio::task::spawn_blocking(move || bench::preemption(&config)).await?;
+        if a.json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            println!(
+                "preemption: {} preemptors on {} nodes holding {} pods of lower priority, {} workers",
+                r.preemptors, r.nodes, r.pods_on_nodes, r.workers
+            );
+            println!(
+                "  {:.0} nominations/s ({:.3} s); nominated {}, victims {}, wrong {}",
+                r.nominations_per_second, r.seconds, r.nominated, r.victims, r.wrong
+            );
+            let l = &r.attempt_ms;
+            println!(
+                "  attempt latency ms (filters + dry run over every node): p50 {:.3} p90 {:.3} p99 {:.3} max {:.3}",
+                l.p50, l.p90, l.p99, l.max
+            );
+        }
+        failed |= r.wrong > 0 || r.nominated < r.preemptors;
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn progress_bar(total: usize, what: &str) -> ProgressBar {
@@ -109,6 +161,9 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
         .max(1);
     if a.e2e {
         return e2e(&a, workers).await;
+    }
+    if a.preemption {
+        return preemption(&a, workers).await;
     }
     let mut points = Vec::new();
     let mut failed = false;
