@@ -138,6 +138,28 @@ pub struct Report {
     pub overcommitted_nodes: usize,
 }
 
+/// A latch the pool's sink sets once every pod is decided, and the benchmark waits on.
+#[derive(Debug, Default)]
+struct Latch(std::sync::Mutex<bool>, std::sync::Condvar);
+
+impl Latch {
+    fn set(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.1.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        while !*g {
+            g = self
+                .1
+                .wait_timeout(g, Duration::from_millis(100))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
 /// Runs the benchmark; `progress` is called with the count of pods decided so far.
 pub fn run(config: &Config, progress: impl Fn(usize) + Send + Sync + 'static) -> Report {
     let kernels = if config.scalar {
@@ -164,7 +186,7 @@ pub fn run(config: &Config, progress: impl Fn(usize) + Send + Sync + 'static) ->
     let latencies = Arc::new(Mutex::new(Latencies::new()));
     let unschedulable = Arc::new(AtomicUsize::new(0));
     let seen = Arc::new(Mutex::new(std::collections::HashSet::new()));
-    let done = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let done = Arc::new(Latch::default());
     let total = config.pods;
     let (d, l, u, s, dn) = (
         decided.clone(),
@@ -204,23 +226,12 @@ pub fn run(config: &Config, progress: impl Fn(usize) + Send + Sync + 'static) ->
             let now = d.fetch_add(new, Ordering::Relaxed) + new;
             progress(now);
             if now >= total {
-                let (m, c) = &*dn;
-                if let Ok(mut g) = m.lock() {
-                    *g = true;
-                }
-                c.notify_all();
+                dn.set();
             }
         },
     );
-    {
-        let (m, c) = &*done;
-        let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
-        while !*g && total > 0 {
-            g = c
-                .wait_timeout(g, Duration::from_millis(100))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
+    if total > 0 {
+        done.wait();
     }
     let seconds = start.elapsed().as_secs_f64();
     core.queue.close();
@@ -343,7 +354,7 @@ pub fn preemption(config: &PreemptionConfig) -> PreemptionReport {
     }));
     let latencies = Arc::new(Mutex::new(Latencies::new()));
     let counts = Arc::new(Mutex::new((0usize, 0usize, 0usize, 0usize)));
-    let done = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let done = Arc::new(Latch::default());
     let total = config.pods;
     let (l, c, dn, sink_core) = (
         latencies.clone(),
@@ -390,23 +401,12 @@ pub fn preemption(config: &PreemptionConfig) -> PreemptionReport {
                 counts.3 += usize::from(!right);
             }
             if counts.0 >= total {
-                let (m, cv) = &*dn;
-                if let Ok(mut g) = m.lock() {
-                    *g = true;
-                }
-                cv.notify_all();
+                dn.set();
             }
         },
     );
-    {
-        let (m, cv) = &*done;
-        let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
-        while !*g && total > 0 {
-            g = cv
-                .wait_timeout(g, Duration::from_millis(100))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
+    if total > 0 {
+        done.wait();
     }
     let seconds = start.elapsed().as_secs_f64();
     core.queue.close();
