@@ -263,20 +263,45 @@ pub struct Condition {
     pub message: String,
 }
 
+/// A condition in an object's status (`Condition`, `PodCondition`): what [`set_condition`]
+/// needs of it.
+pub trait StatusCondition: PartialEq {
+    type Type: PartialEq;
+    fn condition_type(&self) -> &Self::Type;
+    fn condition_status(&self) -> &super::vocabulary::ConditionStatus;
+    fn transition_time(&mut self) -> &mut Option<Time>;
+}
+
+impl StatusCondition for Condition {
+    type Type = String;
+    fn condition_type(&self) -> &String {
+        &self.type_
+    }
+    fn condition_status(&self) -> &super::vocabulary::ConditionStatus {
+        &self.status
+    }
+    fn transition_time(&mut self) -> &mut Option<Time> {
+        &mut self.last_transition_time
+    }
+}
+
 /// Sets `condition` in place of the one of its type in `conditions`, or appends it, as
-/// Kubernetes' `meta.SetStatusCondition`: `lastTransitionTime` moves (to the condition's own
-/// time, else now) only when the status changes; reason, message and observed generation are
-/// the new ones. Returns whether anything changed.
-pub fn set_condition(conditions: &mut Vec<Condition>, mut condition: Condition) -> bool {
-    let Some(old) = conditions.iter_mut().find(|c| c.type_ == condition.type_) else {
-        condition.last_transition_time.get_or_insert_with(Time::now);
+/// Kubernetes' `meta.SetStatusCondition` and `UpdatePodCondition`: `lastTransitionTime`
+/// moves (to the condition's own time, else now) only when the status changes; everything
+/// else is the new condition's. Returns whether anything changed.
+pub fn set_condition<C: StatusCondition>(conditions: &mut Vec<C>, mut condition: C) -> bool {
+    let Some(old) = conditions
+        .iter_mut()
+        .find(|c| c.condition_type() == condition.condition_type())
+    else {
+        condition.transition_time().get_or_insert_with(Time::now);
         conditions.push(condition);
         return true;
     };
-    if old.status == condition.status {
-        condition.last_transition_time = old.last_transition_time;
+    if old.condition_status() == condition.condition_status() {
+        *condition.transition_time() = *old.transition_time();
     } else {
-        condition.last_transition_time.get_or_insert_with(Time::now);
+        condition.transition_time().get_or_insert_with(Time::now);
     }
     let changed = *old != condition;
     *old = condition;

@@ -47,6 +47,10 @@ pub struct PodSpec {
     pub restart_policy: Option<RestartPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub termination_grace_period_seconds: Option<i64>,
+    /// How long the pod may be active on its node, from its start time, before the node
+    /// stops it and it fails with `DeadlineExceeded`. It may be set, or shortened, later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<i64>,
     /// The node the pod is bound to; set by the scheduler through Bind.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub node_name: String,
@@ -724,24 +728,21 @@ impl PodStatus {
     /// conditions are written. As Kubernetes' `UpdatePodCondition`: `lastTransitionTime` is
     /// kept when the status stays the same, and otherwise is the condition's own (now when it
     /// has none). Returns whether the status changed in any way.
-    pub fn set_condition(&mut self, mut condition: PodCondition) -> bool {
-        let Some(old) = self
-            .conditions
-            .iter_mut()
-            .find(|c| c.type_ == condition.type_)
-        else {
-            condition.last_transition_time.get_or_insert_with(Time::now);
-            self.conditions.push(condition);
-            return true;
-        };
-        if old.status == condition.status {
-            condition.last_transition_time = old.last_transition_time;
-        } else {
-            condition.last_transition_time.get_or_insert_with(Time::now);
-        }
-        let changed = *old != condition;
-        *old = condition;
-        changed
+    pub fn set_condition(&mut self, condition: PodCondition) -> bool {
+        super::meta::set_condition(&mut self.conditions, condition)
+    }
+}
+
+impl super::meta::StatusCondition for PodCondition {
+    type Type = PodConditionType;
+    fn condition_type(&self) -> &PodConditionType {
+        &self.type_
+    }
+    fn condition_status(&self) -> &ConditionStatus {
+        &self.status
+    }
+    fn transition_time(&mut self) -> &mut Option<Time> {
+        &mut self.last_transition_time
     }
 }
 

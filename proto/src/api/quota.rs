@@ -231,13 +231,7 @@ pub struct PodScope {
 
 impl PodScope {
     pub fn of(pod: &Pod) -> PodScope {
-        let terminating = pod
-            .spec
-            .other
-            .0
-            .get("activeDeadlineSeconds")
-            .and_then(Value::as_i64)
-            .is_some_and(|s| s >= 0);
+        let terminating = pod.spec.active_deadline_seconds.is_some_and(|s| s >= 0);
         let best_effort = pod
             .spec
             .containers

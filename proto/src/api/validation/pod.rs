@@ -71,6 +71,14 @@ pub(crate) fn validate_pod_spec(errs: &mut Errors, spec: &Path, s: &PodSpec) {
             format!("invalid value {g}: must be at least 0"),
         );
     }
+    if let Some(d) = s.active_deadline_seconds
+        && !(1..=i64::from(i32::MAX)).contains(&d)
+    {
+        errs.add(
+            &spec.field("activeDeadlineSeconds"),
+            format!("invalid value {d}: must be between 1 and 2147483647, inclusive"),
+        );
+    }
     if !s.node_name.is_empty() && !is_dns1123_subdomain(&s.node_name) {
         errs.add(
             &spec.field("nodeName"),
@@ -560,6 +568,17 @@ mod tests {
             errors(&format!("{OK}  preemptionPolicy: Sometimes\n")),
             [
                 "spec.preemptionPolicy: unsupported value \"Sometimes\": supported values: \"PreemptLowerPriority\", \"Never\""
+            ]
+        );
+    }
+
+    #[test]
+    fn the_active_deadline_is_positive() {
+        check(&format!("{OK}  activeDeadlineSeconds: 30\n")).unwrap();
+        assert_eq!(
+            errors(&format!("{OK}  activeDeadlineSeconds: 0\n")),
+            [
+                "spec.activeDeadlineSeconds: invalid value 0: must be between 1 and 2147483647, inclusive"
             ]
         );
     }
