@@ -17,7 +17,7 @@
 use skiff_proto::api::pod::ContainerStatus;
 use skiff_proto::api::{Container, Pod, PodStatus};
 
-use crate::engine::{Action, Input, ProbeKind, Rejection, Slot};
+use crate::engine::{Action, Input, ProbeKind, Slot};
 
 /// One event about a pod (or one of its containers, named by `field_path`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,11 +60,6 @@ fn container(pod: &Pod, slot: Slot) -> Option<(&Container, String)> {
             .get(i)
             .map(|c| (c, format!("spec.containers{{{}}}", c.name))),
     }
-}
-
-/// The pod was refused by the node's admission (`OutOfcpu`, `NodeAffinity`, `Taint`, …).
-pub fn rejected(r: &Rejection) -> PodEvent {
-    warning(&r.reason, r.message.clone(), String::new())
 }
 
 /// Events of an action the worker is about to perform.
@@ -142,6 +137,11 @@ pub fn on_status(pod: &Pod, before: Option<&PodStatus>, after: &PodStatus) -> Ve
             .map(|w| w.reason.clone())
     };
     let mut out = Vec::new();
+    // The node refused the pod (`OutOfcpu`, `NodeAffinity`, `Taint`, …) or ended it
+    // (`Evicted`, `DeadlineExceeded`): said once, when the status first carries it.
+    if !after.reason.is_empty() && before.is_none_or(|b| b.reason != after.reason) {
+        out.push(warning(&after.reason, after.message.clone(), String::new()));
+    }
     let lists = [
         (
             &after.init_container_statuses,

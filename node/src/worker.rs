@@ -22,8 +22,8 @@ use tracing::Instrument;
 
 use crate::admission::{depends_on_node, node_allows};
 use crate::engine::{
-    Action, Adopted, Clock, EngineConfig, Handler, Input, PodEngine, Rejection, container_of,
-    container_spec,
+    Action, Adopted, Clock, Ending, EngineConfig, Handler, Input, PodEngine, Rejection,
+    active_deadline_of, container_of, container_spec,
 };
 use crate::events::{self, PodEvent};
 use crate::metrics::AgentMetrics;
@@ -180,10 +180,8 @@ pub async fn run(
         name: pod.metadata.name.clone(),
     };
     let uid = pod.metadata.uid.clone();
+    // A refusal is reported with the status that carries it (`events::on_status`).
     let admission = recheck_with_stored_node(&ctx, &pod, admission).await;
-    if let Err(r) = &admission {
-        ctx.report(&pod, vec![events::rejected(r)]);
-    }
     let mut engine = PodEngine::new(ctx.engine, &pod, admission);
     let mut current = pod;
     let mut pending: Pending = FuturesUnordered::new();
@@ -242,10 +240,14 @@ pub async fn run(
                     Some(p) => {
                         current = p;
                         let at = current.metadata.deletion_timestamp;
+                        let deadline = active_deadline_of(&current);
                         match deletion_grace(&current) {
                             Some(grace) if deleting_at.is_none_or(|known| at < Some(known)) => {
                                 deleting_at = at;
                                 Input::Delete { grace }
+                            }
+                            _ if deadline != engine.active_deadline() => {
+                                Input::ActiveDeadline(deadline)
                             }
                             _ => continue,
                         }
@@ -274,7 +276,8 @@ pub async fn run(
 }
 
 /// Brings the running pod's volumes up to date; a volume that cannot be is a `FailedMount`
-/// (the files it had stay as they were).
+/// (the files it had stay as they were). Then measures its emptyDirs that have a
+/// `sizeLimit`: one over its limit evicts the pod, as the kubelet's eviction manager does.
 fn resync(
     ctx: Arc<WorkerContext>,
     pod: Pod,
@@ -292,8 +295,17 @@ fn resync(
                 ),
             );
         }
+        let over = if Volumes::has_size_limits(&pod) {
+            let volumes = ctx.volumes.clone();
+            tokio::task::spawn_blocking(move || volumes.over_size_limit(&pod))
+                .await
+                .ok()
+                .flatten()
+        } else {
+            None
+        };
         busy.store(false, Ordering::Release);
-        None
+        over.map(|message| Input::End(Ending::evicted(message)))
     })
 }
 

@@ -575,3 +575,109 @@ async fn edit_node(api: &ClusterClient, name: &str, edit: impl Fn(&mut skiff_pro
     })
     .await;
 }
+
+/// The node ends pods as the kubelet does: one whose emptyDir holds more than its
+/// `sizeLimit` is evicted (Failed, `Evicted`, the kubelet's message, a DisruptionTarget
+/// condition and an `Evicted` event), one past its `activeDeadlineSeconds` fails as
+/// `DeadlineExceeded`; a pod within its limit runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_over_their_size_limit_or_deadline_are_ended_by_the_node() {
+    let cluster = Cluster::start(1).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let root = cluster.dir.path().join("node-root");
+    let _agent = Agent::start(cluster.dir.path(), &cluster.endpoints(), |n| {
+        n.name = Some("n1".into());
+        n.root_dir = Some(root.clone());
+        n.volume_resync = Some(Duration::from_millis(300));
+    });
+    let long = Duration::from_secs(30);
+    eventually(long, "node n1 registered and Ready", || async {
+        match api.get(Kind::Node, "", "n1").await.ok()? {
+            Some(Object::Node(n)) if n.is_ready() => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    let scratch = |limit: &str| {
+        json!({"containers": [{"name": "main", "image": "localhost/skiff/busybox:1",
+                               "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
+               "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": limit}}]})
+    };
+    let brief = json!({"activeDeadlineSeconds": 3, "terminationGracePeriodSeconds": 1,
+                       "containers": [{"name": "main", "image": "localhost/skiff/busybox:1"}]});
+    for (name, spec) in [
+        ("hog", scratch("1Mi")),
+        ("within", scratch("10Mi")),
+        ("brief", brief),
+    ] {
+        api.create(&pod(name, spec)).await.expect("create");
+        api.bind(vec![bind(name, "n1")]).await.expect("bind");
+    }
+    let mut uids = BTreeMap::new();
+    for name in ["hog", "within"] {
+        let p = eventually(long, "Running", || phase_is(&api, name, PodPhase::Running)).await;
+        uids.insert(name, p.metadata.uid.clone());
+    }
+    // What the container would write: 2 MiB in each emptyDir.
+    for (name, uid) in &uids {
+        let dir = root
+            .join(uid)
+            .join("volumes/kubernetes.io~empty-dir/scratch");
+        assert!(dir.is_dir(), "{name}: {}", dir.display());
+        std::fs::write(dir.join("fill"), vec![1u8; 2 << 20]).expect("fill");
+    }
+    let evicted = eventually(long, "hog Failed", || {
+        phase_is(&api, "hog", PodPhase::Failed)
+    })
+    .await;
+    let status = evicted.status.clone().expect("status");
+    let message = "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ";
+    assert_eq!(
+        (status.reason.as_str(), status.message.as_str()),
+        ("Evicted", message),
+        "{status:?}"
+    );
+    let target = evicted
+        .condition(&PodConditionType::DisruptionTarget)
+        .expect("DisruptionTarget");
+    assert_eq!(target.reason, "TerminationByKubelet", "{target:?}");
+    assert!(
+        status
+            .container_statuses
+            .iter()
+            .all(|c| c.state.as_ref().is_some_and(|s| s.terminated.is_some())),
+        "its containers stopped: {status:?}"
+    );
+    eventually(long, "an Evicted event", || async {
+        let (events, _) = api
+            .list(
+                Kind::Event,
+                &ListParams::default()
+                    .namespace("default")
+                    .fields("involvedObject.kind=Pod,involvedObject.name=hog"),
+            )
+            .await
+            .ok()?;
+        events.into_iter().find_map(|e| match e {
+            Object::Event(e) if e.reason == "Evicted" && e.message == message => Some(()),
+            _ => None,
+        })
+    })
+    .await;
+
+    let ended = eventually(long, "brief Failed", || {
+        phase_is(&api, "brief", PodPhase::Failed)
+    })
+    .await;
+    let status = ended.status.clone().expect("status");
+    assert_eq!(status.reason, "DeadlineExceeded", "{status:?}");
+    assert!(
+        ended
+            .condition(&PodConditionType::DisruptionTarget)
+            .is_none(),
+        "{ended:?}"
+    );
+    // Measured on every resync since it was filled, well within its limit: still running.
+    let within = get_pod(&api, "within").await.expect("within");
+    assert_eq!(within.phase(), Some(PodPhase::Running), "{within:?}");
+}

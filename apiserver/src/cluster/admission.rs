@@ -748,13 +748,20 @@ pub fn with_spec(current: &Object, request: &Object) -> Result<Object> {
             if added_only {
                 a.tolerations = b.tolerations.clone();
             }
+            // The active deadline may be set, or shortened, never lengthened or removed.
+            if let Some(d) = b.active_deadline_seconds
+                && a.active_deadline_seconds.is_none_or(|was| d <= was)
+            {
+                a.active_deadline_seconds = Some(d);
+            }
             if a != b {
                 return Err(ClusterError::Immutable {
                     kind: Kind::Pod,
                     name: cur.metadata.name.clone(),
                     field: "spec",
                     why: "pod updates may not change fields other than \
-                          `spec.containers[*].image`, `spec.initContainers[*].image` or \
+                          `spec.containers[*].image`, `spec.initContainers[*].image`, \
+                          `spec.activeDeadlineSeconds` (set or shortened) or \
                           `spec.tolerations` (only additions to existing tolerations)",
                 });
             }
@@ -1260,6 +1267,27 @@ mod tests {
                 matches!(e, ClusterError::Immutable { field: "spec", .. }),
                 "{e}"
             );
+        }
+    }
+
+    /// As Kubernetes: `activeDeadlineSeconds` may be set on a running pod, or shortened,
+    /// never lengthened or removed.
+    #[test]
+    fn a_pods_active_deadline_may_be_set_or_shortened() {
+        let deadline = |d: Option<i64>| {
+            let mut p = pod();
+            p.spec.active_deadline_seconds = d;
+            Object::Pod(p)
+        };
+        for (from, to, allowed) in [
+            (None, Some(60), true),
+            (Some(60), Some(30), true),
+            (Some(60), Some(60), true),
+            (Some(60), Some(90), false),
+            (Some(60), None, false),
+        ] {
+            let outcome = with_spec(&deadline(from), &deadline(to));
+            assert_eq!(outcome.is_ok(), allowed, "{from:?} → {to:?}: {outcome:?}");
         }
     }
 }

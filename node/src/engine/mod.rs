@@ -64,7 +64,9 @@ mod status;
 mod stop;
 
 use container::ran_before;
-pub use spec::{Handler, ProbeKind, container_of, container_spec, hostname_of, qos_class};
+pub use spec::{
+    Handler, ProbeKind, active_deadline_of, container_of, container_spec, hostname_of, qos_class,
+};
 use spec::{Run, SlotState, grace_of, policy_of, slot_state};
 use status::Cond;
 
@@ -115,6 +117,41 @@ pub struct Clock {
 pub struct Rejection {
     pub reason: String,
     pub message: String,
+}
+
+/// Why the node's side ends a pod that would otherwise run on: an eviction (a volume over its
+/// size limit) or the pod's `activeDeadlineSeconds`. What runs stops within `grace`, nothing
+/// starts again, and the pod fails with `reason` and `message`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ending {
+    pub reason: String,
+    pub message: String,
+    pub grace: Duration,
+    /// Marked with a `DisruptionTarget` condition (`TerminationByKubelet`), as the kubelet
+    /// marks the pods it evicts.
+    pub disruption: bool,
+}
+
+impl Ending {
+    /// The kubelet's eviction: at once, as `Evicted`.
+    pub fn evicted(message: String) -> Ending {
+        Ending {
+            reason: "Evicted".into(),
+            message,
+            grace: Duration::ZERO,
+            disruption: true,
+        }
+    }
+
+    /// `activeDeadlineSeconds` passed: stopped within the pod's own grace.
+    fn deadline_exceeded(grace: Duration) -> Ending {
+        Ending {
+            reason: "DeadlineExceeded".into(),
+            message: "Pod was active on the node longer than the specified deadline".into(),
+            grace,
+            disruption: false,
+        }
+    }
 }
 
 /// What the runtime already holds for this pod when the agent (re)starts.
@@ -172,6 +209,11 @@ pub enum Input {
     },
     /// The object is gone from the API: stop at once and clean up, no more status.
     Removed,
+    /// The node ends the pod (an eviction): it stops and fails, and stays until deleted.
+    End(Ending),
+    /// The pod's `activeDeadlineSeconds` now reads so (it may be set or shortened while the
+    /// pod runs).
+    ActiveDeadline(Option<Duration>),
     /// Time passed; timers may be due.
     Tick,
 }
@@ -311,6 +353,11 @@ pub struct PodEngine {
     removed: bool,
     /// Set when the pod reached Succeeded or Failed.
     terminal: Option<PodPhase>,
+    /// Why the node ended the pod, and when.
+    ending: Option<(Ending, Time)>,
+    /// `activeDeadlineSeconds`, and the moment it passes once the pod has a start time.
+    active_deadline: Option<Duration>,
+    deadline_at: Option<Instant>,
     failure_reason: String,
     /// Containers the stored status says ran before this worker (an agent restart, a node
     /// reboot): by name, with their end when it is known.
@@ -364,6 +411,9 @@ impl PodEngine {
             deleting: false,
             removed: false,
             terminal: None,
+            ending: None,
+            active_deadline: active_deadline_of(pod),
+            deadline_at: None,
             failure_reason: String::new(),
             conditions: Vec::new(),
             scheduled,
@@ -393,6 +443,11 @@ impl PodEngine {
             Input::SandboxStopped => self.on_sandbox_stopped(),
             Input::Delete { grace } => self.on_delete(clock, grace, false),
             Input::Removed => self.on_delete(clock, Duration::ZERO, true),
+            Input::End(ending) => self.end(clock, ending),
+            Input::ActiveDeadline(d) => {
+                self.active_deadline = d;
+                self.arm_deadline(clock);
+            }
             Input::Tick => {}
         }
         self.advance(clock);
@@ -412,6 +467,9 @@ impl PodEngine {
             SandboxState::Failed { retry_at, .. } => Some(*retry_at),
             _ => None,
         };
+        if let Some(at) = self.deadline_at {
+            best = Some(best.map_or(at, |b| b.min(at)));
+        }
         let mut consider = |t: Option<Instant>| {
             if let Some(t) = t {
                 best = Some(best.map_or(t, |b| b.min(t)));
@@ -450,6 +508,11 @@ impl PodEngine {
         self.removed
     }
 
+    /// The pod's `activeDeadlineSeconds`, as the engine last heard it.
+    pub fn active_deadline(&self) -> Option<Duration> {
+        self.active_deadline
+    }
+
     /// Succeeded or Failed: the pod's resources no longer count against the node.
     pub fn is_terminal(&self) -> bool {
         self.terminal.is_some() || self.stage == Stage::Rejected
@@ -469,6 +532,7 @@ impl PodEngine {
             return;
         }
         self.start_time.get_or_insert(clock.wall);
+        self.arm_deadline(clock);
         match adopted {
             Some(a) if a.sandbox.ready => self.adopt(clock, a),
             // The sandbox died (a reboot, a containerd restart) after containers ran.
@@ -536,6 +600,9 @@ impl PodEngine {
     /// Starts what is due, runs due probes, and notices when the pod is finished.
     fn advance(&mut self, clock: Clock) {
         let now = clock.now;
+        if self.deadline_at.is_some_and(|at| at <= now) {
+            self.end(clock, Ending::deadline_exceeded(self.grace));
+        }
         if self.stage == Stage::Sandbox
             && let SandboxState::Failed {
                 attempt,

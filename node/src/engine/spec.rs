@@ -50,6 +50,14 @@ pub(super) fn policy_of(pod: &Pod) -> RestartPolicy {
 }
 
 /// The pod's `terminationGracePeriodSeconds` (30 s when unset).
+/// `spec.activeDeadlineSeconds` (validation keeps it positive).
+pub fn active_deadline_of(pod: &Pod) -> Option<Duration> {
+    pod.spec
+        .active_deadline_seconds
+        .and_then(|s| u64::try_from(s).ok())
+        .map(Duration::from_secs)
+}
+
 pub(super) fn grace_of(pod: &Pod) -> Duration {
     Duration::from_secs(
         u64::try_from(

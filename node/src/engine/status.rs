@@ -242,6 +242,18 @@ impl PodEngine {
         if let Some(sb) = self.sandbox.get() {
             status.pod_ip = sb.ip.clone();
         }
+        if let Some((e, at)) = &self.ending {
+            status.reason = e.reason.clone();
+            status.message = e.message.clone();
+            if e.disruption {
+                status.set_condition(PodCondition {
+                    last_transition_time: Some(*at),
+                    reason: "TerminationByKubelet".into(),
+                    message: e.message.clone(),
+                    ..PodCondition::new(PodConditionType::DisruptionTarget, true.into())
+                });
+            }
+        }
         status.init_container_statuses = self
             .init
             .iter()

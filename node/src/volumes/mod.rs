@@ -25,6 +25,7 @@
 
 pub mod atomic;
 pub mod env;
+pub mod usage;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -186,6 +187,34 @@ impl Volumes {
                 .join(plugin_of(v)?)
                 .join(&v.name),
         )
+    }
+
+    /// The first emptyDir of `pod` that holds more than its `sizeLimit`, worded as the
+    /// kubelet's eviction manager words it; `None` when each is within its limit. It walks
+    /// the directories: call it off the async runtime.
+    pub fn over_size_limit(&self, pod: &Pod) -> Option<String> {
+        pod.spec.volumes.iter().find_map(|v| {
+            let limit = v.empty_dir.as_ref()?.size_limit.as_ref()?;
+            let bytes = u64::try_from(limit.value()).ok().filter(|b| *b > 0)?;
+            let dir = self.volume_path(&pod.metadata.uid, v)?;
+            (usage::disk_usage(&dir) > bytes).then(|| {
+                format!(
+                    "Usage of EmptyDir volume {:?} exceeds the limit {:?}. ",
+                    v.name,
+                    limit.to_string()
+                )
+            })
+        })
+    }
+
+    /// Whether any emptyDir of `pod` has a `sizeLimit` to watch.
+    pub fn has_size_limits(pod: &Pod) -> bool {
+        pod.spec.volumes.iter().any(|v| {
+            v.empty_dir
+                .as_ref()
+                .and_then(|e| e.size_limit.as_ref())
+                .is_some_and(|q| q.value() > 0)
+        })
     }
 
     /// Sets up (or brings up to date) every volume of `pod`; the first that fails says why.
