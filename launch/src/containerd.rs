@@ -125,17 +125,20 @@ impl Containerd {
                 images.as_os_str(),
             ],
         )?;
-        run(
-            skiff,
-            &[
-                "image".as_ref(),
-                "import".as_ref(),
-                "--containerd-socket".as_ref(),
-                containerd.socket.as_os_str(),
-                images.join("busybox.tar").as_os_str(),
-                images.join("pause.tar").as_os_str(),
-            ],
-        )?;
+        // The kubectl image is built when the host has a static kubectl.
+        let kubectl = images.join("kubectl.tar");
+        let mut import = vec![
+            "image".as_ref(),
+            "import".as_ref(),
+            "--containerd-socket".as_ref(),
+            containerd.socket.as_os_str(),
+        ];
+        let archives = [images.join("busybox.tar"), images.join("pause.tar")];
+        import.extend(archives.iter().map(|p| p.as_os_str()));
+        if kubectl.exists() {
+            import.push(kubectl.as_os_str());
+        }
+        run(skiff, &import)?;
         Ok(containerd)
     }
 

@@ -13,7 +13,11 @@
 //! ```
 //!
 //! Both images share the one layer: `busybox` (entrypoint `sh`) for workloads, and `pause`,
-//! the sandbox's placeholder process, which sleeps until SIGTERM.
+//! the sandbox's placeholder process, which sleeps until SIGTERM. A third, `kubectl`, adds
+//! a layer with a static `kubectl` (the host's, when it has one) over the busybox layer: a
+//! real Kubernetes client for pods, which reaches the API server from inside the cluster
+//! with its service account (busybox's own `wget` speaks a TLS 1.2 without the
+//! `signature_algorithms` extension, which rustls, and OpenSSL 3 with an ECDSA key, refuse).
 
 use sha2::{Digest, Sha256};
 
@@ -21,6 +25,8 @@ use sha2::{Digest, Sha256};
 pub const BUSYBOX: &str = "localhost/skiff/busybox:1";
 /// The sandbox ("pause") image.
 pub const PAUSE: &str = "localhost/skiff/pause:1";
+/// The in-cluster client image: `kubectl` (its entrypoint) beside busybox.
+pub const KUBECTL: &str = "localhost/skiff/kubectl:1";
 
 /// Applets linked into `bin/`: what the tests, probes and hooks run.
 const APPLETS: &[&str] = &[
@@ -99,10 +105,55 @@ fn layer(busybox: &[u8]) -> Vec<u8> {
     t.finish()
 }
 
-/// An OCI image layout archive of one image named `name`.
+/// A layer of one executable, `bin/<name>`.
+fn binary_layer(name: &str, data: &[u8]) -> Vec<u8> {
+    let mut t = Archive::new();
+    t.dir("bin/", 0o755);
+    t.file(&format!("bin/{name}"), 0o755, data);
+    t.finish()
+}
+
+/// Whether `elf` is an executable that needs no dynamic loader (no `PT_INTERP`): one that
+/// runs in an image holding nothing else. Only 64-bit little-endian ELF is looked at.
+pub fn is_static_executable(elf: &[u8]) -> bool {
+    let u16_at = |at: usize| {
+        elf.get(at..at + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+    };
+    let u32_at = |at: usize| {
+        elf.get(at..at + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let u64_at = |at: usize| {
+        elf.get(at..at + 8)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_le_bytes)
+    };
+    const PT_INTERP: u32 = 3;
+    if !elf.starts_with(b"\x7fELF\x02\x01") {
+        return false;
+    }
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
+    else {
+        return false;
+    };
+    let Ok(phoff) = usize::try_from(phoff) else {
+        return false;
+    };
+    (0..usize::from(phnum)).all(|i| {
+        let at = phoff + i * usize::from(phentsize);
+        u32_at(at).is_some_and(|kind| kind != PT_INTERP)
+    })
+}
+
+/// An OCI image layout archive of one image named `name` over the busybox layer.
 pub fn archive(name: &str, busybox: &[u8], entrypoint: &[&str], cmd: &[&str]) -> Vec<u8> {
-    let layer = layer(busybox);
-    let layer_digest = sha256(&layer);
+    layered(name, &[layer(busybox)], entrypoint, cmd)
+}
+
+/// An OCI image layout archive of one image named `name` of `layers`, the lowest first.
+fn layered(name: &str, layers: &[Vec<u8>], entrypoint: &[&str], cmd: &[&str]) -> Vec<u8> {
+    let digests: Vec<String> = layers.iter().map(|l| sha256(l)).collect();
     let config = serde_json::json!({
         "architecture": oci_arch(),
         "os": "linux",
@@ -112,7 +163,8 @@ pub fn archive(name: &str, busybox: &[u8], entrypoint: &[&str], cmd: &[&str]) ->
             "Env": ["PATH=/bin"],
             "WorkingDir": "/",
         },
-        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{layer_digest}")]},
+        "rootfs": {"type": "layers",
+                   "diff_ids": digests.iter().map(|d| format!("sha256:{d}")).collect::<Vec<_>>()},
     })
     .to_string()
     .into_bytes();
@@ -122,8 +174,9 @@ pub fn archive(name: &str, busybox: &[u8], entrypoint: &[&str], cmd: &[&str]) ->
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
                    "digest": format!("sha256:{config_digest}"), "size": config.len()},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
-                    "digest": format!("sha256:{layer_digest}"), "size": layer.len()}],
+        "layers": layers.iter().zip(&digests).map(|(l, d)| serde_json::json!(
+            {"mediaType": "application/vnd.oci.image.layer.v1.tar",
+             "digest": format!("sha256:{d}"), "size": l.len()})).collect::<Vec<_>>(),
     })
     .to_string()
     .into_bytes();
@@ -149,11 +202,11 @@ pub fn archive(name: &str, busybox: &[u8], entrypoint: &[&str], cmd: &[&str]) ->
     t.file("index.json", 0o644, &index);
     t.dir("blobs/", 0o755);
     t.dir("blobs/sha256/", 0o755);
-    for (digest, blob) in [
-        (&layer_digest, &layer),
-        (&config_digest, &config),
-        (&manifest_digest, &manifest),
-    ] {
+    let blobs = layers
+        .iter()
+        .zip(&digests)
+        .chain([(&config, &config_digest), (&manifest, &manifest_digest)]);
+    for (blob, digest) in blobs {
         t.file(&format!("blobs/sha256/{digest}"), 0o644, blob);
     }
     t.finish()
@@ -170,6 +223,17 @@ fn oci_arch() -> &'static str {
 /// The workload image archive.
 pub fn busybox_archive(busybox: &[u8]) -> Vec<u8> {
     archive(BUSYBOX, busybox, &[], &["sh"])
+}
+
+/// The in-cluster client image archive: `kubectl` (a static build) over busybox, with
+/// `kubectl` as its entrypoint (`args: [get, pods]`; `command: [sh, -c, …]` scripts it).
+pub fn kubectl_archive(busybox: &[u8], kubectl: &[u8]) -> Vec<u8> {
+    layered(
+        KUBECTL,
+        &[layer(busybox), binary_layer("kubectl", kubectl)],
+        &["kubectl"],
+        &["version"],
+    )
 }
 
 /// The sandbox image archive: a process that sleeps until SIGTERM (as PID 1 it needs the
@@ -224,6 +288,45 @@ mod tests {
         assert_eq!(seen[2].3.as_deref(), Some("x"));
         assert_eq!(seen[3].0, long);
         assert_eq!(seen[3].4, b"blob");
+    }
+
+    /// The kubectl image has both layers, in order, each a blob of the archive.
+    #[test]
+    fn the_kubectl_image_stacks_its_layer_over_busybox() {
+        let a = kubectl_archive(b"bb", b"kk");
+        let text = String::from_utf8_lossy(&a);
+        assert!(text.contains("\"io.containerd.image.name\":\"localhost/skiff/kubectl:1\""));
+        let (busybox, kubectl) = (
+            sha256(&layer(b"bb")),
+            sha256(&binary_layer("kubectl", b"kk")),
+        );
+        let order = format!("\"diff_ids\":[\"sha256:{busybox}\",\"sha256:{kubectl}\"]");
+        assert!(text.contains(&order), "{text}");
+        assert!(text.contains(&format!("blobs/sha256/{kubectl}")));
+        assert!(text.contains("\"Entrypoint\":[\"kubectl\"]"));
+    }
+
+    /// A static executable has no program interpreter; this test's own binary (linked
+    /// against glibc) has one; anything else is not an executable at all.
+    #[test]
+    fn static_executables_are_told_from_dynamic_ones() {
+        let me = std::fs::read(std::env::current_exe().expect("exe")).expect("read");
+        assert!(!is_static_executable(&me));
+        assert!(!is_static_executable(b"#!/bin/sh\n"));
+        // A minimal ELF64 header with no program headers needs no loader.
+        let mut elf = vec![0u8; 64];
+        elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        assert!(is_static_executable(&elf));
+        // One PT_INTERP program header makes it dynamic.
+        elf[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+        elf[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        elf[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
+        elf.extend_from_slice(&[0u8; 56]);
+        elf[64..68].copy_from_slice(&3u32.to_le_bytes());
+        assert!(!is_static_executable(&elf));
+        if let Ok(bb) = std::fs::read("/bin/busybox") {
+            assert!(is_static_executable(&bb), "Debian's busybox-static");
+        }
     }
 
     #[test]

@@ -51,7 +51,8 @@ pub struct LogsArgs {
 #[derive(Debug, clap::Subcommand)]
 pub enum ImageCommand {
     /// Write `busybox.tar` and `pause.tar` (OCI image layouts of `localhost/skiff/busybox:1`
-    /// and `localhost/skiff/pause:1`) built from Debian's busybox-static.
+    /// and `localhost/skiff/pause:1`) built from Debian's busybox-static, and `kubectl.tar`
+    /// (`localhost/skiff/kubectl:1`, a client for pods) when a static kubectl is at hand.
     Build {
         /// Directory to write the archives to.
         #[arg(long)]
@@ -59,6 +60,10 @@ pub enum ImageCommand {
         /// The static busybox binary to put in the images.
         #[arg(long, default_value = "/bin/busybox")]
         busybox: PathBuf,
+        /// The static kubectl to put in `localhost/skiff/kubectl:1` (default: `kubectl` on
+        /// PATH, skipped when there is none or it is dynamically linked).
+        #[arg(long)]
+        kubectl: Option<PathBuf>,
     },
     /// Import OCI archives into containerd's CRI namespace (`k8s.io`) with `ctr`.
     Import {
@@ -440,7 +445,11 @@ async fn logs(a: LogsArgs) -> anyhow::Result<()> {
 
 fn images(cmd: ImageCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        ImageCommand::Build { out, busybox } => {
+        ImageCommand::Build {
+            out,
+            busybox,
+            kubectl,
+        } => {
             let bin = std::fs::read(&busybox).with_context(|| {
                 format!(
                     "{}: a static busybox is needed (Debian: busybox-static)",
@@ -455,6 +464,20 @@ fn images(cmd: ImageCommand) -> anyhow::Result<ExitCode> {
                 let path = out.join(file);
                 std::fs::write(&path, data).with_context(|| format!("{}", path.display()))?;
                 println!("{} ({name})", path.display());
+            }
+            match kubectl_binary(kubectl)? {
+                Ok((from, data)) => {
+                    let path = out.join("kubectl.tar");
+                    std::fs::write(&path, image::kubectl_archive(&bin, &data))
+                        .with_context(|| format!("{}", path.display()))?;
+                    println!(
+                        "{} ({}, kubectl from {})",
+                        path.display(),
+                        image::KUBECTL,
+                        from.display()
+                    );
+                }
+                Err(why) => println!("no {}: {why}", image::KUBECTL),
             }
         }
         ImageCommand::Import {
@@ -475,6 +498,37 @@ fn images(cmd: ImageCommand) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The kubectl binary for the client image: the one named (which must be static), else
+/// `kubectl` on PATH when it is static; `Err` says why there is none.
+fn kubectl_binary(named: Option<PathBuf>) -> anyhow::Result<Result<(PathBuf, Vec<u8>), String>> {
+    let (path, asked) = match named {
+        Some(p) => (p, true),
+        None => {
+            let found = std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|d| d.join("kubectl"))
+                    .find(|p| p.is_file())
+            });
+            match found {
+                Some(p) => (p, false),
+                None => return Ok(Err("no kubectl on PATH".into())),
+            }
+        }
+    };
+    let data = std::fs::read(&path).with_context(|| format!("{}", path.display()))?;
+    if image::is_static_executable(&data) {
+        return Ok(Ok((path, data)));
+    }
+    let why = format!(
+        "{} is not a static executable (an image holds no libraries for it)",
+        path.display()
+    );
+    if asked {
+        bail!("{why}");
+    }
+    Ok(Err(why))
 }
 
 /// `skiff logs` (also `skiff node logs`).

@@ -472,8 +472,9 @@ spec:
         assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
         assert!(String::from_utf8_lossy(&out.stderr).contains("err"));
         assert_eq!(out.status.code(), Some(7));
+        in_cluster_client(&up).await;
     } else {
-        eprintln!("exec not checked: kubectl is not on PATH");
+        eprintln!("exec and the in-cluster client not checked: kubectl is not on PATH");
     }
 
     // Graceful: the TERM handler ends the container long before the 60 s grace period, and
@@ -494,6 +495,65 @@ spec:
     for reason in ["Scheduled", "Pulled", "Created", "Started", "Killing"] {
         assert!(events.contains(reason), "no {reason} event:\n{events}");
     }
+}
+
+/// A client inside the cluster, as operators run: kubectl in a pod (`localhost/skiff/kubectl:1`,
+/// which `up` builds from the host's static kubectl) finds the API server through the
+/// `kubernetes` Service and its variables, authenticates with its service account's mounted
+/// token, checks the server against the mounted CA, lists the pods its Role allows and is
+/// refused the Secrets it does not.
+async fn in_cluster_client(up: &Up) {
+    let manifest = r#"apiVersion: v1
+kind: ServiceAccount
+metadata: {name: lister}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: pod-reader}
+rules: [{apiGroups: [""], resources: [pods], verbs: [get, list]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: lister-reads-pods}
+subjects: [{kind: ServiceAccount, name: lister}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: in-cluster}
+spec:
+  serviceAccountName: lister
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: localhost/skiff/kubectl:1
+    command: [sh, -c, 'kubectl get pods -o name; echo "pods: $?"; kubectl get secrets -n kube-system; echo "secrets: $?"']
+"#;
+    ok(&up.kubectl(&["apply", "-f", "-"], Some(manifest)));
+    let logs = eventually(Duration::from_secs(90), "in-cluster finished", || async {
+        let o = up.kubectl(
+            &["get", "pod", "in-cluster", "-o", "jsonpath={.status.phase}"],
+            None,
+        );
+        let phase = String::from_utf8_lossy(&o.stdout).to_string();
+        if phase != "Succeeded" && phase != "Failed" {
+            return None;
+        }
+        let o = up.kubectl(&["logs", "in-cluster"], None);
+        Some(String::from_utf8_lossy(&o.stdout).to_string())
+    })
+    .await;
+    assert!(
+        logs.contains("pod/hello-cri") && logs.contains("pod/in-cluster"),
+        "{logs}"
+    );
+    assert!(logs.contains("pods: 0"), "{logs}");
+    assert!(
+        logs.contains(
+            "User \"system:serviceaccount:default:lister\" cannot list resource \"secrets\""
+        ) && logs.contains("secrets: 1"),
+        "{logs}"
+    );
 }
 
 /// Compares `actual` with `tests/golden/NAME` (kubectl 1.32's output against Skiff);
