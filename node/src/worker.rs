@@ -610,7 +610,7 @@ async fn container_parts(
         return Ok(None);
     };
     let env = volumes.env(pod, c, services).await?;
-    let mounts = volumes.mounts(pod, c)?;
+    let mounts = volumes.mounts(pod, c, &env)?;
     Ok(Some((env, mounts)))
 }
 

@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::volumes::Propagation;
 use async_trait::async_trait;
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1 as cri;
@@ -574,6 +575,16 @@ impl Runtime for CriRuntime {
                     container_path: m.container_path.clone(),
                     host_path: m.host_path.to_string_lossy().into_owned(),
                     readonly: m.read_only,
+                    propagation: match m.propagation {
+                        Propagation::Private => cri::MountPropagation::PropagationPrivate,
+                        Propagation::HostToContainer => {
+                            cri::MountPropagation::PropagationHostToContainer
+                        }
+                        Propagation::Bidirectional => {
+                            cri::MountPropagation::PropagationBidirectional
+                        }
+                    }
+                    .into(),
                     ..cri::Mount::default()
                 })
                 .collect(),

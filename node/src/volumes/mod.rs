@@ -55,6 +55,29 @@ pub struct Mount {
     pub host_path: PathBuf,
     pub container_path: String,
     pub read_only: bool,
+    pub propagation: Propagation,
+}
+
+/// How mounts under a volume travel between the node and the container (`mountPropagation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Propagation {
+    /// `None`: neither way (a private mount).
+    #[default]
+    Private,
+    /// `HostToContainer`: mounts the node makes under the volume later appear inside.
+    HostToContainer,
+    /// `Bidirectional`: both ways (privileged containers only).
+    Bidirectional,
+}
+
+impl Propagation {
+    fn of(value: Option<&str>) -> Propagation {
+        match value {
+            Some("HostToContainer") => Propagation::HostToContainer,
+            Some("Bidirectional") => Propagation::Bidirectional,
+            _ => Propagation::Private,
+        }
+    }
 }
 
 /// A volume that could not be set up, worded as the kubelet's `FailedMount` events are.
@@ -326,8 +349,14 @@ impl Volumes {
     }
 
     /// The mounts of container `c` of `pod`: each `volumeMounts` entry's directory (a
-    /// `subPath` within it, made when it is missing in a directory the pod owns).
-    pub fn mounts(&self, pod: &Pod, c: &Container) -> Result<Vec<Mount>, String> {
+    /// `subPath` within it, made when it is missing in a directory the pod owns; a
+    /// `subPathExpr` is expanded from `env`, the container's environment, first).
+    pub fn mounts(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        env: &[(String, String)],
+    ) -> Result<Vec<Mount>, String> {
         let by_name: HashMap<&str, &Volume> = pod
             .spec
             .volumes
@@ -345,13 +374,25 @@ impl Volumes {
                     m.name
                 ));
             };
-            if !m.sub_path.is_empty() {
-                host_path = host_path.join(&m.sub_path);
+            let sub_path = if m.sub_path_expr.is_empty() {
+                m.sub_path.clone()
+            } else {
+                let expanded = expand(&m.sub_path_expr, env);
+                if let Some(why) = skiff_proto::api::validation::descending_path_error(&expanded) {
+                    return Err(format!(
+                        "subPathExpr {:?} of volume {:?} expands to {expanded:?}, which {why}",
+                        m.sub_path_expr, m.name
+                    ));
+                }
+                expanded
+            };
+            if !sub_path.is_empty() {
+                host_path = host_path.join(&sub_path);
                 if std::fs::symlink_metadata(&host_path).is_err() {
                     if v.empty_dir.is_none() && v.host_path.is_none() {
                         return Err(format!(
-                            "subPath {:?} of volume {:?} does not exist",
-                            m.sub_path, m.name
+                            "subPath {sub_path:?} of volume {:?} does not exist",
+                            m.name
                         ));
                     }
                     std::fs::create_dir_all(&host_path)
@@ -373,6 +414,7 @@ impl Volumes {
                 host_path,
                 container_path: m.mount_path.clone(),
                 read_only,
+                propagation: Propagation::of(m.mount_propagation.as_deref()),
             });
         }
         Ok(out)
@@ -467,6 +509,7 @@ impl Volumes {
             host_path: path,
             container_path: "/etc/hosts".into(),
             read_only: false,
+            propagation: Propagation::Private,
         })
     }
 

@@ -43,7 +43,7 @@ async fn local_volumes_are_made_mounted_and_removed() {
     p.metadata.labels.insert("app".into(), "web".into());
     let v = volumes(root.path());
     v.set_up(&p).await.unwrap();
-    let mounts = v.mounts(&p, &p.spec.containers[0]).unwrap();
+    let mounts = v.mounts(&p, &p.spec.containers[0], &[]).unwrap();
     let scratch = root
         .path()
         .join("u/volumes/kubernetes.io~empty-dir/scratch");
@@ -56,22 +56,26 @@ async fn local_volumes_are_made_mounted_and_removed() {
             Mount {
                 host_path: scratch.clone(),
                 container_path: "/scratch".into(),
-                read_only: false
+                read_only: false,
+                propagation: Propagation::Private,
             },
             Mount {
                 host_path: scratch.join("cache"),
                 container_path: "/cache".into(),
-                read_only: false
+                read_only: false,
+                propagation: Propagation::Private,
             },
             Mount {
                 host_path: info.clone(),
                 container_path: "/etc/podinfo".into(),
-                read_only: true
+                read_only: true,
+                propagation: Propagation::Private,
             },
             Mount {
                 host_path: made.clone(),
                 container_path: "/host".into(),
-                read_only: false
+                read_only: false,
+                propagation: Propagation::Private,
             },
         ]
     );
@@ -111,6 +115,35 @@ async fn local_volumes_are_made_mounted_and_removed() {
 
 /// A missing ConfigMap or Secret fails the mount (naming it) unless optional; an
 /// unsupported source says so; a hostPath of the wrong type is refused.
+/// `subPathExpr` expands from the container's environment (a per-pod directory in a shared
+/// volume, as StatefulSets use it); an expansion that climbs out of the volume is refused.
+/// `mountPropagation` reaches the mount.
+#[tokio::test]
+async fn sub_path_expressions_expand_from_the_environment() {
+    let root = tempfile::tempdir().unwrap();
+    let p = pod(serde_json::json!({
+        "containers": [{"name": "c", "image": "i", "volumeMounts": [
+            {"name": "scratch", "mountPath": "/logs", "subPathExpr": "logs/$(POD_NAME)",
+             "mountPropagation": "HostToContainer"}]}],
+        "volumes": [{"name": "scratch", "emptyDir": {}}]}));
+    let v = volumes(root.path());
+    v.set_up(&p).await.unwrap();
+    let env = [("POD_NAME".to_owned(), "web-0".to_owned())];
+    let mounts = v.mounts(&p, &p.spec.containers[0], &env).unwrap();
+    let dir = root
+        .path()
+        .join("u/volumes/kubernetes.io~empty-dir/scratch/logs/web-0");
+    assert_eq!(mounts[0].host_path, dir);
+    assert_eq!(mounts[0].propagation, Propagation::HostToContainer);
+    assert!(dir.is_dir());
+    let up = [("POD_NAME".to_owned(), "../../../etc".to_owned())];
+    let e = v.mounts(&p, &p.spec.containers[0], &up).unwrap_err();
+    assert_eq!(
+        e,
+        "subPathExpr \"logs/$(POD_NAME)\" of volume \"scratch\" expands to \"logs/../../../etc\", which must not contain '..'"
+    );
+}
+
 #[tokio::test]
 async fn what_cannot_be_mounted_is_named() {
     let root = tempfile::tempdir().unwrap();

@@ -300,8 +300,14 @@ pub struct VolumeMount {
     /// A path inside the volume to mount instead of its root.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sub_path: String,
-    /// Fields of Kubernetes' schema that Skiff keeps but does not act on
-    /// (`mountPropagation`, `subPathExpr`).
+    /// `subPath` with `$(VAR)` references to the container's environment, expanded by the
+    /// node (exclusive with `subPath`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sub_path_expr: String,
+    /// `None` (the default), `HostToContainer` or `Bidirectional` (privileged containers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_propagation: Option<String>,
+    /// Fields of Kubernetes' schema that Skiff keeps but does not act on.
     #[serde(flatten)]
     #[cfg_attr(test, proptest(value = "Default::default()"))]
     pub other: Unmodelled,

@@ -31,6 +31,7 @@ mod volume;
 
 pub use kinds::MAX_EVENT_MESSAGE;
 pub use names::{is_dns1123_label, is_dns1123_subdomain, is_label_value, is_qualified_name};
+pub use volume::descending_path_error;
 
 /// One violated rule at one field.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -289,6 +289,18 @@ fn validate_resource_name(errs: &mut Errors, p: &Path, resource: &str) {
     );
 }
 
+/// Why `path` cannot name a place inside a volume (absolute, or climbing out with `..`);
+/// `None` for an empty or descending one. The node checks an expanded `subPathExpr` with it.
+pub fn descending_path_error(path: &str) -> Option<&'static str> {
+    if path.starts_with('/') {
+        Some("must be a relative path")
+    } else if path.split('/').any(|s| s == "..") {
+        Some("must not contain '..'")
+    } else {
+        None
+    }
+}
+
 /// A container's `volumeMounts`, `env[].valueFrom` and `envFrom`, against the pod's volumes.
 pub(super) fn validate_container_refs(errs: &mut Errors, p: &Path, c: &Container, s: &PodSpec) {
     let volumes: HashSet<&str> = s.volumes.iter().map(|v| v.name.as_str()).collect();
@@ -311,18 +323,42 @@ pub(super) fn validate_container_refs(errs: &mut Errors, p: &Path, c: &Container
                 format!("invalid value {:?}: must be unique", m.mount_path),
             );
         }
-        if !m.sub_path.is_empty() {
-            if m.sub_path.starts_with('/') {
-                errs.add(
-                    &mp.field("subPath"),
-                    format!("invalid value {:?}: must be a relative path", m.sub_path),
-                );
-            } else if m.sub_path.split('/').any(|s| s == "..") {
-                errs.add(
-                    &mp.field("subPath"),
-                    format!("invalid value {:?}: must not contain '..'", m.sub_path),
-                );
+        for (field, path) in [("subPath", &m.sub_path), ("subPathExpr", &m.sub_path_expr)] {
+            if let Some(why) = descending_path_error(path) {
+                errs.add(&mp.field(field), format!("invalid value {path:?}: {why}"));
             }
+        }
+        if !m.sub_path.is_empty() && !m.sub_path_expr.is_empty() {
+            errs.add(
+                &mp.field("subPathExpr"),
+                format!(
+                    "invalid value {:?}: subPathExpr and subPath are mutually exclusive",
+                    m.sub_path_expr
+                ),
+            );
+        }
+        match m.mount_propagation.as_deref() {
+            None | Some("None" | "HostToContainer") => {}
+            Some("Bidirectional") => {
+                let privileged = c
+                    .other
+                    .get("securityContext")
+                    .and_then(|s| s.get("privileged"))
+                    .and_then(serde_json::Value::as_bool)
+                    == Some(true);
+                if !privileged {
+                    errs.add(
+                        &mp.field("mountPropagation"),
+                        "forbidden: Bidirectional mount propagation is available only to privileged containers",
+                    );
+                }
+            }
+            Some(other) => errs.add(
+                &mp.field("mountPropagation"),
+                format!(
+                    "unsupported value {other:?}: supported values: \"Bidirectional\", \"HostToContainer\", \"None\""
+                ),
+            ),
         }
     }
     for (i, e) in c.env.iter().enumerate() {
@@ -415,6 +451,42 @@ mod tests {
                     .collect()
             }
         }
+    }
+
+    /// `subPathExpr` is a descending path like `subPath`, and not both; propagation is one
+    /// of three, `Bidirectional` for privileged containers only.
+    #[test]
+    fn sub_path_expressions_and_propagation_are_checked() {
+        let mounts = |mounts: serde_json::Value, privileged: bool| {
+            errors(serde_json::json!({
+                "containers": [{"name": "c", "image": "i", "imagePullPolicy": "Always",
+                                "volumeMounts": mounts,
+                                "securityContext": {"privileged": privileged}}],
+                "volumes": [{"name": "v", "emptyDir": {}}]}))
+        };
+        let ok = serde_json::json!([
+            {"name": "v", "mountPath": "/a", "subPathExpr": "$(POD_NAME)/x",
+             "mountPropagation": "HostToContainer"}]);
+        assert_eq!(mounts(ok, false), Vec::<String>::new());
+        let both = serde_json::json!([
+            {"name": "v", "mountPath": "/a", "subPath": "x", "subPathExpr": "$(POD_NAME)"},
+            {"name": "v", "mountPath": "/b", "subPathExpr": "../$(POD_NAME)"},
+            {"name": "v", "mountPath": "/c", "mountPropagation": "Sideways"},
+            {"name": "v", "mountPath": "/d", "mountPropagation": "Bidirectional"}]);
+        assert_eq!(
+            mounts(both.clone(), false),
+            [
+                "spec.containers[0].volumeMounts[0].subPathExpr: invalid value \"$(POD_NAME)\": subPathExpr and subPath are mutually exclusive",
+                "spec.containers[0].volumeMounts[1].subPathExpr: invalid value \"../$(POD_NAME)\": must not contain '..'",
+                "spec.containers[0].volumeMounts[2].mountPropagation: unsupported value \"Sideways\": supported values: \"Bidirectional\", \"HostToContainer\", \"None\"",
+                "spec.containers[0].volumeMounts[3].mountPropagation: forbidden: Bidirectional mount propagation is available only to privileged containers",
+            ]
+        );
+        assert_eq!(
+            mounts(both, true).len(),
+            3,
+            "privileged may propagate both ways"
+        );
     }
 
     #[test]
