@@ -41,6 +41,7 @@ pub mod netns;
 pub mod proxy;
 pub mod routes;
 pub mod runtime;
+pub mod security;
 pub mod services;
 pub mod sessions;
 pub mod sim;

@@ -179,6 +179,8 @@ pub struct ContainerSpec {
     pub env: Vec<(String, String)>,
     /// The pod's volumes mounted into the container.
     pub mounts: Vec<crate::volumes::Mount>,
+    /// What it runs as and may do.
+    pub security: crate::security::Security,
     pub working_dir: String,
     pub ports: Vec<i32>,
     pub resources: Resources,

@@ -473,6 +473,7 @@ spec:
         assert!(String::from_utf8_lossy(&out.stderr).contains("err"));
         assert_eq!(out.status.code(), Some(7));
         in_cluster_client(&up).await;
+        security_contexts(&up).await;
     } else {
         eprintln!("exec and the in-cluster client not checked: kubectl is not on PATH");
     }
@@ -495,6 +496,69 @@ spec:
     for reason in ["Scheduled", "Pulled", "Created", "Started", "Killing"] {
         assert!(events.contains(reason), "no {reason} event:\n{events}");
     }
+}
+
+/// A pod's securityContext reaches containerd: the container runs as its user, group and
+/// supplemental groups (the fsGroup among them), the emptyDir it writes to belongs to the
+/// fsGroup, its root filesystem is read-only; `runAsNonRoot` with an image that runs as root
+/// is the kubelet's `CreateContainerConfigError`.
+async fn security_contexts(up: &Up) {
+    let manifest = r#"apiVersion: v1
+kind: Pod
+metadata: {name: secured}
+spec:
+  restartPolicy: Never
+  securityContext: {runAsUser: 1000, runAsGroup: 3000, fsGroup: 2000, supplementalGroups: [4000]}
+  containers:
+  - name: c
+    image: localhost/skiff/busybox:1
+    securityContext: {readOnlyRootFilesystem: true, allowPrivilegeEscalation: false}
+    command: [sh, -c, 'echo "uid $(id -u) gid $(id -g) groups $(id -G)"; touch /data/f && ls -ln /data/f; touch /made 2>/dev/null || echo "root filesystem read-only"']
+    volumeMounts: [{name: data, mountPath: /data}]
+  volumes: [{name: data, emptyDir: {}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: rooted}
+spec:
+  securityContext: {runAsNonRoot: true}
+  containers:
+  - {name: c, image: localhost/skiff/busybox:1, command: [sleep, "3600"]}
+"#;
+    ok(&up.kubectl(&["apply", "-f", "-"], Some(manifest)));
+    let logs = eventually(Duration::from_secs(90), "secured finished", || async {
+        let o = up.kubectl(
+            &["get", "pod", "secured", "-o", "jsonpath={.status.phase}"],
+            None,
+        );
+        (String::from_utf8_lossy(&o.stdout) == "Succeeded").then_some(())?;
+        let o = up.kubectl(&["logs", "secured"], None);
+        Some(String::from_utf8_lossy(&o.stdout).to_string())
+    })
+    .await;
+    assert!(logs.contains("uid 1000 gid 3000 groups 3000 "), "{logs}");
+    assert!(logs.contains("4000") && logs.contains("2000"), "{logs}");
+    assert!(
+        logs.contains(" 1000     2000 "),
+        "the file is the fsGroup's: {logs}"
+    );
+    assert!(logs.contains("root filesystem read-only"), "{logs}");
+    let waiting = eventually(Duration::from_secs(60), "rooted refused", || async {
+        let o = up.kubectl(
+            &["get", "pod", "rooted", "-o",
+              "jsonpath={.status.containerStatuses[0].state.waiting.reason}: {.status.containerStatuses[0].state.waiting.message}"],
+            None,
+        );
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        text.starts_with("CreateContainerConfigError").then_some(text)
+    })
+    .await;
+    assert!(
+        waiting.contains(
+            "container has runAsNonRoot and image will run as root (pod: \"rooted_default("
+        ),
+        "{waiting}"
+    );
 }
 
 /// A client inside the cluster, as operators run: kubectl in a pod (`localhost/skiff/kubectl:1`,

@@ -22,11 +22,12 @@
 //! * containerd may run in a network namespace of its own (`netns`), as `skiff up` runs it:
 //!   probes and the streaming server are then reached there ([`crate::netns`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::security::{ImageUser, MASKED_PATHS, READONLY_PATHS, Seccomp, Security};
 use crate::volumes::Propagation;
 use async_trait::async_trait;
 use hyper_util::rt::TokioIo;
@@ -80,8 +81,8 @@ pub struct CriRuntime {
     version: String,
     // Held only to read or insert a config, never across an await.
     sandboxes: Mutex<HashMap<String, cri::PodSandboxConfig>>,
-    /// Images known to be present.
-    images_seen: Mutex<HashSet<String>>,
+    /// Images known to be present, with the user each runs as.
+    images_seen: Mutex<HashMap<String, ImageUser>>,
     /// The latest relist: container ID → CRI state. The relist task ends when this (and
     /// every waiter's clone) is dropped.
     states: tokio::sync::watch::Receiver<Arc<HashMap<String, i32>>>,
@@ -136,6 +137,54 @@ fn time_of(nanos: i64) -> Option<Time> {
         .flatten()
 }
 
+/// The container's security in CRI's terms, as the kubelet sends it: the user, groups,
+/// capabilities, seccomp profile and flags, the sandbox's namespaces, and `/proc` and `/sys`
+/// masked unless the container is privileged.
+fn container_security(
+    s: &Security,
+    namespaces: Option<cri::NamespaceOption>,
+) -> cri::LinuxContainerSecurityContext {
+    let paths = |p: &[&str]| {
+        if s.privileged {
+            Vec::new()
+        } else {
+            p.iter().map(|p| (*p).to_owned()).collect()
+        }
+    };
+    let (profile_type, localhost_ref) = match &s.seccomp {
+        Seccomp::Unconfined => (
+            cri::security_profile::ProfileType::Unconfined,
+            String::new(),
+        ),
+        Seccomp::RuntimeDefault => (
+            cri::security_profile::ProfileType::RuntimeDefault,
+            String::new(),
+        ),
+        Seccomp::Localhost(path) => (cri::security_profile::ProfileType::Localhost, path.clone()),
+    };
+    cri::LinuxContainerSecurityContext {
+        capabilities: Some(cri::Capability {
+            add_capabilities: s.add_capabilities.clone(),
+            drop_capabilities: s.drop_capabilities.clone(),
+            ..cri::Capability::default()
+        }),
+        privileged: s.privileged,
+        namespace_options: namespaces,
+        run_as_user: s.run_as_user.map(|value| cri::Int64Value { value }),
+        run_as_group: s.run_as_group.map(|value| cri::Int64Value { value }),
+        readonly_rootfs: s.read_only_root,
+        supplemental_groups: s.supplemental_groups.clone(),
+        no_new_privs: s.no_new_privs,
+        masked_paths: paths(MASKED_PATHS),
+        readonly_paths: paths(READONLY_PATHS),
+        seccomp: Some(cri::SecurityProfile {
+            profile_type: profile_type.into(),
+            localhost_ref,
+        }),
+        ..cri::LinuxContainerSecurityContext::default()
+    }
+}
+
 /// CPU shares as the kubelet derives them: 1024 per CPU requested, at least 2.
 fn cpu_shares(request_milli: i64) -> i64 {
     (request_milli * 1024 / 1000).max(2)
@@ -182,7 +231,7 @@ impl CriRuntime {
             version: format!("{} {}", v.runtime_name, v.runtime_version),
             config,
             sandboxes: Mutex::new(HashMap::new()),
-            images_seen: Mutex::new(HashSet::new()),
+            images_seen: Mutex::new(HashMap::new()),
             states,
         })
     }
@@ -313,51 +362,61 @@ impl CriRuntime {
         })
     }
 
-    /// Makes sure `image` is present: a pull is tried once (it fails where no registry can
-    /// be reached), then the image is reported missing.
-    async fn ensure_image(&self, image: &str) -> Result<()> {
-        if self
+    /// Makes sure `image` is present (a pull is tried once: it fails where no registry can
+    /// be reached, and the image is reported missing); its user, for `runAsNonRoot`.
+    async fn ensure_image(&self, image: &str) -> Result<ImageUser> {
+        if let Some(user) = self
             .images_seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains(image)
+            .get(image)
         {
-            return Ok(());
+            return Ok(user.clone());
         }
         let spec = cri::ImageSpec {
             image: image.to_string(),
             ..cri::ImageSpec::default()
         };
-        let present = self
-            .images
-            .clone()
-            .image_status(cri::ImageStatusRequest {
-                image: Some(spec.clone()),
-                verbose: false,
-            })
-            .await
-            .map_err(call("ImageStatus"))?
-            .into_inner()
-            .image
-            .is_some();
-        if !present {
-            self.images
-                .clone()
-                .pull_image(cri::PullImageRequest {
-                    image: Some(spec),
-                    ..cri::PullImageRequest::default()
-                })
-                .await
-                .map_err(|s| RuntimeError::ImageNotFound {
-                    image: image.to_string(),
-                    message: s.message().to_string(),
-                })?;
-        }
+        let status = |spec: cri::ImageSpec| {
+            let images = self.images.clone();
+            async move {
+                images
+                    .clone()
+                    .image_status(cri::ImageStatusRequest {
+                        image: Some(spec),
+                        verbose: false,
+                    })
+                    .await
+                    .map_err(call("ImageStatus"))
+                    .map(|r| r.into_inner().image)
+            }
+        };
+        let found = match status(spec.clone()).await? {
+            Some(found) => found,
+            None => {
+                self.images
+                    .clone()
+                    .pull_image(cri::PullImageRequest {
+                        image: Some(spec.clone()),
+                        ..cri::PullImageRequest::default()
+                    })
+                    .await
+                    .map_err(|s| RuntimeError::ImageNotFound {
+                        image: image.to_string(),
+                        message: s.message().to_string(),
+                    })?;
+                status(spec).await?.unwrap_or_default()
+            }
+        };
+        let user = ImageUser {
+            uid: found.uid.map(|u| u.value),
+            username: found.username,
+        };
         self.images_seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(image.to_string());
-        Ok(())
+            .insert(image.to_string(), user.clone());
+        Ok(user)
     }
 
     async fn status(&self, id: &str) -> Result<cri::ContainerStatus> {
@@ -524,7 +583,10 @@ impl Runtime for CriRuntime {
     }
 
     async fn create_container(&self, sandbox: &Sandbox, spec: &ContainerSpec) -> Result<String> {
-        self.ensure_image(&spec.image).await?;
+        let image_user = self.ensure_image(&spec.image).await?;
+        spec.security
+            .verify_non_root(&image_user, &spec.name)
+            .map_err(|message| RuntimeError::Config { message })?;
         let sandbox_config = self
             .sandboxes
             .lock()
@@ -600,7 +662,14 @@ impl Runtime for CriRuntime {
                     memory_limit_in_bytes: r.memory_limit_bytes.unwrap_or(0),
                     ..cri::LinuxContainerResources::default()
                 }),
-                ..cri::LinuxContainerConfig::default()
+                security_context: Some(container_security(
+                    &spec.security,
+                    sandbox_config
+                        .linux
+                        .as_ref()
+                        .and_then(|l| l.security_context.as_ref())
+                        .and_then(|s| s.namespace_options.clone()),
+                )),
             }),
             ..cri::ContainerConfig::default()
         };

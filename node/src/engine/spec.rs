@@ -296,6 +296,7 @@ pub fn container_spec(
         args: c.args.iter().map(|w| expand(w, &env)).collect(),
         env,
         mounts,
+        security: crate::security::security_of(pod, c),
         working_dir: c.working_dir.clone(),
         ports: c.ports.iter().map(|p| p.container_port).collect(),
         resources: Resources {

@@ -429,6 +429,10 @@ impl Runtime for SimRuntime {
                 message: "no registry is reachable and the image is not present".into(),
             });
         }
+        // The simulated images run as root, as busybox's does.
+        spec.security
+            .verify_non_root(&crate::security::ImageUser::default(), &spec.name)
+            .map_err(|message| RuntimeError::Config { message })?;
         let mut command = spec.command.clone();
         command.extend(spec.args.iter().cloned());
         let plan = Plan::parse(&command, spec.resources.memory_limit_bytes.is_some());

@@ -262,8 +262,14 @@ impl Volumes {
                 .await?;
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             set_mode(&dir, 0o777).map_err(|e| format!("{}: {e}", dir.display()))?;
-            self.lock_claims()
-                .insert((uid.clone(), v.name.clone()), dir);
+            // Its data is the pod's group's once, when the pod first mounts it.
+            let first = self
+                .lock_claims()
+                .insert((uid.clone(), v.name.clone()), dir.clone())
+                .is_none();
+            if first && let Some(gid) = crate::security::fs_group(pod) {
+                give_to_group(&dir, gid, true).map_err(|e| format!("{}: {e}", dir.display()))?;
+            }
             return Ok(());
         }
         let Some(dir) = self.volume_path(uid, v) else {
@@ -274,12 +280,16 @@ impl Volumes {
         };
         let io = |e: std::io::Error| format!("{}: {e}", dir.display());
         if let Some(e) = &v.empty_dir {
+            let made = !dir.exists();
             std::fs::create_dir_all(&dir).map_err(io)?;
             if e.medium == "Memory" && self.inner.tmpfs {
                 let size = e.size_limit.as_ref().map(|q| q.value());
                 mount_tmpfs(&dir, size).map_err(io)?;
             }
             set_mode(&dir, 0o777).map_err(io)?;
+            if made && let Some(gid) = crate::security::fs_group(pod) {
+                give_to_group(&dir, gid, true).map_err(io)?;
+            }
             return Ok(());
         }
         let ns = &pod.metadata.namespace;
@@ -345,6 +355,9 @@ impl Volumes {
             mount_tmpfs(&dir, None).map_err(io)?;
         }
         atomic::write(&dir, &payload).map_err(io)?;
+        if let Some(gid) = crate::security::fs_group(pod) {
+            give_to_group(&dir, gid, false).map_err(io)?;
+        }
         Ok(())
     }
 
@@ -901,6 +914,40 @@ fn host_path(h: &HostPathVolumeSource) -> Result<(), String> {
             }
         }
     }
+}
+
+/// Gives what is under `dir` to group `gid` as the kubelet applies a pod's `fsGroup`: each
+/// file and directory (not the links the atomic writer swings) is group-owned by it and
+/// group-readable, writable too when `writable`; directories keep new files in the group
+/// (set-group-ID). It stays on `dir`'s filesystem.
+fn give_to_group(dir: &Path, gid: i64, writable: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let gid = u32::try_from(gid).map_err(|_| std::io::Error::other("fsGroup out of range"))?;
+    let (file_bits, dir_bits) = if writable {
+        (0o660, 0o2770)
+    } else {
+        (0o440, 0o2550)
+    };
+    let device = std::fs::symlink_metadata(dir)?.dev();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&path)?;
+        if meta.file_type().is_symlink() || meta.dev() != device {
+            continue;
+        }
+        std::os::unix::fs::lchown(&path, None, Some(gid))?;
+        let bits = if meta.is_dir() { dir_bits } else { file_bits };
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode | bits != mode {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode | bits))?;
+        }
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(&path)? {
+                stack.push(entry?.path());
+            }
+        }
+    }
+    Ok(())
 }
 
 fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {

@@ -115,6 +115,34 @@ async fn local_volumes_are_made_mounted_and_removed() {
 
 /// A missing ConfigMap or Secret fails the mount (naming it) unless optional; an
 /// unsupported source says so; a hostPath of the wrong type is refused.
+/// A pod's `fsGroup` owns its volumes as the kubelet gives them: the emptyDir group-owned,
+/// group-writable and set-group-ID (so what the containers write stays in the group), the
+/// downward API's files group-readable. Needs root (to give files away); skipped without.
+#[tokio::test]
+async fn the_fs_group_owns_the_volumes() {
+    use std::os::unix::fs::MetadataExt;
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: giving files to another group needs root");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let p = pod(serde_json::json!({
+        "securityContext": {"fsGroup": 2345},
+        "containers": [{"name": "c", "image": "i"}],
+        "volumes": [{"name": "scratch", "emptyDir": {}},
+                    {"name": "info", "downwardAPI": {"items": [
+                        {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}]}));
+    let v = volumes(root.path());
+    v.set_up(&p).await.unwrap();
+    let vols = root.path().join("u/volumes");
+    let scratch = std::fs::metadata(vols.join("kubernetes.io~empty-dir/scratch")).unwrap();
+    assert_eq!(scratch.gid(), 2345);
+    assert_eq!(scratch.permissions().mode() & 0o7777, 0o2777);
+    let name = std::fs::metadata(vols.join("kubernetes.io~downward-api/info/name")).unwrap();
+    assert_eq!(name.gid(), 2345);
+    assert_eq!(name.permissions().mode() & 0o777, 0o644 | 0o440);
+}
+
 /// `subPathExpr` expands from the container's environment (a per-pod directory in a shared
 /// volume, as StatefulSets use it); an expansion that climbs out of the volume is refused.
 /// `mountPropagation` reaches the mount.
