@@ -762,6 +762,21 @@ impl NodeAgent {
         let live: std::collections::HashSet<String> =
             pods.workers.values().map(|(_, w)| w.uid.clone()).collect();
         pods.ctx.volumes.remove_orphans(&live);
+        // Local volumes whose object is gone go too, now and every few resyncs.
+        let collector = {
+            let (volumes, cancel) = (pods.ctx.volumes.clone(), pods.cancel.clone());
+            let every = self.config.volume_resync * 4;
+            tokio::spawn(async move {
+                loop {
+                    volumes.collect_local_volumes().await;
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(every) => {}
+                    }
+                }
+            })
+        };
+        let _stop_collector = AbortOnDrop(collector);
         // Whatever the runtime holds for pods that no longer exist goes.
         for (_, orphan) in pods.adoptable.drain() {
             tracing::info!(node = %self.config.name, pod = %orphan.sandbox.pod_name, "removing the sandbox of a pod that is gone");
@@ -780,6 +795,15 @@ impl NodeAgent {
                 }
             }
         }
+    }
+}
+
+/// Aborts a task when its owner goes, however it goes.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

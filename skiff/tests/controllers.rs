@@ -108,6 +108,8 @@ fn agents(cluster: &Cluster, prefix: &str, count: usize) -> Child {
         heartbeat_interval: Some(Duration::from_secs(1)),
         logs_address: Some("127.0.0.1:0".into()),
         log: Some("info".into()),
+        // Volumes brought up to date, and deleted local volumes collected, within seconds.
+        volume_resync: Some(Duration::from_secs(1)),
         ..NodeCommand::new(RuntimeKind::Sim, cluster.endpoints())
     };
     spawn(cluster, &format!("agents-{prefix}"), agents.args())
@@ -2024,7 +2026,7 @@ async fn a_stateful_set_keeps_its_order_and_names() {
     // The local provisioner binds each claim to a volume on its pod's node (the default
     // StorageClass), and the pods run.
     let pv = Kind::from_name("PersistentVolume").expect("declared");
-    let node = eventually(
+    let (node, local) = eventually(
         Duration::from_secs(60),
         "vol-0 running on its volume",
         || async {
@@ -2040,11 +2042,17 @@ async fn a_stateful_set_keeps_its_order_and_names() {
             let Ok(Some(Object::Pod(p))) = api.get(Kind::Pod, "default", "vol-0").await else {
                 return None;
             };
-            let pinned = skiff_proto::api::volume::pinned_nodes(&v.to_json_value())?;
-            (ready(&p) && pinned == [p.spec.node_name.clone()]).then_some(p.spec.node_name)
+            let v = v.to_json_value();
+            let pinned = skiff_proto::api::volume::pinned_nodes(&v)?;
+            let local = std::path::PathBuf::from(v["spec"]["local"]["path"].as_str()?);
+            (ready(&p) && pinned == [p.spec.node_name.clone()]).then_some((p.spec.node_name, local))
         },
     )
     .await;
+    assert!(
+        local.is_dir(),
+        "the volume's directory on its node: {local:?}"
+    );
     // Made again, the pod goes back to its volume's node, whichever node is freer.
     for _ in 0..3 {
         let Some(Object::Pod(before)) = api.get(Kind::Pod, "default", "vol-0").await.expect("get")
@@ -2085,6 +2093,13 @@ async fn a_stateful_set_keeps_its_order_and_names() {
             let (volumes, _) = api.list(pv, &ListParams::default()).await.ok()?;
             (claims(api.clone()).await?.is_empty() && volumes.is_empty()).then_some(())
         },
+    )
+    .await;
+    // Its node removes a deleted volume's directory once no pod mounts it.
+    eventually(
+        Duration::from_secs(30),
+        "the volume's directory removed",
+        || async { (!local.exists()).then_some(()) },
     )
     .await;
 }

@@ -15,6 +15,7 @@
 //! | get, list, watch `services`, `endpointslices` | always (it programs every Service's rules) |
 //! | get `configmaps`, `secrets` (list, watch: the field selector pins `metadata.name`) | a pod bound to N in the namespace references it |
 //! | get `persistentvolumeclaims` | a pod bound to N in the namespace mounts it |
+//! | get `persistentvolumes` | always, one at a time (the agent asks whether the volume of a local directory still exists, and its reclaim policy, before it removes the directory) |
 //! | create `serviceaccounts/token` | a pod bound to N in the namespace runs as the account |
 //!
 //! What the pods bound to each node reference is the [`Graph`]'s to say (the cluster API's
@@ -157,6 +158,7 @@ pub fn allows(node: &str, attributes: &Attributes, graph: &dyn Graph) -> Option<
         ("secrets", "", "get" | "list" | "watch") => reaches(Referent::Secret),
         // As kube-apiserver: a claim is read one at a time (the agent mounts each).
         ("persistentvolumeclaims", "", "get") => reaches(Referent::Claim),
+        ("persistentvolumes", "", "get") => !r.name.is_empty(),
         ("serviceaccounts", "token", "create") => reaches(Referent::ServiceAccount),
         _ => false,
     };
@@ -344,6 +346,9 @@ mod tests {
             (req("get", "persistentvolumeclaims", "", "team", "web-data", ""), true),
             (req("list", "persistentvolumeclaims", "", "team", "", "metadata.name=web-data"), false),
             (req("update", "persistentvolumeclaims", "", "team", "web-data", ""), false),
+            (req("get", "persistentvolumes", "", "", "pvc-1", ""), true),
+            (req("list", "persistentvolumes", "", "", "", ""), false),
+            (req("delete", "persistentvolumes", "", "", "pvc-1", ""), false),
             (req("create", "serviceaccounts", "token", "team", "web", ""), true),
             (req("create", "serviceaccounts", "token", "team", "db", ""), false),
             (req("create", "serviceaccounts", "token", "team", "", ""), false),

@@ -156,6 +156,10 @@ fn plugin_of(v: &Volume) -> Option<&'static str> {
     }
 }
 
+fn volume_kind() -> Kind {
+    Kind::from_name("PersistentVolume").expect("invariant: PersistentVolume is declared")
+}
+
 fn config_map_kind() -> Kind {
     Kind::from_name("ConfigMap").expect("invariant: ConfigMap is declared")
 }
@@ -267,8 +271,12 @@ impl Volumes {
                 .lock_claims()
                 .insert((uid.clone(), v.name.clone()), dir.clone())
                 .is_none();
-            if first && let Some(gid) = crate::security::fs_group(pod) {
-                give_to_group(&dir, gid, true).map_err(|e| format!("{}: {e}", dir.display()))?;
+            if first {
+                if let Some(gid) = crate::security::fs_group(pod) {
+                    give_to_group(&dir, gid, true)
+                        .map_err(|e| format!("{}: {e}", dir.display()))?;
+                }
+                self.note_retained(&dir).await;
             }
             return Ok(());
         }
@@ -611,6 +619,85 @@ impl Volumes {
             ));
         }
         Ok(local_volumes_dir(&self.inner.root).join(volume))
+    }
+
+    /// The marker beside local volume `dir` that says its PersistentVolume keeps its data
+    /// (`persistentVolumeReclaimPolicy: Retain`): the directory outlives the object.
+    fn retain_marker(dir: &Path) -> PathBuf {
+        let name = dir.file_name().unwrap_or_default().to_string_lossy();
+        dir.with_file_name(format!(".{name}.retain"))
+    }
+
+    /// Reads the PersistentVolume of local volume `dir` (when it can) and marks the
+    /// directory kept when its policy is `Retain`; whether it exists (`None`: unknown).
+    async fn note_retained(&self, dir: &Path) -> Option<bool> {
+        let client = self.inner.client.as_ref()?;
+        let name = dir.file_name()?.to_str()?;
+        let found = match client.get(volume_kind(), "", name).await {
+            Ok(found) => found,
+            Err(e) if e.code() == Some(Code::NotFound) => None,
+            Err(e) => {
+                tracing::debug!(volume = %name, error = %e, "reading a local volume's object");
+                return None;
+            }
+        };
+        let Some(Object::Generic(_, pv)) = found else {
+            return Some(false);
+        };
+        if pv.text("/spec/persistentVolumeReclaimPolicy") == "Retain" {
+            let marker = Self::retain_marker(dir);
+            if !marker.exists()
+                && let Err(e) = std::fs::write(&marker, b"")
+            {
+                tracing::warn!(path = %marker.display(), error = %e, "marking a retained local volume");
+            }
+        }
+        Some(true)
+    }
+
+    /// Removes the node's local volumes whose PersistentVolume is gone (deleted with its
+    /// claim under reclaim policy `Delete`, or by hand) and that no pod here mounts, as a
+    /// local-path provisioner removes a deleted volume's directory; a volume marked
+    /// retained stays. Returns the names removed.
+    pub async fn collect_local_volumes(&self) -> Vec<String> {
+        let dir = local_volumes_dir(&self.inner.root);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Vec::new();
+        };
+        let candidates: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| e.path())
+            .collect();
+        let mut removed = Vec::new();
+        for path in candidates {
+            let in_use = |v: &Volumes| v.lock_claims().values().any(|p| *p == path);
+            if in_use(self) || self.note_retained(&path).await != Some(false) {
+                continue;
+            }
+            if in_use(self) || Self::retain_marker(&path).exists() {
+                continue;
+            }
+            let doomed = path.clone();
+            let gone = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&doomed)).await;
+            match gone {
+                Ok(Ok(())) => {
+                    tracing::info!(path = %path.display(), "removed a deleted volume's directory");
+                    removed.push(
+                        path.file_name()
+                            .unwrap_or_default()
+                            .to_string_lossy()
+                            .into_owned(),
+                    );
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(path = %path.display(), error = %e, "removing a deleted volume's directory")
+                }
+                Err(e) => tracing::warn!(error = %e, "removing a deleted volume's directory"),
+            }
+        }
+        removed
     }
 
     fn lock_claims(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), PathBuf>> {
