@@ -5,9 +5,11 @@
 //! ```text
 //!  per node:  should run?  (nodeSelector, required node affinity, taints: NoSchedule and
 //!             │              NoExecute ones tolerated, with the daemon tolerations added)
-//!             ├ yes, no pod (none stopping)  ──► create one, pinned to the node by affinity
+//!             ├ yes, no pod at all (none stopping or ended) ──► create one, pinned by affinity
 //!             ├ yes, several                 ──► the newest extras go
-//!             ├ yes, one failed              ──► it goes (a new one follows)
+//!             ├ yes, one ended               ──► it goes (a new one follows once it is gone)
+//!             ├ no, but every NoExecute taint tolerated (a NoSchedule `unreachable`, say)
+//!             │                              ──► the pod there stays (misscheduled)
 //!             └ no, pods there               ──► they go (misscheduled)
 //!  rolling:   old-template pods go while no more than maxUnavailable nodes are without an
 //!             available pod; with maxSurge, a new pod starts beside the old, which goes
@@ -79,13 +81,22 @@ pub fn add_daemon_tolerations(pod: &mut Pod) {
 /// Whether a daemon pod (`template`, with the daemon tolerations) should run on `node`: it
 /// selects the node, and tolerates each of its NoSchedule and NoExecute taints.
 pub fn should_run(template: &Pod, node: &Node) -> bool {
-    if !template.selects_node(node) {
-        return false;
-    }
-    node.spec.taints.iter().all(|taint| {
-        taint.effect == TaintEffect::PreferNoSchedule
-            || template.spec.tolerations.iter().any(|t| t.tolerates(taint))
-    })
+    tolerated(template, node, |e| e != TaintEffect::PreferNoSchedule)
+}
+
+/// Whether a daemon pod already on `node` may stay: it selects the node and tolerates each
+/// NoExecute taint (a NoSchedule one, such as `unreachable` while the node's agent is away,
+/// keeps new pods off, not the one running), as Kubernetes' `NodeShouldRunDaemonPod` has it.
+pub fn should_continue_running(template: &Pod, node: &Node) -> bool {
+    tolerated(template, node, |e| e == TaintEffect::NoExecute)
+}
+
+/// `template` selects `node` and tolerates every taint of it whose effect `counts`.
+fn tolerated(template: &Pod, node: &Node, counts: impl Fn(TaintEffect) -> bool) -> bool {
+    template.selects_node(node)
+        && node.spec.taints.iter().all(|taint| {
+            !counts(taint.effect) || template.spec.tolerations.iter().any(|t| t.tolerates(taint))
+        })
 }
 
 /// The node a daemon pod is for: the one it is bound to, or the one its affinity pins it to.
@@ -178,31 +189,39 @@ pub fn decide(
         let stopping = pods
             .iter()
             .any(|p| p.metadata.deletion_timestamp.is_some() && !p.is_terminal());
-        let mut active: Vec<&Pod> = Vec::new();
-        for p in &pods {
-            if p.metadata.deletion_timestamp.is_some() {
+        let standing: Vec<&Pod> = pods
+            .iter()
+            .copied()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        let run = should_run(template, node);
+        if !run && !standing.is_empty() {
+            status.number_misscheduled += 1;
+        }
+        if !run && !should_continue_running(template, node) {
+            d.delete
+                .extend(standing.iter().map(|p| p.metadata.name.clone()));
+            continue;
+        }
+        if run {
+            status.desired_number_scheduled += 1;
+            // A new pod only where none is left, not even one stopping or ended: two never
+            // run at once (as Kubernetes, which replaces an ended one on the next pass).
+            if pods.is_empty() {
+                d.create.push(name.to_owned());
                 continue;
             }
+        }
+        let mut active: Vec<&Pod> = Vec::new();
+        for p in standing {
             if matches!(p.phase(), Some(PodPhase::Failed | PodPhase::Succeeded)) {
-                // A daemon that ended is replaced.
+                // A daemon that ended goes; its replacement comes once it is gone.
                 d.delete.push(p.metadata.name.clone());
             } else {
                 active.push(p);
             }
         }
-        if !should_run(template, node) {
-            if !active.is_empty() {
-                status.number_misscheduled += 1;
-                d.delete
-                    .extend(active.iter().map(|p| p.metadata.name.clone()));
-            }
-            continue;
-        }
-        status.desired_number_scheduled += 1;
-        if active.is_empty() {
-            if !stopping {
-                d.create.push(name.to_owned());
-            }
+        if !run || active.is_empty() {
             continue;
         }
         status.current_number_scheduled += 1;
@@ -397,6 +416,49 @@ mod tests {
         assert_eq!(d.status.desired_number_scheduled, 2);
         assert_eq!(d.status.number_misscheduled, 1);
         assert_eq!(d.status.observed_generation, Some(2));
+    }
+
+    /// Two pods never run on a node at once: an ended daemon goes before its replacement
+    /// comes (on the pass after it is gone), and while a node's agent is away (`unreachable`
+    /// NoSchedule, tolerated NoExecute) its pod stays and no other is made.
+    #[test]
+    fn an_ended_or_unreachable_daemon_is_not_doubled() {
+        let (ds, t) = ds(json!({"type": "RollingUpdate"}));
+        let worker = node("w1", json!({"role": "worker"}), json!([]));
+        let mut failed = pod("a-1", "w1", "h", false);
+        if let Some(s) = failed.status.as_mut() {
+            s.phase = Some(PodPhase::Failed);
+        }
+        let d = decide(&ds, &t, "h", &[&worker], &[&failed], NOW);
+        assert_eq!(d.delete, ["a-1"]);
+        assert!(d.create.is_empty(), "{:?}", d.create);
+        let d = decide(&ds, &t, "h", &[&worker], &[], NOW);
+        assert_eq!(d.create, ["w1"]);
+
+        let away = node(
+            "w1",
+            json!({"role": "worker"}),
+            json!([{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+                   {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]),
+        );
+        let running = pod("a-2", "w1", "h", true);
+        let d = decide(&ds, &t, "h", &[&away], &[&running], NOW);
+        assert!(d.delete.is_empty() && d.create.is_empty(), "{d:?}");
+        assert_eq!(
+            (
+                d.status.desired_number_scheduled,
+                d.status.number_misscheduled
+            ),
+            (0, 1)
+        );
+        // An untolerated NoExecute taint does send it away.
+        let evicting = node(
+            "w1",
+            json!({"role": "worker"}),
+            json!([{"key": "dedicated", "effect": "NoExecute"}]),
+        );
+        let d = decide(&ds, &t, "h", &[&evicting], &[&running], NOW);
+        assert_eq!(d.delete, ["a-2"]);
     }
 
     #[test]
