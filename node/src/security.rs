@@ -7,6 +7,7 @@
 
 use serde_json::Value;
 use skiff_proto::api::Pod;
+use skiff_proto::api::meta::strings_of as strings;
 use skiff_proto::api::pod::Container;
 
 /// The paths of `/proc` and `/sys` hidden from unprivileged containers, as the kubelet's
@@ -93,17 +94,6 @@ fn seccomp(v: Option<&Value>) -> Option<Seccomp> {
         ),
         _ => Seccomp::Unconfined,
     })
-}
-
-fn strings(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The security of container `c` of `pod`: its own settings over the pod's.

@@ -522,13 +522,7 @@ async fn admission_follows_the_stored_node() {
         n.name = Some("n1".into());
     });
     let long = Duration::from_secs(30);
-    eventually(long, "node n1 registered and Ready", || async {
-        match api.get(Kind::Node, "", "n1").await.ok()? {
-            Some(Object::Node(n)) if n.is_ready() => Some(()),
-            _ => None,
-        }
-    })
-    .await;
+    n1_ready(&api, long).await;
     // Labelled after registration, then a pod that selects the label is bound at once.
     edit_node(&api, "n1", |n| {
         n.metadata.labels.insert("disk".into(), "ssd".into());
@@ -564,6 +558,17 @@ async fn admission_follows_the_stored_node() {
     );
 }
 
+/// Waits for node n1 to register and be Ready.
+async fn n1_ready(api: &ClusterClient, within: Duration) {
+    eventually(within, "node n1 registered and Ready", || async {
+        match api.get(Kind::Node, "", "n1").await.ok()? {
+            Some(Object::Node(n)) if n.is_ready() => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+}
+
 /// Changes a Node with `edit`, again on a conflict with the agent's heartbeat.
 async fn edit_node(api: &ClusterClient, name: &str, edit: impl Fn(&mut skiff_proto::api::Node)) {
     eventually(Duration::from_secs(30), "the node edited", || async {
@@ -591,13 +596,7 @@ async fn pods_over_their_size_limit_or_deadline_are_ended_by_the_node() {
         n.volume_resync = Some(Duration::from_millis(300));
     });
     let long = Duration::from_secs(30);
-    eventually(long, "node n1 registered and Ready", || async {
-        match api.get(Kind::Node, "", "n1").await.ok()? {
-            Some(Object::Node(n)) if n.is_ready() => Some(()),
-            _ => None,
-        }
-    })
-    .await;
+    n1_ready(&api, long).await;
     let scratch = |limit: &str| {
         json!({"containers": [{"name": "main", "image": "localhost/skiff/busybox:1",
                                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],

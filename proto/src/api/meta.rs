@@ -29,6 +29,19 @@ impl Unmodelled {
     }
 }
 
+/// The strings of a JSON array (what is not a string skipped); none when `value` is no array.
+pub fn strings_of(value: Option<&serde_json::Value>) -> Vec<String> {
+    value
+        .and_then(serde_json::Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(serde_json::Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// `metadata` of every object, with Kubernetes' field names and meaning.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]

@@ -34,6 +34,7 @@ use serde_json::{Map, Value, json};
 use super::registry::{GenericKind, GenericObject, KindInfo, KubeType};
 use super::schema::SchemaError;
 use super::validation::{Errors, Path};
+use crate::api::meta::strings_of as strings;
 
 /// The group of CustomResourceDefinitions.
 pub const GROUP: &str = "apiextensions.k8s.io";
@@ -221,18 +222,6 @@ pub fn retire(name: &str) {
             GENERATION.fetch_add(1, Ordering::AcqRel);
         }
     }
-}
-
-fn strings(value: Option<&Value>) -> Vec<String> {
-    value
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// kubectl's JSONPath of a field (`.spec.replicas`) as a JSON pointer (`/spec/replicas`).
