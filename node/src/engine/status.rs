@@ -223,12 +223,16 @@ impl PodEngine {
                 Cond::ContainersReady => (PodConditionType::ContainersReady, "ContainersNotReady"),
                 Cond::Ready => (PodConditionType::Ready, "ContainersNotReady"),
             };
-            let reason = if *v {
-                String::new()
-            } else if *c == Cond::Ready && self.terminal.is_some() {
-                "PodCompleted".into()
-            } else {
-                reason.into()
+            // A finished pod's readiness says how it finished, as the kubelet words it.
+            let finished = match self.terminal {
+                Some(PodPhase::Failed) => Some("PodFailed"),
+                Some(_) => Some("PodCompleted"),
+                None => None,
+            };
+            let reason = match finished {
+                _ if *v => String::new(),
+                Some(f) if *c != Cond::Initialized => f.into(),
+                _ => reason.into(),
             };
             status.set_condition(PodCondition {
                 last_transition_time: Some(*since),

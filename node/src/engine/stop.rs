@@ -305,6 +305,10 @@ mod tests {
             (target.reason.as_str(), target.message.as_str()),
             ("TerminationByKubelet", message)
         );
+        for c in [PodConditionType::Ready, PodConditionType::ContainersReady] {
+            let reason = st.condition(&c).map(|c| c.reason.as_str());
+            assert_eq!(reason, Some("PodFailed"), "{c:?}");
+        }
         // A second eviction, or a deadline, changes nothing; the delete cleans up.
         assert!(
             e.step(at(t0, 7), Input::End(Ending::evicted("again".into())))
