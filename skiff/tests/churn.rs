@@ -732,19 +732,48 @@ async fn start_workloads(api: &ClusterClient) -> std::sync::Arc<std::sync::Mutex
                 .expect("watch work pods"),
         );
         let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
+        // Each pod's last events, told with a violation that names it.
+        let mut history: BTreeMap<String, Vec<String>> = BTreeMap::new();
         while let Some(Ok(e)) = stream.next().await {
-            match e {
-                Event::Added(Object::Pod(p)) | Event::Modified(Object::Pod(p)) => {
-                    pods.insert(p.metadata.name.clone(), p);
-                }
-                Event::Deleted(Object::Pod(p)) => {
-                    pods.remove(&p.metadata.name);
-                }
+            let (what, p) = match e {
+                Event::Added(Object::Pod(p)) => ("added", p),
+                Event::Modified(Object::Pod(p)) => ("modified", p),
+                Event::Deleted(Object::Pod(p)) => ("deleted", p),
                 _ => continue,
+            };
+            let seen = history.entry(p.metadata.name.clone()).or_default();
+            seen.push(format!(
+                "{what} at {} on {:?}: {:?}{}",
+                p.metadata.resource_version,
+                p.spec.node_name,
+                p.phase(),
+                if p.metadata.deletion_timestamp.is_some() {
+                    ", deleting"
+                } else {
+                    ""
+                }
+            ));
+            if seen.len() > 12 {
+                seen.remove(0);
+            }
+            if what == "deleted" {
+                pods.remove(&p.metadata.name);
+            } else {
+                pods.insert(p.metadata.name.clone(), p);
             }
             let found_now = workload_rules(&pods);
             if !found_now.is_empty() {
-                found.lock().expect("lock").extend(found_now);
+                let told: Vec<String> = found_now
+                    .into_iter()
+                    .map(|v| {
+                        let named = history
+                            .iter()
+                            .filter(|(name, _)| v.contains(&format!("{name:?}")))
+                            .map(|(name, h)| format!("\n    {name}: {}", h.join("; ")));
+                        format!("{v}{}", named.collect::<String>())
+                    })
+                    .collect();
+                found.lock().expect("lock").extend(told);
             }
         }
     });
