@@ -32,6 +32,9 @@ use crate::queue::WorkQueue;
 
 pub mod plan;
 
+/// How many tracking finalizers one sync removes at once.
+const CONCURRENT_RELEASES: usize = 64;
+
 /// The controller's name in logs and metrics.
 pub const NAME: &str = "job";
 
@@ -276,17 +279,37 @@ impl Controller for Jobs {
             .map(|p| p.metadata.uid.clone())
             .filter(|u| !released.contains(u))
             .collect();
-        for pod in pods
+        // Released side by side: one update each, and a Job finishing a thousand pods at once
+        // would otherwise wait out a thousand round trips.
+        let releasing: Vec<&Pod> = pods
             .iter()
+            .copied()
             .filter(|p| recorded.release.contains(&p.metadata.name))
-        {
-            if self.release(pod).await? {
-                self.released()
-                    .entry(uid.clone())
-                    .or_default()
-                    .insert(pod.metadata.uid.clone());
+            .collect();
+        let mut results: Vec<(&Pod, Result<bool, ClientError>)> = Vec::new();
+        for chunk in releasing.chunks(CONCURRENT_RELEASES) {
+            let done = futures::future::join_all(chunk.iter().map(|pod| self.release(pod))).await;
+            results.extend(chunk.iter().copied().zip(done));
+        }
+        let mut failed = None;
+        for (pod, result) in results {
+            match result {
+                Ok(true) => {
+                    self.released()
+                        .entry(uid.clone())
+                        .or_default()
+                        .insert(pod.metadata.uid.clone());
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    failed.get_or_insert(e);
+                    continue;
+                }
             }
             held.remove(&pod.metadata.uid);
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         let before = job.status.clone();
         plan::count(&mut job, &held);
