@@ -271,6 +271,33 @@ fn parse_taints(items: &[String]) -> anyhow::Result<Vec<Taint>> {
         .collect()
 }
 
+/// The prefix of simulated nodes' temporary volume directories, followed by the agent's PID.
+const SIM_VOLUMES: &str = "skiff-sim-volumes-";
+
+/// Removes the simulated nodes' volume directories in `base` of agents that are gone: one
+/// killed (SIGKILL, as tests and `skiff up` stop them) never removed its own.
+fn sweep_sim_volumes(base: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(SIM_VOLUMES)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+            tracing::debug!(path = %entry.path().display(), error = %e, "removing a gone agent's volumes");
+        }
+    }
+}
+
 impl Args {
     /// Where the nodes keep their volumes: `--root-dir`, else for simulated nodes a
     /// temporary directory (held by the returned guard), else the default under
@@ -280,9 +307,11 @@ impl Args {
             return Ok((d.clone(), None));
         }
         if self.runtime == RuntimeKind::Sim {
+            let base = std::env::temp_dir();
+            sweep_sim_volumes(&base);
             let t = tempfile::Builder::new()
-                .prefix("skiff-sim-volumes-")
-                .tempdir()
+                .prefix(&format!("{SIM_VOLUMES}{}-", std::process::id()))
+                .tempdir_in(&base)
                 .context("a temporary directory for the simulated nodes' volumes")?;
             return Ok((t.path().to_owned(), Some(t)));
         }
@@ -662,6 +691,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The directories of agents that are gone go; a live agent's, and anything else, stay.
+    #[test]
+    fn sim_volumes_of_gone_agents_are_swept() {
+        let base = tempfile::tempdir().expect("tempdir");
+        // Above any PID_MAX the kernel allows (2^22): never a live process.
+        let gone = base.path().join(format!("{SIM_VOLUMES}4194305-abc"));
+        let live = base
+            .path()
+            .join(format!("{SIM_VOLUMES}{}-abc", std::process::id()));
+        let other = base.path().join(format!("{SIM_VOLUMES}xyz"));
+        for d in [&gone, &live, &other] {
+            std::fs::create_dir_all(d.join("n1")).expect("mkdir");
+        }
+        sweep_sim_volumes(base.path());
+        assert!(!gone.exists());
+        assert!(live.exists() && other.exists());
+    }
 
     #[test]
     fn flags_parse() {
