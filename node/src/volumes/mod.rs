@@ -362,8 +362,9 @@ impl Volumes {
         if self.inner.tmpfs && (v.secret.is_some() || v.projected.is_some()) {
             mount_tmpfs(&dir, None).map_err(io)?;
         }
-        atomic::write(&dir, &payload).map_err(io)?;
-        if let Some(gid) = crate::security::fs_group(pod) {
+        // A new version only (an unchanged one was given to the group when written).
+        let wrote = atomic::write(&dir, &payload).map_err(io)?;
+        if wrote && let Some(gid) = crate::security::fs_group(pod) {
             give_to_group(&dir, gid, false).map_err(io)?;
         }
         Ok(())
