@@ -185,7 +185,7 @@ pub fn run(config: &Config, progress: impl Fn(usize) + Send + Sync + 'static) ->
     let decided = Arc::new(AtomicUsize::new(0));
     let latencies = Arc::new(Mutex::new(Latencies::new()));
     let unschedulable = Arc::new(AtomicUsize::new(0));
-    let seen = Arc::new(Mutex::new(std::collections::HashSet::new()));
+    let seen = Arc::new(Mutex::new(foldhash::HashSet::<String>::default()));
     let done = Arc::new(Latch::default());
     let total = config.pods;
     let (d, l, u, s, dn) = (

@@ -101,7 +101,7 @@ fn node_affinity_sums(table: &NodeTable, pod: &PodInfo) -> Option<Vec<f32>> {
                     filter::requirement_holds(r, info.labels.get(&r.key).map(String::as_str))
                 }) && p.match_fields.iter().all(|r| {
                     r.key == "metadata.name"
-                        && filter::requirement_holds(r, Some(table.names[row].as_str()))
+                        && filter::requirement_holds(r, Some(&*table.names[row]))
                 });
             if ok {
                 *sum += term.weight as f32;

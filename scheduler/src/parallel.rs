@@ -32,7 +32,7 @@ use crate::kernels::Kernels;
 use crate::model::{PodInfo, Resources};
 use crate::preemption;
 use crate::queue::{Done, Queue};
-use crate::table::NodeTable;
+use crate::table::{NodeTable, Placing};
 
 /// What became of one pod's attempt.
 #[derive(Debug, Clone)]
@@ -116,7 +116,7 @@ impl Core {
         let id = placed.id();
         {
             let mut table = self.table.write();
-            if table.pods.get(&id).is_some_and(|e| e.assumed) {
+            if table.pods.get(id.as_str()).is_some_and(|e| e.assumed) {
                 table.remove_pod(&id);
             }
         }
@@ -125,11 +125,14 @@ impl Core {
     }
 }
 
+/// Where a worker put a pod: the row and its node's name, as the table had them.
+type Chosen = (usize, Arc<str>);
+
 struct Proposal {
     pods: Vec<Arc<PodInfo>>,
-    /// Per pod: the chosen node's name, or the diagnosis; `None` when the batch stopped
-    /// before the pod (the nodes changed under it).
-    outcomes: Vec<Option<Result<String, Diagnosis>>>,
+    /// Per pod: the chosen node's row and name, or the diagnosis; `None` when the batch
+    /// stopped before the pod (the nodes changed under it).
+    outcomes: Vec<Option<Result<Chosen, Diagnosis>>>,
     /// The table's `node_version` the placements were made against.
     node_version: u64,
     popped: Instant,
@@ -264,7 +267,7 @@ where
             let outcomes = outcomes
                 .into_iter()
                 .map(|o| match o {
-                    Outcome::Placed { row, .. } => Some(Ok(table.names[row].clone())),
+                    Outcome::Placed { row, .. } => Some(Ok((row, table.names[row].clone()))),
                     Outcome::Unschedulable(d) => Some(Err(d)),
                     Outcome::Unplaced => None,
                 })
@@ -376,28 +379,41 @@ fn commit(core: &Core, p: Proposal, rng: &mut Rng) -> Vec<Verdict> {
     let mut verdicts = Vec::with_capacity(p.pods.len());
     let mut unplaced = Vec::new();
     let mut retry = Vec::new();
+    // The keys the table indexes each placement by, formatted before the lock.
+    let placing: Vec<Option<Placing>> = p
+        .pods
+        .iter()
+        .zip(&p.outcomes)
+        .map(|(pod, o)| matches!(o, Some(Ok(_))).then(|| Placing::new(pod.clone())))
+        .collect();
+    let mut placed = Vec::with_capacity(placing.len());
     {
         // What the re-check needs is worked out under an upgradable read, beside the other
         // workers' reads: no other writer can change the table before the upgrade, and the
         // exclusive part is only the checks and the adds.
         let table = core.table.upgradable_read();
         let first = &p.pods[0];
+        // While no node changed, every row still is the node it was when placed.
+        let same_nodes = table.node_version == p.node_version;
         // The worker registered the signature's terms before placing it, and the table
         // never forgets a term.
-        let quick = table.node_version == p.node_version && !PodCtx::depends_on_pods(&table, first);
-        let placing = p.outcomes.iter().any(|o| matches!(o, Some(Ok(_))));
-        let mut ctx = (!quick && placing).then(|| PodCtx::new(&table, first, &core.kernels));
+        let quick = same_nodes && !PodCtx::depends_on_pods(&table, first);
+        let placing_any = placing.iter().any(Option::is_some);
+        let mut ctx = (!quick && placing_any).then(|| PodCtx::new(&table, first, &core.kernels));
         let mut table = RwLockUpgradableReadGuard::upgrade(table);
         let none = Resources::default();
         // The pods of a batch share a signature: the terms that count them are worked out
         // once.
         let mut alike = None;
-        for (pod, outcome) in p.pods.iter().zip(p.outcomes) {
-            let latency = p.popped.elapsed();
-            match outcome {
-                None => retry.push(pod.clone()),
-                Some(Ok(node)) => {
-                    let fits = table.row(&node).is_some_and(|row| {
+        for ((pod, outcome), placing) in p.pods.iter().zip(p.outcomes).zip(placing) {
+            match (outcome, placing) {
+                (Some(Ok((row, node))), Some(placing)) => {
+                    let row = if same_nodes {
+                        Some(row)
+                    } else {
+                        table.row(&node)
+                    };
+                    let fits = row.is_some_and(|row| {
                         if quick {
                             return filter::still_fits(&table, pod, row);
                         }
@@ -405,27 +421,31 @@ fn commit(core: &Core, p: Proposal, rng: &mut Rng) -> Vec<Verdict> {
                             filter::check_row(&table, pod, ctx, row, &none, 0).is_empty()
                         })
                     });
-                    if fits
-                        && table
-                            .add_pod_alike(pod.clone(), &node, true, &mut alike)
-                            .is_ok()
-                    {
-                        if let (Some(ctx), Some(row)) = (ctx.as_mut(), table.row(&node)) {
-                            ctx.place(&table, row);
+                    match row {
+                        Some(row)
+                            if fits
+                                && table.add_pod_alike(placing, row, true, &mut alike).is_ok() =>
+                        {
+                            if let Some(ctx) = ctx.as_mut() {
+                                ctx.place(&table, row);
+                            }
+                            placed.push((pod.clone(), node, p.popped.elapsed()));
                         }
-                        core.stats.observe(latency);
-                        verdicts.push(Verdict::Placed {
-                            pod: pod.clone(),
-                            node,
-                            latency,
-                        });
-                    } else {
-                        retry.push(pod.clone());
+                        _ => retry.push(pod.clone()),
                     }
                 }
-                Some(Err(diagnosis)) => unplaced.push((pod.clone(), diagnosis)),
+                (Some(Err(diagnosis)), _) => unplaced.push((pod.clone(), diagnosis)),
+                _ => retry.push(pod.clone()),
             }
         }
+    }
+    for (pod, node, latency) in placed {
+        core.stats.observe(latency);
+        verdicts.push(Verdict::Placed {
+            pod,
+            node: node.to_string(),
+            latency,
+        });
     }
     // Before the queue hears of them: a pod nominated is held back as unschedulable
     // (waiting for its victims) with its room already held.

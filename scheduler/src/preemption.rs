@@ -246,7 +246,7 @@ pub fn candidate_on(
     row: usize,
     budgets: &[Budget],
 ) -> Result<Candidate, Vec<String>> {
-    let node = table.names[row].clone();
+    let node = table.names[row].to_string();
     let why = filter::check_row(table, pod, ctx, row, &Resources::default(), 0);
     if why.is_empty() {
         // The table changed since the attempt and the pod fits: nothing to preempt.

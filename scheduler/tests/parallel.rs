@@ -126,7 +126,7 @@ proptest! {
             let mut t = core.table.write();
             match kind {
                 0 if t.len() > 1 => {
-                    let name = t.names[(pick % t.len() as u64) as usize].clone();
+                    let name = t.names[(pick % t.len() as u64) as usize].to_string();
                     t.remove_node(&name);
                     removed.insert(name);
                 }
@@ -139,7 +139,7 @@ proptest! {
                 }
                 _ => {
                     // A placed pod finishes: it leaves the table and may be queued no more.
-                    let keys: Vec<String> = t.pods.keys().cloned().collect();
+                    let keys: Vec<String> = t.pods.keys().map(|k| k.to_string()).collect();
                     if !keys.is_empty() {
                         let k = &keys[rng.below(keys.len())];
                         t.remove_pod(k);

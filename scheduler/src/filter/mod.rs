@@ -182,8 +182,8 @@ fn node_affinity_mask(table: &NodeTable, pod: &PodInfo, k: &Kernels) -> Vec<u64>
             for r in &term.match_fields {
                 let mut m = vec![0u64; kernels::words(n)];
                 for row in 0..n {
-                    let ok = r.key == "metadata.name"
-                        && requirement_holds(r, Some(table.names[row].as_str()));
+                    let ok =
+                        r.key == "metadata.name" && requirement_holds(r, Some(&*table.names[row]));
                     kernels::set(&mut m, row, ok);
                 }
                 kernels::and_counting(&mut t, &m);

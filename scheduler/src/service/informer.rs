@@ -241,8 +241,8 @@ impl Handlers {
                     } else {
                         if table
                             .pods
-                            .get(&id)
-                            .is_some_and(|e| e.node != p.spec.node_name)
+                            .get(id.as_str())
+                            .is_some_and(|e| *e.node != *p.spec.node_name)
                         {
                             // Bound elsewhere than we assumed (another scheduler won).
                             table.remove_pod(&id);
@@ -278,7 +278,7 @@ impl Handlers {
                     // in flight, and a second one would bind twice or overcommit.
                     let pinned = self.pinned(p);
                     let p = pinned.as_ref().unwrap_or(p);
-                    if self.core.table.read().pods.contains_key(&id) {
+                    if self.core.table.read().pods.contains_key(id.as_str()) {
                         self.core.queue.hold_pod(p);
                     } else {
                         self.core.queue.add_pod(p);
@@ -311,7 +311,7 @@ impl Handlers {
         let table = self.core.table.read();
         table.pods.get(id).is_some_and(|e| {
             !e.assumed
-                && e.node == node
+                && *e.node == *node
                 && counted_alike(&e.info, info)
                 && same_to_preemption(&e.info, info)
         }) && table.named(key).all(|(other, _)| other == id)

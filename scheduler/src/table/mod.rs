@@ -38,11 +38,14 @@ mod terms;
 pub use columns::{BitRows, Interner, LabelColumn};
 pub use terms::{HARD_POD_AFFINITY_WEIGHT, Term, TermKey, TermRole, owned_terms};
 
+/// A pod's identity in the table ([`PodInfo::id`]), shared by the maps that index it.
+pub type PodId = Arc<str>;
+
 /// A pod the table accounts for.
 #[derive(Debug, Clone)]
 pub struct PodEntry {
     pub info: Arc<PodInfo>,
-    pub node: String,
+    pub node: Arc<str>,
     /// Placed by this scheduler, Bind not yet confirmed by the store.
     pub assumed: bool,
 }
@@ -74,6 +77,26 @@ pub enum Placement {
     },
 }
 
+/// A pod about to be accounted, with the keys the table indexes it by, worked out before
+/// the table's lock is taken: formatting and allocating them is most of what a placement
+/// costs the table, and the committer holds the lock exclusively.
+#[derive(Debug, Clone)]
+pub struct Placing {
+    pub info: Arc<PodInfo>,
+    id: PodId,
+    key: String,
+}
+
+impl Placing {
+    pub fn new(info: Arc<PodInfo>) -> Self {
+        Placing {
+            id: info.id().into(),
+            key: info.key(),
+            info,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TableError {
     #[error("pod {0} is already on node {1}")]
@@ -83,7 +106,7 @@ pub enum TableError {
 /// See the module documentation.
 #[derive(Debug, Default, Clone)]
 pub struct NodeTable {
-    pub names: Vec<String>,
+    pub names: Vec<Arc<str>>,
     index: HashMap<String, u32>,
     pub infos: Vec<Arc<NodeInfo>>,
 
@@ -120,13 +143,13 @@ pub struct NodeTable {
     pub images: HashMap<String, (i64, Vec<u32>)>,
 
     /// By [`PodInfo::id`].
-    pub pods: HashMap<String, PodEntry>,
+    pub pods: HashMap<PodId, PodEntry>,
     /// `namespace/name` → the ids accounted under that name (two while a re-created pod's
     /// predecessor still has a placement in flight).
-    named: HashMap<String, Vec<String>>,
-    node_pods: Vec<Vec<String>>,
+    named: HashMap<String, Vec<PodId>>,
+    node_pods: Vec<Vec<PodId>>,
     /// Pods bound to nodes the table does not have yet, by node name.
-    orphans: HashMap<String, Vec<String>>,
+    orphans: HashMap<String, Vec<PodId>>,
 
     /// Pending pods nominated to a node by preemption, by id, with that node: see
     /// [`NodeTable::nominate`].
@@ -211,7 +234,7 @@ impl NodeTable {
             None => self.push_row(&info.name),
         };
         self.set_row(row, info);
-        if let Some(waiting) = self.orphans.remove(&self.names[row].clone()) {
+        if let Some(waiting) = self.orphans.remove(&*self.names[row]) {
             for key in waiting {
                 if let Some(entry) = self.pods.get(&key).cloned() {
                     self.account(row, &entry.info, true);
@@ -223,7 +246,7 @@ impl NodeTable {
 
     fn push_row(&mut self, name: &str) -> usize {
         let row = self.len();
-        self.names.push(name.to_string());
+        self.names.push(name.into());
         self.index.insert(name.to_string(), row as u32);
         self.infos.push(Arc::new(NodeInfo::default()));
         for c in self.i64_columns() {
@@ -406,7 +429,7 @@ impl NodeTable {
         let rows = self.len();
         let last = rows - 1;
         if row != last {
-            let moved = self.names[last].clone();
+            let moved = self.names[last].to_string();
             self.index.insert(moved, row as u32);
         }
         self.names.swap_remove(row);
@@ -458,7 +481,8 @@ impl NodeTable {
         node: &str,
         assumed: bool,
     ) -> Result<Placement, TableError> {
-        self.add_pod_with(info, node, assumed, None)
+        let row = self.row(node);
+        self.add_pod_with(Placing::new(info), row, node, assumed, None)
     }
 
     /// As [`NodeTable::add_pod`], for the pods of one batch: `alike` carries the terms the
@@ -467,38 +491,44 @@ impl NodeTable {
     /// pod in its terms evaluates every registered selector against its labels; under the
     /// committer's write lock that was most of a placement's cost once hundreds of terms
     /// were registered.
+    ///
+    /// The pod goes on row `row`, and its keys come worked out ([`Placing`]), so that under
+    /// the committer's lock a placement hashes no node name and formats no key.
     pub fn add_pod_alike(
         &mut self,
-        info: Arc<PodInfo>,
-        node: &str,
+        pod: Placing,
+        row: usize,
         assumed: bool,
         alike: &mut Option<(Arc<PodInfo>, CountedIn)>,
     ) -> Result<Placement, TableError> {
-        let reusable = alike.as_ref().is_some_and(|(pod, counted)| {
-            counted.terms == self.terms.len() && counted_alike(pod, &info)
+        let reusable = alike.as_ref().is_some_and(|(first, counted)| {
+            counted.terms == self.terms.len() && counted_alike(first, &pod.info)
         });
         if !reusable {
-            *alike = Some((info.clone(), self.terms_of(&info)));
+            *alike = Some((pod.info.clone(), self.terms_of(&pod.info)));
         }
+        let node = self.names[row].clone();
         self.add_pod_with(
-            info,
-            node,
+            pod,
+            Some(row),
+            &node,
             assumed,
             alike.as_ref().map(|(_, counted)| counted),
         )
     }
 
+    /// `row` is `node`'s row, `None` when the table has no such node.
     fn add_pod_with(
         &mut self,
-        info: Arc<PodInfo>,
+        Placing { info, id, key }: Placing,
+        row: Option<usize>,
         node: &str,
         assumed: bool,
         alike: Option<&CountedIn>,
     ) -> Result<Placement, TableError> {
-        let id = info.id();
         if let Some(e) = self.pods.get(&id) {
-            if e.node != node {
-                return Err(TableError::AlreadyPlaced(info.key(), e.node.clone()));
+            if *e.node != *node {
+                return Err(TableError::AlreadyPlaced(key, e.node.to_string()));
             }
             let was_assumed = e.assumed;
             let old = e.info.clone();
@@ -506,7 +536,7 @@ impl NodeTable {
                 None
             } else {
                 self.generation += 1;
-                if let Some(row) = self.row(node) {
+                if let Some(row) = row {
                     self.account(row, &old, false);
                     self.account(row, &info, true);
                 }
@@ -527,23 +557,26 @@ impl NodeTable {
         self.unnominate(&id);
         self.generation += 1;
         self.count_priority(info.priority, true);
-        match self.row(node) {
+        let node = match row {
             Some(row) => {
                 self.account_with(row, &info, true, alike);
                 self.node_pods[row].push(id.clone());
+                self.names[row].clone()
             }
-            None => self
-                .orphans
-                .entry(node.to_string())
-                .or_default()
-                .push(id.clone()),
-        }
-        self.named.entry(info.key()).or_default().push(id.clone());
+            None => {
+                self.orphans
+                    .entry(node.to_string())
+                    .or_default()
+                    .push(id.clone());
+                node.into()
+            }
+        };
+        self.named.entry(key).or_default().push(id.clone());
         self.pods.insert(
             id,
             PodEntry {
                 info,
-                node: node.to_string(),
+                node,
                 assumed,
             },
         );
@@ -558,7 +591,7 @@ impl NodeTable {
         self.count_priority(entry.info.priority, false);
         let name = entry.info.key();
         if let Some(ids) = self.named.get_mut(&name) {
-            ids.retain(|i| i != id);
+            ids.retain(|i| **i != *id);
             if ids.is_empty() {
                 self.named.remove(&name);
             }
@@ -567,13 +600,13 @@ impl NodeTable {
             Some(row) => {
                 self.account(row, &entry.info, false);
                 let list = &mut self.node_pods[row];
-                if let Some(i) = list.iter().position(|k| k == id) {
+                if let Some(i) = list.iter().position(|k| **k == *id) {
                     list.swap_remove(i);
                 }
             }
             None => {
-                if let Some(list) = self.orphans.get_mut(&entry.node) {
-                    list.retain(|k| k != id);
+                if let Some(list) = self.orphans.get_mut(&*entry.node) {
+                    list.retain(|k| **k != *id);
                 }
             }
         }
@@ -586,7 +619,7 @@ impl NodeTable {
             .get(key)
             .into_iter()
             .flatten()
-            .filter_map(|id| Some((id.as_str(), self.pods.get(id)?)))
+            .filter_map(|id| Some((&**id, self.pods.get(id)?)))
     }
 
     /// The store holds the pod `id` under `namespace/name` (`key`): every confirmed pod of
@@ -692,7 +725,7 @@ impl NodeTable {
     pub fn nominate(&mut self, info: Arc<PodInfo>, node: &str) {
         let id = info.id();
         self.unnominate(&id);
-        if self.pods.contains_key(&id) {
+        if self.pods.contains_key(id.as_str()) {
             return; // placed already: its placement holds its room
         }
         let Some(row) = self.row(node) else { return };
@@ -719,7 +752,7 @@ impl NodeTable {
         let name = &self.names[row];
         self.nominated
             .values()
-            .filter(move |(node, _)| node == name)
+            .filter(move |(node, _)| **node == **name)
             .map(|(_, info)| info)
     }
 
