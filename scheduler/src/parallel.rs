@@ -31,7 +31,7 @@ use crate::filter::{self, Diagnosis, PodCtx};
 use crate::kernels::Kernels;
 use crate::model::{PodInfo, Resources};
 use crate::preemption;
-use crate::queue::{Done, Queue};
+use crate::queue::{Done, PlacedFlag, Queue};
 use crate::table::{NodeTable, Placing};
 
 /// What became of one pod's attempt.
@@ -130,6 +130,8 @@ type Chosen = (usize, Arc<str>);
 
 struct Proposal {
     pods: Vec<Arc<PodInfo>>,
+    /// Per pod: how its placement is reported to the queue.
+    flags: Vec<PlacedFlag>,
     /// Per pod: the chosen node's row and name, or the diagnosis; `None` when the batch
     /// stopped before the pod (the nodes changed under it).
     outcomes: Vec<Option<Result<Chosen, Diagnosis>>>,
@@ -207,7 +209,9 @@ where
 {
     let mut rng = Rng::new(seed);
     loop {
-        let pods = core.queue.pop_batch(batch, Duration::from_millis(200));
+        let pods = core
+            .queue
+            .pop_batch_flagged(batch, Duration::from_millis(200));
         if pods.is_empty() {
             if core.queue.is_closed() {
                 return;
@@ -221,11 +225,6 @@ where
         } else {
             let (rest, placed) = place_nominated(&core, pods, popped);
             if !placed.is_empty() {
-                core.queue.done_batch(placed.iter().map(|v| match v {
-                    Verdict::Placed { pod, .. } | Verdict::Unschedulable { pod, .. } => {
-                        (pod.as_ref(), Done::Placed)
-                    }
-                }));
                 (sink.lock())(placed);
             }
             if rest.is_empty() {
@@ -233,6 +232,7 @@ where
             }
             rest
         };
+        let (pods, flags): (Vec<_>, Vec<_>) = pods.into_iter().unzip();
         let first = pods[0].clone();
         // One scheduling attempt: a batch of pods of one signature, filtered, scored and
         // committed together.
@@ -279,6 +279,7 @@ where
             &core,
             Proposal {
                 pods,
+                flags,
                 outcomes,
                 node_version,
                 popped,
@@ -296,23 +297,26 @@ where
 /// node cannot take them yet, so it costs them nothing there).
 fn place_nominated(
     core: &Core,
-    pods: Vec<Arc<PodInfo>>,
+    pods: Vec<(Arc<PodInfo>, PlacedFlag)>,
     popped: Instant,
-) -> (Vec<Arc<PodInfo>>, Vec<Verdict>) {
+) -> (Vec<(Arc<PodInfo>, PlacedFlag)>, Vec<Verdict>) {
     let mut rest = Vec::with_capacity(pods.len());
     let mut placed = Vec::new();
     let table = core.table.upgradable_read();
-    if !pods.iter().any(|p| table.nominated.contains_key(&p.id())) {
+    if !pods
+        .iter()
+        .any(|(p, _)| table.nominated.contains_key(&p.id()))
+    {
         return (pods, placed);
     }
     // The pods of a batch share a signature, so one context serves them all.
-    let mut ctx = PodCtx::new(&table, &pods[0], &core.kernels);
+    let mut ctx = PodCtx::new(&table, &pods[0].0, &core.kernels);
     let mut table = RwLockUpgradableReadGuard::upgrade(table);
     let none = Resources::default();
-    for pod in pods {
+    for (pod, flag) in pods {
         let id = pod.id();
         let Some((node, held)) = table.unnominate(&id) else {
-            rest.push(pod);
+            rest.push((pod, flag));
             continue;
         };
         let fits = table
@@ -326,10 +330,11 @@ fn place_nominated(
             core.stats.observe(latency);
             core.stats.placed.fetch_add(1, Ordering::Relaxed);
             core.stats.attempts.fetch_add(1, Ordering::Relaxed);
+            flag.set();
             placed.push(Verdict::Placed { pod, node, latency });
         } else {
             table.nominate(held, &node);
-            rest.push(pod);
+            rest.push((pod, flag));
         }
     }
     (rest, placed)
@@ -405,7 +410,9 @@ fn commit(core: &Core, p: Proposal, rng: &mut Rng) -> Vec<Verdict> {
         // The pods of a batch share a signature: the terms that count them are worked out
         // once.
         let mut alike = None;
-        for ((pod, outcome), placing) in p.pods.iter().zip(p.outcomes).zip(placing) {
+        for (((pod, outcome), placing), flag) in
+            p.pods.iter().zip(p.outcomes).zip(placing).zip(p.flags)
+        {
             match (outcome, placing) {
                 (Some(Ok((row, node))), Some(placing)) => {
                     let row = if same_nodes {
@@ -429,6 +436,8 @@ fn commit(core: &Core, p: Proposal, rng: &mut Rng) -> Vec<Verdict> {
                             if let Some(ctx) = ctx.as_mut() {
                                 ctx.place(&table, row);
                             }
+                            // Assumed from here on, before the binder hears of it.
+                            flag.set();
                             placed.push((pod.clone(), node, p.popped.elapsed()));
                         }
                         _ => retry.push(pod.clone()),
@@ -476,16 +485,17 @@ fn commit(core: &Core, p: Proposal, rng: &mut Rng) -> Vec<Verdict> {
     stats
         .conflicts
         .fetch_add(retry.len() as u64, Ordering::Relaxed);
-    let reports = verdicts.iter().map(|v| match v {
-        Verdict::Placed { pod, .. } => (pod.as_ref(), Done::Placed),
-        Verdict::Unschedulable { pod, diagnosis, .. } => (
+    // Placed pods were reported through their flags.
+    let reports = verdicts.iter().filter_map(|v| match v {
+        Verdict::Placed { .. } => None,
+        Verdict::Unschedulable { pod, diagnosis, .. } => Some((
             pod.as_ref(),
             if diagnosis.blocked_by_pods() {
                 Done::BlockedByPods
             } else {
                 Done::Unschedulable
             },
-        ),
+        )),
     });
     core.queue
         .done_batch(reports.chain(retry.iter().map(|pod| (pod.as_ref(), Done::Retry))));

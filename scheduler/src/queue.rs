@@ -72,6 +72,7 @@ use std::collections::{BTreeMap, VecDeque};
 // (randomly seeded per map), several times faster than SipHash on short keys.
 use foldhash::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -102,6 +103,29 @@ enum State {
     Assumed,
 }
 
+/// How a worker reports a popped pod placed without taking the queue's lock or looking the
+/// pod up by name (what [`Queue::done`] with [`Done::Placed`] costs, per pod, under the
+/// lock every worker takes to pop): the pod's entry shares the flag with the worker that
+/// popped it, until it is popped again. An entry in flight whose flag is set is assumed.
+#[derive(Debug, Clone, Default)]
+pub struct PlacedFlag(Arc<AtomicBool>);
+
+impl PlacedFlag {
+    /// The pod was placed and committed: assumed until the store confirms the binding.
+    /// Set it before the placement reaches the binder, whose refusal unassumes the pod.
+    pub fn set(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    fn is_set(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    fn clear(&self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
     pod: Arc<PodInfo>,
@@ -112,6 +136,29 @@ struct Entry {
     attempts: u32,
     /// A newer version arrived while the pod was in flight.
     updated: bool,
+    placed: PlacedFlag,
+}
+
+impl Entry {
+    /// The pod's state, counting a placement reported through its flag: in flight and
+    /// placed is assumed (as [`Inner::done`] with [`Done::Placed`] makes it).
+    fn current(&self) -> State {
+        if self.state == State::InFlight && self.placed.is_set() {
+            State::Assumed
+        } else {
+            self.state
+        }
+    }
+
+    /// As [`Entry::current`], written into the entry.
+    fn settle(&mut self) -> State {
+        if self.current() != self.state {
+            self.state = State::Assumed;
+            // A version that arrived in flight is already in `pod`.
+            self.updated = false;
+        }
+        self.state
+    }
 }
 
 /// Unschedulable pods of one signature waiting on other pods (see the module documentation).
@@ -179,7 +226,7 @@ impl Inner {
                 e.pod = pod;
                 e.object = object;
                 e.signature = signature;
-                match e.state {
+                match e.settle() {
                     State::InFlight => e.updated = true,
                     State::Active if moved => {
                         // Its group changed: re-file it (the stale group slot is skipped).
@@ -209,6 +256,7 @@ impl Inner {
                         state: new,
                         attempts: 0,
                         updated: false,
+                        placed: PlacedFlag::default(),
                     },
                 );
                 if new == State::Active {
@@ -224,7 +272,7 @@ impl Inner {
         let Some(e) = self.entries.get_mut(key) else {
             return false;
         };
-        if e.state != State::InFlight || e.pod.uid != pod.uid {
+        if e.settle() != State::InFlight || e.pod.uid != pod.uid {
             return false;
         }
         // A version that arrived in flight is already in `e.pod`.
@@ -434,7 +482,7 @@ impl Queue {
             .lock()
             .entries
             .get(key)
-            .is_some_and(|e| e.state == State::Assumed)
+            .is_some_and(|e| e.current() == State::Assumed)
     }
 
     /// The newest object of a pending pod, if it was added with one ([`Queue::add_pod`]).
@@ -453,7 +501,7 @@ impl Queue {
         let Some(e) = q.entries.get_mut(&key) else {
             return;
         };
-        if e.state != State::Assumed || e.pod.uid != placed.uid {
+        if e.settle() != State::Assumed || e.pod.uid != placed.uid {
             return;
         }
         if !requeue {
@@ -470,6 +518,15 @@ impl Queue {
     /// Up to `max` active pods of one signature, highest priority first; waits up to
     /// `wait` for one. Empty when closed or nothing arrived in time.
     pub fn pop_batch(&self, max: usize, wait: Duration) -> Vec<Arc<PodInfo>> {
+        self.pop_batch_flagged(max, wait)
+            .into_iter()
+            .map(|(pod, _)| pod)
+            .collect()
+    }
+
+    /// As [`Queue::pop_batch`], each pod with the flag that reports it placed
+    /// ([`PlacedFlag::set`], in place of [`Queue::done`] with [`Done::Placed`]).
+    pub fn pop_batch_flagged(&self, max: usize, wait: Duration) -> Vec<(Arc<PodInfo>, PlacedFlag)> {
         let deadline = Instant::now() + wait;
         let mut q = self.inner.lock();
         loop {
@@ -491,7 +548,8 @@ impl Queue {
                     }
                     e.state = State::InFlight;
                     e.attempts += 1;
-                    batch.push(e.pod.clone());
+                    e.placed.clear();
+                    batch.push((e.pod.clone(), e.placed.clone()));
                 }
                 if !keys.is_empty() {
                     q.groups.insert(g, keys);
@@ -630,7 +688,7 @@ impl Queue {
         let q = self.inner.lock();
         let mut d = (0, 0, 0);
         for e in q.entries.values() {
-            match e.state {
+            match e.current() {
                 State::Active => d.0 += 1,
                 State::InFlight => d.1 += 1,
                 State::Unschedulable { .. } => d.2 += 1,
@@ -781,6 +839,34 @@ mod tests {
     }
 
     #[test]
+    fn a_placement_reported_through_its_flag_is_assumed_as_one_reported_by_done() {
+        let q = Queue::new();
+        q.add_many(["a", "b"].map(|n| pod(n, 0, 100)));
+        let b = q.pop_batch_flagged(2, Duration::ZERO);
+        assert_eq!(b.len(), 2);
+        assert_eq!(q.depth(), (0, 2, 0));
+        b[0].1.set();
+        q.done(&b[1].0, Done::Retry);
+        assert!(q.is_assumed("default/a") && !q.is_assumed("default/b"));
+        assert_eq!(q.depth(), (1, 0, 0), "a assumed, b active again");
+        // A late verdict for a placed pod changes nothing.
+        q.done(&b[0].0, Done::Unschedulable);
+        assert!(q.is_assumed("default/a"));
+        // An update while the Bind is in flight is held, not served.
+        q.add(pod("a", 0, 300));
+        assert_eq!(q.pop_batch(2, Duration::ZERO)[0].name, "b");
+        assert!(q.pop_batch(2, Duration::ZERO).is_empty());
+        // Refused: back to active with the newest version, and popped again with its flag
+        // down, so the earlier placement counts no more.
+        q.unassume(&b[0].0, true);
+        let again = q.pop_batch_flagged(1, Duration::ZERO);
+        assert_eq!(again[0].0.requests.milli_cpu, 300);
+        assert!(!q.is_assumed("default/a"));
+        q.done(&again[0].0, Done::Unschedulable);
+        assert_eq!(q.depth(), (0, 1, 1), "b in flight, a backing off");
+    }
+
+    #[test]
     fn a_pod_recreated_under_its_name_is_another_pod_to_late_verdicts_and_bind_outcomes() {
         let q = Queue::new();
         let with_uid = |uid: &str| {
@@ -848,7 +934,7 @@ mod tests {
 
     /// Whether the unschedulable pod `key` is marked to go back when its back-off ends.
     fn marked(q: &Queue, key: &str) -> bool {
-        match q.inner.lock().entries[key].state {
+        match q.inner.lock().entries[key].current() {
             State::Unschedulable { since, .. } => since.elapsed() >= UNSCHEDULABLE_FLUSH,
             _ => false,
         }
