@@ -131,6 +131,12 @@ pub fn server_side_apply(
     apply::server_side_apply(schema::for_kind(kind), current, config, manager, force, now)
 }
 
+/// After a patch turned `before` into `after`: the fields it changed or removed are no
+/// longer owned by the managers that applied them (server-side apply's rules).
+pub fn disown_changed(before: &Value, after: &mut Value) {
+    apply::disown_changed(before, after);
+}
+
 /// Applies `patch` (raw request body) of `patch_type` to `original` (the stored object as JSON)
 /// for an object of `kind`.
 pub fn apply(

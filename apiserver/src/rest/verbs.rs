@@ -388,6 +388,7 @@ pub async fn patch(
                 "the patched object is not a JSON object",
             ));
         }
+        patch::disown_changed(&original, &mut patched);
         match_path(target, &mut patched, target.kind)?;
         let pinned_by_patch = patched["metadata"]
             .get("resourceVersion")

@@ -12,8 +12,10 @@
 //! 3. removes the fields the manager applied last time, left out now, and owned by no one else;
 //! 4. records the configuration's field set as the manager's `Apply` entry.
 //!
-//! Writes other than apply are not recorded as `Update` entries yet: they take no fields away
-//! from appliers, so only appliers conflict with each other.
+//! A patch that changes or removes a field takes it from the managers that owned it
+//! ([`disown_changed`]), as a Kubernetes write takes ownership of what it changes: a field a
+//! client removed is no applier's to conflict over. Writes other than apply are not recorded
+//! as `Update` entries yet, so only appliers conflict with each other.
 
 use serde_json::{Map, Value, json};
 
@@ -353,6 +355,43 @@ fn managed_fields(object: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// After a write other than an apply turned `before` into `after`: every field it changed
+/// or removed leaves the field sets of the managers that owned it (a list element they
+/// own, `.`, only when the element went), and entries left owning nothing go. Without it
+/// an applier would go on owning, and conflicting over, a field another client removed
+/// (leader election releases a Lease with a patch that removes its holder, then the next
+/// candidate applies its own).
+pub(super) fn disown_changed(before: &Value, after: &mut Value) {
+    let mut entries = managed_fields(after);
+    let mut changed = false;
+    for e in &mut entries {
+        let Some(fields) = e.get_mut("fieldsV1") else {
+            continue;
+        };
+        let mut owned = Vec::new();
+        leaves(fields, &mut Vec::new(), &mut owned);
+        for path in owned {
+            let same = if matches!(path.last(), Some(Seg::Itself)) {
+                get(before, &path).is_some() == get(after, &path).is_some()
+            } else {
+                get(before, &path) == get(after, &path)
+            };
+            if !same {
+                remove_path(fields, &path);
+                changed = true;
+            }
+        }
+    }
+    if changed {
+        entries.retain(|e| {
+            e.get("fieldsV1")
+                .and_then(Value::as_object)
+                .is_some_and(|f| !f.is_empty())
+        });
+        after["metadata"]["managedFields"] = Value::Array(entries);
+    }
+}
+
 fn is_apply_of(entry: &Value, manager: &str) -> bool {
     entry.get("manager").and_then(Value::as_str) == Some(manager)
         && entry.get("operation").and_then(Value::as_str) == Some("Apply")
@@ -500,6 +539,44 @@ mod tests {
                     ".": {}, "f:name": {}, "f:image": {}
                 }}}
             })
+        );
+    }
+
+    /// A patch that removes or changes applied fields takes them from their manager, so
+    /// another manager applies them without conflict; fields it left alone stay owned.
+    #[test]
+    fn a_patch_takes_the_fields_it_changes_from_their_manager() {
+        let first = apply(
+            None,
+            &pod("nginx", json!({"app": "web", "tier": "a"})),
+            "alice",
+            false,
+        )
+        .unwrap();
+        let mut patched = first.clone();
+        patched["metadata"]["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove("app");
+        patched["metadata"]["labels"]["tier"] = json!("b");
+        disown_changed(&first, &mut patched);
+        let fields = &patched["metadata"]["managedFields"][0]["fieldsV1"];
+        assert!(fields.get("f:metadata").is_none(), "{fields}");
+        assert!(fields["f:spec"]["f:containers"].is_object(), "{fields}");
+        apply(
+            Some(&patched),
+            &pod("nginx", json!({"app": "api", "tier": "c"})),
+            "bob",
+            false,
+        )
+        .expect("no one owns the labels now");
+        // A patch that changes nothing applied leaves the entries as they were.
+        let mut same = first.clone();
+        same["metadata"]["annotations"] = json!({"note": "x"});
+        disown_changed(&first, &mut same);
+        assert_eq!(
+            same["metadata"]["managedFields"],
+            first["metadata"]["managedFields"]
         );
     }
 
