@@ -1532,3 +1532,98 @@ async fn custom_resources_through_kube_rs() {
     .await;
     assert!(listed.items.is_empty(), "{:?}", listed.items);
 }
+
+/// Leader election as kube-rs programs do it, with a library made for it
+/// (`kube-lease-manager`, on server-side apply, strategic merge patches and its own field
+/// managers): one candidate leads while it renews, the other takes over when the leader
+/// lets go, and a leader that stops renewing without letting go loses the Lease once it
+/// expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_based_leader_election_with_kube_rs() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube_lease_manager::{LeaseManagerBuilder, LeaseParams};
+
+    let cluster = Cluster::start_with_api(1).await;
+    let c = client(&cluster, 0).await;
+    let candidate = |identity: &str| {
+        LeaseManagerBuilder::new(c.clone(), "skiff-election")
+            .with_namespace("default")
+            .with_parameters(LeaseParams::new(identity, 3, 1))
+            .build()
+    };
+    let leases: Api<Lease> = Api::namespaced(c.clone(), "default");
+    let holder = || async {
+        let lease = leases.get("skiff-election").await.ok()?;
+        lease.spec?.holder_identity
+    };
+    // Whether `channel` says its candidate leads within `within`.
+    async fn leads(channel: &mut tokio::sync::watch::Receiver<bool>, within: Duration) -> bool {
+        tokio::time::timeout(within, channel.wait_for(|leading| *leading))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    let (mut a, a_task) = candidate("a").await.expect("candidate a").watch().await;
+    assert!(leads(&mut a, Duration::from_secs(10)).await, "a never led");
+    let (mut b, b_task) = candidate("b").await.expect("candidate b").watch().await;
+    // Three lease durations: a renews, b waits.
+    assert!(
+        !leads(&mut b, Duration::from_secs(9)).await,
+        "b led while a renewed"
+    );
+    assert!(*a.borrow(), "a stopped leading while it renewed");
+    assert_eq!(holder().await.as_deref(), Some("a"));
+
+    // a lets go (its channel closes: the manager releases the Lease and ends).
+    drop(a);
+    a_task
+        .await
+        .expect("a's task")
+        .expect("a released the Lease");
+    assert!(
+        leads(&mut b, Duration::from_secs(10)).await,
+        "b did not take over"
+    );
+    assert_eq!(holder().await.as_deref(), Some("b"));
+    let transitions = leases
+        .get("skiff-election")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .lease_transitions;
+    assert!(transitions >= Some(1), "transitions: {transitions:?}");
+
+    // b stops renewing without letting go, as a crashed leader does: a new candidate takes
+    // the Lease once it expires, and not before.
+    b_task.abort();
+    let _ = b_task.await;
+    let at = |t: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime>| {
+        let t = serde_json::to_value(t.expect("a time")).unwrap();
+        chrono::DateTime::parse_from_rfc3339(t.as_str().unwrap()).unwrap()
+    };
+    let last = leases.get("skiff-election").await.unwrap().spec.unwrap();
+    let expiry = at(last.renew_time)
+        + chrono::Duration::seconds(last.lease_duration_seconds.unwrap().into());
+    let (mut a, a_task) = candidate("a")
+        .await
+        .expect("candidate a again")
+        .watch()
+        .await;
+    assert!(
+        leads(&mut a, Duration::from_secs(15)).await,
+        "a did not take over an expired Lease"
+    );
+    let taken = leases.get("skiff-election").await.unwrap().spec.unwrap();
+    assert!(
+        at(taken.acquire_time) >= expiry,
+        "a took the Lease before b's expired at {expiry}"
+    );
+    assert_eq!(holder().await.as_deref(), Some("a"));
+    drop(a);
+    a_task
+        .await
+        .expect("a's task")
+        .expect("a released the Lease");
+    drop(b);
+}
