@@ -1556,6 +1556,16 @@ async fn lease_based_leader_election_with_kube_rs() {
         let lease = leases.get("skiff-election").await.ok()?;
         lease.spec?.holder_identity
     };
+    // A candidate lets go: its channel closes, and its manager releases the Lease and ends.
+    async fn let_go(
+        channel: tokio::sync::watch::Receiver<bool>,
+        task: tokio::task::JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>,
+    ) {
+        drop(channel);
+        task.await
+            .expect("the candidate's task")
+            .expect("the Lease released");
+    }
     // Whether `channel` says its candidate leads within `within`.
     async fn leads(channel: &mut tokio::sync::watch::Receiver<bool>, within: Duration) -> bool {
         tokio::time::timeout(within, channel.wait_for(|leading| *leading))
@@ -1575,11 +1585,7 @@ async fn lease_based_leader_election_with_kube_rs() {
     assert_eq!(holder().await.as_deref(), Some("a"));
 
     // a lets go (its channel closes: the manager releases the Lease and ends).
-    drop(a);
-    a_task
-        .await
-        .expect("a's task")
-        .expect("a released the Lease");
+    let_go(a, a_task).await;
     assert!(
         leads(&mut b, Duration::from_secs(10)).await,
         "b did not take over"
@@ -1620,10 +1626,6 @@ async fn lease_based_leader_election_with_kube_rs() {
         "a took the Lease before b's expired at {expiry}"
     );
     assert_eq!(holder().await.as_deref(), Some("a"));
-    drop(a);
-    a_task
-        .await
-        .expect("a's task")
-        .expect("a released the Lease");
+    let_go(a, a_task).await;
     drop(b);
 }
