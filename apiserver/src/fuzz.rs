@@ -53,6 +53,10 @@ pub const TARGETS: &[FuzzTarget] = &[
         name: "grpc",
         run: grpc,
     },
+    FuzzTarget {
+        name: "spdy",
+        run: spdy,
+    },
 ];
 
 /// The target named `name`.
@@ -225,6 +229,18 @@ pub fn grpc(data: &[u8]) {
             {
                 let _ = skiff_store::etcd::convert::watch_request(u);
             }
+        }
+    }
+}
+
+/// A SPDY/3.1 connection's bytes (`kubectl port-forward`): its frames read one after another,
+/// header blocks inflated on one zlib stream, and each new stream's headers read as the
+/// port-forward router reads them, until the bytes end or a frame is refused.
+pub fn spdy(data: &[u8]) {
+    let mut reader = crate::rest::spdy::FrameReader::new(data);
+    while let Ok(Some(frame)) = futures::executor::block_on(reader.next()) {
+        if let crate::rest::spdy::Frame::SynStream { id, headers, .. } = frame {
+            let _ = crate::rest::portforward::stream_headers(id, &headers);
         }
     }
 }

@@ -59,6 +59,12 @@ const DICTIONARY: &[&[u8]] = &[
     b"Bearer ",
     b"#",
     b"\"a,b\"",
+    // SPDY/3.1: a control frame's version and types, FIN, a zlib stream's start
+    b"\x80\x03\x00\x01",
+    b"\x80\x03\x00\x03",
+    b"\x80\x03\x00\x06",
+    b"\x01\x00\x00\x00",
+    b"\x78\xf9\xe3\xc6\xa7\xc2",
 ];
 
 fn corpus_dir(name: &str) -> PathBuf {
@@ -239,4 +245,9 @@ fn tokens() {
 #[test]
 fn grpc() {
     fuzz("grpc");
+}
+
+#[test]
+fn spdy() {
+    fuzz("spdy");
 }

@@ -1,7 +1,8 @@
 //! Who may use the agent's port: over TLS every caller presents a client certificate from
 //! the cluster's CA (the handshake refuses anyone else), and the agent asks the API, with a
 //! `SubjectAccessReview`, whether the certificate's user may read that pod's log (`get
-//! pods/log`) or exec into it (`create pods/exec`, `pods/attach`), as the kubelet asks with
+//! pods/log`), exec into it (`create pods/exec`, `pods/attach`) or forward a connection to
+//! it (`create pods/portforward`), as the kubelet asks with
 //! its webhook authorizer. Answers are kept a while (allowed 5 minutes, refused 30 seconds:
 //! the kubelet's defaults), so a `kubectl logs -f` costs one review, not one per read.
 

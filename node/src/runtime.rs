@@ -268,6 +268,24 @@ pub struct Session {
     pub output: tokio::sync::mpsc::Receiver<Result<SessionOutput>>,
 }
 
+/// What a client sends into a forwarded connection. Dropping the connection's input sender
+/// closes it for writing too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortInput {
+    Data(Vec<u8>),
+    /// The client sends no more.
+    CloseWrite,
+}
+
+/// A connection to a port in a pod's network namespace (CRI's `PortForward`): what the pod
+/// sends comes out of `output`, which ends when the pod closes its end, or with an error (no
+/// one listens on the port, the runtime lost the connection).
+#[derive(Debug)]
+pub struct PortConnection {
+    pub input: tokio::sync::mpsc::Sender<PortInput>,
+    pub output: tokio::sync::mpsc::Receiver<Result<Vec<u8>>>,
+}
+
 /// A container runtime. Implementations are shared by every pod worker of a node (and, for
 /// the simulated runtime, by every node of a process), so every method takes `&self`.
 #[async_trait]
@@ -312,6 +330,9 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
     async fn exec(&self, id: &str, command: &[String], timeout: Duration) -> Result<ExecOutput>;
     /// Starts an interactive session in a running container (CRI's Exec and Attach).
     async fn session(&self, id: &str, spec: &SessionSpec) -> Result<Session>;
+
+    /// Connects to `port` on localhost in the network namespace of sandbox `sandbox_id`.
+    async fn port_forward(&self, sandbox_id: &str, port: u16) -> Result<PortConnection>;
 
     /// Whether something accepts TCP connections on `ip:port` within `timeout`.
     async fn tcp_probe(&self, ip: &str, port: u16, timeout: Duration) -> Result<bool> {

@@ -1,7 +1,8 @@
-//! The agent's interactive sessions (`kubectl exec`, `kubectl attach`), as the kubelet serves
-//! /exec and /attach: the API server opens one gRPC stream per session, the agent finds the
-//! pod's running container through the runtime, as the log service does, and relays the
-//! stream to the runtime's session. Served beside the log service, at the Node's
+//! The agent's interactive sessions (`kubectl exec`, `kubectl attach`) and forwarded
+//! connections (`kubectl port-forward`), as the kubelet serves /exec, /attach and
+//! /portforward: the API server opens one gRPC stream per session or connection, the agent
+//! finds the pod's running container (or sandbox) through the runtime, as the log service
+//! does, and relays the stream to the runtime's session or connection. Served beside the log service, at the Node's
 //! [`crate::logs::ENDPOINT_ANNOTATION`].
 
 use std::pin::Pin;
@@ -13,8 +14,11 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::guard::Guard;
 use crate::logs::{find_container, status};
-use crate::runtime::{ContainerState, Runtime, SessionInput, SessionOutput, SessionSpec};
+use crate::runtime::{
+    ContainerState, PortInput, Runtime, SessionInput, SessionOutput, SessionSpec,
+};
 
+use pb::port_forward_input::Input as PortIn;
 use pb::session_input::Input;
 use pb::session_output::Output;
 pub use skiff_proto::node::v1 as pb;
@@ -61,6 +65,7 @@ fn to_output(output: SessionOutput) -> pb::SessionOutput {
 }
 
 type OutputStream = Pin<Box<dyn Stream<Item = Result<pb::SessionOutput, Status>> + Send>>;
+type PortStream = Pin<Box<dyn Stream<Item = Result<pb::PortForwardOutput, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl pb::sessions_server::Sessions for SessionService {
@@ -144,6 +149,85 @@ impl pb::sessions_server::Sessions for SessionService {
             .boxed();
         Ok(Response::new(output))
     }
+
+    type PortForwardStream = PortStream;
+
+    async fn port_forward(
+        &self,
+        request: Request<Streaming<pb::PortForwardInput>>,
+    ) -> Result<Response<PortStream>, Status> {
+        let caller = match &self.guard {
+            Some(_) => Some(Guard::caller(&request)?),
+            None => None,
+        };
+        let mut inbound = request.into_inner();
+        let Some(pb::PortForwardInput {
+            input: Some(PortIn::Start(start)),
+        }) = inbound.message().await?
+        else {
+            return Err(Status::invalid_argument(
+                "a forwarded connection starts with its start message",
+            ));
+        };
+        let port = u16::try_from(start.port)
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| {
+                Status::invalid_argument(format!("port {} is not a TCP port", start.port))
+            })?;
+        if let (Some(guard), Some(caller)) = (&self.guard, &caller) {
+            guard
+                .check(
+                    caller,
+                    "create",
+                    "portforward",
+                    &start.namespace,
+                    &start.pod,
+                )
+                .await?;
+        }
+        let sandbox = self
+            .runtime
+            .list_sandboxes(&start.node)
+            .await
+            .map_err(status)?
+            .into_iter()
+            .find(|s| s.ready && s.namespace == start.namespace && s.pod_name == start.pod)
+            .ok_or_else(|| {
+                Status::not_found(format!(
+                    "pod {}/{} has no running sandbox on node {}",
+                    start.namespace, start.pod, start.node
+                ))
+            })?;
+        let connection = self
+            .runtime
+            .port_forward(&sandbox.id, port)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let input = connection.input;
+        // Bounded by the call: it ends when the caller's stream does (which closes the
+        // connection for writing) or when the connection stops reading.
+        tokio::spawn(async move {
+            while let Ok(Some(msg)) = inbound.message().await {
+                let sent = match msg.input {
+                    Some(PortIn::Data(data)) => input.send(PortInput::Data(data)).await,
+                    Some(PortIn::CloseWrite(_)) => break,
+                    Some(PortIn::Start(_)) | None => continue,
+                };
+                if sent.is_err() {
+                    return;
+                }
+            }
+            let _ = input.send(PortInput::CloseWrite).await;
+        });
+        let output = ReceiverStream::new(connection.output)
+            .map(|out| {
+                out.map(|data| pb::PortForwardOutput { data })
+                    .map_err(|e| Status::unavailable(e.to_string()))
+            })
+            .boxed();
+        Ok(Response::new(output))
+    }
 }
 
 #[cfg(test)]
@@ -183,6 +267,7 @@ mod tests {
             pod_uid: "u".into(),
             name: "c".into(),
             image: "b:1".into(),
+            ports: vec![8080],
             ..ContainerSpec::default()
         };
         let id = rt.create_container(&sb, &spec).await.unwrap();
@@ -280,6 +365,55 @@ mod tests {
         )
         .await
         .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    }
+
+    /// Forwards one connection as the API server does: the start message, then `data`, then
+    /// the end of input; returns what the pod sent back.
+    async fn forward(
+        client: &mut pb::sessions_client::SessionsClient<tonic::transport::Channel>,
+        pod: &str,
+        port: u32,
+        data: &[&str],
+    ) -> Result<String, Status> {
+        let start = PortIn::Start(pb::PortForwardStart {
+            node: "n1".into(),
+            namespace: "default".into(),
+            pod: pod.into(),
+            port,
+        });
+        let messages: Vec<_> = std::iter::once(start)
+            .chain(data.iter().map(|d| PortIn::Data(d.as_bytes().to_vec())))
+            .chain(std::iter::once(PortIn::CloseWrite(true)))
+            .map(|i| pb::PortForwardInput { input: Some(i) })
+            .collect();
+        let mut out = client
+            .port_forward(tokio_stream::iter(messages))
+            .await?
+            .into_inner();
+        let mut received = String::new();
+        while let Some(o) = out.message().await? {
+            received.push_str(&String::from_utf8_lossy(&o.data));
+        }
+        Ok(received)
+    }
+
+    #[tokio::test]
+    async fn forwarded_connections_reach_declared_ports_only() {
+        let mut svc = serve(running_pod().await).await;
+        // The simulated port echoes, and ends once the client has closed its end.
+        let echoed = forward(&mut svc, "web", 8080, &["GET / HTTP/1.0\r\n", "\r\n"]).await;
+        assert_eq!(echoed.unwrap(), "GET / HTTP/1.0\r\n\r\n");
+        let refused = forward(&mut svc, "web", 9090, &[]).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unavailable);
+        assert!(
+            refused.message().contains("connection refused"),
+            "{}",
+            refused.message()
+        );
+        let e = forward(&mut svc, "nope", 8080, &[]).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::NotFound);
+        let e = forward(&mut svc, "web", 70000, &[]).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
     }
 }

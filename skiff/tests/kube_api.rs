@@ -13,8 +13,8 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, ReplicaSet};
 use k8s_openapi::api::autoscaling::v1::Scale;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, LimitRange, LimitRangeItem, LimitRangeSpec, Namespace, Node,
-    Pod, PodSpec, ResourceQuota, ResourceQuotaSpec, Volume, VolumeMount,
+    Container, ContainerPort, EmptyDirVolumeSource, LimitRange, LimitRangeItem, LimitRangeSpec,
+    Namespace, Node, Pod, PodSpec, ResourceQuota, ResourceQuotaSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -612,8 +612,9 @@ async fn server_side_apply_conflicts_and_force() {
     assert!(!labels.contains_key("tier"), "{labels:?}");
 }
 
-/// `pods/exec` and `pods/attach` through kube-rs's WebSocket client, relayed by the API server
-/// to a simulated node agent: output, exit statuses, standard input, and refusals.
+/// `pods/exec`, `pods/attach` and `pods/portforward` through kube-rs's WebSocket client,
+/// relayed by the API server to a simulated node agent: output, exit statuses, standard
+/// input, forwarded connections, and refusals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_and_attach_through_the_agent() {
     use kube::api::AttachParams;
@@ -639,6 +640,10 @@ async fn exec_and_attach_through_the_agent() {
     let spec = p.spec.as_mut().expect("spec");
     spec.node_name = Some("n1".into());
     spec.containers[0].command = Some(vec!["sleep".into(), "3600".into()]);
+    spec.containers[0].ports = Some(vec![ContainerPort {
+        container_port: 8080,
+        ..Default::default()
+    }]);
     pods.create(&PostParams::default(), &p)
         .await
         .expect("create");
@@ -698,6 +703,30 @@ async fn exec_and_attach_through_the_agent() {
         .await
         .expect("a status");
     assert_eq!(status.status.as_deref(), Some("Success"));
+
+    // Ports forwarded over WebSocket channels: the simulated pod's declared port echoes;
+    // one it does not declare refuses, on the port's error channel.
+    let mut forwarded = pods
+        .portforward("shell", &[8080, 9090])
+        .await
+        .expect("portforward");
+    let mut port = forwarded.take_stream(8080).expect("port 8080");
+    port.write_all(b"through the agent").await.expect("write");
+    let mut echoed = [0u8; 17];
+    port.read_exact(&mut echoed).await.expect("read");
+    assert_eq!(&echoed, b"through the agent");
+    let refused = forwarded.take_error(9090).expect("port 9090's errors");
+    let refused = tokio::time::timeout(Duration::from_secs(30), refused)
+        .await
+        .expect("the refusal within 30 s")
+        .unwrap_or_default();
+    assert!(refused.contains("connection refused"), "{refused:?}");
+    drop(port);
+    drop(forwarded.take_stream(9090));
+    tokio::time::timeout(Duration::from_secs(30), forwarded.join())
+        .await
+        .expect("the forwarder ends once its ports are closed")
+        .expect("join");
 
     // Attach ends when the container does: deleting the pod ends it.
     let mut attached = pods

@@ -374,7 +374,8 @@ fn the_cli_without_a_cluster_says_what_to_do() {
 /// of its own on a link they share: both register with their address on the link, a busybox
 /// pod on the pod network runs with an address from its node's block, `skiff logs` shows its
 /// output, `kubectl exec`
-/// runs in it through containerd's streaming server, and
+/// runs in it through containerd's streaming server, `kubectl port-forward` reaches a server
+/// on its loopback, and
 /// `skiff delete` stops it gracefully (the container's TERM handler runs; the Killing event
 /// is recorded).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -413,7 +414,7 @@ spec:
   containers:
   - name: main
     image: localhost/skiff/busybox:1
-    command: ["sh", "-c", "trap 'echo stopping on TERM; exit 0' TERM; echo hello from containerd; while true; do sleep 0.2; done"]
+    command: ["sh", "-c", "mkdir -p /www && echo hello through port-forward > /www/index.html && httpd -p 127.0.0.1:8080 -h /www; trap 'echo stopping on TERM; exit 0' TERM; echo hello from containerd; while true; do sleep 0.2; done"]
 "#,
     )
     .expect("manifest");
@@ -472,6 +473,13 @@ spec:
         assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
         assert!(String::from_utf8_lossy(&out.stderr).contains("err"));
         assert_eq!(out.status.code(), Some(7));
+        // port-forward through CRI's PortForward to a server on the pod's own loopback,
+        // which only a connection made in the pod's network namespace reaches.
+        let mut forward = PortForward::start(&up, "pod/hello-cri", 8080, false);
+        let answer = forward.exchange("GET /index.html HTTP/1.0\r\n\r\n");
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        assert!(answer.ends_with("hello through port-forward\n"), "{answer}");
+        drop(forward);
         in_cluster_client(&up).await;
         security_contexts(&up).await;
     } else {
@@ -661,10 +669,111 @@ fn kubectl_on_path() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// `kubectl port-forward <target> :<port>`, running until dropped.
+struct PortForward {
+    child: std::process::Child,
+    /// The local port kubectl listens on.
+    local: u16,
+}
+
+impl PortForward {
+    /// Starts kubectl with its defaults, or with SPDY alone (`spdy_only`), and waits for
+    /// the local port it chose.
+    fn start(up: &Up, target: &str, port: u16, spdy_only: bool) -> PortForward {
+        use std::io::BufRead as _;
+        let mut command = Command::new("kubectl");
+        command
+            .args(["port-forward", target, &format!(":{port}")])
+            .env("KUBECONFIG", &up.kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if spdy_only {
+            command.env("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false");
+        }
+        let mut child = command.spawn().expect("kubectl port-forward");
+        let stdout = child.stdout.take().expect("stdout");
+        let (lines, printed) = std::sync::mpsc::channel();
+        // Reads to the end: kubectl dies of SIGPIPE if its output goes nowhere ("Handling
+        // connection for …" follows every connection).
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = lines.send(line);
+            }
+        });
+        let mut forward = PortForward { child, local: 0 };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while forward.local == 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(line) = printed.recv_timeout(left) else {
+                let stderr = forward.finish();
+                panic!("kubectl port-forward {target} printed no local port:\n{stderr}");
+            };
+            // "Forwarding from 127.0.0.1:41234 -> 8080"
+            if let Some(rest) = line.strip_prefix("Forwarding from 127.0.0.1:") {
+                let local = rest.split_whitespace().next().unwrap_or_default();
+                forward.local = local.parse().expect("a local port");
+            }
+        }
+        forward
+    }
+
+    /// Sends `text` on a new connection, closes it for writing, and returns what came back
+    /// until the far end closed it.
+    fn exchange(&mut self, text: &str) -> String {
+        use std::io::{Read as _, Write as _};
+        let exchanged = (|| {
+            let mut conn = std::net::TcpStream::connect(("127.0.0.1", self.local))?;
+            conn.set_read_timeout(Some(Duration::from_secs(30)))?;
+            // Written beside the reads: an echo of more than the buffers on the way hold
+            // needs both.
+            let mut writer = conn.try_clone()?;
+            let sent = text.to_string();
+            let writing = std::thread::spawn(move || {
+                writer.write_all(sent.as_bytes())?;
+                writer.shutdown(std::net::Shutdown::Write)
+            });
+            let mut back = String::new();
+            conn.read_to_string(&mut back)?;
+            writing.join().expect("the writer")?;
+            std::io::Result::Ok(back)
+        })();
+        exchanged.unwrap_or_else(|e| {
+            let stderr = self.finish();
+            panic!("a connection through kubectl port-forward: {e}\nkubectl:\n{stderr}")
+        })
+    }
+
+    /// Waits up to 30 s for kubectl to stop (killing it then) and returns its stderr.
+    fn finish(&mut self) -> String {
+        use std::io::Read as _;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.child.try_wait().expect("kubectl").is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut stderr = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut stderr);
+        }
+        stderr
+    }
+}
+
+impl Drop for PortForward {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The real kubectl, with only the kubeconfig `skiff up` wrote and its default settings
 /// (client-side apply, Strict field validation, Tables from the server): discovery, apply
 /// twice, server-side apply twice, get and get -o wide, a watch seeing a pod go Pending → Running, describe with
-/// events, logs, exec, a manifest kubectl generates, explain, a bad manifest refused with its field path,
+/// events, logs, exec, port-forward (SPDY in a WebSocket, and SPDY), a manifest kubectl generates, explain, a bad manifest refused with its field path,
 /// create namespace and drain (protobuf bodies), delete --wait, and apps/v1: a Deployment
 /// applied, listed wide with replica sets, explained, scaled through its scale subresource,
 /// deleted with --cascade=orphan (the garbage collector leaves its ReplicaSet, owned by
@@ -744,6 +853,7 @@ fn kubectl_session_on(work: &Path, extra: &[&str]) {
             "run",
             "web",
             "--image=localhost/skiff/busybox:1",
+            "--port=8080",
             "--dry-run=client",
             "-o",
             "yaml",
@@ -837,6 +947,32 @@ fn kubectl_session_on(work: &Path, extra: &[&str]) {
         "{}",
         String::from_utf8_lossy(&nowhere.stderr)
     );
+
+    // port-forward: SPDY tunneled in a WebSocket (kubectl's default), then SPDY on an
+    // upgraded POST (its fallback); two connections through each kubectl, echoed by the
+    // simulated pod's declared port.
+    for spdy_only in [false, true] {
+        let mut forward = PortForward::start(&up, "pod/web", 8080, spdy_only);
+        for text in ["first connection\n", "second\n"] {
+            assert_eq!(forward.exchange(text), text, "SPDY alone: {spdy_only}");
+        }
+        // 4 MiB: many frames each way, with no flow-control window to wait for.
+        let large: String = (0..4 << 20)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        let echoed = forward.exchange(&large);
+        assert!(
+            echoed == large,
+            "{} of {} bytes came back",
+            echoed.len(),
+            large.len()
+        );
+    }
+    // A port nothing listens on: kubectl prints the pod's refusal and stops.
+    let mut refused = PortForward::start(&up, "pod/web", 9090, false);
+    assert_eq!(refused.exchange("anyone there?"), "");
+    let stderr = refused.finish();
+    assert!(stderr.contains("connection refused"), "{stderr}");
 
     let ssa = "apiVersion: v1\nkind: Pod\nmetadata: {name: ssa}\nspec:\n  containers:\n  - {name: c, image: localhost/skiff/busybox:1, command: [sleep, '3600']}\n";
     assert_eq!(

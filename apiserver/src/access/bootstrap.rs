@@ -219,7 +219,11 @@ fn edit_rules() -> Vec<PolicyRule> {
         ),
         rule(WRITE, "discovery.k8s.io", &["endpointslices"]),
         rule(ALL_VERBS, "", &["secrets"]),
-        rule(&["create", "get"], "", &["pods/exec", "pods/attach"]),
+        rule(
+            &["create", "get"],
+            "",
+            &["pods/exec", "pods/attach", "pods/portforward"],
+        ),
         rule(&["create"], "", &["serviceaccounts/token"]),
         rule(
             WRITE,
@@ -440,11 +444,15 @@ fn node_rules() -> Vec<PolicyRule> {
 }
 
 /// What the API server does through node agents on its clients' behalf (after authorizing
-/// them): read pods' logs, exec and attach.
+/// them): read pods' logs, exec, attach and forward ports.
 fn kubelet_api_rules() -> Vec<PolicyRule> {
     vec![
         rule(&["get"], "", &["pods/log"]),
-        rule(&["create", "get"], "", &["pods/exec", "pods/attach"]),
+        rule(
+            &["create", "get"],
+            "",
+            &["pods/exec", "pods/attach", "pods/portforward"],
+        ),
     ]
 }
 

@@ -219,6 +219,8 @@ impl Relay {
                     Some(Ok(Message::Binary(data))) => self.forward(&data).await,
                     Some(Ok(Message::Close(_)) | Err(_)) | None => {
                         // The client went away: dropping the agent's stream ends the session.
+                        // Its close, when it sent one, is answered.
+                        let _ = sink.close().await;
                         return;
                     }
                     Some(Ok(_)) => {}

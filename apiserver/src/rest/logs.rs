@@ -99,12 +99,21 @@ pub(super) async fn pod_agent(
     target: &Target,
     container_asked: &str,
 ) -> Result<PodAgent, ApiError> {
+    let (pod, mut agent) = node_agent(api, target).await?;
+    agent.container = container(&pod, container_asked)?;
+    Ok(agent)
+}
+
+/// The pod a request names, and the agent of its node (naming no container).
+pub(super) async fn node_agent(
+    api: &ClusterApi,
+    target: &Target,
+) -> Result<(Pod, PodAgent), ApiError> {
     api.barrier(false).await?;
     let (_, found) = api.get_local(Kind::Pod, &target.namespace, &target.name)?;
     let Some(Object::Pod(pod)) = found.map(|s| s.object) else {
         return Err(not_found(Kind::Pod, &target.name).into());
     };
-    let container = container(&pod, container_asked)?;
     let node = pod.spec.node_name.clone();
     if node.is_empty() {
         return Err(ApiError::bad_request(format!(
@@ -126,12 +135,13 @@ pub(super) async fn pod_agent(
                 format!("node {node} publishes no agent endpoint ({ENDPOINT_ANNOTATION})"),
             )
         })?;
-    Ok(PodAgent {
+    let agent = PodAgent {
         node,
         endpoint,
-        container,
+        container: String::new(),
         tls: api.access.kubelet.clone(),
-    })
+    };
+    Ok((pod, agent))
 }
 
 /// What a log read asks of the pod's agent.

@@ -18,6 +18,8 @@
 //! | [`watch`]     | watch streams: initial events, bookmarks, 410 Expired             |
 //! | [`logs`]      | `pods/log` through the agent of the pod's node                    |
 //! | [`exec`]      | `pods/exec` and `pods/attach` over WebSocket, through the agent   |
+//! | [`portforward`] | `pods/portforward` over SPDY or WebSocket, through the agent    |
+//! | [`spdy`]      | SPDY/3.1 framing and header compression, for port-forward         |
 //! | [`review`]    | access reviews: `kubectl auth can-i`                               |
 //!
 //! Every request is authenticated first ([`crate::access`]): the user rides in the
@@ -29,10 +31,12 @@ pub mod exec;
 pub mod logs;
 pub mod openapi;
 pub mod patch;
+pub mod portforward;
 pub mod protobuf;
 pub mod request;
 pub mod review;
 pub mod scale;
+pub mod spdy;
 pub mod status;
 pub mod table;
 pub mod token;
@@ -91,6 +95,10 @@ pub fn router(api: ClusterApi, address: String) -> Router {
         .route(
             "/api/v1/namespaces/{namespace}/pods/{name}/attach",
             any(pod_session),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/pods/{name}/portforward",
+            any(pod_port_forward),
         )
         .route("/api/v1/{*rest}", any(core_resource))
         .route("/apis/{group}/{version}", get(group_version))
@@ -517,6 +525,43 @@ async fn pod_session(
         return Ok(refused(Body::empty(), e.into()).await);
     }
     exec::session(&rest.api, &target, &params, &method, upgrade.ok()).await
+}
+
+/// `pods/<name>/portforward`: a WebSocket or SPDY upgrade, relayed to the agent.
+async fn pod_port_forward(
+    State(rest): State<Arc<Rest>>,
+    Extension(user): Extension<User>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    use axum::extract::FromRequestParts as _;
+    let (mut parts, _) = request.into_parts();
+    let target = Target::parse("v1", parts.uri.path().trim_start_matches("/api/v1/"))?;
+    let params = Params::parse(parts.uri.query())?;
+    let asked = kind_attributes(
+        "create",
+        target.kind,
+        target.subresource.as_deref(),
+        &target.namespace,
+        &target.name,
+        "",
+    );
+    if let Err(e) = rest.api.authorize(&user, asked) {
+        return Ok(refused(Body::empty(), e.into()).await);
+    }
+    let websocket = WebSocketUpgrade::from_request_parts(&mut parts, &rest)
+        .await
+        .ok();
+    let upgrade = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
+    portforward::forward(
+        &rest.api,
+        &target,
+        &params,
+        &parts.method,
+        &parts.headers,
+        websocket,
+        upgrade,
+    )
+    .await
 }
 
 /// `GET /apis/<group>/<version>`: the resources of a served group version.

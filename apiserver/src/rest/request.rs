@@ -128,6 +128,8 @@ pub struct Params {
     pub stdout: Option<bool>,
     pub stderr: Option<bool>,
     pub tty: bool,
+    /// pods/portforward: the pod's ports, repeated or comma-separated (`PodPortForwardOptions`)
+    pub ports: Vec<u16>,
 }
 
 fn boolean(name: &str, value: &str) -> Result<bool, ApiError> {
@@ -207,6 +209,16 @@ impl Params {
                 "stdout" => p.stdout = Some(boolean("stdout", v)?),
                 "stderr" => p.stderr = Some(boolean("stderr", v)?),
                 "tty" => p.tty = boolean("tty", v)?,
+                "ports" => {
+                    for port in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                        let parsed = port.parse::<u16>().ok().filter(|p| *p > 0);
+                        p.ports.push(parsed.ok_or_else(|| {
+                            ApiError::bad_request(format!(
+                                "ports: Invalid value: {port:?}: must be a port between 1 and 65535"
+                            ))
+                        })?);
+                    }
+                }
                 _ => {}
             }
         }

@@ -38,8 +38,8 @@ use skiff_proto::api::Time;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::runtime::{
-    Container, ContainerSpec, ContainerState, ExecOutput, Exit, Result, Runtime, RuntimeError,
-    Sandbox, SandboxSpec, Session, SessionSpec, labels, sandbox_labels,
+    Container, ContainerSpec, ContainerState, ExecOutput, Exit, PortConnection, Result, Runtime,
+    RuntimeError, Sandbox, SandboxSpec, Session, SessionSpec, labels, sandbox_labels,
 };
 
 mod session;
@@ -862,6 +862,16 @@ impl Runtime for CriRuntime {
             ("Exec", r.map_err(call("Exec"))?.into_inner().url)
         };
         session::open(&url, self.config.netns.as_deref(), name).await
+    }
+
+    async fn port_forward(&self, sandbox_id: &str, port: u16) -> Result<PortConnection> {
+        let request = cri::PortForwardRequest {
+            pod_sandbox_id: sandbox_id.to_string(),
+            port: vec![i32::from(port)],
+        };
+        let r = self.runtime.clone().port_forward(request).await;
+        let url = r.map_err(call("PortForward"))?.into_inner().url;
+        session::forward(&url, port, self.config.netns.as_deref()).await
     }
 
     /// Pods' addresses are containerd's network namespace's.

@@ -15,7 +15,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 
-use crate::runtime::{Result, RuntimeError, Session, SessionInput, SessionOutput};
+use crate::runtime::{
+    PortConnection, PortInput, Result, RuntimeError, Session, SessionInput, SessionOutput,
+};
 
 /// The subprotocol spoken with the streaming server.
 const PROTOCOL: &str = "v4.channel.k8s.io";
@@ -64,16 +66,20 @@ fn frame(channel: u8, data: &[u8]) -> Message {
     Message::Binary(b.into())
 }
 
-/// Connects to the streaming server at `url` (as CRI returned it) and relays the session.
-pub(super) async fn open(
+type Socket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+/// A WebSocket to the streaming server at `url` (as CRI returned it, with `query` added),
+/// speaking [`PROTOCOL`].
+async fn connect(
     url: &str,
+    query: &str,
     netns: Option<&std::path::Path>,
     call: &'static str,
-) -> Result<Session> {
+) -> Result<Socket> {
     let failed = |message: String| RuntimeError::Call { call, message };
     let ws_url = match url.split_once("://") {
-        Some(("https", rest)) => format!("wss://{rest}"),
-        Some((_, rest)) => format!("ws://{rest}"),
+        Some(("https", rest)) => format!("wss://{rest}{query}"),
+        Some((_, rest)) => format!("ws://{rest}{query}"),
         None => return Err(failed(format!("streaming URL {url:?} has no scheme"))),
     };
     let mut request = ws_url
@@ -105,6 +111,17 @@ pub(super) async fn open(
         timeout: CONNECT_TIMEOUT,
     })?
     .map_err(|e| failed(format!("streaming server at {url}: {e}")))?;
+    Ok(ws)
+}
+
+/// Connects to the streaming server at `url` (as CRI returned it) and relays the session.
+pub(super) async fn open(
+    url: &str,
+    netns: Option<&std::path::Path>,
+    call: &'static str,
+) -> Result<Session> {
+    let failed = |message: String| RuntimeError::Call { call, message };
+    let ws = connect(url, "", netns, call).await?;
     let (input, mut input_rx) = mpsc::channel::<SessionInput>(16);
     let (output_tx, output) = mpsc::channel(16);
     // Bounded by the connection: it ends with the streaming server's status, when the server
@@ -159,6 +176,82 @@ pub(super) async fn open(
         let _ = sink.close().await;
     });
     Ok(Session { input, output })
+}
+
+/// The data and error channels of the one port a forwarded connection asks for.
+const PORT_DATA: u8 = 0;
+const PORT_ERROR: u8 = 1;
+
+/// Connects to `port` through the streaming server at `url` (CRI's `PortForward`), over its
+/// WebSocket protocol: two channels per port, data then error, each opened by the server
+/// with a message that holds the port (two bytes, little-endian). v4 has no way to close a
+/// channel on its own, so a client that closes its end for writing is not seen by the pod
+/// until the connection ends.
+pub(super) async fn forward(
+    url: &str,
+    port: u16,
+    netns: Option<&std::path::Path>,
+) -> Result<PortConnection> {
+    const CALL: &str = "PortForward";
+    let failed = |message: String| RuntimeError::Call {
+        call: CALL,
+        message,
+    };
+    let ws = connect(url, &format!("?port={port}"), netns, CALL).await?;
+    let (input, mut input_rx) = mpsc::channel::<PortInput>(16);
+    let (output_tx, output) = mpsc::channel(16);
+    // Bounded by the connection: it ends when the streaming server closes it, reports an
+    // error, or when the client drops its output.
+    tokio::spawn(async move {
+        let (mut sink, mut stream) = ws.split();
+        let mut opened = [false; 2];
+        let mut writing = true;
+        loop {
+            tokio::select! {
+                msg = input_rx.recv(), if writing => match msg {
+                    Some(PortInput::Data(data)) => {
+                        if let Err(e) = sink.send(frame(PORT_DATA, &data)).await {
+                            let _ = output_tx.send(Err(failed(format!("streaming server: {e}")))).await;
+                            return;
+                        }
+                    }
+                    Some(PortInput::CloseWrite) | None => writing = false,
+                },
+                msg = stream.next() => {
+                    let data = match msg {
+                        Some(Ok(Message::Binary(data))) => data,
+                        Some(Ok(Message::Close(_))) | None => break,
+                        Some(Ok(_)) => continue,
+                        Some(Err(e)) => {
+                            let _ = output_tx.send(Err(failed(format!("streaming server: {e}")))).await;
+                            return;
+                        }
+                    };
+                    let Some((&channel, body)) = data.split_first() else { continue };
+                    let Some(opened) = opened.get_mut(usize::from(channel)) else { continue };
+                    if !*opened {
+                        *opened = true;
+                        continue;
+                    }
+                    let sent = match channel {
+                        PORT_DATA => output_tx.send(Ok(body.to_vec())).await,
+                        PORT_ERROR if !body.is_empty() => {
+                            let message = String::from_utf8_lossy(body).into_owned();
+                            let _ = output_tx.send(Err(failed(message))).await;
+                            break;
+                        }
+                        _ => continue,
+                    };
+                    if sent.is_err() {
+                        break;
+                    }
+                }
+                _ = output_tx.closed() => break,
+            }
+        }
+        let _ = sink.close().await;
+    });
+    Ok(PortConnection { input, output })
 }
 
 #[cfg(test)]

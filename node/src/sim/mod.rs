@@ -20,7 +20,8 @@
 //! of files, which tests can also change with [`SimRuntime::touch`] and
 //! [`SimRuntime::remove_file`]; an interactive `sh` runs the lines it reads from standard input
 //! and `cat` copies its input back. Attaching shows nothing and ends when the container does. TCP probes succeed on the
-//! container's declared ports while it runs. Images tagged `:absent` cannot be pulled.
+//! container's declared ports while it runs, and a connection forwarded to one of them
+//! (`kubectl port-forward`) echoes what it receives. Images tagged `:absent` cannot be pulled.
 //!
 //! A container that honours SIGTERM exits at once with 143, as a process killed by it would.
 
@@ -31,7 +32,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use skiff_proto::api::Time;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 mod script;
@@ -39,8 +40,8 @@ mod session;
 
 use self::script::{Plan, exec_in, exit_of};
 use crate::runtime::{
-    Container, ContainerSpec, ContainerState, ExecOutput, Exit, Result, Runtime, RuntimeError,
-    Sandbox, SandboxSpec, Session, SessionSpec,
+    Container, ContainerSpec, ContainerState, ExecOutput, Exit, PortConnection, PortInput, Result,
+    Runtime, RuntimeError, Sandbox, SandboxSpec, Session, SessionSpec,
 };
 
 /// Timing of the simulated runtime.
@@ -645,6 +646,50 @@ impl Runtime for SimRuntime {
 
     async fn session(&self, id: &str, spec: &SessionSpec) -> Result<Session> {
         self.open_session(id, spec)
+    }
+
+    /// An echo of what the client sends, on a declared port of a running container of the
+    /// sandbox; refused on any other.
+    async fn port_forward(&self, sandbox_id: &str, port: u16) -> Result<PortConnection> {
+        let now = Instant::now();
+        let listening = {
+            let mut st = self.state();
+            let State {
+                sandboxes,
+                containers,
+                ..
+            } = &mut *st;
+            if !sandboxes.get(sandbox_id).is_some_and(|s| s.ready) {
+                return Err(RuntimeError::NotFound {
+                    what: "running sandbox",
+                    id: sandbox_id.to_string(),
+                });
+            }
+            containers.values_mut().any(|c| {
+                c.settle(now);
+                c.info.sandbox_id == sandbox_id
+                    && matches!(c.info.state, ContainerState::Running { .. })
+                    && c.ports.contains(&i32::from(port))
+            })
+        };
+        if !listening {
+            return Err(RuntimeError::Call {
+                call: "PortForward",
+                message: format!("dial tcp 127.0.0.1:{port}: connect: connection refused"),
+            });
+        }
+        let (input, mut input_rx) = mpsc::channel(16);
+        let (output_tx, output) = mpsc::channel(16);
+        // Bounded by the connection: it ends when the client closes its end for writing or
+        // drops either end.
+        tokio::spawn(async move {
+            while let Some(PortInput::Data(data)) = input_rx.recv().await {
+                if output_tx.send(Ok(data)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(PortConnection { input, output })
     }
 
     async fn http_probe(

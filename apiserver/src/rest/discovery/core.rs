@@ -41,6 +41,12 @@ pub(super) const RESOURCES: &[Resource] = &[
                 verbs: &[CREATE, GET],
             },
             Subresource {
+                name: "portforward",
+                kind: "PodPortForwardOptions",
+                api_version: None,
+                verbs: &[CREATE, GET],
+            },
+            Subresource {
                 name: "log",
                 kind: "Pod",
                 api_version: None,
@@ -195,8 +201,12 @@ mod tests {
         assert_eq!(find(&list, "nodes/status")["namespaced"], false);
         assert_eq!(find(&list, "namespaces/status")["kind"], "Namespace");
         assert_eq!(find(&list, "pods/exec")["verbs"], json!(["create", "get"]));
+        assert_eq!(
+            find(&list, "pods/portforward")["kind"],
+            "PodPortForwardOptions"
+        );
         assert_eq!(find(&list, "pods/attach")["kind"], "PodAttachOptions");
-        for absent in ["pods/portforward", "pods/proxy", "nodes/proxy"] {
+        for absent in ["pods/proxy", "nodes/proxy"] {
             assert!(
                 list["resources"]
                     .as_array()

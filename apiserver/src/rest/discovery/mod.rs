@@ -661,11 +661,11 @@ mod tests {
             .find(|r| r.name == "pods/eviction")
             .expect("pods/eviction");
         assert_eq!(eviction.group.as_deref(), Some("policy"));
-        // nine core resources, six pod subresources, the status of nodes, namespaces and
+        // nine core resources, seven pod subresources, the status of nodes, namespaces and
         // services, and the finalize of namespaces; seven declared kinds, the status of
         // three of them (replication controllers, persistent volumes and their claims), the
         // scale of one and the token of service accounts
-        assert_eq!(list.resources.len(), 9 + 10 + 7 + 3 + 1 + 1);
+        assert_eq!(list.resources.len(), 9 + 11 + 7 + 3 + 1 + 1);
         let apps: meta::APIResourceList =
             serde_json::from_value(resource_list(GroupVersion::parse("apps/v1")))
                 .expect("APIResourceList");

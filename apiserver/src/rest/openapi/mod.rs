@@ -146,7 +146,7 @@ pub fn hash(group_version_path: &str) -> Option<String> {
 }
 
 /// Subresources that upgrade the connection instead of carrying an object.
-const CONNECT_SUBRESOURCES: [&str; 2] = ["attach", "exec"];
+const CONNECT_SUBRESOURCES: [&str; 3] = ["attach", "exec", "portforward"];
 
 /// The whole document of one group version.
 fn build(gv: GroupVersion) -> Value {
@@ -198,7 +198,7 @@ fn build(gv: GroupVersion) -> Value {
         let subresource_schemas: Vec<(&Subresource, Value, String)> = resource
             .subresources
             .iter()
-            // Connect subresources (exec, attach: WebSocket upgrades) take their options from
+            // Connect subresources (exec, attach, portforward: upgrades) take their options from
             // the query and have no body to describe; kubectl reads no document for them.
             .filter(|sub| !CONNECT_SUBRESOURCES.contains(&sub.name))
             .map(|sub| {
