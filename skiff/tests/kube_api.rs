@@ -610,6 +610,76 @@ async fn server_side_apply_conflicts_and_force() {
     let labels = after.metadata.labels.unwrap();
     assert_eq!(labels.get("app").map(String::as_str), Some("web"));
     assert!(!labels.contains_key("tier"), "{labels:?}");
+
+    // A write other than an apply takes the fields it changes: carol's merge patch is her
+    // `Update`, and an applier changing that field again conflicts with her.
+    let carol = PatchParams {
+        field_manager: Some("carol".into()),
+        ..PatchParams::default()
+    };
+    let relabelled = json!({"metadata": {"labels": {"app": "api"}}});
+    let patched = pods
+        .patch("ssa", &carol, &Patch::Merge(relabelled))
+        .await
+        .unwrap();
+    let entries = patched.metadata.managed_fields.unwrap_or_default();
+    let theirs = entries
+        .iter()
+        .find(|m| m.manager.as_deref() == Some("carol"))
+        .expect("carol's entry");
+    assert_eq!(theirs.operation.as_deref(), Some("Update"));
+    let e = api_error(
+        pods.patch(
+            "ssa",
+            &alice,
+            &Patch::Apply(config(image_now, json!({"app": "web"}))),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(e.code, 409);
+    // kube-apiserver names the writer of an update with its version and time.
+    assert!(
+        e.message
+            .starts_with("Apply failed with 1 conflict: conflict with \"carol\" using v1 at ")
+            && e.message.ends_with(": .metadata.labels.app"),
+        "{}",
+        e.message
+    );
+
+    // A replace without managedFields keeps them, and records its own writer beside them;
+    // one without a fieldManager is named after its User-Agent's product.
+    let mut current = pods.get("ssa").await.unwrap();
+    current.metadata.managed_fields = None;
+    current.metadata.annotations = Some(BTreeMap::from([("note".into(), "x".into())]));
+    let replaced = pods
+        .replace("ssa", &PostParams::default(), &current)
+        .await
+        .unwrap();
+    let managers: Vec<(String, String)> = replaced
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            (
+                m.manager.unwrap_or_default(),
+                m.operation.unwrap_or_default(),
+            )
+        })
+        .collect();
+    for (manager, operation) in [("alice", "Apply"), ("carol", "Update")] {
+        assert!(
+            managers.contains(&(manager.into(), operation.into())),
+            "{managers:?}"
+        );
+    }
+    let writer = managers.last().expect("the replace's entry");
+    assert_eq!(writer.1, "Update");
+    assert!(
+        !writer.0.is_empty() && !writer.0.contains('/'),
+        "{managers:?}"
+    );
 }
 
 /// `pods/exec`, `pods/attach` and `pods/portforward` through kube-rs's WebSocket client,

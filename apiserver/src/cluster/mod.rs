@@ -64,6 +64,16 @@ const WRITE_ATTEMPTS: usize = 8;
 /// last write, at one lease grant a minute. Short TTLs reuse for a tenth of the TTL.
 const EVENT_LEASE_REUSE: Duration = Duration::from_secs(60);
 
+/// Records who changed which fields of an object (`metadata.managedFields`, Kubernetes'
+/// field manager), for a face that knows its writer's field manager: the REST API's
+/// [`crate::rest::patch::FieldManager`]. It sees every create and update of the handle
+/// it is given to ([`ClusterApi::tracked_by`]), once the object is defaulted, admitted and
+/// validated.
+pub trait FieldTracker: Send + Sync + std::fmt::Debug {
+    /// `current` is the stored object (none on create), `next` what replaces it.
+    fn track(&self, current: Option<&Object>, next: &mut Object);
+}
+
 /// The cluster API over one member.
 #[derive(Debug, Clone)]
 pub struct ClusterApi {
@@ -79,6 +89,9 @@ pub struct ClusterApi {
     /// Who the writes of this handle are made for, when a face knows it: admission
     /// (NodeRestriction) judges what a node agent writes.
     requester: Option<Arc<User>>,
+    /// Who records the fields the writes of this handle change, when a face knows its
+    /// writer's field manager (see [`FieldTracker`]).
+    tracker: Option<Arc<dyn FieldTracker>>,
     /// The API server's settings.
     pub config: Arc<ApiConfig>,
     /// What the pods of each namespace under a quota use (quota admission's).
@@ -521,6 +534,7 @@ impl ClusterApi {
             fence: None,
             access,
             requester: None,
+            tracker: None,
             config: Arc::new(config),
             quota_usage: Arc::default(),
         }
@@ -530,6 +544,14 @@ impl ClusterApi {
     pub fn as_user(&self, user: &User) -> ClusterApi {
         ClusterApi {
             requester: Some(Arc::new(user.clone())),
+            ..self.clone()
+        }
+    }
+
+    /// This API with `tracker` recording the fields its creates and updates change.
+    pub fn tracked_by(&self, tracker: Arc<dyn FieldTracker>) -> ClusterApi {
+        ClusterApi {
+            tracker: Some(tracker),
             ..self.clone()
         }
     }
@@ -1021,6 +1043,9 @@ impl ClusterApi {
         let claim = self.claim_pod_cidr(&mut candidate)?;
         let addresses = self.service_addresses(None, &mut candidate)?;
         validation::validate(&candidate).map_err(|e| validation_error(&candidate, e))?;
+        if let Some(tracker) = &self.tracker {
+            tracker.track(None, &mut candidate);
+        }
         let mut compare = vec![compare(
             &key,
             CompareTarget::Create(0),
@@ -1257,6 +1282,9 @@ impl ClusterApi {
         let allocation = self.service_addresses(Some(current), &mut next)?;
         validation::validate(&next).map_err(|e| validation_error(&next, e))?;
         validation::validate_update(&next, current).map_err(|e| validation_error(&next, e))?;
+        if let Some(tracker) = &self.tracker {
+            tracker.track(Some(current), &mut next);
+        }
         Ok((next, allocation))
     }
 

@@ -20,7 +20,7 @@ mod strategic;
 pub use apply::Conflicts;
 
 use serde_json::Value;
-use skiff_proto::api::Kind;
+use skiff_proto::api::{Kind, Object};
 
 /// The patch types of a PATCH request, by Content-Type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,10 +131,81 @@ pub fn server_side_apply(
     apply::server_side_apply(schema::for_kind(kind), current, config, manager, force, now)
 }
 
-/// After a patch turned `before` into `after`: the fields it changed or removed are no
-/// longer owned by the managers that applied them (server-side apply's rules).
-pub fn disown_changed(before: &Value, after: &mut Value) {
-    apply::disown_changed(before, after);
+/// The REST API's field manager: it records each create, update and patch other than an
+/// apply in the written object's `managedFields`, as the `Update` of `manager` (see
+/// [`apply::record_update`]). A write whose object carries no `managedFields` keeps the
+/// stored ones, as in Kubernetes (`kubectl replace` of a file without them); one that
+/// carries an empty list starts them over.
+#[derive(Debug, Clone)]
+pub struct FieldManager {
+    manager: String,
+    subresource: Option<String>,
+    time: String,
+}
+
+/// The longest field manager name kube-apiserver takes.
+const MAX_MANAGER: usize = 128;
+
+impl FieldManager {
+    /// The writer of a request: its `fieldManager`, else the product of its User-Agent
+    /// (`kubectl/v1.32.0 …` is `kubectl`), as kube-apiserver names it; writing `subresource`
+    /// (`status`, `scale`) or the object itself.
+    pub fn of_request(
+        field_manager: &str,
+        user_agent: Option<&str>,
+        subresource: Option<&str>,
+    ) -> Result<FieldManager, String> {
+        if field_manager.len() > MAX_MANAGER {
+            return Err(format!(
+                "fieldManager: Too long: may not be more than {MAX_MANAGER} bytes"
+            ));
+        }
+        let manager = if field_manager.is_empty() {
+            let product = user_agent
+                .and_then(|ua| ua.split('/').next())
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .unwrap_or("unknown");
+            product.chars().take(MAX_MANAGER).collect()
+        } else {
+            field_manager.to_string()
+        };
+        Ok(FieldManager {
+            manager,
+            subresource: subresource.map(str::to_string),
+            time: skiff_proto::api::Time::now().to_string(),
+        })
+    }
+}
+
+impl crate::cluster::FieldTracker for FieldManager {
+    fn track(&self, current: Option<&Object>, next: &mut Object) {
+        let before = current.map(super::verbs::served);
+        let mut after = super::verbs::served(next);
+        if after["metadata"].get("managedFields").is_none()
+            && let Some(kept) = before
+                .as_ref()
+                .and_then(|b| b["metadata"].get("managedFields"))
+        {
+            after["metadata"]["managedFields"] = kept.clone();
+        }
+        let entries = apply::record_update(
+            schema::for_kind(next.kind()),
+            before.as_ref(),
+            &after,
+            &apply::Update {
+                manager: &self.manager,
+                subresource: self.subresource.as_deref(),
+                time: &self.time,
+            },
+        );
+        let other = &mut next.metadata_mut().other.0;
+        if entries.is_empty() {
+            other.remove("managedFields");
+        } else {
+            other.insert("managedFields".into(), Value::Array(entries));
+        }
+    }
 }
 
 /// Applies `patch` (raw request body) of `patch_type` to `original` (the stored object as JSON)

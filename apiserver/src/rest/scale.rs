@@ -281,6 +281,7 @@ pub async fn update(
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let value = object_body(headers, body)?;
+    let api = &super::verbs::tracked(api, target, params, headers)?;
     for _ in 0..ATTEMPTS {
         let current = workload(api, target).await?;
         let request = read_request(target, value.clone(), &current)?;
@@ -328,6 +329,7 @@ pub async fn patch(
             ));
         }
     };
+    let api = &super::verbs::tracked(api, target, params, headers)?;
     for _ in 0..ATTEMPTS {
         let current = workload(api, target).await?;
         let original = scale_of(&current.object)?;

@@ -19,6 +19,26 @@ use crate::cluster::{ClusterApi, ClusterError, DeleteOptions, Part, decode_reque
 /// Attempts at a patch that lost a race with another writer.
 const ATTEMPTS: usize = 8;
 
+/// `api`, recording what a write of the request (of `target`'s object or subresource)
+/// changes as its field manager's ([`patch::FieldManager`]).
+pub(super) fn tracked(
+    api: &ClusterApi,
+    target: &Target,
+    params: &Params,
+    headers: &HeaderMap,
+) -> Result<ClusterApi, ApiError> {
+    let user_agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    let manager = patch::FieldManager::of_request(
+        &params.field_manager,
+        user_agent,
+        target.subresource.as_deref(),
+    )
+    .map_err(|message| ApiError::new(Reason::Invalid, message))?;
+    Ok(api.tracked_by(std::sync::Arc::new(manager)))
+}
+
 /// An object as served: its JSON with `apiVersion` and `kind`.
 pub fn served(object: &Object) -> Value {
     let mut o = object.clone();
@@ -299,6 +319,7 @@ pub async fn create(
     match_path(target, &mut value, target.kind)?;
     // A name from `generateName` is made (and made again if taken) by the create itself.
     let (object, warnings) = decode_request(target.kind, &encode(&value), validation(params))?;
+    let api = tracked(api, target, params, headers)?;
     let (_, created) = api.create(object, params.dry_run).await?;
     object_response(
         target.kind,
@@ -323,6 +344,7 @@ pub async fn update(
     let mut value = object_body(headers, body)?;
     match_path(target, &mut value, target.kind)?;
     let (object, warnings) = decode_request(target.kind, &encode(&value), validation(params))?;
+    let api = tracked(api, target, params, headers)?;
     let (_, updated) = api.update(object, status, params.dry_run).await?;
     object_response(
         target.kind,
@@ -376,6 +398,7 @@ pub async fn patch(
             ),
         ));
     }
+    let api = &tracked(api, target, params, headers)?;
     for _ in 0..ATTEMPTS {
         api.barrier(false).await?;
         let (_, current) = api.get_local(target.kind, &target.namespace, &target.name)?;
@@ -388,7 +411,6 @@ pub async fn patch(
                 "the patched object is not a JSON object",
             ));
         }
-        patch::disown_changed(&original, &mut patched);
         match_path(target, &mut patched, target.kind)?;
         let pinned_by_patch = patched["metadata"]
             .get("resourceVersion")
@@ -502,7 +524,7 @@ async fn server_side_apply(
                 c.0.iter()
                     .map(|(manager, field)| super::status::Cause {
                         reason: "FieldManagerConflict",
-                        message: format!("conflict with \"{manager}\""),
+                        message: format!("conflict with {manager}"),
                         field: field.clone(),
                     })
                     .collect();

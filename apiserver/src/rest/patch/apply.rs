@@ -12,34 +12,62 @@
 //! 3. removes the fields the manager applied last time, left out now, and owned by no one else;
 //! 4. records the configuration's field set as the manager's `Apply` entry.
 //!
-//! A patch that changes or removes a field takes it from the managers that owned it
-//! ([`disown_changed`]), as a Kubernetes write takes ownership of what it changes: a field a
-//! client removed is no applier's to conflict over. Writes other than apply are not recorded
-//! as `Update` entries yet, so only appliers conflict with each other.
+//! Every other write (a create, an update, a patch, of the object or its `status` or `scale`)
+//! is recorded too ([`record_update`]), as Kubernetes' field manager records it: the fields
+//! it set or changed become its manager's, in an `Update` entry, and leave every other
+//! manager's set, so an applier then conflicts with the writer of a field it wants to
+//! change; fields it removed are no one's.
 
 use serde_json::{Map, Value, json};
 
 use super::schema::{ListMerge, Schema};
 
-/// An apply that changes fields others own, each named with its owner.
+/// An apply that changes fields others own: each field with its owner, described as
+/// kube-apiserver describes it ([`owner`]), sorted by owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conflicts(pub Vec<(String, String)>);
 
 impl std::fmt::Display for Conflicts {
+    /// kube-apiserver's message: one conflict on one line, several grouped by owner.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Apply failed with {} conflict", self.0.len())?;
-        if self.0.len() != 1 {
-            f.write_str("s")?;
+        if let [(owner, field)] = self.0.as_slice() {
+            return write!(
+                f,
+                "Apply failed with 1 conflict: conflict with {owner}: {field}"
+            );
         }
-        f.write_str(": ")?;
-        for (i, (manager, field)) in self.0.iter().enumerate() {
+        write!(f, "Apply failed with {} conflicts: ", self.0.len())?;
+        let mut last = None;
+        for (i, (owner, field)) in self.0.iter().enumerate() {
             if i > 0 {
-                f.write_str(", ")?;
+                f.write_str("\n")?;
             }
-            write!(f, "conflict with \"{manager}\": {field}")?;
+            if last != Some(owner) {
+                writeln!(f, "conflicts with {owner}:")?;
+                last = Some(owner);
+            }
+            write!(f, "- {field}")?;
         }
         Ok(())
     }
+}
+
+/// A managedFields entry's manager as kube-apiserver names it in conflicts:
+/// `"kubectl" with subresource "scale" using apps/v1 at 2026-12-07T10:00:00Z`, the
+/// subresource and the version and time for the writer of an `Update` only.
+fn owner(entry: &Value) -> String {
+    let text = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or_default();
+    let mut out = format!("{:?}", text("manager"));
+    if !text("subresource").is_empty() {
+        out.push_str(&format!(" with subresource {:?}", text("subresource")));
+    }
+    if text("operation") == "Update" {
+        out.push_str(&format!(" using {}", text("apiVersion")));
+        if !text("time").is_empty() {
+            out.push_str(&format!(" at {}", text("time")));
+        }
+    }
+    out
 }
 
 /// One step of a field path.
@@ -115,12 +143,14 @@ const SERVER_METADATA: &[&str] = &[
     "selfLink",
 ];
 
-/// The field set of an applied configuration, as a FieldsV1 tree.
-fn field_set(schema: &Schema, config: &Value) -> Value {
+/// The field set of an applied configuration, or of an object, as a FieldsV1 tree; its
+/// `status` only `with_status` (a write of the status subresource).
+fn field_set(schema: &Schema, config: &Value, with_status: bool) -> Value {
     let mut tree = Map::new();
     if let Value::Object(fields) = config {
         for (name, value) in fields {
-            if matches!(name.as_str(), "apiVersion" | "kind" | "status") {
+            if matches!(name.as_str(), "apiVersion" | "kind") || (name == "status" && !with_status)
+            {
                 continue;
             }
             if name == "metadata" {
@@ -355,41 +385,120 @@ fn managed_fields(object: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// After a write other than an apply turned `before` into `after`: every field it changed
-/// or removed leaves the field sets of the managers that owned it (a list element they
-/// own, `.`, only when the element went), and entries left owning nothing go. Without it
-/// an applier would go on owning, and conflicting over, a field another client removed
-/// (leader election releases a Lease with a patch that removes its holder, then the next
-/// candidate applies its own).
-pub(super) fn disown_changed(before: &Value, after: &mut Value) {
+/// Adds `path` to a field set (a leaf, unless the set holds fields under it already).
+fn insert_path(tree: &mut Value, path: &[Seg]) {
+    let mut node = tree;
+    for s in path {
+        let Value::Object(m) = node else { return };
+        node = m.entry(s.tree_key()).or_insert_with(|| json!({}));
+    }
+}
+
+/// Whether the write that turned `before` into `after` set or changed the field at `path`
+/// of `after`'s field set: a value, or the presence of a list element (`.`).
+fn changed_at(before: &Value, after: &Value, path: &[Seg]) -> bool {
+    if matches!(path.last(), Some(Seg::Itself)) {
+        get(before, path).is_none()
+    } else {
+        get(before, path) != get(after, path)
+    }
+}
+
+/// A write other than an apply, as [`record_update`] records it.
+#[derive(Debug, Clone, Copy)]
+pub struct Update<'a> {
+    /// The writer's field manager (`fieldManager`, or its User-Agent's product).
+    pub manager: &'a str,
+    /// `status` or `scale` for a write of that subresource; none for the object itself.
+    pub subresource: Option<&'a str>,
+    /// When, as the entry records it.
+    pub time: &'a str,
+}
+
+impl Update<'_> {
+    /// Whether `entry` is this writer's: its manager, operation, API version and
+    /// subresource.
+    fn owns(&self, entry: &Value, api_version: &Value) -> bool {
+        entry.get("manager").and_then(Value::as_str) == Some(self.manager)
+            && entry.get("operation").and_then(Value::as_str) == Some("Update")
+            && entry.get("apiVersion") == Some(api_version)
+            && entry.get("subresource").and_then(Value::as_str) == self.subresource
+    }
+}
+
+/// The `managedFields` entries after a write other than an apply turned `before` (none on
+/// create) into `after`, whose own entries it starts from. Every field the write set or
+/// changed becomes the writer's, in its `Update` entry, and leaves every other manager's
+/// set (an appliers' included: updates take fields over, they never conflict); every field
+/// it removed leaves every set; entries left owning nothing go. Without it an applier would
+/// go on owning, and conflicting over, a field another client removed (leader election
+/// releases a Lease with a patch that removes its holder, then the next candidate applies).
+pub(super) fn record_update(
+    schema: &Schema,
+    before: Option<&Value>,
+    after: &Value,
+    update: &Update,
+) -> Vec<Value> {
+    let with_status = update.subresource == Some("status");
+    let none = json!({});
+    let before = before.unwrap_or(&none);
+    let now_set = field_set(schema, after, with_status);
+    let mut set = Vec::new();
+    leaves(&now_set, &mut Vec::new(), &mut set);
+    set.retain(|path| changed_at(before, after, path));
+    let mut removed = Vec::new();
+    leaves(
+        &field_set(schema, before, with_status),
+        &mut Vec::new(),
+        &mut removed,
+    );
+    removed.retain(|path| !contains(&now_set, path));
+
+    let api_version = after.get("apiVersion").cloned().unwrap_or(json!("v1"));
     let mut entries = managed_fields(after);
-    let mut changed = false;
-    for e in &mut entries {
+    let mine = entries.iter().position(|e| update.owns(e, &api_version));
+    for (i, e) in entries.iter_mut().enumerate() {
         let Some(fields) = e.get_mut("fieldsV1") else {
             continue;
         };
-        let mut owned = Vec::new();
-        leaves(fields, &mut Vec::new(), &mut owned);
-        for path in owned {
-            let same = if matches!(path.last(), Some(Seg::Itself)) {
-                get(before, &path).is_some() == get(after, &path).is_some()
-            } else {
-                get(before, &path) == get(after, &path)
-            };
-            if !same {
-                remove_path(fields, &path);
-                changed = true;
+        for path in &removed {
+            remove_path(fields, path);
+        }
+        if Some(i) != mine {
+            for path in &set {
+                remove_path(fields, path);
             }
         }
     }
-    if changed {
-        entries.retain(|e| {
-            e.get("fieldsV1")
-                .and_then(Value::as_object)
-                .is_some_and(|f| !f.is_empty())
-        });
-        after["metadata"]["managedFields"] = Value::Array(entries);
+    if !set.is_empty() {
+        let mut entry = match mine {
+            Some(i) => entries.remove(i),
+            None => {
+                let mut e = json!({
+                    "manager": update.manager,
+                    "operation": "Update",
+                    "apiVersion": api_version,
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {},
+                });
+                if let Some(sub) = update.subresource {
+                    e["subresource"] = json!(sub);
+                }
+                e
+            }
+        };
+        for path in &set {
+            insert_path(&mut entry["fieldsV1"], path);
+        }
+        entry["time"] = json!(update.time);
+        entries.push(entry);
     }
+    entries.retain(|e| {
+        e.get("fieldsV1")
+            .and_then(Value::as_object)
+            .is_some_and(|f| !f.is_empty())
+    });
+    entries
 }
 
 fn is_apply_of(entry: &Value, manager: &str) -> bool {
@@ -407,7 +516,7 @@ pub(super) fn server_side_apply(
     force: bool,
     now: &str,
 ) -> Result<Value, Conflicts> {
-    let applied = field_set(schema, config);
+    let applied = field_set(schema, config, false);
     let mut applied_leaves = Vec::new();
     leaves(&applied, &mut Vec::new(), &mut applied_leaves);
     let base = current.cloned().unwrap_or_else(|| json!({}));
@@ -423,11 +532,7 @@ pub(super) fn server_side_apply(
     for path in &applied_leaves {
         let differs = get(&base, path) != get(config, path);
         for e in &mut entries {
-            let owner = e
-                .get("manager")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
+            let owner = owner(e);
             if is_apply_of(e, manager) {
                 continue;
             }
@@ -530,6 +635,7 @@ mod tests {
         let set = field_set(
             schema::for_kind(Kind::Pod),
             &pod("nginx", json!({"app": "web"})),
+            false,
         );
         assert_eq!(
             set,
@@ -542,10 +648,29 @@ mod tests {
         );
     }
 
-    /// A patch that removes or changes applied fields takes them from their manager, so
-    /// another manager applies them without conflict; fields it left alone stay owned.
+    const T1: &str = "2026-12-07T10:00:00Z";
+
+    fn update(before: Option<&Value>, after: &Value, manager: &str, sub: Option<&str>) -> Value {
+        let mut out = after.clone();
+        let entries = record_update(
+            schema::for_kind(Kind::Pod),
+            before,
+            after,
+            &Update {
+                manager,
+                subresource: sub,
+                time: T1,
+            },
+        );
+        out["metadata"]["managedFields"] = Value::Array(entries);
+        out
+    }
+
+    /// A patch that removes or changes applied fields takes them from their manager: the
+    /// removed ones are no one's, the changed ones its writer's, so another applier
+    /// conflicts with the writer, not the first applier; fields it left alone stay owned.
     #[test]
-    fn a_patch_takes_the_fields_it_changes_from_their_manager() {
+    fn a_write_takes_the_fields_it_changes_from_their_manager() {
         let first = apply(
             None,
             &pod("nginx", json!({"app": "web", "tier": "a"})),
@@ -559,24 +684,91 @@ mod tests {
             .unwrap()
             .remove("app");
         patched["metadata"]["labels"]["tier"] = json!("b");
-        disown_changed(&first, &mut patched);
-        let fields = &patched["metadata"]["managedFields"][0]["fieldsV1"];
-        assert!(fields.get("f:metadata").is_none(), "{fields}");
-        assert!(fields["f:spec"]["f:containers"].is_object(), "{fields}");
-        apply(
+        let patched = update(Some(&first), &patched, "carol", None);
+        let entries = patched["metadata"]["managedFields"].as_array().unwrap();
+        assert_eq!(entries.len(), 2, "{entries:?}");
+        let alice = &entries[0]["fieldsV1"];
+        assert!(alice.get("f:metadata").is_none(), "{alice}");
+        assert!(alice["f:spec"]["f:containers"].is_object(), "{alice}");
+        assert_eq!(entries[1]["manager"], "carol");
+        assert_eq!(entries[1]["operation"], "Update");
+        assert_eq!(entries[1]["time"], T1);
+        assert_eq!(
+            entries[1]["fieldsV1"],
+            json!({"f:metadata": {"f:labels": {"f:tier": {}}}})
+        );
+        let e = apply(
             Some(&patched),
             &pod("nginx", json!({"app": "api", "tier": "c"})),
             "bob",
             false,
         )
-        .expect("no one owns the labels now");
-        // A patch that changes nothing applied leaves the entries as they were.
-        let mut same = first.clone();
-        same["metadata"]["annotations"] = json!({"note": "x"});
-        disown_changed(&first, &mut same);
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Apply failed with 1 conflict: conflict with \"carol\" using v1 at 2026-12-07T10:00:00Z: .metadata.labels.tier"
+        );
+        apply(
+            Some(&patched),
+            &pod("nginx", json!({"app": "api"})),
+            "bob",
+            false,
+        )
+        .expect("no one owns the removed label");
+        // A write that changes nothing leaves the entries as they were.
+        let same = update(Some(&first), &first, "carol", None);
         assert_eq!(
             same["metadata"]["managedFields"],
             first["metadata"]["managedFields"]
+        );
+    }
+
+    /// A create makes its writer the owner of every field it set, status aside; a status
+    /// write records only what it changed, under the `status` subresource.
+    #[test]
+    fn creates_and_status_writes_are_recorded_apart() {
+        let mut created = pod("nginx", json!({"app": "web"}));
+        created["status"] = json!({"phase": "Pending"});
+        let created = update(None, &created, "kubectl-create", None);
+        let entries = created["metadata"]["managedFields"].as_array().unwrap();
+        assert_eq!(entries.len(), 1);
+        let fields = &entries[0]["fieldsV1"];
+        assert!(fields.get("f:status").is_none(), "{fields}");
+        assert_eq!(
+            fields["f:spec"]["f:containers"]["k:{\"name\":\"c\"}"],
+            json!({".": {}, "f:name": {}, "f:image": {}})
+        );
+        assert!(entries[0].get("subresource").is_none());
+        let mut running = created.clone();
+        running["status"] = json!({"phase": "Running", "podIP": "10.0.0.2"});
+        let running = update(Some(&created), &running, "skiff-node", Some("status"));
+        let entries = running["metadata"]["managedFields"].as_array().unwrap();
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0], created["metadata"]["managedFields"][0]);
+        assert_eq!(entries[1]["subresource"], "status");
+        assert_eq!(
+            entries[1]["fieldsV1"],
+            json!({"f:status": {"f:phase": {}, "f:podIP": {}}})
+        );
+    }
+
+    #[test]
+    fn several_conflicts_are_grouped_by_owner() {
+        let c = Conflicts(vec![
+            ("\"alice\"".into(), ".a".into()),
+            ("\"alice\"".into(), ".b".into()),
+            ("\"bob\" using v1 at T".into(), ".c".into()),
+        ]);
+        assert_eq!(
+            c.to_string(),
+            "Apply failed with 3 conflicts: conflicts with \"alice\":\n- .a\n- .b\n\
+             conflicts with \"bob\" using v1 at T:\n- .c"
+        );
+        let scale = json!({"manager": "kubectl", "operation": "Update", "apiVersion": "apps/v1",
+            "time": "T", "subresource": "scale"});
+        assert_eq!(
+            owner(&scale),
+            "\"kubectl\" with subresource \"scale\" using apps/v1 at T"
         );
     }
 
