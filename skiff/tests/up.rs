@@ -956,8 +956,9 @@ fn kubectl_session_on(work: &Path, extra: &[&str]) {
         for text in ["first connection\n", "second\n"] {
             assert_eq!(forward.exchange(text), text, "SPDY alone: {spdy_only}");
         }
-        // 4 MiB: many frames each way, with no flow-control window to wait for.
-        let large: String = (0..4 << 20)
+        // 16 MiB, sent while it comes back: many frames each way, more than every buffer
+        // on the way holds, and no flow-control window to wait for.
+        let large: String = (0..16 << 20)
             .map(|i| char::from(b'a' + (i % 26) as u8))
             .collect();
         let echoed = forward.exchange(&large);

@@ -213,34 +213,54 @@ impl Relay {
         // trips later (it dials the kubelet after the upgrade); this waits as long.
         tokio::time::sleep(STREAMS_GRACE).await;
         let (mut sink, mut stream) = socket.split();
-        let ended = loop {
-            tokio::select! {
-                msg = stream.next() => match msg {
+        // Each direction on its own: a command that does not read its input (or a client
+        // that does not read the output) holds up only that direction (`exec -i … cat` of
+        // more than the buffers hold needs both).
+        let inbound = async {
+            loop {
+                match stream.next().await {
                     Some(Ok(Message::Binary(data))) => self.forward(&data).await,
-                    Some(Ok(Message::Close(_)) | Err(_)) | None => {
-                        // The client went away: dropping the agent's stream ends the session.
-                        // Its close, when it sent one, is answered.
-                        let _ = sink.close().await;
-                        return;
-                    }
+                    Some(Ok(Message::Close(_)) | Err(_)) | None => return,
                     Some(Ok(_)) => {}
-                },
-                out = output.message() => {
-                    let msg = match out {
-                        Ok(Some(pb::SessionOutput { output: Some(o) })) => o,
-                        Ok(Some(_)) => continue,
-                        Ok(None) => break Err("the agent ended the session without an exit status".to_string()),
-                        Err(s) => break Err(s.message().to_string()),
-                    };
-                    let sent = match msg {
-                        Output::Stdout(d) => sink.send(frame(STDOUT, &d)).await,
-                        Output::Stderr(d) => sink.send(frame(STDERR, &d)).await,
-                        Output::ExitCode(code) => break Ok(code),
-                    };
-                    if sent.is_err() {
-                        return;
-                    }
                 }
+            }
+        };
+        let outbound = async {
+            loop {
+                let msg = match output.message().await {
+                    Ok(Some(pb::SessionOutput { output: Some(o) })) => o,
+                    Ok(Some(_)) => continue,
+                    Ok(None) => {
+                        return Some(Err(
+                            "the agent ended the session without an exit status".to_string()
+                        ));
+                    }
+                    Err(s) => return Some(Err(s.message().to_string())),
+                };
+                let sent = match msg {
+                    Output::Stdout(d) => sink.send(frame(STDOUT, &d)).await,
+                    Output::Stderr(d) => sink.send(frame(STDERR, &d)).await,
+                    Output::ExitCode(code) => return Some(Ok(code)),
+                };
+                if sent.is_err() {
+                    return None;
+                }
+            }
+        };
+        // Err(true): the client went away; Err(false): it can no longer be written to.
+        let ended = tokio::select! {
+            () = inbound => Err(true),
+            ended = outbound => ended.ok_or(false),
+        };
+        let ended = match ended {
+            Ok(ended) => ended,
+            Err(client_left) => {
+                // Dropping the agent's stream ends the session. The client's close, when it
+                // sent one, is answered.
+                if client_left {
+                    let _ = sink.close().await;
+                }
+                return;
             }
         };
         let status = self.status(ended).to_string();

@@ -53,7 +53,16 @@ const STREAM_PROTOCOL_VERSION: &str = "x-stream-protocol-version";
 /// The largest piece of a pod's output sent in one frame or message.
 const MAX_CHUNK: usize = 32 << 10;
 /// The most streams open at once on one SPDY connection (two per forwarded connection).
-const MAX_STREAMS: usize = 2048;
+const MAX_STREAMS: usize = 512;
+/// Pieces queued towards a forwarded connection's pod (each at most a frame,
+/// [`spdy::MAX_FRAME`], or a WebSocket message, [`MAX_MESSAGE`]): what a client can make a
+/// member hold for a pod that does not read is this times its connections.
+const QUEUED: usize = 4;
+/// The largest WebSocket message taken (kubectl writes at most 32 KiB at a time).
+const MAX_MESSAGE: usize = 256 << 10;
+/// How long a forwarded connection's first stream waits for its second (the kubelet's
+/// stream creation timeout).
+const PAIRING: Duration = Duration::from_secs(30);
 /// The most ports of one WebSocket (each takes two channels of one byte's range).
 const MAX_PORTS: usize = 128;
 /// How long what was queued for a client may take to go out once its connection ends.
@@ -89,7 +98,10 @@ pub async fn forward(
     });
     if let Some(websocket) = websocket {
         let offered = headers.contains_key(header::SEC_WEBSOCKET_PROTOCOL);
-        let websocket = websocket.protocols([SPDY_TUNNEL, CHANNELS]);
+        let websocket = websocket
+            .protocols([SPDY_TUNNEL, CHANNELS])
+            .max_message_size(MAX_MESSAGE)
+            .max_frame_size(MAX_MESSAGE);
         let chose = websocket
             .selected_protocol()
             .and_then(|p| p.to_str().ok())
@@ -212,6 +224,9 @@ impl Forwarder {
         }
     }
 
+    /// Relays one connection, each direction on its own (a direction waiting for its reader
+    /// never holds the other up: an echo of more than the buffers hold needs both). It ends
+    /// when the pod's end does.
     async fn relay(
         &self,
         port: u16,
@@ -219,7 +234,7 @@ impl Forwarder {
         input: &mut mpsc::Receiver<Bytes>,
         out: &mpsc::Sender<Reply>,
     ) -> Result<(), String> {
-        let (to_agent, requests) = mpsc::channel(16);
+        let (to_agent, requests) = mpsc::channel(QUEUED);
         let start = pb::PortForwardStart {
             port: u32::from(port),
             ..self.start.clone()
@@ -236,26 +251,34 @@ impl Forwarder {
             .await
             .map_err(|s| s.message().to_string())?
             .into_inner();
-        let mut to_agent = Some(to_agent);
-        loop {
-            tokio::select! {
-                received = input.recv(), if to_agent.is_some() => {
-                    let (message, last) = match received {
-                        Some(bytes) => (Input::Data(bytes.to_vec()), false),
-                        None => (Input::CloseWrite(true), true),
-                    };
-                    let sender = to_agent.as_ref().expect("invariant: checked by the branch");
-                    let sent = sender.send(pb::PortForwardInput { input: Some(message) }).await;
-                    if sent.is_err() || last {
-                        to_agent = None;
-                    }
+        let upstream = async {
+            while let Some(bytes) = input.recv().await {
+                let message = pb::PortForwardInput {
+                    input: Some(Input::Data(bytes.to_vec())),
+                };
+                if to_agent.send(message).await.is_err() {
+                    return;
                 }
-                sent = output.message() => match sent {
+            }
+            // The client closed its end for writing.
+            let _ = to_agent
+                .send(pb::PortForwardInput {
+                    input: Some(Input::CloseWrite(true)),
+                })
+                .await;
+        };
+        let downstream = async {
+            loop {
+                match output.message().await {
                     Ok(Some(pb::PortForwardOutput { data: bytes })) => {
                         let mut bytes = Bytes::from(bytes);
                         while !bytes.is_empty() {
                             let chunk = bytes.split_to(bytes.len().min(MAX_CHUNK));
-                            let frame = Reply::Data { id: data, data: chunk, fin: false };
+                            let frame = Reply::Data {
+                                id: data,
+                                data: chunk,
+                                fin: false,
+                            };
                             if out.send(frame).await.is_err() {
                                 return Ok(());
                             }
@@ -263,7 +286,15 @@ impl Forwarder {
                     }
                     Ok(None) => return Ok(()),
                     Err(s) => return Err(s.message().to_string()),
-                },
+                }
+            }
+        };
+        tokio::pin!(upstream, downstream);
+        let mut sent_all = false;
+        loop {
+            tokio::select! {
+                ended = &mut downstream => return ended,
+                () = &mut upstream, if !sent_all => sent_all = true,
             }
         }
     }
@@ -306,19 +337,26 @@ where
     let (out, replies) = mpsc::channel(64);
     let reading = read_frames(io, frames_tx);
     let writing = write_frames(sink, replies);
-    let routing = Router::new(forwarder, out).run(frames);
-    tokio::pin!(reading, writing, routing);
-    let mut read = false;
+    let mut routing = Box::pin(Router::new(forwarder, out).run(frames));
+    tokio::pin!(reading, writing);
+    // Once the client's side has ended, what it sent last is routed for a moment, then
+    // everything ends, a router waiting on a pod included.
+    let mut read_until = None;
     loop {
         tokio::select! {
-            () = &mut reading, if !read => read = true,
+            () = &mut reading, if read_until.is_none() => {
+                read_until = Some(tokio::time::Instant::now() + DRAIN);
+            }
             () = &mut routing => break,
             // The client's connection failed: nothing more can reach it.
             () = &mut writing => return,
+            () = tokio::time::sleep_until(read_until.unwrap_or_else(tokio::time::Instant::now)),
+                if read_until.is_some() => break,
         }
     }
     // The router and its connections are gone, so the writer ends once it has sent what
     // they queued.
+    drop(routing);
     let _ = tokio::time::timeout(DRAIN, writing).await;
 }
 
@@ -357,8 +395,10 @@ pub(crate) enum StreamType {
 }
 
 /// One forwarded connection's streams, as they arrive.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Request {
+    /// When its first stream came.
+    opened: tokio::time::Instant,
     port: u16,
     error: Option<u32>,
     data: Option<u32>,
@@ -396,8 +436,15 @@ impl Router {
     }
 
     async fn run(mut self, mut frames: mpsc::Receiver<Result<Frame, SpdyError>>) {
+        let mut pairing = tokio::time::interval(PAIRING / 2);
+        pairing.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                _ = pairing.tick() => {
+                    if self.reset_unpaired().await.is_err() {
+                        return;
+                    }
+                }
                 frame = frames.recv() => match frame {
                     Some(Ok(frame)) => {
                         if self.handle(frame).await.is_err() {
@@ -435,9 +482,14 @@ impl Router {
                     // The error stream's end, or a stream already ended.
                     return Ok(());
                 };
-                let Some(r) = self.requests.get_mut(request) else {
+                let request = request.clone();
+                let Some(r) = self.requests.get_mut(&request) else {
                     return Ok(());
                 };
+                if r.task.is_none() {
+                    // Data before the connection's error stream: kubectl never sends it.
+                    return self.reset(&request).await;
+                }
                 if let Some(input) = &r.input
                     && !data.is_empty()
                     && input.send(data).await.is_err()
@@ -450,12 +502,26 @@ impl Router {
                 Ok(())
             }
             Frame::RstStream { id, .. } => {
-                // The client gave the connection up (kubectl resets its streams when its
-                // local end fails).
-                if let Some((request, _)) = self.streams.get(&id).cloned() {
-                    self.forget(&request);
+                // The client gave the connection up (kubectl resets the data stream when the
+                // pod's end closed before its own, or its local end failed). It then waits
+                // for the error stream's end, which the connection's task may not have
+                // sent yet.
+                let Some((request, _)) = self.streams.get(&id).cloned() else {
+                    return Ok(());
+                };
+                match self.forget(&request) {
+                    Some(Request {
+                        error: Some(error), ..
+                    }) if error != id => {
+                        self.send(Reply::Data {
+                            id: error,
+                            data: Bytes::new(),
+                            fin: true,
+                        })
+                        .await
+                    }
+                    _ => Ok(()),
                 }
-                Ok(())
             }
             Frame::Ping(id) => self.send(Reply::Ping(id)).await,
             Frame::GoAway => Err(()),
@@ -490,7 +556,18 @@ impl Router {
             return self.send(Reply::RstStream { id, status }).await;
         }
         let accepted = {
-            let r = self.requests.entry(request_id.clone()).or_default();
+            let r = self
+                .requests
+                .entry(request_id.clone())
+                .or_insert_with(|| Request {
+                    opened: tokio::time::Instant::now(),
+                    port: 0,
+                    error: None,
+                    data: None,
+                    input: None,
+                    pending: None,
+                    task: None,
+                });
             let taken = match kind {
                 StreamType::Error => r.error.is_some(),
                 StreamType::Data => r.data.is_some(),
@@ -503,7 +580,7 @@ impl Router {
                     StreamType::Error => r.error = Some(id),
                     StreamType::Data => {
                         r.data = Some(id);
-                        let (tx, rx) = mpsc::channel(16);
+                        let (tx, rx) = mpsc::channel(QUEUED);
                         // A stream opened with FIN brings nothing: the pod's end sees that
                         // at once.
                         r.input = (!fin).then_some(tx);
@@ -538,17 +615,43 @@ impl Router {
         Ok(())
     }
 
-    /// Ends a request: its connection (when still running) and its streams.
-    fn forget(&mut self, request: &str) {
-        let Some(r) = self.requests.remove(request) else {
-            return;
-        };
-        if let Some(task) = r.task {
+    /// Ends a request: its connection (when still running) and its streams; what it was.
+    fn forget(&mut self, request: &str) -> Option<Request> {
+        let r = self.requests.remove(request)?;
+        if let Some(task) = &r.task {
             task.abort();
         }
         for id in [r.error, r.data].into_iter().flatten() {
             self.streams.remove(&id);
         }
+        Some(r)
+    }
+
+    /// Resets a request's streams and forgets it.
+    async fn reset(&mut self, request: &str) -> Result<(), ()> {
+        let Some(r) = self.forget(request) else {
+            return Ok(());
+        };
+        for id in [r.error, r.data].into_iter().flatten() {
+            let status = spdy::PROTOCOL_ERROR;
+            self.send(Reply::RstStream { id, status }).await?;
+        }
+        Ok(())
+    }
+
+    /// Resets the requests whose first stream has waited for its second longer than
+    /// [`PAIRING`].
+    async fn reset_unpaired(&mut self) -> Result<(), ()> {
+        let stale: Vec<String> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| r.task.is_none() && r.opened.elapsed() > PAIRING)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for request in stale {
+            self.reset(&request).await?;
+        }
+        Ok(())
     }
 }
 
@@ -595,46 +698,59 @@ async fn channels(socket: WebSocket, forwarder: Arc<Forwarder>, ports: Vec<u16>)
     // Aborted when this returns.
     let mut tasks = JoinSet::new();
     for (i, port) in ports.into_iter().enumerate() {
-        let (tx, rx) = mpsc::channel(16);
+        let (tx, rx) = mpsc::channel(QUEUED);
         inputs.push(Some(tx));
         let streams = (2 * i as u32, 2 * i as u32 + 1);
         tasks.spawn(Arc::clone(&forwarder).connection(port, streams, rx, out.clone()));
     }
     drop(out);
-    loop {
-        tokio::select! {
-            received = stream.next() => match received {
-                Some(Ok(Message::Binary(b))) => {
-                    let Some((&channel, body)) = b.split_first() else { continue };
-                    let port = usize::from(channel / 2);
-                    if channel % 2 != 0 || body.is_empty() {
-                        continue;
-                    }
-                    if let Some(slot) = inputs.get_mut(port)
-                        && let Some(tx) = slot
-                        && tx.send(b.slice(1..)).await.is_err()
-                    {
-                        *slot = None;
-                    }
-                }
+    // Each direction on its own: a pod that does not read holds up only what goes to it.
+    let inbound = async {
+        while let Some(Ok(received)) = stream.next().await {
+            let b = match received {
+                Message::Binary(b) => b,
                 // The client closed: its close is answered below.
-                Some(Ok(Message::Close(_)) | Err(_)) | None => break,
-                Some(Ok(_)) => {}
-            },
-            reply = replies.recv() => match reply {
-                Some(Reply::Data { id, data, .. }) if !data.is_empty() => {
-                    let mut message = Vec::with_capacity(1 + data.len());
-                    message.push(id as u8);
-                    message.extend_from_slice(&data);
-                    if sink.send(Message::Binary(message.into())).await.is_err() {
-                        return;
-                    }
-                }
-                Some(_) => {}
-                // Every connection has ended.
-                None => break,
-            },
+                Message::Close(_) => return,
+                _ => continue,
+            };
+            let Some((&channel, body)) = b.split_first() else {
+                continue;
+            };
+            if channel % 2 != 0 || body.is_empty() {
+                continue;
+            }
+            if let Some(slot) = inputs.get_mut(usize::from(channel / 2))
+                && let Some(tx) = slot
+                && tx.send(b.slice(1..)).await.is_err()
+            {
+                *slot = None;
+            }
         }
+    };
+    let outbound = async {
+        // Until every connection has ended.
+        while let Some(reply) = replies.recv().await {
+            let Reply::Data { id, data, .. } = reply else {
+                continue;
+            };
+            if data.is_empty() {
+                continue;
+            }
+            let mut message = Vec::with_capacity(1 + data.len());
+            message.push(id as u8);
+            message.extend_from_slice(&data);
+            if sink.send(Message::Binary(message.into())).await.is_err() {
+                return false;
+            }
+        }
+        true
+    };
+    let open = tokio::select! {
+        () = inbound => true,
+        open = outbound => open,
+    };
+    if !open {
+        return;
     }
     tasks.shutdown().await;
     // Closes, or answers the client's close (queued when it was read).

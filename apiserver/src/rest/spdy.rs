@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The largest frame payload read; spdystream sends what one write gave it (client-go copies
 /// with 32 KiB buffers).
-pub const MAX_FRAME: usize = 1 << 20;
+pub const MAX_FRAME: usize = 128 << 10;
 /// The largest header block, once inflated.
 const MAX_HEADER_BLOCK: usize = 64 << 10;
 /// The most name/value pairs in one header block.
@@ -259,9 +259,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             )),
             GOAWAY => Frame::GoAway,
             SYN_REPLY | HEADERS => {
-                // Their header blocks still move the connection's zlib stream on.
-                let skip = if word as u16 == SYN_REPLY { 4 } else { 8 };
-                if let Some(block) = payload.get(skip..) {
+                // Their header blocks (after the stream ID) still move the connection's zlib
+                // stream on.
+                if let Some(block) = payload.get(4..) {
                     self.inflate(block)?;
                 }
                 Frame::Ignored

@@ -128,49 +128,59 @@ pub(super) async fn open(
     // closes, or when the client drops its output.
     tokio::spawn(async move {
         let (mut sink, mut stream) = ws.split();
-        let mut stdin_open = true;
-        let ended: Result<i32> = loop {
-            tokio::select! {
-                msg = input_rx.recv(), if stdin_open => {
-                    let sent = match msg {
+        // Each direction on its own: a command that does not read its input (or whose output
+        // the client does not read) holds up only that direction (`exec -i … cat` of more
+        // than the buffers hold needs both).
+        let ended: Result<i32> = tokio::select! {
+            sent = async {
+                loop {
+                    let sent = match input_rx.recv().await {
                         Some(SessionInput::Stdin(data)) => sink.send(frame(STDIN, &data)).await,
                         Some(SessionInput::Resize { width, height }) => {
                             let size = serde_json::json!({ "Width": width, "Height": height });
                             sink.send(frame(RESIZE, size.to_string().as_bytes())).await
                         }
+                        // Standard input stays open until the command ends (see above).
                         Some(SessionInput::CloseStdin) | None => {
-                            stdin_open = false;
-                            Ok(())
+                            return std::future::pending::<Result<i32>>().await;
                         }
                     };
                     if let Err(e) = sent {
-                        break Err(failed(format!("streaming server: {e}")));
+                        return Err(failed(format!("streaming server: {e}")));
                     }
                 }
-                msg = stream.next() => {
-                    let data = match msg {
+            } => sent,
+            ended = async {
+                loop {
+                    let data = match stream.next().await {
                         Some(Ok(Message::Binary(data))) => data,
                         Some(Ok(Message::Close(_))) | None => {
-                            break Err(failed("the streaming server closed the session without an exit status".into()));
+                            return Err(failed(
+                                "the streaming server closed the session without an exit status"
+                                    .into(),
+                            ));
                         }
                         Some(Ok(_)) => continue,
-                        Some(Err(e)) => break Err(failed(format!("streaming server: {e}"))),
+                        Some(Err(e)) => return Err(failed(format!("streaming server: {e}"))),
                     };
-                    let Some((&channel, body)) = data.split_first() else { continue };
+                    let Some((&channel, body)) = data.split_first() else {
+                        continue;
+                    };
                     let out = match channel {
                         // The server opens each stream with an empty message.
                         _ if body.is_empty() => continue,
                         STDOUT => SessionOutput::Stdout(body.to_vec()),
                         STDERR => SessionOutput::Stderr(body.to_vec()),
-                        ERROR => break exit_code_of(body, call),
+                        ERROR => return exit_code_of(body, call),
                         _ => continue,
                     };
                     if output_tx.send(Ok(out)).await.is_err() {
-                        return;
+                        // The client is gone.
+                        return std::future::pending::<Result<i32>>().await;
                     }
                 }
-                _ = output_tx.closed() => return,
-            }
+            } => ended,
+            () = output_tx.closed() => return,
         };
         let _ = output_tx.send(ended.map(SessionOutput::Exit)).await;
         let _ = sink.close().await;
@@ -182,11 +192,15 @@ pub(super) async fn open(
 const PORT_DATA: u8 = 0;
 const PORT_ERROR: u8 = 1;
 
+/// How long the pod's end of a forwarded connection has once the client has closed its
+/// end for writing (containerd gives the same over SPDY).
+const HALF_CLOSED: Duration = Duration::from_secs(1);
+
 /// Connects to `port` through the streaming server at `url` (CRI's `PortForward`), over its
 /// WebSocket protocol: two channels per port, data then error, each opened by the server
-/// with a message that holds the port (two bytes, little-endian). v4 has no way to close a
-/// channel on its own, so a client that closes its end for writing is not seen by the pod
-/// until the connection ends.
+/// with a message that holds the port (two bytes, little-endian). v4 cannot close a channel
+/// on its own, so once the client has closed its end for writing, the connection ends
+/// [`HALF_CLOSED`] later.
 pub(super) async fn forward(
     url: &str,
     port: u16,
@@ -198,56 +212,60 @@ pub(super) async fn forward(
         message,
     };
     let ws = connect(url, &format!("?port={port}"), netns, CALL).await?;
-    let (input, mut input_rx) = mpsc::channel::<PortInput>(16);
-    let (output_tx, output) = mpsc::channel(16);
-    // Bounded by the connection: it ends when the streaming server closes it, reports an
-    // error, or when the client drops its output.
+    let (input, mut input_rx) = mpsc::channel::<PortInput>(4);
+    let (output_tx, output) = mpsc::channel(4);
+    // Bounded by the connection: it ends when the streaming server closes it or reports an
+    // error, after the client's end closed, or when the client drops its output.
     tokio::spawn(async move {
         let (mut sink, mut stream) = ws.split();
-        let mut opened = [false; 2];
-        let mut writing = true;
-        loop {
-            tokio::select! {
-                msg = input_rx.recv(), if writing => match msg {
-                    Some(PortInput::Data(data)) => {
-                        if let Err(e) = sink.send(frame(PORT_DATA, &data)).await {
-                            let _ = output_tx.send(Err(failed(format!("streaming server: {e}")))).await;
-                            return;
-                        }
-                    }
-                    Some(PortInput::CloseWrite) | None => writing = false,
-                },
-                msg = stream.next() => {
-                    let data = match msg {
-                        Some(Ok(Message::Binary(data))) => data,
-                        Some(Ok(Message::Close(_))) | None => break,
-                        Some(Ok(_)) => continue,
-                        Some(Err(e)) => {
-                            let _ = output_tx.send(Err(failed(format!("streaming server: {e}")))).await;
-                            return;
-                        }
-                    };
-                    let Some((&channel, body)) = data.split_first() else { continue };
-                    let Some(opened) = opened.get_mut(usize::from(channel)) else { continue };
-                    if !*opened {
-                        *opened = true;
-                        continue;
-                    }
-                    let sent = match channel {
-                        PORT_DATA => output_tx.send(Ok(body.to_vec())).await,
-                        PORT_ERROR if !body.is_empty() => {
-                            let message = String::from_utf8_lossy(body).into_owned();
-                            let _ = output_tx.send(Err(failed(message))).await;
-                            break;
-                        }
-                        _ => continue,
-                    };
-                    if sent.is_err() {
-                        break;
-                    }
+        // Each direction on its own, so that one waiting for its reader never holds the
+        // other up (an echo of more than the buffers hold needs both).
+        let upstream = async {
+            while let Some(PortInput::Data(data)) = input_rx.recv().await {
+                if let Err(e) = sink.send(frame(PORT_DATA, &data)).await {
+                    return Err(failed(format!("streaming server: {e}")));
                 }
-                _ = output_tx.closed() => break,
             }
+            tokio::time::sleep(HALF_CLOSED).await;
+            Ok(())
+        };
+        let downstream = async {
+            let mut opened = [false; 2];
+            loop {
+                let data = match stream.next().await {
+                    Some(Ok(Message::Binary(data))) => data,
+                    Some(Ok(Message::Close(_))) | None => return Ok(()),
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Err(failed(format!("streaming server: {e}"))),
+                };
+                let Some((&channel, body)) = data.split_first() else {
+                    continue;
+                };
+                let Some(opened) = opened.get_mut(usize::from(channel)) else {
+                    continue;
+                };
+                if !*opened {
+                    *opened = true;
+                    continue;
+                }
+                match channel {
+                    PORT_DATA if output_tx.send(Ok(body.to_vec())).await.is_err() => {
+                        return Ok(());
+                    }
+                    PORT_ERROR if !body.is_empty() => {
+                        return Err(failed(String::from_utf8_lossy(body).into_owned()));
+                    }
+                    _ => {}
+                }
+            }
+        };
+        let ended = tokio::select! {
+            ended = upstream => ended,
+            ended = downstream => ended,
+            () = output_tx.closed() => Ok(()),
+        };
+        if let Err(e) = ended {
+            let _ = output_tx.send(Err(e)).await;
         }
         let _ = sink.close().await;
     });

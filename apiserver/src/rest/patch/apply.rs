@@ -439,7 +439,9 @@ pub(super) fn record_update(
     after: &Value,
     update: &Update,
 ) -> Vec<Value> {
-    let with_status = update.subresource == Some("status");
+    // A subresource's write may change status (`status`, a CSR's `approval`); the object's
+    // own write leaves it as it was.
+    let with_status = update.subresource.is_some();
     let none = json!({});
     let before = before.unwrap_or(&none);
     let now_set = field_set(schema, after, with_status);
