@@ -12,6 +12,8 @@ use futures::{Stream, StreamExt};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use skiff_proto::tls::Subject;
+
 use crate::guard::Guard;
 use crate::logs::{find_container, status};
 use crate::runtime::{
@@ -39,6 +41,14 @@ impl SessionService {
     /// The gRPC server for this service.
     pub fn server(self) -> pb::sessions_server::SessionsServer<SessionService> {
         pb::sessions_server::SessionsServer::new(self)
+    }
+
+    /// Who calls, when the port has a guard (TLS with client certificates).
+    fn caller<T>(&self, request: &Request<T>) -> Result<Option<Subject>, Status> {
+        match &self.guard {
+            Some(_) => Guard::caller(request).map(Some),
+            None => Ok(None),
+        }
     }
 }
 
@@ -75,10 +85,7 @@ impl pb::sessions_server::Sessions for SessionService {
         &self,
         request: Request<Streaming<pb::SessionInput>>,
     ) -> Result<Response<OutputStream>, Status> {
-        let caller = match &self.guard {
-            Some(_) => Some(Guard::caller(&request)?),
-            None => None,
-        };
+        let caller = self.caller(&request)?;
         let mut inbound = request.into_inner();
         let Some(pb::SessionInput {
             input: Some(Input::Start(start)),
@@ -156,10 +163,7 @@ impl pb::sessions_server::Sessions for SessionService {
         &self,
         request: Request<Streaming<pb::PortForwardInput>>,
     ) -> Result<Response<PortStream>, Status> {
-        let caller = match &self.guard {
-            Some(_) => Some(Guard::caller(&request)?),
-            None => None,
-        };
+        let caller = self.caller(&request)?;
         let mut inbound = request.into_inner();
         let Some(pb::PortForwardInput {
             input: Some(PortIn::Start(start)),

@@ -501,6 +501,23 @@ async fn openapi_document(Path(path): Path<String>) -> Result<Response, ApiError
         .into_response())
 }
 
+/// A connect request (exec, attach, portforward) is a `create` of its subresource, whatever
+/// its method (a WebSocket's is GET), as kube-apiserver authorizes it: the refusal, if any.
+async fn authorize_connect(rest: &Rest, user: &User, target: &Target) -> Option<Response> {
+    let asked = kind_attributes(
+        "create",
+        target.kind,
+        target.subresource.as_deref(),
+        &target.namespace,
+        &target.name,
+        "",
+    );
+    match rest.api.authorize(user, asked) {
+        Ok(_) => None,
+        Err(e) => Some(refused(Body::empty(), e.into()).await),
+    }
+}
+
 /// `pods/<name>/exec` and `pods/<name>/attach`: a WebSocket upgrade, relayed to the agent.
 async fn pod_session(
     State(rest): State<Arc<Rest>>,
@@ -513,16 +530,8 @@ async fn pod_session(
     let path = uri.path().trim_start_matches("/api/v1/");
     let target = Target::parse("v1", path)?;
     let params = Params::parse(query.as_deref())?;
-    let asked = kind_attributes(
-        "create",
-        target.kind,
-        target.subresource.as_deref(),
-        &target.namespace,
-        &target.name,
-        "",
-    );
-    if let Err(e) = rest.api.authorize(&user, asked) {
-        return Ok(refused(Body::empty(), e.into()).await);
+    if let Some(refusal) = authorize_connect(&rest, &user, &target).await {
+        return Ok(refusal);
     }
     exec::session(&rest.api, &target, &params, &method, upgrade.ok()).await
 }
@@ -537,16 +546,8 @@ async fn pod_port_forward(
     let (mut parts, _) = request.into_parts();
     let target = Target::parse("v1", parts.uri.path().trim_start_matches("/api/v1/"))?;
     let params = Params::parse(parts.uri.query())?;
-    let asked = kind_attributes(
-        "create",
-        target.kind,
-        target.subresource.as_deref(),
-        &target.namespace,
-        &target.name,
-        "",
-    );
-    if let Err(e) = rest.api.authorize(&user, asked) {
-        return Ok(refused(Body::empty(), e.into()).await);
+    if let Some(refusal) = authorize_connect(&rest, &user, &target).await {
+        return Ok(refusal);
     }
     let websocket = WebSocketUpgrade::from_request_parts(&mut parts, &rest)
         .await
