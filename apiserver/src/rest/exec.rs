@@ -140,7 +140,9 @@ struct Relay {
     command: Vec<String>,
 }
 
-fn frame(channel: u8, data: &[u8]) -> Message {
+/// A binary message of the channel protocols: `channel`'s byte, then `data` (also
+/// port-forward's, [`super::portforward`]).
+pub(super) fn frame(channel: u8, data: &[u8]) -> Message {
     let mut b = Vec::with_capacity(data.len() + 1);
     b.push(channel);
     b.extend_from_slice(data);

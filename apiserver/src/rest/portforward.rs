@@ -736,10 +736,11 @@ async fn channels(socket: WebSocket, forwarder: Arc<Forwarder>, ports: Vec<u16>)
             if data.is_empty() {
                 continue;
             }
-            let mut message = Vec::with_capacity(1 + data.len());
-            message.push(id as u8);
-            message.extend_from_slice(&data);
-            if sink.send(Message::Binary(message.into())).await.is_err() {
+            if sink
+                .send(super::exec::frame(id as u8, &data))
+                .await
+                .is_err()
+            {
                 return false;
             }
         }

@@ -171,6 +171,14 @@ struct SimContainer {
 }
 
 impl SimContainer {
+    /// Whether it runs at `now` (settled first) and declares `port`: what accepts a probe's
+    /// or a forwarded connection.
+    fn listens(&mut self, now: Instant, port: u16) -> bool {
+        self.settle(now);
+        matches!(self.info.state, ContainerState::Running { .. })
+            && self.ports.contains(&i32::from(port))
+    }
+
     /// Applies whatever the clock says has happened by `now`: a planned exit or a SIGKILL.
     fn settle(&mut self, now: Instant) {
         if !matches!(self.info.state, ContainerState::Running { .. }) {
@@ -665,12 +673,9 @@ impl Runtime for SimRuntime {
                     id: sandbox_id.to_string(),
                 });
             }
-            containers.values_mut().any(|c| {
-                c.settle(now);
-                c.info.sandbox_id == sandbox_id
-                    && matches!(c.info.state, ContainerState::Running { .. })
-                    && c.ports.contains(&i32::from(port))
-            })
+            containers
+                .values_mut()
+                .any(|c| c.info.sandbox_id == sandbox_id && c.listens(now, port))
         };
         if !listening {
             return Err(RuntimeError::Call {
@@ -711,9 +716,7 @@ impl Runtime for SimRuntime {
             ..
         } = &mut *st;
         Ok(containers.values_mut().any(|c| {
-            c.settle(now);
-            matches!(c.info.state, ContainerState::Running { .. })
-                && c.ports.contains(&i32::from(port))
+            c.listens(now, port)
                 && sandboxes
                     .get(&c.info.sandbox_id)
                     .is_some_and(|s| s.ready && s.ip == ip)
