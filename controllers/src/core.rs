@@ -56,6 +56,34 @@ pub struct Context {
 }
 
 impl Context {
+    /// Every cache that holds all objects of its kind: all but `root_ca_maps`, which holds
+    /// one name only.
+    pub fn whole_caches(&self) -> [&Cache; 21] {
+        [
+            &self.pods,
+            &self.replica_sets,
+            &self.deployments,
+            &self.nodes,
+            &self.csrs,
+            &self.services,
+            &self.endpoint_slices,
+            &self.endpoints,
+            &self.quotas,
+            &self.namespaces,
+            &self.service_accounts,
+            &self.jobs,
+            &self.cron_jobs,
+            &self.daemon_sets,
+            &self.controller_revisions,
+            &self.stateful_sets,
+            &self.claims,
+            &self.volumes,
+            &self.storage_classes,
+            &self.disruption_budgets,
+            &self.replication_controllers,
+        ]
+    }
+
     /// Whether namespace `name` exists and is not being deleted (as the cache has it).
     pub fn namespace_active(&self, name: &str) -> bool {
         self.namespaces

@@ -300,6 +300,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         handlers.cache(kind).set_synced();
         informers.push((kind, informer));
     }
+    // The kinds the garbage collector alone looks at (ConfigMaps, Secrets, CRDs ...).
+    let mut collected = Vec::new();
+    for &kind in collector.fixed_kinds() {
+        let mut informer = Informer::new(client.clone(), kind, ListParams::default());
+        for e in informer.sync().await? {
+            collector.observe(kind, &e);
+        }
+        collector.set_synced(kind);
+        collected.push((kind, informer));
+    }
     tracing::info!(
         deployments = ctx.deployments.len(),
         replica_sets = ctx.replica_sets.len(),
@@ -314,6 +324,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             r.map_err(|source| Error::Informer { kind, source })
         });
     }
+    for (kind, mut informer) in collected {
+        let c = collector.clone();
+        tasks.spawn(async move {
+            let r = informer.run(|e, _| c.observe(kind, e)).await;
+            r.map_err(|source| Error::Informer { kind, source })
+        });
+    }
+    let follower = collector.clone();
+    let custom_client = client.clone();
+    tasks.spawn(async move {
+        follower.follow_custom_kinds(custom_client).await;
+        Ok(())
+    });
     // The local StorageClass, made when missing (tried again until the store takes it).
     let maker = provisioner.clone();
     tasks.spawn(async move {

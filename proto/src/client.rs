@@ -115,13 +115,13 @@ fn to_pb(object: &Object) -> pb::Object {
     let mut o = object.clone();
     o.set_type_meta();
     pb::Object {
-        kind: o.kind().name().to_string(),
+        kind: o.kind().wire_name().into_owned(),
         json: o.to_json(),
     }
 }
 
 fn from_pb(o: &pb::Object) -> Result<Object> {
-    let kind = Kind::from_name(&o.kind).ok_or_else(|| ClientError::Decode {
+    let kind = Kind::from_wire(&o.kind).ok_or_else(|| ClientError::Decode {
         kind: o.kind.clone(),
         source: DecodeError::whole("unknown kind"),
     })?;
@@ -133,7 +133,7 @@ fn from_pb(o: &pb::Object) -> Result<Object> {
 
 fn key(kind: Kind, namespace: &str, name: &str) -> pb::ObjectKey {
     pb::ObjectKey {
-        kind: kind.name().to_string(),
+        kind: kind.wire_name().into_owned(),
         namespace: namespace.to_string(),
         name: name.to_string(),
     }
@@ -389,7 +389,7 @@ impl ClusterClient {
                 .raw
                 .clone()
                 .list(pb::ListRequest {
-                    kind: kind.name().to_string(),
+                    kind: kind.wire_name().into_owned(),
                     namespace: params.namespace.clone(),
                     selectors: params.selectors(),
                     limit: 0,
@@ -418,7 +418,7 @@ impl ClusterClient {
             .raw
             .clone()
             .watch(pb::WatchRequest {
-                kind: kind.name().to_string(),
+                kind: kind.wire_name().into_owned(),
                 namespace: params.list.namespace.clone(),
                 selectors: params.list.selectors(),
                 resource_version: params.resource_version,

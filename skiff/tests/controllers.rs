@@ -834,6 +834,213 @@ async fn deleting_a_deployment_collects_waits_or_orphans_as_asked() {
     assert_eq!(running("orphan").await, 2, "its pods keep running");
 }
 
+/// The garbage collector follows owner references to and from custom objects, as an
+/// operator relies on: a custom object takes the ConfigMaps it owns with it (in the
+/// background, in the foreground after them, or leaves them with `orphan`), a custom object
+/// owned by a ConfigMap goes with it, and deleting the CRD takes what its objects owned.
+/// The CRD is created after the controller manager started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_objects_own_and_are_owned() {
+    use kube::api::{Api, DeleteParams, PostParams};
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+
+    let cluster = Cluster::start_with_api(1).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _control = start_control(&cluster, 1, 1);
+    let kube = kube::Client::try_from(kube::Config::new(
+        cluster.members[0].api_url.parse().expect("API URL"),
+    ))
+    .expect("kube client");
+    let crds = Api::<DynamicObject>::all_with(
+        kube.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            "customresourcedefinitions",
+        ),
+    );
+    let crd: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                   "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .expect("CRD");
+    crds.create(&PostParams::default(), &crd)
+        .await
+        .expect("create CRD");
+    let widgets: Api<DynamicObject> = Api::namespaced_with(
+        kube.clone(),
+        "default",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("example.com", "v1", "Widget"),
+            "widgets",
+        ),
+    );
+    let widget = |name: &str, owner: Option<&Object>| {
+        let owners: Vec<serde_json::Value> = owner
+            .map(|o| {
+                let m = o.metadata();
+                json!({"apiVersion": o.kind().api_version(), "kind": o.kind().name(),
+                       "name": m.name, "uid": m.uid})
+            })
+            .into_iter()
+            .collect();
+        let w: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": name, "ownerReferences": owners}, "spec": {"size": 1}
+        }))
+        .expect("widget");
+        w
+    };
+    let create_widget = |name: &'static str, owner: Option<Object>| {
+        let widgets = widgets.clone();
+        async move {
+            let w = widget(name, owner.as_ref());
+            eventually(Duration::from_secs(15), "the Widget kind served", || {
+                let (widgets, w) = (widgets.clone(), w.clone());
+                async move { widgets.create(&PostParams::default(), &w).await.ok() }
+            })
+            .await
+        }
+    };
+    let config_map = Kind::from_name("ConfigMap").expect("declared");
+    let owned_map = |name: &str, owner: &DynamicObject, finalizers: &[&str]| {
+        obj(
+            config_map,
+            json!({"metadata": {"name": name, "namespace": "default", "finalizers": finalizers,
+                                "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "Widget",
+                                                     "name": owner.metadata.name, "uid": owner.metadata.uid,
+                                                     "blockOwnerDeletion": true}]}}),
+        )
+    };
+    let exists = |kind: Kind, name: &'static str| {
+        let api = api.clone();
+        async move { api.get(kind, "default", name).await.expect("get").is_some() }
+    };
+
+    // Background: the widget goes, then the ConfigMap it owns.
+    let bg = create_widget("bg", None).await;
+    api.create(&owned_map("bg-data", &bg, &[]))
+        .await
+        .expect("configmap");
+    widgets
+        .delete("bg", &DeleteParams::background())
+        .await
+        .expect("delete bg");
+    eventually(
+        Duration::from_secs(30),
+        "bg's ConfigMap collected",
+        || async { (!exists(config_map, "bg-data").await).then_some(()) },
+    )
+    .await;
+
+    // A custom dependent: a widget owned by a ConfigMap goes with it.
+    let parent = api
+        .create(&obj(
+            config_map,
+            json!({"metadata": {"name": "parent", "namespace": "default"}}),
+        ))
+        .await
+        .expect("configmap");
+    create_widget("child", Some(parent)).await;
+    api.delete(config_map, "default", "parent", 0, None)
+        .await
+        .expect("delete parent");
+    eventually(
+        Duration::from_secs(30),
+        "the child widget collected",
+        || async {
+            widgets
+                .get_opt("child")
+                .await
+                .expect("get")
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+
+    // Foreground: the widget waits for its ConfigMap, which a finalizer holds.
+    let fg = create_widget("fg", None).await;
+    api.create(&owned_map("fg-data", &fg, &["example.com/hold"]))
+        .await
+        .expect("configmap");
+    widgets
+        .delete("fg", &DeleteParams::foreground())
+        .await
+        .expect("delete fg");
+    let held = eventually(
+        Duration::from_secs(30),
+        "fg-data marked deleted",
+        || async {
+            let o = api.get(config_map, "default", "fg-data").await.ok()??;
+            o.metadata().deletion_timestamp.is_some().then_some(o)
+        },
+    )
+    .await;
+    let waiting = widgets.get("fg").await.expect("fg waits for its dependent");
+    assert!(waiting.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        waiting.metadata.finalizers.as_deref(),
+        Some(&["foregroundDeletion".to_owned()][..])
+    );
+    let mut released = held;
+    released.metadata_mut().finalizers.clear();
+    api.update(&released).await.expect("release fg-data");
+    eventually(Duration::from_secs(30), "fg gone after fg-data", || async {
+        widgets
+            .get_opt("fg")
+            .await
+            .expect("get")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(!exists(config_map, "fg-data").await);
+
+    // Orphan: the widget goes, its ConfigMap stays, owned by nothing.
+    let keep = create_widget("keep", None).await;
+    api.create(&owned_map("kept", &keep, &[]))
+        .await
+        .expect("configmap");
+    widgets
+        .delete("keep", &DeleteParams::orphan())
+        .await
+        .expect("delete keep");
+    let kept = eventually(
+        Duration::from_secs(30),
+        "keep gone, kept released",
+        || async {
+            if widgets.get_opt("keep").await.expect("get").is_some() {
+                return None;
+            }
+            let o = api.get(config_map, "default", "kept").await.ok()??;
+            o.metadata().owner_references.is_empty().then_some(o)
+        },
+    )
+    .await;
+    assert_eq!(kept.metadata().name, "kept");
+
+    // The CRD deleted: its objects go, and what they owned follows.
+    let last = create_widget("last", None).await;
+    api.create(&owned_map("last-data", &last, &[]))
+        .await
+        .expect("configmap");
+    crds.delete("widgets.example.com", &DeleteParams::default())
+        .await
+        .expect("delete CRD");
+    eventually(
+        Duration::from_secs(30),
+        "last's ConfigMap collected",
+        || async { (!exists(config_map, "last-data").await).then_some(()) },
+    )
+    .await;
+    assert!(exists(config_map, "kept").await, "an orphan stays");
+}
+
 /// A node whose agent dies: after the grace period it is `Ready=Unknown` and tainted
 /// `unreachable:NoExecute`; its pods are evicted when their 10 s toleration runs out, and
 /// their ReplicaSet replaces them on the other nodes. No more pods than `replicas` are ever

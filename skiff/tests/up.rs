@@ -774,7 +774,8 @@ impl Drop for PortForward {
 /// (client-side apply, Strict field validation, Tables from the server): discovery, apply
 /// twice, server-side apply twice, get and get -o wide, a watch seeing a pod go Pending → Running, describe with
 /// events, logs, exec, port-forward (SPDY in a WebSocket, and SPDY), a manifest kubectl generates, explain, a bad manifest refused with its field path,
-/// create namespace and drain (protobuf bodies), delete --wait, and apps/v1: a Deployment
+/// create namespace and drain (protobuf bodies), delete --wait, a CRD's object deleted in the
+/// foreground after the ConfigMap it owns, and apps/v1: a Deployment
 /// applied, listed wide with replica sets, explained, scaled through its scale subresource,
 /// deleted with --cascade=orphan (the garbage collector leaves its ReplicaSet, owned by
 /// nothing), and a Deployment whose selector misses its template refused with the field path.
@@ -1056,6 +1057,35 @@ fn kubectl_session_on(work: &Path, extra: &[&str]) {
     assert!(
         err.contains("spec.cronSpec: Required value") && err.contains("spec.replicas"),
         "{err}"
+    );
+    // What a custom object owns goes before it when kubectl deletes it in the foreground
+    // (the controller manager's collector follows the CRD's kind, under RBAC).
+    let uid = up.kubectl_ok(
+        &["get", "ct", "nightly", "-o", "jsonpath={.metadata.uid}"],
+        None,
+    );
+    let owned = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: nightly-config\n  ownerReferences: [{{apiVersion: stable.example.com/v1, kind: CronTab, name: nightly, uid: {uid}, blockOwnerDeletion: true}}]\ndata: {{at: '3'}}\n"
+    );
+    up.kubectl_ok(&["apply", "-f", "-"], Some(&owned));
+    let deleted = up.kubectl_ok(
+        &[
+            "delete",
+            "ct",
+            "nightly",
+            "--cascade=foreground",
+            "--timeout=30s",
+        ],
+        None,
+    );
+    assert_eq!(
+        deleted.trim(),
+        "crontab.stable.example.com \"nightly\" deleted"
+    );
+    let owned_gone = up.kubectl(&["get", "configmap", "nightly-config"], None);
+    assert!(
+        !owned_gone.status.success(),
+        "the CronTab went before what it owned"
     );
     up.kubectl_ok(
         &[

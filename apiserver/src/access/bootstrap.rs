@@ -305,8 +305,14 @@ fn controller_manager_rules() -> Vec<PolicyRule> {
         rule(&["patch", "update"], "", &["nodes/status"]),
         rule(READ, "", &["namespaces", "resourcequotas", "limitranges"]),
         // The quota controller counts whatever kind a quota names; the namespace controller
-        // deletes whatever a deleted namespace holds.
-        rule(&["list", "watch", "delete"], "*", &["*"]),
+        // deletes whatever a deleted namespace holds; the garbage collector watches every
+        // kind, looks owners up, and deletes or releases dependents (kube-controller-manager's
+        // `system:controller:generic-garbage-collector`).
+        rule(
+            &["get", "list", "watch", "update", "patch", "delete"],
+            "*",
+            &["*"],
+        ),
         rule(
             &["update"],
             "",

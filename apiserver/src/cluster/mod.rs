@@ -213,7 +213,7 @@ pub fn conflict(kind: Kind, name: &str) -> ClusterError {
 }
 
 pub fn parse_kind(kind: &str) -> Result<Kind> {
-    Kind::from_name(kind)
+    Kind::from_wire(kind)
         .filter(|k| k.is_stored())
         .ok_or_else(|| ClusterError::UnknownKind {
             kind: kind.to_string(),
@@ -252,7 +252,7 @@ pub fn to_pb(object: &Object) -> pb::Object {
     let mut o = object.clone();
     o.set_type_meta();
     pb::Object {
-        kind: o.kind().name().to_string(),
+        kind: o.kind().wire_name().into_owned(),
         json: o.to_json(),
     }
 }
@@ -262,7 +262,7 @@ pub fn to_pb(object: &Object) -> pb::Object {
 pub fn from_pb(o: Option<pb::Object>) -> Result<Object> {
     let o = o.ok_or(ClusterError::Missing { field: "object" })?;
     // Created, an access review is a question (answered, not stored).
-    let kind = match Kind::from_name(&o.kind) {
+    let kind = match Kind::from_wire(&o.kind) {
         Some(k) if k.is_review() => k,
         _ => parse_kind(&o.kind)?,
     };
@@ -1417,13 +1417,14 @@ impl ClusterApi {
                     Termination::Free => {}
                 }
             }
-            // Only the kinds that own others here wait for the garbage collector; any other
-            // is deleted as in the background (a pod marked for foreground deletion would be
-            // released by the collector before its agent had stopped it).
-            let propagation = if matches!(kind, Kind::Deployment | Kind::ReplicaSet) {
-                propagation
-            } else {
+            // Every kind may own others (the collector sees every kind but events), so a
+            // delete's propagation is honoured, but a pod's: it is deleted as in the
+            // background (a pod marked for foreground deletion would be released by the
+            // collector before its agent had stopped it).
+            let propagation = if kind == Kind::Pod {
                 Some(DeletionPropagation::Background)
+            } else {
+                propagation
             };
             let finalizers =
                 deletion_finalizers(&current.object.metadata().finalizers, propagation);

@@ -170,7 +170,7 @@ pub async fn watch(
         })?
     };
     let request = pb::WatchRequest {
-        kind: target.kind.name().to_string(),
+        kind: target.kind.wire_name().into_owned(),
         namespace: target.namespace.clone(),
         selectors: Some(pb::Selectors {
             label_selector: params.label_selector.clone(),

@@ -196,9 +196,50 @@ impl Kind {
         )
     }
 
-    /// The manifest `kind:` (exact, as Kubernetes).
+    /// The manifest `kind:` (exact, as Kubernetes). Custom kinds may share a name with
+    /// another kind or have several versions: this is the first kind served by that name;
+    /// [`Kind::from_type`] and [`Kind::from_wire`] are exact.
     pub fn from_name(name: &str) -> Option<Kind> {
         Kind::all().find(|k| k.name() == name)
+    }
+
+    /// The kind an `apiVersion` and `kind` pair names (an owner reference's, a manifest's):
+    /// that exact version when it is served, else the kind of that group and name in the
+    /// version served first (every version of a kind shares its objects).
+    pub fn from_type(api_version: &str, name: &str) -> Option<Kind> {
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        Kind::all()
+            .find(|k| k.name() == name && k.api_version() == api_version)
+            .or_else(|| Kind::all().find(|k| k.name() == name && k.group() == group))
+    }
+
+    /// How the cluster API names the kind: its name (`Pod`, `ConfigMap`), and for a custom
+    /// kind its name, version and group (`Widget.v1.example.com`), since a CRD's kind may
+    /// share its name with another kind and is served in several versions.
+    pub fn wire_name(self) -> std::borrow::Cow<'static, str> {
+        match self {
+            Kind::Generic(g) if g.custom_index().is_some() => {
+                let (group, version) = self
+                    .api_version()
+                    .split_once('/')
+                    .unwrap_or(("", self.api_version()));
+                format!("{}.{version}.{group}", self.name()).into()
+            }
+            _ => self.name().into(),
+        }
+    }
+
+    /// The kind of a [`Kind::wire_name`]; a bare name is read as [`Kind::from_name`] does.
+    pub fn from_wire(wire: &str) -> Option<Kind> {
+        match wire.split_once('.') {
+            None => Kind::from_name(wire),
+            Some((name, version_group)) => {
+                let (version, group) = version_group.split_once('.')?;
+                Kind::all().find(|k| {
+                    k.name() == name && k.api_version().split_once('/') == Some((group, version))
+                })
+            }
+        }
     }
 
     /// The singular resource name (`pod`), as discovery documents it.

@@ -388,6 +388,7 @@ pub(crate) fn validate(errs: &mut Errors, kind: GenericKind, object: &GenericObj
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Kind;
 
     pub(crate) fn widget_crd(name_suffix: &str) -> GenericObject {
         serde_json::from_value(json!({
@@ -447,6 +448,28 @@ mod tests {
         assert!(!served().contains(&v1));
         // defined again: the same kind
         assert_eq!(define(&crd), [v1]);
+    }
+
+    /// The cluster API names each version of a custom kind apart, and apart from a
+    /// built-in kind of the same name; owner references find a kind by group when their
+    /// version is not served.
+    #[test]
+    fn wire_names_tell_versions_and_groups_apart() {
+        let mut crd = widget_crd("wire");
+        crd.body["spec"]["names"]["kind"] = json!("Pod");
+        let kinds = define(&crd);
+        let (v1, v2) = (Kind::Generic(kinds[0]), Kind::Generic(kinds[1]));
+        assert_eq!(v1.wire_name(), "Pod.v1.example.com");
+        assert_eq!(Kind::from_wire(&v1.wire_name()), Some(v1));
+        assert_eq!(Kind::from_wire(&v2.wire_name()), Some(v2));
+        assert_eq!(Kind::Pod.wire_name(), "Pod");
+        assert_eq!(Kind::from_wire("Pod"), Some(Kind::Pod));
+        assert_eq!(Kind::from_wire("Pod.v9.example.com"), None);
+        assert_eq!(Kind::from_type("v1", "Pod"), Some(Kind::Pod));
+        assert_eq!(Kind::from_type("example.com/v2", "Pod"), Some(v2));
+        assert_eq!(Kind::from_type("example.com/v0", "Pod"), Some(v1));
+        assert_eq!(Kind::from_type("other.io/v1", "Pod"), None);
+        retire(&crd.metadata.name);
     }
 
     /// A custom object is pruned, defaulted and validated by its schema.
