@@ -159,8 +159,14 @@ impl Up {
 
     /// Runs `kubectl ARGS` with only the kubeconfig `up` wrote (and `stdin`, when given).
     fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        self.kubectl_env(args, stdin, &[])
+    }
+
+    /// `kubectl ARGS` with `env` set (kubectl's switches between protocols).
+    fn kubectl_env(&self, args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Output {
         let mut child = Command::new("kubectl")
             .args(args)
+            .envs(env.iter().copied())
             .env("KUBECONFIG", &self.kubeconfig)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -457,22 +463,29 @@ spec:
     .await;
     assert!(logs.contains("hello from containerd"), "{logs}");
 
-    // exec through containerd's streaming server: output, stderr and the exit code.
+    // exec through containerd's streaming server, over WebSocket and over SPDY: output,
+    // stderr and the exit code.
     if kubectl_on_path() {
-        let out = up.kubectl(
-            &[
-                "exec",
-                "hello-cri",
-                "--",
-                "sh",
-                "-c",
-                "echo out; echo err >&2; exit 7",
-            ],
-            None,
-        );
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
-        assert!(String::from_utf8_lossy(&out.stderr).contains("err"));
-        assert_eq!(out.status.code(), Some(7));
+        for env in [
+            &[][..],
+            &[("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")][..],
+        ] {
+            let out = up.kubectl_env(
+                &[
+                    "exec",
+                    "hello-cri",
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo out; echo err >&2; exit 7",
+                ],
+                None,
+                env,
+            );
+            assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n", "{env:?}");
+            assert!(String::from_utf8_lossy(&out.stderr).contains("err"));
+            assert_eq!(out.status.code(), Some(7));
+        }
         // port-forward through CRI's PortForward to a server on the pod's own loopback,
         // which only a connection made in the pod's network namespace reaches.
         let mut forward = PortForward::start(&up, "pod/hello-cri", 8080, false);
@@ -773,7 +786,7 @@ impl Drop for PortForward {
 /// The real kubectl, with only the kubeconfig `skiff up` wrote and its default settings
 /// (client-side apply, Strict field validation, Tables from the server): discovery, apply
 /// twice, server-side apply twice, get and get -o wide, a watch seeing a pod go Pending → Running, describe with
-/// events, logs, exec, port-forward (SPDY in a WebSocket, and SPDY), a manifest kubectl generates, explain, a bad manifest refused with its field path,
+/// events, logs, exec (WebSocket and SPDY), port-forward (SPDY in a WebSocket, and SPDY), a manifest kubectl generates, explain, a bad manifest refused with its field path,
 /// create namespace and drain (protobuf bodies), delete --wait, a CRD's object deleted in the
 /// foreground after the ConfigMap it owns, and apps/v1: a Deployment
 /// applied, listed wide with replica sets, explained, scaled through its scale subresource,
@@ -926,22 +939,43 @@ fn kubectl_session_on(work: &Path, extra: &[&str]) {
     let logs = eventually_output(|| up.kubectl(&["logs", "hello"], None), "hello from skiff");
     assert!(logs.contains("hello from skiff"), "{logs}");
 
-    // exec over WebSocket (v5.channel.k8s.io), through the API server and the pod's agent:
+    // exec over WebSocket (v5.channel.k8s.io, kubectl's default), then over SPDY (its
+    // fallback, and client-go's before 1.30), through the API server and the pod's agent:
     // output, the exit code, and standard input closed by the client.
-    let echoed = up.kubectl_ok(
-        &["exec", "web", "--", "sh", "-c", "echo hello from exec"],
-        None,
-    );
-    assert_eq!(echoed, "hello from exec\n");
-    let failed = up.kubectl(&["exec", "web", "--", "sh", "-c", "exit 3"], None);
-    assert_eq!(
-        failed.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&failed.stderr)
-    );
-    let piped = up.kubectl_ok(&["exec", "-i", "web", "--", "cat"], Some("piped through\n"));
-    assert_eq!(piped, "piped through\n");
+    for env in [
+        &[][..],
+        &[("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")][..],
+    ] {
+        let out = up.kubectl_env(
+            &["exec", "web", "--", "sh", "-c", "echo hello from exec"],
+            None,
+            env,
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "hello from exec\n",
+            "{env:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let failed = up.kubectl_env(&["exec", "web", "--", "sh", "-c", "exit 3"], None, env);
+        assert_eq!(
+            failed.status.code(),
+            Some(3),
+            "{env:?}: {}",
+            String::from_utf8_lossy(&failed.stderr)
+        );
+        let piped = up.kubectl_env(
+            &["exec", "-i", "web", "--", "cat"],
+            Some("piped through\n"),
+            env,
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&piped.stdout),
+            "piped through\n",
+            "{env:?}: {}",
+            String::from_utf8_lossy(&piped.stderr)
+        );
+    }
     let nowhere = up.kubectl(&["exec", "nowhere", "--", "true"], None);
     assert!(
         String::from_utf8_lossy(&nowhere.stderr).contains("pods \"nowhere\" not found"),

@@ -47,7 +47,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::ws::{WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
+use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{ConnectInfo, Extension, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -518,22 +518,65 @@ async fn authorize_connect(rest: &Rest, user: &User, target: &Target) -> Option<
     }
 }
 
-/// `pods/<name>/exec` and `pods/<name>/attach`: a WebSocket upgrade, relayed to the agent.
+/// A connect request (exec, attach, port-forward) as its handler takes it: the pod, the
+/// query, the request's parts, and its upgrade to WebSocket or to another protocol (SPDY).
+struct Connect {
+    target: Target,
+    params: Params,
+    parts: axum::http::request::Parts,
+    websocket: Option<WebSocketUpgrade>,
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
+}
+
+impl Connect {
+    /// The request, or the refusal of a user who may not make it.
+    async fn of(rest: &Arc<Rest>, user: &User, request: Request) -> Result<Connect, Response> {
+        use axum::extract::FromRequestParts as _;
+        let (mut parts, _) = request.into_parts();
+        let parsed = Target::parse("v1", parts.uri.path().trim_start_matches("/api/v1/"))
+            .and_then(|target| Ok((target, Params::parse(parts.uri.query())?)));
+        let (target, params) = match parsed {
+            Ok(parsed) => parsed,
+            Err(e) => return Err(e.into_response()),
+        };
+        if let Some(refusal) = authorize_connect(rest, user, &target).await {
+            return Err(refusal);
+        }
+        let websocket = WebSocketUpgrade::from_request_parts(&mut parts, rest)
+            .await
+            .ok();
+        let upgrade = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
+        Ok(Connect {
+            target,
+            params,
+            parts,
+            websocket,
+            upgrade,
+        })
+    }
+}
+
+/// `pods/<name>/exec` and `pods/<name>/attach`: a WebSocket or SPDY upgrade, relayed to the
+/// agent.
 async fn pod_session(
     State(rest): State<Arc<Rest>>,
     Extension(user): Extension<User>,
-    uri: axum::http::Uri,
-    method: Method,
-    RawQuery(query): RawQuery,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    request: Request,
 ) -> Result<Response, ApiError> {
-    let path = uri.path().trim_start_matches("/api/v1/");
-    let target = Target::parse("v1", path)?;
-    let params = Params::parse(query.as_deref())?;
-    if let Some(refusal) = authorize_connect(&rest, &user, &target).await {
-        return Ok(refusal);
-    }
-    exec::session(&rest.api, &target, &params, &method, upgrade.ok()).await
+    let c = match Connect::of(&rest, &user, request).await {
+        Ok(c) => c,
+        Err(refusal) => return Ok(refusal),
+    };
+    exec::session(
+        &rest.api,
+        &c.target,
+        &c.params,
+        &c.parts.method,
+        &c.parts.headers,
+        c.websocket,
+        c.upgrade,
+    )
+    .await
 }
 
 /// `pods/<name>/portforward`: a WebSocket or SPDY upgrade, relayed to the agent.
@@ -542,25 +585,18 @@ async fn pod_port_forward(
     Extension(user): Extension<User>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    use axum::extract::FromRequestParts as _;
-    let (mut parts, _) = request.into_parts();
-    let target = Target::parse("v1", parts.uri.path().trim_start_matches("/api/v1/"))?;
-    let params = Params::parse(parts.uri.query())?;
-    if let Some(refusal) = authorize_connect(&rest, &user, &target).await {
-        return Ok(refusal);
-    }
-    let websocket = WebSocketUpgrade::from_request_parts(&mut parts, &rest)
-        .await
-        .ok();
-    let upgrade = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
+    let c = match Connect::of(&rest, &user, request).await {
+        Ok(c) => c,
+        Err(refusal) => return Ok(refusal),
+    };
     portforward::forward(
         &rest.api,
-        &target,
-        &params,
-        &parts.method,
-        &parts.headers,
-        websocket,
-        upgrade,
+        &c.target,
+        &c.params,
+        &c.parts.method,
+        &c.parts.headers,
+        c.websocket,
+        c.upgrade,
     )
     .await
 }

@@ -19,9 +19,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, header};
 use axum::response::Response;
 use bytes::Bytes;
 use futures::{Sink, SinkExt, StreamExt};
@@ -31,12 +30,11 @@ use tokio::io::AsyncRead;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::codec::{BytesCodec, FramedWrite};
 use tokio_util::io::StreamReader;
 
 use super::logs::node_agent;
 use super::request::{Params, Target};
-use super::spdy::{self, Frame, FrameReader, FrameWriter, Reply, SpdyError};
+use super::spdy::{self, Frame, Reply, SpdyError};
 use super::status::{ApiError, Reason};
 use crate::cluster::ClusterApi;
 use pb::port_forward_input::Input;
@@ -47,8 +45,6 @@ pub const PROTOCOL: &str = "portforward.k8s.io";
 pub const SPDY_TUNNEL: &str = "SPDY/3.1+portforward.k8s.io";
 /// The WebSocket subprotocol of the channel protocol.
 const CHANNELS: &str = "v4.channel.k8s.io";
-/// The header that names the protocols of a SPDY upgrade.
-const STREAM_PROTOCOL_VERSION: &str = "x-stream-protocol-version";
 
 /// The largest piece of a pod's output sent in one frame or message.
 const MAX_CHUNK: usize = 32 << 10;
@@ -115,49 +111,16 @@ pub async fn forward(
             ))),
         };
     }
-    let spdy_asked = headers
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.to_ascii_lowercase().contains("spdy/3.1"));
-    let (Some(upgrade), true, true) = (upgrade, spdy_asked, *method == Method::POST) else {
+    let Some(upgrade) = upgrade.filter(|_| spdy::asked(method, headers)) else {
         return Err(ApiError::bad_request(format!(
             "pods/portforward is served over WebSocket ({SPDY_TUNNEL}, {CHANNELS}) or a POST \
              upgraded to SPDY/3.1"
         )));
     };
-    let offered: Vec<&str> = headers
-        .get_all(STREAM_PROTOCOL_VERSION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .collect();
-    if !offered.is_empty() && !offered.contains(&PROTOCOL) {
-        return Err(ApiError::new(
-            Reason::Forbidden,
-            format!(
-                "unable to upgrade: unable to negotiate protocol: client supports {offered:?}, \
-                 server supports [{PROTOCOL:?}]"
-            ),
-        ));
-    }
-    // Bounded by the connection: it ends when the client's connection does.
-    tokio::spawn(async move {
-        match upgrade.await {
-            Ok(upgraded) => {
-                let (read, write) = tokio::io::split(hyper_util::rt::TokioIo::new(upgraded));
-                serve_spdy(read, FramedWrite::new(write, BytesCodec::new()), forwarder).await;
-            }
-            Err(e) => tracing::debug!(error = %e, "port-forward: the SPDY upgrade failed"),
-        }
-    });
-    let mut response = Response::new(Body::empty());
-    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let h = response.headers_mut();
-    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    h.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
-    h.insert(STREAM_PROTOCOL_VERSION, HeaderValue::from_static(PROTOCOL));
-    Ok(response)
+    let protocol = spdy::negotiate(headers, &[PROTOCOL])?;
+    Ok(spdy::switch(upgrade, protocol, move |read, write| {
+        serve_spdy(read, write, forwarder)
+    }))
 }
 
 /// The channel protocol's upgrade: its ports come from the query.
@@ -335,8 +298,8 @@ where
 {
     let (frames_tx, frames) = mpsc::channel(16);
     let (out, replies) = mpsc::channel(64);
-    let reading = read_frames(io, frames_tx);
-    let writing = write_frames(sink, replies);
+    let reading = spdy::read_frames(io, frames_tx);
+    let writing = spdy::write_frames(sink, replies);
     let mut routing = Box::pin(Router::new(forwarder, out).run(frames));
     tokio::pin!(reading, writing);
     // Once the client's side has ended, what it sent last is routed for a moment, then
@@ -358,33 +321,6 @@ where
     // they queued.
     drop(routing);
     let _ = tokio::time::timeout(DRAIN, writing).await;
-}
-
-async fn read_frames<R: AsyncRead + Unpin>(io: R, frames: mpsc::Sender<Result<Frame, SpdyError>>) {
-    let mut reader = FrameReader::new(io);
-    loop {
-        let (item, last) = match reader.next().await {
-            Ok(Some(frame)) => (Ok(frame), false),
-            Ok(None) => return,
-            Err(e) => (Err(e), true),
-        };
-        if frames.send(item).await.is_err() || last {
-            return;
-        }
-    }
-}
-
-async fn write_frames<S: Sink<Bytes> + Unpin>(mut sink: S, mut replies: mpsc::Receiver<Reply>) {
-    let mut writer = FrameWriter::default();
-    while let Some(reply) = replies.recv().await {
-        if sink.feed(writer.encode(&reply)).await.is_err() {
-            return;
-        }
-        if replies.is_empty() && sink.flush().await.is_err() {
-            return;
-        }
-    }
-    let _ = sink.close().await;
 }
 
 /// Which of a forwarded connection's two streams a stream is.
@@ -541,8 +477,7 @@ impl Router {
     /// A new stream: accepted, or reset when its headers do not name a forwarded
     /// connection's stream.
     async fn open(&mut self, id: u32, headers: &[(String, String)], fin: bool) -> Result<(), ()> {
-        if id.is_multiple_of(2) || id <= self.last_stream {
-            // Client streams are odd and rise: anything else is a connection error.
+        if !spdy::next_client_stream(id, self.last_stream) {
             self.go_away(spdy::GOAWAY_PROTOCOL_ERROR).await;
             return Err(());
         }

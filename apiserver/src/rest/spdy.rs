@@ -1,6 +1,9 @@
-//! SPDY/3.1 framing, as much of it as a server of kubectl's port-forward needs: kubectl
-//! speaks SPDY to `pods/portforward`, on a connection upgraded to it or tunneled in a
-//! WebSocket's binary messages (see [`super::portforward`]).
+//! SPDY/3.1 framing, as much of it as a server of kubectl's port-forward, exec and attach
+//! needs: kubectl speaks SPDY to `pods/portforward`, on a connection upgraded to it or
+//! tunneled in a WebSocket's binary messages (see [`super::portforward`]), and to
+//! `pods/exec` and `pods/attach` on an upgraded connection when it does not use WebSocket
+//! (see [`super::exec`]). Below the frames: the upgrade's negotiation and answer, and the
+//! tasks that read and write a connection's frames.
 //!
 //! A frame is 8 bytes of header and a payload. A control frame's header holds its version (3)
 //! and type, a data frame's its stream ID; both end with 8 bits of flags and a 24-bit length.
@@ -12,9 +15,19 @@
 
 use std::sync::LazyLock;
 
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use futures::{Sink, SinkExt};
+use hyper::upgrade::{OnUpgrade, Upgraded};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, ReadHalf, WriteHalf};
+use tokio::sync::mpsc;
+use tokio_util::codec::{BytesCodec, FramedWrite};
+
+use super::status::{ApiError, Reason};
 
 /// The largest frame payload read; spdystream sends what one write gave it (client-go copies
 /// with 32 KiB buffers).
@@ -449,6 +462,122 @@ pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str
         .iter()
         .find(|(n, _)| n == name)
         .map(|(_, v)| v.as_str())
+}
+
+/// Whether a new stream's ID is one a client may open after `last`: client streams are odd
+/// and rise; anything else is a connection error.
+pub fn next_client_stream(id: u32, last: u32) -> bool {
+    !id.is_multiple_of(2) && id > last
+}
+
+/// The header that names the protocols of a SPDY upgrade, the client's in its order of
+/// preference, then the one the server chose.
+pub const STREAM_PROTOCOL_VERSION: &str = "x-stream-protocol-version";
+
+/// Whether a request asks to be upgraded to SPDY/3.1, as client-go asks: a POST with
+/// `Upgrade: SPDY/3.1`.
+pub fn asked(method: &Method, headers: &HeaderMap) -> bool {
+    *method == Method::POST
+        && headers
+            .get(header::UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.to_ascii_lowercase().contains("spdy/3.1"))
+}
+
+/// The protocol of an upgrade: the first the client offers that `served` holds (`served`
+/// newest first); the oldest served when the client names none; refused as the kubelet
+/// refuses it when none fits.
+pub fn negotiate(headers: &HeaderMap, served: &[&'static str]) -> Result<&'static str, ApiError> {
+    let offered: Vec<&str> = headers
+        .get_all(STREAM_PROTOCOL_VERSION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .collect();
+    let oldest = *served
+        .last()
+        .expect("invariant: a server serves at least one protocol");
+    if offered.is_empty() {
+        return Ok(oldest);
+    }
+    offered
+        .iter()
+        .find_map(|o| served.iter().find(|s| *s == o).copied())
+        .ok_or_else(|| {
+            ApiError::new(
+                Reason::Forbidden,
+                format!(
+                    "unable to upgrade: unable to negotiate protocol: client supports \
+                     {offered:?}, server supports {served:?}"
+                ),
+            )
+        })
+}
+
+/// An upgraded connection's read half.
+pub type Reading = ReadHalf<TokioIo<Upgraded>>;
+/// An upgraded connection's write half, written a frame at a time.
+pub type Writing = FramedWrite<WriteHalf<TokioIo<Upgraded>>, BytesCodec>;
+
+/// Answers a request asking for SPDY with `101 Switching Protocols` and `protocol`, and
+/// serves the connection with `serve` once it is upgraded, in a task bounded by it.
+pub fn switch<F, Fut>(upgrade: OnUpgrade, protocol: &'static str, serve: F) -> Response
+where
+    F: FnOnce(Reading, Writing) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(async move {
+        match upgrade.await {
+            Ok(upgraded) => {
+                let (read, write) = tokio::io::split(TokioIo::new(upgraded));
+                serve(read, FramedWrite::new(write, BytesCodec::new())).await;
+            }
+            Err(e) => tracing::debug!(error = %e, "the SPDY upgrade failed"),
+        }
+    });
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = response.headers_mut();
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+    h.insert(STREAM_PROTOCOL_VERSION, HeaderValue::from_static(protocol));
+    response
+}
+
+/// Reads a connection's frames into `frames` until it ends or breaks (the error, then
+/// nothing more).
+pub async fn read_frames<R: AsyncRead + Unpin>(
+    io: R,
+    frames: mpsc::Sender<Result<Frame, SpdyError>>,
+) {
+    let mut reader = FrameReader::new(io);
+    loop {
+        let (item, last) = match reader.next().await {
+            Ok(Some(frame)) => (Ok(frame), false),
+            Ok(None) => return,
+            Err(e) => (Err(e), true),
+        };
+        if frames.send(item).await.is_err() || last {
+            return;
+        }
+    }
+}
+
+/// Writes `replies` to a connection, flushing whenever none waits, until every sender is
+/// gone (then the connection is closed) or it cannot be written.
+pub async fn write_frames<S: Sink<Bytes> + Unpin>(mut sink: S, mut replies: mpsc::Receiver<Reply>) {
+    let mut writer = FrameWriter::default();
+    while let Some(reply) = replies.recv().await {
+        if sink.feed(writer.encode(&reply)).await.is_err() {
+            return;
+        }
+        if replies.is_empty() && sink.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = sink.close().await;
 }
 
 #[cfg(test)]

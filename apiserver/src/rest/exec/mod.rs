@@ -6,14 +6,17 @@
 //! to; everything that can be refused (no such pod or container, not running, agent
 //! unreachable) is refused before the upgrade, with a `metav1.Status`.
 //!
-//! SPDY, kubectl's fallback, is not served: a POST without an upgrade to WebSocket is refused
-//! with a message that says so.
+//! SPDY, kubectl's fallback and the protocol of client-go before 1.30, is served on a POST
+//! upgraded to SPDY/3.1 ([`streams`]).
+
+mod streams;
 
 use axum::body::Bytes;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::http::Method;
+use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use futures::{SinkExt, StreamExt};
+use hyper::upgrade::OnUpgrade;
 use serde_json::json;
 use skiff_proto::node::v1 as pb;
 use tokio::sync::mpsc;
@@ -21,6 +24,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::logs::pod_agent;
 use super::request::{Params, Target};
+use super::spdy;
 use super::status::{ApiError, Reason};
 use crate::cluster::ClusterApi;
 use pb::session_input::Input;
@@ -71,13 +75,23 @@ fn start_of(attach: bool, params: &Params) -> Result<pb::SessionStart, ApiError>
     })
 }
 
-/// GET (WebSocket) or POST `pods/<name>/exec` and `pods/<name>/attach`.
+/// How a session's client is reached.
+enum Transport {
+    /// A WebSocket of one of [`PROTOCOLS`].
+    WebSocket(WebSocketUpgrade, String),
+    /// SPDY, with one of [`streams::PROTOCOLS`].
+    Spdy(OnUpgrade, &'static str),
+}
+
+/// GET (WebSocket) or POST (WebSocket or SPDY) `pods/<name>/exec` and `pods/<name>/attach`.
 pub async fn session(
     api: &ClusterApi,
     target: &Target,
     params: &Params,
     method: &Method,
-    upgrade: Option<WebSocketUpgrade>,
+    headers: &HeaderMap,
+    websocket: Option<WebSocketUpgrade>,
+    upgrade: Option<OnUpgrade>,
 ) -> Result<Response, ApiError> {
     let attach = target.subresource.as_deref() == Some("attach");
     if *method != Method::GET && *method != Method::POST {
@@ -90,21 +104,25 @@ pub async fn session(
     }
     let mut start = start_of(attach, params)?;
     let agent = pod_agent(api, target, &params.container).await?;
-    let Some(upgrade) = upgrade else {
+    let transport = if let Some(websocket) = websocket {
+        let websocket = websocket.protocols(PROTOCOLS);
+        let Some(protocol) = websocket
+            .selected_protocol()
+            .and_then(|p| p.to_str().ok())
+            .map(str::to_string)
+        else {
+            return Err(ApiError::bad_request(format!(
+                "no supported WebSocket subprotocol requested; supported: {}",
+                PROTOCOLS.join(", ")
+            )));
+        };
+        Transport::WebSocket(websocket, protocol)
+    } else if let Some(upgrade) = upgrade.filter(|_| spdy::asked(method, headers)) {
+        Transport::Spdy(upgrade, spdy::negotiate(headers, &streams::PROTOCOLS)?)
+    } else {
         return Err(ApiError::bad_request(format!(
-            "pods/{} is served over WebSocket ({}); SPDY is not supported",
+            "pods/{} is served over WebSocket ({}) or a POST upgraded to SPDY/3.1",
             if attach { "attach" } else { "exec" },
-            PROTOCOLS.join(", ")
-        )));
-    };
-    let upgrade = upgrade.protocols(PROTOCOLS);
-    let Some(protocol) = upgrade
-        .selected_protocol()
-        .and_then(|p| p.to_str().ok())
-        .map(str::to_string)
-    else {
-        return Err(ApiError::bad_request(format!(
-            "no supported WebSocket subprotocol requested; supported: {}",
             PROTOCOLS.join(", ")
         )));
     };
@@ -124,12 +142,29 @@ pub async fn session(
         .await
         .map_err(|s| agent.refused(&s))?
         .into_inner();
-    let relay = Relay {
-        v5: protocol == PROTOCOLS[0],
+    let relay = |v5| Relay {
+        v5,
         stdin: start.stdin.then_some(input),
-        command: start.command,
+        command: start.command.clone(),
     };
-    Ok(upgrade.on_upgrade(move |socket| relay.run(socket, output)))
+    Ok(match transport {
+        Transport::WebSocket(websocket, protocol) => {
+            let relay = relay(protocol == PROTOCOLS[0]);
+            websocket.on_upgrade(move |socket| relay.run(socket, output))
+        }
+        Transport::Spdy(upgrade, protocol) => {
+            let session = streams::Session {
+                relay: relay(false),
+                protocol,
+                stdout: start.stdout,
+                stderr: start.stderr,
+                tty: start.tty,
+            };
+            spdy::switch(upgrade, protocol, move |read, write| {
+                streams::serve(read, write, session, output)
+            })
+        }
+    })
 }
 
 /// One session's WebSocket, relayed to and from the agent's stream.
