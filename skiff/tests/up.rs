@@ -787,7 +787,7 @@ impl Drop for PortForward {
 /// (client-side apply, Strict field validation, Tables from the server): discovery, apply
 /// twice, server-side apply twice, get and get -o wide, a watch seeing a pod go Pending → Running, describe with
 /// events, logs, exec (WebSocket and SPDY), port-forward (SPDY in a WebSocket, and SPDY), a manifest kubectl generates, explain, a bad manifest refused with its field path,
-/// create namespace and drain (protobuf bodies), delete --wait, a CRD's object deleted in the
+/// create namespace and drain (protobuf bodies), delete --wait, a CRD's CEL rules, a CRD's object deleted in the
 /// foreground after the ConfigMap it owns, and apps/v1: a Deployment
 /// applied, listed wide with replica sets, explained, scaled through its scale subresource,
 /// deleted with --cascade=orphan (the garbage collector leaves its ReplicaSet, owned by
@@ -1051,7 +1051,7 @@ fn kubectl_session_on(work: &Path, extra: &[&str]) {
 
     // A CRD, and its objects through kubectl: established, applied, listed with the CRD's
     // printer columns, explained, refused with field paths, gone with the CRD.
-    let crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: crontabs.stable.example.com}\nspec:\n  group: stable.example.com\n  scope: Namespaced\n  names: {plural: crontabs, singular: crontab, kind: CronTab, shortNames: [ct]}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        properties:\n          spec:\n            type: object\n            required: [cronSpec]\n            properties:\n              cronSpec: {type: string, description: the schedule}\n              replicas: {type: integer, minimum: 1, maximum: 10, default: 1}\n    additionalPrinterColumns:\n    - {name: Spec, type: string, jsonPath: .spec.cronSpec}\n    - {name: Replicas, type: integer, jsonPath: .spec.replicas}\n";
+    let crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: crontabs.stable.example.com}\nspec:\n  group: stable.example.com\n  scope: Namespaced\n  names: {plural: crontabs, singular: crontab, kind: CronTab, shortNames: [ct]}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        properties:\n          spec:\n            type: object\n            required: [cronSpec]\n            x-kubernetes-validations:\n            - {rule: \"size(self.cronSpec.split(' ')) == 5\", message: cronSpec must have five fields, fieldPath: .cronSpec}\n            properties:\n              cronSpec: {type: string, description: the schedule, x-kubernetes-validations: [{rule: self == oldSelf, message: cronSpec is immutable}]}\n              replicas: {type: integer, minimum: 1, maximum: 10, default: 1}\n    additionalPrinterColumns:\n    - {name: Spec, type: string, jsonPath: .spec.cronSpec}\n    - {name: Replicas, type: integer, jsonPath: .spec.replicas}\n";
     assert_eq!(
         up.kubectl_ok(&["apply", "-f", "-"], Some(crd)).trim(),
         "customresourcedefinition.apiextensions.k8s.io/crontabs.stable.example.com created"
@@ -1081,6 +1081,30 @@ fn kubectl_session_on(work: &Path, extra: &[&str]) {
     assert!(
         listed.contains("nightly") && listed.contains("0 3 * * *"),
         "{listed}"
+    );
+    // The CRD's CEL rules: a schedule of four fields, then a change of an immutable one.
+    let short = "apiVersion: stable.example.com/v1\nkind: CronTab\nmetadata: {name: short}\nspec: {cronSpec: '0 3 * *'}\n";
+    let out = up.kubectl(&["apply", "-f", "-"], Some(short));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("spec.cronSpec: Invalid value: \"object\": cronSpec must have five fields"),
+        "{err}"
+    );
+    let out = up.kubectl(
+        &[
+            "patch",
+            "ct",
+            "nightly",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"cronSpec":"0 4 * * *"}}"#,
+        ],
+        None,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("spec.cronSpec: Invalid value: \"string\": cronSpec is immutable"),
+        "{err}"
     );
     let explained = up.kubectl_ok(&["explain", "crontab.spec.cronSpec"], None);
     assert!(explained.contains("the schedule"), "{explained}");

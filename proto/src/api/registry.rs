@@ -296,6 +296,7 @@ pub(crate) fn validate_update(
     stored: &GenericObject,
 ) {
     (kind.info().validate)(errs, object, Some(stored));
+    super::custom::validate_update(errs, kind, object, stored);
 }
 
 /// A path for field errors: `spec.template`, from a JSON pointer.

@@ -21,6 +21,7 @@
 //! The registry is process-wide: a process serves one cluster.
 
 pub(crate) mod crd;
+pub(crate) mod rules;
 pub mod structural;
 
 use std::collections::HashMap;
@@ -377,18 +378,53 @@ pub(crate) fn apply_defaults(kind: GenericKind, object: &mut GenericObject) {
     }
 }
 
-/// A custom object against its kind's schema.
+/// A custom object against its kind's schema, then, when that holds, its validation rules
+/// (those that do not compare with the stored object).
 pub(crate) fn validate(errs: &mut Errors, kind: GenericKind, object: &GenericObject) {
     if let Some(live) = live(kind) {
         let body = Value::Object(object.body.clone());
-        structural::validate(errs, &Path::root(""), &body, &live.schema, true);
+        let mut found = Errors::default();
+        structural::validate(&mut found, &Path::root(""), &body, &live.schema, true);
+        if found.is_empty() {
+            let root = rule_root(kind, object);
+            rules::validate(&mut found, &Path::root(""), &root, None, &live.schema);
+        }
+        errs.extend(found);
     }
+}
+
+/// An update of a custom object: its transition rules (those that name `oldSelf`), with the
+/// stored object.
+pub(crate) fn validate_update(
+    errs: &mut Errors,
+    kind: GenericKind,
+    object: &GenericObject,
+    stored: &GenericObject,
+) {
+    if let Some(live) = live(kind)
+        && errs.is_empty()
+    {
+        let (root, old) = (rule_root(kind, object), rule_root(kind, stored));
+        rules::validate(errs, &Path::root(""), &root, Some(&old), &live.schema);
+    }
+}
+
+/// What a custom object's rules see at its root.
+fn rule_root(kind: GenericKind, object: &GenericObject) -> Value {
+    let info = kind.info();
+    rules::root_value(
+        info.api_version,
+        info.kind,
+        &object.metadata.name,
+        &object.metadata.generate_name,
+        &object.body,
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Kind;
+    use crate::api::{Kind, Object};
 
     pub(crate) fn widget_crd(name_suffix: &str) -> GenericObject {
         serde_json::from_value(json!({
@@ -469,6 +505,47 @@ mod tests {
         assert_eq!(Kind::from_type("example.com/v2", "Pod"), Some(v2));
         assert_eq!(Kind::from_type("example.com/v0", "Pod"), Some(v1));
         assert_eq!(Kind::from_type("other.io/v1", "Pod"), None);
+        retire(&crd.metadata.name);
+    }
+
+    /// A CRD whose validation rule does not compile is refused, naming the rule; its
+    /// objects are held to the rules it gives, on creates and (transition rules) updates.
+    #[test]
+    fn crds_carry_cel_rules_their_objects_must_hold() {
+        let Some(Kind::Generic(crd_kind)) = Kind::from_name("CustomResourceDefinition") else {
+            panic!("CustomResourceDefinition is declared");
+        };
+        let mut crd = widget_crd("cel");
+        let rules = json!([{"rule": "self.size <= 3", "message": "too big"},
+                           {"rule": "self.size >= oldSelf.size", "message": "may not shrink"}]);
+        crd.body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"] =
+            json!([{"rule": "self.size >"}]);
+        let refused = crate::api::validation::validate(&Object::Generic(crd_kind, crd.clone()))
+            .expect_err("a rule that does not compile");
+        assert!(
+            refused.to_string().contains(
+                "spec.versions[0].schema.openAPIV3Schema.properties.spec.x-kubernetes-validations[0].rule: \
+                 Invalid value: \"self.size >\": compilation failed"
+            ),
+            "{refused}"
+        );
+        crd.body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"] =
+            rules;
+        let kind = define(&crd)[0];
+        let widget = |size: i64| {
+            let o: GenericObject = serde_json::from_value(json!({
+                "apiVersion": "example.com/v1", "kind": "Widgetcel",
+                "metadata": {"name": "w", "namespace": "default"}, "spec": {"size": size}}))
+            .expect("widget");
+            Object::Generic(kind, o)
+        };
+        crate::api::validation::validate(&widget(2)).expect("a widget that holds");
+        let big = crate::api::validation::validate(&widget(4)).expect_err("too big");
+        assert_eq!(big.to_string(), "spec: Invalid value: \"object\": too big");
+        let shrunk =
+            crate::api::validation::validate_update(&widget(1), &widget(2)).expect_err("shrunk");
+        assert!(shrunk.to_string().contains("may not shrink"), "{shrunk}");
+        assert!(crate::api::validation::validate_update(&widget(3), &widget(2)).is_ok());
         retire(&crd.metadata.name);
     }
 

@@ -411,6 +411,7 @@ pub(crate) fn check_schema(errs: &mut Errors, path: &Path, schema: &Value, root:
             "Required value: must not be empty for specified object fields",
         );
     }
+    super::rules::check(errs, path, schema);
     if let Some(pattern) = map.get("pattern").and_then(Value::as_str)
         && let Err(e) = regex::Regex::new(pattern)
     {

@@ -122,6 +122,11 @@ impl Errors {
         self.0.is_empty()
     }
 
+    /// Takes every error of `other`.
+    pub(crate) fn extend(&mut self, other: Errors) {
+        self.0.extend(other.0);
+    }
+
     pub(crate) fn into_vec(self) -> Vec<FieldError> {
         self.0
     }
