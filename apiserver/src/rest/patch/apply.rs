@@ -184,19 +184,18 @@ type FieldSchema = Option<(Option<ListMerge>, Option<&'static Schema>)>;
 fn node(field: FieldSchema, value: &Value) -> Value {
     let (list, schema) = field.unwrap_or((None, None));
     match (value, list) {
-        (Value::Array(items), Some(ListMerge::ByKey(key))) => {
+        (Value::Array(items), Some(list @ (ListMerge::ByKey(_) | ListMerge::ByKeys(_)))) => {
             let mut t = Map::new();
             for item in items {
-                let Some(k) = item.get(key) else { continue };
+                let Some(k) = key_of(item, list) else {
+                    continue;
+                };
                 let mut element = match schema {
                     Some(s) => element_fields(s, item),
                     None => element_fields(&EMPTY, item),
                 };
                 element.insert(".".into(), json!({}));
-                t.insert(
-                    Seg::Key(Map::from_iter([(key.to_string(), k.clone())])).tree_key(),
-                    Value::Object(element),
-                );
+                t.insert(Seg::Key(k).tree_key(), Value::Object(element));
             }
             Value::Object(t)
         }
@@ -276,6 +275,19 @@ fn remove_path(tree: &mut Value, path: &[Seg]) {
     }
 }
 
+/// The key of a keyed list's element: its value of each key field; `None` when it lacks one.
+fn key_of(item: &Value, list: ListMerge) -> Option<Map<String, Value>> {
+    let names: &[&str] = match &list {
+        ListMerge::ByKey(key) => std::slice::from_ref(key),
+        ListMerge::ByKeys(keys) => keys,
+        ListMerge::Union => return None,
+    };
+    names
+        .iter()
+        .map(|n| Some((n.to_string(), item.get(n)?.clone())))
+        .collect()
+}
+
 fn matches_key(item: &Value, key: &Map<String, Value>) -> bool {
     key.iter().all(|(n, v)| item.get(n) == Some(v))
 }
@@ -349,11 +361,14 @@ fn merge(schema: Option<&Schema>, target: &mut Value, config: &Value) {
         let (list, sub) = field.map_or((None, None), |f| (f.list, f.schema));
         let slot = t.entry(name.clone()).or_insert(Value::Null);
         match (list, &mut *slot, value) {
-            (Some(ListMerge::ByKey(key)), Value::Array(existing), Value::Array(items)) => {
+            (
+                Some(list @ (ListMerge::ByKey(_) | ListMerge::ByKeys(_))),
+                Value::Array(existing),
+                Value::Array(items),
+            ) => {
                 for item in items {
-                    let found = item
-                        .get(key)
-                        .and_then(|k| existing.iter_mut().find(|e| e.get(key) == Some(k)));
+                    let found = key_of(item, list)
+                        .and_then(|k| existing.iter_mut().find(|e| matches_key(e, &k)));
                     match found {
                         Some(e) => merge(sub.or(Some(&EMPTY)), e, item),
                         None => existing.push(item.clone()),
@@ -883,5 +898,74 @@ mod tests {
             .map(|c| c["name"].as_str().unwrap())
             .collect();
         assert_eq!(names, ["c", "log"]);
+    }
+
+    /// A custom kind's lists merge as its CRD's schema says: a list map by all its keys, a
+    /// set by value; an atomic list stays its applier's, so another's change conflicts.
+    #[test]
+    fn custom_kinds_merge_lists_as_their_schema_says() {
+        let crd: skiff_proto::api::GenericObject = serde_json::from_value(json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "gadgets.ssa.example.com"},
+            "spec": {"group": "ssa.example.com", "scope": "Namespaced",
+                     "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+                     "versions": [{"name": "v1", "served": true, "storage": true,
+                        "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {
+                            "type": "object", "properties": {
+                                "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                                          "x-kubernetes-list-map-keys": ["port", "protocol"],
+                                          "items": {"type": "object", "properties": {
+                                              "port": {"type": "integer"}, "protocol": {"type": "string"},
+                                              "name": {"type": "string"}}}},
+                                "tags": {"type": "array", "x-kubernetes-list-type": "set",
+                                         "items": {"type": "string"}},
+                                "args": {"type": "array", "items": {"type": "string"}}}}}}}}]}
+        }))
+        .unwrap();
+        let kind = Kind::Generic(skiff_proto::api::custom::define(&crd)[0]);
+        let gadget = |spec: Value| {
+            json!({"apiVersion": "ssa.example.com/v1", "kind": "Gadget",
+                   "metadata": {"name": "g"}, "spec": spec})
+        };
+        let apply = |current: Option<&Value>, spec: Value, manager: &str| {
+            server_side_apply(
+                schema::for_kind(kind),
+                current,
+                &gadget(spec),
+                manager,
+                false,
+                "2026-01-01T00:00:00Z",
+            )
+        };
+        let first = apply(
+            None,
+            json!({"ports": [{"port": 80, "protocol": "TCP", "name": "web"}],
+                   "tags": ["a"], "args": ["1"]}),
+            "alice",
+        )
+        .unwrap();
+        let set = &first["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"];
+        assert!(
+            set["f:ports"]
+                .get("k:{\"port\":80,\"protocol\":\"TCP\"}")
+                .is_some(),
+            "{set}"
+        );
+        let both = apply(
+            Some(&first),
+            json!({"ports": [{"port": 80, "protocol": "UDP"}], "tags": ["b"]}),
+            "bob",
+        )
+        .unwrap();
+        assert_eq!(
+            both["spec"]["ports"],
+            json!([{"port": 80, "protocol": "TCP", "name": "web"}, {"port": 80, "protocol": "UDP"}])
+        );
+        assert_eq!(both["spec"]["tags"], json!(["a", "b"]));
+        let conflict = apply(Some(&both), json!({"args": ["2"]}), "bob").unwrap_err();
+        assert_eq!(
+            conflict.to_string(),
+            "Apply failed with 1 conflict: conflict with \"alice\": .spec.args"
+        );
     }
 }

@@ -18,7 +18,12 @@
 //! `$retainKeys`; a server obeys the directive wherever it appears, as apimachinery does, so it
 //! has no entry of its own here.
 
-use skiff_proto::api::Kind;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use serde_json::Value;
+use skiff_proto::api::custom::{self, Live};
+use skiff_proto::api::{GenericKind, Kind};
 
 /// How a list field takes a strategic merge patch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +31,11 @@ pub(super) enum ListMerge {
     /// Elements are objects identified by the value of this field (`patchMergeKey`); a patch's
     /// elements merge into the element with the same value or are added.
     ByKey(&'static str),
+    /// Elements are objects identified by these fields together: a custom kind's
+    /// `x-kubernetes-list-type: map` list with several `x-kubernetes-list-map-keys`. Server-side
+    /// apply merges by them; a strategic merge patch (Kubernetes takes none for custom
+    /// objects) replaces such a list.
+    ByKeys(&'static [&'static str]),
     /// Elements are primitives (`patchStrategy:"merge"` without a key); a patch's values are
     /// added to the set.
     Union,
@@ -79,6 +89,7 @@ pub(super) fn for_kind(kind: Kind) -> &'static Schema {
         | Kind::Secret
         | Kind::CertificateSigningRequest
         | Kind::EndpointSlice => &METADATA_ONLY,
+        Kind::Generic(g) if g.custom_index().is_some() => custom_kind(g),
         Kind::Generic(g) => {
             let info = g.info();
             match (info.group(), info.kind) {
@@ -91,6 +102,100 @@ pub(super) fn for_kind(kind: Kind) -> &'static Schema {
                 _ => &METADATA_ONLY,
             }
         }
+    }
+}
+
+/// A custom kind's schema, from its CRD's structural schema, as Kubernetes reads it for
+/// server-side apply: a list merges as its `x-kubernetes-list-type` says (`map` by its
+/// `x-kubernetes-list-map-keys`, `set` as a union; `atomic`, or none, is replaced). Built
+/// once per schema the CRD serves (kept while the kind is current), so a CRD's changes cost a
+/// new table, not every apply a walk of its schema.
+fn custom_kind(kind: GenericKind) -> &'static Schema {
+    type Built = HashMap<GenericKind, (Arc<Live>, &'static Schema)>;
+    static BUILT: LazyLock<Mutex<Built>> = LazyLock::new(Mutex::default);
+    let Some(live) = custom::live(kind) else {
+        return &METADATA_ONLY;
+    };
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((l, schema)) = built.get(&kind)
+        && Arc::ptr_eq(l, &live)
+    {
+        return schema;
+    }
+    let schema: &'static Schema = Box::leak(Box::new(
+        from_structural(&live.schema, true).unwrap_or(Schema::EMPTY),
+    ));
+    built.insert(kind, (live, schema));
+    schema
+}
+
+fn leak(s: &str) -> &'static str {
+    Box::leak(s.to_owned().into_boxed_str())
+}
+
+/// The merging lists under a structural schema node; `None` when nothing under it merges (at
+/// the root, the object's metadata always does).
+fn from_structural(schema: &Value, root: bool) -> Option<Schema> {
+    let mut fields = Vec::new();
+    if root {
+        fields.push(nested("metadata", &OBJECT_META));
+    }
+    let properties = schema.get("properties").and_then(Value::as_object);
+    for (name, property) in properties.into_iter().flatten() {
+        if root && name == "metadata" {
+            continue;
+        }
+        let field = match property.get("type").and_then(Value::as_str) {
+            Some("array") => {
+                let Some(list) = list_merge(property) else {
+                    // An atomic list is replaced whole: what its elements hold does not merge.
+                    continue;
+                };
+                let element = property
+                    .get("items")
+                    .and_then(|items| from_structural(items, false))
+                    .map(|s| &*Box::leak(Box::new(s)));
+                Field {
+                    name: leak(name),
+                    list: Some(list),
+                    schema: element,
+                }
+            }
+            Some("object") => match from_structural(property, false) {
+                Some(s) => nested(leak(name), Box::leak(Box::new(s))),
+                None => continue,
+            },
+            _ => continue,
+        };
+        fields.push(field);
+    }
+    (root || !fields.is_empty()).then(|| Schema {
+        fields: Box::leak(fields.into_boxed_slice()),
+    })
+}
+
+/// How a structural schema's list merges, from its `x-kubernetes-list-type`.
+fn list_merge(list: &Value) -> Option<ListMerge> {
+    match list.get("x-kubernetes-list-type").and_then(Value::as_str) {
+        Some("set") => Some(ListMerge::Union),
+        Some("map") => {
+            let keys: Vec<&'static str> = list
+                .get("x-kubernetes-list-map-keys")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(leak)
+                .collect();
+            match keys.as_slice() {
+                [] => None,
+                [key] => Some(ListMerge::ByKey(key)),
+                _ => Some(ListMerge::ByKeys(Box::leak(keys.into_boxed_slice()))),
+            }
+        }
+        _ => None,
     }
 }
 

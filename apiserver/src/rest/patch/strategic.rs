@@ -134,7 +134,7 @@ impl Identity {
     fn of_field(field: Option<&Field>) -> Identity {
         match field.and_then(|field| field.list) {
             Some(ListMerge::ByKey(key)) => Identity::Key(key),
-            Some(ListMerge::Union) | None => Identity::Value,
+            Some(ListMerge::Union | ListMerge::ByKeys(_)) | None => Identity::Value,
         }
     }
 
@@ -480,10 +480,14 @@ fn merge_list(
     at: &At<'_>,
 ) -> Result<Vec<Value>, PatchError> {
     let schema = field.and_then(|field| field.schema);
-    let strategy = field.and_then(|field| field.list);
+    // A list merged by several keys (a custom kind's) is replaced: Kubernetes takes no
+    // strategic merge patch of a custom object.
+    let strategy = field
+        .and_then(|field| field.list)
+        .filter(|l| !matches!(l, ListMerge::ByKeys(_)));
     let merge_key = match strategy {
         Some(ListMerge::ByKey(key)) => Some(key),
-        Some(ListMerge::Union) | None => None,
+        Some(ListMerge::Union | ListMerge::ByKeys(_)) | None => None,
     };
     let directives = ListDirectives::sort(patch, merge_key, at)?;
     if directives.replace || strategy.is_none() {
