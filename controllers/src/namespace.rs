@@ -24,8 +24,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use skiff_proto::api::meta::Time;
 use skiff_proto::api::{
-    ConditionStatus, FINALIZER_KUBERNETES, Kind, Namespace, NamespaceCondition,
-    NamespaceConditionType, NamespacePhase, Object,
+    ConditionStatus, DeletionPropagation, FINALIZER_KUBERNETES, Kind, Namespace,
+    NamespaceCondition, NamespaceConditionType, NamespacePhase, Object,
 };
 use skiff_proto::client::{ClientError, Code, Event, ListParams};
 
@@ -246,7 +246,13 @@ impl Namespaces {
                     return (o, Ok(None));
                 }
                 let m = o.metadata();
-                let r = self.ctx.client.delete(kind, name, &m.name, 0, None).await;
+                // In the background, as kube-controller-manager's namespace deleter: a Job's
+                // pods go with it rather than by the namespace's next pass.
+                let r = self
+                    .ctx
+                    .client
+                    .delete_propagating(kind, name, &m.name, 0, DeletionPropagation::Background)
+                    .await;
                 (o, gone_is_none(r))
             });
             let mut results = futures::stream::iter(deletes).buffer_unordered(CONCURRENT_DELETES);

@@ -527,11 +527,27 @@ impl ClusterClient {
         resource_version: i64,
         grace: Option<i64>,
     ) -> Result<Object> {
+        self.delete_with(kind, namespace, name, resource_version, grace, None)
+            .await
+    }
+
+    /// Deletes with a grace period and a propagation policy, either left to the server
+    /// (`None`: a pod's own grace period; the kind's default propagation, Background but for
+    /// Jobs, whose pods a delete without one leaves).
+    pub async fn delete_with(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        resource_version: i64,
+        grace: Option<i64>,
+        propagation: Option<DeletionPropagation>,
+    ) -> Result<Object> {
         self.delete_request(pb::DeleteRequest {
             key: Some(key(kind, namespace, name)),
             resource_version,
             grace_period_seconds: grace,
-            propagation_policy: None,
+            propagation_policy: propagation.map(|p| p.as_str().to_owned()),
             fence: self.fence.clone(),
         })
         .await
@@ -548,13 +564,14 @@ impl ClusterClient {
         resource_version: i64,
         propagation: DeletionPropagation,
     ) -> Result<Object> {
-        self.delete_request(pb::DeleteRequest {
-            key: Some(key(kind, namespace, name)),
+        self.delete_with(
+            kind,
+            namespace,
+            name,
             resource_version,
-            grace_period_seconds: None,
-            propagation_policy: Some(propagation.as_str().to_owned()),
-            fence: self.fence.clone(),
-        })
+            None,
+            Some(propagation),
+        )
         .await
     }
 

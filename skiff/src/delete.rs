@@ -61,7 +61,9 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         let mut failed = false;
         let mut waiting = Vec::new();
         for name in &args.names {
-            match api.delete(kind, ns, name, 0, grace).await {
+            // In the background, as kubectl deletes: a Job takes its pods with it.
+            let background = Some(skiff_proto::api::DeletionPropagation::Background);
+            match api.delete_with(kind, ns, name, 0, grace, background).await {
                 Ok(o) => {
                     let grace = o.metadata().deletion_grace_period_seconds.unwrap_or(0);
                     waiting.push((name, grace));

@@ -1630,9 +1630,12 @@ fn on_every_pod_event(
 /// `parallelism` pods running (checked on every pod event) and completes with its indexes
 /// listed; a pod failure policy's `FailJob` fails a Job at the first matching exit; a
 /// suspended Job runs nothing until resumed; `ttlSecondsAfterFinished` deletes a finished
-/// Job. No pod keeps the tracking finalizer once counted.
+/// Job. No pod keeps the tracking finalizer once counted. A Job deleted without a policy
+/// leaves its pods; in the background, it takes them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_to_completion_fail_by_policy_suspend_and_expire() {
+    use skiff_proto::api::DeletionPropagation;
+
     let cluster = Cluster::start(1).await;
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
     let _control = start_control(&cluster, 2, 1);
@@ -1760,6 +1763,47 @@ async fn jobs_run_to_completion_fail_by_policy_suspend_and_expire() {
         Duration::from_secs(60),
         "brief deleted after its TTL",
         || async { matches!(api.get(job, "default", "brief").await, Ok(None)).then_some(()) },
+    )
+    .await;
+
+    // A Job deleted without a propagation policy leaves its pods, owned by nothing (batch/v1's
+    // default, as in Kubernetes); one deleted in the background takes them.
+    let pods_of = |name: &'static str| {
+        let api = api.clone();
+        async move {
+            let params = ListParams::default()
+                .namespace("default")
+                .labels(format!("batch.kubernetes.io/job-name={name}"));
+            api.list(Kind::Pod, &params).await.expect("pods").0
+        }
+    };
+    assert_eq!(pods_of("indexed").await.len(), 4);
+    api.delete(job, "default", "indexed", 0, None)
+        .await
+        .expect("delete indexed");
+    eventually(
+        Duration::from_secs(30),
+        "indexed gone, its pods released",
+        || async {
+            if api.get(job, "default", "indexed").await.ok()?.is_some() {
+                return None;
+            }
+            let pods = pods_of("indexed").await;
+            (pods.len() == 4
+                && pods
+                    .iter()
+                    .all(|p| p.metadata().owner_references.is_empty()))
+            .then_some(())
+        },
+    )
+    .await;
+    api.delete_propagating(job, "default", "fatal", 0, DeletionPropagation::Background)
+        .await
+        .expect("delete fatal");
+    eventually(
+        Duration::from_secs(30),
+        "fatal's pods collected",
+        || async { pods_of("fatal").await.is_empty().then_some(()) },
     )
     .await;
 }

@@ -443,11 +443,28 @@ fn held(object: &Object) -> bool {
         || matches!(object, Object::Namespace(ns) if !ns.finalizers().is_empty())
 }
 
+/// The propagation of a delete of `kind` that names none (and finds no garbage-collection
+/// finalizer on the object): Orphan for batch/v1 Jobs, as kube-apiserver keeps it for
+/// compatibility (their pods stay; kubectl sends Background), Background for every other kind.
+pub fn default_propagation(kind: Kind) -> DeletionPropagation {
+    match kind.declared() {
+        Some(info) if info.api_version == "batch/v1" && info.kind == "Job" => {
+            DeletionPropagation::Orphan
+        }
+        _ => DeletionPropagation::Background,
+    }
+}
+
+/// What kube-apiserver warns a client that deletes a Job without a propagation policy.
+pub const JOB_DELETE_WARNING: &str = "child pods are preserved by default when jobs are deleted; \
+     set propagationPolicy=Background to remove them or set propagationPolicy=Orphan to \
+     suppress this warning";
+
 /// The finalizers an object keeps when deleted with `propagation`, as kube-apiserver decides
 /// them for the garbage collector: an orphaning delete leaves `orphan` on it, a foreground one
 /// `foregroundDeletion` (never both), a background one neither. Unset, a garbage-collection
-/// finalizer already on the object (from an earlier delete) decides; else Background, every
-/// kind's default (apps/v1's, and the core kinds').
+/// finalizer already on the object (from an earlier delete) decides; else the kind's
+/// `default` ([`default_propagation`]).
 ///
 /// ```text
 ///  propagation   finalizers after           the object
@@ -460,6 +477,7 @@ fn held(object: &Object) -> bool {
 pub fn deletion_finalizers(
     finalizers: &[String],
     propagation: Option<DeletionPropagation>,
+    default: DeletionPropagation,
 ) -> Vec<String> {
     let is_gc = |f: &String| f == ORPHAN_FINALIZER || f == FOREGROUND_DELETION_FINALIZER;
     let policy = propagation
@@ -472,7 +490,7 @@ pub fn deletion_finalizers(
                 }
             })
         })
-        .unwrap_or(DeletionPropagation::Background);
+        .unwrap_or(default);
     let mut kept: Vec<String> = finalizers.iter().filter(|f| !is_gc(f)).cloned().collect();
     match policy {
         DeletionPropagation::Orphan => kept.push(ORPHAN_FINALIZER.to_owned()),
@@ -1426,8 +1444,11 @@ impl ClusterApi {
             } else {
                 propagation
             };
-            let finalizers =
-                deletion_finalizers(&current.object.metadata().finalizers, propagation);
+            let finalizers = deletion_finalizers(
+                &current.object.metadata().finalizers,
+                propagation,
+                default_propagation(kind),
+            );
             if !finalizers.is_empty() {
                 // Finalizers hold the object: the delete only marks it (once); the update
                 // that removes the last finalizer removes it.
@@ -1581,10 +1602,27 @@ mod tests {
             (&[ORPHAN_FINALIZER, keep], Some(Background), &[keep]),
         ] {
             assert_eq!(
-                deletion_finalizers(&strings(before), policy),
+                deletion_finalizers(&strings(before), policy, Background),
                 strings(after),
                 "{before:?} {policy:?}"
             );
         }
+        // A Job deleted without a policy orphans its pods, unless its finalizers say
+        // otherwise.
+        let job = Kind::from_name("Job").expect("declared");
+        assert_eq!(default_propagation(job), Orphan);
+        assert_eq!(default_propagation(Kind::Deployment), Background);
+        assert_eq!(
+            deletion_finalizers(&[], None, default_propagation(job)),
+            [ORPHAN_FINALIZER]
+        );
+        assert_eq!(
+            deletion_finalizers(
+                &strings(&[FOREGROUND_DELETION_FINALIZER]),
+                None,
+                default_propagation(job)
+            ),
+            [FOREGROUND_DELETION_FINALIZER]
+        );
     }
 }

@@ -691,7 +691,27 @@ pub async fn delete(
     no_subresource(target, "delete")?;
     let options = delete_options(params, &delete_body(headers, body)?)?;
     let deleted = delete_one(api, target.kind, &target.namespace, &target.name, &options).await?;
-    object_response(target.kind, &deleted, accept, params, StatusCode::OK, &[])
+    let warnings = default_propagation_warning(target.kind, &options);
+    object_response(
+        target.kind,
+        &deleted,
+        accept,
+        params,
+        StatusCode::OK,
+        &warnings,
+    )
+}
+
+/// kube-apiserver's warning to a client that deletes Jobs without a propagation policy: their
+/// pods stay ([`crate::cluster::default_propagation`]).
+fn default_propagation_warning(kind: Kind, options: &DeleteOptions) -> Vec<String> {
+    let orphans_by_default =
+        crate::cluster::default_propagation(kind) == DeletionPropagation::Orphan;
+    if orphans_by_default && options.propagation.is_none() {
+        vec![crate::cluster::JOB_DELETE_WARNING.to_owned()]
+    } else {
+        Vec::new()
+    }
 }
 
 /// DELETE of a collection: every object the selectors match, answered with the list of what
@@ -739,7 +759,8 @@ pub async fn delete_collection(
         "metadata": {},
         "items": deleted,
     });
-    Ok(json_response(StatusCode::OK, &body, &[]))
+    let warnings = default_propagation_warning(target.kind, &options);
+    Ok(json_response(StatusCode::OK, &body, &warnings))
 }
 
 /// A Binding (POST `pods/<name>/binding`, or `bindings` with the pod's name): binds the pod
@@ -1079,5 +1100,22 @@ mod tests {
                 .is_some()
         );
         t.stop().await;
+    }
+    /// A Job deleted without a propagation policy is warned that its pods stay; with one,
+    /// and any other kind, not.
+    #[test]
+    fn deleting_jobs_without_a_policy_is_warned() {
+        let job = Kind::from_name("Job").expect("declared");
+        let unset = DeleteOptions::default();
+        assert_eq!(
+            default_propagation_warning(job, &unset),
+            [crate::cluster::JOB_DELETE_WARNING]
+        );
+        let background = DeleteOptions {
+            propagation: Some(DeletionPropagation::Background),
+            ..DeleteOptions::default()
+        };
+        assert!(default_propagation_warning(job, &background).is_empty());
+        assert!(default_propagation_warning(Kind::Deployment, &unset).is_empty());
     }
 }
