@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use serde_json::{Value, json};
-use skiff_proto::api::custom::{self, CLEANUP_FINALIZER};
+use skiff_proto::api::custom::{self, CLEANUP_FINALIZER, crd_kind};
 use skiff_proto::api::{GenericKind, GenericObject, Kind, Object, Time};
 use skiff_proto::backoff::Backoff;
 use skiff_proto::cluster::v1 as pb;
@@ -29,11 +29,6 @@ use super::{ClusterApi, ClusterError, Part, prefix_end};
 
 /// How often a terminating CRD's remaining objects are looked at again.
 const CLEANUP_EVERY: Duration = Duration::from_secs(1);
-
-fn crd_kind() -> Kind {
-    Kind::from_name("CustomResourceDefinition")
-        .expect("invariant: CustomResourceDefinition is declared")
-}
 
 /// Serves the CRDs' kinds until `stop`: lists them, then follows a watch (watching again when
 /// it ends), keeping each CRD's status current and finishing deleted ones.

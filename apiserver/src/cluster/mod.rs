@@ -444,13 +444,12 @@ fn held(object: &Object) -> bool {
 }
 
 /// The propagation of a delete of `kind` that names none (and finds no garbage-collection
-/// finalizer on the object): Orphan for batch/v1 Jobs, as kube-apiserver keeps it for
-/// compatibility (their pods stay; kubectl sends Background), Background for every other kind.
+/// finalizer on the object): Orphan for batch/v1 Jobs and core/v1 ReplicationControllers, as
+/// kube-apiserver keeps it for compatibility (their pods stay; kubectl sends Background),
+/// Background for every other kind.
 pub fn default_propagation(kind: Kind) -> DeletionPropagation {
-    match kind.declared() {
-        Some(info) if info.api_version == "batch/v1" && info.kind == "Job" => {
-            DeletionPropagation::Orphan
-        }
+    match kind.declared().map(|info| (info.api_version, info.kind)) {
+        Some(("batch/v1", "Job") | ("v1", "ReplicationController")) => DeletionPropagation::Orphan,
         _ => DeletionPropagation::Background,
     }
 }
@@ -1298,8 +1297,7 @@ impl ClusterApi {
         self.authorize_signer(part, current, &next)?;
         defaults::apply(&mut next);
         let allocation = self.service_addresses(Some(current), &mut next)?;
-        validation::validate(&next).map_err(|e| validation_error(&next, e))?;
-        validation::validate_update(&next, current).map_err(|e| validation_error(&next, e))?;
+        validation::validate_write(&next, Some(current)).map_err(|e| validation_error(&next, e))?;
         if let Some(tracker) = &self.tracker {
             tracker.track(Some(current), &mut next);
         }
@@ -1611,6 +1609,8 @@ mod tests {
         // otherwise.
         let job = Kind::from_name("Job").expect("declared");
         assert_eq!(default_propagation(job), Orphan);
+        let rc = Kind::from_name("ReplicationController").expect("declared");
+        assert_eq!(default_propagation(rc), Orphan);
         assert_eq!(default_propagation(Kind::Deployment), Background);
         assert_eq!(
             deletion_finalizers(&[], None, default_propagation(job)),

@@ -703,11 +703,13 @@ pub async fn delete(
 }
 
 /// kube-apiserver's warning to a client that deletes Jobs without a propagation policy: their
-/// pods stay ([`crate::cluster::default_propagation`]).
+/// pods stay ([`crate::cluster::default_propagation`]; a ReplicationController's stay too,
+/// unwarned, as in Kubernetes).
 fn default_propagation_warning(kind: Kind, options: &DeleteOptions) -> Vec<String> {
-    let orphans_by_default =
-        crate::cluster::default_propagation(kind) == DeletionPropagation::Orphan;
-    if orphans_by_default && options.propagation.is_none() {
+    let is_job = kind
+        .declared()
+        .is_some_and(|i| i.api_version == "batch/v1" && i.kind == "Job");
+    if is_job && options.propagation.is_none() {
         vec![crate::cluster::JOB_DELETE_WARNING.to_owned()]
     } else {
         Vec::new()

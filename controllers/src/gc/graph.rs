@@ -15,10 +15,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Deref;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use skiff_proto::api::meta::OwnerReference;
-use skiff_proto::api::{Kind, Object, custom};
+use skiff_proto::api::{GenericObject, Kind, Object, custom};
 
 use crate::cache::Cache;
 use crate::core::Context;
@@ -70,11 +71,7 @@ pub fn collected(kind: Kind) -> bool {
     kind.is_stored() && kind != Kind::Event
 }
 
-/// The kind of CustomResourceDefinitions.
-pub fn crd_kind() -> Kind {
-    Kind::from_name("CustomResourceDefinition")
-        .expect("invariant: CustomResourceDefinition is declared")
-}
+pub use custom::crd_kind;
 
 /// A cache the collector reads: a controller's, or its own.
 #[derive(Debug)]
@@ -94,15 +91,31 @@ impl Deref for CacheRef<'_> {
     }
 }
 
+/// How long an owner's finalizing waits for a kind's cache to fill before it goes on
+/// without it (kube-controller-manager's collector waits for its caches as long): a kind
+/// that cannot be listed must not hold every foreground deletion in the cluster.
+const SYNC_WAIT: Duration = Duration::from_secs(30);
+
 /// The caches the collector reads.
 #[derive(Debug)]
 pub struct Graph {
     ctx: Arc<Context>,
     /// The built-in and declared kinds no controller caches whole, from the start.
     fixed: Vec<Kind>,
-    /// Caches of the kinds no controller holds whole (custom kinds included). Never held
-    /// across an await.
-    own: RwLock<BTreeMap<TypeKey, Arc<Cache>>>,
+    /// Caches of the kinds no controller holds whole (custom kinds included), each with when
+    /// it was first wanted. Never held across an await.
+    own: RwLock<BTreeMap<TypeKey, (Arc<Cache>, Instant)>>,
+    /// The custom kinds the collector should see, as the follower last found them. Never
+    /// held across an await.
+    wanted: Mutex<BTreeSet<TypeKey>>,
+}
+
+/// The kind a CRD defines, by group and name.
+pub fn crd_type(crd: &GenericObject) -> TypeKey {
+    TypeKey {
+        group: crd.text("/spec/group").to_owned(),
+        name: crd.text("/spec/names/kind").to_owned(),
+    }
 }
 
 impl Graph {
@@ -114,24 +127,26 @@ impl Graph {
                     && !ctx.whole_caches().iter().any(|c| c.kind() == k)
             })
             .collect();
+        let now = Instant::now();
         let own = fixed
             .iter()
-            .map(|&k| (TypeKey::of(k), Arc::new(Cache::new(k))))
+            .map(|&k| (TypeKey::of(k), (Arc::new(Cache::new(k)), now)))
             .collect();
         Graph {
             ctx,
             fixed,
             own: RwLock::new(own),
+            wanted: Mutex::default(),
         }
     }
 
-    fn own(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<TypeKey, Arc<Cache>>> {
+    fn own(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<TypeKey, (Arc<Cache>, Instant)>> {
         self.own
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn own_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<TypeKey, Arc<Cache>>> {
+    fn own_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<TypeKey, (Arc<Cache>, Instant)>> {
         self.own
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -153,7 +168,7 @@ impl Graph {
         {
             return Some(CacheRef::Shared(c));
         }
-        self.own().get(key).cloned().map(CacheRef::Own)
+        self.own().get(key).map(|(c, _)| CacheRef::Own(c.clone()))
     }
 
     /// Every cache the collector reads.
@@ -164,7 +179,7 @@ impl Graph {
             .into_iter()
             .map(CacheRef::Shared)
             .collect();
-        all.extend(self.own().values().cloned().map(CacheRef::Own));
+        all.extend(self.own().values().map(|(c, _)| CacheRef::Own(c.clone())));
         all
     }
 
@@ -173,21 +188,29 @@ impl Graph {
         self.caches().iter().flat_map(|c| c.owned_by(uid)).collect()
     }
 
-    /// Starts a cache for custom kind `kind`; `None` when there is one.
-    pub fn add(&self, kind: Kind) -> Option<Arc<Cache>> {
+    /// Starts a cache for custom kind `kind`, wanted since `since`; `None` when there is one.
+    pub fn add(&self, kind: Kind, since: Instant) -> Option<Arc<Cache>> {
         let mut own = self.own_mut();
         let key = TypeKey::of(kind);
         if own.contains_key(&key) {
             return None;
         }
         let cache = Arc::new(Cache::new(kind));
-        own.insert(key, cache.clone());
+        own.insert(key, (cache.clone(), since));
         Some(cache)
     }
 
     /// Forgets the cache of a custom kind no longer followed, and returns it.
     pub fn remove(&self, key: &TypeKey) -> Option<Arc<Cache>> {
-        self.own_mut().remove(key)
+        self.own_mut().remove(key).map(|(c, _)| c)
+    }
+
+    /// The custom kinds the collector should see now.
+    pub fn want(&self, kinds: BTreeSet<TypeKey>) {
+        *self
+            .wanted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = kinds;
     }
 
     /// The custom kinds to follow, one version of each (every version shares its objects),
@@ -198,64 +221,35 @@ impl Graph {
         let Some(crds) = self.cache(&TypeKey::of(crd_kind())) else {
             return Default::default();
         };
-        let mut wanted = BTreeMap::new();
-        let mut defined = BTreeSet::new();
-        let mut names = BTreeSet::new();
-        for crd in crds.list(None) {
-            if let Object::Generic(_, crd) = &*crd {
-                names.insert(crd.metadata.name.clone());
-                defined.insert(TypeKey {
-                    group: crd.text("/spec/group").to_owned(),
-                    name: crd.text("/spec/names/kind").to_owned(),
-                });
-                if let Some(&kind) = custom::define(crd).first() {
-                    let kind = Kind::Generic(kind);
-                    wanted.insert(TypeKey::of(kind), kind);
-                }
-            }
-        }
-        let gone: BTreeSet<String> = custom::served()
-            .into_iter()
-            .filter_map(custom::live)
-            .map(|live| live.crd.clone())
-            .filter(|crd| !names.contains(crd))
+        let crds = crds.list(None);
+        let crds: Vec<&GenericObject> = crds
+            .iter()
+            .filter_map(|crd| match &**crd {
+                Object::Generic(_, crd) => Some(crd),
+                _ => None,
+            })
             .collect();
-        for crd in gone {
-            custom::retire(&crd);
-        }
+        let defined = crds.iter().map(|crd| crd_type(crd)).collect();
+        let wanted = custom::sync(crds.iter().copied())
+            .into_iter()
+            .filter_map(|kinds| kinds.first().map(|&k| Kind::Generic(k)))
+            .map(|kind| (TypeKey::of(kind), kind))
+            .collect();
         (wanted, defined)
     }
 
     /// Whether every kind the collector should see is cached in full: the fixed kinds, and
-    /// each CRD's kind. An owner's dependents are not known before (a foreground deletion
-    /// or an orphaning would miss some).
+    /// each CRD's kind, or waited for longer than [`SYNC_WAIT`]. An owner's dependents are
+    /// not known before (a foreground deletion or an orphaning would miss some).
     pub fn synced(&self) -> bool {
         let own = self.own();
-        if !own.values().all(|c| c.is_synced()) {
-            return false;
-        }
-        let Some(crds) = own.get(&TypeKey::of(crd_kind())) else {
-            return true;
-        };
-        crds.list(None).iter().all(|crd| {
-            let Object::Generic(_, crd) = &**crd else {
-                return true;
-            };
-            let group = crd.text("/spec/group");
-            let name = crd.text("/spec/names/kind");
-            let served = crd
-                .at("/spec/versions")
-                .and_then(|v| v.as_array())
-                .is_some_and(|v| {
-                    v.iter()
-                        .any(|v| v.get("served").and_then(|s| s.as_bool()) == Some(true))
-                });
-            !served
-                || own.contains_key(&TypeKey {
-                    group: group.to_owned(),
-                    name: name.to_owned(),
-                })
-        })
+        let wanted = self
+            .wanted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        own.values()
+            .all(|(c, since)| c.is_synced() || since.elapsed() > SYNC_WAIT)
+            && wanted.iter().all(|k| own.contains_key(k))
     }
 }
 

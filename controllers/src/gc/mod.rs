@@ -72,9 +72,11 @@ pub struct GarbageCollector {
 enum Owner {
     Exists,
     Gone,
-    /// Of a kind not served, or not one this dependent may name (a namespaced owner of a
-    /// cluster-scoped object): never collected for, as Kubernetes does.
+    /// Of a kind not served (yet): nothing is collected for it until a CRD serves it.
     Unresolved,
+    /// Not one this dependent may name (a namespaced owner of a cluster-scoped object):
+    /// never collected for, as in Kubernetes.
+    Invalid,
 }
 
 /// `Kind.group/namespace/name`: the collector's queue key.
@@ -144,10 +146,14 @@ impl GarbageCollector {
     /// stopped when it goes; one that fails is started again after a wait.
     pub async fn follow_custom_kinds(self: Arc<Self>, client: ClusterClient) {
         let mut running: BTreeMap<TypeKey, tokio::task::AbortHandle> = BTreeMap::new();
+        // When each kind was first wanted (kept while an informer is started again).
+        let mut since: BTreeMap<TypeKey, std::time::Instant> = BTreeMap::new();
         let mut informers = tokio::task::JoinSet::new();
         let mut backoff = Backoff::for_store();
         loop {
             let (wanted, defined) = self.graph.custom_kinds();
+            self.graph.want(wanted.keys().cloned().collect());
+            since.retain(|key, _| wanted.contains_key(key));
             running.retain(|key, task| {
                 let keep = wanted.contains_key(key) && !task.is_finished();
                 if !keep {
@@ -161,7 +167,10 @@ impl GarbageCollector {
                 if running.contains_key(key) {
                     continue;
                 }
-                let Some(cache) = self.graph.add(kind) else {
+                let first = *since
+                    .entry(key.clone())
+                    .or_insert_with(std::time::Instant::now);
+                let Some(cache) = self.graph.add(kind, first) else {
                     continue;
                 };
                 tracing::info!(controller = NAME, kind = %kind.wire_name(), "following a custom kind");
@@ -188,9 +197,11 @@ impl GarbageCollector {
         }
     }
 
-    /// Drops the cache of a custom kind no longer followed. The dependents of the objects it
-    /// held are looked at again: when the kind's CRD is gone (`vanished`), so are they, though
-    /// their deletions may not all have been seen before the CRD's.
+    /// Drops the cache of a custom kind no longer followed (or followed again after its
+    /// informer failed). What its objects own and are owned by is looked at again: when the
+    /// kind's CRD is gone (`vanished`), so are they, though their deletions may not all have
+    /// been seen before the CRD's; an owner waiting for one of them to go looks again once
+    /// the cache is back.
     fn stop_following(&self, key: &TypeKey, vanished: bool) {
         let Some(cache) = self.graph.remove(key) else {
             return;
@@ -201,6 +212,9 @@ impl GarbageCollector {
         for o in cache.list(None) {
             for d in self.graph.dependents(&o.metadata().uid) {
                 self.queue.add(gc_key(&d));
+            }
+            for r in &o.metadata().owner_references {
+                self.queue_owner(&o, r);
             }
         }
     }
@@ -252,6 +266,12 @@ impl GarbageCollector {
                 // Its dependents may be orphans now; an owner deleting in the foreground
                 // may be waiting for it.
                 self.remember_absent(&o.metadata().uid);
+                if !o.metadata().owner_references.is_empty() {
+                    let key = gc_key(o);
+                    for waiting in lock(&self.unresolved).values_mut() {
+                        waiting.remove(&key);
+                    }
+                }
                 for d in self.graph.dependents(&o.metadata().uid) {
                     self.queue.add(gc_key(&d));
                 }
@@ -297,7 +317,7 @@ impl GarbageCollector {
             return Ok(Owner::Unresolved);
         };
         let ns = match (kind.is_namespaced(), namespace) {
-            (true, "") => return Ok(Owner::Unresolved),
+            (true, "") => return Ok(Owner::Invalid),
             (true, ns) => ns,
             (false, _) => "",
         };
@@ -364,16 +384,12 @@ impl GarbageCollector {
                     DeletionPropagation::Foreground
                 };
                 let rv = dm.revision().unwrap_or(0);
-                match self
-                    .ctx
-                    .client
-                    .delete_propagating(d.kind(), &dm.namespace, &dm.name, rv, propagation)
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(e) if e.code() == Some(Code::NotFound) => {}
-                    Err(e) => return Err(e),
-                }
+                ignore_gone(
+                    self.ctx
+                        .client
+                        .delete_propagating(d.kind(), &dm.namespace, &dm.name, rv, propagation)
+                        .await,
+                )?;
             }
             if waiting {
                 // Each dependent's deletion wakes this owner again.
@@ -426,9 +442,14 @@ impl Controller for GarbageCollector {
         for r in &meta.owner_references {
             match self.owner(&meta.namespace, r).await? {
                 Owner::Gone => gone.push(r.uid.clone()),
-                Owner::Exists => {}
+                Owner::Exists | Owner::Invalid => {}
                 Owner::Unresolved => {
-                    lock(&self.unresolved)
+                    let mut unresolved = lock(&self.unresolved);
+                    if unresolved.values().map(HashSet::len).sum::<usize>() >= ABSENT_OWNERS {
+                        // Bounded: what is dropped is looked at again at its next change.
+                        unresolved.clear();
+                    }
+                    unresolved
                         .entry(TypeKey::of_ref(r))
                         .or_default()
                         .insert(key.to_owned());
@@ -442,16 +463,12 @@ impl Controller for GarbageCollector {
         if gone.len() == meta.owner_references.len() {
             tracing::info!(object = key, "deleting: every owner is gone");
             let rv = meta.revision().unwrap_or(0);
-            match self
-                .ctx
-                .client
-                .delete_propagating(kind, namespace, name, rv, DeletionPropagation::Background)
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if e.code() == Some(Code::NotFound) => {}
-                Err(e) => return Err(e),
-            }
+            ignore_gone(
+                self.ctx
+                    .client
+                    .delete_propagating(kind, namespace, name, rv, DeletionPropagation::Background)
+                    .await,
+            )?;
         } else {
             let mut next = (*object).clone();
             next.metadata_mut()

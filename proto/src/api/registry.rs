@@ -264,11 +264,16 @@ pub(crate) fn apply_defaults(kind: GenericKind, object: &mut GenericObject) {
     }
 }
 
-/// The kind's rules (on a create; [`validate_update`] on an update); a custom kind's are its
-/// schema's.
-pub(crate) fn validate(errs: &mut Errors, kind: GenericKind, object: &GenericObject) {
+/// The kind's rules (on a create, and on an update with [`validate_update`]'s); a custom
+/// kind's are its schema's, on an update with the `stored` object.
+pub(crate) fn validate(
+    errs: &mut Errors,
+    kind: GenericKind,
+    object: &GenericObject,
+    stored: Option<&GenericObject>,
+) {
     (kind.info().validate)(errs, object, None);
-    super::custom::validate(errs, kind, object);
+    super::custom::validate(errs, kind, object, stored);
 }
 
 /// The pod template of `object` at `pointer`, typed; a template that does not decode is an
@@ -296,7 +301,6 @@ pub(crate) fn validate_update(
     stored: &GenericObject,
 ) {
     (kind.info().validate)(errs, object, Some(stored));
-    super::custom::validate_update(errs, kind, object, stored);
 }
 
 /// A path for field errors: `spec.template`, from a JSON pointer.

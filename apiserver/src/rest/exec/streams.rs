@@ -13,7 +13,7 @@
 //!  DATA stdin … FIN                   ─►  stdin (its end closes it) ─► the container
 //!  DATA resize {"Width":…,"Height":…} ─►  terminal size            ─►
 //!                                     ◄─  DATA stdout / stderr     ◄─ output
-//!                                     ◄─  FIN stdout, stderr; DATA error (status), FIN;
+//!                                     ◄─  DATA error (status); FIN stdout, stderr, error;
 //!                                         GOAWAY, then the connection closes
 //! ```
 //!
@@ -51,8 +51,11 @@ const STREAM_CREATION: Duration = Duration::from_secs(30);
 const MAX_CHUNK: usize = 32 << 10;
 /// The most bytes of a resize that did not parse yet kept (a size is about 30).
 const MAX_RESIZE: usize = 4 << 10;
-/// How long what was queued for the client may take to go out once the session ends.
+/// How long what was queued for a client that left may take to go out.
 const DRAIN: Duration = Duration::from_secs(5);
+/// How long a finished session's queued output (at most the reply queue: 64 frames of
+/// [`MAX_CHUNK`], 2 MiB) may take to reach its client.
+const STALLED: Duration = Duration::from_secs(120);
 
 /// A part of a session, as a stream's `streamType` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,20 +170,23 @@ pub(super) async fn serve<R, S>(
     }));
     tokio::pin!(reading, writing);
     let mut read_done = false;
-    loop {
+    let finished = loop {
         tokio::select! {
             () = &mut reading, if !read_done => read_done = true,
             // The client went (or broke the protocol, or never opened its streams):
             // dropping the agent's stream ends the session.
-            () = &mut inbound => break,
-            () = &mut outbound => break,
+            () = &mut inbound => break false,
+            () = &mut outbound => break true,
             // Nothing more can reach the client.
             () = &mut writing => return,
         }
-    }
-    // With every sender gone, the writer sends what was queued, then closes the connection.
+    };
+    // With every sender gone, the writer sends what was queued, then closes the connection:
+    // all of a finished session's output and its status, unless the client takes longer
+    // than `STALLED` to read them.
     drop((inbound, outbound, out));
-    let _ = tokio::time::timeout(DRAIN, writing).await;
+    let wait = if finished { STALLED } else { DRAIN };
+    let _ = tokio::time::timeout(wait, writing).await;
 }
 
 /// Relays the agent's output to the client once its streams are open; then the session's
@@ -215,18 +221,20 @@ async fn relay_output(
             }
         }
     };
-    for id in [streams.stdout, streams.stderr].into_iter().flatten() {
-        if send(id, Bytes::new(), true).await.is_err() {
-            return;
-        }
-    }
+    // The status first, then every stream's end, as the kubelet writes them: a client of
+    // the first protocol returns once its output streams end.
     if let Some(message) = ending(ended)
         && send(streams.error, message, false).await.is_err()
     {
         return;
     }
-    if send(streams.error, Bytes::new(), true).await.is_err() {
-        return;
+    for id in [streams.stdout, streams.stderr, Some(streams.error)]
+        .into_iter()
+        .flatten()
+    {
+        if send(id, Bytes::new(), true).await.is_err() {
+            return;
+        }
     }
     let _ = out
         .send(Reply::GoAway {

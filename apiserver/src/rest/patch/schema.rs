@@ -119,10 +119,17 @@ fn custom_kind(kind: GenericKind) -> &'static Schema {
     let mut built = BUILT
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((l, schema)) = built.get(&kind)
-        && Arc::ptr_eq(l, &live)
-    {
-        return schema;
+    if let Some((l, schema)) = built.get_mut(&kind) {
+        if Arc::ptr_eq(l, &live) {
+            return schema;
+        }
+        // A change of the CRD's columns or scale (or a CRD deleted and made again alike)
+        // keeps its table: only a new schema costs a new one (tables live as long as the
+        // process, a few kilobytes per schema a CRD ever had).
+        if l.schema == live.schema {
+            *l = live;
+            return schema;
+        }
     }
     let schema: &'static Schema = Box::leak(Box::new(
         from_structural(&live.schema, true).unwrap_or(Schema::EMPTY),

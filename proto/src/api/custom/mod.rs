@@ -215,6 +215,33 @@ pub fn define(crd: &GenericObject) -> Vec<GenericKind> {
     kinds
 }
 
+/// The kind of CustomResourceDefinitions (a declared kind).
+pub fn crd_kind() -> super::Kind {
+    super::Kind::from_name("CustomResourceDefinition")
+        .expect("invariant: CustomResourceDefinition is declared")
+}
+
+/// Serves the kinds of `crds` (every CRD stored, as a process sees them) and retires those of
+/// CRDs no longer among them. Returns the kinds served for each CRD, in its order.
+pub fn sync<'a>(crds: impl IntoIterator<Item = &'a GenericObject>) -> Vec<Vec<GenericKind>> {
+    let mut names = std::collections::HashSet::new();
+    let mut kinds = Vec::new();
+    for crd in crds {
+        names.insert(crd.metadata.name.clone());
+        kinds.push(define(crd));
+    }
+    let gone: std::collections::HashSet<String> = served()
+        .into_iter()
+        .filter_map(live)
+        .map(|live| live.crd.clone())
+        .filter(|crd| !names.contains(crd))
+        .collect();
+    for crd in gone {
+        retire(&crd);
+    }
+    kinds
+}
+
 /// Stops serving every kind of the CRD called `name`.
 pub fn retire(name: &str) {
     for e in &mut write().entries {
@@ -378,35 +405,38 @@ pub(crate) fn apply_defaults(kind: GenericKind, object: &mut GenericObject) {
     }
 }
 
-/// A custom object against its kind's schema, then, when that holds, its validation rules
-/// (those that do not compare with the stored object).
-pub(crate) fn validate(errs: &mut Errors, kind: GenericKind, object: &GenericObject) {
-    if let Some(live) = live(kind) {
-        let body = Value::Object(object.body.clone());
-        let mut found = Errors::default();
-        structural::validate(&mut found, &Path::root(""), &body, &live.schema, true);
-        if found.is_empty() {
-            let root = rule_root(kind, object);
-            rules::validate(&mut found, &Path::root(""), &root, None, &live.schema);
-        }
-        errs.extend(found);
-    }
-}
-
-/// An update of a custom object: its transition rules (those that name `oldSelf`), with the
-/// stored object.
-pub(crate) fn validate_update(
+/// A custom object against its kind's schema, then, when that holds, its validation rules;
+/// on an update, with the `stored` object (transition rules), and ratcheted as Kubernetes
+/// ratchets them: a body left as it was is not checked again (a finalizer's or an owner's
+/// removal goes through whatever the CRD says now), and a rule whose node is unchanged is
+/// not run.
+pub(crate) fn validate(
     errs: &mut Errors,
     kind: GenericKind,
     object: &GenericObject,
-    stored: &GenericObject,
+    stored: Option<&GenericObject>,
 ) {
-    if let Some(live) = live(kind)
-        && errs.is_empty()
-    {
-        let (root, old) = (rule_root(kind, object), rule_root(kind, stored));
-        rules::validate(errs, &Path::root(""), &root, Some(&old), &live.schema);
+    let Some(live) = live(kind) else {
+        return;
+    };
+    if stored.is_some_and(|s| s.body == object.body) {
+        return;
     }
+    let body = Value::Object(object.body.clone());
+    let mut found = Errors::default();
+    structural::validate(&mut found, &Path::root(""), &body, &live.schema, true);
+    if found.is_empty() {
+        let root = rule_root(kind, object);
+        let old = stored.map(|s| rule_root(kind, s));
+        rules::validate(
+            &mut found,
+            &Path::root(""),
+            &root,
+            old.as_ref(),
+            &live.schema,
+        );
+    }
+    errs.extend(found);
 }
 
 /// What a custom object's rules see at its root.
@@ -542,10 +572,16 @@ mod tests {
         crate::api::validation::validate(&widget(2)).expect("a widget that holds");
         let big = crate::api::validation::validate(&widget(4)).expect_err("too big");
         assert_eq!(big.to_string(), "spec: Invalid value: \"object\": too big");
-        let shrunk =
-            crate::api::validation::validate_update(&widget(1), &widget(2)).expect_err("shrunk");
+        let update = |next: i64, stored: i64| {
+            crate::api::validation::validate_write(&widget(next), Some(&widget(stored)))
+        };
+        let shrunk = update(1, 2).expect_err("shrunk");
         assert!(shrunk.to_string().contains("may not shrink"), "{shrunk}");
-        assert!(crate::api::validation::validate_update(&widget(3), &widget(2)).is_ok());
+        assert!(update(3, 2).is_ok());
+        // Ratcheting: a widget stored too big (before the rule) may be written unchanged, as
+        // a finalizer's removal writes it, but not changed to another size too big.
+        assert!(update(4, 4).is_ok());
+        assert!(update(5, 4).is_err());
         retire(&crd.metadata.name);
     }
 
@@ -562,7 +598,7 @@ mod tests {
         assert_eq!(object.body["spec"], json!({"size": 1}));
         object.body["spec"]["size"] = json!("big");
         let mut errs = Errors::default();
-        validate(&mut errs, kind, &object);
+        validate(&mut errs, kind, &object, None);
         assert_eq!(
             errs.into_vec()[0].to_string(),
             "spec.size: invalid value \"big\": must be of type integer, not string"

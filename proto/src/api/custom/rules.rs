@@ -131,9 +131,10 @@ pub(crate) fn check(errs: &mut Errors, path: &Path, schema: &Value) {
     }
 }
 
-/// Runs the rules of `schema` and its children on `value` at `path`: on a create (`old`
-/// `None`) the rules that do not name `oldSelf`; on an update, with the stored value, those
-/// that do.
+/// Runs the rules of `schema` and its children on `value` at `path`, with the value the
+/// stored object had there (`old`: none on a create, or where the node is new). A node whose
+/// value is unchanged runs none of its rules (ratcheting); a transition rule runs only where
+/// there is an old value. Subtrees whose schema has no rules are not walked.
 pub(crate) fn validate(
     errs: &mut Errors,
     path: &Path,
@@ -141,7 +142,7 @@ pub(crate) fn validate(
     old: Option<&Value>,
     schema: &Value,
 ) {
-    if value.is_null() {
+    if value.is_null() || old == Some(value) {
         return;
     }
     if let Some(rules) = schema.get(VALIDATIONS).and_then(Value::as_array) {
@@ -152,31 +153,58 @@ pub(crate) fn validate(
     match value {
         Value::Object(map) => {
             let props = schema.get("properties").and_then(Value::as_object);
-            let extra = schema.get("additionalProperties").filter(|s| s.is_object());
+            let extra = schema.get("additionalProperties").filter(|s| has_rules(s));
             for (k, v) in map {
                 let before = old.and_then(|o| o.get(k));
                 if let Some(s) = props.and_then(|p| p.get(k)) {
-                    validate(errs, &path.field(k), v, before, s);
+                    if has_rules(s) {
+                        validate(errs, &path.field(k), v, before, s);
+                    }
                 } else if let Some(s) = extra {
                     validate(errs, &path.key(k), v, before, s);
                 }
             }
         }
         Value::Array(items) => {
-            let Some(s) = schema.get("items").filter(|s| s.is_object()) else {
+            let Some(s) = schema.get("items").filter(|s| has_rules(s)) else {
                 return;
             };
+            // The stored items by their keys, for a list map's transition rules (one pass,
+            // not one search per item).
             let keys = list_map_keys(schema);
+            let stored: HashMap<String, &Value> = match (&keys, old.and_then(Value::as_array)) {
+                (Some(keys), Some(old)) => old.iter().map(|o| (key_text(o, keys), o)).collect(),
+                _ => HashMap::new(),
+            };
             for (i, item) in items.iter().enumerate() {
-                let before = match (&keys, old.and_then(Value::as_array)) {
-                    (Some(keys), Some(old)) => old.iter().find(|o| same_keys(o, item, keys)),
-                    _ => None,
-                };
+                let before = keys
+                    .as_ref()
+                    .and_then(|keys| stored.get(&key_text(item, keys)).copied());
                 validate(errs, &path.index(i), item, before, s);
             }
         }
         _ => {}
     }
+}
+
+/// Whether `schema` or anything under it has rules.
+fn has_rules(schema: &Value) -> bool {
+    let Some(map) = schema.as_object() else {
+        return false;
+    };
+    map.contains_key(VALIDATIONS)
+        || map
+            .get("properties")
+            .and_then(Value::as_object)
+            .is_some_and(|p| p.values().any(has_rules))
+        || map.get("items").is_some_and(has_rules)
+        || map.get("additionalProperties").is_some_and(has_rules)
+}
+
+/// An item's values of a list map's keys, as one string to look it up by.
+fn key_text(item: &Value, keys: &[&str]) -> String {
+    let values: Vec<Option<&Value>> = keys.iter().map(|k| item.get(k)).collect();
+    serde_json::to_string(&values).unwrap_or_default()
 }
 
 /// The keys of a `x-kubernetes-list-type: map` list's items.
@@ -186,10 +214,6 @@ fn list_map_keys(schema: &Value) -> Option<Vec<&str>> {
     }
     let keys = schema.get("x-kubernetes-list-map-keys")?.as_array()?;
     Some(keys.iter().filter_map(Value::as_str).collect())
-}
-
-fn same_keys(a: &Value, b: &Value, keys: &[&str]) -> bool {
-    keys.iter().all(|k| a.get(k) == b.get(k))
 }
 
 /// The schema type a failure names (`Invalid value: "object": …`).
@@ -230,10 +254,10 @@ fn run(
         return;
     };
     let old = match (is_transition(&program), old) {
-        (false, None) => None,
+        (false, _) => None,
         (true, Some(old)) => Some(old),
-        // A create runs the others; an update the transition rules, where there was a value.
-        _ => return,
+        // A transition rule needs a value to compare with.
+        (true, None) => return,
     };
     let Ok(ctx) = context(value, old) else {
         return;
@@ -576,8 +600,9 @@ mod tests {
                           "x-kubernetes-validations": [{"rule": "self == oldSelf"}]}}}},
         }}}});
         let new = json!({"spec": {"name": "b", "ports": [{"port": 2, "protocol": "UDP"}, {"port": 1, "protocol": "UDP"}]}});
-        // A create runs no transition rule.
+        // A create runs no transition rule; an unchanged object runs none.
         assert!(errors(new.clone(), None, schema.clone()).is_empty());
+        assert!(errors(new.clone(), Some(new.clone()), schema.clone()).is_empty());
         let old = json!({"spec": {"name": "a", "ports": [{"port": 1, "protocol": "TCP"}]}});
         assert_eq!(
             errors(new, Some(old), schema),

@@ -140,8 +140,16 @@ impl Errors {
     }
 }
 
-/// Validates a defaulted object of any kind.
+/// Validates a defaulted object of any kind, as created.
 pub fn validate(object: &Object) -> Result<(), ValidationErrors> {
+    validate_write(object, None)
+}
+
+/// Validates a write of a defaulted object: a create (`stored` `None`), or an update of
+/// `stored`, which adds the rules that compare the two ([`validate_update`]) and lets a
+/// custom object's unchanged parts stand (validation ratcheting: a CRD's schema or rules may
+/// have tightened since they were written).
+pub fn validate_write(object: &Object, stored: Option<&Object>) -> Result<(), ValidationErrors> {
     let mut errs = Errors::default();
     // A review is a question, not an object: it has no name.
     if object.kind().is_stored() || object.kind() == Kind::Binding {
@@ -169,7 +177,16 @@ pub fn validate(object: &Object) -> Result<(), ValidationErrors> {
         Object::CertificateSigningRequest(c) => certificates::validate_csr(&mut errs, c),
         Object::Service(s) => service::validate_service(&mut errs, s),
         Object::EndpointSlice(s) => service::validate_endpoint_slice(&mut errs, s),
-        Object::Generic(g, o) => crate::api::registry::validate(&mut errs, *g, o),
+        Object::Generic(g, o) => {
+            let stored = match stored {
+                Some(Object::Generic(_, s)) => Some(s),
+                _ => None,
+            };
+            crate::api::registry::validate(&mut errs, *g, o, stored);
+        }
+    }
+    if let Some(stored) = stored {
+        update_rules(&mut errs, object, stored);
     }
     errs.finish()
 }
@@ -179,10 +196,14 @@ pub fn validate(object: &Object) -> Result<(), ValidationErrors> {
 /// kind's are part of its declaration.
 pub fn validate_update(object: &Object, stored: &Object) -> Result<(), ValidationErrors> {
     let mut errs = Errors::default();
-    if let (Object::Generic(g, o), Object::Generic(_, s)) = (object, stored) {
-        crate::api::registry::validate_update(&mut errs, *g, o, s);
-    }
+    update_rules(&mut errs, object, stored);
     errs.finish()
+}
+
+fn update_rules(errs: &mut Errors, object: &Object, stored: &Object) {
+    if let (Object::Generic(g, o), Object::Generic(_, s)) = (object, stored) {
+        crate::api::registry::validate_update(errs, *g, o, s);
+    }
 }
 
 /// What the rooms' tests share: a pod manifest decoded, defaulted and validated.
