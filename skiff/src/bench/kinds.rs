@@ -1,12 +1,14 @@
 //! `skiff bench kinds`: what a kind's path through the Kubernetes REST API costs, for a Pod
 //! (a typed kind), a ConfigMap (a declared kind) and a custom resource (a kind a CRD defines
-//! while the cluster runs), side by side in one run. Each kind's objects are created with the
-//! same concurrency, then its whole collection is listed again and again.
+//! while the cluster runs), the last with and without CEL validation rules, side by side in
+//! one run. Each kind's objects are created with the same concurrency, then its whole
+//! collection is listed again and again.
 //!
 //! ```text
-//!  CRD benchwidgets.bench.skiff.dev (made if missing, and waited for)
-//!  namespace kinds-<run>:  N pods ─► N configmaps ─► N benchwidgets   (C clients each)
-//!                          then L lists of each whole collection
+//!  CRDs benchwidgets and benchgadgets (.bench.skiff.dev; made if missing, and waited for):
+//!  one schema, the gadgets' with CEL rules
+//!  namespace kinds-<run>:  N pods ─► N configmaps ─► N benchwidgets ─► N benchgadgets
+//!                          (C clients each), then L lists of each whole collection
 //!  kind row: creates/s, create latency p50 / p99 / max, list latency p50 / p99 / max
 //! ```
 //!
@@ -30,8 +32,11 @@ use crate::config::Endpoints;
 /// How long one request may take before the benchmark calls it failed.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The CRD of the benchmark's custom resource.
-const CRD_NAME: &str = "benchwidgets.bench.skiff.dev";
+/// The benchmark's custom kinds: plural and kind; the second's CRD gives it CEL rules.
+const CUSTOM: [(&str, &str); 2] = [
+    ("benchwidgets", "BenchWidget"),
+    ("benchgadgets", "BenchGadget"),
+];
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -65,7 +70,7 @@ struct Subject {
     object: fn(&str) -> Value,
 }
 
-const SUBJECTS: [Subject; 3] = [
+const SUBJECTS: [Subject; 4] = [
     Subject {
         label: "Pod",
         collection: "pods",
@@ -107,26 +112,54 @@ const SUBJECTS: [Subject; 3] = [
             })
         },
     },
+    Subject {
+        label: "custom + CEL",
+        collection: "benchgadgets",
+        prefix: "apis/bench.skiff.dev/v1",
+        object: |name| {
+            json!({
+                "apiVersion": "bench.skiff.dev/v1", "kind": "BenchGadget",
+                "metadata": {"name": name, "labels": {"app": "kinds-bench"}},
+                "spec": {"image": "localhost/skiff/pause:1", "size": 3, "mode": "fast"}
+            })
+        },
+    },
 ];
 
-fn crd() -> Value {
+/// The name of the CRD of custom kind `plural`.
+fn crd_name(plural: &str) -> String {
+    format!("{plural}.bench.skiff.dev")
+}
+
+/// The CRD of a custom kind of the benchmark: a structural schema, and for `BenchGadget`
+/// three CEL rules of the kinds operators write (a relation between fields, a string check,
+/// an immutable field).
+fn crd(plural: &str, kind: &str) -> Value {
+    let mut spec = json!({"type": "object", "required": ["image"], "properties": {
+        "image": {"type": "string", "minLength": 1},
+        "size": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1},
+        "mode": {"type": "string", "enum": ["fast", "safe"]}
+    }});
+    if kind == "BenchGadget" {
+        spec["x-kubernetes-validations"] = json!([
+            {"rule": "self.mode != 'safe' || self.size <= 10", "message": "safe gadgets have at most 10"},
+            {"rule": "self.image.startsWith('localhost/') || self.image.contains('.')",
+             "message": "the image names its registry"}
+        ]);
+        spec["properties"]["mode"]["x-kubernetes-validations"] =
+            json!([{"rule": "self == oldSelf", "message": "mode is immutable"}]);
+    }
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": CRD_NAME},
+        "metadata": {"name": crd_name(plural)},
         "spec": {
             "group": "bench.skiff.dev",
             "scope": "Namespaced",
-            "names": {"plural": "benchwidgets", "singular": "benchwidget", "kind": "BenchWidget"},
+            "names": {"plural": plural, "singular": kind.to_ascii_lowercase(), "kind": kind},
             "versions": [{
                 "name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "required": ["image"], "properties": {
-                        "image": {"type": "string", "minLength": 1},
-                        "size": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1},
-                        "mode": {"type": "string", "enum": ["fast", "safe"]}
-                    }}
-                }}}
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": spec}}}
             }]
         }
     })
@@ -141,14 +174,23 @@ fn json_body(value: &Value) -> Body {
     }
 }
 
-/// Creates the CRD unless it exists, and waits until its collection answers in `ns`.
-async fn ensure_crd(http: &HttpClient, base: &str, ns: &str) -> Result<()> {
+/// Creates the CRD of custom kind `plural` unless it exists, and waits until its collection
+/// answers in `ns`.
+async fn ensure_crd(
+    http: &HttpClient,
+    base: &str,
+    ns: &str,
+    plural: &str,
+    kind: &str,
+) -> Result<()> {
     let url = format!("{base}/apis/apiextensions.k8s.io/v1/customresourcedefinitions");
-    let r = http.post(&url, json_body(&crd()), REQUEST_TIMEOUT).await?;
+    let r = http
+        .post(&url, json_body(&crd(plural, kind)), REQUEST_TIMEOUT)
+        .await?;
     if r.status != 201 && r.status != 409 {
         bail!("POST {url}: {} {}", r.status, r.text());
     }
-    let collection = format!("{base}/apis/bench.skiff.dev/v1/namespaces/{ns}/benchwidgets");
+    let collection = format!("{base}/apis/bench.skiff.dev/v1/namespaces/{ns}/{plural}");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let r = http.get(&collection, REQUEST_TIMEOUT).await?;
@@ -157,7 +199,8 @@ async fn ensure_crd(http: &HttpClient, base: &str, ns: &str) -> Result<()> {
         }
         if Instant::now() >= deadline {
             bail!(
-                "{CRD_NAME} was not served within 30 s: GET {collection}: {}",
+                "{} was not served within 30 s: GET {collection}: {}",
+                crd_name(plural),
                 r.status
             );
         }
@@ -269,7 +312,9 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let api = store.connect()?;
     let http = HttpClient::new();
     let (ns, _) = fixtures::fresh_namespace(&api, "kinds").await?;
-    ensure_crd(&http, &base, &ns).await?;
+    for (plural, kind) in CUSTOM {
+        ensure_crd(&http, &base, &ns, plural, kind).await?;
+    }
     eprintln!(
         "{} objects of each kind into namespace {ns}, {} clients, then {} lists of each; REST {base} …",
         a.objects, a.clients, a.lists
@@ -322,9 +367,9 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     }
 
     if a.keep {
-        eprintln!("objects kept in namespace {ns}, and the CRD {CRD_NAME}");
+        eprintln!("objects kept in namespace {ns}, and the CRDs");
     } else {
-        eprintln!("deleting the benchmark's objects, namespace {ns} and the CRD …");
+        eprintln!("deleting the benchmark's objects, namespace {ns} and the CRDs …");
         for subject in &SUBJECTS {
             let url = format!(
                 "{base}/{}/namespaces/{ns}/{}",
@@ -334,10 +379,14 @@ pub async fn run(a: Args) -> Result<ExitCode> {
                 eprintln!("DELETE {url}: {e}");
             }
         }
-        let crd =
-            format!("{base}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}");
-        if let Err(e) = http.delete(&crd, REQUEST_TIMEOUT).await {
-            eprintln!("DELETE {crd}: {e}");
+        for (plural, _) in CUSTOM {
+            let crd = format!(
+                "{base}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{}",
+                crd_name(plural)
+            );
+            if let Err(e) = http.delete(&crd, REQUEST_TIMEOUT).await {
+                eprintln!("DELETE {crd}: {e}");
+            }
         }
         fixtures::remove_namespace(&api, &ns, a.clients).await;
     }
