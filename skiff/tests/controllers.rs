@@ -834,23 +834,18 @@ async fn deleting_a_deployment_collects_waits_or_orphans_as_asked() {
     assert_eq!(running("orphan").await, 2, "its pods keep running");
 }
 
-/// The garbage collector follows owner references to and from custom objects, as an
-/// operator relies on: a custom object takes the ConfigMaps it owns with it (in the
-/// background, in the foreground after them, or leaves them with `orphan`), a custom object
-/// owned by a ConfigMap goes with it, and deleting the CRD takes what its objects owned.
-/// The CRD is created after the controller manager started.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn custom_objects_own_and_are_owned() {
-    use kube::api::{Api, DeleteParams, PostParams};
+/// Creates the CRD of `widgets.example.com` (any fields kept) through `kube`; its API, and the
+/// API of its widgets in `namespace`.
+async fn widgets_crd(
+    kube: &kube::Client,
+    namespace: &str,
+) -> (
+    kube::Api<kube::core::DynamicObject>,
+    kube::Api<kube::core::DynamicObject>,
+) {
+    use kube::api::{Api, PostParams};
     use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 
-    let cluster = Cluster::start_with_api(1).await;
-    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
-    let _control = start_control(&cluster, 1, 1);
-    let kube = kube::Client::try_from(kube::Config::new(
-        cluster.members[0].api_url.parse().expect("API URL"),
-    ))
-    .expect("kube client");
     let crds = Api::<DynamicObject>::all_with(
         kube.clone(),
         &ApiResource::from_gvk_with_plural(
@@ -871,14 +866,35 @@ async fn custom_objects_own_and_are_owned() {
     crds.create(&PostParams::default(), &crd)
         .await
         .expect("create CRD");
-    let widgets: Api<DynamicObject> = Api::namespaced_with(
+    let widgets = Api::namespaced_with(
         kube.clone(),
-        "default",
+        namespace,
         &ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk("example.com", "v1", "Widget"),
             "widgets",
         ),
     );
+    (crds, widgets)
+}
+
+/// The garbage collector follows owner references to and from custom objects, as an
+/// operator relies on: a custom object takes the ConfigMaps it owns with it (in the
+/// background, in the foreground after them, or leaves them with `orphan`), a custom object
+/// owned by a ConfigMap goes with it, and deleting the CRD takes what its objects owned.
+/// The CRD is created after the controller manager started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_objects_own_and_are_owned() {
+    use kube::api::{DeleteParams, PostParams};
+    use kube::core::DynamicObject;
+
+    let cluster = Cluster::start_with_api(1).await;
+    let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
+    let _control = start_control(&cluster, 1, 1);
+    let kube = kube::Client::try_from(kube::Config::new(
+        cluster.members[0].api_url.parse().expect("API URL"),
+    ))
+    .expect("kube client");
+    let (crds, widgets) = widgets_crd(&kube, "default").await;
     let widget = |name: &str, owner: Option<&Object>| {
         let owners: Vec<serde_json::Value> = owner
             .map(|o| {
@@ -1393,8 +1409,8 @@ async fn core_endpoints(api: &ClusterClient, name: &str) -> Option<Vec<(String, 
 /// that finalizer is removed. The system namespaces may not be deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_namespace_deletes_what_it_holds_then_the_namespace() {
-    use kube::api::{Api, Patch, PatchParams, PostParams};
-    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    use kube::api::{Patch, PatchParams, PostParams};
+    use kube::core::DynamicObject;
 
     let cluster = Cluster::start_with_api(1).await;
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
@@ -1436,34 +1452,7 @@ async fn deleting_a_namespace_deletes_what_it_holds_then_the_namespace() {
     ))
     .await
     .expect("service");
-    let crds = Api::<DynamicObject>::all_with(
-        kube.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
-            "customresourcedefinitions",
-        ),
-    );
-    let crd: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {"group": "example.com", "scope": "Namespaced",
-                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-                 "versions": [{"name": "v1", "served": true, "storage": true,
-                               "schema": {"openAPIV3Schema": {"type": "object",
-                                   "x-kubernetes-preserve-unknown-fields": true}}}]}
-    }))
-    .expect("CRD");
-    crds.create(&PostParams::default(), &crd)
-        .await
-        .expect("create CRD");
-    let widgets: Api<DynamicObject> = Api::namespaced_with(
-        kube.clone(),
-        "team",
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("example.com", "v1", "Widget"),
-            "widgets",
-        ),
-    );
+    let (_, widgets) = widgets_crd(&kube, "team").await;
     let widget: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "example.com/v1", "kind": "Widget",
         "metadata": {"name": "w", "finalizers": ["example.com/keep"]}, "spec": {"size": 1}

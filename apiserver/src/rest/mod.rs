@@ -528,6 +528,20 @@ struct Connect {
     upgrade: Option<hyper::upgrade::OnUpgrade>,
 }
 
+/// A connect request's handler ([`exec::session`], [`portforward::forward`]), once the
+/// request is parsed and authorized.
+async fn connect<F>(rest: Arc<Rest>, user: User, request: Request, serve: F) -> Response
+where
+    F: AsyncFnOnce(&ClusterApi, Connect) -> Result<Response, ApiError>,
+{
+    match Connect::of(&rest, &user, request).await {
+        Ok(c) => serve(&rest.api, c)
+            .await
+            .unwrap_or_else(IntoResponse::into_response),
+        Err(refusal) => refusal,
+    }
+}
+
 impl Connect {
     /// The request, or the refusal of a user who may not make it.
     async fn of(rest: &Arc<Rest>, user: &User, request: Request) -> Result<Connect, Response> {
@@ -562,21 +576,8 @@ async fn pod_session(
     State(rest): State<Arc<Rest>>,
     Extension(user): Extension<User>,
     request: Request,
-) -> Result<Response, ApiError> {
-    let c = match Connect::of(&rest, &user, request).await {
-        Ok(c) => c,
-        Err(refusal) => return Ok(refusal),
-    };
-    exec::session(
-        &rest.api,
-        &c.target,
-        &c.params,
-        &c.parts.method,
-        &c.parts.headers,
-        c.websocket,
-        c.upgrade,
-    )
-    .await
+) -> Response {
+    connect(rest, user, request, exec::session).await
 }
 
 /// `pods/<name>/portforward`: a WebSocket or SPDY upgrade, relayed to the agent.
@@ -584,21 +585,8 @@ async fn pod_port_forward(
     State(rest): State<Arc<Rest>>,
     Extension(user): Extension<User>,
     request: Request,
-) -> Result<Response, ApiError> {
-    let c = match Connect::of(&rest, &user, request).await {
-        Ok(c) => c,
-        Err(refusal) => return Ok(refusal),
-    };
-    portforward::forward(
-        &rest.api,
-        &c.target,
-        &c.params,
-        &c.parts.method,
-        &c.parts.headers,
-        c.websocket,
-        c.upgrade,
-    )
-    .await
+) -> Response {
+    connect(rest, user, request, portforward::forward).await
 }
 
 /// `GET /apis/<group>/<version>`: the resources of a served group version.

@@ -20,11 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
-use axum::http::{HeaderMap, Method, header};
+use axum::http::{Method, header};
 use axum::response::Response;
 use bytes::Bytes;
 use futures::{Sink, SinkExt, StreamExt};
-use hyper::upgrade::OnUpgrade;
 use skiff_proto::node::v1 as pb;
 use tokio::io::AsyncRead;
 use tokio::sync::mpsc;
@@ -32,8 +31,9 @@ use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::io::StreamReader;
 
+use super::Connect;
 use super::logs::node_agent;
-use super::request::{Params, Target};
+use super::request::Params;
 use super::spdy::{self, Frame, Reply, SpdyError};
 use super::status::{ApiError, Reason};
 use crate::cluster::ClusterApi;
@@ -65,15 +65,15 @@ const MAX_PORTS: usize = 128;
 const DRAIN: Duration = Duration::from_secs(5);
 
 /// GET (WebSocket) or POST (SPDY) `pods/<name>/portforward`.
-pub async fn forward(
-    api: &ClusterApi,
-    target: &Target,
-    params: &Params,
-    method: &Method,
-    headers: &HeaderMap,
-    websocket: Option<WebSocketUpgrade>,
-    upgrade: Option<OnUpgrade>,
-) -> Result<Response, ApiError> {
+pub(super) async fn forward(api: &ClusterApi, c: Connect) -> Result<Response, ApiError> {
+    let Connect {
+        target,
+        params,
+        parts,
+        websocket,
+        upgrade,
+    } = c;
+    let (target, params, method, headers) = (&target, &params, &parts.method, &parts.headers);
     if *method != Method::GET && *method != Method::POST {
         return Err(ApiError::new(
             Reason::MethodNotAllowed,

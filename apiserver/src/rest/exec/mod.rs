@@ -13,7 +13,7 @@ mod streams;
 
 use axum::body::Bytes;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::http::{HeaderMap, Method};
+use axum::http::Method;
 use axum::response::Response;
 use futures::{SinkExt, StreamExt};
 use hyper::upgrade::OnUpgrade;
@@ -23,9 +23,9 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::logs::pod_agent;
-use super::request::{Params, Target};
-use super::spdy;
+use super::request::Params;
 use super::status::{ApiError, Reason};
+use super::{Connect, spdy};
 use crate::cluster::ClusterApi;
 use pb::session_input::Input;
 use pb::session_output::Output;
@@ -84,15 +84,15 @@ enum Transport {
 }
 
 /// GET (WebSocket) or POST (WebSocket or SPDY) `pods/<name>/exec` and `pods/<name>/attach`.
-pub async fn session(
-    api: &ClusterApi,
-    target: &Target,
-    params: &Params,
-    method: &Method,
-    headers: &HeaderMap,
-    websocket: Option<WebSocketUpgrade>,
-    upgrade: Option<OnUpgrade>,
-) -> Result<Response, ApiError> {
+pub(super) async fn session(api: &ClusterApi, c: Connect) -> Result<Response, ApiError> {
+    let Connect {
+        target,
+        params,
+        parts,
+        websocket,
+        upgrade,
+    } = c;
+    let (target, params, method, headers) = (&target, &params, &parts.method, &parts.headers);
     let attach = target.subresource.as_deref() == Some("attach");
     if *method != Method::GET && *method != Method::POST {
         return Err(ApiError::new(
@@ -175,6 +175,19 @@ struct Relay {
     command: Vec<String>,
 }
 
+/// Sends `input` towards the container; a session whose input is gone (the agent's stream
+/// ended) takes no more.
+async fn send_input(stdin: &mut Option<mpsc::Sender<pb::SessionInput>>, input: Input) {
+    if let Some(tx) = stdin
+        && tx
+            .send(pb::SessionInput { input: Some(input) })
+            .await
+            .is_err()
+    {
+        *stdin = None;
+    }
+}
+
 /// A binary message of the channel protocols: `channel`'s byte, then `data` (also
 /// port-forward's, [`super::portforward`]).
 pub(super) fn frame(channel: u8, data: &[u8]) -> Message {
@@ -231,14 +244,7 @@ impl Relay {
             }
             _ => return,
         };
-        if let Some(tx) = &self.stdin
-            && tx
-                .send(pb::SessionInput { input: Some(input) })
-                .await
-                .is_err()
-        {
-            self.stdin = None;
-        }
+        send_input(&mut self.stdin, input).await;
     }
 
     async fn run(mut self, socket: WebSocket, mut output: tonic::Streaming<pb::SessionOutput>) {

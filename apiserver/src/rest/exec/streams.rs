@@ -398,14 +398,7 @@ impl Inbound {
 
     /// Sends `input` to the container; a session whose input is gone takes no more.
     async fn input(&mut self, input: Input) {
-        if let Some(tx) = &self.stdin
-            && tx
-                .send(pb::SessionInput { input: Some(input) })
-                .await
-                .is_err()
-        {
-            self.stdin = None;
-        }
+        super::send_input(&mut self.stdin, input).await;
     }
 
     /// Bytes of the resize stream: every size they complete goes to the terminal.
