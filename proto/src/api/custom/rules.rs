@@ -146,9 +146,7 @@ pub(crate) fn validate(
         return;
     }
     if let Some(rules) = schema.get(VALIDATIONS).and_then(Value::as_array) {
-        for rule in rules {
-            run(errs, path, value, old, schema, rule);
-        }
+        node_rules(errs, path, value, old, schema, rules);
     }
     match value {
         Value::Object(map) => {
@@ -236,39 +234,64 @@ fn type_name(schema: &Value, value: &Value) -> &'static str {
     }
 }
 
-/// One rule on one value.
-fn run(
+/// The rules of one node on its value: one scope for them all, with `self` (and `oldSelf`,
+/// for the transition rules, where there is an old value).
+fn node_rules(
     errs: &mut Errors,
     path: &Path,
     value: &Value,
     old: Option<&Value>,
     schema: &Value,
-    rule: &Value,
+    rules: &[Value],
 ) {
-    let Some(source) = text(rule, "rule") else {
-        return;
-    };
     // The CRD's checks refused a rule that does not compile; one stored before them is
     // skipped rather than failing every write.
-    let Ok(program) = compile(source) else {
+    let programs: Vec<(&Value, &str, Arc<Program>)> = rules
+        .iter()
+        .filter_map(|rule| {
+            let source = text(rule, "rule")?;
+            let program = compile(source).ok()?;
+            // A transition rule needs a value to compare with.
+            (old.is_some() || !is_transition(&program)).then_some((rule, source, program))
+        })
+        .collect();
+    if programs.is_empty() {
         return;
-    };
-    let old = match (is_transition(&program), old) {
-        (false, _) => None,
-        (true, Some(old)) => Some(old),
-        // A transition rule needs a value to compare with.
-        (true, None) => return,
-    };
-    let Ok(ctx) = context(value, old) else {
+    }
+    let mut scope = FUNCTIONS.new_inner_scope();
+    if scope.add_variable("self", value).is_err() {
         return;
-    };
+    }
+    if let Some(old) = old
+        && programs.iter().any(|(_, _, p)| is_transition(p))
+        && scope.add_variable("oldSelf", old).is_err()
+    {
+        return;
+    }
+    for (rule, source, program) in programs {
+        run(errs, path, value, schema, rule, source, &program, &scope);
+    }
+}
+
+/// One rule on one value, in its node's scope.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    errs: &mut Errors,
+    path: &Path,
+    value: &Value,
+    schema: &Value,
+    rule: &Value,
+    source: &str,
+    program: &Program,
+    ctx: &Context,
+) {
     let at = match text(rule, "fieldPath") {
         Some(field_path) => relative(path, field_path),
         None => path.clone(),
     };
-    let failed = match program.execute(&ctx) {
+    let failed = match program.execute(ctx) {
         Ok(Cel::Bool(true)) => return,
-        Ok(Cel::Bool(false)) => message(rule, &ctx, source),
+        Ok(Cel::Bool(false)) => message(rule, ctx, source),
         Ok(other) => format!(
             "rule {source:?} must evaluate to a bool, not {}",
             other.type_of()
@@ -334,17 +357,10 @@ fn relative(path: &Path, field_path: &str) -> Path {
     at
 }
 
-/// The evaluation's variables (`self`, and `oldSelf` for a transition rule) and Kubernetes'
-/// functions.
-fn context(
-    value: &Value,
-    old: Option<&Value>,
-) -> Result<Context<'static>, cel::SerializationError> {
+/// CEL's standard functions and Kubernetes' string and list functions, made once; each node's
+/// rules run in a scope of it that adds `self` and `oldSelf`.
+static FUNCTIONS: LazyLock<Context<'static>> = LazyLock::new(|| {
     let mut ctx = Context::default();
-    ctx.add_variable("self", value)?;
-    if let Some(old) = old {
-        ctx.add_variable("oldSelf", old)?;
-    }
     ctx.add_function("lowerAscii", |This(s): This<Arc<String>>| {
         s.to_ascii_lowercase()
     });
@@ -365,8 +381,8 @@ fn context(
         "lastIndexOf",
         |This(this): This<Cel>, Arguments(args): Arguments| index_of(this, &args, true),
     );
-    Ok(ctx)
-}
+    ctx
+});
 
 fn string_arg(args: &[Cel], i: usize, function: &str) -> Result<Arc<String>, ExecutionError> {
     match args.get(i) {
