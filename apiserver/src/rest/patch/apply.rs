@@ -205,6 +205,8 @@ fn node(field: FieldSchema, value: &Value) -> Value {
                 .map(|v| (Seg::Value(v.clone()).tree_key(), json!({})))
                 .collect(),
         ),
+        // An atomic map is one field, owned whole.
+        (Value::Object(_), _) if schema.is_some_and(|s| s.atomic) => json!({}),
         (Value::Object(m), _) if !m.is_empty() => {
             Value::Object(element_fields(schema.unwrap_or(&EMPTY), value))
         }
@@ -382,7 +384,7 @@ fn merge(schema: Option<&Schema>, target: &mut Value, config: &Value) {
                     }
                 }
             }
-            (_, Value::Object(_), Value::Object(_)) => {
+            (_, Value::Object(_), Value::Object(_)) if !sub.is_some_and(|s| s.atomic) => {
                 let sub = if name == "metadata" { schema } else { sub };
                 merge(sub.or(Some(&EMPTY)), slot, value);
             }
@@ -919,7 +921,9 @@ mod tests {
                                               "name": {"type": "string"}}}},
                                 "tags": {"type": "array", "x-kubernetes-list-type": "set",
                                          "items": {"type": "string"}},
-                                "args": {"type": "array", "items": {"type": "string"}}}}}}}}]}
+                                "args": {"type": "array", "items": {"type": "string"}},
+                                "selector": {"type": "object", "x-kubernetes-map-type": "atomic",
+                                             "additionalProperties": {"type": "string"}}}}}}}}]}
         }))
         .unwrap();
         let kind = Kind::Generic(skiff_proto::api::custom::define(&crd)[0]);
@@ -966,6 +970,30 @@ mod tests {
         assert_eq!(
             conflict.to_string(),
             "Apply failed with 1 conflict: conflict with \"alice\": .spec.args"
+        );
+        // An atomic map is owned whole and replaced: alice's new selector drops her old key,
+        // and bob's differing one conflicts with hers as one field.
+        let selected = apply(
+            Some(&both),
+            json!({"selector": {"app": "a", "tier": "web"}}),
+            "alice",
+        )
+        .unwrap();
+        let alice = selected["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["manager"] == "alice")
+            .map(|e| &e["fieldsV1"]["f:spec"])
+            .unwrap();
+        assert_eq!(alice["f:selector"], json!({}), "{alice}");
+        let narrowed = apply(Some(&selected), json!({"selector": {"app": "b"}}), "alice").unwrap();
+        assert_eq!(narrowed["spec"]["selector"], json!({"app": "b"}));
+        let conflict =
+            apply(Some(&narrowed), json!({"selector": {"app": "c"}}), "bob").unwrap_err();
+        assert!(
+            conflict.to_string().contains(".spec.selector"),
+            "{conflict}"
         );
     }
 }

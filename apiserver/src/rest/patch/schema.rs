@@ -44,6 +44,9 @@ pub(super) enum ListMerge {
 /// The fields of one Go struct that matter to a strategic merge patch.
 #[derive(Debug)]
 pub(super) struct Schema {
+    /// Whether the value is one whole (a custom kind's `x-kubernetes-map-type: atomic`):
+    /// server-side apply owns it as one field and replaces it.
+    pub(super) atomic: bool,
     fields: &'static [Field],
 }
 
@@ -59,7 +62,10 @@ pub(super) struct Field {
 
 impl Schema {
     /// A struct none of whose fields merge: every list in it is atomic.
-    pub(super) const EMPTY: Schema = Schema { fields: &[] };
+    pub(super) const EMPTY: Schema = Schema {
+        atomic: false,
+        fields: &[],
+    };
 
     /// The entry for the field `name`, if it has one.
     pub(super) fn field(&self, name: &str) -> Option<&'static Field> {
@@ -107,7 +113,8 @@ pub(super) fn for_kind(kind: Kind) -> &'static Schema {
 
 /// A custom kind's schema, from its CRD's structural schema, as Kubernetes reads it for
 /// server-side apply: a list merges as its `x-kubernetes-list-type` says (`map` by its
-/// `x-kubernetes-list-map-keys`, `set` as a union; `atomic`, or none, is replaced). Built
+/// `x-kubernetes-list-map-keys`, `set` as a union; `atomic`, or none, is replaced), and an
+/// object with `x-kubernetes-map-type: atomic` is one value. Built
 /// once per schema the CRD serves (kept while the kind is current), so a CRD's changes cost a
 /// new table, not every apply a walk of its schema.
 fn custom_kind(kind: GenericKind) -> &'static Schema {
@@ -145,6 +152,12 @@ fn leak(s: &str) -> &'static str {
 /// The merging lists under a structural schema node; `None` when nothing under it merges (at
 /// the root, the object's metadata always does).
 fn from_structural(schema: &Value, root: bool) -> Option<Schema> {
+    if !root && schema.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic") {
+        return Some(Schema {
+            atomic: true,
+            fields: &[],
+        });
+    }
     let mut fields = Vec::new();
     if root {
         fields.push(nested("metadata", &OBJECT_META));
@@ -179,6 +192,7 @@ fn from_structural(schema: &Value, root: bool) -> Option<Schema> {
         fields.push(field);
     }
     (root || !fields.is_empty()).then(|| Schema {
+        atomic: false,
         fields: Box::leak(fields.into_boxed_slice()),
     })
 }
@@ -249,11 +263,13 @@ const fn nested(name: &'static str, schema: &'static Schema) -> Field {
 
 /// metav1.ObjectMeta.
 static OBJECT_META: Schema = Schema {
+    atomic: false,
     fields: &[by_key("ownerReferences", "uid"), union("finalizers")],
 };
 
 /// core/v1 Container, and EphemeralContainerCommon, which repeats its tags.
 static CONTAINER: Schema = Schema {
+    atomic: false,
     fields: &[
         by_key("ports", "containerPort"),
         by_key("env", "name"),
@@ -264,6 +280,7 @@ static CONTAINER: Schema = Schema {
 
 /// core/v1 PodSpec.
 static POD_SPEC: Schema = Schema {
+    atomic: false,
     fields: &[
         by_key_of("containers", "name", &CONTAINER),
         by_key_of("initContainers", "name", &CONTAINER),
@@ -281,6 +298,7 @@ static POD_SPEC: Schema = Schema {
 
 /// core/v1 PodStatus.
 static POD_STATUS: Schema = Schema {
+    atomic: false,
     fields: &[
         by_key("conditions", "type"),
         by_key("podIPs", "ip"),
@@ -292,20 +310,24 @@ static POD_STATUS: Schema = Schema {
 
 /// core/v1 NodeSpec.
 static NODE_SPEC: Schema = Schema {
+    atomic: false,
     fields: &[union("podCIDRs")],
 };
 
 /// core/v1 NodeStatus.
 static NODE_STATUS: Schema = Schema {
+    atomic: false,
     fields: &[by_key("conditions", "type"), by_key("addresses", "type")],
 };
 
 /// core/v1 NamespaceStatus. (NamespaceSpec's `finalizers` is atomic, unlike ObjectMeta's.)
 static NAMESPACE_STATUS: Schema = Schema {
+    atomic: false,
     fields: &[by_key("conditions", "type")],
 };
 
 static POD: Schema = Schema {
+    atomic: false,
     fields: &[
         nested("metadata", &OBJECT_META),
         nested("spec", &POD_SPEC),
@@ -314,6 +336,7 @@ static POD: Schema = Schema {
 };
 
 static NODE: Schema = Schema {
+    atomic: false,
     fields: &[
         nested("metadata", &OBJECT_META),
         nested("spec", &NODE_SPEC),
@@ -323,10 +346,12 @@ static NODE: Schema = Schema {
 
 /// core/v1 ServiceSpec: ports merge by port number (`patchMergeKey:"port"`).
 static SERVICE_SPEC: Schema = Schema {
+    atomic: false,
     fields: &[by_key("ports", "port")],
 };
 
 static SERVICE: Schema = Schema {
+    atomic: false,
     fields: &[
         nested("metadata", &OBJECT_META),
         nested("spec", &SERVICE_SPEC),
@@ -334,6 +359,7 @@ static SERVICE: Schema = Schema {
 };
 
 static NAMESPACE: Schema = Schema {
+    atomic: false,
     fields: &[
         nested("metadata", &OBJECT_META),
         nested("status", &NAMESPACE_STATUS),
@@ -342,21 +368,25 @@ static NAMESPACE: Schema = Schema {
 
 /// core/v1 PodTemplateSpec.
 static POD_TEMPLATE_SPEC: Schema = Schema {
+    atomic: false,
     fields: &[nested("metadata", &OBJECT_META), nested("spec", &POD_SPEC)],
 };
 
 /// apps/v1 DeploymentSpec and ReplicaSetSpec: only their template has merging lists.
 static WORKLOAD_SPEC: Schema = Schema {
+    atomic: false,
     fields: &[nested("template", &POD_TEMPLATE_SPEC)],
 };
 
 /// apps/v1 DeploymentStatus and ReplicaSetStatus.
 static WORKLOAD_STATUS: Schema = Schema {
+    atomic: false,
     fields: &[by_key("conditions", "type")],
 };
 
 /// apps/v1 Deployment and ReplicaSet, which tag the same fields.
 static WORKLOAD: Schema = Schema {
+    atomic: false,
     fields: &[
         nested("metadata", &OBJECT_META),
         nested("spec", &WORKLOAD_SPEC),
@@ -366,11 +396,13 @@ static WORKLOAD: Schema = Schema {
 
 /// core/v1 ServiceAccount: its secrets merge by name.
 static SERVICE_ACCOUNT: Schema = Schema {
+    atomic: false,
     fields: &[nested("metadata", &OBJECT_META), by_key("secrets", "name")],
 };
 
 /// core/v1 PodTemplate: the template at the top.
 static POD_TEMPLATE: Schema = Schema {
+    atomic: false,
     fields: &[
         nested("metadata", &OBJECT_META),
         nested("template", &POD_TEMPLATE_SPEC),
@@ -379,6 +411,7 @@ static POD_TEMPLATE: Schema = Schema {
 
 /// batch/v1 CronJob: a Job's template in `spec.jobTemplate`.
 static CRON_JOB: Schema = Schema {
+    atomic: false,
     fields: &[
         nested("metadata", &OBJECT_META),
         nested("spec", &CRON_JOB_SPEC),
@@ -386,10 +419,12 @@ static CRON_JOB: Schema = Schema {
 };
 
 static CRON_JOB_SPEC: Schema = Schema {
+    atomic: false,
     fields: &[nested("jobTemplate", &JOB_TEMPLATE)],
 };
 
 static JOB_TEMPLATE: Schema = Schema {
+    atomic: false,
     fields: &[
         nested("metadata", &OBJECT_META),
         nested("spec", &WORKLOAD_SPEC),
@@ -397,6 +432,7 @@ static JOB_TEMPLATE: Schema = Schema {
 };
 
 static METADATA_ONLY: Schema = Schema {
+    atomic: false,
     fields: &[nested("metadata", &OBJECT_META)],
 };
 
