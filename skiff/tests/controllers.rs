@@ -834,6 +834,14 @@ async fn deleting_a_deployment_collects_waits_or_orphans_as_asked() {
     assert_eq!(running("orphan").await, 2, "its pods keep running");
 }
 
+/// A kube-rs client of the first member's Kubernetes API.
+fn kube_client(cluster: &Cluster) -> kube::Client {
+    kube::Client::try_from(kube::Config::new(
+        cluster.members[0].api_url.parse().expect("API URL"),
+    ))
+    .expect("kube client")
+}
+
 /// Creates the CRD of `widgets.example.com` (any fields kept) through `kube`; its API, and the
 /// API of its widgets in `namespace`.
 async fn widgets_crd(
@@ -890,10 +898,7 @@ async fn custom_objects_own_and_are_owned() {
     let cluster = Cluster::start_with_api(1).await;
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
     let _control = start_control(&cluster, 1, 1);
-    let kube = kube::Client::try_from(kube::Config::new(
-        cluster.members[0].api_url.parse().expect("API URL"),
-    ))
-    .expect("kube client");
+    let kube = kube_client(&cluster);
     let (crds, widgets) = widgets_crd(&kube, "default").await;
     let widget = |name: &str, owner: Option<&Object>| {
         let owners: Vec<serde_json::Value> = owner
@@ -1415,10 +1420,7 @@ async fn deleting_a_namespace_deletes_what_it_holds_then_the_namespace() {
     let cluster = Cluster::start_with_api(1).await;
     let api = ClusterClient::connect(&cluster.endpoints()).expect("client");
     let _control = start_control(&cluster, 1, 1);
-    let kube = kube::Client::try_from(kube::Config::new(
-        cluster.members[0].api_url.parse().expect("API URL"),
-    ))
-    .expect("kube client");
+    let kube = kube_client(&cluster);
 
     let Object::Namespace(team) = api
         .create(&obj(Kind::Namespace, json!({"metadata": {"name": "team"}})))

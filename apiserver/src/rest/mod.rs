@@ -556,6 +556,15 @@ impl Connect {
         if let Some(refusal) = authorize_connect(rest, user, &target).await {
             return Err(refusal);
         }
+        // A WebSocket's upgrade is a GET; SPDY's, a POST.
+        if parts.method != Method::GET && parts.method != Method::POST {
+            let message = format!(
+                "the server does not allow this method on pods/{} ({})",
+                target.subresource.as_deref().unwrap_or_default(),
+                parts.method
+            );
+            return Err(ApiError::new(Reason::MethodNotAllowed, message).into_response());
+        }
         let websocket = WebSocketUpgrade::from_request_parts(&mut parts, rest)
             .await
             .ok();

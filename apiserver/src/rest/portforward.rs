@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
-use axum::http::{Method, header};
+use axum::http::header;
 use axum::response::Response;
 use bytes::Bytes;
 use futures::{Sink, SinkExt, StreamExt};
@@ -35,7 +35,7 @@ use super::Connect;
 use super::logs::node_agent;
 use super::request::Params;
 use super::spdy::{self, Frame, Reply, SpdyError};
-use super::status::{ApiError, Reason};
+use super::status::ApiError;
 use crate::cluster::ClusterApi;
 use pb::port_forward_input::Input;
 
@@ -74,12 +74,6 @@ pub(super) async fn forward(api: &ClusterApi, c: Connect) -> Result<Response, Ap
         upgrade,
     } = c;
     let (target, params, method, headers) = (&target, &params, &parts.method, &parts.headers);
-    if *method != Method::GET && *method != Method::POST {
-        return Err(ApiError::new(
-            Reason::MethodNotAllowed,
-            format!("the server does not allow this method on pods/portforward ({method})"),
-        ));
-    }
     let (pod, agent) = node_agent(api, target).await?;
     let channel = agent.connect().await?;
     let forwarder = Arc::new(Forwarder {

@@ -13,7 +13,6 @@ mod streams;
 
 use axum::body::Bytes;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::http::Method;
 use axum::response::Response;
 use futures::{SinkExt, StreamExt};
 use hyper::upgrade::OnUpgrade;
@@ -94,14 +93,6 @@ pub(super) async fn session(api: &ClusterApi, c: Connect) -> Result<Response, Ap
     } = c;
     let (target, params, method, headers) = (&target, &params, &parts.method, &parts.headers);
     let attach = target.subresource.as_deref() == Some("attach");
-    if *method != Method::GET && *method != Method::POST {
-        return Err(ApiError::new(
-            Reason::MethodNotAllowed,
-            format!(
-                "the server does not allow this method on pods/exec and pods/attach ({method})"
-            ),
-        ));
-    }
     let mut start = start_of(attach, params)?;
     let agent = pod_agent(api, target, &params.container).await?;
     let transport = if let Some(websocket) = websocket {
