@@ -149,12 +149,25 @@ async fn killing_the_leader_loses_no_acknowledged_write_and_it_catches_up_from_a
     eprintln!(
         "failover: new leader after {failover:?}; {before} writes acknowledged before the kill"
     );
-    // Keep writing well past the snapshot interval while the old leader is down.
+    // Keep writing well past the snapshot interval while the old leader is down, until the new
+    // leader has purged its log past where it stood when elected: the old leader's log can
+    // diverge from it no later than that, so it can only catch up from a snapshot. (openraft
+    // purges no entry a replication still has in flight, and the one to the dead member holds
+    // its range between retries, so the purge may lag the snapshots.)
+    let elected_at = cluster
+        .metric(new_leader, "skiff_store_raft_index")
+        .await
+        .expect("raft index metric");
     let target = acked.lock().expect("lock").len() + 300;
-    eventually(Duration::from_secs(60), "300 more writes", || {
-        let n = acked.lock().expect("lock").len();
-        async move { (n >= target).then_some(()) }
-    })
+    eventually(
+        Duration::from_secs(60),
+        "300 more writes, and the new leader's log purged past its index when elected",
+        || {
+            let n = acked.lock().expect("lock").len();
+            let purged = cluster.metric(new_leader, "skiff_store_raft_purged_index");
+            async move { (n >= target && purged.await? > elected_at).then_some(()) }
+        },
+    )
     .await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for w in writers {
