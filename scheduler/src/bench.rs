@@ -160,6 +160,31 @@ impl Latch {
     }
 }
 
+/// A pod with a verdict, known by its namespace and name.
+struct Decided(Arc<PodInfo>);
+
+impl Decided {
+    fn shard(&self, shards: usize) -> usize {
+        use std::hash::BuildHasher;
+        (foldhash::fast::FixedState::default().hash_one(self) % shards as u64) as usize
+    }
+}
+
+impl std::hash::Hash for Decided {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.namespace.hash(state);
+        self.0.name.hash(state);
+    }
+}
+
+impl PartialEq for Decided {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.namespace == other.0.namespace && self.0.name == other.0.name
+    }
+}
+
+impl Eq for Decided {}
+
 /// Runs the benchmark; `progress` is called with the count of pods decided so far.
 pub fn run(config: &Config, progress: impl Fn(usize) + Send + Sync + 'static) -> Report {
     let kernels = if config.scalar {
@@ -183,18 +208,27 @@ pub fn run(config: &Config, progress: impl Fn(usize) + Send + Sync + 'static) ->
         .add_many(pods.iter().map(|p| Arc::new(PodInfo::from_pod(p))));
     drop(pods);
     let decided = Arc::new(AtomicUsize::new(0));
-    let latencies = Arc::new(Mutex::new(Latencies::new()));
+    // One histogram per worker, merged at the end: the sinks share no lock while every
+    // pod is placed.
+    let latencies = Arc::new(Mutex::new(Vec::<Arc<Mutex<Latencies>>>::new()));
     let unschedulable = Arc::new(AtomicUsize::new(0));
-    let seen = Arc::new(Mutex::new(foldhash::HashSet::<String>::default()));
+    // Every pod with a verdict, in shards (a pod's verdicts can reach two workers' sinks in
+    // either order: one's unschedulable verdict, then another's placement of it).
+    const SHARDS: usize = 64;
+    let seen: Arc<Vec<Mutex<foldhash::HashSet<Decided>>>> = Arc::new(
+        (0..SHARDS)
+            .map(|_| {
+                let room = config.pods / SHARDS + config.pods / SHARDS / 4 + 16;
+                Mutex::new(foldhash::HashSet::with_capacity_and_hasher(
+                    room,
+                    Default::default(),
+                ))
+            })
+            .collect(),
+    );
     let done = Arc::new(Latch::default());
     let total = config.pods;
-    let (d, l, u, s, dn) = (
-        decided.clone(),
-        latencies.clone(),
-        unschedulable.clone(),
-        seen.clone(),
-        done.clone(),
-    );
+    let progress = Arc::new(progress);
     let start = Instant::now();
     let pool = Pool::start(
         core.clone(),
@@ -203,30 +237,42 @@ pub fn run(config: &Config, progress: impl Fn(usize) + Send + Sync + 'static) ->
             batch: config.batch,
             seed: config.seed,
         },
-        move |verdicts| {
-            let mut lat = l.lock();
-            let mut seen = s.lock();
-            let mut new = 0;
-            for v in verdicts {
-                let (key, latency, placed) = match &v {
-                    Verdict::Placed { pod, latency, .. } => (pod.key(), *latency, true),
-                    Verdict::Unschedulable { pod, latency, .. } => (pod.key(), *latency, false),
-                };
-                lat.record(latency);
-                // A pod counts once: its first unschedulable verdict, or its placement.
-                if seen.insert(key) {
-                    new += 1;
-                    if !placed {
-                        u.fetch_add(1, Ordering::Relaxed);
+        || {
+            let mine = Arc::new(Mutex::new(Latencies::new()));
+            latencies.lock().push(mine.clone());
+            let (d, u, s, dn, progress) = (
+                decided.clone(),
+                unschedulable.clone(),
+                seen.clone(),
+                done.clone(),
+                progress.clone(),
+            );
+            move |verdicts: Vec<Verdict>| {
+                let mut lat = mine.lock();
+                let mut new = 0;
+                for v in verdicts {
+                    let (pod, latency, placed) = match &v {
+                        Verdict::Placed { pod, latency, .. } => (pod, *latency, true),
+                        Verdict::Unschedulable { pod, latency, .. } => (pod, *latency, false),
+                    };
+                    lat.record(latency);
+                    let decided = Decided(pod.clone());
+                    let shard = &s[decided.shard(s.len())];
+                    // A pod counts once: its first unschedulable verdict, or its placement.
+                    if shard.lock().insert(decided) {
+                        new += 1;
+                        if !placed {
+                            u.fetch_add(1, Ordering::Relaxed);
+                        }
+                    } else if placed {
+                        u.fetch_sub(1, Ordering::Relaxed);
                     }
-                } else if placed {
-                    u.fetch_sub(1, Ordering::Relaxed);
                 }
-            }
-            let now = d.fetch_add(new, Ordering::Relaxed) + new;
-            progress(now);
-            if now >= total {
-                dn.set();
+                let now = d.fetch_add(new, Ordering::Relaxed) + new;
+                progress(now);
+                if now >= total {
+                    dn.set();
+                }
             }
         },
     );
@@ -271,7 +317,14 @@ pub fn run(config: &Config, progress: impl Fn(usize) + Send + Sync + 'static) ->
         unschedulable: unsched,
         conflicts: stats.conflicts.load(Ordering::Relaxed),
         batches: stats.batches.load(Ordering::Relaxed),
-        attempt_ms: latencies.lock().percentiles(),
+        attempt_ms: latencies
+            .lock()
+            .iter()
+            .fold(Latencies::new(), |mut all, one| {
+                all.merge(&one.lock());
+                all
+            })
+            .percentiles(),
         cpu_utilisation: [
             if min.is_finite() { min } else { 0.0 },
             mean,
@@ -363,7 +416,7 @@ pub fn preemption(config: &PreemptionConfig) -> PreemptionReport {
         core.clone(),
     );
     let start = Instant::now();
-    let pool = Pool::start(
+    let pool = Pool::start_shared(
         core.clone(),
         PoolConfig {
             workers: config.workers,

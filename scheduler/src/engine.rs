@@ -433,15 +433,7 @@ impl<'a> Batch<'a> {
     fn place(&mut self, t: &NodeTable, row: usize) {
         let p = self.pod;
         let o = self.overlay.entry(row).or_default();
-        o.req.milli_cpu += p.requests.milli_cpu;
-        o.req.memory += p.requests.memory;
-        o.req.ephemeral_storage += p.requests.ephemeral_storage;
-        for (name, v) in &p.requests.extended {
-            match o.req.extended.iter_mut().find(|(n, _)| n == name) {
-                Some((_, x)) => *x += v,
-                None => o.req.extended.push((name.clone(), *v)),
-            }
-        }
+        o.req.add(&p.requests);
         o.pods += 1;
         o.nz_cpu += p.nonzero_milli_cpu;
         o.nz_mem += p.nonzero_memory;

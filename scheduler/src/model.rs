@@ -42,6 +42,27 @@ pub struct Resources {
 }
 
 impl Resources {
+    /// Nothing asked for.
+    pub const ZERO: Resources = Resources {
+        milli_cpu: 0,
+        memory: 0,
+        ephemeral_storage: 0,
+        extended: Vec::new(),
+    };
+
+    /// Adds `other`'s requests to these.
+    pub fn add(&mut self, other: &Resources) {
+        self.milli_cpu += other.milli_cpu;
+        self.memory += other.memory;
+        self.ephemeral_storage += other.ephemeral_storage;
+        for (name, v) in &other.extended {
+            match self.extended.iter_mut().find(|(n, _)| n == name) {
+                Some((_, x)) => *x += v,
+                None => self.extended.push((name.clone(), *v)),
+            }
+        }
+    }
+
     /// Reads `cpu`, `memory`, `ephemeral-storage` and any other named resource from a list.
     fn from_list<'a>(get: impl Fn(&str) -> i64, names: impl Iterator<Item = &'a String>) -> Self {
         let mut extended: Vec<(String, i64)> = names

@@ -32,7 +32,7 @@ use crate::kernels::Kernels;
 use crate::model::{PodInfo, Resources};
 use crate::preemption;
 use crate::queue::{Done, PlacedFlag, Queue};
-use crate::table::{NodeTable, Placing};
+use crate::table::{Claim, NodeTable, Placing};
 
 /// What became of one pod's attempt.
 #[derive(Debug, Clone)]
@@ -116,7 +116,7 @@ impl Core {
         let id = placed.id();
         {
             let mut table = self.table.write();
-            if table.pods.get(id.as_str()).is_some_and(|e| e.assumed) {
+            if table.pod(id.as_str()).is_some_and(|e| e.assumed) {
                 table.remove_pod(&id);
             }
         }
@@ -157,16 +157,17 @@ pub struct Pool {
 
 impl Pool {
     /// Starts `workers` worker threads; each hands the verdicts of every batch it commits
-    /// to `sink`.
-    pub fn start<S>(core: Arc<Core>, config: PoolConfig, sink: S) -> Pool
+    /// to a sink of its own, made by `sink` (so that no lock is shared there: a sink the
+    /// workers shared was a part of every batch that ran one worker at a time).
+    pub fn start<F, S>(core: Arc<Core>, config: PoolConfig, mut sink: F) -> Pool
     where
+        F: FnMut() -> S,
         S: FnMut(Vec<Verdict>) + Send + 'static,
     {
-        let sink = Arc::new(Mutex::new(sink));
         let mut handles = Vec::new();
         for w in 0..config.workers.max(1) {
             let core = core.clone();
-            let sink = sink.clone();
+            let sink = sink();
             let batch = config.batch.max(1);
             let seed = config.seed ^ (w as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             handles.push(
@@ -179,6 +180,18 @@ impl Pool {
         Pool { handles }
     }
 
+    /// As [`Pool::start`], with one sink every worker shares, called by one worker at a time.
+    pub fn start_shared<S>(core: Arc<Core>, config: PoolConfig, sink: S) -> Pool
+    where
+        S: FnMut(Vec<Verdict>) + Send + 'static,
+    {
+        let sink = Arc::new(Mutex::new(sink));
+        Pool::start(core, config, move || {
+            let sink = sink.clone();
+            move |verdicts| (sink.lock())(verdicts)
+        })
+    }
+
     /// As [`Pool::start`], with every verdict sent on its own to the channel returned (as
     /// the tests and tools that follow verdicts one by one read them).
     pub fn start_channel(
@@ -186,10 +199,13 @@ impl Pool {
         config: PoolConfig,
     ) -> (Pool, std::sync::mpsc::Receiver<Verdict>) {
         let (tx, rx) = std::sync::mpsc::channel();
-        let pool = Pool::start(core, config, move |verdicts| {
-            for v in verdicts {
-                // A reader that went away wants no more.
-                let _ = tx.send(v);
+        let pool = Pool::start(core, config, move || {
+            let tx = tx.clone();
+            move |verdicts| {
+                for v in verdicts {
+                    // A reader that went away wants no more.
+                    let _ = tx.send(v);
+                }
             }
         });
         (pool, rx)
@@ -203,7 +219,7 @@ impl Pool {
     }
 }
 
-fn worker<S>(core: Arc<Core>, sink: Arc<Mutex<S>>, batch: usize, seed: u64)
+fn worker<S>(core: Arc<Core>, mut sink: S, batch: usize, seed: u64)
 where
     S: FnMut(Vec<Verdict>) + Send + 'static,
 {
@@ -225,7 +241,7 @@ where
         } else {
             let (rest, placed) = place_nominated(&core, pods, popped);
             if !placed.is_empty() {
-                (sink.lock())(placed);
+                sink(placed);
             }
             if rest.is_empty() {
                 continue;
@@ -286,7 +302,7 @@ where
             },
             &mut rng,
         );
-        (sink.lock())(verdicts);
+        sink(verdicts);
     }
 }
 
@@ -373,7 +389,22 @@ fn preempt(
     outcome
 }
 
-/// Re-checks and commits one proposal; reports every pod to the queue.
+/// What one commit has claimed on a row.
+#[derive(Debug, Default)]
+struct RowAdded {
+    requests: Resources,
+    pods: i64,
+}
+
+impl RowAdded {
+    fn add(&mut self, pod: &PodInfo) {
+        self.requests.add(&pod.requests);
+        self.pods += 1;
+    }
+}
+
+/// Re-checks and commits one proposal; reports every pod to the queue (before the sink hears
+/// of it: what happens once a verdict is out, the queue must be able to act on).
 ///
 /// The re-check is what other workers' commits since the placement can have changed. While
 /// no node has changed and nothing placed can turn this signature away (no pod terms of
@@ -393,9 +424,9 @@ fn commit(core: &Core, p: Proposal, rng: &mut Rng) -> Vec<Verdict> {
         .collect();
     let mut placed = Vec::with_capacity(placing.len());
     {
-        // What the re-check needs is worked out under an upgradable read, beside the other
-        // workers' reads: no other writer can change the table before the upgrade, and the
-        // exclusive part is only the checks and the adds.
+        // The checks and the index are done under an upgradable read, beside the other
+        // workers' reads: no other writer can change the table before the upgrade. The
+        // exclusive part is only counting the claimed pods in the columns.
         let table = core.table.upgradable_read();
         let first = &p.pods[0];
         // While no node changed, every row still is the node it was when placed.
@@ -405,11 +436,12 @@ fn commit(core: &Core, p: Proposal, rng: &mut Rng) -> Vec<Verdict> {
         let quick = same_nodes && !PodCtx::depends_on_pods(&table, first);
         let placing_any = placing.iter().any(Option::is_some);
         let mut ctx = (!quick && placing_any).then(|| PodCtx::new(&table, first, &core.kernels));
-        let mut table = RwLockUpgradableReadGuard::upgrade(table);
-        let none = Resources::default();
-        // The pods of a batch share a signature: the terms that count them are worked out
-        // once.
-        let mut alike = None;
+        // What this commit's claims put on each row, which the columns do not count until
+        // the upgrade.
+        let mut added: foldhash::HashMap<usize, RowAdded> = Default::default();
+        let zero = Resources::ZERO;
+        let mut claimed = Vec::with_capacity(placing.len());
+        let mut known = Vec::new();
         for (((pod, outcome), placing), flag) in
             p.pods.iter().zip(p.outcomes).zip(placing).zip(p.flags)
         {
@@ -420,34 +452,69 @@ fn commit(core: &Core, p: Proposal, rng: &mut Rng) -> Vec<Verdict> {
                     } else {
                         table.row(&node)
                     };
-                    let fits = row.is_some_and(|row| {
+                    let fits = |row: usize| {
+                        let (req, pods) = added
+                            .get(&row)
+                            .map_or((&zero, 0), |a| (&a.requests, a.pods));
+                        // Pods of one signature ask for the same host ports.
+                        if pods > 0 && !pod.host_ports.is_empty() {
+                            return false;
+                        }
                         if quick {
-                            return filter::still_fits(&table, pod, row);
+                            return filter::still_fits_with(&table, pod, row, req, pods);
                         }
                         ctx.as_ref().is_some_and(|ctx| {
-                            filter::check_row(&table, pod, ctx, row, &none, 0).is_empty()
+                            filter::check_row(&table, pod, ctx, row, req, pods).is_empty()
                         })
-                    });
-                    match row {
-                        Some(row)
-                            if fits
-                                && table.add_pod_alike(placing, row, true, &mut alike).is_ok() =>
-                        {
+                    };
+                    let Some(row) = row.filter(|&row| fits(row)) else {
+                        retry.push(pod.clone());
+                        continue;
+                    };
+                    match table.claim(placing, row, true) {
+                        Claim::Claimed(c) => {
+                            claimed.push(c);
+                            added.entry(row).or_default().add(pod);
                             if let Some(ctx) = ctx.as_mut() {
                                 ctx.place(&table, row);
                             }
-                            // Assumed from here on, before the binder hears of it.
-                            flag.set();
-                            placed.push((pod.clone(), node, p.popped.elapsed()));
+                            placed.push((pod.clone(), flag, node));
                         }
-                        _ => retry.push(pod.clone()),
+                        Claim::Known(placing) => known.push((placing, row, pod, flag, node)),
+                        Claim::Elsewhere => retry.push(pod.clone()),
                     }
                 }
                 (Some(Err(diagnosis)), _) => unplaced.push((pod.clone(), diagnosis)),
                 _ => retry.push(pod.clone()),
             }
         }
+        if !claimed.is_empty() || !known.is_empty() {
+            let mut table = RwLockUpgradableReadGuard::upgrade(table);
+            // The pods of a batch share a signature: the terms that count them are worked
+            // out once.
+            let mut alike = None;
+            for c in claimed {
+                table.account_claimed(c, &mut alike);
+            }
+            // The table had these on their node already (bound, the informer's word come
+            // first): their fit was checked with the claims' room added.
+            for (placing, row, pod, flag, node) in known {
+                if table.add_pod_alike(placing, row, true, &mut alike).is_ok() {
+                    placed.push((pod.clone(), flag, node));
+                } else {
+                    retry.push(pod.clone());
+                }
+            }
+        }
     }
+    let placed: Vec<_> = placed
+        .into_iter()
+        .map(|(pod, flag, node)| {
+            // Assumed from here on, before the binder hears of it.
+            flag.set();
+            (pod, node, p.popped.elapsed())
+        })
+        .collect();
     for (pod, node, latency) in placed {
         core.stats.observe(latency);
         verdicts.push(Verdict::Placed {

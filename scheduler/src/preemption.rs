@@ -173,6 +173,7 @@ pub fn preempt(
     {
         let terminating = table
             .pods_on(row)
+            .iter()
             .any(|e| e.info.priority < pod.priority && e.info.preempted);
         // Unless the node now turns the pod away for good (a taint, its labels), it waits
         // for its victims there rather than preempting more.
@@ -275,8 +276,9 @@ pub fn candidate_on(
     };
     let mut potential: Vec<Arc<PodInfo>> = table
         .pods_on(row)
+        .into_iter()
         .filter(|e| e.info.priority < pod.priority && !leaned_on(&e.info))
-        .map(|e| e.info.clone())
+        .map(|e| e.info)
         .collect();
     let displaced: Vec<Arc<PodInfo>> = table
         .nominated_on(row)

@@ -122,8 +122,7 @@ fn an_update_during_a_bind_is_held_not_placed_twice_and_a_refused_bind_retries_i
     {
         let table = c.core.table.read();
         let entry = table
-            .pods
-            .get(second.id().as_str())
+            .pod(second.id().as_str())
             .expect("the table accounts the bound pod");
         assert!(!entry.assumed);
         assert_eq!(*entry.node, *node);

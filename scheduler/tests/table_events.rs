@@ -241,7 +241,7 @@ fn same_counts(actual: &NodeTable, expected: &NodeTable) {
     assert_eq!(actual.names, expected.names);
     assert_eq!(actual.req_cpu, expected.req_cpu, "cpu requested per node");
     assert_eq!(actual.req_pods, expected.req_pods, "pods per node");
-    assert_eq!(actual.pods.len(), expected.pods.len(), "pods known");
+    assert_eq!(actual.pod_count(), expected.pod_count(), "pods known");
     for (this, other, side) in [(actual, expected, "actual"), (expected, actual, "expected")] {
         for t in &this.terms {
             let domains = t.by_domain.len();

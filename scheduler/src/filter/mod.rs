@@ -463,7 +463,19 @@ fn ports_free(table: &NodeTable, pod: &PodInfo, row: usize) -> bool {
 /// now only for NodePorts or NodeResourcesFit, and this is [`check_row`] less the filters
 /// that cannot have changed: O(1), where `check_row` needs a [`PodCtx`], O(nodes) to build.
 pub fn still_fits(table: &NodeTable, pod: &PodInfo, row: usize) -> bool {
-    ports_free(table, pod, row) && fits_resources(table, pod, row, &Default::default(), 0)
+    still_fits_with(table, pod, row, &crate::model::Resources::ZERO, 0)
+}
+
+/// As [`still_fits`], with `extra` requests and `extra_pods` pods put on the row beyond what
+/// the table counts (the committer's claims not counted yet).
+pub fn still_fits_with(
+    table: &NodeTable,
+    pod: &PodInfo,
+    row: usize,
+    extra: &crate::model::Resources,
+    extra_pods: i64,
+) -> bool {
+    ports_free(table, pod, row) && fits_resources(table, pod, row, extra, extra_pods)
 }
 
 /// Whether one more pod fits `row`'s resources (the batch has put `extra` there already).

@@ -579,7 +579,7 @@ proptest! {
         let o = preempt(&t, &preemptor, &d, None, &[], &k, &mut Rng::new(seed));
         if let Outcome::Nominated(c) = &o {
             let row = t.row(&c.node).unwrap();
-            let on_node: Vec<String> = t.pods_on(row).map(|e| e.info.name.clone()).collect();
+            let on_node: Vec<String> = t.pods_on(row).iter().map(|e| e.info.name.clone()).collect();
             for v in &c.victims {
                 prop_assert!(v.priority < preemptor.priority);
                 prop_assert!(on_node.contains(&v.name));
@@ -594,8 +594,9 @@ proptest! {
         } else {
             // Nothing nominated: no node would take the pod with all its lower pods gone.
             for row in 0..t.len() {
-                let lower: Vec<&PodInfo> = t
-                    .pods_on(row)
+                let on = t.pods_on(row);
+                let lower: Vec<&PodInfo> = on
+                    .iter()
                     .filter(|e| e.info.priority < preemptor.priority)
                     .map(|e| e.info.as_ref())
                     .collect();

@@ -39,7 +39,7 @@ use super::DEFAULT_SCHEDULER_NAME;
 use crate::model::{NodeInfo, PodInfo, pod_id};
 use crate::parallel::Core;
 use crate::preemption::Budget;
-use crate::table::{Placement, counted_alike};
+use crate::table::{NodeTable, Placement, counted_alike};
 
 /// The node and pod informers' handlers, over the table and the queue.
 #[derive(Debug)]
@@ -49,6 +49,12 @@ pub struct Handlers {
     names: Vec<String>,
     /// Claims and the nodes their volumes are pinned to.
     volumes: std::sync::Mutex<Volumes>,
+    /// The bound pods these handlers gave the table, by `namespace/name`: their ids (two
+    /// when a pod was deleted and created again under its name while the informer was
+    /// away). Taken inside the table's lock, never the other way round. Kept here rather
+    /// than in the table, whose committers place pods (assumed) by the hundred thousand
+    /// and need no name.
+    confirmed: parking_lot::Mutex<std::collections::HashMap<String, Vec<String>>>,
 }
 
 /// What the scheduler knows of claims and volumes: a pod of a claim bound to a volume with
@@ -78,6 +84,7 @@ impl Handlers {
             core,
             names,
             volumes: Default::default(),
+            confirmed: Default::default(),
         }
     }
 
@@ -234,14 +241,14 @@ impl Handlers {
                         return; // a status update, say: behind a read lock only
                     }
                     let mut table = self.core.table.write();
-                    let mut freed = table.remove_replaced(&key, &id);
+                    let mut freed = self.remove_replaced_in(&mut table, &key, &id);
                     let mut placed = None;
                     if p.is_terminal() {
                         freed |= table.remove_pod(&id).is_some();
+                        self.unconfirm(&key, &id);
                     } else {
                         if table
-                            .pods
-                            .get(id.as_str())
+                            .pod(id.as_str())
                             .is_some_and(|e| *e.node != *p.spec.node_name)
                         {
                             // Bound elsewhere than we assumed (another scheduler won).
@@ -249,6 +256,13 @@ impl Handlers {
                             freed = true;
                         }
                         placed = table.add_pod(info.clone(), &p.spec.node_name, false).ok();
+                        if placed.is_some() {
+                            let mut confirmed = self.confirmed.lock();
+                            let ids = confirmed.entry(key.clone()).or_default();
+                            if !ids.contains(&id) {
+                                ids.push(id.clone());
+                            }
+                        }
                     }
                     drop(table);
                     if freed {
@@ -278,7 +292,7 @@ impl Handlers {
                     // in flight, and a second one would bind twice or overcommit.
                     let pinned = self.pinned(p);
                     let p = pinned.as_ref().unwrap_or(p);
-                    if self.core.table.read().pods.contains_key(id.as_str()) {
+                    if self.core.table.read().has_pod(id.as_str()) {
                         self.core.queue.hold_pod(p);
                     } else {
                         self.core.queue.add_pod(p);
@@ -296,7 +310,11 @@ impl Handlers {
                 self.core.queue.remove(&pod_key(o));
                 let id = pod_id(&p.metadata.namespace, &p.metadata.name, &p.metadata.uid);
                 self.forget_nomination(&id);
-                if self.core.table.write().remove_pod(&id).is_some() {
+                let mut table = self.core.table.write();
+                let freed = table.remove_pod(&id).is_some();
+                self.unconfirm(&pod_key(o), &id);
+                drop(table);
+                if freed {
                     self.core.queue.cluster_changed();
                 }
             }
@@ -309,26 +327,62 @@ impl Handlers {
     /// there.
     fn counted_as_is(&self, key: &str, id: &str, node: &str, info: &PodInfo) -> bool {
         let table = self.core.table.read();
-        table.pods.get(id).is_some_and(|e| {
+        table.pod(id).is_some_and(|e| {
             !e.assumed
                 && *e.node == *node
                 && counted_alike(&e.info, info)
                 && same_to_preemption(&e.info, info)
-        }) && table.named(key).all(|(other, _)| other == id)
+        }) && self
+            .confirmed
+            .lock()
+            .get(key)
+            .is_none_or(|ids| ids.iter().all(|other| other == id))
     }
 
-    /// [`NodeTable::remove_replaced`] for a pod that is not bound, behind a read lock when
-    /// there is nothing to remove (the common case).
-    ///
-    /// [`NodeTable::remove_replaced`]: crate::table::NodeTable::remove_replaced
+    /// The store holds the pod `id` under `namespace/name` (`key`): every bound pod of
+    /// that name with another id is gone (deleted, perhaps re-created, while the informer
+    /// was away) and stops counting. Assumed ones stay: their Bind is in flight, and its
+    /// refusal takes them out. Whether any went. The table's write lock is taken only when
+    /// there is something to remove (the common case has nothing).
     fn remove_replaced(&self, key: &str, id: &str) -> bool {
         let stale = self
-            .core
-            .table
-            .read()
-            .named(key)
-            .any(|(other, e)| other != id && !e.assumed);
-        stale && self.core.table.write().remove_replaced(key, id)
+            .confirmed
+            .lock()
+            .get(key)
+            .is_some_and(|ids| ids.iter().any(|other| other != id));
+        stale && self.remove_replaced_in(&mut self.core.table.write(), key, id)
+    }
+
+    /// As [`Handlers::remove_replaced`], under the table's write lock.
+    fn remove_replaced_in(&self, table: &mut NodeTable, key: &str, id: &str) -> bool {
+        let mut confirmed = self.confirmed.lock();
+        let Some(ids) = confirmed.get_mut(key) else {
+            return false;
+        };
+        let mut freed = false;
+        ids.retain(|other| {
+            if other == id {
+                return true;
+            }
+            // Bound once, so never assumed since: a placement of ours is under a new id.
+            freed |= table.remove_pod(other).is_some();
+            false
+        });
+        if ids.is_empty() {
+            confirmed.remove(key);
+        }
+        freed
+    }
+
+    /// The bound pod `id` left the table.
+    fn unconfirm(&self, key: &str, id: &str) {
+        let mut confirmed = self.confirmed.lock();
+        if let Some(ids) = confirmed.get_mut(key) {
+            ids.retain(|other| other != id);
+            if ids.is_empty() {
+                confirmed.remove(key);
+            }
+        }
     }
 }
 

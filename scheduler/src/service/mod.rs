@@ -200,8 +200,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             batch: config.batch,
             seed: config.seed,
         },
-        move |v| {
-            let _ = tx.send(v);
+        // Each worker's sender: the channel closes when the last worker ends.
+        move || {
+            let tx = tx.clone();
+            move |v| {
+                let _ = tx.send(v);
+            }
         },
     );
     let binder = tokio::spawn(binder::bind_loop(shared.clone(), rx, config.clone()));

@@ -77,21 +77,18 @@ pub enum Placement {
     },
 }
 
-/// A pod about to be accounted, with the keys the table indexes it by, worked out before
-/// the table's lock is taken: formatting and allocating them is most of what a placement
-/// costs the table, and the committer holds the lock exclusively.
+/// A pod about to be accounted, with the id the table indexes it by, worked out before the
+/// table's lock is taken.
 #[derive(Debug, Clone)]
 pub struct Placing {
     pub info: Arc<PodInfo>,
     id: PodId,
-    key: String,
 }
 
 impl Placing {
     pub fn new(info: Arc<PodInfo>) -> Self {
         Placing {
             id: info.id().into(),
-            key: info.key(),
             info,
         }
     }
@@ -101,6 +98,77 @@ impl Placing {
 pub enum TableError {
     #[error("pod {0} is already on node {1}")]
     AlreadyPlaced(String, String),
+}
+
+/// The pods the table accounts, by identity and by row.
+///
+/// The committer indexes a placement under the table's upgradable read, beside the workers'
+/// reads, and takes the write lock only to count it in the columns ([`NodeTable::claim`]):
+/// hashing a pod into maps of hundreds of thousands was most of what a commit held the
+/// write lock for. So the index has a lock of its own, always taken inside the table's
+/// (never the other way round), and mutated only by the holder of the table's upgradable
+/// read or write lock: whoever holds either sees the index and the columns agree.
+#[derive(Debug, Default, Clone)]
+struct PodIndex {
+    /// By [`PodInfo::id`].
+    pods: HashMap<PodId, PodEntry>,
+    node_pods: Vec<Vec<PodId>>,
+    /// Pods bound to nodes the table does not have yet, by node name.
+    orphans: HashMap<String, Vec<PodId>>,
+}
+
+impl PodIndex {
+    /// Indexes a pod not indexed yet, on `row` (`None`: on `node`, which the table does not
+    /// have).
+    fn insert(&mut self, pod: Placing, row: Option<usize>, node: Arc<str>, assumed: bool) {
+        let Placing { info, id } = pod;
+        match row {
+            Some(row) => self.node_pods[row].push(id.clone()),
+            None => self
+                .orphans
+                .entry(node.to_string())
+                .or_default()
+                .push(id.clone()),
+        }
+        self.pods.insert(
+            id,
+            PodEntry {
+                info,
+                node,
+                assumed,
+            },
+        );
+    }
+}
+
+/// A lock that clones what it guards (for [`NodeTable`]'s `Clone`).
+#[derive(Debug, Default)]
+struct Guarded<T>(parking_lot::Mutex<T>);
+
+impl<T: Clone> Clone for Guarded<T> {
+    fn clone(&self) -> Self {
+        Guarded(parking_lot::Mutex::new(self.0.lock().clone()))
+    }
+}
+
+/// What [`NodeTable::claim`] did with a placement.
+#[derive(Debug)]
+pub enum Claim {
+    /// Indexed; it counts nowhere until [`NodeTable::account_claimed`].
+    Claimed(Claimed),
+    /// The table already has the pod on that node: [`NodeTable::add_pod_alike`] decides.
+    Known(Placing),
+    /// The table has the pod on another node.
+    Elsewhere,
+}
+
+/// A pod indexed by [`NodeTable::claim`] and not counted yet.
+#[derive(Debug)]
+#[must_use = "a claimed pod must be accounted before the table's lock goes"]
+pub struct Claimed {
+    info: Arc<PodInfo>,
+    id: PodId,
+    row: usize,
 }
 
 /// See the module documentation.
@@ -142,14 +210,8 @@ pub struct NodeTable {
     /// Image → (size, rows that hold it).
     pub images: HashMap<String, (i64, Vec<u32>)>,
 
-    /// By [`PodInfo::id`].
-    pub pods: HashMap<PodId, PodEntry>,
-    /// `namespace/name` → the ids accounted under that name (two while a re-created pod's
-    /// predecessor still has a placement in flight).
-    named: HashMap<String, Vec<PodId>>,
-    node_pods: Vec<Vec<PodId>>,
-    /// Pods bound to nodes the table does not have yet, by node name.
-    orphans: HashMap<String, Vec<PodId>>,
+    /// The pods it accounts, behind a lock of their own (see [`NodeTable::claim`]).
+    placed: Guarded<PodIndex>,
 
     /// Pending pods nominated to a node by preemption, by id, with that node: see
     /// [`NodeTable::nominate`].
@@ -234,13 +296,18 @@ impl NodeTable {
             None => self.push_row(&info.name),
         };
         self.set_row(row, info);
-        if let Some(waiting) = self.orphans.remove(&*self.names[row]) {
+        let ix = self.placed.0.get_mut();
+        let mut back = Vec::new();
+        if let Some(waiting) = ix.orphans.remove(&*self.names[row]) {
             for key in waiting {
-                if let Some(entry) = self.pods.get(&key).cloned() {
-                    self.account(row, &entry.info, true);
-                    self.node_pods[row].push(key);
+                if let Some(entry) = ix.pods.get(&key) {
+                    back.push(entry.info.clone());
+                    ix.node_pods[row].push(key);
                 }
             }
+        }
+        for info in back {
+            self.account(row, &info, true);
         }
     }
 
@@ -266,7 +333,7 @@ impl NodeTable {
         self.taints.push_row();
         self.ports.push_row();
         self.port_holders.push(HashMap::default());
-        self.node_pods.push(Vec::new());
+        self.placed.0.get_mut().node_pods.push(Vec::new());
         for t in &mut self.terms {
             t.per_node.push(0);
         }
@@ -418,13 +485,17 @@ impl NodeTable {
                 self.count_priority(info.priority, false);
             }
         }
-        for key in std::mem::take(&mut self.node_pods[row]) {
-            if let Some(entry) = self.pods.get(&key).cloned() {
-                self.account(row, &entry.info, false);
-            }
-            // The pod stays known (it is bound to this name) and counts again if the node
-            // comes back.
-            self.orphans.entry(name.to_string()).or_default().push(key);
+        let ix = self.placed.0.get_mut();
+        let keys = std::mem::take(&mut ix.node_pods[row]);
+        let gone: Vec<Arc<PodInfo>> = keys
+            .iter()
+            .filter_map(|key| Some(ix.pods.get(key)?.info.clone()))
+            .collect();
+        // The pods stay known (they are bound to this name) and count again if the node
+        // comes back.
+        ix.orphans.entry(name.to_string()).or_default().extend(keys);
+        for info in gone {
+            self.account(row, &info, false);
         }
         let rows = self.len();
         let last = rows - 1;
@@ -451,7 +522,7 @@ impl NodeTable {
         self.taints.swap_remove(row, rows);
         self.ports.swap_remove(row, rows);
         self.port_holders.swap_remove(row);
-        self.node_pods.swap_remove(row);
+        self.placed.0.get_mut().node_pods.swap_remove(row);
         for t in &mut self.terms {
             t.per_node.swap_remove(row);
         }
@@ -501,12 +572,7 @@ impl NodeTable {
         assumed: bool,
         alike: &mut Option<(Arc<PodInfo>, CountedIn)>,
     ) -> Result<Placement, TableError> {
-        let reusable = alike.as_ref().is_some_and(|(first, counted)| {
-            counted.terms == self.terms.len() && counted_alike(first, &pod.info)
-        });
-        if !reusable {
-            *alike = Some((pod.info.clone(), self.terms_of(&pod.info)));
-        }
+        self.count_alike(&pod.info, alike);
         let node = self.names[row].clone();
         self.add_pod_with(
             pod,
@@ -517,18 +583,73 @@ impl NodeTable {
         )
     }
 
+    /// Makes `alike` the terms `pod` is counted in: kept when the pod it was worked out for
+    /// is counted alike and no term was registered since, else worked out again.
+    fn count_alike(&mut self, pod: &Arc<PodInfo>, alike: &mut Option<(Arc<PodInfo>, CountedIn)>) {
+        let reusable = alike.as_ref().is_some_and(|(first, counted)| {
+            counted.terms == self.terms.len() && counted_alike(first, pod)
+        });
+        if !reusable {
+            *alike = Some((pod.clone(), self.terms_of(pod)));
+        }
+    }
+
+    /// The committer's placement of a pod on `row`, in two halves. This one, under the
+    /// table's upgradable read (beside the workers' reads), indexes the pod and checks that
+    /// the table has no other placement of it; [`NodeTable::account_claimed`], under the
+    /// write lock the caller upgrades to before it lets the table go, counts it in the
+    /// columns. Between the two the columns do not count it: the caller checks the fit of
+    /// its next placements with what it claimed added (as a batch's placements are checked).
+    pub fn claim(&self, pod: Placing, row: usize, assumed: bool) -> Claim {
+        let mut ix = self.placed.0.lock();
+        match ix.pods.get(&pod.id) {
+            Some(e) if *e.node == *self.names[row] => return Claim::Known(pod),
+            Some(_) => return Claim::Elsewhere,
+            None => {}
+        }
+        let claimed = Claimed {
+            info: pod.info.clone(),
+            id: pod.id.clone(),
+            row,
+        };
+        ix.insert(pod, Some(row), self.names[row].clone(), assumed);
+        Claim::Claimed(claimed)
+    }
+
+    /// Counts a pod [`NodeTable::claim`] indexed, with `alike` as in
+    /// [`NodeTable::add_pod_alike`]; no other placement came between the two.
+    pub fn account_claimed(
+        &mut self,
+        claimed: Claimed,
+        alike: &mut Option<(Arc<PodInfo>, CountedIn)>,
+    ) {
+        let Claimed { info, id, row } = claimed;
+        self.count_alike(&info, alike);
+        self.placing(&id, &info);
+        self.account_with(row, &info, true, alike.as_ref().map(|(_, c)| c));
+    }
+
+    /// What a new placement of a pod changes beside its row: it ends the pod's nomination
+    /// (on that node or any other), and counts its priority.
+    fn placing(&mut self, id: &str, info: &PodInfo) {
+        self.unnominate(id);
+        self.generation += 1;
+        self.count_priority(info.priority, true);
+    }
+
     /// `row` is `node`'s row, `None` when the table has no such node.
     fn add_pod_with(
         &mut self,
-        Placing { info, id, key }: Placing,
+        pod: Placing,
         row: Option<usize>,
         node: &str,
         assumed: bool,
         alike: Option<&CountedIn>,
     ) -> Result<Placement, TableError> {
-        if let Some(e) = self.pods.get(&id) {
+        let Placing { info, id } = pod;
+        if let Some(e) = self.placed.0.get_mut().pods.get(&id) {
             if *e.node != *node {
-                return Err(TableError::AlreadyPlaced(key, e.node.to_string()));
+                return Err(TableError::AlreadyPlaced(info.key(), e.node.to_string()));
             }
             let was_assumed = e.assumed;
             let old = e.info.clone();
@@ -543,6 +664,9 @@ impl NodeTable {
                 Some(old)
             };
             let e = self
+                .placed
+                .0
+                .get_mut()
                 .pods
                 .get_mut(&id)
                 .expect("invariant: the entry was just read");
@@ -553,94 +677,87 @@ impl NodeTable {
                 replaced,
             });
         }
-        // A placement ends the pod's nomination (on that node or any other).
-        self.unnominate(&id);
-        self.generation += 1;
-        self.count_priority(info.priority, true);
+        self.placing(&id, &info);
         let node = match row {
             Some(row) => {
                 self.account_with(row, &info, true, alike);
-                self.node_pods[row].push(id.clone());
                 self.names[row].clone()
             }
-            None => {
-                self.orphans
-                    .entry(node.to_string())
-                    .or_default()
-                    .push(id.clone());
-                node.into()
-            }
+            None => node.into(),
         };
-        self.named.entry(key).or_default().push(id.clone());
-        self.pods.insert(
-            id,
-            PodEntry {
-                info,
-                node,
-                assumed,
-            },
-        );
+        self.placed
+            .0
+            .get_mut()
+            .insert(Placing { info, id }, row, node, assumed);
         Ok(Placement::New)
     }
 
     /// Stops accounting a pod (deleted, finished, or its Bind was refused), by
     /// [`PodInfo::id`].
     pub fn remove_pod(&mut self, id: &str) -> Option<PodEntry> {
-        let entry = self.pods.remove(id)?;
-        self.generation += 1;
-        self.count_priority(entry.info.priority, false);
-        let name = entry.info.key();
-        if let Some(ids) = self.named.get_mut(&name) {
-            ids.retain(|i| **i != *id);
-            if ids.is_empty() {
-                self.named.remove(&name);
-            }
-        }
-        match self.row(&entry.node) {
+        let row = {
+            let ix = self.placed.0.get_mut();
+            let entry = ix.pods.get(id)?;
+            self.index.get(&*entry.node).map(|&r| r as usize)
+        };
+        let ix = self.placed.0.get_mut();
+        let entry = ix.pods.remove(id)?;
+        match row {
             Some(row) => {
-                self.account(row, &entry.info, false);
-                let list = &mut self.node_pods[row];
+                let list = &mut ix.node_pods[row];
                 if let Some(i) = list.iter().position(|k| **k == *id) {
                     list.swap_remove(i);
                 }
             }
             None => {
-                if let Some(list) = self.orphans.get_mut(&*entry.node) {
+                if let Some(list) = ix.orphans.get_mut(&*entry.node) {
                     list.retain(|k| **k != *id);
                 }
             }
         }
+        self.generation += 1;
+        self.count_priority(entry.info.priority, false);
+        if let Some(row) = row {
+            self.account(row, &entry.info, false);
+        }
         Some(entry)
     }
 
-    /// The pods accounted under `namespace/name`, with their ids.
-    pub fn named(&self, key: &str) -> impl Iterator<Item = (&str, &PodEntry)> {
-        self.named
-            .get(key)
-            .into_iter()
-            .flatten()
-            .filter_map(|id| Some((&**id, self.pods.get(id)?)))
+    /// The pod the table accounts under `id` ([`PodInfo::id`]), if any.
+    pub fn pod(&self, id: &str) -> Option<PodEntry> {
+        self.placed.0.lock().pods.get(id).cloned()
     }
 
-    /// The store holds the pod `id` under `namespace/name` (`key`): every confirmed pod of
-    /// that name with another id is gone (deleted, perhaps re-created, while the informer
-    /// was away) and stops counting. Assumed ones stay: their Bind is in flight, and its
-    /// refusal takes them out. Whether any went.
-    pub fn remove_replaced(&mut self, key: &str, id: &str) -> bool {
-        let gone: Vec<String> = self
-            .named(key)
-            .filter(|(other, e)| *other != id && !e.assumed)
-            .map(|(other, _)| other.to_string())
-            .collect();
-        for other in &gone {
-            self.remove_pod(other);
-        }
-        !gone.is_empty()
+    /// Whether the table accounts a pod under `id`.
+    pub fn has_pod(&self, id: &str) -> bool {
+        self.placed.0.lock().pods.contains_key(id)
+    }
+
+    /// How many pods the table accounts (placed on a node it has or not).
+    pub fn pod_count(&self) -> usize {
+        self.placed.0.lock().pods.len()
+    }
+
+    /// Every pod the table accounts, with its id.
+    pub fn pods(&self) -> Vec<(PodId, PodEntry)> {
+        let ix = self.placed.0.lock();
+        ix.pods
+            .iter()
+            .map(|(id, e)| (id.clone(), e.clone()))
+            .collect()
     }
 
     /// The pods on row `row`.
-    pub fn pods_on(&self, row: usize) -> impl Iterator<Item = &PodEntry> {
-        self.node_pods[row].iter().filter_map(|k| self.pods.get(k))
+    ///
+    /// Under a plain read of the table, the pods a commit in progress has claimed may show
+    /// here before the columns count them ([`NodeTable::claim`]); under its upgradable read
+    /// or write lock the two agree.
+    pub fn pods_on(&self, row: usize) -> Vec<PodEntry> {
+        let ix = self.placed.0.lock();
+        ix.node_pods[row]
+            .iter()
+            .filter_map(|k| ix.pods.get(k).cloned())
+            .collect()
     }
 
     fn account(&mut self, row: usize, pod: &PodInfo, add: bool) {
@@ -725,7 +842,7 @@ impl NodeTable {
     pub fn nominate(&mut self, info: Arc<PodInfo>, node: &str) {
         let id = info.id();
         self.unnominate(&id);
-        if self.pods.contains_key(id.as_str()) {
+        if self.placed.0.get_mut().pods.contains_key(id.as_str()) {
             return; // placed already: its placement holds its room
         }
         let Some(row) = self.row(node) else { return };
@@ -837,11 +954,12 @@ impl NodeTable {
         }
         let mut per_row = Vec::with_capacity(self.len());
         let key = &term.key;
-        for (row, ids) in self.node_pods.iter().enumerate() {
+        let ix = self.placed.0.lock();
+        for (row, ids) in ix.node_pods.iter().enumerate() {
             let d = column.col[row];
             let mut counted = 0;
             for id in ids {
-                let Some(e) = self.pods.get(id) else { continue };
+                let Some(e) = ix.pods.get(id) else { continue };
                 let counts = match &key.role {
                     TermRole::Matches => term.selects(&e.info),
                     // The pod's own term with this key: compared field by field (the key's
