@@ -277,12 +277,27 @@ proptest! {
         // Terms registered first, so every later event must move their counts.
         filter::register_terms(&mut core.table.write(), &probe);
         let live = apply(&handlers, &ops);
+        // And terms registered after the events: counted over the pods placed then.
+        let late = PodInfo::from_pod(&{
+            let mut p = anti_db("late");
+            p.spec.affinity = Some(Affinity {
+                pod_anti_affinity: Some(PodAffinity {
+                    required: vec![term("cache", ZONE), term("web", HOST)],
+                    preferred: Vec::new(),
+                    other: Default::default(),
+                }),
+                ..Affinity::default()
+            });
+            p
+        });
+        filter::register_terms(&mut core.table.write(), &late);
 
         let (fresh, fresh_handlers) = core_with_nodes();
         filter::register_terms(&mut fresh.table.write(), &probe);
         for p in live.into_values() {
             fresh_handlers.on_pod(&Event::Added(Object::Pod(p)));
         }
+        filter::register_terms(&mut fresh.table.write(), &late);
         same_counts(&core.table.read(), &fresh.table.read());
     }
 }

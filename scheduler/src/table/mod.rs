@@ -34,6 +34,7 @@ use skiff_proto::api::{LabelSelector, TaintEffect};
 use crate::model::{NodeInfo, PodInfo, Resources, term_namespaces};
 
 mod columns;
+mod label_sets;
 mod terms;
 pub use columns::{BitRows, Interner, LabelColumn};
 pub use terms::{HARD_POD_AFFINITY_WEIGHT, Term, TermKey, TermRole, owned_terms};
@@ -83,12 +84,15 @@ pub enum Placement {
 pub struct Placing {
     pub info: Arc<PodInfo>,
     id: PodId,
+    /// The hash of its label set.
+    labels: u64,
 }
 
 impl Placing {
     pub fn new(info: Arc<PodInfo>) -> Self {
         Placing {
             id: info.id().into(),
+            labels: label_sets::label_hash(&info),
             info,
         }
     }
@@ -113,6 +117,8 @@ struct PodIndex {
     /// By [`PodInfo::id`].
     pods: HashMap<PodId, PodEntry>,
     node_pods: Vec<Vec<PodId>>,
+    /// The label sets of the pods on each row, for counting new terms.
+    label_sets: label_sets::LabelSets,
     /// Pods bound to nodes the table does not have yet, by node name.
     orphans: HashMap<String, Vec<PodId>>,
 }
@@ -121,9 +127,12 @@ impl PodIndex {
     /// Indexes a pod not indexed yet, on `row` (`None`: on `node`, which the table does not
     /// have).
     fn insert(&mut self, pod: Placing, row: Option<usize>, node: Arc<str>, assumed: bool) {
-        let Placing { info, id } = pod;
+        let Placing { info, id, labels } = pod;
         match row {
-            Some(row) => self.node_pods[row].push(id.clone()),
+            Some(row) => {
+                self.node_pods[row].push(id.clone());
+                self.label_sets.count(row, &info, labels, true);
+            }
             None => self
                 .orphans
                 .entry(node.to_string())
@@ -301,7 +310,10 @@ impl NodeTable {
         if let Some(waiting) = ix.orphans.remove(&*self.names[row]) {
             for key in waiting {
                 if let Some(entry) = ix.pods.get(&key) {
-                    back.push(entry.info.clone());
+                    let info = entry.info.clone();
+                    ix.label_sets
+                        .count(row, &info, label_sets::label_hash(&info), true);
+                    back.push(info);
                     ix.node_pods[row].push(key);
                 }
             }
@@ -333,7 +345,9 @@ impl NodeTable {
         self.taints.push_row();
         self.ports.push_row();
         self.port_holders.push(HashMap::default());
-        self.placed.0.get_mut().node_pods.push(Vec::new());
+        let ix = self.placed.0.get_mut();
+        ix.node_pods.push(Vec::new());
+        ix.label_sets.push_row();
         for t in &mut self.terms {
             t.per_node.push(0);
         }
@@ -522,7 +536,9 @@ impl NodeTable {
         self.taints.swap_remove(row, rows);
         self.ports.swap_remove(row, rows);
         self.port_holders.swap_remove(row);
-        self.placed.0.get_mut().node_pods.swap_remove(row);
+        let ix = self.placed.0.get_mut();
+        ix.node_pods.swap_remove(row);
+        ix.label_sets.swap_remove_row(row);
         for t in &mut self.terms {
             t.per_node.swap_remove(row);
         }
@@ -646,7 +662,7 @@ impl NodeTable {
         assumed: bool,
         alike: Option<&CountedIn>,
     ) -> Result<Placement, TableError> {
-        let Placing { info, id } = pod;
+        let Placing { info, id, labels } = pod;
         if let Some(e) = self.placed.0.get_mut().pods.get(&id) {
             if *e.node != *node {
                 return Err(TableError::AlreadyPlaced(info.key(), e.node.to_string()));
@@ -660,6 +676,9 @@ impl NodeTable {
                 if let Some(row) = row {
                     self.account(row, &old, false);
                     self.account(row, &info, true);
+                    let sets = &mut self.placed.0.get_mut().label_sets;
+                    sets.count(row, &old, label_sets::label_hash(&old), false);
+                    sets.count(row, &info, labels, true);
                 }
                 Some(old)
             };
@@ -688,7 +707,7 @@ impl NodeTable {
         self.placed
             .0
             .get_mut()
-            .insert(Placing { info, id }, row, node, assumed);
+            .insert(Placing { info, id, labels }, row, node, assumed);
         Ok(Placement::New)
     }
 
@@ -708,6 +727,8 @@ impl NodeTable {
                 if let Some(i) = list.iter().position(|k| **k == *id) {
                     list.swap_remove(i);
                 }
+                let hash = label_sets::label_hash(&entry.info);
+                ix.label_sets.count(row, &entry.info, hash, false);
             }
             None => {
                 if let Some(list) = ix.orphans.get_mut(&*entry.node) {
@@ -955,23 +976,27 @@ impl NodeTable {
         let mut per_row = Vec::with_capacity(self.len());
         let key = &term.key;
         let ix = self.placed.0.lock();
+        if key.role == TermRole::Matches {
+            let selected = ix.label_sets.count_selected(|pod| term.selects(pod));
+            for (row, counted) in selected.into_iter().enumerate() {
+                term.add(row, column.col[row], counted);
+            }
+            return Some(term);
+        }
         for (row, ids) in ix.node_pods.iter().enumerate() {
             let d = column.col[row];
             let mut counted = 0;
             for id in ids {
                 let Some(e) = ix.pods.get(id) else { continue };
-                let counts = match &key.role {
-                    TermRole::Matches => term.selects(&e.info),
-                    // The pod's own term with this key: compared field by field (the key's
-                    // selector string is that selector's JSON, and equal selectors give equal
-                    // JSON), without encoding each placed pod's selectors.
-                    role => owned_terms(&e.info).any(|(r, t)| {
-                        r == *role
-                            && t.topology_key == key.topology_key
-                            && t.label_selector.as_ref() == term.selector.as_ref()
-                            && term_namespaces(t, &e.info.namespace) == key.namespaces
-                    }),
-                };
+                // The pod's own term with this key: compared field by field (the key's
+                // selector string is that selector's JSON, and equal selectors give equal
+                // JSON), without encoding each placed pod's selectors.
+                let counts = owned_terms(&e.info).any(|(r, t)| {
+                    r == key.role
+                        && t.topology_key == key.topology_key
+                        && t.label_selector.as_ref() == term.selector.as_ref()
+                        && term_namespaces(t, &e.info.namespace) == key.namespaces
+                });
                 counted += u32::from(counts);
             }
             per_row.push((row, d, counted));
