@@ -229,6 +229,7 @@ pub fn run(config: &Config, progress: impl Fn(usize) + Send + Sync + 'static) ->
     let done = Arc::new(Latch::default());
     let total = config.pods;
     let progress = Arc::new(progress);
+    let shown = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
     let pool = Pool::start(
         core.clone(),
@@ -240,12 +241,13 @@ pub fn run(config: &Config, progress: impl Fn(usize) + Send + Sync + 'static) ->
         || {
             let mine = Arc::new(Mutex::new(Latencies::new()));
             latencies.lock().push(mine.clone());
-            let (d, u, s, dn, progress) = (
+            let (d, u, s, dn, progress, shown) = (
                 decided.clone(),
                 unschedulable.clone(),
                 seen.clone(),
                 done.clone(),
                 progress.clone(),
+                shown.clone(),
             );
             move |verdicts: Vec<Verdict>| {
                 let mut lat = mine.lock();
@@ -269,7 +271,8 @@ pub fn run(config: &Config, progress: impl Fn(usize) + Send + Sync + 'static) ->
                     }
                 }
                 let now = d.fetch_add(new, Ordering::Relaxed) + new;
-                progress(now);
+                // Sinks report at once: the highest count shown so far is what is shown.
+                progress(shown.fetch_max(now, Ordering::Relaxed).max(now));
                 if now >= total {
                     dn.set();
                 }

@@ -251,13 +251,28 @@ fn add_constant(totals: &mut [f32], c: f32) {
 /// Rows per block of the best-row index.
 const BLOCK: usize = 256;
 
-/// What a batch has put on a row beyond the table.
+/// What a batch (or a commit) has put on a row beyond what the table counts.
 #[derive(Debug, Default, Clone)]
-struct Overlay {
-    req: Resources,
-    pods: i64,
+pub(crate) struct Overlay {
+    pub(crate) req: Resources,
+    pub(crate) pods: i64,
     nz_cpu: i64,
     nz_mem: i64,
+}
+
+impl Overlay {
+    pub(crate) fn add(&mut self, pod: &PodInfo) {
+        self.req.add(&pod.requests);
+        self.pods += 1;
+        self.nz_cpu += pod.nonzero_milli_cpu;
+        self.nz_mem += pod.nonzero_memory;
+    }
+
+    /// Whether `pod`'s host ports are taken here by what the overlay holds: pods of one
+    /// signature ask for the same ports.
+    pub(crate) fn holds_ports_of(&self, pod: &PodInfo) -> bool {
+        self.pods > 0 && !pod.host_ports.is_empty()
+    }
 }
 
 /// One batch in progress.
@@ -433,10 +448,7 @@ impl<'a> Batch<'a> {
     fn place(&mut self, t: &NodeTable, row: usize) {
         let p = self.pod;
         let o = self.overlay.entry(row).or_default();
-        o.req.add(&p.requests);
-        o.pods += 1;
-        o.nz_cpu += p.nonzero_milli_cpu;
-        o.nz_mem += p.nonzero_memory;
+        o.add(p);
         self.used_cpu[row] = (t.nz_cpu[row] + o.nz_cpu) as f32;
         self.used_mem[row] = (t.nz_mem[row] + o.nz_mem) as f32;
         let version = self.ctx.version;
@@ -461,10 +473,7 @@ impl<'a> Batch<'a> {
     /// when the row entered the batch; the term filters are redone separately).
     fn row_fits_resources(&self, t: &NodeTable, row: usize) -> bool {
         let o = self.overlay.get(&row).cloned().unwrap_or_default();
-        if !self.pod.host_ports.is_empty() && o.pods > 0 {
-            return false;
-        }
-        filter::fits_resources(t, self.pod, row, &o.req, o.pods)
+        !o.holds_ports_of(self.pod) && filter::fits_resources(t, self.pod, row, &o.req, o.pods)
     }
 
     fn diagnose(&self, t: &NodeTable) -> Diagnosis {
@@ -473,7 +482,7 @@ impl<'a> Batch<'a> {
             (0..t.len()).map(|row| {
                 let o = self.overlay.get(&row).cloned().unwrap_or_default();
                 let mut why = filter::check_row(t, self.pod, &self.ctx, row, &o.req, o.pods);
-                if why.is_empty() && !self.pod.host_ports.is_empty() && o.pods > 0 {
+                if why.is_empty() && o.holds_ports_of(self.pod) {
                     why.push(filter::Reason::Ports);
                 }
                 why

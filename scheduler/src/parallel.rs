@@ -26,13 +26,13 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard};
 
-use crate::engine::{self, Outcome, Rng};
+use crate::engine::{self, Outcome, Overlay, Rng};
 use crate::filter::{self, Diagnosis, PodCtx};
 use crate::kernels::Kernels;
 use crate::model::{PodInfo, Resources};
 use crate::preemption;
 use crate::queue::{Done, PlacedFlag, Queue};
-use crate::table::{Claim, NodeTable, Placing};
+use crate::table::{NodeTable, Placing};
 
 /// What became of one pod's attempt.
 #[derive(Debug, Clone)]
@@ -389,20 +389,6 @@ fn preempt(
     outcome
 }
 
-/// What one commit has claimed on a row.
-#[derive(Debug, Default)]
-struct RowAdded {
-    requests: Resources,
-    pods: i64,
-}
-
-impl RowAdded {
-    fn add(&mut self, pod: &PodInfo) {
-        self.requests.add(&pod.requests);
-        self.pods += 1;
-    }
-}
-
 /// Re-checks and commits one proposal; reports every pod to the queue (before the sink hears
 /// of it: what happens once a verdict is out, the queue must be able to act on).
 ///
@@ -438,10 +424,9 @@ fn commit(core: &Core, p: Proposal, rng: &mut Rng) -> Vec<Verdict> {
         let mut ctx = (!quick && placing_any).then(|| PodCtx::new(&table, first, &core.kernels));
         // What this commit's claims put on each row, which the columns do not count until
         // the upgrade.
-        let mut added: foldhash::HashMap<usize, RowAdded> = Default::default();
-        let zero = Resources::ZERO;
-        let mut claimed = Vec::with_capacity(placing.len());
-        let mut known = Vec::new();
+        let mut added: foldhash::HashMap<usize, Overlay> = Default::default();
+        let none = Overlay::default();
+        let mut claims = NodeTable::claims(&table);
         for (((pod, outcome), placing), flag) in
             p.pods.iter().zip(p.outcomes).zip(placing).zip(p.flags)
         {
@@ -453,58 +438,36 @@ fn commit(core: &Core, p: Proposal, rng: &mut Rng) -> Vec<Verdict> {
                         table.row(&node)
                     };
                     let fits = |row: usize| {
-                        let (req, pods) = added
-                            .get(&row)
-                            .map_or((&zero, 0), |a| (&a.requests, a.pods));
-                        // Pods of one signature ask for the same host ports.
-                        if pods > 0 && !pod.host_ports.is_empty() {
+                        let o = added.get(&row).unwrap_or(&none);
+                        if o.holds_ports_of(pod) {
                             return false;
                         }
                         if quick {
-                            return filter::still_fits_with(&table, pod, row, req, pods);
+                            return filter::still_fits_with(&table, pod, row, &o.req, o.pods);
                         }
                         ctx.as_ref().is_some_and(|ctx| {
-                            filter::check_row(&table, pod, ctx, row, req, pods).is_empty()
+                            filter::check_row(&table, pod, ctx, row, &o.req, o.pods).is_empty()
                         })
                     };
-                    let Some(row) = row.filter(|&row| fits(row)) else {
-                        retry.push(pod.clone());
-                        continue;
-                    };
-                    match table.claim(placing, row, true) {
-                        Claim::Claimed(c) => {
-                            claimed.push(c);
+                    // A pod the table accounts already was bound since it was popped.
+                    match row.filter(|&row| fits(row)) {
+                        Some(row) if claims.claim(placing, row) => {
                             added.entry(row).or_default().add(pod);
                             if let Some(ctx) = ctx.as_mut() {
                                 ctx.place(&table, row);
                             }
                             placed.push((pod.clone(), flag, node));
                         }
-                        Claim::Known(placing) => known.push((placing, row, pod, flag, node)),
-                        Claim::Elsewhere => retry.push(pod.clone()),
+                        _ => retry.push(pod.clone()),
                     }
                 }
                 (Some(Err(diagnosis)), _) => unplaced.push((pod.clone(), diagnosis)),
                 _ => retry.push(pod.clone()),
             }
         }
-        if !claimed.is_empty() || !known.is_empty() {
-            let mut table = RwLockUpgradableReadGuard::upgrade(table);
-            // The pods of a batch share a signature: the terms that count them are worked
-            // out once.
-            let mut alike = None;
-            for c in claimed {
-                table.account_claimed(c, &mut alike);
-            }
-            // The table had these on their node already (bound, the informer's word come
-            // first): their fit was checked with the claims' room added.
-            for (placing, row, pod, flag, node) in known {
-                if table.add_pod_alike(placing, row, true, &mut alike).is_ok() {
-                    placed.push((pod.clone(), flag, node));
-                } else {
-                    retry.push(pod.clone());
-                }
-            }
+        let claimed = claims.into_claimed();
+        if !claimed.is_empty() {
+            RwLockUpgradableReadGuard::upgrade(table).account_claimed(claimed);
         }
     }
     let placed: Vec<_> = placed

@@ -355,30 +355,28 @@ impl Handlers {
 
     /// As [`Handlers::remove_replaced`], under the table's write lock.
     fn remove_replaced_in(&self, table: &mut NodeTable, key: &str, id: &str) -> bool {
-        let mut confirmed = self.confirmed.lock();
-        let Some(ids) = confirmed.get_mut(key) else {
-            return false;
-        };
         let mut freed = false;
-        ids.retain(|other| {
+        self.forget_confirmed(key, |other| {
             if other == id {
-                return true;
+                return false;
             }
-            // Bound once, so never assumed since: a placement of ours is under a new id.
+            // The table holds a bound pod as bound until it is removed.
             freed |= table.remove_pod(other).is_some();
-            false
+            true
         });
-        if ids.is_empty() {
-            confirmed.remove(key);
-        }
         freed
     }
 
     /// The bound pod `id` left the table.
     fn unconfirm(&self, key: &str, id: &str) {
+        self.forget_confirmed(key, |other| other == id);
+    }
+
+    /// Forgets the ids bound under `key` that `gone` says are gone.
+    fn forget_confirmed(&self, key: &str, mut gone: impl FnMut(&str) -> bool) {
         let mut confirmed = self.confirmed.lock();
         if let Some(ids) = confirmed.get_mut(key) {
-            ids.retain(|other| other != id);
+            ids.retain(|other| !gone(other));
             if ids.is_empty() {
                 confirmed.remove(key);
             }

@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 // Keyed by pod and node names, hashed on every placement under the table's write lock:
 // foldhash (randomly seeded per map), several times faster than SipHash on short keys.
 use foldhash::HashMap;
+use parking_lot::RwLockUpgradableReadGuard;
 use std::sync::Arc;
 
 use skiff_proto::api::pod::PodAffinityTerm;
@@ -82,7 +83,7 @@ pub enum Placement {
 /// table's lock is taken.
 #[derive(Debug, Clone)]
 pub struct Placing {
-    pub info: Arc<PodInfo>,
+    info: Arc<PodInfo>,
     id: PodId,
     /// The hash of its label set.
     labels: u64,
@@ -121,6 +122,8 @@ struct PodIndex {
     label_sets: label_sets::LabelSets,
     /// Pods bound to nodes the table does not have yet, by node name.
     orphans: HashMap<String, Vec<PodId>>,
+    /// Pods claimed and not counted yet ([`Claims`]): none outside a commit.
+    pending: usize,
 }
 
 impl PodIndex {
@@ -129,10 +132,7 @@ impl PodIndex {
     fn insert(&mut self, pod: Placing, row: Option<usize>, node: Arc<str>, assumed: bool) {
         let Placing { info, id, labels } = pod;
         match row {
-            Some(row) => {
-                self.node_pods[row].push(id.clone());
-                self.label_sets.count(row, &info, labels, true);
-            }
+            Some(row) => self.attach(row, id.clone(), &info, labels),
             None => self
                 .orphans
                 .entry(node.to_string())
@@ -148,9 +148,32 @@ impl PodIndex {
             },
         );
     }
+
+    /// Puts pod `id` on row `row`'s lists (`labels`: its [`label_sets::label_hash`]).
+    fn attach(&mut self, row: usize, id: PodId, info: &Arc<PodInfo>, labels: u64) {
+        self.node_pods[row].push(id);
+        self.label_sets.count(row, info, labels, true);
+    }
+
+    /// Takes pod `id` off row `row`'s lists.
+    fn detach(&mut self, row: usize, id: &str, info: &Arc<PodInfo>) {
+        let list = &mut self.node_pods[row];
+        if let Some(i) = list.iter().position(|k| **k == *id) {
+            list.swap_remove(i);
+        }
+        self.label_sets
+            .count(row, info, label_sets::label_hash(info), false);
+    }
+
+    /// Whether any claim is waiting to be counted (a commit in progress: only its holder of
+    /// the table's upgradable read may see the index then).
+    fn claims_pending(&self) -> bool {
+        self.pending > 0
+    }
 }
 
-/// A lock that clones what it guards (for [`NodeTable`]'s `Clone`).
+/// A lock that clones what it guards (for [`NodeTable`]'s `Clone`, which copies a commit's
+/// claims not yet counted unless the table's upgradable read or write lock is held).
 #[derive(Debug, Default)]
 struct Guarded<T>(parking_lot::Mutex<T>);
 
@@ -160,24 +183,61 @@ impl<T: Clone> Clone for Guarded<T> {
     }
 }
 
-/// What [`NodeTable::claim`] did with a placement.
+/// A commit's placements, indexed under the table's upgradable read and not counted in the
+/// columns yet: the first half of [`NodeTable::claims`]. Dropped before
+/// [`Claims::into_claimed`] (a panic between the two halves), it takes its pods out of the
+/// index again, so the index never keeps a pod the columns do not count.
 #[derive(Debug)]
-pub enum Claim {
-    /// Indexed; it counts nowhere until [`NodeTable::account_claimed`].
-    Claimed(Claimed),
-    /// The table already has the pod on that node: [`NodeTable::add_pod_alike`] decides.
-    Known(Placing),
-    /// The table has the pod on another node.
-    Elsewhere,
+pub struct Claims<'t> {
+    table: &'t NodeTable,
+    claimed: Vec<(Arc<PodInfo>, PodId, usize)>,
 }
 
-/// A pod indexed by [`NodeTable::claim`] and not counted yet.
+/// Pods indexed by [`Claims`], to be counted by [`NodeTable::account_claimed`] under the
+/// write lock the same upgradable read was upgraded to.
 #[derive(Debug)]
-#[must_use = "a claimed pod must be accounted before the table's lock goes"]
-pub struct Claimed {
-    info: Arc<PodInfo>,
-    id: PodId,
-    row: usize,
+#[must_use = "claimed pods must be counted before the table's lock goes"]
+pub struct Claimed(Vec<(Arc<PodInfo>, PodId, usize)>);
+
+impl Claimed {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Claims<'_> {
+    /// Indexes `pod` on `row`, assumed, unless the table already accounts it (bound by
+    /// another scheduler, or by hand, since the pod was popped): then whether it was claimed.
+    pub fn claim(&mut self, pod: Placing, row: usize) -> bool {
+        let t = self.table;
+        let mut ix = t.placed.0.lock();
+        if ix.pods.contains_key(&pod.id) {
+            return false;
+        }
+        ix.pending += 1;
+        self.claimed.push((pod.info.clone(), pod.id.clone(), row));
+        ix.insert(pod, Some(row), t.names[row].clone(), true);
+        true
+    }
+
+    /// The claims, for [`NodeTable::account_claimed`].
+    pub fn into_claimed(mut self) -> Claimed {
+        Claimed(std::mem::take(&mut self.claimed))
+    }
+}
+
+impl Drop for Claims<'_> {
+    fn drop(&mut self) {
+        if self.claimed.is_empty() {
+            return;
+        }
+        let mut ix = self.table.placed.0.lock();
+        for (info, id, row) in self.claimed.drain(..) {
+            ix.pods.remove(&id);
+            ix.detach(row, &id, &info);
+            ix.pending -= 1;
+        }
+    }
 }
 
 /// See the module documentation.
@@ -306,15 +366,14 @@ impl NodeTable {
         };
         self.set_row(row, info);
         let ix = self.placed.0.get_mut();
+        debug_assert!(!ix.claims_pending(), "a node added during a commit");
         let mut back = Vec::new();
         if let Some(waiting) = ix.orphans.remove(&*self.names[row]) {
             for key in waiting {
                 if let Some(entry) = ix.pods.get(&key) {
                     let info = entry.info.clone();
-                    ix.label_sets
-                        .count(row, &info, label_sets::label_hash(&info), true);
+                    ix.attach(row, key, &info, label_sets::label_hash(&info));
                     back.push(info);
-                    ix.node_pods[row].push(key);
                 }
             }
         }
@@ -500,6 +559,7 @@ impl NodeTable {
             }
         }
         let ix = self.placed.0.get_mut();
+        debug_assert!(!ix.claims_pending(), "a node removed during a commit");
         let keys = std::mem::take(&mut ix.node_pods[row]);
         let gone: Vec<Arc<PodInfo>> = keys
             .iter()
@@ -610,39 +670,31 @@ impl NodeTable {
         }
     }
 
-    /// The committer's placement of a pod on `row`, in two halves. This one, under the
-    /// table's upgradable read (beside the workers' reads), indexes the pod and checks that
-    /// the table has no other placement of it; [`NodeTable::account_claimed`], under the
-    /// write lock the caller upgrades to before it lets the table go, counts it in the
-    /// columns. Between the two the columns do not count it: the caller checks the fit of
-    /// its next placements with what it claimed added (as a batch's placements are checked).
-    pub fn claim(&self, pod: Placing, row: usize, assumed: bool) -> Claim {
-        let mut ix = self.placed.0.lock();
-        match ix.pods.get(&pod.id) {
-            Some(e) if *e.node == *self.names[row] => return Claim::Known(pod),
-            Some(_) => return Claim::Elsewhere,
-            None => {}
+    /// The committer's placements, in two halves. The first, [`Claims::claim`], under the
+    /// table's upgradable read (beside the workers' reads), indexes each pod, assumed, and
+    /// checks that the table has no other placement of it. The second,
+    /// [`NodeTable::account_claimed`], under the write lock that read is upgraded to, counts
+    /// them in the columns. Between the two the columns do not count them: the caller checks
+    /// the fit of its next placements with what it claimed added, as a batch's placements
+    /// are checked. Taking the upgradable read keeps any other commit, and every writer,
+    /// out until the claims are counted.
+    pub fn claims<'t>(table: &'t RwLockUpgradableReadGuard<'_, NodeTable>) -> Claims<'t> {
+        Claims {
+            table,
+            claimed: Vec::new(),
         }
-        let claimed = Claimed {
-            info: pod.info.clone(),
-            id: pod.id.clone(),
-            row,
-        };
-        ix.insert(pod, Some(row), self.names[row].clone(), assumed);
-        Claim::Claimed(claimed)
     }
 
-    /// Counts a pod [`NodeTable::claim`] indexed, with `alike` as in
-    /// [`NodeTable::add_pod_alike`]; no other placement came between the two.
-    pub fn account_claimed(
-        &mut self,
-        claimed: Claimed,
-        alike: &mut Option<(Arc<PodInfo>, CountedIn)>,
-    ) {
-        let Claimed { info, id, row } = claimed;
-        self.count_alike(&info, alike);
-        self.placing(&id, &info);
-        self.account_with(row, &info, true, alike.as_ref().map(|(_, c)| c));
+    /// Counts what [`Claims`] indexed. Pods of one signature share the terms they are
+    /// counted in, worked out once, as [`NodeTable::add_pod_alike`] shares them.
+    pub fn account_claimed(&mut self, claimed: Claimed) {
+        let mut alike = None;
+        for (info, id, row) in claimed.0 {
+            self.placed.0.get_mut().pending -= 1;
+            self.count_alike(&info, &mut alike);
+            self.placing(&id, &info);
+            self.account_with(row, &info, true, alike.as_ref().map(|(_, c)| c));
+        }
     }
 
     /// What a new placement of a pod changes beside its row: it ends the pod's nomination
@@ -676,9 +728,9 @@ impl NodeTable {
                 if let Some(row) = row {
                     self.account(row, &old, false);
                     self.account(row, &info, true);
-                    let sets = &mut self.placed.0.get_mut().label_sets;
-                    sets.count(row, &old, label_sets::label_hash(&old), false);
-                    sets.count(row, &info, labels, true);
+                    let ix = self.placed.0.get_mut();
+                    ix.detach(row, &id, &old);
+                    ix.attach(row, id.clone(), &info, labels);
                 }
                 Some(old)
             };
@@ -716,20 +768,14 @@ impl NodeTable {
     pub fn remove_pod(&mut self, id: &str) -> Option<PodEntry> {
         let row = {
             let ix = self.placed.0.get_mut();
+            debug_assert!(!ix.claims_pending(), "a pod removed during a commit");
             let entry = ix.pods.get(id)?;
             self.index.get(&*entry.node).map(|&r| r as usize)
         };
         let ix = self.placed.0.get_mut();
         let entry = ix.pods.remove(id)?;
         match row {
-            Some(row) => {
-                let list = &mut ix.node_pods[row];
-                if let Some(i) = list.iter().position(|k| **k == *id) {
-                    list.swap_remove(i);
-                }
-                let hash = label_sets::label_hash(&entry.info);
-                ix.label_sets.count(row, &entry.info, hash, false);
-            }
+            Some(row) => ix.detach(row, id, &entry.info),
             None => {
                 if let Some(list) = ix.orphans.get_mut(&*entry.node) {
                     list.retain(|k| **k != *id);
@@ -976,6 +1022,8 @@ impl NodeTable {
         let mut per_row = Vec::with_capacity(self.len());
         let key = &term.key;
         let ix = self.placed.0.lock();
+        // Claims not counted yet would be counted here and again when they are.
+        debug_assert!(!ix.claims_pending(), "a term counted during a commit");
         if key.role == TermRole::Matches {
             let selected = ix.label_sets.count_selected(|pod| term.selects(pod));
             for (row, counted) in selected.into_iter().enumerate() {
@@ -1069,4 +1117,62 @@ pub fn counted_alike(a: &PodInfo, b: &PodInfo) -> bool {
 /// `1 / x` in `f32`, 0 for nothing allocatable (every fraction then scores 0).
 pub fn inverse(x: i64) -> f32 {
     if x <= 0 { 0.0 } else { 1.0 / x as f32 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{self, Profile};
+    use parking_lot::RwLock;
+
+    fn pod(name: &str) -> Arc<PodInfo> {
+        let mut p = PodInfo {
+            namespace: "default".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            ..PodInfo::default()
+        };
+        p.requests.milli_cpu = 100;
+        p.labels.insert("app".into(), "web".into());
+        Arc::new(p)
+    }
+
+    #[test]
+    fn claims_count_once_accounted_and_leave_nothing_when_dropped() {
+        let mut t = NodeTable::new();
+        t.upsert_node(NodeInfo::from_node(&synth::node(0, Profile::Basic)));
+        let lock = RwLock::new(t);
+        let (a, b) = (pod("a"), pod("b"));
+        {
+            let table = lock.upgradable_read();
+            let mut claims = NodeTable::claims(&table);
+            assert!(claims.claim(Placing::new(a.clone()), 0));
+            assert!(
+                !claims.claim(Placing::new(a.clone()), 0),
+                "a pod is claimed once"
+            );
+            // Dropped before it is counted (a panic between the halves): the index forgets it.
+        }
+        let t = lock.read();
+        assert!(!t.has_pod(&a.id()) && t.pods_on(0).is_empty());
+        assert_eq!(t.req_cpu[0], 0);
+        assert!(!t.placed.0.lock().claims_pending());
+        drop(t);
+
+        let table = lock.upgradable_read();
+        let mut claims = NodeTable::claims(&table);
+        assert!(claims.claim(Placing::new(a.clone()), 0));
+        assert!(claims.claim(Placing::new(b.clone()), 0));
+        let claimed = claims.into_claimed();
+        RwLockUpgradableReadGuard::upgrade(table).account_claimed(claimed);
+        let t = lock.read();
+        assert_eq!(t.req_cpu[0], 200);
+        assert_eq!(t.pods_on(0).len(), 2);
+        assert!(t.pod(&b.id()).is_some_and(|e| e.assumed));
+        let selects_web = |p: &PodInfo| p.labels.get("app").is_some_and(|v| v == "web");
+        assert_eq!(
+            t.placed.0.lock().label_sets.count_selected(selects_web),
+            [2]
+        );
+    }
 }
