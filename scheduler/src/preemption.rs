@@ -171,10 +171,10 @@ pub fn preempt(
         .filter(|n| !n.is_empty())
         .and_then(|n| Some((n, table.row(n)?)))
     {
-        let terminating = table
-            .pods_on(row)
-            .iter()
-            .any(|e| e.info.priority < pod.priority && e.info.preempted);
+        let mut terminating = false;
+        table.each_pod_on(row, |e| {
+            terminating |= e.info.priority < pod.priority && e.info.preempted;
+        });
         // Unless the node now turns the pod away for good (a taint, its labels), it waits
         // for its victims there rather than preempting more.
         let resolvable = filter::check_row(table, pod, &ctx, row, &Resources::default(), 0)
@@ -274,12 +274,12 @@ pub fn candidate_on(
             )
         })
     };
-    let mut potential: Vec<Arc<PodInfo>> = table
-        .pods_on(row)
-        .into_iter()
-        .filter(|e| e.info.priority < pod.priority && !leaned_on(&e.info))
-        .map(|e| e.info)
-        .collect();
+    let mut potential: Vec<Arc<PodInfo>> = Vec::new();
+    table.each_pod_on(row, |e| {
+        if e.info.priority < pod.priority && !leaned_on(&e.info) {
+            potential.push(e.info.clone());
+        }
+    });
     let displaced: Vec<Arc<PodInfo>> = table
         .nominated_on(row)
         .filter(|p| p.priority < pod.priority)

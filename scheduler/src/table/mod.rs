@@ -820,11 +820,19 @@ impl NodeTable {
     /// here before the columns count them ([`NodeTable::claim`]); under its upgradable read
     /// or write lock the two agree.
     pub fn pods_on(&self, row: usize) -> Vec<PodEntry> {
+        let mut on = Vec::new();
+        self.each_pod_on(row, |e| on.push(e.clone()));
+        on
+    }
+
+    /// Calls `f` with each pod on row `row`, read in place (as [`NodeTable::pods_on`] says).
+    pub fn each_pod_on(&self, row: usize, mut f: impl FnMut(&PodEntry)) {
         let ix = self.placed.0.lock();
-        ix.node_pods[row]
-            .iter()
-            .filter_map(|k| ix.pods.get(k).cloned())
-            .collect()
+        for id in &ix.node_pods[row] {
+            if let Some(e) = ix.pods.get(id) {
+                f(e);
+            }
+        }
     }
 
     fn account(&mut self, row: usize, pod: &PodInfo, add: bool) {
