@@ -42,14 +42,6 @@ pub struct Resources {
 }
 
 impl Resources {
-    /// Nothing asked for.
-    pub const ZERO: Resources = Resources {
-        milli_cpu: 0,
-        memory: 0,
-        ephemeral_storage: 0,
-        extended: Vec::new(),
-    };
-
     /// Adds `other`'s requests to these.
     pub fn add(&mut self, other: &Resources) {
         self.milli_cpu += other.milli_cpu;

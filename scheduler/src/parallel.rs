@@ -443,7 +443,7 @@ fn commit(core: &Core, p: Proposal, rng: &mut Rng) -> Vec<Verdict> {
                             return false;
                         }
                         if quick {
-                            return filter::still_fits_with(&table, pod, row, &o.req, o.pods);
+                            return filter::still_fits(&table, pod, row, &o.req, o.pods);
                         }
                         ctx.as_ref().is_some_and(|ctx| {
                             filter::check_row(&table, pod, ctx, row, &o.req, o.pods).is_empty()

@@ -462,13 +462,9 @@ fn ports_free(table: &NodeTable, pod: &PodInfo, row: usize) -> bool {
 /// [`PodCtx::depends_on_pods`] is false. Then a row that passed every filter then fails
 /// now only for NodePorts or NodeResourcesFit, and this is [`check_row`] less the filters
 /// that cannot have changed: O(1), where `check_row` needs a [`PodCtx`], O(nodes) to build.
-pub fn still_fits(table: &NodeTable, pod: &PodInfo, row: usize) -> bool {
-    still_fits_with(table, pod, row, &crate::model::Resources::ZERO, 0)
-}
-
-/// As [`still_fits`], with `extra` requests and `extra_pods` pods put on the row beyond what
-/// the table counts (the committer's claims not counted yet).
-pub fn still_fits_with(
+/// `extra` requests and `extra_pods` pods are on the row beyond what the table counts (the
+/// committer's claims not counted yet).
+pub fn still_fits(
     table: &NodeTable,
     pod: &PodInfo,
     row: usize,
