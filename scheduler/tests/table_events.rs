@@ -136,6 +136,10 @@ enum Op {
         node: usize,
         app: usize,
     },
+    /// A node goes (its pods stay bound to its name) or, if gone, comes back.
+    NodeToggle {
+        node: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -151,12 +155,16 @@ fn op() -> impl Strategy<Value = Op> {
         pod.clone().prop_map(|pod| Op::Status { pod }),
         pod.clone().prop_map(|pod| Op::Delete { pod }),
         (pod, 0..NODES, 0..APPS.len()).prop_map(|(pod, node, app)| Op::Recreate { pod, node, app }),
+        (0..NODES).prop_map(|node| Op::NodeToggle { node }),
     ]
 }
 
 /// Applies `ops` through the handlers; returns the pods that exist at the end.
+/// Every node that went is back at the end.
 fn apply(handlers: &Handlers, ops: &[Op]) -> BTreeMap<usize, Pod> {
-    let node_names: Vec<String> = nodes().into_iter().map(|n| n.metadata.name).collect();
+    let node_objs = nodes();
+    let node_names: Vec<String> = node_objs.iter().map(|n| n.metadata.name.clone()).collect();
+    let mut gone = std::collections::BTreeSet::new();
     let mut live: BTreeMap<usize, Pod> = BTreeMap::new();
     let mut uids = 0;
     let fresh = |i: usize, node: usize, app: usize, uids: &mut i32| {
@@ -203,6 +211,16 @@ fn apply(handlers: &Handlers, ops: &[Op]) -> BTreeMap<usize, Pod> {
                 Some(p) => Event::Deleted(Object::Pod(p)),
                 None => continue,
             },
+            Op::NodeToggle { node } => {
+                let n = Object::Node(node_objs[node].clone());
+                if gone.remove(&node) {
+                    handlers.on_node(&Event::Added(n));
+                } else {
+                    gone.insert(node);
+                    handlers.on_node(&Event::Deleted(n));
+                }
+                continue;
+            }
             Op::Recreate { pod, node, app } => {
                 let p = fresh(pod, node, app, &mut uids);
                 let event = if live.contains_key(&pod) {
@@ -232,15 +250,37 @@ fn apply(handlers: &Handlers, ops: &[Op]) -> BTreeMap<usize, Pod> {
         };
         handlers.on_pod(&event);
     }
+    for node in gone {
+        handlers.on_node(&Event::Added(Object::Node(node_objs[node].clone())));
+    }
     live
 }
 
 /// Every count `actual` keeps equals the one `expected` keeps; terms only one of them has
 /// registered count nothing.
+///
+/// Rows are compared by node name: a node that went and came back has another row.
 fn same_counts(actual: &NodeTable, expected: &NodeTable) {
-    assert_eq!(actual.names, expected.names);
-    assert_eq!(actual.req_cpu, expected.req_cpu, "cpu requested per node");
-    assert_eq!(actual.req_pods, expected.req_pods, "pods per node");
+    let mut names = actual.names.clone();
+    names.sort();
+    let mut expected_names = expected.names.clone();
+    expected_names.sort();
+    assert_eq!(names, expected_names);
+    // `expected`'s row of each of `actual`'s rows.
+    let rows: Vec<usize> = (0..actual.len())
+        .map(|r| expected.row(&actual.names[r]).expect("the same nodes"))
+        .collect();
+    let by_name = |v: &[i64]| -> Vec<i64> { rows.iter().map(|&r| v[r]).collect() };
+    assert_eq!(
+        actual.req_cpu,
+        by_name(&expected.req_cpu),
+        "cpu requested per node"
+    );
+    assert_eq!(
+        actual.req_pods,
+        by_name(&expected.req_pods),
+        "pods per node"
+    );
     assert_eq!(actual.pod_count(), expected.pod_count(), "pods known");
     for (this, other, side) in [(actual, expected, "actual"), (expected, actual, "expected")] {
         for t in &this.terms {
@@ -248,7 +288,10 @@ fn same_counts(actual: &NodeTable, expected: &NodeTable) {
             match other.find_term(&t.key) {
                 Some(id) => {
                     let o = &other.terms[id];
-                    assert_eq!(t.per_node, o.per_node, "{side} {:?} per node", t.key);
+                    let others: Vec<u32> = (0..this.len())
+                        .map(|r| o.per_node[other.row(&this.names[r]).expect("the same nodes")])
+                        .collect();
+                    assert_eq!(t.per_node, others, "{side} {:?} per node", t.key);
                     assert_eq!(t.total, o.total, "{side} {:?} in all", t.key);
                     for d in 0..domains.max(o.by_domain.len()) as u32 {
                         assert_eq!(
