@@ -2,9 +2,11 @@
 //! optimistically against the shared table under a read lock (let go between placements
 //! whenever a commit waits for it); then the commit step re-checks every placement against
 //! the table as it is now and commits (assumes) the ones that still fit. Commits run one at a
-//! time, under the table's write lock, so they act as a single committer; a placement that
-//! lost a race to another worker's commit goes back to the queue, so the table, and
-//! therefore what the binder sends, never overcommits a node.
+//! time, so they act as a single committer: each re-checks and indexes its placements under
+//! the table's upgradable read, beside the other workers' reads, and takes the write lock
+//! only to count them in the columns ([`NodeTable::claims`]). A placement that lost a race
+//! to another worker's commit goes back to the queue, so the table, and therefore what the
+//! binder sends, never overcommits a node.
 //!
 //! A worker commits its batch before it takes the next one, so it always schedules against
 //! its own earlier placements; only the batches other workers have in flight are unseen.
@@ -14,7 +16,7 @@
 //!        ──pop_batch──► worker 2 ─┼────────────────────►│ commit, one at a  │────────► sink
 //!        ──pop_batch──► worker W ─┘                     │ time: check + add │ (binder, or
 //!                          ▲                            └─────────┬─────────┘  benchmark)
-//!                          └──────────── table ◄── write lock ────┘
+//!                          └──────────── table ◄── read → write ──┘
 //! ```
 
 use std::collections::BTreeMap;
