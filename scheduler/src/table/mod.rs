@@ -108,7 +108,7 @@ pub enum TableError {
 /// The pods the table accounts, by identity and by row.
 ///
 /// The committer indexes a placement under the table's upgradable read, beside the workers'
-/// reads, and takes the write lock only to count it in the columns ([`NodeTable::claim`]):
+/// reads, and takes the write lock only to count it in the columns ([`NodeTable::claims`]):
 /// hashing a pod into maps of hundreds of thousands was most of what a commit held the
 /// write lock for. So the index has a lock of its own, always taken inside the table's
 /// (never the other way round), and mutated only by the holder of the table's upgradable
@@ -279,7 +279,7 @@ pub struct NodeTable {
     /// Image → (size, rows that hold it).
     pub images: HashMap<String, (i64, Vec<u32>)>,
 
-    /// The pods it accounts, behind a lock of their own (see [`NodeTable::claim`]).
+    /// The pods it accounts, behind a lock of their own (see [`NodeTable::claims`]).
     placed: Guarded<PodIndex>,
 
     /// Pending pods nominated to a node by preemption, by id, with that node: see
@@ -766,14 +766,10 @@ impl NodeTable {
     /// Stops accounting a pod (deleted, finished, or its Bind was refused), by
     /// [`PodInfo::id`].
     pub fn remove_pod(&mut self, id: &str) -> Option<PodEntry> {
-        let row = {
-            let ix = self.placed.0.get_mut();
-            debug_assert!(!ix.claims_pending(), "a pod removed during a commit");
-            let entry = ix.pods.get(id)?;
-            self.index.get(&*entry.node).map(|&r| r as usize)
-        };
         let ix = self.placed.0.get_mut();
+        debug_assert!(!ix.claims_pending(), "a pod removed during a commit");
         let entry = ix.pods.remove(id)?;
+        let row = self.index.get(&*entry.node).map(|&r| r as usize);
         match row {
             Some(row) => ix.detach(row, id, &entry.info),
             None => {
@@ -817,7 +813,7 @@ impl NodeTable {
     /// The pods on row `row`.
     ///
     /// Under a plain read of the table, the pods a commit in progress has claimed may show
-    /// here before the columns count them ([`NodeTable::claim`]); under its upgradable read
+    /// here before the columns count them ([`NodeTable::claims`]); under its upgradable read
     /// or write lock the two agree.
     pub fn pods_on(&self, row: usize) -> Vec<PodEntry> {
         let mut on = Vec::new();
