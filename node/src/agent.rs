@@ -761,7 +761,7 @@ impl NodeAgent {
         // The volumes of pods that went while the agent was away go too.
         let live: std::collections::HashSet<String> =
             pods.workers.values().map(|(_, w)| w.uid.clone()).collect();
-        pods.ctx.volumes.remove_orphans(&live);
+        pods.ctx.volumes.remove_orphans(&live).await;
         // Local volumes whose object is gone go too, now and every few resyncs.
         let collector = {
             let (volumes, cancel) = (pods.ctx.volumes.clone(), pods.cancel.clone());

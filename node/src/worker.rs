@@ -272,7 +272,7 @@ pub async fn run(
         actions = engine.step(clock(), input);
     }
     ctx.status.forget(&key, &uid);
-    ctx.volumes.tear_down(&uid);
+    ctx.volumes.tear_down(&uid).await;
 }
 
 /// Brings the running pod's volumes up to date; a volume that cannot be is a `FailedMount`
@@ -451,13 +451,15 @@ fn perform(
                     None => Vec::new(),
                 };
                 let parts = container_parts(&volumes, &pod, slot, &services).await;
-                let parts = parts.and_then(|p| match (p, &hosts) {
-                    (Some((env, mut mounts)), Some((ip, domain))) => {
-                        mounts.push(volumes.hosts_file(&pod, ip, domain)?);
-                        Ok(Some((env, mounts)))
+                let parts = match (parts, &hosts) {
+                    (Ok(Some((env, mut mounts))), Some((ip, domain))) => {
+                        volumes.hosts_file(&pod, ip, domain).await.map(|hosts| {
+                            mounts.push(hosts);
+                            Some((env, mounts))
+                        })
                     }
-                    (p, _) => Ok(p),
-                });
+                    (parts, _) => parts,
+                };
                 let spec = match parts {
                     Ok(Some((env, mounts))) => container_spec(&pod, slot, attempt, env, mounts),
                     Ok(None) => None,

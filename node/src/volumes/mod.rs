@@ -49,6 +49,33 @@ use atomic::{File, Payload};
 /// How often a running pod's volumes are brought up to date by default.
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(15);
 
+/// The most volume file system jobs (one volume's files, one pod's hosts file, one pod's
+/// directory removed) that run at once in the process: enough to keep a disk busy, few
+/// enough that thousands of simulated pods starting together do not take a thread each.
+const DISK_JOBS: usize = 8;
+
+static DISK: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(DISK_JOBS);
+
+/// Runs `job`, file system work of the volumes, on the blocking pool. A slow disk (or a file
+/// system slow to find free inodes) then holds up the pod it is for, never the runtime's
+/// workers, which the node's heartbeats, watches and status writes run on.
+async fn on_disk<T, F>(job: F) -> Result<T, String>
+where
+    F: FnOnce() -> Result<T, String> + Send + 'static,
+    T: Send + 'static,
+{
+    let _permit = DISK
+        .acquire()
+        .await
+        .expect("invariant: the DISK semaphore is never closed");
+    tokio::task::spawn_blocking(job)
+        .await
+        .unwrap_or_else(|e| match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(e) => Err(format!("the file system work did not finish: {e}")),
+        })
+}
+
 /// A volume mounted into a container.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Mount {
@@ -258,14 +285,20 @@ impl Volumes {
     async fn set_up_one(&self, pod: &Pod, v: &Volume) -> Result<(), String> {
         let uid = &pod.metadata.uid;
         if let Some(h) = &v.host_path {
-            return host_path(h);
+            let h = h.clone();
+            return on_disk(move || host_path(&h)).await;
         }
         if let Some(c) = &v.persistent_volume_claim {
             let dir = self
                 .claim_dir(&pod.metadata.namespace, &c.claim_name)
                 .await?;
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            set_mode(&dir, 0o777).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let made = dir.clone();
+            on_disk(move || {
+                let io = |e: std::io::Error| format!("{}: {e}", made.display());
+                std::fs::create_dir_all(&made).map_err(io)?;
+                set_mode(&made, 0o777).map_err(io)
+            })
+            .await?;
             // Its data is the pod's group's once, when the pod first mounts it.
             let first = self
                 .lock_claims()
@@ -273,8 +306,12 @@ impl Volumes {
                 .is_none();
             if first {
                 if let Some(gid) = crate::security::fs_group(pod) {
-                    give_to_group(&dir, gid, true)
-                        .map_err(|e| format!("{}: {e}", dir.display()))?;
+                    let given = dir.clone();
+                    on_disk(move || {
+                        give_to_group(&given, gid, true)
+                            .map_err(|e| format!("{}: {e}", given.display()))
+                    })
+                    .await?;
                 }
                 self.note_retained(&dir).await;
             }
@@ -286,19 +323,24 @@ impl Volumes {
                 "volume type {kinds} is not supported by Skiff's node agent"
             ));
         };
-        let io = |e: std::io::Error| format!("{}: {e}", dir.display());
+        let gid = crate::security::fs_group(pod);
         if let Some(e) = &v.empty_dir {
-            let made = !dir.exists();
-            std::fs::create_dir_all(&dir).map_err(io)?;
-            if e.medium == "Memory" && self.inner.tmpfs {
-                let size = e.size_limit.as_ref().map(|q| q.value());
-                mount_tmpfs(&dir, size).map_err(io)?;
-            }
-            set_mode(&dir, 0o777).map_err(io)?;
-            if made && let Some(gid) = crate::security::fs_group(pod) {
-                give_to_group(&dir, gid, true).map_err(io)?;
-            }
-            return Ok(());
+            let tmpfs = (e.medium == "Memory" && self.inner.tmpfs)
+                .then(|| e.size_limit.as_ref().map(|q| q.value()));
+            return on_disk(move || {
+                let io = |e: std::io::Error| format!("{}: {e}", dir.display());
+                let made = !dir.exists();
+                std::fs::create_dir_all(&dir).map_err(io)?;
+                if let Some(size) = tmpfs {
+                    mount_tmpfs(&dir, size).map_err(io)?;
+                }
+                set_mode(&dir, 0o777).map_err(io)?;
+                if made && let Some(gid) = gid {
+                    give_to_group(&dir, gid, true).map_err(io)?;
+                }
+                Ok(())
+            })
+            .await;
         }
         let ns = &pod.metadata.namespace;
         let payload = if let Some(c) = &v.config_map {
@@ -358,16 +400,21 @@ impl Volumes {
         } else {
             unreachable!("plugin_of gave a directory for a volume of no known source");
         };
-        std::fs::create_dir_all(&dir).map_err(io)?;
-        if self.inner.tmpfs && (v.secret.is_some() || v.projected.is_some()) {
-            mount_tmpfs(&dir, None).map_err(io)?;
-        }
-        // A new version only (an unchanged one was given to the group when written).
-        let wrote = atomic::write(&dir, &payload).map_err(io)?;
-        if wrote && let Some(gid) = crate::security::fs_group(pod) {
-            give_to_group(&dir, gid, false).map_err(io)?;
-        }
-        Ok(())
+        let tmpfs = self.inner.tmpfs && (v.secret.is_some() || v.projected.is_some());
+        on_disk(move || {
+            let io = |e: std::io::Error| format!("{}: {e}", dir.display());
+            std::fs::create_dir_all(&dir).map_err(io)?;
+            if tmpfs {
+                mount_tmpfs(&dir, None).map_err(io)?;
+            }
+            // A new version only (an unchanged one was given to the group when written).
+            let wrote = atomic::write(&dir, &payload).map_err(io)?;
+            if wrote && let Some(gid) = gid {
+                give_to_group(&dir, gid, false).map_err(io)?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// The mounts of container `c` of `pod`: each `volumeMounts` entry's directory (a
@@ -500,7 +547,7 @@ impl Volumes {
     /// loopback names, and the pod's address under its hostname (and, with a `subdomain`,
     /// its fully qualified name in `domain`). Written under the pod's directory; the mount
     /// that puts it at `/etc/hosts`.
-    pub fn hosts_file(&self, pod: &Pod, ip: &str, domain: &str) -> Result<Mount, String> {
+    pub async fn hosts_file(&self, pod: &Pod, ip: &str, domain: &str) -> Result<Mount, String> {
         let hostname = crate::engine::hostname_of(pod);
         let subdomain = pod
             .spec
@@ -522,11 +569,16 @@ impl Volumes {
         if !ip.is_empty() {
             text.push_str(&format!("{ip}\t{}\n", names.join("\t")));
         }
-        let path = self.pod_dir(&pod.metadata.uid).join("etc-hosts");
-        let io = |e: std::io::Error| format!("{}: {e}", path.display());
-        std::fs::create_dir_all(self.pod_dir(&pod.metadata.uid)).map_err(io)?;
-        std::fs::write(&path, text).map_err(io)?;
-        set_mode(&path, 0o644).map_err(io)?;
+        let dir = self.pod_dir(&pod.metadata.uid);
+        let path = dir.join("etc-hosts");
+        let written = path.clone();
+        on_disk(move || {
+            let io = |e: std::io::Error| format!("{}: {e}", written.display());
+            std::fs::create_dir_all(&dir).map_err(io)?;
+            std::fs::write(&written, text).map_err(io)?;
+            set_mode(&written, 0o644).map_err(io)
+        })
+        .await?;
         Ok(Mount {
             host_path: path,
             container_path: "/etc/hosts".into(),
@@ -536,12 +588,17 @@ impl Volumes {
     }
 
     /// Removes the pod's volumes (unmounting its tmpfs) and forgets its tokens.
-    pub fn tear_down(&self, uid: &str) {
+    pub async fn tear_down(&self, uid: &str) {
         let dir = self.pod_dir(uid);
-        unmount_under(&dir);
-        if let Err(e) = std::fs::remove_dir_all(&dir)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
+        let removed = on_disk(move || {
+            unmount_under(&dir);
+            match std::fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.to_string()),
+                _ => Ok(()),
+            }
+        })
+        .await;
+        if let Err(e) = removed {
             tracing::warn!(pod_uid = %uid, error = %e, "removing the pod's volumes");
         }
         self.inner
@@ -553,17 +610,26 @@ impl Volumes {
     }
 
     /// Removes the volumes of pods not in `live` (pods that went while the agent was down).
-    pub fn remove_orphans(&self, live: &HashSet<String>) {
-        let Ok(entries) = std::fs::read_dir(&self.inner.root) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let pods = e.path().join("volumes").is_dir() || e.path().join("etc-hosts").is_file();
-            if !live.contains(&name) && pods {
-                tracing::info!(pod_uid = %name, "removing the volumes of a pod that is gone");
-                self.tear_down(&name);
-            }
+    pub async fn remove_orphans(&self, live: &HashSet<String>) {
+        let root = self.inner.root.clone();
+        // Every pod directory here (one that holds volumes or a hosts file), by UID.
+        let found = on_disk(move || {
+            let Ok(entries) = std::fs::read_dir(&root) else {
+                return Ok(Vec::new());
+            };
+            Ok(entries
+                .flatten()
+                .filter(|e| {
+                    e.path().join("volumes").is_dir() || e.path().join("etc-hosts").is_file()
+                })
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect::<Vec<_>>())
+        })
+        .await
+        .unwrap_or_default();
+        for name in found.into_iter().filter(|n| !live.contains(n)) {
+            tracing::info!(pod_uid = %name, "removing the volumes of a pod that is gone");
+            self.tear_down(&name).await;
         }
     }
 

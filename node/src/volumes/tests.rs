@@ -104,12 +104,12 @@ async fn local_volumes_are_made_mounted_and_removed() {
         .mode();
     assert_eq!(mode & 0o777, 0o600);
 
-    v.tear_down("u");
+    v.tear_down("u").await;
     assert!(!root.path().join("u").exists());
     assert!(made.is_dir(), "a hostPath is the node's and stays");
 
     v.set_up(&p).await.unwrap();
-    v.remove_orphans(&HashSet::new());
+    v.remove_orphans(&HashSet::new()).await;
     assert!(!root.path().join("u").exists(), "an orphan's volumes go");
 }
 
@@ -275,14 +275,15 @@ fn tokens_are_renewed_before_they_expire() {
 }
 
 /// A pod on the pod network is named in its /etc/hosts, fully qualified with a subdomain.
-#[test]
-fn the_hosts_file_names_the_pod() {
+#[tokio::test]
+async fn the_hosts_file_names_the_pod() {
     let root = tempfile::tempdir().unwrap();
     let mut p = pod(serde_json::json!({"hostname": "db-0", "subdomain": "db",
         "containers": [{"name": "c", "image": "i"}]}));
     p.metadata.namespace = "shop".into();
     let m = volumes(root.path())
         .hosts_file(&p, "10.244.1.5", "cluster.local")
+        .await
         .unwrap();
     assert_eq!(m.container_path, "/etc/hosts");
     let text = std::fs::read_to_string(&m.host_path).unwrap();
