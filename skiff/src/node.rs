@@ -225,7 +225,8 @@ pub struct Args {
     /// Where the node keeps its pods' volumes, `<root-dir>/<pod uid>/volumes/…` (the
     /// kubelet's `--root-dir`); with `--count`, one directory per node under it [default:
     /// /var/lib/skiff/node/<name> with `--runtime cri`; for simulated nodes a temporary
-    /// directory, removed when the process ends].
+    /// directory in /dev/shm (a tmpfs) when it has 1 GiB free, else in $TMPDIR, removed when
+    /// the process ends].
     #[arg(long)]
     root_dir: Option<PathBuf>,
     /// How often running pods' configMap, secret, downwardAPI and projected volumes are
@@ -298,16 +299,44 @@ fn sweep_sim_volumes(base: &std::path::Path) {
     }
 }
 
+/// Where the shared memory file system is mounted on Linux.
+const SHM: &str = "/dev/shm";
+
+/// The room a tmpfs must have free to take the simulated nodes' volumes.
+const SIM_VOLUMES_ROOM: u64 = 1 << 30;
+
+/// Where simulated nodes keep their pods' files: `/dev/shm` when it is a tmpfs with
+/// [`SIM_VOLUMES_ROOM`] free, else the temporary directory. One process of simulated nodes
+/// makes and removes directories for thousands of pods at rates no real node sees, and on a
+/// disk's file system finding free inodes for them can cost the agent more CPU than the pods
+/// themselves: on ext4 without a journal, right after many were freed, most of the agent's
+/// time. A real node's secret and token volumes are tmpfs mounts too.
+fn sim_volumes_base() -> PathBuf {
+    use nix::sys::statfs::{TMPFS_MAGIC, statfs};
+    let roomy_tmpfs = statfs(SHM).is_ok_and(|fs| {
+        let free = fs
+            .blocks_available()
+            .saturating_mul(u64::try_from(fs.block_size()).unwrap_or(0));
+        fs.filesystem_type() == TMPFS_MAGIC && free >= SIM_VOLUMES_ROOM
+    });
+    let writable = nix::unistd::access(SHM, nix::unistd::AccessFlags::W_OK).is_ok();
+    if roomy_tmpfs && writable {
+        PathBuf::from(SHM)
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 impl Args {
     /// Where the nodes keep their volumes: `--root-dir`, else for simulated nodes a
-    /// temporary directory (held by the returned guard), else the default under
-    /// /var/lib/skiff.
+    /// temporary directory (held by the returned guard; see [`sim_volumes_base`]), else the
+    /// default under /var/lib/skiff.
     fn root_dir(&self) -> anyhow::Result<(PathBuf, Option<tempfile::TempDir>)> {
         if let Some(d) = &self.root_dir {
             return Ok((d.clone(), None));
         }
         if self.runtime == RuntimeKind::Sim {
-            let base = std::env::temp_dir();
+            let base = sim_volumes_base();
             sweep_sim_volumes(&base);
             let t = tempfile::Builder::new()
                 .prefix(&format!("{SIM_VOLUMES}{}-", std::process::id()))

@@ -713,7 +713,6 @@ fn start_nodes(cluster: &mut Cluster, exe: &str, args: &Args) -> Result<Vec<Stri
             let names: Vec<String> = (0..args.nodes).map(|i| format!("node-{i}")).collect();
             node.cpu = Some(args.node_cpu.clone());
             node.memory = Some(args.node_memory.clone());
-            node.root_dir = Some(cluster.dir.join("node-volumes"));
             node.labels = vec![
                 "kubernetes.io/os=linux".into(),
                 format!("node.skiff.dev/cpus={}", args.node_cpu),
