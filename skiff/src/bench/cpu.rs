@@ -32,6 +32,30 @@ pub struct RoleCpu {
     pub processes: usize,
 }
 
+/// Prints `cpu`, a window's CPU by role, in total and per pod of `pods` (nothing when no
+/// process was counted).
+pub fn print_per_pod(cpu: &[RoleCpu], pods: usize) {
+    if cpu.is_empty() {
+        return;
+    }
+    let total: f64 = cpu.iter().map(|c| c.seconds).sum();
+    let per_pod = |s: f64| s * 1e3 / pods.max(1) as f64;
+    println!(
+        "  CPU until then          {total:.1} s in the cluster's processes: {:.2} ms per pod",
+        per_pod(total)
+    );
+    for c in cpu {
+        println!(
+            "    {:<22}{:>7.1} s  {:>6.3} ms per pod  ({} process{})",
+            c.role,
+            c.seconds,
+            per_pod(c.seconds),
+            c.processes,
+            if c.processes == 1 { "" } else { "es" }
+        );
+    }
+}
+
 impl Sample {
     /// The `skiff` processes running now.
     pub fn now() -> Sample {

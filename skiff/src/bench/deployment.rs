@@ -186,25 +186,8 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             a.timeout, p.running
         ),
     }
-    if !cpu.is_empty() {
-        // Per pod created: the work the pods made, whether or not all became available.
-        let total: f64 = cpu.iter().map(|c| c.seconds).sum();
-        let per_pod = |s: f64| s * 1e3 / p.pods.max(1) as f64;
-        println!(
-            "  CPU until then          {total:.1} s in the cluster's processes: {:.2} ms per pod",
-            per_pod(total)
-        );
-        for c in &cpu {
-            println!(
-                "    {:<22}{:>7.1} s  {:>6.3} ms per pod  ({} process{})",
-                c.role,
-                c.seconds,
-                per_pod(c.seconds),
-                c.processes,
-                if c.processes == 1 { "" } else { "es" }
-            );
-        }
-    }
+    // Per pod created: the work the pods made, whether or not all became available.
+    super::cpu::print_per_pod(&cpu, p.pods);
     if !a.keep {
         // The garbage collector takes the ReplicaSet and the pods (each deleted gracefully,
         // and gone once its agent has stopped it); the namespace goes once they have.

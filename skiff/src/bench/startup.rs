@@ -2,7 +2,8 @@
 //! startup SLO (p99 ≤ 5 s from creation to running, observed through a watch). Creates pods
 //! through the cluster API against a cluster with node agents (`skiff up --nodes 1000` for
 //! simulated ones), and times each pod from the moment its create was sent to the watch
-//! event that shows it bound, and the one that shows it Running.
+//! event that shows it bound, and the one that shows it Running. Prints the CPU time of
+//! every `skiff` process on the machine by role over the same window, per pod.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -112,6 +113,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         })
     };
 
+    let cpu_before = super::cpu::Sample::now();
     let start = Instant::now();
     let interval = (a.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / a.rate));
     let results = futures::stream::iter(0..a.pods)
@@ -162,6 +164,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         let _ = tokio::time::timeout(Duration::from_secs(1), done_rx.changed()).await;
     }
     let all_in = start.elapsed();
+    let cpu = super::cpu::Sample::now().since(&cpu_before);
     watcher.abort();
     // The writes the pods cost: store revisions (one per write request that changed
     // something) from before the first create to the last pod Running, and over the next
@@ -209,6 +212,8 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             per_node.len(),
             if per_node.is_empty() { 0 } else { min }
         );
+        // From the first create to the last pod Running, per pod created.
+        super::cpu::print_per_pod(&cpu, want);
         running == a.pods
     };
 
