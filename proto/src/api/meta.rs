@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, SubsecRound, Timelike, Utc};
 use serde::{Deserialize, Serialize};
 
 #[cfg(test)]
@@ -162,23 +162,86 @@ impl Time {
     pub fn datetime(&self) -> DateTime<Utc> {
         self.0
     }
+
+    /// The time as written (`2026-01-02T15:04:05Z`), digit by digit, for the years 0 to 9999
+    /// and whole seconds; `None` otherwise (chrono's formatter writes those). Every stored
+    /// object carries several times, and chrono reads its format string at every call.
+    fn rfc3339(&self) -> Option<[u8; 20]> {
+        let t = &self.0;
+        let year = u32::try_from(t.year()).ok().filter(|y| *y <= 9999)?;
+        if t.nanosecond() != 0 {
+            return None;
+        }
+        let mut out = *b"0000-00-00T00:00:00Z";
+        let fields = [
+            (0, 4, year),
+            (5, 2, t.month()),
+            (8, 2, t.day()),
+            (11, 2, t.hour()),
+            (14, 2, t.minute()),
+            (17, 2, t.second()),
+        ];
+        for (at, width, mut value) in fields {
+            for digit in out[at..at + width].iter_mut().rev() {
+                *digit = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
+        }
+        Some(out)
+    }
+
+    /// `2026-01-02T15:04:05Z` exactly (what Kubernetes writes), read without chrono's RFC 3339
+    /// parser; `None` for any other form, which that parser reads.
+    fn parse_utc_seconds(text: &str) -> Option<Time> {
+        let b = text.as_bytes();
+        if b.len() != 20 || b[19] != b'Z' {
+            return None;
+        }
+        let number = |at: usize, width: usize| -> Option<u32> {
+            b[at..at + width].iter().try_fold(0u32, |n, c| {
+                c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
+            })
+        };
+        let separators = [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':')];
+        if separators.iter().any(|(at, c)| b[*at] != *c) {
+            return None;
+        }
+        let date = NaiveDate::from_ymd_opt(
+            i32::try_from(number(0, 4)?).ok()?,
+            number(5, 2)?,
+            number(8, 2)?,
+        )?;
+        let time = date.and_hms_opt(number(11, 2)?, number(14, 2)?, number(17, 2)?)?;
+        Some(Time(time.and_utc()))
+    }
 }
 
 impl fmt::Display for Time {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0.format("%Y-%m-%dT%H:%M:%SZ"))
+        match self.rfc3339() {
+            Some(text) => f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?),
+            None => write!(f, "{}", self.0.format("%Y-%m-%dT%H:%M:%SZ")),
+        }
     }
 }
 
 impl Serialize for Time {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        match self.rfc3339() {
+            Some(text) => s.serialize_str(
+                std::str::from_utf8(&text).expect("invariant: rfc3339 writes ASCII digits"),
+            ),
+            None => s.collect_str(self),
+        }
     }
 }
 
 impl<'de> Deserialize<'de> for Time {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
+        let text = std::borrow::Cow::<str>::deserialize(d)?;
+        if let Some(t) = Time::parse_utc_seconds(&text) {
+            return Ok(t);
+        }
         DateTime::parse_from_rfc3339(&text)
             .map(|t| Time(t.with_timezone(&Utc).trunc_subsecs(0)))
             .map_err(|e| {
@@ -424,6 +487,35 @@ mod tests {
         assert!(!sel.matches(&labels(&[("app", "web"), ("tier", "a"), ("legacy", "")])));
         assert!(!sel.matches(&labels(&[("tier", "a")])));
         assert!(LabelSelector::default().matches(&labels(&[])));
+    }
+
+    proptest::proptest! {
+        /// The digit-by-digit writer and reader agree with chrono's, from year 0 to 9999.
+        #[test]
+        fn time_text_is_chronos(seconds in -62_167_219_200i64..253_402_300_800) {
+            let t = Time::from_unix(seconds).expect("in range");
+            let chrono = t.0.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+            proptest::prop_assert_eq!(t.to_string(), chrono.clone());
+            proptest::prop_assert_eq!(serde_json::to_string(&t).unwrap(), format!("{chrono:?}"));
+            proptest::prop_assert_eq!(Time::parse_utc_seconds(&chrono), Some(t));
+            let read: Time = serde_json::from_str(&format!("{chrono:?}")).unwrap();
+            proptest::prop_assert_eq!(read, t);
+        }
+    }
+
+    /// What the fast reader does not take goes to chrono's parser, which names the cause.
+    #[test]
+    fn odd_times_go_to_chronos_parser() {
+        for text in [
+            "2026-02-30T00:00:00Z",
+            "2026-01-02T24:00:00Z",
+            "2026-01-02 15:04:05Z",
+        ] {
+            assert_eq!(Time::parse_utc_seconds(text), None, "{text}");
+        }
+        assert!(serde_json::from_str::<Time>("\"2026-02-30T00:00:00Z\"").is_err());
+        let t: Time = serde_json::from_str("\"2026-01-02T15:04:05.5Z\"").unwrap();
+        assert_eq!(t.to_string(), "2026-01-02T15:04:05Z");
     }
 
     #[test]
