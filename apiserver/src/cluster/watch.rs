@@ -6,7 +6,13 @@
 //! `spec.nodeName=n1` gets ADDED when a pod is bound to n1 and DELETED when it is removed. A
 //! watch on `spec.nodeName` is indexed in the hub (a tag), so thousands of such watchers cost
 //! the apply path one cheap comparison each, not one queued event each.
+//!
+//! Every watch of a member decodes an event's objects from the same [`Decoded`]: the first
+//! stream to reach the event decodes it (and encodes the object it sends), the others share
+//! that work, so an event costs one decode however many components watch its kind.
 
+use std::borrow::Cow;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -19,7 +25,7 @@ use tokio::sync::mpsc;
 use super::error::{ClusterError, Result};
 
 use super::{ClusterApi, decode, prefix_end, to_pb};
-use skiff_store::request::{Event, EventKind};
+use skiff_store::request::{Event, EventKind, KeyValue};
 use skiff_store::watch::{Tagger, WatchMessage, WatchSpec};
 
 /// Queue of one watch stream before it is parked and caught up from disk.
@@ -155,8 +161,8 @@ impl ClusterApi {
                 let sent = match msg {
                     WatchMessage::Events { events, .. } => {
                         let mut ok = true;
-                        for e in events.iter() {
-                            match convert(kind, &filter, &e) {
+                        for (e, decoded) in events.shared(|e| Decoded::of(kind, e)) {
+                            match convert(kind, &filter, e, &decoded) {
                                 Ok(Some(ev)) => {
                                     if tx.send(Ok(ev)).await.is_err() {
                                         ok = false;
@@ -214,18 +220,62 @@ fn too_old(resource_version: i64, compacted: i64) -> ClusterError {
     }
 }
 
+/// One keyspace event's objects, decoded once for every watch of the member (see
+/// `WatchEvents::shared`), and the object each watcher that gets the event is sent, encoded
+/// when the first one needs it.
+struct Decoded {
+    /// The kind decoded as: a watcher of another kind (none watches a key range of two)
+    /// decodes for itself.
+    kind: Kind,
+    /// The object before the event, when the store kept it; `None` also when it does not
+    /// decode (a watcher then decodes it again, for the error).
+    prev: Option<Object>,
+    /// The object a put wrote; as `prev` when it does not decode.
+    now: Option<Object>,
+    /// The object sent for the event: what a put wrote, or what a delete removed, at the
+    /// delete's revision.
+    sent: OnceLock<pb::Object>,
+}
+
+impl Decoded {
+    fn of(kind: Kind, e: &Event) -> Decoded {
+        let object = |kv| decode(kind, kv).ok().map(|s| s.object);
+        Decoded {
+            kind,
+            prev: e.prev_kv.as_ref().and_then(object),
+            now: (e.kind == EventKind::Put).then(|| object(&e.kv)).flatten(),
+            sent: OnceLock::new(),
+        }
+    }
+}
+
+/// The object `kv` holds: decoded already (`shared`), else decoded now (which, for an object
+/// that did not decode before either, is the error).
+fn object_of<'a>(kind: Kind, kv: &KeyValue, shared: Option<&'a Object>) -> Result<Cow<'a, Object>> {
+    match shared {
+        Some(o) => Ok(Cow::Borrowed(o)),
+        None => Ok(Cow::Owned(decode(kind, kv)?.object)),
+    }
+}
+
 /// One keyspace event as the watcher sees it, or nothing when the object is outside its view
-/// before and after.
-fn convert(kind: Kind, filter: &Filter, e: &Event) -> Result<Option<pb::WatchEvent>> {
+/// before and after. `decoded` is the event's objects as every watch shares them.
+fn convert(
+    kind: Kind,
+    filter: &Filter,
+    e: &Event,
+    decoded: &Decoded,
+) -> Result<Option<pb::WatchEvent>> {
+    let ours = decoded.kind == kind;
     let revision = e.kv.mod_revision;
     let prev = match &e.prev_kv {
-        Some(kv) => Some(decode(kind, kv)?.object),
+        Some(kv) => Some(object_of(kind, kv, decoded.prev.as_ref().filter(|_| ours))?),
         None => None,
     };
     let was = prev.as_ref().is_some_and(|o| filter.matches(o));
     let (ty, object) = match e.kind {
         EventKind::Put => {
-            let now = decode(kind, &e.kv)?.object;
+            let now = object_of(kind, &e.kv, decoded.now.as_ref().filter(|_| ours))?;
             match (was, filter.matches(&now)) {
                 (false, false) => return Ok(None),
                 (false, true) => (Type::Added, now),
@@ -245,13 +295,18 @@ fn convert(kind: Kind, filter: &Filter, e: &Event) -> Result<Option<pb::WatchEve
             let Some(mut last) = prev.filter(|_| was) else {
                 return Ok(None);
             };
-            last.metadata_mut().resource_version = revision.to_string();
+            last.to_mut().metadata_mut().resource_version = revision.to_string();
             (Type::Deleted, last)
         }
     };
+    let sent = if ours {
+        decoded.sent.get_or_init(|| to_pb(&object)).clone()
+    } else {
+        to_pb(&object)
+    };
     Ok(Some(pb::WatchEvent {
         r#type: ty as i32,
-        object: Some(to_pb(&object)),
+        object: Some(sent),
         revision,
     }))
 }

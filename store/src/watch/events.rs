@@ -1,11 +1,13 @@
 //! What a watcher is sent: views of revisions' events that every watcher shares.
 //!
 //! The apply path clones a revision's events once, not once per watcher, and a service's
-//! encoding of them is made once and reused by every stream (see [`WatchEvents::encoded`]).
+//! encoding of them is made once and reused by every stream (see [`WatchEvents::encoded`]),
+//! as is what a service makes of each event (its decoding: [`WatchEvents::shared`]).
 //! A watcher that wants only some of a revision's events holds the indices it wants; one that
 //! is caught up from disk holds several revisions in one message, as etcd sends an unsynced
 //! watcher's backlog.
 
+use std::any::Any;
 use std::sync::{Arc, OnceLock};
 
 use prost::bytes::{Bytes, BytesMut};
@@ -21,14 +23,36 @@ pub(super) struct SharedRevision {
     events: Vec<Event>,
     /// Encodings by the etcd service, without and with `prev_kv`.
     encoded: [OnceLock<Encoded>; 2],
+    /// What a service made of each event, by index, once one asked (see
+    /// [`WatchEvents::shared`]).
+    made: OnceLock<Box<[OnceLock<Made>]>>,
 }
+
+/// What a service made of an event, of a type the store does not know.
+type Made = Arc<dyn Any + Send + Sync>;
 
 impl SharedRevision {
     pub(super) fn new(events: Vec<Event>) -> Arc<SharedRevision> {
         Arc::new(SharedRevision {
             events,
             encoded: [OnceLock::new(), OnceLock::new()],
+            made: OnceLock::new(),
         })
+    }
+
+    /// What `make` makes of event `i`, made once and then shared.
+    fn made<T: Send + Sync + 'static>(&self, i: usize, make: &impl Fn(&Event) -> T) -> Arc<T> {
+        let slots = self.made.get_or_init(|| {
+            std::iter::repeat_with(OnceLock::new)
+                .take(self.events.len())
+                .collect()
+        });
+        let event = &self.events[i];
+        let made = slots[i].get_or_init(|| Arc::new(make(event)));
+        // A second service's type: made for this watcher alone.
+        Arc::clone(made)
+            .downcast::<T>()
+            .unwrap_or_else(|_| Arc::new(make(event)))
     }
 
     pub(super) fn events(&self) -> &[Event] {
@@ -169,6 +193,25 @@ impl WatchEvents {
 
     pub fn to_vec(&self) -> Vec<Event> {
         self.iter().collect()
+    }
+
+    /// The events, oldest first, each beside what `make` makes of it. `make` runs once per
+    /// event, on whichever stream gets there first, and every other watcher of the revision
+    /// gets the same `Arc`: a service whose watchers all decode the same events decodes each
+    /// once, whatever the store knows of them (nothing). The events are borrowed, not
+    /// copied, and carry their previous versions whenever the store kept them, whether or
+    /// not this watcher asked. One type is kept per event: a second service's `T` is made
+    /// for each of its watchers.
+    pub fn shared<'a, T: Send + Sync + 'static>(
+        &'a self,
+        make: impl Fn(&Event) -> T + 'a,
+    ) -> impl Iterator<Item = (&'a Event, Arc<T>)> + 'a {
+        let make = Arc::new(make);
+        self.parts().iter().flat_map(move |part| {
+            let make = Arc::clone(&make);
+            part.indices()
+                .map(move |i| (&part.shared.events[i], part.shared.made(i, &*make)))
+        })
     }
 
     /// These events as `encode` writes them, one after another. `encode` runs once per
@@ -367,5 +410,64 @@ impl Interest {
         } else {
             Pick::Some((0..events.len()).filter(|&i| wanted(i)).collect())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::request::KeyValue;
+
+    fn put(key: &str, revision: i64) -> Event {
+        Event {
+            kind: EventKind::Put,
+            kv: KeyValue {
+                key: key.as_bytes().to_vec(),
+                mod_revision: revision,
+                value: format!("v{revision}").into_bytes(),
+                ..KeyValue::default()
+            },
+            prev_kv: None,
+        }
+    }
+
+    /// Two watchers of one revision, one wanting all of it and one a single event: each
+    /// event is made once, and both get the same value for it.
+    #[test]
+    fn each_event_is_made_once_for_every_watcher() {
+        let shared = SharedRevision::new(vec![put("a", 7), put("b", 7)]);
+        let all = WatchEvents::one(
+            Part::new(Arc::clone(&shared), Pick::All).expect("a part"),
+            true,
+        );
+        let second = WatchEvents::one(
+            Part::new(Arc::clone(&shared), Pick::Some(vec![1])).expect("a part"),
+            false,
+        );
+        let made = AtomicUsize::new(0);
+        let make = |e: &Event| {
+            made.fetch_add(1, Ordering::Relaxed);
+            String::from_utf8(e.kv.key.clone()).expect("utf-8")
+        };
+        let first: Vec<(Vec<u8>, Arc<String>)> = all
+            .shared(make)
+            .map(|(e, m)| (e.kv.key.clone(), m))
+            .collect();
+        let again: Vec<Arc<String>> = second.shared(make).map(|(_, m)| m).collect();
+        assert_eq!(made.load(Ordering::Relaxed), 2);
+        assert_eq!(first[0].0, b"a");
+        assert_eq!(*first[1].1, "b");
+        assert!(Arc::ptr_eq(&first[1].1, &again[0]));
+        // Another type is made for its caller, not kept.
+        let lengths: Vec<Arc<usize>> = all
+            .shared(|e: &Event| e.kv.value.len())
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect();
+        assert_eq!(*lengths[0], 2);
+        assert_eq!(made.load(Ordering::Relaxed), 2);
     }
 }
