@@ -54,7 +54,8 @@ pub const DEFAULT_RESYNC: Duration = Duration::from_secs(15);
 /// enough that thousands of simulated pods starting together do not take a thread each.
 const DISK_JOBS: usize = 8;
 
-static DISK: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(DISK_JOBS);
+static DISK: std::sync::LazyLock<Arc<tokio::sync::Semaphore>> =
+    std::sync::LazyLock::new(|| Arc::new(tokio::sync::Semaphore::new(DISK_JOBS)));
 
 /// Runs `job`, file system work of the volumes, on the blocking pool. A slow disk (or a file
 /// system slow to find free inodes) then holds up the pod it is for, never the runtime's
@@ -64,16 +65,20 @@ where
     F: FnOnce() -> Result<T, String> + Send + 'static,
     T: Send + 'static,
 {
-    let _permit = DISK
-        .acquire()
+    // The permit goes with the job: a caller that stops waiting does not free it early.
+    let permit = Arc::clone(&DISK)
+        .acquire_owned()
         .await
         .expect("invariant: the DISK semaphore is never closed");
-    tokio::task::spawn_blocking(job)
-        .await
-        .unwrap_or_else(|e| match e.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            Err(e) => Err(format!("the file system work did not finish: {e}")),
-        })
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        job()
+    })
+    .await
+    .unwrap_or_else(|e| match e.try_into_panic() {
+        Ok(panic) => std::panic::resume_unwind(panic),
+        Err(e) => Err(format!("the file system work did not finish: {e}")),
+    })
 }
 
 /// A volume mounted into a container.
