@@ -2,7 +2,7 @@
 //! simulated nodes (`--runtime sim --count 1000`) sharing one runtime and one connection.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -275,9 +275,30 @@ fn parse_taints(items: &[String]) -> anyhow::Result<Vec<Taint>> {
 /// The prefix of simulated nodes' temporary volume directories, followed by the agent's PID.
 const SIM_VOLUMES: &str = "skiff-sim-volumes-";
 
+/// The file in a simulated nodes' volume directory that its agent holds locked while it runs.
+const SIM_VOLUMES_LOCK: &str = ".agent.lock";
+
+/// A simulated nodes' temporary volume directory, locked for as long as it is held: the lock
+/// goes with the process, however it ends, and the directory when this is dropped.
+struct SimVolumes {
+    _lock: nix::fcntl::Flock<std::fs::File>,
+    _dir: tempfile::TempDir,
+}
+
+/// Whether the agent that made the volume directory `dir` has gone. Its lock says so when it
+/// has one, whatever PID namespace the agent ran in (`/dev/shm` is often shared between
+/// containers); an older directory without one goes by its PID.
+fn sim_volumes_orphaned(dir: &Path, pid: u32) -> bool {
+    use nix::fcntl::{Flock, FlockArg};
+    match std::fs::File::open(dir.join(SIM_VOLUMES_LOCK)) {
+        Ok(file) => Flock::lock(file, FlockArg::LockExclusiveNonblock).is_ok(),
+        Err(_) => !Path::new(&format!("/proc/{pid}")).exists(),
+    }
+}
+
 /// Removes the simulated nodes' volume directories in `base` of agents that are gone: one
 /// killed (SIGKILL, as tests and `skiff up` stop them) never removed its own.
-fn sweep_sim_volumes(base: &std::path::Path) {
+fn sweep_sim_volumes(base: &Path) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };
@@ -290,7 +311,7 @@ fn sweep_sim_volumes(base: &std::path::Path) {
         else {
             continue;
         };
-        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if !sim_volumes_orphaned(&entry.path(), pid) {
             continue;
         }
         if let Err(e) = std::fs::remove_dir_all(entry.path()) {
@@ -331,18 +352,32 @@ impl Args {
     /// Where the nodes keep their volumes: `--root-dir`, else for simulated nodes a
     /// temporary directory (held by the returned guard; see [`sim_volumes_base`]), else the
     /// default under /var/lib/skiff.
-    fn root_dir(&self) -> anyhow::Result<(PathBuf, Option<tempfile::TempDir>)> {
+    fn root_dir(&self) -> anyhow::Result<(PathBuf, Option<SimVolumes>)> {
         if let Some(d) = &self.root_dir {
             return Ok((d.clone(), None));
         }
         if self.runtime == RuntimeKind::Sim {
             let base = sim_volumes_base();
-            sweep_sim_volumes(&base);
-            let t = tempfile::Builder::new()
+            // Gone agents' directories, wherever they were made.
+            sweep_sim_volumes(Path::new(SHM));
+            sweep_sim_volumes(&std::env::temp_dir());
+            let dir = tempfile::Builder::new()
                 .prefix(&format!("{SIM_VOLUMES}{}-", std::process::id()))
                 .tempdir_in(&base)
                 .context("a temporary directory for the simulated nodes' volumes")?;
-            return Ok((t.path().to_owned(), Some(t)));
+            let lock_path = dir.path().join(SIM_VOLUMES_LOCK);
+            let file = std::fs::File::create(&lock_path)
+                .with_context(|| format!("creating {}", lock_path.display()))?;
+            let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+                .map_err(|(_, e)| anyhow::anyhow!("locking {}: {e}", lock_path.display()))?;
+            let path = dir.path().to_owned();
+            return Ok((
+                path,
+                Some(SimVolumes {
+                    _lock: lock,
+                    _dir: dir,
+                }),
+            ));
         }
         Ok((
             PathBuf::from(agent::DEFAULT_ROOT_DIR).join(&self.name),
@@ -350,7 +385,7 @@ impl Args {
         ))
     }
 
-    fn nodes(&self, root_dir: &std::path::Path) -> anyhow::Result<Vec<NodeConfig>> {
+    fn nodes(&self, root_dir: &Path) -> anyhow::Result<Vec<NodeConfig>> {
         if self.count > 1 && self.runtime != RuntimeKind::Sim {
             bail!("--count needs --runtime sim: one containerd serves one node");
         }
@@ -618,9 +653,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => {}
     }
     // Held to the end: a temporary root goes when the process does.
-    let (root_dir, _temporary_root) = args.root_dir()?;
+    let (root_dir, temporary_root) = args.root_dir()?;
     let mut nodes = args.nodes(&root_dir)?;
-    rt.block_on(async move {
+    let ran = rt.block_on(async move {
         let runtime = args.runtime().await?;
         let address = args
             .logs_address
@@ -713,7 +748,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         agent::run(client, runtime, nodes, listeners, counters, cancel)
             .await
             .context("node agent")
-    })?;
+    });
+    // The runtime waits for the volumes' last file system jobs, which must not make
+    // directories again in a temporary root already removed.
+    drop(rt);
+    drop(temporary_root);
+    ran?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -737,6 +777,28 @@ mod tests {
         sweep_sim_volumes(base.path());
         assert!(!gone.exists());
         assert!(live.exists() && other.exists());
+    }
+
+    /// A directory's lock says whether its agent lives, whatever its PID reads as here: one
+    /// held (an agent in another PID namespace) stays, one free (its agent gone, its PID
+    /// since reused) goes.
+    #[test]
+    fn sim_volumes_are_judged_by_their_lock() {
+        use nix::fcntl::{Flock, FlockArg};
+        let base = tempfile::tempdir().expect("tempdir");
+        let held = base.path().join(format!("{SIM_VOLUMES}4194305-abc"));
+        let free = base
+            .path()
+            .join(format!("{SIM_VOLUMES}{}-def", std::process::id()));
+        for d in [&held, &free] {
+            std::fs::create_dir_all(d).expect("mkdir");
+            std::fs::File::create(d.join(SIM_VOLUMES_LOCK)).expect("lock file");
+        }
+        let file = std::fs::File::open(held.join(SIM_VOLUMES_LOCK)).expect("open");
+        let _lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).expect("lock");
+        sweep_sim_volumes(base.path());
+        assert!(held.exists(), "a live agent's directory stays");
+        assert!(!free.exists(), "a gone agent's directory goes");
     }
 
     #[test]
