@@ -630,11 +630,21 @@ async fn random_churn_keeps_the_scheduler_and_kubelet_invariants() {
         audit.failures
     );
     let bound = pods.iter().filter(|p| !p.spec.node_name.is_empty()).count();
-    // The workloads finish once the churn's pods make room.
+    // The workloads finish once the churn's pods make room, and once the maintenance is
+    // over: the DaemonSet does not tolerate the taint, so a churn that left every node
+    // tainted leaves it nowhere to run.
     for p in &pods {
         let _ = api
             .delete(Kind::Pod, "default", &p.metadata.name, 0, Some(0))
             .await;
+    }
+    for node in &all_nodes {
+        edit(&api, Kind::Node, node, |o| {
+            if let Object::Node(n) = o {
+                taint(n, false);
+            }
+        })
+        .await;
     }
     settle_workloads(&api, seed).await;
     let v = workload_violations.lock().expect("lock").clone();
