@@ -238,6 +238,102 @@ async fn killing_the_leader_loses_no_acknowledged_write_and_it_catches_up_from_a
     );
 }
 
+/// The keyspace is written without RocksDB's WAL: after a kill -9 a member holds what it last
+/// flushed and applies the rest of its log again. Every member is killed at once, before any
+/// memtable could fill, so each one must replay: every acknowledged write is back with its own
+/// revisions, deletes and leases included, and the next write takes the next revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_member_killed_at_once_applies_its_log_again_with_the_same_revisions() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut c = cluster.client(leader).await;
+    let lease = c.lease_grant(600, None).await.expect("lease").id();
+    for n in 0..300u32 {
+        let key = format!("/replay/{:03}", n % 120);
+        if n % 7 == 3 {
+            c.delete(key, None).await.expect("delete");
+        } else {
+            let opts = (n % 5 == 0).then(|| etcd_client::PutOptions::new().with_lease(lease));
+            c.put(key, n.to_string(), opts).await.expect("put");
+        }
+    }
+    let before = c
+        .get("/replay/", Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("range");
+    let revision = before.header().expect("header").revision();
+    let kvs = |r: &etcd_client::GetResponse| -> Vec<(String, String, i64, i64, i64, i64)> {
+        r.kvs()
+            .iter()
+            .map(|kv| {
+                (
+                    kv.key_str().expect("utf8").to_string(),
+                    kv.value_str().expect("utf8").to_string(),
+                    kv.create_revision(),
+                    kv.mod_revision(),
+                    kv.version(),
+                    kv.lease(),
+                )
+            })
+            .collect()
+    };
+    let expected = kvs(&before);
+    assert!(
+        expected.iter().any(|kv| kv.5 == lease),
+        "some keys hold the lease"
+    );
+    for i in 0..3 {
+        cluster.kill(i);
+    }
+    for i in 0..3 {
+        cluster.restart(i);
+    }
+    let leader = cluster.wait_leader(Duration::from_secs(20)).await;
+    for i in 0..3 {
+        let member = cluster.client(i).await;
+        let got = eventually(
+            Duration::from_secs(30),
+            "the member to apply its log again",
+            || {
+                let mut member = member.clone();
+                async move {
+                    let r = member
+                        .get(
+                            "/replay/",
+                            Some(GetOptions::new().with_prefix().with_serializable()),
+                        )
+                        .await
+                        .ok()?;
+                    (r.header()?.revision() >= revision).then_some(r)
+                }
+            },
+        )
+        .await;
+        assert_eq!(
+            got.header().expect("header").revision(),
+            revision,
+            "member {i}"
+        );
+        assert_eq!(
+            kvs(&got),
+            expected,
+            "member {i}'s keyspace after the restart"
+        );
+    }
+    let mut c = cluster.client(leader).await;
+    let leases = c.leases().await.expect("leases");
+    assert!(
+        leases.leases().iter().any(|l| l.id() == lease),
+        "the lease is back"
+    );
+    let next = c.put("/replay/next", "x", None).await.expect("put");
+    assert_eq!(
+        next.header().expect("header").revision(),
+        revision + 1,
+        "the next write takes the next revision"
+    );
+}
+
 /// A leader killed and restarted leads its old term again until it hears of the newer one
 /// (openraft restores a member whose committed vote is its own as leader), and a write it
 /// accepts then is appended to its log alone. Here the other two members are stopped while it
