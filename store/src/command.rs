@@ -115,10 +115,15 @@ pub struct ProposalId {
 }
 
 /// A log entry's command, with the proposal that put it there.
+///
+/// The command is shared, not copied, as the entry is cloned: into the log store's newest
+/// entries, into each follower's AppendEntries, into the state machine. A batch holds up to
+/// a thousand transactions with their keys and values, and copying it deeply was 4 % of the
+/// leader's samples under 1,000 clients. It is encoded as the command itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Proposal {
     pub id: ProposalId,
-    pub command: Command,
+    pub command: std::sync::Arc<Command>,
 }
 
 /// What applying a command produced.

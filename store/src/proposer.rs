@@ -257,7 +257,7 @@ impl Log {
         let mut ticket = self.proposals.open();
         let proposal = Proposal {
             id: ticket.id,
-            command,
+            command: Arc::new(command),
         };
         // A leader cut off from its quorum never commits: give up (ambiguously) rather than
         // hang, as etcd's request timeout does.

@@ -26,11 +26,13 @@ fn put_entry(i: u64, size: usize) -> openraft::Entry<TypeConfig> {
         log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), i),
         payload: openraft::EntryPayload::Normal(Proposal {
             id: ProposalId::default(),
-            command: Command::Txn(TxnRequest::single(RequestOp::Put(PutRequest {
-                key: format!("k{i}").into_bytes(),
-                value: vec![b'v'; size],
-                ..PutRequest::default()
-            }))),
+            command: std::sync::Arc::new(Command::Txn(TxnRequest::single(RequestOp::Put(
+                PutRequest {
+                    key: format!("k{i}").into_bytes(),
+                    value: vec![b'v'; size],
+                    ..PutRequest::default()
+                },
+            )))),
         }),
     }
 }

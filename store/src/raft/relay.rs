@@ -360,7 +360,10 @@ pub(super) async fn serve<H: PeerHandler>(conn: Conn, service: H, limit: usize) 
         let service = service.clone();
         let answers = answers.clone();
         serving.spawn(async move {
-            let (status, body) = match service.take_forwarded(&payload).await {
+            // Boxed: the request's future (a whole put or transaction) is kilobytes, and a
+            // task's future is copied whole as it is spawned and again as its output is
+            // taken. Those copies were 7 % of the leader's samples under 1,000 clients.
+            let (status, body) = match Box::pin(service.take_forwarded(&payload)).await {
                 Ok(reply) => (ANSWERED, reply),
                 Err(why) => (REFUSED, why.into_bytes()),
             };
