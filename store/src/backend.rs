@@ -171,6 +171,12 @@ pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
         .expect("invariant: in-memory values always encode")
 }
 
+/// [`encode`], appended to `out`.
+pub fn encode_into<T: Serialize>(v: &T, out: &mut Vec<u8>) {
+    bincode::serde::encode_into_std_write(v, out, bincode::config::standard())
+        .expect("invariant: in-memory values always encode into a Vec");
+}
+
 pub fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, bincode::error::DecodeError> {
     bincode::serde::decode_from_slice(b, bincode::config::standard()).map(|(v, _)| v)
 }

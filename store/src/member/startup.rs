@@ -121,6 +121,7 @@ impl StoreMember {
             id,
             Arc::new(raft_config),
             Network {
+                encodings: log.held_encodings(),
                 channels: channels.clone(),
                 activity: activity.clone(),
                 metrics: metrics.clone(),

@@ -88,14 +88,15 @@ pub struct LogStore {
 
 /// The log's newest entries, as appended, so replication and apply read what was just
 /// written without reading it back from RocksDB and decoding it again: on the leader every
-/// entry is read once per follower and once more to apply it. It holds a contiguous run
-/// of entries that ends at the log's last entry (every append, truncation and purge goes
-/// through it), or nothing: after a start, until the first append. A read that starts
-/// before its first entry goes to RocksDB.
+/// entry is read once per follower and once more to apply it. Each is held with its
+/// encoding as written, which the leader sends to its followers as it is (see
+/// [`HeldEncodings`]). It holds a contiguous run of entries that ends at the log's last
+/// entry (every append, truncation and purge goes through it), or nothing: after a start,
+/// until the first append. A read that starts before its first entry goes to RocksDB.
 #[derive(Debug, Default)]
 struct Recent {
-    /// Each with its encoded size.
-    entries: std::collections::VecDeque<(Entry, usize)>,
+    /// Each with its encoding.
+    entries: std::collections::VecDeque<(Entry, Arc<Vec<u8>>)>,
     /// Encoded bytes of `entries`.
     bytes: usize,
 }
@@ -106,13 +107,22 @@ const RECENT_BYTES: usize = 16 << 20;
 
 impl Recent {
     fn pop_front(&mut self) {
-        if let Some((_, size)) = self.entries.pop_front() {
-            self.bytes -= size;
+        if let Some((_, encoded)) = self.entries.pop_front() {
+            self.bytes -= encoded.len();
         }
     }
 
+    /// The encoding of the entry with `log_id`, when it is held.
+    fn encoding(&self, log_id: &LogId) -> Option<Arc<Vec<u8>>> {
+        let first = self.entries.front()?.0.log_id.index;
+        let at = usize::try_from(log_id.index.checked_sub(first)?).ok()?;
+        let (e, encoded) = self.entries.get(at)?;
+        // Raft's log matching: an entry with the same index and term is the same entry.
+        (e.log_id == *log_id).then(|| encoded.clone())
+    }
+
     /// Entries appended after the last held (or, if they do not follow it, in its place).
-    fn appended(&mut self, entries: Vec<(Entry, usize)>) {
+    fn appended(&mut self, entries: Vec<(Entry, Arc<Vec<u8>>)>) {
         let Some((first, _)) = entries.first() else {
             return;
         };
@@ -124,9 +134,9 @@ impl Recent {
             self.entries.clear();
             self.bytes = 0;
         }
-        for (e, size) in entries {
-            self.bytes += size;
-            self.entries.push_back((e, size));
+        for (e, encoded) in entries {
+            self.bytes += encoded.len();
+            self.entries.push_back((e, encoded));
         }
         while self.bytes > RECENT_BYTES && self.entries.len() > 1 {
             self.pop_front();
@@ -135,11 +145,11 @@ impl Recent {
 
     /// Entries from `index` on are gone.
     fn truncated(&mut self, index: u64) {
-        while let Some((last, size)) = self.entries.back() {
+        while let Some((last, encoded)) = self.entries.back() {
             if last.log_id.index < index {
                 break;
             }
-            self.bytes -= size;
+            self.bytes -= encoded.len();
             self.entries.pop_back();
         }
     }
@@ -164,14 +174,54 @@ impl Recent {
         let skip = usize::try_from(start - first).ok()?;
         let mut out = Vec::new();
         let mut bytes = 0;
-        for (e, size) in self.entries.iter().skip(skip) {
+        for (e, encoded) in self.entries.iter().skip(skip) {
             if !more(e.log_id.index, bytes) {
                 break;
             }
-            bytes += size;
+            bytes += encoded.len();
             out.push(e.clone());
         }
         Some(out)
+    }
+}
+
+/// The encodings of the log's newest entries, for the leader's replication: an
+/// AppendEntries is encoded with each entry's bytes as the log store wrote them, not
+/// encoded again for every follower. A handle on the [`LogStore`]'s held run.
+#[derive(Debug, Clone, Default)]
+pub struct HeldEncodings(Arc<parking_lot::Mutex<Recent>>);
+
+impl HeldEncodings {
+    /// `rpc` encoded exactly as [`backend::encode`] encodes it: the request's fields in
+    /// their order (`vote`, `prev_log_id`, `entries`, `leader_commit`), the entries as a
+    /// length and then each entry, held ones copied from their encoding.
+    pub fn encode_append_entries(
+        &self,
+        rpc: &openraft::raft::AppendEntriesRequest<TypeConfig>,
+    ) -> Vec<u8> {
+        if rpc.entries.is_empty() {
+            return backend::encode(rpc);
+        }
+        let held: Vec<Option<Arc<Vec<u8>>>> = {
+            let recent = self.0.lock();
+            rpc.entries
+                .iter()
+                .map(|e| recent.encoding(&e.log_id))
+                .collect()
+        };
+        let size: usize = held.iter().flatten().map(|b| b.len()).sum();
+        let mut out = Vec::with_capacity(size + 64);
+        backend::encode_into(&rpc.vote, &mut out);
+        backend::encode_into(&rpc.prev_log_id, &mut out);
+        backend::encode_into(&(rpc.entries.len() as u64), &mut out);
+        for (e, encoded) in rpc.entries.iter().zip(held) {
+            match encoded {
+                Some(bytes) => out.extend_from_slice(&bytes),
+                None => backend::encode_into(e, &mut out),
+            }
+        }
+        backend::encode_into(&rpc.leader_commit, &mut out);
+        out
     }
 }
 
@@ -283,6 +333,11 @@ impl LogStore {
             unsaved_committed: None,
             recent: Arc::default(),
         }
+    }
+
+    /// The encodings of the entries this store holds, for replication.
+    pub fn held_encodings(&self) -> HeldEncodings {
+        HeldEncodings(self.recent.clone())
     }
 
     /// Puts the committed id saved since the last write of the log into `batch`.
@@ -437,7 +492,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             if let EntryPayload::Normal(p) = &e.payload {
                 proposed.push((p.id, e.log_id.index));
             }
-            written.push((e, bytes.len()));
+            written.push((e, Arc::new(bytes)));
         }
         // A follower's append is synced here: Raft's core waits for it anyway. The leader's is
         // written without `sync` and the flusher reports it flushed once it has synced the
@@ -548,10 +603,11 @@ mod tests {
                             _ => at,
                         };
                         log.retain(|i, _| *i < start);
-                        let batch: Vec<(Entry, usize)> =
-                            (start..start + n as u64).map(|i| (blank(i), 10 + i as usize)).collect();
-                        for (e, size) in &batch {
-                            log.insert(e.log_id.index, *size);
+                        let batch: Vec<(Entry, Arc<Vec<u8>>)> = (start..start + n as u64)
+                            .map(|i| (blank(i), Arc::new(vec![i as u8; 10 + i as usize])))
+                            .collect();
+                        for (e, encoded) in &batch {
+                            log.insert(e.log_id.index, encoded.len());
                         }
                         recent.truncated(start);
                         recent.appended(batch);
@@ -571,8 +627,22 @@ mod tests {
                 }
                 proptest::prop_assert_eq!(
                     recent.bytes,
-                    recent.entries.iter().map(|(_, s)| s).sum::<usize>()
+                    recent.entries.iter().map(|(_, e)| e.len()).sum::<usize>()
                 );
+                // An entry's encoding is held exactly while the entry is, and only under
+                // its own log id.
+                let first = recent.entries.front().map(|(e, _)| e.log_id.index);
+                for i in 0..45 {
+                    let encoding = recent.encoding(&blank(i).log_id);
+                    let held = first.is_some_and(|f| i >= f) && log.contains_key(&i);
+                    proptest::prop_assert_eq!(encoding.is_some(), held, "entry {}", i);
+                    if let Some(bytes) = encoding {
+                        proptest::prop_assert_eq!(bytes.len(), log[&i]);
+                    }
+                    let other_term =
+                        openraft::LogId::new(openraft::CommittedLeaderId::new(2, 1), i);
+                    proptest::prop_assert!(recent.encoding(&other_term).is_none());
+                }
                 for start in 0..45 {
                     let Some(held) = recent.read(start, |i, bytes| i < start + 3 || bytes < 30) else {
                         continue;
@@ -613,5 +683,76 @@ mod tests {
             })
             .collect();
         assert_eq!(reports, (0..500).map(|i| (i, true)).collect::<Vec<_>>());
+    }
+
+    /// An AppendEntries encoded from the held encodings is byte for byte what encoding the
+    /// request whole gives, whether its entries are held, not held, or held under another
+    /// term (a follower's log being overwritten), so a follower of any release decodes it.
+    #[test]
+    fn an_append_entries_from_held_encodings_encodes_as_the_request_does() {
+        use crate::command::{Command, Proposal, ProposalId, PutRequest, RequestOp, TxnRequest};
+        let put = |term: u64, index: u64| Entry {
+            log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(term, 1), index),
+            payload: EntryPayload::Normal(Proposal {
+                id: ProposalId {
+                    member: 1,
+                    boot: 7,
+                    seq: index,
+                },
+                command: Arc::new(Command::Batch(
+                    (0..3)
+                        .map(|k| {
+                            TxnRequest::single(RequestOp::Put(PutRequest {
+                                key: format!("k{index}/{k}").into_bytes(),
+                                value: vec![b'v'; 100 + k],
+                                ..PutRequest::default()
+                            }))
+                        })
+                        .collect(),
+                )),
+            }),
+        };
+        // Entry 7 is a blank one (a new leader's first): an entry is the same wherever its
+        // log id is, and the requests below keep to that, as Raft does.
+        let recent = Arc::new(parking_lot::Mutex::new(Recent::default()));
+        recent.lock().appended(
+            (5..10)
+                .map(|i| {
+                    let e = if i == 7 { blank(i) } else { put(1, i) };
+                    let bytes = Arc::new(backend::encode(&e));
+                    (e, bytes)
+                })
+                .collect(),
+        );
+        let held = HeldEncodings(recent);
+        for entries in [
+            vec![],
+            (5..10)
+                .map(|i| if i == 7 { blank(i) } else { put(1, i) })
+                .collect(),
+            (3..12)
+                .map(|i| if i == 7 { blank(i) } else { put(1, i) })
+                .collect(),
+            (6..9).map(|i| put(2, i)).collect(),
+        ] {
+            let rpc = openraft::raft::AppendEntriesRequest::<TypeConfig> {
+                vote: Vote::new_committed(2, 1),
+                prev_log_id: Some(openraft::LogId::new(
+                    openraft::CommittedLeaderId::new(1, 1),
+                    4,
+                )),
+                entries,
+                leader_commit: Some(openraft::LogId::new(
+                    openraft::CommittedLeaderId::new(1, 1),
+                    6,
+                )),
+            };
+            let (got, want) = (held.encode_append_entries(&rpc), backend::encode(&rpc));
+            assert!(
+                got == want,
+                "{} entries encode differently",
+                rpc.entries.len()
+            );
+        }
     }
 }

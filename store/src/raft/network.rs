@@ -161,6 +161,8 @@ impl PeerActivity {
 #[derive(Debug, Clone, Default)]
 pub struct Network {
     pub channels: Channels,
+    /// The log store's encodings of its newest entries, which AppendEntries carry as they are.
+    pub encodings: super::log_store::HeldEncodings,
     pub activity: PeerActivity,
     pub metrics: crate::metrics::StoreMetrics,
 }
@@ -174,6 +176,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             url: node.peer_urls.first().cloned().unwrap_or_default(),
             channels: self.channels.clone(),
             activity: self.activity.clone(),
+            encodings: self.encodings.clone(),
             rtt: self
                 .metrics
                 .peer_rtt
@@ -191,6 +194,7 @@ pub struct PeerConnection {
     url: String,
     channels: Channels,
     activity: PeerActivity,
+    encodings: super::log_store::HeldEncodings,
     /// Heartbeats' round trips to this peer.
     rtt: prometheus_client::metrics::histogram::Histogram,
 }
@@ -239,7 +243,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RpcErr> {
         let heartbeat = rpc.entries.is_empty();
-        let payload = backend::encode(&rpc);
+        let payload = self.encodings.encode_append_entries(&rpc);
         let sent = Instant::now();
         let streamed = self
             .channels
