@@ -13,25 +13,13 @@ use common::{Cluster, eventually};
 use etcd_client::{Client, GetOptions, PutOptions};
 
 /// Every key at `revision` (0: now), with what etcd reports per key.
-async fn keyspace(client: &mut Client, revision: i64) -> Vec<(String, String, i64, i64, i64, i64)> {
+async fn keyspace(client: &mut Client, revision: i64) -> Vec<common::KeyValue> {
     let mut opts = GetOptions::new().with_from_key();
     if revision > 0 {
         opts = opts.with_revision(revision);
     }
     let r = client.get(vec![0u8], Some(opts)).await.expect("range");
-    r.kvs()
-        .iter()
-        .map(|kv| {
-            (
-                kv.key_str().expect("utf8").to_string(),
-                kv.value_str().expect("utf8").to_string(),
-                kv.create_revision(),
-                kv.mod_revision(),
-                kv.version(),
-                kv.lease(),
-            )
-        })
-        .collect()
+    common::key_values(&r)
 }
 
 fn skiff(args: &[&str]) -> (bool, String) {

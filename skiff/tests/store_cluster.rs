@@ -262,22 +262,7 @@ async fn every_member_killed_at_once_applies_its_log_again_with_the_same_revisio
         .await
         .expect("range");
     let revision = before.header().expect("header").revision();
-    let kvs = |r: &etcd_client::GetResponse| -> Vec<(String, String, i64, i64, i64, i64)> {
-        r.kvs()
-            .iter()
-            .map(|kv| {
-                (
-                    kv.key_str().expect("utf8").to_string(),
-                    kv.value_str().expect("utf8").to_string(),
-                    kv.create_revision(),
-                    kv.mod_revision(),
-                    kv.version(),
-                    kv.lease(),
-                )
-            })
-            .collect()
-    };
-    let expected = kvs(&before);
+    let expected = common::key_values(&before);
     assert!(
         expected.iter().any(|kv| kv.5 == lease),
         "some keys hold the lease"
@@ -315,7 +300,7 @@ async fn every_member_killed_at_once_applies_its_log_again_with_the_same_revisio
             "member {i}"
         );
         assert_eq!(
-            kvs(&got),
+            common::key_values(&got),
             expected,
             "member {i}'s keyspace after the restart"
         );

@@ -610,6 +610,26 @@ pub async fn connect(endpoints: &[String]) -> Client {
 }
 
 /// Polls `f` until it returns Some, failing the test after `timeout`.
+/// A key as etcd reports it in a range: key, value, create and mod revisions, version, lease.
+pub type KeyValue = (String, String, i64, i64, i64, i64);
+
+/// The keys of a range answer, each as [`KeyValue`].
+pub fn key_values(r: &etcd_client::GetResponse) -> Vec<KeyValue> {
+    r.kvs()
+        .iter()
+        .map(|kv| {
+            (
+                kv.key_str().expect("utf8").to_string(),
+                kv.value_str().expect("utf8").to_string(),
+                kv.create_revision(),
+                kv.mod_revision(),
+                kv.version(),
+                kv.lease(),
+            )
+        })
+        .collect()
+}
+
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
 where
     F: FnMut() -> Fut,
