@@ -1216,6 +1216,39 @@ fn kubectl_session_on(work: &Path, extra: &[&str]) {
         None,
     );
     assert_eq!(secret.trim(), "secret/db created");
+    let ingress = up.kubectl_ok(
+        &[
+            "create",
+            "ingress",
+            "shop",
+            "-n",
+            "team",
+            "--class=nginx",
+            "--rule=shop.example.com/cart*=cart:80,tls=shop-cert",
+            "--default-backend=web:http",
+        ],
+        None,
+    );
+    assert_eq!(ingress.trim(), "ingress.networking.k8s.io/shop created");
+    let routed = up.kubectl_ok(
+        &[
+            "get",
+            "ingress",
+            "shop",
+            "-n",
+            "team",
+            "-o",
+            "jsonpath={.spec.ingressClassName} {.spec.rules[0].host} \
+             {.spec.rules[0].http.paths[0].path} {.spec.rules[0].http.paths[0].pathType} \
+             {.spec.rules[0].http.paths[0].backend.service.port.number} \
+             {.spec.tls[0].secretName} {.spec.defaultBackend.service.port.name}",
+        ],
+        None,
+    );
+    assert_eq!(
+        routed.trim(),
+        "nginx shop.example.com /cart Prefix 80 shop-cert http"
+    );
     up.kubectl_ok(
         &[
             "run",

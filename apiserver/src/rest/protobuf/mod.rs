@@ -7,8 +7,8 @@
 //!
 //! Only what a client can send here is read: Namespace, ResourceQuota, Secret (`kubectl
 //! create secret`), ConfigMap and ServiceAccount, Deployment (`kubectl create deployment`,
-//! see `apps`), Job and CronJob (`kubectl create job|cronjob`, see `batch`), the
-//! policy/v1 Eviction,
+//! see `apps`), Job and CronJob (`kubectl create job|cronjob`, see `batch`), Ingress
+//! (`kubectl create ingress`, see `networking`), the policy/v1 Eviction,
 //! the DeleteOptions of a delete, the RBAC kinds (`kubectl create role`, `create
 //! rolebinding` ...) and access reviews (`kubectl auth can-i`). Server-owned fields (timestamps, `managedFields`, `resourceVersion`)
 //! are not carried over, as the server sets them.
@@ -18,6 +18,7 @@
 
 mod apps;
 mod batch;
+mod networking;
 mod wire;
 
 use k8s_pb::api::authentication::v1 as authn;
@@ -145,6 +146,11 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
             let c = k8s_pb::api::batch::v1::CronJob::decode(raw.as_slice())
                 .map_err(|e| bad("CronJob", e))?;
             batch::cron_job(c)?
+        }
+        ("networking.k8s.io/v1", "Ingress") => {
+            let i = k8s_pb::api::networking::v1::Ingress::decode(raw.as_slice())
+                .map_err(|e| bad("Ingress", e))?;
+            networking::ingress(i)
         }
         ("scheduling.k8s.io/v1", "PriorityClass") => {
             let pc = k8s_pb::api::scheduling::v1::PriorityClass::decode(raw.as_slice())
@@ -333,7 +339,7 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
         _ => {
             return Err(unsupported(format!(
                 "{MEDIA_TYPE} bodies are read for Namespace, ResourceQuota, Secret, ConfigMap, \
-                 ServiceAccount (and its TokenRequest), Deployment, Job, CronJob, PriorityClass, PodDisruptionBudget, Service, CertificateSigningRequest, Eviction, DeleteOptions, the RBAC kinds and access reviews; send \
+                 ServiceAccount (and its TokenRequest), Deployment, Job, CronJob, Ingress, PriorityClass, PodDisruptionBudget, Service, CertificateSigningRequest, Eviction, DeleteOptions, the RBAC kinds and access reviews; send \
                  {kind} ({api_version}) as application/json"
             )));
         }
@@ -818,6 +824,97 @@ mod tests {
             v,
             json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"},
                    "automountServiceAccountToken": false})
+        );
+    }
+
+    /// `kubectl create ingress web --class=nginx --rule="example.com/shop*=shop:80,tls=cert"
+    /// --rule="/=web:http" --default-backend=fallback:8080`, as kubectl 1.33 encodes it.
+    #[test]
+    fn ingress() {
+        use k8s_pb::api::networking::v1 as networking;
+        let service = |name: &str, port: networking::ServiceBackendPort| {
+            Some(networking::IngressBackend {
+                service: Some(networking::IngressServiceBackend {
+                    name: Some(name.into()),
+                    port: Some(port),
+                }),
+                resource: None,
+            })
+        };
+        let number = |n| networking::ServiceBackendPort {
+            name: Some(String::new()),
+            number: Some(n),
+        };
+        let path = |path: &str, path_type: &str, backend| networking::HttpIngressPath {
+            path: Some(path.into()),
+            path_type: Some(path_type.into()),
+            backend,
+        };
+        let rule = |host: &str, paths| networking::IngressRule {
+            host: Some(host.into()),
+            ingress_rule_value: Some(networking::IngressRuleValue {
+                http: Some(networking::HttpIngressRuleValue { paths }),
+            }),
+        };
+        let ing = networking::Ingress {
+            metadata: Some(meta::ObjectMeta {
+                name: Some("web".into()),
+                ..Default::default()
+            }),
+            spec: Some(networking::IngressSpec {
+                ingress_class_name: Some("nginx".into()),
+                default_backend: service("fallback", number(8080)),
+                tls: vec![networking::IngressTls {
+                    hosts: vec!["example.com".into()],
+                    secret_name: Some("cert".into()),
+                }],
+                rules: vec![
+                    rule(
+                        "example.com",
+                        vec![path("/shop", "Prefix", service("shop", number(80)))],
+                    ),
+                    rule(
+                        "",
+                        vec![path(
+                            "/",
+                            "Exact",
+                            service(
+                                "web",
+                                networking::ServiceBackendPort {
+                                    name: Some("http".into()),
+                                    number: Some(0),
+                                },
+                            ),
+                        )],
+                    ),
+                ],
+            }),
+            status: Some(Default::default()),
+        };
+        let v = to_json(&envelope(
+            "networking.k8s.io/v1",
+            "Ingress",
+            ing.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(
+            v,
+            json!({
+                "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": {"name": "web"},
+                "spec": {
+                    "ingressClassName": "nginx",
+                    "defaultBackend": {"service": {"name": "fallback", "port": {"number": 8080}}},
+                    "tls": [{"hosts": ["example.com"], "secretName": "cert"}],
+                    "rules": [
+                        {"host": "example.com", "http": {"paths": [{"path": "/shop",
+                            "pathType": "Prefix",
+                            "backend": {"service": {"name": "shop", "port": {"number": 80}}}}]}},
+                        {"http": {"paths": [{"path": "/", "pathType": "Exact",
+                            "backend": {"service": {"name": "web", "port": {"name": "http"}}}}]}}
+                    ]
+                }
+            })
         );
     }
 
