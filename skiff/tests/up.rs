@@ -1249,6 +1249,20 @@ fn kubectl_session_on(work: &Path, extra: &[&str]) {
         routed.trim(),
         "nginx shop.example.com /cart Prefix 80 shop-cert http"
     );
+    // A protobuf SelfSubjectReview, answered with who the server takes the caller for.
+    let whoami = up.kubectl_ok(
+        &[
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username} {.status.userInfo.groups}",
+        ],
+        None,
+    );
+    assert_eq!(
+        whoami.trim(),
+        r#"admin ["system:masters","system:authenticated"]"#
+    );
     up.kubectl_ok(
         &[
             "run",

@@ -494,11 +494,18 @@ pub fn cluster_roles() -> Vec<ClusterRole> {
         ),
         role(
             "system:basic-user",
-            vec![rule(
-                &["create"],
-                "authorization.k8s.io",
-                &["selfsubjectaccessreviews"],
-            )],
+            vec![
+                rule(
+                    &["create"],
+                    "authorization.k8s.io",
+                    &["selfsubjectaccessreviews"],
+                ),
+                rule(
+                    &["create"],
+                    "authentication.k8s.io",
+                    &["selfsubjectreviews"],
+                ),
+            ],
         ),
         role("view", view_rules()),
         role("edit", edit_rules()),

@@ -42,6 +42,7 @@ pub mod table;
 pub mod token;
 pub mod verbs;
 pub mod watch;
+pub mod whoami;
 
 use std::sync::Arc;
 
@@ -638,6 +639,23 @@ async fn group_resource(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    if group == whoami::GROUP && version == whoami::VERSION && path == whoami::RESOURCE {
+        if method != Method::POST {
+            return Err(ApiError::new(
+                Reason::MethodNotAllowed,
+                format!("{} take POST only", whoami::RESOURCE),
+            ));
+        }
+        if let Err(e) = rest
+            .api
+            .as_user(&user)
+            .authorize(&user, whoami::attributes())
+        {
+            return Ok(refused(body, e.into()).await);
+        }
+        let body = read_body(body).await?;
+        return whoami::create(&user, &headers, &body);
+    }
     let target = Target::parse(&format!("{group}/{version}"), &path)?;
     resource(rest, &user, target, method, query, headers, body).await
 }

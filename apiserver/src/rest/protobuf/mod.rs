@@ -10,7 +10,8 @@
 //! see `apps`), Job and CronJob (`kubectl create job|cronjob`, see `batch`), Ingress
 //! (`kubectl create ingress`, see `networking`), the policy/v1 Eviction,
 //! the DeleteOptions of a delete, the RBAC kinds (`kubectl create role`, `create
-//! rolebinding` ...) and access reviews (`kubectl auth can-i`). Server-owned fields (timestamps, `managedFields`, `resourceVersion`)
+//! rolebinding` ...), access reviews (`kubectl auth can-i`) and SelfSubjectReview (`kubectl
+//! auth whoami`). Server-owned fields (timestamps, `managedFields`, `resourceVersion`)
 //! are not carried over, as the server sets them.
 //!
 //! The encoders every kind uses (metadata, label selectors, the `put`s) are in `wire`, below
@@ -312,6 +313,12 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
             o.insert("spec".into(), s);
             o
         }
+        ("authentication.k8s.io/v1", "SelfSubjectReview") => {
+            // `kubectl auth whoami`: the question has nothing in it but its metadata.
+            let r = authn::SelfSubjectReview::decode(raw.as_slice())
+                .map_err(|e| bad("SelfSubjectReview", e))?;
+            object(r.metadata)
+        }
         ("authentication.k8s.io/v1", "TokenRequest") => {
             // `kubectl create token`.
             let t =
@@ -339,7 +346,7 @@ pub fn to_json(body: &[u8]) -> Result<Value, ApiError> {
         _ => {
             return Err(unsupported(format!(
                 "{MEDIA_TYPE} bodies are read for Namespace, ResourceQuota, Secret, ConfigMap, \
-                 ServiceAccount (and its TokenRequest), Deployment, Job, CronJob, Ingress, PriorityClass, PodDisruptionBudget, Service, CertificateSigningRequest, Eviction, DeleteOptions, the RBAC kinds and access reviews; send \
+                 ServiceAccount (and its TokenRequest), SelfSubjectReview, Deployment, Job, CronJob, Ingress, PriorityClass, PodDisruptionBudget, Service, CertificateSigningRequest, Eviction, DeleteOptions, the RBAC kinds and access reviews; send \
                  {kind} ({api_version}) as application/json"
             )));
         }
