@@ -690,6 +690,14 @@ fn request_attributes(method: &Method, uri: &axum::http::Uri) -> Attributes {
         ["apis", g, v, rest] => (format!("{g}/{v}"), (*rest).to_owned()),
         _ => return as_path(),
     };
+    if api_version == format!("{}/{}", whoami::GROUP, whoami::VERSION) && rest == whoami::RESOURCE {
+        // A question with no kind of its own (see `group_resource`).
+        let mut a = whoami::attributes();
+        if let Attributes::Resource(r) = &mut a {
+            r.version = whoami::VERSION.to_owned();
+        }
+        return a;
+    }
     let Ok(target) = Target::parse(&api_version, &rest) else {
         return as_path();
     };
@@ -827,6 +835,23 @@ mod tests {
             name: "web".into(),
             subresource: sub.map(str::to_string),
         }
+    }
+
+    /// `kubectl auth whoami` is audited (and matched by audit policies) as the create of a
+    /// resource, though the question has no kind of its own.
+    #[test]
+    fn a_self_subject_review_is_a_create_of_its_resource() {
+        let uri: axum::http::Uri = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+            .parse()
+            .unwrap();
+        let Attributes::Resource(r) = request_attributes(&Method::POST, &uri) else {
+            panic!("taken as a path");
+        };
+        assert_eq!(
+            (r.verb.as_str(), r.group.as_str(), r.version.as_str()),
+            ("create", "authentication.k8s.io", "v1")
+        );
+        assert_eq!(r.resource, "selfsubjectreviews");
     }
 
     /// A subresource the resource lacks is not found (404), as in kube-apiserver; served

@@ -609,7 +609,6 @@ pub async fn connect(endpoints: &[String]) -> Client {
     }
 }
 
-/// Polls `f` until it returns Some, failing the test after `timeout`.
 /// A key as etcd reports it in a range: key, value, create and mod revisions, version, lease.
 pub type KeyValue = (String, String, i64, i64, i64, i64);
 
@@ -630,6 +629,7 @@ pub fn key_values(r: &etcd_client::GetResponse) -> Vec<KeyValue> {
         .collect()
 }
 
+/// Polls `f` until it returns Some, failing the test after `timeout`.
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
 where
     F: FnMut() -> Fut,

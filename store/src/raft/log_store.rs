@@ -97,18 +97,18 @@ pub struct LogStore {
 struct Recent {
     /// Each with its encoding.
     entries: std::collections::VecDeque<(Entry, Arc<Vec<u8>>)>,
-    /// Encoded bytes of `entries`.
+    /// The encodings' buffers, in bytes (their capacity: what they hold in memory).
     bytes: usize,
 }
 
-/// The most encoded bytes [`Recent`] holds: a second or two of writes at full
-/// load; older entries leave first.
+/// The most bytes of encodings [`Recent`] holds (the decoded entries beside them take about
+/// as much again): a second or two of writes at full load; older entries leave first.
 const RECENT_BYTES: usize = 16 << 20;
 
 impl Recent {
     fn pop_front(&mut self) {
         if let Some((_, encoded)) = self.entries.pop_front() {
-            self.bytes -= encoded.len();
+            self.bytes -= encoded.capacity();
         }
     }
 
@@ -135,7 +135,7 @@ impl Recent {
             self.bytes = 0;
         }
         for (e, encoded) in entries {
-            self.bytes += encoded.len();
+            self.bytes += encoded.capacity();
             self.entries.push_back((e, encoded));
         }
         while self.bytes > RECENT_BYTES && self.entries.len() > 1 {
@@ -149,7 +149,7 @@ impl Recent {
             if last.log_id.index < index {
                 break;
             }
-            self.bytes -= encoded.len();
+            self.bytes -= encoded.capacity();
             self.entries.pop_back();
         }
     }
@@ -627,7 +627,7 @@ mod tests {
                 }
                 proptest::prop_assert_eq!(
                     recent.bytes,
-                    recent.entries.iter().map(|(_, e)| e.len()).sum::<usize>()
+                    recent.entries.iter().map(|(_, e)| e.capacity()).sum::<usize>()
                 );
                 // An entry's encoding is held exactly while the entry is, and only under
                 // its own log id.

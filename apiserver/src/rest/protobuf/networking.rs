@@ -66,7 +66,8 @@ pub(super) fn ingress(i: networking::Ingress) -> Map<String, Value> {
     let mut o = object(i.metadata);
     if let Some(spec) = i.spec {
         let mut s = Map::new();
-        put_str(&mut s, "ingressClassName", spec.ingress_class_name);
+        // A pointer in Go: an empty class is sent, and refused, as kube-apiserver does.
+        put(&mut s, "ingressClassName", spec.ingress_class_name);
         if let Some(b) = spec.default_backend {
             s.insert("defaultBackend".into(), backend(b));
         }
