@@ -639,7 +639,7 @@ async fn group_resource(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    if group == whoami::GROUP && version == whoami::VERSION && path == whoami::RESOURCE {
+    if whoami::asks(&group, &version, &path) {
         if method != Method::POST {
             return Err(ApiError::new(
                 Reason::MethodNotAllowed,
@@ -690,13 +690,10 @@ fn request_attributes(method: &Method, uri: &axum::http::Uri) -> Attributes {
         ["apis", g, v, rest] => (format!("{g}/{v}"), (*rest).to_owned()),
         _ => return as_path(),
     };
-    if api_version == format!("{}/{}", whoami::GROUP, whoami::VERSION) && rest == whoami::RESOURCE {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+    if whoami::asks(group, version, &rest) {
         // A question with no kind of its own (see `group_resource`).
-        let mut a = whoami::attributes();
-        if let Attributes::Resource(r) = &mut a {
-            r.version = whoami::VERSION.to_owned();
-        }
-        return a;
+        return whoami::attributes();
     }
     let Ok(target) = Target::parse(&api_version, &rest) else {
         return as_path();

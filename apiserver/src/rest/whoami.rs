@@ -13,14 +13,23 @@ use super::status::ApiError;
 use super::verbs::json_response;
 use crate::access::{Attributes, User};
 
-pub const GROUP: &str = "authentication.k8s.io";
-pub const VERSION: &str = "v1";
+const GROUP: &str = "authentication.k8s.io";
+const VERSION: &str = "v1";
 pub const RESOURCE: &str = "selfsubjectreviews";
 const API_VERSION: &str = "authentication.k8s.io/v1";
 
-/// What asking is authorized as.
+/// Whether a request for `group`/`version`/`path` asks this question.
+pub fn asks(group: &str, version: &str, path: &str) -> bool {
+    group == GROUP && version == VERSION && path == RESOURCE
+}
+
+/// What asking is authorized and audited as.
 pub fn attributes() -> Attributes {
-    Attributes::resource("create", GROUP, RESOURCE, None, "", "")
+    let mut a = Attributes::resource("create", GROUP, RESOURCE, None, "", "");
+    if let Attributes::Resource(r) = &mut a {
+        r.version = VERSION.to_owned();
+    }
+    a
 }
 
 /// The answer to `user`'s SelfSubjectReview in `body` (authorized by the caller).
