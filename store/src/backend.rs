@@ -1,9 +1,10 @@
 //! The RocksDB database of one member: one DB, one write-ahead log, column families for the
-//! Raft log and the state machine.
+//! state machine and the Raft log's metadata. The log's entries are in segment files beside it
+//! ([`crate::raft::wal`]).
 //!
 //! | column family | key                              | value                               |
 //! |---------------|----------------------------------|-------------------------------------|
-//! | `log`         | log index (u64 BE)               | Raft entry (bincode)                |
+//! | `log`         | log index (u64 BE)               | format 2's Raft entries, moved out at open |
 //! | `raft`        | `vote`, `committed`, `purged`    | bincode                             |
 //! | `kv`          | versioned key (see [`revision`]) | [`Record`]                          |
 //! | `lease`       | lease id (i64 BE)                | granted TTL (i64 BE)                |
@@ -13,9 +14,9 @@
 //! The `format` key versions everything in this table: a member refuses a data directory
 //! written in another format rather than misread it.
 //!
-//! Because every column family shares the WAL, a synced write (log appends, votes) also makes
-//! every earlier state-machine write durable; state-machine writes themselves are not synced,
-//! the log replays them. The WAL is capped ([`MAX_WAL_BYTES`]): a WAL file goes only once
+//! Because every column family shares the WAL, a synced write (votes, purges of the log) also
+//! makes every earlier state-machine write durable; state-machine writes themselves are not
+//! synced, the log replays them (a purge is synced before the log behind it goes). The WAL is capped ([`MAX_WAL_BYTES`]): a WAL file goes only once
 //! every family's writes in it are flushed, and the small families (`raft`, `lease`, `meta`)
 //! fill their memtables slowly, so without the cap the WAL grows to RocksDB's default limit
 //! (four times the families' memtables, 2.3 GiB here) before anything forces them out: disk
@@ -45,7 +46,12 @@ pub const MAX_WAL_BYTES: u64 = 256 << 20;
 /// The on-disk format this build reads and writes: the column families, keys and encodings
 /// in the table above. Raised whenever any of them changes meaning. 2: etcd's auth (a
 /// transaction in the log carries the auth revision it was checked at; `meta` holds `auth`).
-pub const FORMAT_VERSION: u32 = 2;
+/// 3: the Raft log's entries in segment files, not in the `log` family.
+pub const FORMAT_VERSION: u32 = 3;
+
+/// The format with the Raft log's entries in the `log` family: opened, and its entries moved
+/// into segment files when the log opens (which stamps [`FORMAT_VERSION`]).
+pub const LOG_IN_FAMILY: u32 = 2;
 
 /// The oldest format whose `kv` records this build reads: they have not changed since, so a
 /// backup's stored versions from any format from here to [`FORMAT_VERSION`] restore as they
@@ -75,7 +81,7 @@ pub enum OpenError {
 }
 
 /// Opens (creating if needed) the member database under `dir`. A new database is stamped with
-/// [`FORMAT_VERSION`]; one stamped with another version is refused.
+/// [`FORMAT_VERSION`]; one stamped with another version, but [`LOG_IN_FAMILY`], is refused.
 pub fn open(dir: &Path) -> Result<Arc<DB>, OpenError> {
     let rocks = |source| OpenError::Rocks {
         dir: dir.to_path_buf(),
@@ -106,7 +112,7 @@ pub fn open(dir: &Path) -> Result<Arc<DB>, OpenError> {
                 .map_err(rocks)?;
         }
         Some(found) => match <[u8; 4]>::try_from(found.as_slice()) {
-            Ok(b) if u32::from_be_bytes(b) == FORMAT_VERSION => {}
+            Ok(b) if [FORMAT_VERSION, LOG_IN_FAMILY].contains(&u32::from_be_bytes(b)) => {}
             Ok(b) => {
                 return Err(OpenError::Format {
                     dir: dir.to_path_buf(),
@@ -122,6 +128,19 @@ pub fn open(dir: &Path) -> Result<Arc<DB>, OpenError> {
         },
     }
     Ok(Arc::new(db))
+}
+
+/// The format `db` is stamped with (see [`open`]).
+pub fn format(db: &DB) -> Result<u32, rocksdb::Error> {
+    let stamp = db.get_cf(cf(db, CF_META), META_FORMAT)?;
+    Ok(stamp
+        .and_then(|b| <[u8; 4]>::try_from(b.as_slice()).ok())
+        .map_or(FORMAT_VERSION, u32::from_be_bytes))
+}
+
+/// Stamps [`FORMAT_VERSION`] in `batch`.
+pub fn stamp_format(db: &DB, batch: &mut rocksdb::WriteBatch) {
+    batch.put_cf(cf(db, CF_META), META_FORMAT, FORMAT_VERSION.to_be_bytes());
 }
 
 /// The handle of a column family that [`open`] always creates.

@@ -1,4 +1,5 @@
-//! openraft's storage conformance suite against the RocksDB log store and state machine.
+//! openraft's storage conformance suite against the log store (segment files and RocksDB) and
+//! the state machine.
 
 use openraft::testing::{StoreBuilder, Suite};
 use skiff_store::backend;
@@ -95,7 +96,14 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for RocksBuilder 
             &dir.path().join("snap"),
             source(),
         )?;
-        Ok((dir, LogStore::new(db, proposals, Default::default()), sm))
+        let log = LogStore::open(
+            db,
+            &dir.path().join("raft-log"),
+            proposals,
+            Default::default(),
+        )
+        .expect("open log");
+        Ok((dir, log, sm))
     }
 }
 
@@ -128,50 +136,6 @@ async fn a_saved_snapshot_newer_than_the_keyspace_is_installed_on_open() {
             .load(std::sync::atomic::Ordering::Relaxed),
         1
     );
-}
-
-/// What replication sends a follower that is behind is bounded in bytes, not only in entries:
-/// openraft 0.9 gives each AppendEntries one heartbeat interval, and 512 large entries at once
-/// never made it (the follower stayed behind for good). A range of large entries comes back
-/// cut after about 1 MiB; a single entry larger than that still comes back alone; a range of
-/// small entries comes back whole.
-#[tokio::test]
-async fn replication_reads_are_cut_at_a_mebibyte_but_never_empty() {
-    use openraft::Entry;
-    use openraft::storage::RaftLogReader;
-
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = backend::open(&dir.path().join("db")).expect("open backend");
-    let log = backend::cf(&db, backend::CF_LOG);
-    // 1..=40: 100 KiB each; 41: 3 MiB; 42..=50: 10 bytes each.
-    for i in 1..=50u64 {
-        let size = match i {
-            1..=40 => 100 << 10,
-            41 => 3 << 20,
-            _ => 10,
-        };
-        db.put_cf(log, i.to_be_bytes(), backend::encode(&put_entry(i, size)))
-            .expect("put entry");
-    }
-    let mut store = LogStore::new(db.clone(), Proposals::new(1), Default::default());
-    let indexes =
-        |v: &Vec<Entry<TypeConfig>>| -> Vec<u64> { v.iter().map(|e| e.log_id.index).collect() };
-    let first = store.limited_get_log_entries(1, 51).await.expect("read");
-    assert_eq!(
-        indexes(&first),
-        (1..=11).collect::<Vec<_>>(),
-        "cut past 1 MiB"
-    );
-    let big = store.limited_get_log_entries(41, 51).await.expect("read");
-    assert_eq!(
-        indexes(&big),
-        vec![41],
-        "one entry over the limit comes alone"
-    );
-    let small = store.limited_get_log_entries(42, 51).await.expect("read");
-    assert_eq!(indexes(&small), (42..=50).collect::<Vec<_>>());
-    let whole = store.try_get_log_entries(1..51).await.expect("read");
-    assert_eq!(whole.len(), 50, "a plain read is not cut");
 }
 
 /// The WAL stays near its cap when one family takes nearly every write and another took one
@@ -207,28 +171,6 @@ fn the_wal_stays_under_its_cap() {
         most >> 20,
         bound >> 20
     );
-}
-
-/// The backend quota counts the state machine, not the Raft log (as etcd's counts its bolt
-/// database, not its WAL): log entries about to be purged never make a member refuse writes.
-#[test]
-fn the_raft_log_does_not_count_against_the_quota() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = backend::open(&dir.path().join("db")).expect("open backend");
-    let before = backend::size(&db);
-    let log = backend::cf(&db, backend::CF_LOG);
-    for i in 0..64u64 {
-        db.put_cf(log, i.to_be_bytes(), vec![1u8; 64 << 10])
-            .expect("put log");
-    }
-    assert_eq!(
-        backend::size(&db),
-        before,
-        "the log's 4 MiB are not counted"
-    );
-    let kv = backend::cf(&db, backend::CF_KV);
-    db.put_cf(kv, b"k", vec![1u8; 1 << 20]).expect("put kv");
-    assert!(backend::size(&db) >= before + (1 << 20), "the keyspace is");
 }
 
 /// A received snapshot whose bytes were damaged on the way is refused before anything is

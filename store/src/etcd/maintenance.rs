@@ -146,9 +146,11 @@ impl PbMaintenanceService for MaintenanceService {
             let mvcc = member.shared.read();
             let db = mvcc.db().clone();
             drop(mvcc);
-            for name in [crate::backend::CF_KV, crate::backend::CF_LOG] {
-                db.compact_range_cf(crate::backend::cf(&db, name), None::<&[u8]>, None::<&[u8]>);
-            }
+            db.compact_range_cf(
+                crate::backend::cf(&db, crate::backend::CF_KV),
+                None::<&[u8]>,
+                None::<&[u8]>,
+            );
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))?;

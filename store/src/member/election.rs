@@ -55,6 +55,7 @@ use super::StoreMember;
 use crate::backend;
 use crate::error::StoreError;
 use crate::raft::LogId;
+use crate::raft::log_store::LogTail;
 
 /// How long a follower's Raft refuses to vote after it last heard from its leader (openraft's
 /// leader lease, its `election_timeout_max`). Longer than a heartbeat, so a follower of a
@@ -175,17 +176,14 @@ pub(crate) struct Elections {
     link_failed: Notify,
     /// This member leads but has not heard from a majority within an election timeout.
     quorum_lost: AtomicBool,
-    db: Arc<rocksdb::DB>,
+    /// The log's last id, which PreVotes are answered by.
+    log: LogTail,
     heartbeat: Duration,
     election_timeout: Duration,
 }
 
 impl Elections {
-    pub(crate) fn new(
-        db: Arc<rocksdb::DB>,
-        heartbeat: Duration,
-        election_timeout: Duration,
-    ) -> Elections {
+    pub(crate) fn new(log: LogTail, heartbeat: Duration, election_timeout: Duration) -> Elections {
         Elections {
             contact: Mutex::new(Contact {
                 leader: None,
@@ -194,7 +192,7 @@ impl Elections {
             }),
             link_failed: Notify::new(),
             quorum_lost: AtomicBool::new(false),
-            db,
+            log,
             heartbeat,
             election_timeout,
         }
@@ -280,8 +278,7 @@ impl StoreMember {
         let me = Voter {
             id: self.id,
             term: metrics.current_term,
-            last_log_id: crate::raft::log_store::last_log_id(&self.elections.db)
-                .map_err(StoreError::internal)?,
+            last_log_id: self.elections.log.last_log_id(),
             leading: metrics.state == ServerState::Leader,
             contact: *self.elections.lock(),
         };
@@ -371,8 +368,7 @@ impl StoreMember {
         let req = PreVote {
             term: term + 1,
             candidate: self.id,
-            last_log_id: crate::raft::log_store::last_log_id(&self.elections.db)
-                .map_err(StoreError::internal)?,
+            last_log_id: self.elections.log.last_log_id(),
         };
         let others: Vec<(u64, String)> = membership
             .voter_ids()

@@ -26,10 +26,13 @@ const META_CLUSTER_ID: &[u8] = b"cluster_id";
 
 /// Records the cluster ID in a member's database (a restored member's, before it starts).
 pub(crate) fn write_cluster_id(db: &rocksdb::DB, id: u64) -> Result<(), crate::error::StoreError> {
-    db.put_cf(
+    let mut synced = rocksdb::WriteOptions::default();
+    synced.set_sync(true);
+    db.put_cf_opt(
         backend::cf(db, backend::CF_META),
         META_CLUSTER_ID,
         backend::encode(&id),
+        &synced,
     )
     .map_err(crate::error::StoreError::internal)
 }
@@ -68,7 +71,7 @@ impl StoreMember {
                 } else {
                     hello_any(&channels, &config, id).await?
                 };
-                db.put_cf(meta, META_CLUSTER_ID, backend::encode(&cid))?;
+                write_cluster_id(&db, cid)?;
                 cid
             }
         };
@@ -95,7 +98,13 @@ impl StoreMember {
         // that falls behind could be sent nothing, so a snapshot is built at once.
         let lacks_snapshot = crate::raft::log_store::read_purged(&db)? > sm.snapshot_last();
         let metrics = shared.metrics.clone();
-        let log = LogStore::new(db.clone(), proposals.clone(), metrics.clone());
+        let log = LogStore::open(
+            db.clone(),
+            &config.data_dir.join("raft-log"),
+            proposals.clone(),
+            metrics.clone(),
+        )?;
+        let log_tail = log.tail();
         let hb = config.heartbeat_interval.as_millis() as u64;
         let el = config.election_timeout.as_millis() as u64;
         let lease = super::election::vote_lease(config.heartbeat_interval).as_millis() as u64;
@@ -179,7 +188,7 @@ impl StoreMember {
             &tasks,
         );
         let elections = Arc::new(super::election::Elections::new(
-            db.clone(),
+            log_tail,
             config.heartbeat_interval,
             config.election_timeout,
         ));

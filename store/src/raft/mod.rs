@@ -3,7 +3,8 @@
 //!
 //! | module            | what                                                            |
 //! |-------------------|-----------------------------------------------------------------|
-//! | [`log_store`]     | log entries, vote and committed id in RocksDB; synced appends   |
+//! | [`log_store`]     | the Raft log: synced appends; vote and committed id in RocksDB   |
+//! | [`wal`]           | the log's entries in segment files, as etcd's WAL keeps them    |
 //! | [`state_machine`] | applies entries to the MVCC keyspace, snapshots, watch publish  |
 //! | [`snapshot`]      | snapshot files, built, kept, sent and received a frame at a time |
 //! | [`network`]       | the `RaftPeer` client: one cached channel per peer, streamed snapshots |
@@ -27,6 +28,7 @@ pub mod relay;
 pub mod snapshot;
 pub mod state_machine;
 pub mod stream;
+pub mod wal;
 
 /// A member as the Raft membership records it: its name and URLs. Raft's own node id is the
 /// etcd-style member id (see [`member_id`]).
