@@ -5,7 +5,7 @@
 //!
 //! | metric | what it measures here |
 //! |---|---|
-//! | `etcd_disk_wal_fsync_duration_seconds` | a sync of the WAL under appended Raft log entries (the WAL is RocksDB's) |
+//! | `etcd_disk_wal_fsync_duration_seconds` | a sync of the Raft log's newest segment under appended entries |
 //! | `etcd_disk_backend_commit_duration_seconds` | applying one committed entry to the keyspace, its RocksDB write included |
 //! | `etcd_network_peer_round_trip_time_seconds{To}` | an AppendEntries without entries (a heartbeat) to a peer and its answer |
 //! | `etcd_server_proposals_failed_total` | proposals on this member that timed out, lost their leader or were dropped |
