@@ -93,14 +93,9 @@ pub fn open(dir: &Path) -> Result<Arc<DB>, OpenError> {
     opts.set_max_background_jobs(2);
     opts.set_bytes_per_sync(1 << 20);
     opts.set_max_total_wal_size(MAX_WAL_BYTES);
-    let cfs = FAMILIES.iter().map(|name| {
-        let mut o = Options::default();
-        if *name == CF_LOG {
-            // Appended in order and deleted from the front.
-            o.set_write_buffer_size(32 << 20);
-        }
-        ColumnFamilyDescriptor::new(*name, o)
-    });
+    let cfs = FAMILIES
+        .iter()
+        .map(|name| ColumnFamilyDescriptor::new(*name, Options::default()));
     let db = DB::open_cf_descriptors(&opts, dir, cfs).map_err(rocks)?;
     let meta = cf(&db, CF_META);
     match db.get_cf(meta, META_FORMAT).map_err(rocks)? {

@@ -88,6 +88,9 @@ pub fn restore(file: &Path, config: &RestoreConfig) -> Result<(Summary, u64), Ba
             ]);
         crate::raft::state_machine::write_restored_state(&db, log_id, &membership, &summary.head)?;
         crate::raft::log_store::write_purged(&db, log_id)?;
+        // The log, empty: purged up to the backup's id.
+        std::fs::create_dir_all(dir.join(crate::raft::log_store::LOG_DIR))
+            .map_err(|e| StoreError::internal(e.to_string()))?;
         crate::member::write_cluster_id(&db, cluster)?;
         db.flush()
             .map_err(|e| StoreError::internal(e.to_string()))?;

@@ -98,7 +98,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for RocksBuilder 
         )?;
         let log = LogStore::open(
             db,
-            &dir.path().join("raft-log"),
+            &dir.path().join(skiff_store::raft::log_store::LOG_DIR),
             proposals,
             Default::default(),
         )

@@ -94,17 +94,21 @@ impl StoreMember {
                 member_name: config.name.clone(),
             },
         )?;
-        // The log purged past what the snapshot on disk holds (a restored member): a member
-        // that falls behind could be sent nothing, so a snapshot is built at once.
-        let lacks_snapshot = crate::raft::log_store::read_purged(&db)? > sm.snapshot_last();
         let metrics = shared.metrics.clone();
         let log = LogStore::open(
             db.clone(),
-            &config.data_dir.join("raft-log"),
+            &config.data_dir.join(crate::raft::log_store::LOG_DIR),
             proposals.clone(),
             metrics.clone(),
         )?;
         let log_tail = log.tail();
+        // The log purged past what the snapshot on disk holds (a restored member), or ending
+        // before what the keyspace applied (its last entries lost with the power, after a
+        // later synced write made the keyspace durable; openraft purges up to the applied id
+        // as it starts): a member that falls behind could be sent nothing, so a snapshot is
+        // built at once.
+        let lacks_snapshot = crate::raft::log_store::read_purged(&db)? > sm.snapshot_last()
+            || sm.applied() > log_tail.last_log_id();
         let hb = config.heartbeat_interval.as_millis() as u64;
         let el = config.election_timeout.as_millis() as u64;
         let lease = super::election::vote_lease(config.heartbeat_interval).as_millis() as u64;

@@ -277,8 +277,10 @@ impl Mvcc {
         Ok(self.backlog.deleted())
     }
 
-    /// Applies one command. Writes are not fsynced: durability comes from the Raft log, whose
-    /// synced appends share this database's WAL. `meta` entries are written into the same batch (the Raft applied
+    /// Applies one command. Writes are not fsynced: the Raft log is applied again from the
+    /// applied id after a crash, and the log behind a snapshot is purged only after a synced
+    /// write to this database (the purge marker), which makes what was applied durable first.
+    /// `meta` entries are written into the same batch (the Raft applied
     /// log id and membership), so they commit atomically with the change.
     pub fn apply(
         &mut self,

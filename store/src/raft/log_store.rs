@@ -27,6 +27,9 @@ use openraft::{EntryPayload, OptionalSend, RaftLogReader, StorageIOError, Vote};
 use rocksdb::{DB, IteratorMode, WriteBatch, WriteOptions};
 
 use super::wal::Segments;
+
+/// The directory of the log's segment files, in a member's data directory.
+pub const LOG_DIR: &str = "raft-log";
 use super::{Entry, LogId, StorageError, TypeConfig, io_error};
 use crate::backend::{self, CF_LOG, CF_RAFT};
 use crate::proposals::Proposals;
@@ -97,7 +100,8 @@ pub struct LogStore {
 /// encoding as written, which the leader sends to its followers as it is (see
 /// [`HeldEncodings`]). It holds a contiguous run of entries that ends at the log's last
 /// entry (every append, truncation and purge goes through it), or nothing: after a start,
-/// until the first append. A read that starts before its first entry goes to RocksDB.
+/// until the first append. A read that starts before its first entry goes to the segment
+/// files.
 #[derive(Debug, Default)]
 struct Recent {
     /// Each with its encoding.
@@ -334,10 +338,28 @@ fn other(e: impl std::fmt::Display) -> std::io::Error {
 /// (anything there is from a move that was interrupted, and is written again), then deletes
 /// them from the family and stamps the current format, synced.
 fn move_log_family(db: &DB, dir: &Path, purged: Option<LogId>) -> std::io::Result<()> {
+    let context = |e: std::io::Error| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "moving a format-{} database's Raft log into {}: {e}",
+                backend::LOG_IN_FAMILY,
+                dir.display()
+            ),
+        )
+    };
+    // Emptied, not removed: it may be a link to another disk.
     if dir.exists() {
-        std::fs::remove_dir_all(dir)?;
+        for item in std::fs::read_dir(dir).map_err(context)? {
+            let path = item.map_err(context)?.path();
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path).map_err(context)?;
+            } else {
+                std::fs::remove_file(&path).map_err(context)?;
+            }
+        }
     }
-    let mut log = Segments::open(dir, purged)?;
+    let mut log = Segments::open(dir, purged).map_err(context)?;
     let cf = backend::cf(db, CF_LOG);
     let mut moved = 0u64;
     let mut batch: Vec<(LogId, Box<[u8]>)> = Vec::new();
@@ -347,19 +369,22 @@ fn move_log_family(db: &DB, dir: &Path, purged: Option<LogId>) -> std::io::Resul
         let e: Entry = backend::decode(&bytes).map_err(other)?;
         batch.push((e.log_id, bytes));
         if batch.len() == 1024 || iter.peek().is_none() {
-            log.append(batch.iter().map(|(id, b)| (*id, &b[..])))?;
+            log.append(batch.iter().map(|(id, b)| (*id, &b[..])))
+                .map_err(context)?;
             moved += batch.len() as u64;
             batch.clear();
         }
     }
     if let Some(file) = log.newest_file() {
-        file.sync_data()?;
+        file.sync_data().map_err(context)?;
     }
     let mut done = WriteBatch::default();
     done.delete_range_cf(cf, 0u64.to_be_bytes(), u64::MAX.to_be_bytes());
     done.delete_cf(cf, u64::MAX.to_be_bytes());
     backend::stamp_format(db, &mut done);
     db.write_opt(done, &synced()).map_err(other)?;
+    // The deletion frees nothing until the family's files are compacted away.
+    db.compact_range_cf(cf, None::<&[u8]>, None::<&[u8]>);
     tracing::info!(
         entries = moved,
         dir = %dir.display(),
@@ -380,12 +405,28 @@ impl LogStore {
         let purged = read_purged(&db).map_err(other)?;
         if backend::format(&db).map_err(other)? == backend::LOG_IN_FAMILY {
             move_log_family(&db, dir, purged)?;
+        } else if !dir.exists()
+            && (purged.is_some() || raft_meta::<Vote<u64>>(&db, VOTE).map_err(other)?.is_some())
+        {
+            // The database has voted or purged, so it had a log: starting with an empty one
+            // would forget entries this member acknowledged.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!(
+                    "the Raft log's directory {} is missing, and the database beside it holds a \
+                     member's vote: restore it (a disk not mounted?), or start this member in an \
+                     empty --data-dir and let it catch up from the cluster",
+                    dir.display()
+                ),
+            ));
         }
         let log = Arc::new(parking_lot::Mutex::new(Segments::open(dir, purged)?));
         let newest = log.clone();
-        let sync = move || match newest.lock().newest_file() {
-            Some(file) => file.sync_data(),
-            None => Ok(()),
+        let sync = move || {
+            // Not synced under the lock: appends go on meanwhile. Every append handed over
+            // before is in this file, or in an older one synced as the next was begun.
+            let file = newest.lock().newest_file();
+            file.map_or(Ok(()), |f| f.sync_data())
         };
         Ok(LogStore {
             flusher: Flusher::start(sync, metrics.clone()),
@@ -762,7 +803,7 @@ mod tests {
     fn open_log(dir: &Path, db: &Arc<DB>) -> LogStore {
         LogStore::open(
             db.clone(),
-            &dir.join("raft-log"),
+            &dir.join(LOG_DIR),
             Proposals::new(1),
             Default::default(),
         )
@@ -816,6 +857,26 @@ mod tests {
         assert_eq!(whole.len(), 50, "a plain read is not cut");
     }
 
+    /// A database that has voted had a log: with the log's directory gone (a disk not
+    /// mounted), the member refuses to start rather than forget what it acknowledged.
+    #[tokio::test]
+    async fn a_missing_log_beside_a_database_that_voted_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = backend::open(&dir.path().join("db")).expect("open backend");
+        let mut store = open_log(dir.path(), &db);
+        store.save_vote(&Vote::new(3, 1)).await.expect("vote");
+        drop(store);
+        std::fs::remove_dir_all(dir.path().join(LOG_DIR)).expect("remove the log");
+        let err = LogStore::open(
+            db.clone(),
+            &dir.path().join(LOG_DIR),
+            Proposals::new(1),
+            Default::default(),
+        )
+        .expect_err("refused");
+        assert!(err.to_string().contains("is missing"), "{err}");
+    }
+
     /// A database in format 2 keeps its entries in the `log` family: opening the log moves
     /// them into segment files, empties the family and stamps the current format; a move
     /// interrupted before the stamp is done again whole.
@@ -841,7 +902,7 @@ mod tests {
             .expect("put entry");
         }
         // A move that stopped halfway left a segment behind.
-        let segments = dir.path().join("raft-log");
+        let segments = dir.path().join(LOG_DIR);
         std::fs::create_dir_all(&segments).expect("mkdir");
         std::fs::write(segments.join(format!("{:020}.seg", 11)), b"partial").expect("write");
 

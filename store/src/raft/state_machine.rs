@@ -190,6 +190,11 @@ impl StateMachine {
         &self.shared
     }
 
+    /// The last log id applied to the keyspace.
+    pub fn applied(&self) -> Option<LogId> {
+        self.applied
+    }
+
     /// The last log id the snapshot on disk covers.
     pub fn snapshot_last(&self) -> Option<LogId> {
         self.snapshots.last()

@@ -14,8 +14,11 @@
 //! newest holds [`SEGMENT_BYTES`], after the full one is cut to its records and synced and
 //! before anything is written to the new one, so only the newest segment can end in a record
 //! that was being written when the member stopped. Opening cuts such a torn tail (records
-//! after it were never synced, so never acknowledged); a bad record anywhere else is
-//! corruption, and the log refuses to open.
+//! after it were never synced, so never acknowledged). A record is taken for torn when it
+//! runs past the end of the file or a sector of it reads as zeros (unwritten), as etcd's WAL
+//! judges: a record that fails its CRC otherwise, one that passes it but does not decode or is
+//! not the next entry, and a bad record in any other segment are damage to what was synced,
+//! and the log refuses to open rather than drop acknowledged entries.
 //!
 //! The newest segment is allocated whole when it is begun (as etcd's are): a sync after an
 //! append that grows a file also writes the file system's journal, and here that took 140 µs
@@ -156,7 +159,41 @@ struct Scan {
     last: Option<LogId>,
     /// What stopped the read before the file's end, when something other than a zero length
     /// (the allocated part of the newest segment) did.
-    stopped: Option<String>,
+    stopped: Option<Stop>,
+}
+
+/// Why a segment's records end before its file does.
+#[derive(Debug)]
+enum Stop {
+    /// A record being written when the member stopped: never synced.
+    Torn(String),
+    /// A record that was written whole and is not what was written.
+    Damaged(String),
+}
+
+/// An entry's log id, decoded without its payload (bincode writes the id first).
+#[derive(serde::Deserialize)]
+struct Head {
+    log_id: LogId,
+}
+
+/// The sector size torn writes are judged by.
+const SECTOR: u64 = 512;
+
+/// Whether the record of `bytes` at byte `at` of its file has a piece, between sector
+/// boundaries, that is all zeros: a sector that was never written.
+fn has_unwritten_sector(at: u64, bytes: &[u8]) -> bool {
+    let mut start = 0usize;
+    while start < bytes.len() {
+        let pos = at + start as u64;
+        let next = ((pos / SECTOR + 1) * SECTOR - at) as usize;
+        let end = next.min(bytes.len());
+        if bytes[start..end].iter().all(|b| *b == 0) {
+            return true;
+        }
+        start = end;
+    }
+    false
 }
 
 /// Reads the records of the segment whose first entry is `first`, up to the first one that is
@@ -174,7 +211,7 @@ fn scan(file: &File, first: u64) -> io::Result<Scan> {
     while scan.end < size {
         let mut header = [0u8; HEADER];
         if size - scan.end < HEADER as u64 {
-            scan.stopped = Some(format!("a partial header at byte {}", scan.end));
+            scan.stopped = Some(Stop::Torn(format!("a partial header at byte {}", scan.end)));
             break;
         }
         reader.read_exact(&mut header)?;
@@ -183,32 +220,49 @@ fn scan(file: &File, first: u64) -> io::Result<Scan> {
         if len == 0 {
             break;
         }
-        if len > MAX_RECORD || size - scan.end - (HEADER as u64) < u64::from(len) {
-            scan.stopped = Some(format!(
-                "a record of {len} bytes at byte {}, where {} are left",
-                scan.end,
-                size - scan.end - HEADER as u64
-            ));
+        let left = size - scan.end - HEADER as u64;
+        if u64::from(len) > left {
+            scan.stopped = Some(Stop::Torn(format!(
+                "a record of {len} bytes at byte {}, where {left} are left",
+                scan.end
+            )));
+            break;
+        }
+        if len > MAX_RECORD {
+            scan.stopped = Some(Stop::Damaged(format!(
+                "a record of {len} bytes at byte {}",
+                scan.end
+            )));
             break;
         }
         payload.resize(len as usize, 0);
         reader.read_exact(&mut payload)?;
         if crc32fast::hash(&payload) != crc {
-            scan.stopped = Some(format!("a record at byte {} fails its CRC", scan.end));
+            let mut record = header.to_vec();
+            record.extend_from_slice(&payload);
+            let why = format!("the record at byte {} fails its CRC", scan.end);
+            scan.stopped = Some(if has_unwritten_sector(scan.end, &record) {
+                Stop::Torn(why)
+            } else {
+                Stop::Damaged(why)
+            });
             break;
         }
         let index = first + scan.offsets.len() as u64;
-        match backend::decode::<Entry>(&payload) {
+        match backend::decode::<Head>(&payload) {
             Ok(e) if e.log_id.index == index => scan.last = Some(e.log_id),
             Ok(e) => {
-                scan.stopped = Some(format!(
+                scan.stopped = Some(Stop::Damaged(format!(
                     "entry {} at byte {}, where entry {index} belongs",
                     e.log_id.index, scan.end
-                ));
+                )));
                 break;
             }
             Err(e) => {
-                scan.stopped = Some(format!("an undecodable entry at byte {}: {e}", scan.end));
+                scan.stopped = Some(Stop::Damaged(format!(
+                    "an undecodable entry at byte {}: {e}",
+                    scan.end
+                )));
                 break;
             }
         }
@@ -260,15 +314,19 @@ impl Segments {
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
             let scan = scan(&file, first)?;
             let size = file.metadata()?.len();
-            if !newest && scan.end != size {
-                let why = scan
-                    .stopped
-                    .clone()
-                    .unwrap_or_else(|| format!("zeros from byte {} of {size}", scan.end));
-                return Err(corrupt(&path, why));
+            match &scan.stopped {
+                Some(Stop::Damaged(why)) => return Err(corrupt(&path, why)),
+                Some(Stop::Torn(why)) if !newest => return Err(corrupt(&path, why)),
+                None if !newest && scan.end != size => {
+                    return Err(corrupt(
+                        &path,
+                        format_args!("zeros from byte {} of {size}", scan.end),
+                    ));
+                }
+                _ => {}
             }
             if newest {
-                if let Some(why) = &scan.stopped {
+                if let Some(Stop::Torn(why)) = &scan.stopped {
                     // Written as the member stopped, never synced, never acknowledged.
                     tracing::warn!(
                         segment = %path.display(),
@@ -311,6 +369,17 @@ impl Segments {
         }
         if removed {
             sync_dir(dir)?;
+        }
+        if let (Some(p), Some(front)) = (purged, segments.front())
+            && front.first > p.index + 1
+        {
+            return Err(corrupt(
+                &segment_path(dir, front.first),
+                format_args!(
+                    "the log begins at entry {}, where it goes on after the purged entry {}",
+                    front.first, p.index
+                ),
+            ));
         }
         let mut log = Segments {
             dir: dir.to_path_buf(),
@@ -698,6 +767,22 @@ mod tests {
         assert_eq!(log.last_log_id(), Some(id(1, 40)));
     }
 
+    /// Segments that begin after the entry following the purged one leave a hole in the log:
+    /// refused.
+    #[test]
+    fn a_log_that_begins_after_a_hole_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut log = Segments::open_with(dir.path(), Some(id(1, 10)), SMALL).expect("open");
+        append(&mut log, 1, 11..20);
+        drop(log);
+        Segments::open_with(dir.path(), Some(id(1, 10)), SMALL).expect("reopen");
+        let err = Segments::open_with(dir.path(), Some(id(1, 5)), SMALL).expect_err("refused");
+        assert!(
+            err.to_string().contains("after the purged entry 5"),
+            "{err}"
+        );
+    }
+
     /// Whatever the newest segment ends in after a crash (a partial header, a partial record,
     /// garbage, a record of another entry), opening keeps the whole records before it, cuts
     /// the rest, and appends continue after them.
@@ -713,7 +798,13 @@ mod tests {
             },
             &|f| f.extend_from_slice(&[0xff; 40]),
             &|f| f.extend_from_slice(&[0; 4096]),
-            &|f| put_record(f, &entry(1, 12).1).expect("record"),
+            &|f| {
+                // A record whose second sector was never written.
+                let mut r = Vec::new();
+                put_record(&mut r, &vec![9u8; 2000]).expect("record");
+                r[600..1800].fill(0);
+                f.extend_from_slice(&r);
+            },
         ];
         const SIZE: u64 = 1 << 20;
         for (n, tail) in tails.iter().enumerate() {
@@ -740,6 +831,34 @@ mod tests {
             let log = Segments::open_with(dir.path(), None, SIZE).expect("reopen");
             assert_eq!(ids(&log, 0).len(), 10, "tail {n}");
         }
+    }
+
+    /// In the newest segment, a record that fails its CRC with every sector written, and a
+    /// whole record of another entry, are damage, not a torn write: the log refuses to open
+    /// rather than cut acknowledged entries.
+    #[test]
+    fn damage_in_the_newest_segment_refuses_to_open() {
+        const SIZE: u64 = 1 << 20;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut log = Segments::open_with(dir.path(), None, SIZE).expect("open");
+        append(&mut log, 1, 1..9);
+        let whole = log.segments[0].end as usize;
+        let third = log.segments[0].offsets[2] as usize;
+        drop(log);
+        let path = segment_path(dir.path(), 1);
+        let pristine = std::fs::read(&path).expect("read");
+
+        let mut flipped = pristine.clone();
+        flipped[third + HEADER + 1] ^= 0x04;
+        std::fs::write(&path, &flipped).expect("write");
+        let err = Segments::open_with(dir.path(), None, SIZE).expect_err("refused");
+        assert!(err.to_string().contains("fails its CRC"), "{err}");
+
+        let mut other = pristine[..whole].to_vec();
+        put_record(&mut other, &entry(1, 12).1).expect("record");
+        std::fs::write(&path, &other).expect("write");
+        let err = Segments::open_with(dir.path(), None, SIZE).expect_err("refused");
+        assert!(err.to_string().contains("where entry 9 belongs"), "{err}");
     }
 
     /// A damaged record in a segment that is not the newest was synced and acknowledged: the
