@@ -645,6 +645,13 @@ mod tests {
             .expect("append");
     }
 
+    /// Entries 1 to 40 of term 1, four an append.
+    fn append_forty(log: &mut Segments) {
+        for i in 0..10 {
+            append(log, 1, i * 4 + 1..i * 4 + 5);
+        }
+    }
+
     fn ids(log: &Segments, start: u64) -> Vec<(u64, u64)> {
         log.read(start, |_, _| true)
             .expect("read")
@@ -701,9 +708,7 @@ mod tests {
     fn truncation_keeps_the_prefix_across_segments_and_reopening() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut log = Segments::open_with(dir.path(), None, SMALL).expect("open");
-        for i in 0..10 {
-            append(&mut log, 1, i * 4 + 1..i * 4 + 5);
-        }
+        append_forty(&mut log);
         for cut in [38, 33, 17, 9] {
             log.truncate(cut).expect("truncate");
             assert_eq!(log.last_log_id(), Some(id(1, cut - 1)));
@@ -724,9 +729,7 @@ mod tests {
     fn purges_delete_whole_segments_and_may_empty_the_log() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut log = Segments::open_with(dir.path(), None, SMALL).expect("open");
-        for i in 0..10 {
-            append(&mut log, 1, i * 4 + 1..i * 4 + 5);
-        }
+        append_forty(&mut log);
         let files = segment_files(dir.path()).len();
         log.purge(id(1, 18)).expect("purge");
         assert!(segment_files(dir.path()).len() < files);
@@ -753,9 +756,7 @@ mod tests {
     fn an_interrupted_purge_is_finished_at_open() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut log = Segments::open_with(dir.path(), None, SMALL).expect("open");
-        for i in 0..10 {
-            append(&mut log, 1, i * 4 + 1..i * 4 + 5);
-        }
+        append_forty(&mut log);
         let files = segment_files(dir.path()).len();
         drop(log);
         let log = Segments::open_with(dir.path(), Some(id(1, 30)), SMALL).expect("reopen");
@@ -867,9 +868,7 @@ mod tests {
     fn damage_before_the_newest_segment_refuses_to_open() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut log = Segments::open_with(dir.path(), None, SMALL).expect("open");
-        for i in 0..10 {
-            append(&mut log, 1, i * 4 + 1..i * 4 + 5);
-        }
+        append_forty(&mut log);
         drop(log);
         let first = segment_files(dir.path())[1];
         let path = segment_path(dir.path(), first);
