@@ -519,9 +519,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        // The segments hold the purged id as recorded (read at open, kept at each purge).
+        let log = self.log.lock();
         Ok(LogState {
-            last_purged_log_id: self.get_meta(PURGED)?,
-            last_log_id: self.log.lock().last_log_id(),
+            last_purged_log_id: log.purged(),
+            last_log_id: log.last_log_id(),
         })
     }
 
